@@ -1,0 +1,589 @@
+//! The record types of a trace, and [`Trace::finish`], which orders them and links launches.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::names::{NameId, Names};
+
+/// Index of a [`Process`] in [`Trace::processes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+pub struct ProcessIdx(pub u32);
+
+/// Index of a [`Device`] in [`Trace::devices`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+pub struct DeviceIdx(pub u32);
+
+/// Which reader produced a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum SourceFormat {
+    /// An Nsight Systems SQLite export, or a `capture` file that uses the same schema.
+    #[default]
+    NsysSqlite,
+    /// A PyTorch-profiler (Kineto) Chrome-trace JSON file, optionally gzipped.
+    KinetoJson,
+}
+
+/// Where a trace came from.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SourceInfo {
+    /// The file as the user named it.
+    pub path: String,
+    /// The reader that understood it.
+    pub format: SourceFormat,
+    /// The schema version the file declares (`EXPORT_SCHEMA_VERSION`, Kineto `schemaVersion`).
+    pub schema_version: Option<String>,
+    /// The tool that wrote it, when the file says (for example `shardscope-capture 0.1.0`).
+    pub producer: Option<String>,
+}
+
+/// One OS process that ran CUDA work or recorded ranges.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Process {
+    /// OS process id.
+    pub pid: u32,
+    /// The nsys `globalPid` (`pid << 24` plus host bits) when the source has one; correlation
+    /// ids are unique only within it.
+    pub global_pid: u64,
+    /// Process name or command line.
+    pub name: String,
+    /// Host name where known.
+    pub host: Option<String>,
+    /// Distributed rank (torch `RANK`, MPI, SLURM or Kineto `distributedInfo.rank`).
+    pub rank: Option<u32>,
+    /// Number of ranks in the job where known.
+    pub world_size: Option<u32>,
+}
+
+/// One GPU as seen by the trace.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Device {
+    /// The CUDA device ordinal the source uses for it (`deviceId`, Kineto `device`).
+    pub ordinal: u32,
+    /// The process that drove it, when one process owns it (one rank per GPU).
+    pub process: Option<ProcessIdx>,
+    /// Marketing name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Streaming multiprocessors.
+    pub sm_count: Option<u32>,
+    /// Global memory in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Peak memory bandwidth in bytes per second.
+    pub memory_bandwidth_bytes_per_s: Option<u64>,
+    /// SM clock in kHz.
+    pub clock_rate_khz: Option<u32>,
+    /// PCI bus location, e.g. `0000:19:00.0`.
+    pub bus_location: Option<String>,
+}
+
+/// A GPU kernel execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kernel {
+    /// GPU start time.
+    pub start_ns: i64,
+    /// GPU end time.
+    pub end_ns: i64,
+    /// Demangled name (what nsys groups `cuda_gpu_kern_sum` by).
+    pub name: NameId,
+    /// Short name (function name without arguments) where the source has it, else `name`.
+    pub short_name: NameId,
+    /// GPU it ran on.
+    pub device: DeviceIdx,
+    /// Process that launched it.
+    pub process: ProcessIdx,
+    /// CUDA stream id.
+    pub stream: u32,
+    /// CUPTI correlation id linking it to its launch call; 0 when unknown.
+    pub correlation_id: u32,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Index in [`Trace::api_calls`] of the launching call; set by [`Trace::finish`].
+    pub launch: Option<u32>,
+    /// Index in [`Trace::collectives`] when this kernel ran a collective.
+    pub collective: Option<u32>,
+}
+
+impl Kernel {
+    /// End minus start, never negative.
+    pub fn duration_ns(&self) -> i64 {
+        (self.end_ns - self.start_ns).max(0)
+    }
+}
+
+/// Direction of a memory copy (CUPTI's `copyKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum CopyKind {
+    /// Host to device.
+    HtoD,
+    /// Device to host.
+    DtoH,
+    /// Device to device, same GPU.
+    DtoD,
+    /// Host to host.
+    HtoH,
+    /// Peer to peer, between two GPUs.
+    PtoP,
+    /// Any other CUPTI copy kind (arrays, unknown).
+    #[default]
+    Other,
+}
+
+impl CopyKind {
+    /// From CUPTI's `CUpti_ActivityMemcpyKind` value as stored in nsys' `copyKind` column.
+    pub fn from_cupti(kind: i64) -> CopyKind {
+        match kind {
+            1 => CopyKind::HtoD,
+            2 => CopyKind::DtoH,
+            8 => CopyKind::DtoD,
+            9 => CopyKind::HtoH,
+            10 => CopyKind::PtoP,
+            _ => CopyKind::Other,
+        }
+    }
+
+    /// The label nsys uses (`[CUDA memcpy Host-to-Device]` …).
+    pub fn label(self) -> &'static str {
+        match self {
+            CopyKind::HtoD => "Host-to-Device",
+            CopyKind::DtoH => "Device-to-Host",
+            CopyKind::DtoD => "Device-to-Device",
+            CopyKind::HtoH => "Host-to-Host",
+            CopyKind::PtoP => "Peer-to-Peer",
+            CopyKind::Other => "Other",
+        }
+    }
+}
+
+/// A memory copy or a memory set on the GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemOp {
+    /// GPU start time.
+    pub start_ns: i64,
+    /// GPU end time.
+    pub end_ns: i64,
+    /// `None` for a memset, the copy direction for a memcpy.
+    pub copy_kind: Option<CopyKind>,
+    /// Bytes copied or set.
+    pub bytes: u64,
+    /// GPU whose engine ran it.
+    pub device: DeviceIdx,
+    /// Process that issued it.
+    pub process: ProcessIdx,
+    /// CUDA stream id.
+    pub stream: u32,
+    /// CUPTI correlation id; 0 when unknown.
+    pub correlation_id: u32,
+    /// Source GPU ordinal of a device-side copy.
+    pub src_device: Option<u32>,
+    /// Destination GPU ordinal of a device-side copy.
+    pub dst_device: Option<u32>,
+    /// Index in [`Trace::api_calls`] of the issuing call; set by [`Trace::finish`].
+    pub launch: Option<u32>,
+}
+
+impl MemOp {
+    /// End minus start, never negative.
+    pub fn duration_ns(&self) -> i64 {
+        (self.end_ns - self.start_ns).max(0)
+    }
+
+    /// True for a memset.
+    pub fn is_memset(&self) -> bool {
+        self.copy_kind.is_none()
+    }
+}
+
+/// Which API a host call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum ApiKind {
+    /// CUDA runtime (`cuda*`).
+    #[default]
+    Runtime,
+    /// CUDA driver (`cu*`).
+    Driver,
+}
+
+/// A CUDA runtime or driver API call on a host thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApiCall {
+    /// CPU start time.
+    pub start_ns: i64,
+    /// CPU end time.
+    pub end_ns: i64,
+    /// Function name, e.g. `cudaLaunchKernel`.
+    pub name: NameId,
+    /// Runtime or driver.
+    pub kind: ApiKind,
+    /// Calling process.
+    pub process: ProcessIdx,
+    /// Calling OS thread id.
+    pub tid: u32,
+    /// CUPTI correlation id; 0 when the call launched nothing.
+    pub correlation_id: u32,
+}
+
+/// What kind of range a [`Range`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum RangeKind {
+    /// NVTX push/pop on one thread.
+    #[default]
+    PushPop,
+    /// NVTX start/end, may cross threads.
+    StartEnd,
+    /// A PyTorch `record_function` / `user_annotation` on a CPU thread.
+    CpuAnnotation,
+    /// A PyTorch `gpu_user_annotation`, drawn on a GPU stream.
+    GpuAnnotation,
+}
+
+/// A named time range: NVTX, or a PyTorch annotation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Range {
+    /// Start time.
+    pub start_ns: i64,
+    /// End time.
+    pub end_ns: i64,
+    /// The range's message.
+    pub name: NameId,
+    /// NVTX domain name; empty for the default domain and for PyTorch annotations.
+    pub domain: NameId,
+    /// How it was recorded.
+    pub kind: RangeKind,
+    /// Process that recorded it.
+    pub process: ProcessIdx,
+    /// Thread that opened it (CPU ranges); 0 for GPU annotations.
+    pub tid: u32,
+    /// For GPU annotations: the GPU and stream.
+    pub device: Option<DeviceIdx>,
+    /// For GPU annotations: the stream.
+    pub stream: Option<u32>,
+    /// Nesting depth among the ranges of the same thread (0 = outermost); set by [`Trace::finish`].
+    pub depth: u16,
+}
+
+impl Range {
+    /// End minus start, never negative.
+    pub fn duration_ns(&self) -> i64 {
+        (self.end_ns - self.start_ns).max(0)
+    }
+}
+
+/// The collective operation a NCCL kernel or call performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+pub enum CollectiveOp {
+    /// `ncclAllReduce`.
+    AllReduce,
+    /// `ncclAllGather`.
+    AllGather,
+    /// `ncclReduceScatter`.
+    ReduceScatter,
+    /// `ncclBroadcast`.
+    Broadcast,
+    /// `ncclReduce`.
+    Reduce,
+    /// All-to-all (built from grouped send/recv).
+    AllToAll,
+    /// Grouped point-to-point send/receive.
+    SendRecv,
+    /// `ncclSend`.
+    Send,
+    /// `ncclRecv`.
+    Recv,
+    /// Something else NCCL-like.
+    #[default]
+    Other,
+}
+
+impl CollectiveOp {
+    /// Recognises `allreduce`, `AllReduce`, `all_reduce`, `ncclAllReduce`, `_allgather_base`, … .
+    pub fn parse(text: &str) -> CollectiveOp {
+        let t: String = text.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+        let t = t.strip_prefix("nccl").unwrap_or(&t);
+        if t.contains("allreduce") {
+            CollectiveOp::AllReduce
+        } else if t.contains("allgather") {
+            CollectiveOp::AllGather
+        } else if t.contains("reducescatter") {
+            CollectiveOp::ReduceScatter
+        } else if t.contains("alltoall") {
+            CollectiveOp::AllToAll
+        } else if t.contains("broadcast") || t.contains("bcast") {
+            CollectiveOp::Broadcast
+        } else if t.contains("sendrecv") {
+            CollectiveOp::SendRecv
+        } else if t.contains("reduce") {
+            CollectiveOp::Reduce
+        } else if t.contains("send") {
+            CollectiveOp::Send
+        } else if t.contains("recv") {
+            CollectiveOp::Recv
+        } else {
+            CollectiveOp::Other
+        }
+    }
+
+    /// A stable lower-case label, used as a category suffix and in JSON.
+    pub fn label(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce => "all_reduce",
+            CollectiveOp::AllGather => "all_gather",
+            CollectiveOp::ReduceScatter => "reduce_scatter",
+            CollectiveOp::Broadcast => "broadcast",
+            CollectiveOp::Reduce => "reduce",
+            CollectiveOp::AllToAll => "all_to_all",
+            CollectiveOp::SendRecv => "send_recv",
+            CollectiveOp::Send => "send",
+            CollectiveOp::Recv => "recv",
+            CollectiveOp::Other => "other",
+        }
+    }
+}
+
+/// Metadata of one collective or point-to-point operation, as far as the source records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collective {
+    /// Index in [`Trace::kernels`] of the kernel that ran it; set by [`Trace::finish`].
+    pub kernel: Option<u32>,
+    /// The operation.
+    pub op: CollectiveOp,
+    /// Message size in bytes (input buffer per rank) where known.
+    pub bytes: Option<u64>,
+    /// Input element count.
+    pub in_elems: Option<u64>,
+    /// Output element count.
+    pub out_elems: Option<u64>,
+    /// Element type, e.g. `BFloat16`.
+    pub dtype: NameId,
+    /// Process group / communicator name.
+    pub group_name: NameId,
+    /// Ranks in the group.
+    pub group_size: Option<u32>,
+    /// Global ranks of the group members, where recorded.
+    pub group_ranks: Vec<u32>,
+    /// NCCL communicator id (profiler plugin) where recorded.
+    pub communicator: Option<u64>,
+    /// Sequence number of this collective in its communicator where recorded.
+    pub seq: Option<u64>,
+}
+
+/// Thread name of one OS thread.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThreadName {
+    /// Owning process.
+    pub process: ProcessIdx,
+    /// OS thread id.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+}
+
+/// Something an importer met and could not use, counted rather than dropped silently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportWarning {
+    /// What was wrong, e.g. `kernel event without 'dur'`.
+    pub what: String,
+    /// How many times.
+    pub count: u64,
+}
+
+/// One imported trace file (or one rank of a job).
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// Where it came from.
+    pub source: SourceInfo,
+    /// Interned strings.
+    pub names: Names,
+    /// Processes.
+    pub processes: Vec<Process>,
+    /// Thread names.
+    pub threads: Vec<ThreadName>,
+    /// GPUs.
+    pub devices: Vec<Device>,
+    /// Kernels, sorted by start after [`Trace::finish`].
+    pub kernels: Vec<Kernel>,
+    /// Memory copies and sets, sorted by start after [`Trace::finish`].
+    pub memops: Vec<MemOp>,
+    /// CUDA API calls, sorted by start after [`Trace::finish`].
+    pub api_calls: Vec<ApiCall>,
+    /// Ranges, sorted by start (outer before inner) after [`Trace::finish`].
+    pub ranges: Vec<Range>,
+    /// Collective metadata; kernels point here through [`Kernel::collective`].
+    pub collectives: Vec<Collective>,
+    /// Add this to a timestamp to get ns since the Unix epoch, when known.
+    pub clock_offset_ns: Option<i64>,
+    /// Malformed or unusable input, counted per cause.
+    pub warnings: Vec<ImportWarning>,
+}
+
+impl Trace {
+    /// Adds a process and returns its index.
+    pub fn add_process(&mut self, process: Process) -> ProcessIdx {
+        self.processes.push(process);
+        ProcessIdx(self.processes.len() as u32 - 1)
+    }
+
+    /// Adds a device and returns its index.
+    pub fn add_device(&mut self, device: Device) -> DeviceIdx {
+        self.devices.push(device);
+        DeviceIdx(self.devices.len() as u32 - 1)
+    }
+
+    /// Counts one more occurrence of the warning `what`.
+    pub fn warn(&mut self, what: &str) {
+        self.warn_n(what, 1);
+    }
+
+    /// Counts `count` more occurrences of the warning `what`.
+    pub fn warn_n(&mut self, what: &str, count: u64) {
+        if count == 0 {
+            return;
+        }
+        match self.warnings.iter_mut().find(|w| w.what == what) {
+            Some(w) => w.count += count,
+            None => self.warnings.push(ImportWarning { what: what.to_string(), count }),
+        }
+    }
+
+    /// The demangled name of a kernel.
+    pub fn kernel_name(&self, kernel: &Kernel) -> &str {
+        self.names.get(kernel.name)
+    }
+
+    /// The rank a device belongs to: its process's rank where recorded.
+    pub fn device_rank(&self, device: DeviceIdx) -> Option<u32> {
+        let process = self.devices.get(device.0 as usize)?.process?;
+        self.processes.get(process.0 as usize)?.rank
+    }
+
+    /// Orders every event list by time, links kernels and copies to the API call that launched
+    /// them (on process and correlation id), points collectives back at their kernel, and
+    /// computes range nesting depths. Importers call it once, last.
+    pub fn finish(&mut self) {
+        // Sorting kernels moves them, so carry each collective's kernel through the sort.
+        self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
+        self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
+        self.api_calls.sort_by_key(|a| (a.start_ns, a.end_ns));
+        // Outer ranges first at equal start: longer before shorter.
+        self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
+
+        let mut launches: HashMap<(ProcessIdx, u32), u32> = HashMap::with_capacity(self.api_calls.len());
+        for (index, call) in self.api_calls.iter().enumerate() {
+            if call.correlation_id != 0 {
+                launches.insert((call.process, call.correlation_id), index as u32);
+            }
+        }
+        for kernel in &mut self.kernels {
+            if kernel.correlation_id != 0 {
+                kernel.launch = launches.get(&(kernel.process, kernel.correlation_id)).copied();
+            }
+        }
+        for memop in &mut self.memops {
+            if memop.correlation_id != 0 {
+                memop.launch = launches.get(&(memop.process, memop.correlation_id)).copied();
+            }
+        }
+        for collective in &mut self.collectives {
+            collective.kernel = None;
+        }
+        for (index, kernel) in self.kernels.iter().enumerate() {
+            if let Some(c) = kernel.collective.and_then(|c| self.collectives.get_mut(c as usize)) {
+                c.kernel = Some(index as u32);
+            }
+        }
+        self.compute_range_depths();
+    }
+
+    fn compute_range_depths(&mut self) {
+        // Per (process, thread or GPU stream): a stack of open range ends.
+        let mut open: HashMap<(ProcessIdx, u32, Option<DeviceIdx>, Option<u32>), Vec<i64>> = HashMap::new();
+        for range in &mut self.ranges {
+            let stack = open.entry((range.process, range.tid, range.device, range.stream)).or_default();
+            while stack.last().is_some_and(|&end| end <= range.start_ns) {
+                stack.pop();
+            }
+            range.depth = stack.len().min(u16::MAX as usize) as u16;
+            stack.push(range.end_ns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collective_names_parse() {
+        assert_eq!(CollectiveOp::parse("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), CollectiveOp::AllReduce);
+        assert_eq!(CollectiveOp::parse("allreduce"), CollectiveOp::AllReduce);
+        assert_eq!(CollectiveOp::parse("_allgather_base"), CollectiveOp::AllGather);
+        assert_eq!(CollectiveOp::parse("reduce_scatter_tensor"), CollectiveOp::ReduceScatter);
+        assert_eq!(CollectiveOp::parse("SendRecv"), CollectiveOp::SendRecv);
+        assert_eq!(CollectiveOp::parse("ncclKernel_Broadcast_RING_LL_Sum_int8_t"), CollectiveOp::Broadcast);
+        assert_eq!(CollectiveOp::parse("all_to_all"), CollectiveOp::AllToAll);
+        assert_eq!(CollectiveOp::parse("Reduce"), CollectiveOp::Reduce);
+        assert_eq!(CollectiveOp::parse("barrier"), CollectiveOp::Other);
+    }
+
+    #[test]
+    fn finish_links_launches_by_process_and_correlation() {
+        let mut t = Trace::default();
+        let p0 = t.add_process(Process { pid: 1, ..Process::default() });
+        let p1 = t.add_process(Process { pid: 2, ..Process::default() });
+        let d = t.add_device(Device::default());
+        let launch = t.names.intern("cudaLaunchKernel");
+        // Same correlation id in two processes: each kernel must find its own process's call.
+        t.api_calls.push(ApiCall {
+            start_ns: 10,
+            end_ns: 12,
+            name: launch,
+            process: p1,
+            correlation_id: 7,
+            ..ApiCall::default()
+        });
+        t.api_calls.push(ApiCall {
+            start_ns: 5,
+            end_ns: 6,
+            name: launch,
+            process: p0,
+            correlation_id: 7,
+            ..ApiCall::default()
+        });
+        t.kernels.push(Kernel {
+            start_ns: 30,
+            end_ns: 40,
+            device: d,
+            process: p0,
+            correlation_id: 7,
+            collective: Some(0),
+            ..Kernel::default()
+        });
+        t.kernels.push(Kernel {
+            start_ns: 20,
+            end_ns: 25,
+            device: d,
+            process: p1,
+            correlation_id: 7,
+            ..Kernel::default()
+        });
+        t.collectives.push(Collective { op: CollectiveOp::AllReduce, ..Collective::default() });
+        t.finish();
+        // Sorted: p1's kernel (20) first, then p0's (30); calls: p0's (5) first.
+        assert_eq!(t.kernels[0].process, p1);
+        assert_eq!(t.kernels[0].launch, Some(1));
+        assert_eq!(t.kernels[1].launch, Some(0));
+        assert_eq!(t.collectives[0].kernel, Some(1));
+    }
+
+    #[test]
+    fn finish_computes_nesting_depth_per_thread() {
+        let mut t = Trace::default();
+        let p = t.add_process(Process::default());
+        let r = |start_ns, end_ns, tid| Range { start_ns, end_ns, tid, process: p, ..Range::default() };
+        t.ranges = vec![r(0, 100, 1), r(10, 50, 1), r(20, 30, 1), r(60, 70, 1), r(15, 25, 2), r(100, 110, 1)];
+        t.finish();
+        let depths: Vec<(i64, u32, u16)> = t.ranges.iter().map(|r| (r.start_ns, r.tid, r.depth)).collect();
+        assert_eq!(depths, vec![(0, 1, 0), (10, 1, 1), (15, 2, 0), (20, 1, 2), (60, 1, 1), (100, 1, 0)]);
+    }
+}
