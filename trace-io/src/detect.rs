@@ -12,8 +12,10 @@ pub enum Format {
     Sqlite,
     /// Text starting (after whitespace) with `{`: Chrome-trace JSON.
     Json,
-    /// gzip magic `1f 8b`: assumed to wrap JSON (checked by the reader).
+    /// gzip magic `1f 8b` around JSON.
     GzipJson,
+    /// gzip magic `1f 8b` around an SQLite database (a compressed nsys export or capture).
+    GzipSqlite,
 }
 
 /// Reads up to 64 bytes of `path` and classifies them.
@@ -29,7 +31,17 @@ pub fn sniff(path: &Path) -> Result<Format, Error> {
             Err(e) => return Err(Error::io(path, e)),
         }
     }
-    classify(&head[..filled]).ok_or_else(|| {
+    let format = classify(&head[..filled]);
+    if format == Some(Format::GzipJson) {
+        // Look inside: a gzipped SQLite file must be unpacked before SQLite can open it.
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut inner = [0u8; 16];
+        let mut decoder = flate2::read::GzDecoder::new(file);
+        if decoder.read_exact(&mut inner).is_ok() && classify(&inner) == Some(Format::Sqlite) {
+            return Ok(Format::GzipSqlite);
+        }
+    }
+    format.ok_or_else(|| {
         if filled == 0 {
             Error::format(path, "file is empty")
         } else {

@@ -41,7 +41,57 @@ pub fn load_file(path: &Path) -> Result<Trace, Error> {
     match sniff(path)? {
         Format::Sqlite => nsys::read(path),
         Format::Json | Format::GzipJson => kineto::read(path),
+        Format::GzipSqlite => read_gzipped_sqlite(path),
     }
+}
+
+/// SQLite needs a real file: unpack into a private temporary file, read it, delete it.
+fn read_gzipped_sqlite(path: &Path) -> Result<Trace, Error> {
+    let unpacked = unpack_gzip_to_temp(path)?;
+    let result = nsys::read(unpacked.path()).map_err(|e| rename_path(e, unpacked.path(), path));
+    let mut trace = result?;
+    trace.source.path = path.display().to_string();
+    Ok(trace)
+}
+
+/// Errors from reading the unpacked copy should name the file the user gave.
+fn rename_path(error: Error, from: &Path, to: &Path) -> Error {
+    let from = from.display().to_string();
+    let to = to.display().to_string();
+    match error {
+        Error::Io { path, source } if path == from => Error::Io { path: to, source },
+        Error::Format { path, cause } if path == from => Error::Format { cause: cause.replace(&from, &to), path: to },
+        Error::UnsupportedVersion { path, version, cause } if path == from => {
+            Error::UnsupportedVersion { path: to, version, cause }
+        }
+        other => other,
+    }
+}
+
+/// A temporary file removed on drop.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn unpack_gzip_to_temp(path: &Path) -> Result<TempFile, Error> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = TempFile(std::env::temp_dir().join(format!("shardscope-{}-{n}.sqlite", std::process::id())));
+    let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut decoder = flate2::read::GzDecoder::new(std::io::BufReader::new(input));
+    let mut output = std::fs::File::create(temp.path()).map_err(|e| Error::io(temp.path(), e))?;
+    std::io::copy(&mut decoder, &mut output).map_err(|e| Error::format(path, format!("cannot unpack gzip: {e}")))?;
+    Ok(temp)
 }
 
 fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
