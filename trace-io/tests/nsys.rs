@@ -399,3 +399,52 @@ fn truncated_and_future_exports_are_refused() {
     }
     assert_one_line_naming(&err, &future);
 }
+
+#[test]
+fn committed_two_rank_export_matches_nsys_stats() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/tp2_nsys.sqlite.gz");
+    if !path.exists() {
+        eprintln!("skipped: {} not found", path.display());
+        return;
+    }
+    let traces = shardscope_io::load(&path).unwrap();
+    let trace = &traces[0];
+    assert_eq!(trace.source.schema_version.as_deref(), Some("3.20.3"));
+    // nsys stats --report cuda_gpu_kern_sum (sample-traces/nsys-reference): 1184 instances, 47,296,657 ns in all,
+    // of which the bf16 ring all-reduce kernel ran 144 times for 37,383,781 ns.
+    assert_eq!(trace.kernels.len(), 1184);
+    assert_eq!(trace.kernels.iter().map(|k| k.duration_ns()).sum::<i64>(), 47_296_657);
+    let all_reduce: Vec<_> = trace
+        .kernels
+        .iter()
+        .filter(|k| {
+            trace.kernel_name(k)
+                == "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+        })
+        .collect();
+    assert_eq!(all_reduce.len(), 144);
+    assert_eq!(all_reduce.iter().map(|k| k.duration_ns()).sum::<i64>(), 37_383_781);
+    // Both ranks create the NCCL domain (two NvtxDomainCreate rows, domainId 1): 152 ranges, 146 ncclAllReduce.
+    let nccl: Vec<_> = trace.ranges.iter().filter(|r| trace.names.get(r.domain) == "NCCL").collect();
+    assert_eq!(nccl.len(), 152);
+    assert_eq!(nccl.iter().filter(|r| trace.names.get(r.name) == "ncclAllReduce").count(), 146);
+    let default_domain =
+        |name: &str| trace.ranges.iter().filter(|r| r.domain.0 == 0 && trace.names.get(r.name) == name).count();
+    assert_eq!((default_domain("prefill"), default_domain("decode")), (4, 32));
+    // Processes with events: the launcher (pid 582, one driver call) and the two ranks (606, 607).
+    let pids: Vec<u32> = trace.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![582, 606, 607]);
+    let gpus: Vec<(u32, &str, Option<u32>, Option<u32>)> = trace
+        .devices
+        .iter()
+        .map(|d| (d.ordinal, d.name.as_str(), d.sm_count, d.process.map(|p| trace.processes[p.0 as usize].pid)))
+        .collect();
+    assert_eq!(gpus, vec![(0, "NVIDIA H200", Some(132), Some(606)), (1, "NVIDIA H200", Some(132), Some(607))]);
+    assert_eq!(trace.api_calls.len(), 16781);
+    assert_eq!(trace.api_calls.iter().filter(|a| a.kind == ApiKind::Driver).count(), 10545);
+    assert_eq!(trace.memops.len(), 500);
+    assert_eq!(trace.kernels.iter().filter(|k| k.launch.is_some()).count(), 1184);
+    assert_eq!(trace.memops.iter().filter(|m| m.launch.is_some()).count(), 500);
+    assert_eq!(trace.threads.len(), 37);
+    assert!(trace.warnings.is_empty(), "{:?}", trace.warnings);
+}

@@ -699,9 +699,10 @@ impl<'a> Reader<'a> {
         let conn = self.conn;
         let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        let mut domain_names: HashMap<i64, NameId> = HashMap::new();
+        // NVTX domain ids are handed out per process, so a domain is named by (globalPid, id).
+        let mut domain_names: HashMap<(u64, i64), NameId> = HashMap::new();
         // Ranges in a non-default domain, resolved once every NvtxDomainCreate row is known.
-        let mut ranges_in_domain: Vec<(usize, i64)> = Vec::new();
+        let mut ranges_in_domain: Vec<(usize, u64, i64)> = Vec::new();
         let (mut unterminated, mut no_name) = (0u64, 0u64);
         while let Some(row) = rows.next().map_err(|e| self.err(e))? {
             let Some(event_type) = int(row, 2) else { continue };
@@ -714,7 +715,8 @@ impl<'a> Reader<'a> {
                     && let Some(domain_id) = int(row, 6)
                 {
                     let name = self.range_text(row);
-                    domain_names.insert(domain_id, name.unwrap_or(NameId::EMPTY));
+                    let global_pid = global_pid_of(int(row, 5).unwrap_or(0) as u64);
+                    domain_names.insert((global_pid, domain_id), name.unwrap_or(NameId::EMPTY));
                 }
                 continue;
             };
@@ -730,7 +732,7 @@ impl<'a> Reader<'a> {
             let global_tid = int(row, 5).unwrap_or(0) as u64;
             let process = self.process(global_pid_of(global_tid));
             if let Some(domain_id) = int(row, 6).filter(|&d| d != 0) {
-                ranges_in_domain.push((self.trace.ranges.len(), domain_id));
+                ranges_in_domain.push((self.trace.ranges.len(), global_pid_of(global_tid), domain_id));
             }
             self.trace.ranges.push(Range {
                 start_ns,
@@ -745,10 +747,17 @@ impl<'a> Reader<'a> {
                 depth: 0,
             });
         }
+        // A process whose own create row is missing borrows the name other processes gave the
+        // same id, when they all agree.
+        let mut name_by_id: HashMap<i64, Option<NameId>> = HashMap::new();
+        for (&(_, domain_id), &name) in &domain_names {
+            name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
+        }
         let mut unnamed_domains = HashSet::new();
-        for (index, domain_id) in ranges_in_domain {
-            let domain = match domain_names.get(&domain_id) {
-                Some(&name) => name,
+        for (index, global_pid, domain_id) in ranges_in_domain {
+            let known = domain_names.get(&(global_pid, domain_id)).copied();
+            let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
+                Some(name) => name,
                 None => {
                     // The NvtxDomainCreate row lies outside the exported window: keep the
                     // ranges apart from the default domain under a name that says so.
