@@ -1,0 +1,26 @@
+//! The CUDA injection library of shardscope, and the spool format it writes.
+//!
+//! The CUDA driver loads this library into every process that initialises CUDA when
+//! `CUDA_INJECTION64_PATH` names it, and calls [`InitializeInjection`]. The library then loads
+//! CUPTI at run time (it never links it), subscribes, enables the activity kinds that
+//! `capture` asked for ([`config`]), and streams decoded records to one spool file per
+//! process ([`spool`]), from which `capture` builds the final trace.
+//!
+//! ```text
+//! CUPTI buffer callbacks ──(queue, bounded pool)──▶ background thread
+//!     decode (decode.rs) ──▶ encode (record.rs) ──▶ append a frame (spool.rs) ──▶ <host>.<pid>.spool
+//! ```
+//!
+//! The same library, named by `NVTX_INJECTION64_PATH`, forwards NVTX's injection call to
+//! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]).
+//!
+//! Nothing here may hurt the workload: every exported function catches panics, and any
+//! failure switches recording off with one line on stderr.
+
+pub mod config;
+pub mod decode;
+mod live;
+pub mod record;
+pub mod spool;
+
+pub use live::{InitializeInjection, InitializeInjectionNvtx2};

@@ -1,0 +1,509 @@
+//! The live side: loading CUPTI, the buffer callbacks, the background writer and exit flush.
+//!
+//! Threads and locks. CUPTI calls [`buffer_requested`] and [`buffer_completed`] on threads of
+//! its own (and from inside `cuptiActivityFlushAll`); they only take a buffer from the pool or
+//! push a filled one on the queue, each under a short lock, and never call into CUPTI while
+//! holding one. The background thread waits on the queue, decodes and writes under the
+//! `writer` lock, and calls `cuptiActivityFlushAll` periodically with no lock held. Lock order,
+//! where two are ever held together: `writer` before `queue` (only when draining at exit);
+//! `pool` is only ever held alone. The dropped-record query runs with no lock held.
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shardscope_cupti_sys::v13 as cupti;
+
+use crate::config::{self, TraceKinds};
+use crate::decode::{Decoder, Layout};
+use crate::record::{DroppedRecord, ProcessInfo, SpoolRecord};
+use crate::spool::SpoolWriter;
+
+/// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
+const BUFFER_BYTES: usize = 4 << 20;
+/// Most buffers alive at once (256 MiB). When all are in flight, requests get no buffer and
+/// CUPTI drops (and counts) records instead of the workload's memory growing without bound.
+const MAX_BUFFERS: usize = 64;
+/// Default time between periodic flushes, so a killed process loses at most about this much.
+const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// Set when recording is off for good in this process (error, panic, or no spool dir).
+static DISABLED: AtomicBool = AtomicBool::new(false);
+/// Ensures one line on stderr per process at most.
+static COMPLAINED: AtomicBool = AtomicBool::new(false);
+static SESSION: OnceLock<Session> = OnceLock::new();
+static CUPTI: OnceLock<Option<Loaded>> = OnceLock::new();
+
+/// The loaded CUPTI: the function table plus a second handle for symbols outside it.
+/// Both are leaked on purpose: unloading libcupti after use crashes the process at exit.
+struct Loaded {
+    api: &'static cupti::Cupti,
+    library: &'static libloading::Library,
+    path: String,
+}
+
+/// A buffer CUPTI filled, waiting for the background thread.
+struct Completed {
+    buffer: usize,
+    valid_bytes: usize,
+}
+
+struct Writer {
+    spool: SpoolWriter,
+    decoder: Decoder,
+    batch: Vec<SpoolRecord>,
+    records_written: u64,
+    dropped_reported: u64,
+    refused_reported: u64,
+}
+
+struct Session {
+    api: &'static cupti::Cupti,
+    free_buffers: Mutex<Vec<usize>>,
+    buffers_allocated: AtomicUsize,
+    buffers_refused: AtomicU64,
+    records_dropped: AtomicU64,
+    queue: Mutex<VecDeque<Completed>>,
+    queue_signal: Condvar,
+    writer: Mutex<Writer>,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    flush_interval: Duration,
+}
+
+/// Switches recording off and says why, once per process.
+fn give_up(why: &str) {
+    DISABLED.store(true, Ordering::SeqCst);
+    if !COMPLAINED.swap(true, Ordering::SeqCst) {
+        eprintln!("shardscope: recording off in process {}: {why}", std::process::id());
+    }
+}
+
+/// Runs `body`, turning a panic into "recording off" instead of unwinding into C.
+fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(_) => {
+            give_up("internal error (panic); the workload continues unrecorded");
+            fallback
+        }
+    }
+}
+
+/// Called by the CUDA driver (through `CUDA_INJECTION64_PATH`) while it initialises.
+/// Returns 1 even when recording is off: the workload must run either way.
+#[unsafe(no_mangle)]
+pub extern "C" fn InitializeInjection() -> c_int {
+    guarded(1, || {
+        if let Err(why) = start() {
+            give_up(&why);
+        }
+        1
+    })
+}
+
+/// Called by NVTX (through `NVTX_INJECTION64_PATH`) on the first NVTX call; forwards to
+/// CUPTI's own NVTX hook so that ranges become CUPTI marker records.
+///
+/// # Safety
+/// `get_export_table` is NVTX's export-table function, as NVTX passes it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
+    guarded(0, || {
+        let Some(loaded) = load_cupti() else { return 0 };
+        type NvtxInit = unsafe extern "C" fn(*const c_void) -> c_int;
+        // SAFETY: CUPTI exports `InitializeInjectionNvtx2` with exactly this signature.
+        match unsafe { loaded.library.get::<NvtxInit>(b"InitializeInjectionNvtx2\0") } {
+            // SAFETY: forwards NVTX's own argument to CUPTI's hook.
+            Ok(init) => unsafe { init(get_export_table) },
+            Err(_) => 0,
+        }
+    })
+}
+
+fn cupti_candidates() -> Vec<String> {
+    if let Ok(path) = std::env::var(config::CUPTI_LIB_ENV) {
+        return vec![path];
+    }
+    let mut candidates: Vec<String> =
+        ["libcupti.so", "libcupti.so.13", "libcupti.so.12"].iter().map(|s| s.to_string()).collect();
+    for home in [std::env::var("CUDA_HOME").ok(), Some("/usr/local/cuda".to_string())].into_iter().flatten() {
+        candidates.push(format!("{home}/extras/CUPTI/lib64/libcupti.so"));
+        candidates.push(format!("{home}/targets/x86_64-linux/lib/libcupti.so"));
+        candidates.push(format!("{home}/lib64/libcupti.so"));
+    }
+    candidates
+}
+
+fn load_cupti() -> Option<&'static Loaded> {
+    CUPTI
+        .get_or_init(|| {
+            for path in cupti_candidates() {
+                // SAFETY: loading libcupti runs its initialisers, which are safe to run in any
+                // CUDA process; the handles are leaked so the library is never unloaded.
+                let Ok(library) = (unsafe { libloading::Library::new(&path) }) else { continue };
+                let Ok(api) = (unsafe { cupti::Cupti::new(&path) }) else { continue };
+                let essential_present = api.cuptiGetVersion.is_ok()
+                    && api.cuptiGetTimestamp.is_ok()
+                    && api.cuptiSubscribe.is_ok()
+                    && api.cuptiActivityEnable.is_ok()
+                    && api.cuptiActivityRegisterCallbacks.is_ok()
+                    && api.cuptiActivityGetNextRecord.is_ok()
+                    && api.cuptiActivityFlushAll.is_ok()
+                    && api.cuptiActivityGetNumDroppedRecords.is_ok()
+                    && api.cuptiGetCallbackName.is_ok();
+                if !essential_present {
+                    continue;
+                }
+                return Some(Loaded { api: Box::leak(Box::new(api)), library: Box::leak(Box::new(library)), path });
+            }
+            None
+        })
+        .as_ref()
+}
+
+fn result_text(api: &cupti::Cupti, result: cupti::CUptiResult) -> String {
+    let mut text: *const c_char = std::ptr::null();
+    // SAFETY: cuptiGetResultString only writes the out pointer; on failure it stays null.
+    if api.cuptiGetResultString.is_ok()
+        && unsafe { api.cuptiGetResultString(result, &mut text) } == 0
+        && !text.is_null()
+    {
+        // SAFETY: CUPTI returns a static NUL-terminated string.
+        return unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+    }
+    format!("CUPTI error {result}")
+}
+
+fn start() -> Result<(), String> {
+    let Some(spool_dir) = std::env::var_os(config::SPOOL_DIR_ENV) else {
+        // Loaded without `capture`: nothing asked us to record.
+        DISABLED.store(true, Ordering::SeqCst);
+        return Ok(());
+    };
+    let kinds = match std::env::var(config::TRACE_ENV) {
+        Ok(text) => TraceKinds::parse(&text)?,
+        Err(_) => TraceKinds::default(),
+    };
+    let loaded = load_cupti()
+        .ok_or_else(|| format!("cannot load libcupti (tried {}; set --cupti-lib)", cupti_candidates().join(", ")))?;
+    let api = loaded.api;
+
+    let mut version = 0u32;
+    // SAFETY: plain out-parameter call.
+    unsafe { api.cuptiGetVersion(&mut version) };
+    let mut cupti_clock_ns = 0u64;
+    // SAFETY: plain out-parameter call.
+    unsafe { api.cuptiGetTimestamp(&mut cupti_clock_ns) };
+    let realtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+
+    // Subscribing first tells us whether another CUPTI client (nsys, torch.profiler) owns the
+    // process; activity calls alone would appear to succeed and interfere with it.
+    let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
+    // SAFETY: a callback of None is allowed; the handle is an out-parameter.
+    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, None, std::ptr::null_mut()) };
+    if subscribed != 0 {
+        return Err(format!(
+            "CUPTI refused to subscribe ({}): another profiler is attached?",
+            result_text(api, subscribed)
+        ));
+    }
+
+    let host = hostname();
+    let pid = std::process::id();
+    let path = PathBuf::from(spool_dir).join(format!("{host}.{pid}.spool"));
+    let mut spool = SpoolWriter::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let info = process_info(pid, host, version, cupti_clock_ns, realtime_ns);
+    spool.write_batch(&[SpoolRecord::Process(info)]).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+
+    let namer = Box::new(move |driver: bool, cbid: u32| {
+        let domain = if driver { cupti::CUPTI_CB_DOMAIN_DRIVER_API } else { cupti::CUPTI_CB_DOMAIN_RUNTIME_API };
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: out-parameter call; CUPTI returns a static string or leaves null.
+        let ok = unsafe { api.cuptiGetCallbackName(domain, cbid, &mut name) } == 0;
+        // SAFETY: non-null names are static NUL-terminated strings.
+        (ok && !name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    });
+    let flush_interval = std::env::var(config::FLUSH_MS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_FLUSH_INTERVAL);
+    let session = Session {
+        api,
+        free_buffers: Mutex::new(Vec::new()),
+        buffers_allocated: AtomicUsize::new(0),
+        buffers_refused: AtomicU64::new(0),
+        records_dropped: AtomicU64::new(0),
+        queue: Mutex::new(VecDeque::new()),
+        queue_signal: Condvar::new(),
+        writer: Mutex::new(Writer {
+            spool,
+            decoder: Decoder::new(Layout::for_cupti_version(version), namer),
+            batch: Vec::with_capacity(1 << 16),
+            records_written: 0,
+            dropped_reported: 0,
+            refused_reported: 0,
+        }),
+        stop: AtomicBool::new(false),
+        thread: Mutex::new(None),
+        flush_interval,
+    };
+    if SESSION.set(session).is_err() {
+        return Err("InitializeInjection called twice".into());
+    }
+    let session = SESSION.get().expect("just set");
+
+    // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
+    let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
+    if registered != 0 {
+        return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
+    }
+    let mut wanted = vec![cupti::CUPTI_ACTIVITY_KIND_DEVICE];
+    if kinds.kernel {
+        // Never KERNEL: it serialises kernels and changes what we measure.
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    if kinds.memcpy {
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MEMCPY);
+    }
+    if kinds.memset {
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MEMSET);
+    }
+    if kinds.api {
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_DRIVER);
+    }
+    if kinds.nvtx {
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MARKER);
+    }
+    if kinds.sync {
+        wanted.push(cupti::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+    }
+    for kind in wanted {
+        // SAFETY: plain call with a valid kind constant.
+        let result = unsafe { api.cuptiActivityEnable(kind) };
+        if result != 0 {
+            // One kind missing (e.g. an old CUPTI) should not cost the others.
+            eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
+        }
+    }
+    let thread = std::thread::Builder::new()
+        .name("shardscope-spool".into())
+        .spawn(|| guarded((), background_loop))
+        .map_err(|e| format!("cannot start the spool thread: {e}"))?;
+    *session.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+    // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
+    unsafe { libc::atexit(flush_at_exit) };
+    if std::env::var_os("SHARDSCOPE_VERBOSE").is_some() {
+        eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into())
+}
+
+fn first_env_u32(names: &[&str]) -> Option<u32> {
+    names.iter().find_map(|n| std::env::var(n).ok()?.trim().parse().ok())
+}
+
+fn process_info(pid: u32, hostname: String, cupti_version: u32, cupti_clock_ns: u64, realtime_ns: u64) -> ProcessInfo {
+    let command_line = std::fs::read("/proc/self/cmdline")
+        .map(|bytes| {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut allowed: Vec<String> = config::DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect();
+    if let Ok(extra) = std::env::var(config::ENV_ALLOW_ENV) {
+        allowed.extend(extra.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
+    }
+    allowed.dedup();
+    let env = allowed.iter().filter_map(|name| Some((name.clone(), std::env::var(name).ok()?))).collect();
+    ProcessInfo {
+        pid,
+        // SAFETY: getppid has no preconditions.
+        ppid: unsafe { libc::getppid() } as u32,
+        command_line,
+        hostname,
+        rank: first_env_u32(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]),
+        local_rank: first_env_u32(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"]),
+        world_size: first_env_u32(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]),
+        env,
+        cupti_version,
+        cupti_clock_ns,
+        realtime_ns,
+    }
+}
+
+/// CUPTI asks for an empty buffer. Hands out a pooled one, or none when the pool is spent.
+unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    guarded((), || {
+        // SAFETY: CUPTI passes valid out-pointers.
+        unsafe {
+            *buffer = std::ptr::null_mut();
+            *size = 0;
+            *max_records = 0;
+        }
+        let Some(session) = SESSION.get() else { return };
+        if DISABLED.load(Ordering::Relaxed) {
+            return;
+        }
+        let pooled = session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let ptr = match pooled {
+            Some(ptr) => ptr as *mut u8,
+            None if session.buffers_allocated.fetch_add(1, Ordering::SeqCst) < MAX_BUFFERS => {
+                // u64 elements give the 8-byte alignment CUPTI requires.
+                let storage = vec![0u64; BUFFER_BYTES / 8].into_boxed_slice();
+                Box::leak(storage).as_mut_ptr() as *mut u8
+            }
+            None => {
+                session.buffers_allocated.fetch_sub(1, Ordering::SeqCst);
+                session.buffers_refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        // SAFETY: as above.
+        unsafe {
+            *buffer = ptr;
+            *size = BUFFER_BYTES;
+        }
+    })
+}
+
+/// CUPTI returns a filled buffer. Queues it for the background thread.
+unsafe extern "C" fn buffer_completed(
+    _context: cupti::CUcontext,
+    _stream_id: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid_bytes: usize,
+) {
+    guarded((), || {
+        let Some(session) = SESSION.get() else { return };
+        if buffer.is_null() {
+            return;
+        }
+        // No lock of ours is held here (see the module notes).
+        let mut dropped = 0usize;
+        // SAFETY: a null context asks for the global queue, which is where all records go
+        // since CUDA 6.
+        if unsafe { session.api.cuptiActivityGetNumDroppedRecords(std::ptr::null_mut(), 0, &mut dropped) } == 0 {
+            session.records_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+        session
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(Completed { buffer: buffer as usize, valid_bytes });
+        session.queue_signal.notify_one();
+    })
+}
+
+/// Decodes and writes every queued buffer, then returns the buffers to the pool.
+fn drain(session: &Session) {
+    let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let next = session.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let Some(done) = next else { break };
+        write_buffer(session, &mut writer, done.buffer as *mut u8, done.valid_bytes);
+        session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).push(done.buffer);
+    }
+    report_losses(session, &mut writer);
+}
+
+fn write_buffer(session: &Session, writer: &mut Writer, buffer: *mut u8, valid_bytes: usize) {
+    let Writer { spool, decoder, batch, records_written, .. } = writer;
+    batch.clear();
+    let mut record: *mut cupti::CUpti_Activity = std::ptr::null_mut();
+    loop {
+        // SAFETY: `buffer` is a buffer CUPTI completed with `valid_bytes` valid bytes and
+        // `record` is null or the previous record CUPTI returned from it.
+        let result = unsafe { session.api.cuptiActivityGetNextRecord(buffer, valid_bytes, &mut record) };
+        if result != 0 {
+            if result != cupti::CUPTI_ERROR_MAX_LIMIT_REACHED {
+                decoder.undecoded += 1;
+            }
+            break;
+        }
+        // SAFETY: CUPTI just returned this as a complete record of this process's layout.
+        unsafe { decoder.decode(record, batch) };
+    }
+    *records_written += batch.len() as u64;
+    if let Err(e) = spool.write_batch(batch) {
+        give_up(&format!("cannot write the spool file: {e}"));
+    }
+}
+
+fn report_losses(session: &Session, writer: &mut Writer) {
+    let dropped = session.records_dropped.load(Ordering::Relaxed);
+    let refused = session.buffers_refused.load(Ordering::Relaxed);
+    let mut losses = Vec::new();
+    if dropped > writer.dropped_reported {
+        losses.push(SpoolRecord::Dropped(DroppedRecord {
+            context_id: 0,
+            stream_id: 0,
+            count: dropped - writer.dropped_reported,
+        }));
+        writer.dropped_reported = dropped;
+    }
+    if refused > writer.refused_reported {
+        losses.push(SpoolRecord::BuffersRefused { count: refused });
+        writer.refused_reported = refused;
+    }
+    if !losses.is_empty() {
+        let _ = writer.spool.write_batch(&losses);
+    }
+}
+
+fn background_loop() {
+    let Some(session) = SESSION.get() else { return };
+    let mut next_flush = Instant::now() + session.flush_interval;
+    while !session.stop.load(Ordering::SeqCst) && !DISABLED.load(Ordering::Relaxed) {
+        {
+            let queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let wait = next_flush.saturating_duration_since(Instant::now());
+            if queue.is_empty() && !wait.is_zero() {
+                let _ = session.queue_signal.wait_timeout(queue, wait);
+            }
+        }
+        drain(session);
+        if Instant::now() >= next_flush {
+            // No lock of ours is held: CUPTI calls buffer_completed from inside this call.
+            // SAFETY: plain call; callbacks were registered before this thread started.
+            unsafe { session.api.cuptiActivityFlushAll(0) };
+            next_flush = Instant::now() + session.flush_interval;
+        }
+    }
+}
+
+/// At exit: stop the background thread, force out every buffer, write what is left.
+extern "C" fn flush_at_exit() {
+    guarded((), || {
+        let Some(session) = SESSION.get() else { return };
+        session.stop.store(true, Ordering::SeqCst);
+        session.queue_signal.notify_all();
+        if let Some(thread) = session.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = thread.join();
+        }
+        if DISABLED.load(Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: plain call; no lock of ours is held.
+        unsafe { session.api.cuptiActivityFlushAll(cupti::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) };
+        drain(session);
+        let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let end = SpoolRecord::End { records: writer.records_written, undecoded: writer.decoder.undecoded };
+        let _ = writer.spool.write_batch(&[end]);
+    })
+}
