@@ -1,1 +1,24 @@
-//! Analyses of shardscope traces.
+//! Where the GPU time of a sharded run goes.
+//!
+//! [`report::analyze`] takes the traces of one run (one per rank, or one file holding several GPUs) and
+//! gives, per rank and per phase: span, GPU busy and idle time, op-category shares from the rules in
+//! [`categories`], communication time, exposed communication, communication–computation overlap and the
+//! kernel summary of Nsight Systems' `cuda_gpu_kern_sum`. [`render`] prints it as a table, JSON or CSV.
+//!
+//! ```no_run
+//! use shardscope_analyzer::report::{analyze, Options};
+//! let traces = shardscope_io::load(std::path::Path::new("run.sqlite"))?;
+//! let report = analyze(&traces, &Options::default());
+//! for rank in &report.ranks {
+//!     println!("rank {}: {:.1}% of busy time in communication", rank.rank, rank.figures.comm_over_busy_pct);
+//! }
+//! # Ok::<(), shardscope_io::Error>(())
+//! ```
+
+pub mod categories;
+pub mod hta;
+pub mod intervals;
+pub mod kernel_summary;
+pub mod phases;
+pub mod render;
+pub mod report;

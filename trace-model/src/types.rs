@@ -496,8 +496,9 @@ impl Trace {
     }
 
     fn compute_range_depths(&mut self) {
-        // Per (process, thread or GPU stream): a stack of open range ends.
-        let mut open: HashMap<(ProcessIdx, u32, Option<DeviceIdx>, Option<u32>), Vec<i64>> = HashMap::new();
+        // Per track (process, thread, and for GPU annotations device and stream): a stack of open range ends.
+        type Track = (ProcessIdx, u32, Option<DeviceIdx>, Option<u32>);
+        let mut open: HashMap<Track, Vec<i64>> = HashMap::new();
         for range in &mut self.ranges {
             let stack = open.entry((range.process, range.tid, range.device, range.stream)).or_default();
             while stack.last().is_some_and(|&end| end <= range.start_ns) {

@@ -1,0 +1,98 @@
+//! The kernel summary with the fields and numbers of Nsight Systems' `cuda_gpu_kern_sum` report.
+//!
+//! Rows group kernels by demangled name. `Time %` is a share of the summed time of all rows (not of wall time);
+//! `Med` is the mean of the two middle values for an even count; `StdDev` is the sample standard deviation
+//! (n − 1 in the denominator, 0 for one instance). Rows are ordered by total time, largest first.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use shardscope_model::NameId;
+
+/// One row of the summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelSummaryRow {
+    /// Share of the summed kernel time of all rows, in percent.
+    pub time_pct: f64,
+    /// Summed duration.
+    pub total_ns: i64,
+    /// Number of launches.
+    pub instances: u64,
+    /// Mean duration.
+    pub avg_ns: f64,
+    /// Median duration.
+    pub med_ns: f64,
+    /// Shortest.
+    pub min_ns: i64,
+    /// Longest.
+    pub max_ns: i64,
+    /// Sample standard deviation.
+    pub stddev_ns: f64,
+    /// Demangled kernel name.
+    pub name: String,
+}
+
+/// Builds the summary from `(name, duration_ns)` pairs.
+pub fn summarize(
+    kernels: impl Iterator<Item = (NameId, i64)>,
+    name_of: impl Fn(NameId) -> String,
+) -> Vec<KernelSummaryRow> {
+    let mut by_name: HashMap<NameId, Vec<i64>> = HashMap::new();
+    for (name, duration_ns) in kernels {
+        by_name.entry(name).or_default().push(duration_ns);
+    }
+    let grand_total_ns: i64 = by_name.values().flatten().sum();
+    let mut rows: Vec<KernelSummaryRow> = by_name
+        .into_iter()
+        .map(|(name, mut durations)| {
+            durations.sort_unstable();
+            let n = durations.len();
+            let total_ns: i64 = durations.iter().sum();
+            let avg_ns = total_ns as f64 / n as f64;
+            let med_ns = if n % 2 == 1 {
+                durations[n / 2] as f64
+            } else {
+                (durations[n / 2 - 1] as f64 + durations[n / 2] as f64) / 2.0
+            };
+            let stddev_ns = if n > 1 {
+                let squares: f64 = durations.iter().map(|&d| (d as f64 - avg_ns).powi(2)).sum();
+                (squares / (n - 1) as f64).sqrt()
+            } else {
+                0.0
+            };
+            KernelSummaryRow {
+                time_pct: if grand_total_ns > 0 { 100.0 * total_ns as f64 / grand_total_ns as f64 } else { 0.0 },
+                total_ns,
+                instances: n as u64,
+                avg_ns,
+                med_ns,
+                min_ns: durations[0],
+                max_ns: durations[n - 1],
+                stddev_ns,
+                name: name_of(name),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_follow_nsys_definitions() {
+        let kernels = [(NameId(1), 10), (NameId(1), 30), (NameId(1), 20), (NameId(1), 40), (NameId(2), 100)];
+        let rows = summarize(kernels.into_iter(), |id| format!("k{}", id.0));
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].name, "k1");
+        assert_eq!(rows[0].total_ns, 100);
+        assert_eq!(rows[0].med_ns, 25.0);
+        assert_eq!(rows[0].avg_ns, 25.0);
+        assert!((rows[0].stddev_ns - 12.909944).abs() < 1e-5);
+        assert_eq!((rows[0].min_ns, rows[0].max_ns, rows[0].instances), (10, 40, 4));
+        assert_eq!(rows[0].time_pct, 50.0);
+        assert_eq!(rows[1].stddev_ns, 0.0);
+    }
+}

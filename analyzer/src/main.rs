@@ -1,0 +1,149 @@
+//! `analyzer`: the command-line front of the shardscope analyzer.
+//!
+//! Exit codes: 0 on success, 2 when an input, an option or a rules file cannot be used (one line on
+//! stderr names the file and the cause).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use regex::Regex;
+use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
+use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::render::{self, OutputFormat};
+use shardscope_analyzer::report::{self, Options};
+use shardscope_model::Trace;
+
+/// The two-rank sample trace compiled into the binary, used when no trace is named.
+const BUILTIN_SAMPLE_NAME: &str = "sample-traces/tp2_nsys.sqlite.gz";
+const BUILTIN_SAMPLE: &[u8] = include_bytes!("../../sample-traces/tp2_nsys.sqlite.gz");
+
+#[derive(Parser)]
+#[command(name = "analyzer", version, about = "Where the GPU time of a sharded run goes, per rank and per phase")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Per rank and per phase: span, busy, op-category shares, communication, exposed communication, overlap.
+    Report {
+        /// Trace files or folders (nsys SQLite, capture SQLite, Kineto JSON[.gz]); several = ranks of one run.
+        /// Without any, the built-in two-rank sample trace is analysed.
+        traces: Vec<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+        /// Regex selecting phase ranges (NVTX or annotations); its first group, if any, names the phase.
+        #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
+        phase_pattern: String,
+        /// Op-category rules file replacing the built-in rules (see `analyzer rules`).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Kernels shown per rank in the table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Only analyse START_NS:END_NS of the trace clock.
+        #[arg(long, value_parser = parse_window)]
+        window: Option<(i64, i64)>,
+    },
+    /// The kernel summary of all GPUs together, with the fields and numbers of `nsys stats --report cuda_gpu_kern_sum`.
+    KernSum {
+        /// Trace files or folders; without any, the built-in sample.
+        traces: Vec<PathBuf>,
+        /// `table` or `csv` (the CSV has nsys' header and number formatting).
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+    },
+    /// Print the built-in op-category rules (a starting point for `--rules`).
+    Rules,
+}
+
+fn parse_window(text: &str) -> Result<(i64, i64), String> {
+    let (start, end) = text.split_once(':').ok_or("expected START_NS:END_NS")?;
+    let start: i64 = start.trim().parse().map_err(|e| format!("start: {e}"))?;
+    let end: i64 = end.trim().parse().map_err(|e| format!("end: {e}"))?;
+    if end <= start {
+        return Err("END_NS must be after START_NS".into());
+    }
+    Ok((start, end))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line: the chain of causes joined by ': '.
+            eprintln!("analyzer: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Report { traces, format, phase_pattern, rules, top, window } => {
+            let classifier = match rules {
+                Some(path) => Classifier::load(&path)?,
+                None => Classifier::builtin(),
+            };
+            let phase_pattern = Regex::new(&phase_pattern)
+                .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
+            let traces = load_all(&traces)?;
+            let options = Options { classifier, phase_pattern, window_ns: window };
+            let report = report::analyze(&traces, &options);
+            let text = match format {
+                OutputFormat::Table => render::table(&report, top),
+                OutputFormat::Json => render::json(&report) + "\n",
+                OutputFormat::Csv => render::csv(&report),
+            };
+            print!("{text}");
+        }
+        Command::KernSum { traces, format } => {
+            let traces = load_all(&traces)?;
+            let rows = report::kernel_summary(&traces);
+            match format {
+                // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
+                OutputFormat::Csv => println!("{}", render::kernel_summary_csv(&rows)),
+                OutputFormat::Table => print!("{}", render::kernel_summary_table(&rows)),
+                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+            }
+        }
+        Command::Rules => print!("{BUILTIN_RULES_TOML}"),
+    }
+    Ok(())
+}
+
+/// Loads every named trace, or the built-in sample when none is named.
+fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
+    if paths.is_empty() {
+        return load_builtin_sample();
+    }
+    let mut traces = Vec::new();
+    for path in paths {
+        traces.extend(shardscope_io::load(path)?);
+    }
+    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty()) {
+        bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
+    }
+    Ok(traces)
+}
+
+fn load_builtin_sample() -> Result<Vec<Trace>> {
+    let path = std::env::temp_dir().join(format!("shardscope-sample-{}.sqlite.gz", std::process::id()));
+    std::fs::write(&path, BUILTIN_SAMPLE).with_context(|| format!("{}: cannot write", path.display()))?;
+    let loaded = shardscope_io::load(&path);
+    let _ = std::fs::remove_file(&path);
+    let mut traces = loaded?;
+    for trace in &mut traces {
+        trace.source.path = format!("{BUILTIN_SAMPLE_NAME} (built in)");
+    }
+    Ok(traces)
+}
+
+fn display_list(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| Path::display(p).to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,358 @@
+//! The report: per rank (one GPU of the job) and per phase, where GPU time goes.
+//!
+//! Definitions (all on the rank's own GPU, clipped to the analysis window):
+//! - `span_ns`: first GPU activity start to last GPU activity end (kernels, copies, sets).
+//! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals; `idle_ns = span − busy`.
+//! - `comm_ns`: length of the union of communication-kernel intervals.
+//! - `exposed_comm_ns`: communication time during which no computation kernel runs (computation =
+//!   kernels that are neither communication nor memory operations).
+//! - `comm_comp_overlap_pct`: time both run / communication time × 100 (HTA's definition).
+//! - `categories`: summed durations per op category (a share of work, so streams add up).
+//! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde::{Serialize, Serializer};
+use shardscope_model::{DeviceIdx, Kernel, MemOp, NameId, Trace};
+
+use crate::categories::{self, Classifier, KernelClass};
+use crate::hta::{self, HtaFigures};
+use crate::intervals::IntervalUnion;
+use crate::kernel_summary::{self, KernelSummaryRow};
+use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseId, PhaseIndex};
+
+/// What to analyse and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Op-category rules.
+    pub classifier: Classifier,
+    /// Ranges whose name matches are phases.
+    pub phase_pattern: Regex,
+    /// Only this `[start_ns, end_ns)` window of the trace clock (events are clipped to it).
+    pub window_ns: Option<(i64, i64)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            classifier: Classifier::builtin(),
+            phase_pattern: Regex::new(DEFAULT_PHASE_PATTERN).expect("valid default pattern"),
+            window_ns: None,
+        }
+    }
+}
+
+/// The figures of one rank, or of one phase of one rank.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Figures {
+    /// First GPU activity start to last end.
+    pub span_ns: i64,
+    /// Union of kernel, copy and set intervals.
+    pub gpu_busy_ns: i64,
+    /// `span_ns − gpu_busy_ns`.
+    pub idle_ns: i64,
+    /// Union of communication-kernel intervals.
+    pub comm_ns: i64,
+    /// Communication time not overlapped by computation.
+    pub exposed_comm_ns: i64,
+    /// Share of communication time overlapped by computation, in percent.
+    pub comm_comp_overlap_pct: f64,
+    /// `comm_ns / gpu_busy_ns` in percent.
+    pub comm_over_busy_pct: f64,
+    /// `exposed_comm_ns / span_ns` in percent.
+    pub exposed_comm_over_span_pct: f64,
+    /// Number of kernels.
+    pub kernel_count: u64,
+    /// Number of copies and sets.
+    pub memop_count: u64,
+    /// Summed duration per op category.
+    pub categories: BTreeMap<String, i64>,
+    /// The `cuda_gpu_kern_sum` rows.
+    pub kernels: Vec<KernelSummaryRow>,
+}
+
+impl Figures {
+    /// Sum of the category times (kernels, copies and sets).
+    pub fn category_total_ns(&self) -> i64 {
+        self.categories.values().sum()
+    }
+}
+
+/// One phase's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Phase {
+    /// Phase name (`prefill`, `decode`, …).
+    pub name: String,
+    /// Its figures.
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// One rank: a GPU of the job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankReport {
+    /// The rank: recorded by the source, else numbered in input order.
+    pub rank: u32,
+    /// True when `rank` came from the trace (distributed info, environment) rather than input order.
+    pub rank_recorded: bool,
+    /// The file it came from.
+    pub source: String,
+    /// CUDA device ordinal in that file.
+    pub device: u32,
+    /// GPU name where known.
+    pub gpu_name: String,
+    /// OS pid of the process that drove it, when one did.
+    pub pid: Option<u32>,
+    /// Whole-rank figures.
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// Per-phase figures, in order of first appearance.
+    #[serde(serialize_with = "phases_as_map")]
+    pub phases: Vec<Phase>,
+    /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
+    pub hta: HtaFigures,
+}
+
+fn phases_as_map<S: Serializer>(phases: &[Phase], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(phases.iter().map(|p| (&p.name, &p.figures)))
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The input files.
+    pub inputs: Vec<String>,
+    /// The phase pattern used.
+    pub phase_pattern: String,
+    /// The analysis window, if one was given.
+    pub window_ns: Option<(i64, i64)>,
+    /// One entry per rank, ordered by rank.
+    pub ranks: Vec<RankReport>,
+    /// Import warnings, per input file.
+    pub warnings: Vec<FileWarning>,
+}
+
+/// An importer warning, with its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileWarning {
+    /// The file.
+    pub source: String,
+    /// What was wrong.
+    pub what: String,
+    /// How many times.
+    pub count: u64,
+}
+
+/// Analyses the traces of one run (several files = several ranks).
+pub fn analyze(traces: &[Trace], options: &Options) -> Report {
+    let mut phase_names: Vec<String> = Vec::new();
+    let mut ranks = Vec::new();
+    let mut next_unrecorded_rank = 0u32;
+    let recorded: Vec<u32> =
+        traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
+    for trace in traces {
+        let classes = options.classifier.classify_names(&trace.names);
+        let phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
+        for device in devices_with_gpu_work(trace) {
+            let (rank, rank_recorded) = match trace.device_rank(device) {
+                Some(rank) => (rank, true),
+                None => {
+                    while recorded.contains(&next_unrecorded_rank) {
+                        next_unrecorded_rank += 1;
+                    }
+                    next_unrecorded_rank += 1;
+                    (next_unrecorded_rank - 1, false)
+                }
+            };
+            ranks.push(analyze_device(trace, device, rank, rank_recorded, &classes, &phase_index, options));
+        }
+    }
+    ranks.sort_by_key(|r| r.rank);
+    let warnings = traces
+        .iter()
+        .flat_map(|t| {
+            t.warnings.iter().map(|w| FileWarning {
+                source: t.source.path.clone(),
+                what: w.what.clone(),
+                count: w.count,
+            })
+        })
+        .collect();
+    Report {
+        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+        phase_pattern: options.phase_pattern.as_str().to_string(),
+        window_ns: options.window_ns,
+        ranks,
+        warnings,
+    }
+}
+
+/// Devices that ran at least one kernel, copy or set, in ordinal order.
+fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
+    let mut used = vec![false; trace.devices.len()];
+    for device in trace.kernels.iter().map(|k| k.device).chain(trace.memops.iter().map(|m| m.device)) {
+        if let Some(slot) = used.get_mut(device.0 as usize) {
+            *slot = true;
+        }
+    }
+    let mut devices: Vec<DeviceIdx> =
+        (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
+    devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
+    devices
+}
+
+/// Clips `[start, end)` to the window; `None` when nothing is left.
+fn clip(start_ns: i64, end_ns: i64, window_ns: Option<(i64, i64)>) -> Option<(i64, i64)> {
+    let (start, end) = match window_ns {
+        Some((w0, w1)) => (start_ns.max(w0), end_ns.min(w1)),
+        None => (start_ns, end_ns),
+    };
+    (end > start || (end == start && window_ns.is_none_or(|(w0, w1)| start >= w0 && start < w1)))
+        .then_some((start, end))
+}
+
+/// The GPU work of one rank (or phase) after clipping, ready for [`figures`].
+#[derive(Default)]
+struct Work {
+    kernels: Vec<(i64, i64, NameId, KernelClass, Option<shardscope_model::CollectiveOp>)>,
+    memops: Vec<(i64, i64, bool)>,
+}
+
+fn analyze_device(
+    trace: &Trace,
+    device: DeviceIdx,
+    rank: u32,
+    rank_recorded: bool,
+    classes: &[KernelClass],
+    phase_index: &PhaseIndex,
+    options: &Options,
+) -> RankReport {
+    let mut whole = Work::default();
+    let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
+    let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
+    for kernel in trace.kernels.iter().filter(|k| k.device == device) {
+        let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
+        let class = Classifier::lookup(classes, kernel.name);
+        let collective = kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
+        let row = (start, end, kernel.name, class, collective);
+        whole.kernels.push(row);
+        if let Some(phase) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
+            first_seen.entry(phase).or_insert(start);
+            by_phase.entry(phase).or_default().kernels.push(row);
+        }
+    }
+    for memop in trace.memops.iter().filter(|m| m.device == device) {
+        let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
+        let row = (start, end, memop.is_memset());
+        whole.memops.push(row);
+        if let Some(phase) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
+            first_seen.entry(phase).or_insert(start);
+            by_phase.entry(phase).or_default().memops.push(row);
+        }
+    }
+    let mut phase_order: Vec<(i64, PhaseId)> = first_seen.into_iter().map(|(p, t)| (t, p)).collect();
+    phase_order.sort();
+    let phases = phase_order
+        .into_iter()
+        .map(|(_, phase)| Phase {
+            name: phase_index.names()[phase as usize].clone(),
+            figures: figures(&by_phase[&phase], trace, &options.classifier),
+        })
+        .collect();
+    let info = &trace.devices[device.0 as usize];
+    let kernels_on_device: Vec<&Kernel> = trace.kernels.iter().filter(|k| k.device == device).collect();
+    let memops_on_device: Vec<&MemOp> = trace.memops.iter().filter(|m| m.device == device).collect();
+    RankReport {
+        rank,
+        rank_recorded,
+        source: trace.source.path.clone(),
+        device: info.ordinal,
+        gpu_name: info.name.clone(),
+        pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
+        figures: figures(&whole, trace, &options.classifier),
+        phases,
+        hta: hta::figures(trace, &kernels_on_device, &memops_on_device, options.window_ns),
+    }
+}
+
+fn phase_of(
+    trace: &Trace,
+    index: &PhaseIndex,
+    launch: Option<u32>,
+    device: DeviceIdx,
+    start_ns: i64,
+) -> Option<PhaseId> {
+    if index.is_empty() {
+        return None;
+    }
+    match launch.and_then(|l| trace.api_calls.get(l as usize)) {
+        Some(call) => index.phase_on_thread(call.process, call.tid, call.start_ns),
+        None => index.phase_on_device(device, start_ns),
+    }
+}
+
+fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
+    let mut busy = Vec::with_capacity(work.kernels.len() + work.memops.len());
+    let mut comm = Vec::new();
+    let mut comp = Vec::new();
+    let mut categories: BTreeMap<String, i64> = BTreeMap::new();
+    let mut label_cache: BTreeMap<(u16, Option<shardscope_model::CollectiveOp>), String> = BTreeMap::new();
+    for &(start, end, _, class, collective) in &work.kernels {
+        busy.push((start, end));
+        let label = label_cache
+            .entry((class.category.0, class.collective.or(collective)))
+            .or_insert_with(|| categories::report_label(classifier, class, collective));
+        *categories.entry(label.clone()).or_default() += end - start;
+        if classifier.is_communication(class.category) {
+            comm.push((start, end));
+        } else if class.category != classifier.memcpy() && class.category != classifier.memset() {
+            comp.push((start, end));
+        }
+    }
+    for &(start, end, is_memset) in &work.memops {
+        busy.push((start, end));
+        let label = if is_memset { categories::MEMSET } else { categories::MEMCPY };
+        *categories.entry(label.to_string()).or_default() += end - start;
+    }
+    let span_ns = match (busy.iter().map(|b| b.0).min(), busy.iter().map(|b| b.1).max()) {
+        (Some(first), Some(last)) => last - first,
+        _ => 0,
+    };
+    let busy = IntervalUnion::from_intervals(busy);
+    let comm = IntervalUnion::from_intervals(comm);
+    let comp = IntervalUnion::from_intervals(comp);
+    let gpu_busy_ns = busy.length_ns();
+    let comm_ns = comm.length_ns();
+    let overlap_ns = comm.intersection_ns(&comp);
+    let exposed_comm_ns = comm_ns - overlap_ns;
+    let pct = |part: i64, whole: i64| if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 };
+    Figures {
+        span_ns,
+        gpu_busy_ns,
+        idle_ns: span_ns - gpu_busy_ns,
+        comm_ns,
+        exposed_comm_ns,
+        comm_comp_overlap_pct: pct(overlap_ns, comm_ns),
+        comm_over_busy_pct: pct(comm_ns, gpu_busy_ns),
+        exposed_comm_over_span_pct: pct(exposed_comm_ns, span_ns),
+        kernel_count: work.kernels.len() as u64,
+        memop_count: work.memops.len() as u64,
+        categories,
+        kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.2, k.1 - k.0)), |n| {
+            trace.names.get(n).to_string()
+        }),
+    }
+}
+
+/// The `cuda_gpu_kern_sum` of all kernels of all traces together (what `nsys stats` prints for one file).
+pub fn kernel_summary(traces: &[Trace]) -> Vec<KernelSummaryRow> {
+    // Names are interned per trace: group across traces by the name text.
+    let mut names = shardscope_model::Names::default();
+    let mut kernels = Vec::new();
+    for trace in traces {
+        let ids: Vec<NameId> = trace.names.iter().map(|(_, s)| names.intern(s)).collect();
+        kernels.extend(trace.kernels.iter().map(|k| (ids[k.name.0 as usize], k.duration_ns())));
+    }
+    kernel_summary::summarize(kernels.into_iter(), |n| names.get(n).to_string())
+}

@@ -1,0 +1,36 @@
+//! Helpers shared by the analyzer's integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("analyzer/ has a parent").to_path_buf()
+}
+
+/// `../shared/traces` beside the checkout, when present (CI has it; a user's clone does not).
+pub fn shared_traces() -> Option<PathBuf> {
+    let dir = repo_root().parent()?.join("shared/traces");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: ../shared/traces not found beside the checkout");
+        None
+    }
+}
+
+/// Runs the `analyzer` binary.
+pub fn analyzer(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_analyzer")).args(args).output().expect("analyzer runs")
+}
+
+/// Asserts a failed run: exit code 2, one line on stderr naming `needle`, no panic.
+pub fn assert_one_line_error(output: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "exit code; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line expected: {stderr}");
+    assert!(stderr.contains(needle), "stderr should name {needle}: {stderr}");
+    assert!(output.stdout.is_empty(), "nothing on stdout on error");
+}
