@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import resource
 import statistics
@@ -199,11 +200,9 @@ def reference_for(path: str, include_last_profiler_step: bool) -> dict:
                 {
                     "rank": rank,
                     "file": os.path.basename(analysis.t.trace_files[rank]),
-                    "comm_comp_overlap_pct": None if overlap_pct != overlap_pct else overlap_pct,
+                    "comm_comp_overlap_pct": None if math.isnan(overlap_pct) else overlap_pct,
                     "hta": hta_object(detail["states_us"]),
-                    "kernel_dur_sum_ns": {
-                        SHORT_KEY[k]: int(per_type_sum.get(k, 0)) * US_TO_NS for k in KERNEL_TYPES
-                    },
+                    "kernel_dur_sum_ns": {SHORT_KEY[k]: int(per_type_sum.get(k, 0)) * US_TO_NS for k in KERNEL_TYPES},
                     "gpu_event_counts_by_type": detail["event_counts"],
                     "gpu_event_dur_sum_us_by_type": detail["dur_sum_us"],
                     "temporal_breakdown": {
@@ -248,16 +247,35 @@ def child_main(path: str, mode: str, include_last_profiler_step: bool) -> None:
 
     folder = TraceFolder(path)
     try:
+        cpu_before = cpu_seconds()
         started = time.perf_counter()
         analysis = load(folder.folder, include_last_profiler_step)
         if mode == "full":
             run_analyses(analysis)
         elapsed = time.perf_counter() - started
+        cpu_used = cpu_seconds() - cpu_before
     finally:
         folder.close()
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(json.dumps({"seconds": elapsed, "self_max_rss_kib": own, "worker_max_rss_kib": workers}))
+    print(
+        json.dumps(
+            {"seconds": elapsed, "cpu_seconds": cpu_used, "self_max_rss_kib": own, "worker_max_rss_kib": workers}
+        )
+    )
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished parsing workers.
+
+    Reported next to wall time because wall time on a shared machine depends on
+    what else runs; CPU time much less so.
+    """
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 def bench(paths: list, runs: int, mode: str, include_last_profiler_step: bool) -> list:
@@ -287,6 +305,8 @@ def bench(paths: list, runs: int, mode: str, include_last_profiler_step: bool) -
             "median_seconds": statistics.median(s["seconds"] for s in samples),
             # Wall time of the whole process: interpreter start, imports, load (+ analyses).
             "median_process_seconds": statistics.median(s["process_seconds"] for s in samples),
+            # CPU time (user + system, workers included) of load (+ analyses).
+            "median_cpu_seconds": statistics.median(s["cpu_seconds"] for s in samples),
             # Largest resident set of one process (the main one or a parsing worker).
             "max_rss_mib": max(peak_kib) / 1024,
             "main_process_max_rss_mib": max(s["self_max_rss_kib"] for s in samples) / 1024,
