@@ -18,6 +18,7 @@ pub mod detect;
 mod error;
 pub mod kineto;
 pub mod nsys;
+pub mod nsys_writer;
 
 use std::path::Path;
 

@@ -14,7 +14,8 @@
 //! compiler that ran during the capture. Devices: every GPU of `TARGET_INFO_GPU` (or the old
 //! `TARGET_INFO_CUDA_GPU`) plus every `deviceId` an event names. Both lists come out in a
 //! canonical order (processes by `globalPid`, devices by ordinal), independent of row order.
-
+pub(crate) mod enums;
+pub(crate) mod schema;
 mod strings;
 
 use std::collections::{HashMap, HashSet};
@@ -93,6 +94,7 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
     reader.canonical_order();
     reader.assign_device_owners();
     reader.read_thread_names()?;
+    reader.read_process_info()?;
     let mut trace = reader.trace;
     trace.finish();
     Ok(trace)
@@ -148,11 +150,13 @@ fn text(row: &Row<'_>, index: usize) -> Option<String> {
     }
 }
 
-/// `cudaLaunchKernel_v7000` → `cudaLaunchKernel`: nsys appends the API version to runtime names.
+/// `cudaLaunchKernel_v7000` → `cudaLaunchKernel`: nsys appends the CUDA version that
+/// introduced a runtime entry point (`_v3020`, `_v11030`: four or more digits). Short suffixes
+/// belong to the function's own name (`cudaStreamGetCaptureInfo_v2`) and stay.
 pub(crate) fn strip_api_version(name: &str) -> &str {
     if let Some(pos) = name.rfind("_v") {
         let digits = &name[pos + 2..];
-        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        if digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit()) {
             return &name[..pos];
         }
     }
@@ -828,6 +832,25 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Rank, world size and host, which files written by shardscope keep in a table of their own.
+    fn read_process_info(&mut self) -> Result<(), Error> {
+        if !self.has(schema::PROCESS_INFO_TABLE) {
+            return Ok(());
+        }
+        let sql = self.select(schema::PROCESS_INFO_TABLE, &["globalPid", "rank", "worldSize", "host"])?;
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            let Some(global_pid) = int(row, 0) else { continue };
+            let Some(&index) = self.processes.by_global_pid.get(&(global_pid as u64)) else { continue };
+            let process = &mut self.trace.processes[index.0 as usize];
+            process.rank = int(row, 1).map(|r| r as u32);
+            process.world_size = int(row, 2).map(|w| w as u32);
+            process.host = text(row, 3);
+        }
+        Ok(())
+    }
+
     /// Names of the threads of the trace's processes.
     fn read_thread_names(&mut self) -> Result<(), Error> {
         if !self.has("ThreadNames") {
@@ -892,6 +915,8 @@ mod tests {
         assert_eq!(strip_api_version("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
         assert_eq!(strip_api_version("cuLaunchKernelEx"), "cuLaunchKernelEx");
         assert_eq!(strip_api_version("cudaFoo_vx"), "cudaFoo_vx");
+        assert_eq!(strip_api_version("cudaStreamGetCaptureInfo_v2_v11030"), "cudaStreamGetCaptureInfo_v2");
+        assert_eq!(strip_api_version("cudaStreamGetCaptureInfo_v2"), "cudaStreamGetCaptureInfo_v2");
         assert_eq!(api_kind_from_name("cuLaunchKernelEx"), ApiKind::Driver);
         assert_eq!(api_kind_from_name("cudaMemcpyAsync"), ApiKind::Runtime);
     }
