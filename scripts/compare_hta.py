@@ -4,9 +4,10 @@
 Usage: python scripts/compare_hta.py REF.json OURS.json [--trace-set NAME] [--tolerance-pp 0.1]
 
 REF.json is written by scripts/hta_reference.py. OURS.json is the output of
-`analyzer report --format json`: a list of per-rank objects, or an object whose
-"ranks" list holds them (a reference file is accepted too, to test this script).
-Each rank object carries `rank`, `comm_comp_overlap_pct` and an `hta` object with
+`analyzer report --format json`; the per-rank objects are taken from the first
+list (searched depth-first) whose items all have `rank` and `hta` keys (a reference
+file is accepted too, to test this script). Each rank object carries `rank`,
+`comm_comp_overlap_pct` (beside or inside `hta`) and an `hta` object with
 `comm_ns`, `comp_ns`, `mem_ns`, `comm_pct`, `comp_pct`, `mem_pct` and, optionally,
 `overlap_states_pct` / `overlap_states_ns` keyed by HTA's state labels.
 
@@ -53,12 +54,32 @@ def reference_ranks(doc: dict, path: str, trace_set: str | None) -> list:
 def our_ranks(doc, path: str, trace_set: str | None) -> list:
     if isinstance(doc, dict) and "trace_sets" in doc:
         return reference_ranks(doc, path, trace_set)
-    if isinstance(doc, dict) and isinstance(doc.get("ranks"), list):
-        return doc["ranks"]
-    if isinstance(doc, list):
-        return doc
-    print(f"{path}: expected a list of rank objects or an object with a 'ranks' list", file=sys.stderr)
-    sys.exit(2)
+    found = find_rank_list(doc)
+    if found is None:
+        print(f"{path}: found no list of objects with 'rank' and 'hta' keys", file=sys.stderr)
+        sys.exit(2)
+    return found
+
+
+def find_rank_list(node):
+    """The first list (depth-first) whose items are objects with 'rank' and 'hta' keys.
+
+    Lets the comparison follow the report's layout without pinning where the
+    per-rank list sits in it.
+    """
+    if isinstance(node, list):
+        if node and all(isinstance(item, dict) and "rank" in item and "hta" in item for item in node):
+            return node
+        children = node
+    elif isinstance(node, dict):
+        children = node.values()
+    else:
+        return None
+    for child in children:
+        found = find_rank_list(child)
+        if found is not None:
+            return found
+    return None
 
 
 def as_number(value):
@@ -88,8 +109,12 @@ def compare(ref_ranks: list, ours_by_rank: dict, tolerance_pp: float) -> list:
         if ours is None:
             rows.append((rank, "rank present", "yes", "missing", None, False))
             continue
-        check(rank, "comm_comp_overlap_pct", ref.get("comm_comp_overlap_pct"), ours.get("comm_comp_overlap_pct"))
         ref_hta, our_hta = ref["hta"], ours.get("hta") or {}
+        # The overlap may sit beside the `hta` object or inside it.
+        our_overlap = (
+            ours["comm_comp_overlap_pct"] if "comm_comp_overlap_pct" in ours else our_hta.get("comm_comp_overlap_pct")
+        )
+        check(rank, "comm_comp_overlap_pct", ref.get("comm_comp_overlap_pct"), our_overlap)
         for field in PCT_FIELDS:
             check(rank, field, ref_hta.get(field), our_hta.get(field))
         union_ns = ref_hta.get("union_ns") or 0
