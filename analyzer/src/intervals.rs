@@ -32,13 +32,19 @@ impl IntervalUnion {
 
     /// Length of the time covered by both `self` and `other`.
     pub fn intersection_ns(&self, other: &IntervalUnion) -> i64 {
+        self.intersection(other).length_ns()
+    }
+
+    /// The time covered by both `self` and `other`.
+    pub fn intersection(&self, other: &IntervalUnion) -> IntervalUnion {
         let (a, b) = (&self.spans, &other.spans);
-        let (mut i, mut j, mut total) = (0, 0, 0);
+        let (mut i, mut j) = (0, 0);
+        let mut spans = Vec::new();
         while i < a.len() && j < b.len() {
             let start = a[i].0.max(b[j].0);
             let end = a[i].1.min(b[j].1);
             if end > start {
-                total += end - start;
+                spans.push((start, end));
             }
             if a[i].1 < b[j].1 {
                 i += 1;
@@ -46,7 +52,12 @@ impl IntervalUnion {
                 j += 1;
             }
         }
-        total
+        IntervalUnion { spans }
+    }
+
+    /// The time covered by `self` or `other`.
+    pub fn union(&self, other: &IntervalUnion) -> IntervalUnion {
+        IntervalUnion::from_intervals(self.spans.iter().chain(&other.spans).copied().collect())
     }
 
     /// The disjoint spans, sorted.

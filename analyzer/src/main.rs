@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use regex::Regex;
 use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
+use shardscope_analyzer::hta;
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
@@ -48,6 +49,9 @@ enum Command {
         /// Only analyse START_NS:END_NS of the trace clock.
         #[arg(long, value_parser = parse_window)]
         window: Option<(i64, i64)>,
+        /// In the HTA-compatible figures, keep the last ProfilerStep (HTA's include_last_profiler_step=True).
+        #[arg(long)]
+        hta_include_last_step: bool,
     },
     /// The kernel summary of all GPUs together, with the fields and numbers of `nsys stats --report cuda_gpu_kern_sum`.
     KernSum {
@@ -85,7 +89,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { traces, format, phase_pattern, rules, top, window } => {
+        Command::Report { traces, format, phase_pattern, rules, top, window, hta_include_last_step } => {
             let classifier = match rules {
                 Some(path) => Classifier::load(&path)?,
                 None => Classifier::builtin(),
@@ -93,7 +97,9 @@ fn run(cli: Cli) -> Result<()> {
             let phase_pattern = Regex::new(&phase_pattern)
                 .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
             let traces = load_all(&traces)?;
-            let options = Options { classifier, phase_pattern, window_ns: window };
+            let hta_step_mode =
+                if hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
+            let options = Options { classifier, phase_pattern, window_ns: window, hta_step_mode };
             let report = report::analyze(&traces, &options);
             let text = match format {
                 OutputFormat::Table => render::table(&report, top),

@@ -31,6 +31,8 @@ pub struct Options {
     pub phase_pattern: Regex,
     /// Only this `[start_ns, end_ns)` window of the trace clock (events are clipped to it).
     pub window_ns: Option<(i64, i64)>,
+    /// Which profiler steps the HTA-compatible figures keep.
+    pub hta_step_mode: hta::StepMode,
 }
 
 impl Default for Options {
@@ -39,6 +41,7 @@ impl Default for Options {
             classifier: Classifier::builtin(),
             phase_pattern: Regex::new(DEFAULT_PHASE_PATTERN).expect("valid default pattern"),
             window_ns: None,
+            hta_step_mode: hta::StepMode::default(),
         }
     }
 }
@@ -127,6 +130,9 @@ pub struct Report {
     pub phase_pattern: String,
     /// The analysis window, if one was given.
     pub window_ns: Option<(i64, i64)>,
+    /// How the HTA-compatible figures chose profiler steps: `all` (the job has fewer than two distinct
+    /// `ProfilerStep` names, so HTA keeps everything), `last step dropped` (HTA's default) or `last step included`.
+    pub hta_step_inclusion: &'static str,
     /// One entry per rank, ordered by rank.
     pub ranks: Vec<RankReport>,
     /// Import warnings, per input file.
@@ -147,6 +153,7 @@ pub struct FileWarning {
 /// Analyses the traces of one run (several files = several ranks).
 pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     let mut phase_names: Vec<String> = Vec::new();
+    let filter_steps = hta::job_has_steps(traces);
     let mut ranks = Vec::new();
     let mut next_unrecorded_rank = 0u32;
     let recorded: Vec<u32> =
@@ -165,7 +172,8 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
                     (next_unrecorded_rank - 1, false)
                 }
             };
-            ranks.push(analyze_device(trace, device, rank, rank_recorded, &classes, &phase_index, options));
+            let context = DeviceContext { trace, device, classes: &classes, phase_index: &phase_index, filter_steps };
+            ranks.push(analyze_device(&context, rank, rank_recorded, options));
         }
     }
     ranks.sort_by_key(|r| r.rank);
@@ -183,6 +191,11 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),
         window_ns: options.window_ns,
+        hta_step_inclusion: match (filter_steps, options.hta_step_mode) {
+            (false, _) => "all",
+            (true, hta::StepMode::DropLastStep) => "last step dropped",
+            (true, hta::StepMode::IncludeLastStep) => "last step included",
+        },
         ranks,
         warnings,
     }
@@ -219,15 +232,17 @@ struct Work {
     memops: Vec<(i64, i64, bool)>,
 }
 
-fn analyze_device(
-    trace: &Trace,
+/// What [`analyze_device`] needs to know about the trace a device belongs to.
+struct DeviceContext<'a> {
+    trace: &'a Trace,
     device: DeviceIdx,
-    rank: u32,
-    rank_recorded: bool,
-    classes: &[KernelClass],
-    phase_index: &PhaseIndex,
-    options: &Options,
-) -> RankReport {
+    classes: &'a [KernelClass],
+    phase_index: &'a PhaseIndex,
+    filter_steps: bool,
+}
+
+fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
+    let DeviceContext { trace, device, classes, phase_index, filter_steps } = *context;
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
@@ -272,7 +287,14 @@ fn analyze_device(
         pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
         figures: figures(&whole, trace, &options.classifier),
         phases,
-        hta: hta::figures(trace, &kernels_on_device, &memops_on_device, options.window_ns),
+        hta: hta::figures(
+            trace,
+            &kernels_on_device,
+            &memops_on_device,
+            filter_steps,
+            options.hta_step_mode,
+            options.window_ns,
+        ),
     }
 }
 

@@ -79,7 +79,8 @@ fn unknown_schema_version() {
 #[test]
 fn truncated_json() {
     let path = scratch("truncated.json");
-    std::fs::write(&path, br#"{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1"#).unwrap();
+    std::fs::write(&path, br#"{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1"#)
+        .unwrap();
     let output = analyzer(&["report", path.to_str().unwrap()]);
     assert_one_line_error(&output, path.to_str().unwrap());
 }

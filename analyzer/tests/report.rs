@@ -45,17 +45,18 @@ fn builtin_sample_figures_match_independent_sql() {
 #[test]
 fn builtin_sample_phases_follow_launching_thread() {
     let report = json_report(&["report", "--format", "json"]);
-    let expected = [[("prefill", 52, 2_685_916i64), ("decode", 514, 37_527_438)], [
-        ("prefill", 52, 1_310_491),
-        ("decode", 514, 4_280_431),
-    ]];
+    let expected = [
+        [("prefill", 52, 2_685_916i64), ("decode", 514, 37_527_438)],
+        [("prefill", 52, 1_310_491), ("decode", 514, 4_280_431)],
+    ];
     for (rank, phases) in report["ranks"].as_array().unwrap().iter().zip(expected) {
         let names: Vec<&str> = rank["phases"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["prefill", "decode"], "phases in order of first appearance");
         for (name, kernels, kernel_ns) in phases {
             let phase = &rank["phases"][name];
             assert_eq!(phase["kernel_count"], kernels, "{name}");
-            let summed: i64 = phase["kernels"].as_array().unwrap().iter().map(|r| r["total_ns"].as_i64().unwrap()).sum();
+            let summed: i64 =
+                phase["kernels"].as_array().unwrap().iter().map(|r| r["total_ns"].as_i64().unwrap()).sum();
             assert_eq!(summed, kernel_ns, "{name}");
         }
     }
@@ -67,9 +68,10 @@ fn builtin_sample_phases_follow_launching_thread() {
 fn kernel_summary_equals_nsys_stats() {
     for name in ["tp2_nsys", "tp1_nsys"] {
         let trace = repo_root().join(format!("sample-traces/{name}.sqlite.gz"));
-        let reference =
-            std::fs::read_to_string(repo_root().join(format!("sample-traces/nsys-reference/{name}.cuda_gpu_kern_sum.csv")))
-                .unwrap();
+        let reference = std::fs::read_to_string(
+            repo_root().join(format!("sample-traces/nsys-reference/{name}.cuda_gpu_kern_sum.csv")),
+        )
+        .unwrap();
         // nsys prints a "Processing [...]" line before the CSV, and an empty line after it when writing to stdout.
         let reference: Vec<&str> = reference.lines().skip_while(|l| !l.starts_with("Time (%)")).collect();
         let output = analyzer(&["kern-sum", "--format", "csv", trace.to_str().unwrap()]);
@@ -105,7 +107,15 @@ fn user_rules_and_phase_pattern_change_the_report() {
     std::fs::create_dir_all(&dir).unwrap();
     let rules = dir.join("rules.toml");
     std::fs::write(&rules, "[[rule]]\ncategory = \"communication\"\npattern = '^nccl'\n\n[[rule]]\ncategory = \"matmul\"\npattern = 'nvjet'\n").unwrap();
-    let report = json_report(&["report", "--format", "json", "--rules", rules.to_str().unwrap(), "--phase-pattern", "^(decode)$"]);
+    let report = json_report(&[
+        "report",
+        "--format",
+        "json",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--phase-pattern",
+        "^(decode)$",
+    ]);
     let rank = &report["ranks"][0];
     assert!(rank["categories"]["matmul"].as_i64().unwrap() > 0);
     assert!(rank["categories"].get("gemm").is_none());
