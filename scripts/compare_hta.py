@@ -7,7 +7,7 @@ REF.json is written by scripts/hta_reference.py. OURS.json is the output of
 `analyzer report --format json`; the per-rank objects are taken from the first
 list (searched depth-first) whose items all have `rank` and `hta` keys (a reference
 file is accepted too, to test this script). Each rank object carries `rank`,
-`comm_comp_overlap_pct` (beside or inside `hta`) and an `hta` object with
+`comm_comp_overlap_pct` (inside `hta`, else beside it) and an `hta` object with
 `comm_ns`, `comp_ns`, `mem_ns`, `comm_pct`, `comp_pct`, `mem_pct` and, optionally,
 `overlap_states_pct` / `overlap_states_ns` keyed by HTA's state labels.
 
@@ -110,9 +110,12 @@ def compare(ref_ranks: list, ours_by_rank: dict, tolerance_pp: float) -> list:
             rows.append((rank, "rank present", "yes", "missing", None, False))
             continue
         ref_hta, our_hta = ref["hta"], ours.get("hta") or {}
-        # The overlap may sit beside the `hta` object or inside it.
+        # The HTA-compatible overlap sits inside `hta`; a rank-level figure is used only when
+        # `hta` has none (the rank-level one may be computed over a different step window).
         our_overlap = (
-            ours["comm_comp_overlap_pct"] if "comm_comp_overlap_pct" in ours else our_hta.get("comm_comp_overlap_pct")
+            our_hta["comm_comp_overlap_pct"]
+            if "comm_comp_overlap_pct" in our_hta
+            else ours.get("comm_comp_overlap_pct")
         )
         check(rank, "comm_comp_overlap_pct", ref.get("comm_comp_overlap_pct"), our_overlap)
         for field in PCT_FIELDS:
