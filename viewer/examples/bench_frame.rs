@@ -1,0 +1,3 @@
+//! Frame benchmark: see the module docs once written.
+
+fn main() {}

@@ -1,0 +1,27 @@
+//! `shardscope-viewer`: an egui timeline of every rank, GPU and stream of a sharded GPU run.
+//!
+//! The binary (`viewer`) is a thin shell around [`app::ViewerApp`]; everything lives in this
+//! library so tests and the frame benchmark drive the same code.
+//!
+//! - [`load`]: background loading with progress.
+//! - [`timeline`]: track layout, level of detail, painting, input.
+//! - [`panels`]: details, range statistics, search, summary charts.
+//! - [`analysis`]: the one adapter for op categories and per-rank figures.
+//! - [`collectives`]: the same collective on every rank.
+//! - [`screenshot`]: headless rendering to PNG.
+//! - [`synthetic`]: deterministic multi-rank traces for tests and benchmarks.
+//!
+//! ```no_run
+//! let loaded = shardscope_viewer::load::load_paths(&["trace.sqlite".into()], |_, _| {}).unwrap();
+//! let app = shardscope_viewer::app::ViewerApp::with_loaded(loaded);
+//! # let _ = app;
+//! ```
+
+pub mod analysis;
+pub mod app;
+pub mod collectives;
+pub mod load;
+pub mod panels;
+pub mod screenshot;
+pub mod synthetic;
+pub mod timeline;

@@ -1,0 +1,321 @@
+//! Painting a prepared frame: row backgrounds and labels, event rectangles (one mesh for all
+//! of them, which tessellates in a single pass), names inside events wide enough to hold
+//! them, the time axis, the selected range, highlights and the launch → kernel arrow.
+
+use egui::epaint::text::{LayoutJob, TextFormat, TextWrapping};
+use egui::{Align2, Color32, FontId, Mesh, Pos2, Rect, Shape, Stroke, Vec2};
+
+use super::layout::{EventKind, EventRef, RowContent, TimelineData};
+use super::{FramePlan, Highlights, Selected, TimelineView};
+
+/// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
+const MIN_TEXT_WIDTH: f32 = 30.0;
+/// Distinct colours for categories (Tableau 10), readable on a dark background.
+const PALETTE: [Color32; 10] = [
+    Color32::from_rgb(0x4e, 0x79, 0xa7),
+    Color32::from_rgb(0xf2, 0x8e, 0x2b),
+    Color32::from_rgb(0xe1, 0x57, 0x59),
+    Color32::from_rgb(0x76, 0xb7, 0xb2),
+    Color32::from_rgb(0x59, 0xa1, 0x4f),
+    Color32::from_rgb(0xed, 0xc9, 0x48),
+    Color32::from_rgb(0xb0, 0x7a, 0xa1),
+    Color32::from_rgb(0xff, 0x9d, 0xa7),
+    Color32::from_rgb(0x9c, 0x75, 0x5f),
+    Color32::from_rgb(0xba, 0xb0, 0xac),
+];
+
+/// The colour of an op category, by name so it stays the same whatever the category order.
+pub fn category_color(name: &str) -> Color32 {
+    match name {
+        "gemm" | "matmul" => PALETTE[0],
+        "reduction" => PALETTE[1],
+        "communication" | "nccl" | "comm" => PALETTE[2],
+        "elementwise" => PALETTE[3],
+        "norm" | "normalization" => PALETTE[4],
+        "memory" | "memcpy" | "memset" => PALETTE[5],
+        "attention" => PALETTE[6],
+        "other" => PALETTE[9],
+        _ => {
+            let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+            PALETTE[(hash % PALETTE.len() as u32) as usize]
+        }
+    }
+}
+
+/// The fill colour of an event.
+pub fn event_color(data: &TimelineData, trace: usize, event: EventRef) -> Color32 {
+    let t = &data.traces[trace];
+    match event.kind() {
+        EventKind::Kernel => {
+            let name = t.kernels[event.index()].name;
+            let category = data.name_categories[trace].get(name.0 as usize).copied().unwrap_or(0);
+            category_color(data.categories.name(category))
+        }
+        EventKind::MemOp => category_color("memory"),
+        EventKind::Api => Color32::from_rgb(0x6b, 0x7f, 0x99),
+        EventKind::Range => {
+            let name = t.ranges[event.index()].name;
+            // Ranges take muted colours by name so the same phase looks the same on every rank.
+            let base = PALETTE[(name.0 as usize * 7 + 3) % PALETTE.len()];
+            base.linear_multiply(0.75)
+        }
+    }
+}
+
+/// Formats a duration with a unit that keeps 3–4 significant digits.
+pub fn format_duration(ns: f64) -> String {
+    let abs = ns.abs();
+    if abs < 1e3 {
+        format!("{ns:.0} ns")
+    } else if abs < 1e6 {
+        format!("{:.3} µs", ns / 1e3)
+    } else if abs < 1e9 {
+        format!("{:.3} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+/// A tick label: as many decimals as the tick step needs.
+fn format_tick(ns: f64, step_ns: f64) -> String {
+    // A unit once the step is a tenth of it, so labels read 2.5 ms rather than 2500 µs.
+    let (unit, scale) = if step_ns >= 1e8 {
+        ("s", 1e9)
+    } else if step_ns >= 1e5 {
+        ("ms", 1e6)
+    } else if step_ns >= 1e2 {
+        ("µs", 1e3)
+    } else {
+        ("ns", 1.0)
+    };
+    let step = step_ns / scale;
+    let decimals = if step >= 1.0 { 0 } else { (-step.log10()).ceil() as usize };
+    // Round before formatting so the tick at the origin reads 0, not -0.
+    let value = (ns / step_ns).round() * step;
+    format!("{:.*} {unit}", decimals, if value == 0.0 { 0.0 } else { value })
+}
+
+/// Tick spacing: the smallest 1-2-5 × 10^k step at least `min_ns`.
+pub fn tick_step(min_ns: f64) -> f64 {
+    let exponent = min_ns.max(1.0).log10().floor();
+    let base = 10f64.powf(exponent);
+    for multiple in [1.0, 2.0, 5.0, 10.0] {
+        if base * multiple >= min_ns {
+            return base * multiple;
+        }
+    }
+    base * 10.0
+}
+
+fn elided_text(painter: &egui::Painter, text: &str, width: f32, color: Color32) -> std::sync::Arc<egui::Galley> {
+    let mut job = LayoutJob::single_section(text.to_owned(), TextFormat::simple(FontId::proportional(11.0), color));
+    job.wrap = TextWrapping { max_width: width, max_rows: 1, break_anywhere: true, overflow_character: Some('…') };
+    painter.layout_job(job)
+}
+
+/// Paints everything `plan` says; `rect` is the whole widget.
+#[allow(clippy::too_many_arguments)]
+pub fn paint_timeline(
+    ui: &egui::Ui,
+    data: &TimelineData,
+    view: &TimelineView,
+    plan: &FramePlan,
+    highlights: &Highlights,
+    rect: Rect,
+    axis_rect: Rect,
+    rows_rect: Rect,
+    plot_rect: Rect,
+    hover: Option<Pos2>,
+) {
+    let painter = ui.painter_at(rect);
+    let visuals = ui.visuals();
+    painter.rect_filled(rect, 0.0, visuals.extreme_bg_color);
+    let screen = view.to_screen(plot_rect.width());
+    let text_color = visuals.text_color();
+    let strong_text = visuals.strong_text_color();
+
+    // Rows: backgrounds and labels.
+    let rows_painter = painter.with_clip_rect(rows_rect);
+    for (i, placed) in plan.rows.iter().enumerate() {
+        let top = rows_rect.top() + placed.y;
+        let row_rect = Rect::from_min_size(Pos2::new(rect.left(), top), Vec2::new(rect.width(), placed.height));
+        let row = &data.rows[placed.row];
+        let indent = f32::from(row.indent) * 12.0 + 4.0;
+        match &row.content {
+            RowContent::Header { id, label } => {
+                rows_painter.rect_filled(row_rect, 0.0, visuals.faint_bg_color.gamma_multiply(2.0));
+                // A drawn triangle rather than a glyph: the default fonts have no arrows.
+                let centre = Pos2::new(rect.left() + indent + 4.0, top + placed.height / 2.0);
+                let points = if view.collapsed.contains(id) {
+                    vec![centre + Vec2::new(-3.0, -4.0), centre + Vec2::new(3.0, 0.0), centre + Vec2::new(-3.0, 4.0)]
+                } else {
+                    vec![centre + Vec2::new(-4.0, -3.0), centre + Vec2::new(4.0, -3.0), centre + Vec2::new(0.0, 3.0)]
+                };
+                rows_painter.add(Shape::convex_polygon(points, strong_text, Stroke::NONE));
+                rows_painter.text(
+                    Pos2::new(rect.left() + indent + 12.0, top + placed.height / 2.0),
+                    Align2::LEFT_CENTER,
+                    label,
+                    FontId::proportional(12.0),
+                    strong_text,
+                );
+            }
+            RowContent::Track(track) => {
+                if i % 2 == 0 {
+                    rows_painter.rect_filled(row_rect, 0.0, visuals.faint_bg_color);
+                }
+                let label_rect = Rect::from_min_max(
+                    Pos2::new(rect.left() + indent + 12.0, top),
+                    Pos2::new(rect.left() + super::LABEL_WIDTH - 4.0, top + placed.height),
+                );
+                let galley = elided_text(&rows_painter, &data.tracks[*track].label, label_rect.width(), text_color);
+                rows_painter.galley(
+                    Pos2::new(label_rect.left(), top + (placed.height - galley.size().y) / 2.0),
+                    galley,
+                    text_color,
+                );
+            }
+        }
+    }
+
+    // Events: one mesh of rectangles, then text on the wide ones.
+    let plot_painter = painter.with_clip_rect(plot_rect);
+    let mut mesh = Mesh::default();
+    let mut texts = Vec::new();
+    let left = plot_rect.left();
+    for (placed_index, item) in &plan.items {
+        let placed = plan.rows[*placed_index as usize];
+        let RowContent::Track(track_index) = data.rows[placed.row].content else { continue };
+        let trace = data.tracks[track_index].trace;
+        let top = rows_rect.top() + placed.y + 1.0;
+        let x0 = (left + item.x0).max(left - 1.0);
+        let x1 = (left + item.x1).min(plot_rect.right() + 1.0);
+        let event_rect = Rect::from_min_max(Pos2::new(x0, top), Pos2::new(x1.max(x0 + 1.0), top + placed.height - 2.0));
+        let mut color = event_color(data, trace, item.event);
+        if item.count > 1 {
+            // Folded blocks are darker so they do not pass for one long event.
+            color = color.gamma_multiply(0.7);
+        }
+        mesh.add_colored_rect(event_rect, color);
+        if item.count == 1 && event_rect.width() >= MIN_TEXT_WIDTH {
+            texts.push((event_rect, trace, item.event));
+        }
+    }
+    plot_painter.add(Shape::mesh(mesh));
+    for (event_rect, trace, event) in texts {
+        let visible = event_rect.intersect(plot_rect);
+        let galley = elided_text(&plot_painter, data.event_name(trace, event), visible.width() - 4.0, Color32::BLACK);
+        plot_painter.galley(
+            Pos2::new(visible.left() + 2.0, event_rect.center().y - galley.size().y / 2.0),
+            galley,
+            Color32::BLACK,
+        );
+    }
+
+    // Where is an event on screen (if its track is visible)?
+    let event_rect = |selected: &Selected| -> Option<Rect> {
+        let track = data.track_of(selected.trace, selected.event)?;
+        let placed =
+            plan.rows.iter().find(|r| matches!(data.rows[r.row].content, RowContent::Track(t) if t == track))?;
+        let (start, end) = data.event_span(selected.trace, selected.event);
+        let x0 = left + screen.x(start);
+        let x1 = (left + screen.x(end)).max(x0 + 2.0);
+        let top = rows_rect.top() + placed.y;
+        Some(Rect::from_min_max(Pos2::new(x0, top), Pos2::new(x1, top + placed.height)))
+    };
+    for peer in &highlights.peers {
+        if let Some(r) = event_rect(peer) {
+            plot_painter.rect_stroke(
+                r.expand(1.0),
+                0.0,
+                Stroke::new(2.0, Color32::from_rgb(0, 220, 255)),
+                egui::StrokeKind::Outside,
+            );
+        }
+    }
+    if let Some(selected) = &highlights.selected
+        && let Some(r) = event_rect(selected)
+    {
+        plot_painter.rect_stroke(r.expand(1.0), 0.0, Stroke::new(2.0, Color32::WHITE), egui::StrokeKind::Outside);
+    }
+    if let Some((from, to)) = &highlights.flow
+        && let (Some(a), Some(b)) = (event_rect(from), event_rect(to))
+    {
+        let start = Pos2::new(a.right(), a.center().y);
+        let end = Pos2::new(b.left(), b.center().y);
+        plot_painter.arrow(start, end - start, Stroke::new(1.5, Color32::from_rgb(255, 200, 0)));
+    }
+
+    // Selected time range.
+    if let Some((a, b)) = view.range_ns {
+        let x0 = left + screen.x(a);
+        let x1 = left + screen.x(b);
+        let band = Rect::from_min_max(Pos2::new(x0, axis_rect.top()), Pos2::new(x1.max(x0 + 1.0), rect.bottom()));
+        painter.with_clip_rect(Rect::from_min_max(axis_rect.min, plot_rect.max)).rect_filled(
+            band,
+            0.0,
+            Color32::from_rgba_unmultiplied(120, 170, 255, 40),
+        );
+        painter.text(
+            Pos2::new((x0 + x1) / 2.0, axis_rect.bottom() - 2.0),
+            Align2::CENTER_BOTTOM,
+            format_duration((b - a) as f64),
+            FontId::proportional(11.0),
+            strong_text,
+        );
+    }
+
+    // Time axis, counted from the first event of all traces.
+    painter.rect_filled(axis_rect, 0.0, visuals.panel_fill);
+    let step = tick_step(screen.ns_per_px * 90.0);
+    let relative_start = screen.start_ns - data.t0_ns as f64;
+    let mut tick = (relative_start / step).ceil() * step;
+    let relative_end = relative_start + screen.ns_per_px * f64::from(plot_rect.width());
+    let axis_painter = painter.with_clip_rect(axis_rect.union(plot_rect));
+    while tick <= relative_end {
+        let x = left + ((tick - relative_start) / screen.ns_per_px) as f32;
+        axis_painter.line_segment(
+            [Pos2::new(x, axis_rect.bottom() - 6.0), Pos2::new(x, plot_rect.bottom())],
+            Stroke::new(1.0, visuals.weak_text_color().gamma_multiply(0.25)),
+        );
+        axis_painter.text(
+            Pos2::new(x + 3.0, axis_rect.top() + 3.0),
+            Align2::LEFT_TOP,
+            format_tick(tick, step),
+            FontId::proportional(11.0),
+            text_color,
+        );
+        tick += step;
+    }
+    painter.text(
+        Pos2::new(rect.left() + 4.0, axis_rect.center().y),
+        Align2::LEFT_CENTER,
+        format!("window {}", format_duration(view.span_ns())),
+        FontId::proportional(11.0),
+        text_color,
+    );
+
+    // Hover cursor line.
+    if let Some(pos) = hover.filter(|p| plot_rect.contains(*p)) {
+        painter.line_segment(
+            [Pos2::new(pos.x, axis_rect.top()), Pos2::new(pos.x, plot_rect.bottom())],
+            Stroke::new(1.0, Color32::from_white_alpha(60)),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_steps_follow_one_two_five() {
+        assert_eq!(tick_step(80.0), 100.0);
+        assert_eq!(tick_step(101.0), 200.0);
+        assert_eq!(tick_step(3_000.0), 5_000.0);
+        assert_eq!(tick_step(6e6), 1e7);
+        assert_eq!(format_tick(2_500_000.0, 500_000.0), "2.5 ms");
+        assert_eq!(format_tick(3e9, 1e9), "3 s");
+        assert_eq!(format_duration(1_234_567.0), "1.235 ms");
+    }
+}
