@@ -1,0 +1,280 @@
+//! `capture [options] -- command args…`: run a CUDA workload and record it (see the library docs).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use shardscope_capture::launch::{self, ChildExit};
+use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
+use shardscope_capture::{names, nvml, sqlite};
+use shardscope_inject::config::{self, TraceKinds};
+
+/// Name of the injection library that `cargo build` puts next to the `capture` binary.
+const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capture",
+    version,
+    about = "Run a CUDA workload and record its GPU activity into an Nsight Systems-schema SQLite file",
+    after_help = "Examples:\n  capture -o run.sqlite -- python3 train.py\n  \
+                  capture -o tp2.sqlite -- torchrun --nproc_per_node=2 infer.py\n  \
+                  capture --merge run.sqlite.spool-1234 -o run.sqlite   (merge spools left by an interrupted capture)"
+)]
+struct Args {
+    /// Output SQLite file.
+    #[arg(short, long, default_value = "capture.sqlite")]
+    output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// What to record: comma-separated of kernel, memcpy, memset, api, nvtx, sync, or all.
+    #[arg(long, default_value = "all")]
+    trace: String,
+    /// Keep only what starts this many seconds after launch.
+    #[arg(long, value_name = "SECONDS")]
+    delay: Option<f64>,
+    /// Keep only what starts within this many seconds (after --delay).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Keep only what starts inside NVTX ranges with this message.
+    #[arg(long, value_name = "NAME")]
+    nvtx_range: Option<String>,
+    /// Keep only what starts between cudaProfilerStart and cudaProfilerStop (per process).
+    #[arg(long)]
+    cuda_profiler_api: bool,
+    /// libcupti to load in the workload (default: library path, then the usual CUDA folders).
+    #[arg(long, value_name = "PATH")]
+    cupti_lib: Option<PathBuf>,
+    /// Injection library (default: libshardscope_inject.so next to this binary).
+    #[arg(long, value_name = "PATH")]
+    inject_lib: Option<PathBuf>,
+    /// More environment variable names to record per process (comma-separated).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    env_allow: Vec<String>,
+    /// Folder for the per-process spool files (default: next to the output).
+    #[arg(long, value_name = "DIR")]
+    spool_dir: Option<PathBuf>,
+    /// Keep the spool files after merging.
+    #[arg(long)]
+    keep_spool: bool,
+    /// Milliseconds between flushes of CUPTI buffers inside the workload (bounds what a crash loses).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    flush_ms: u64,
+    /// Seconds to wait, after the command exits, for processes it left running.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    group_wait: f64,
+    /// Merge the spool files in DIR into --output without running anything.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    merge: Option<PathBuf>,
+    /// The workload and its arguments (after `--`).
+    #[arg(last = true, value_name = "COMMAND", required_unless_present = "merge")]
+    command: Vec<OsString>,
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => std::process::exit(code),
+        Err(error) => {
+            eprintln!("capture: {error:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn seconds_to_ns(seconds: Option<f64>, what: &str) -> anyhow::Result<Option<i64>> {
+    match seconds {
+        Some(s) if !(s >= 0.0 && s.is_finite()) => bail!("{what} must be a non-negative number of seconds, got {s}"),
+        Some(s) => Ok(Some((s * 1e9) as i64)),
+        None => Ok(None),
+    }
+}
+
+fn find_inject_lib(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match explicit {
+        Some(path) => path.to_path_buf(),
+        None => {
+            let exe = std::env::current_exe().context("cannot locate the capture binary")?;
+            exe.with_file_name(INJECT_LIB_NAME)
+        }
+    };
+    if !path.is_file() {
+        bail!("{}: injection library not found (build shardscope-inject, or pass --inject-lib)", path.display());
+    }
+    path.canonicalize().with_context(|| format!("{}", path.display()))
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("{}", path.display()))
+}
+
+fn run(args: Args) -> anyhow::Result<i32> {
+    let kinds = TraceKinds::parse(&args.trace).map_err(anyhow::Error::msg).context("--trace")?;
+    let range = CaptureRange {
+        delay_ns: seconds_to_ns(args.delay, "--delay")?,
+        duration_ns: seconds_to_ns(args.duration, "--duration")?,
+        nvtx_range: args.nvtx_range.clone(),
+        cuda_profiler_api: args.cuda_profiler_api,
+    };
+    if args.output.exists() && !args.force {
+        bail!("{}: output exists (pass --force to replace it)", args.output.display());
+    }
+    let output = absolute(&args.output)?;
+
+    if let Some(spool_dir) = &args.merge {
+        let (trace_meta, exit) = (vec![("mode".to_string(), "merge only".to_string())], ChildExit::Code(0));
+        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta)?;
+        return Ok(exit.exit_code());
+    }
+
+    let inject_lib = find_inject_lib(args.inject_lib.as_deref())?;
+    let spool_dir = match &args.spool_dir {
+        Some(dir) => absolute(dir)?,
+        None => {
+            let name =
+                format!("{}.spool-{}", output.file_name().unwrap_or_default().to_string_lossy(), std::process::id());
+            output.with_file_name(name)
+        }
+    };
+    std::fs::create_dir_all(&spool_dir)
+        .with_context(|| format!("{}: cannot create spool folder", spool_dir.display()))?;
+
+    let mut env: Vec<(String, OsString)> = vec![
+        ("CUDA_INJECTION64_PATH".into(), inject_lib.clone().into()),
+        (config::SPOOL_DIR_ENV.into(), spool_dir.clone().into()),
+        (config::TRACE_ENV.into(), kinds.to_list().into()),
+        (config::FLUSH_MS_ENV.into(), args.flush_ms.to_string().into()),
+    ];
+    if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {
+        eprintln!("capture: replacing CUDA_INJECTION64_PATH from the environment");
+    }
+    if kinds.nvtx {
+        if std::env::var_os("NVTX_INJECTION64_PATH").is_some() {
+            eprintln!("capture: NVTX_INJECTION64_PATH is already set; NVTX ranges go there, not into the capture");
+        } else {
+            // NVTX calls our library, which hands NVTX to CUPTI (see InitializeInjectionNvtx2).
+            env.push(("NVTX_INJECTION64_PATH".into(), inject_lib.clone().into()));
+        }
+    }
+    if let Some(cupti) = &args.cupti_lib {
+        env.push((config::CUPTI_LIB_ENV.into(), absolute(cupti)?.into()));
+    }
+    if !args.env_allow.is_empty() {
+        env.push((config::ENV_ALLOW_ENV.into(), args.env_allow.join(",").into()));
+    }
+
+    let session_start_utc_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    let exit = launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0)))
+        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    let exit_text = match exit {
+        ChildExit::Code(code) => format!("exit code {code}"),
+        ChildExit::Signal(signal) => {
+            eprintln!("capture: workload killed by {} (signal {signal})", launch::signal_name(signal));
+            format!("killed by {}", launch::signal_name(signal))
+        }
+    };
+    let command_json = format!(
+        "[{}]",
+        args.command.iter().map(|a| format!("{:?}", a.to_string_lossy())).collect::<Vec<_>>().join(", ")
+    );
+    let mut meta = vec![("command".to_string(), command_json), ("exitStatus".to_string(), exit_text)];
+    if let Some(cupti) = &args.cupti_lib {
+        meta.push(("cuptiLib".into(), cupti.display().to_string()));
+    }
+    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta) {
+        Ok(()) => {
+            if !args.keep_spool {
+                let _ = std::fs::remove_dir_all(&spool_dir);
+            }
+        }
+        Err(error) => {
+            eprintln!("capture: {error:#}");
+            eprintln!(
+                "capture: spool files kept in {}; retry with: capture --merge {} -o {}",
+                spool_dir.display(),
+                spool_dir.display(),
+                output.display()
+            );
+            // The workload's own failure matters more than ours.
+            return Ok(if exit == ChildExit::Code(0) { 2 } else { exit.exit_code() });
+        }
+    }
+    Ok(exit.exit_code())
+}
+
+fn merge_and_write(
+    output: &Path,
+    spool_dir: &Path,
+    session_start_utc_ns: Option<i64>,
+    range: &CaptureRange,
+    kinds: &TraceKinds,
+    mut meta: Vec<(String, String)>,
+) -> anyhow::Result<()> {
+    let spools = merge::read_spool_dir(spool_dir)?;
+    if spools.is_empty() {
+        eprintln!(
+            "capture: no process recorded anything (none initialised CUDA, or the injection library could not load); \
+             writing an empty trace"
+        );
+    }
+    let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
+    let (mut trace, extras) = merge::merge(&spools, &options);
+
+    // NVML's view: PCI locations and physical GPU indices (what nsys uses as deviceId), by UUID.
+    let mut links = Vec::new();
+    if let Some((gpus, gpu_links)) = nvml::query() {
+        for (device, extra) in trace.devices.iter_mut().zip(&extras.devices) {
+            let uuid = uuid_text(&extra.uuid);
+            if let Some(gpu) = gpus.iter().find(|g| g.uuid == uuid) {
+                device.ordinal = gpu.index;
+                device.bus_location = Some(gpu.bus_location.clone());
+            }
+        }
+        links = gpu_links;
+    }
+    // Ordinals are per process (CUDA_VISIBLE_DEVICES renumbers): keep them unique in the file.
+    let mut seen = std::collections::HashSet::new();
+    let mut next = trace.devices.iter().map(|d| d.ordinal).max().map_or(0, |m| m + 1);
+    for device in &mut trace.devices {
+        if !seen.insert(device.ordinal) {
+            device.ordinal = next;
+            seen.insert(next);
+            next += 1;
+        }
+    }
+
+    meta.push(("trace".into(), kinds.to_list()));
+    if let Some(demangler) = extras.demangler {
+        meta.push(("demangler".into(), format!("{demangler:?}")));
+    }
+    meta.push(("sessionStartUtcNs".into(), extras.session_start_utc_ns.to_string()));
+    meta.push(("captureRange".into(), format!("{range:?}")));
+    let facts = sqlite::RunFacts { meta, links };
+
+    let partial = output.with_extension("sqlite.partial");
+    sqlite::write_capture(&partial, &trace, &extras, &facts)?;
+    std::fs::rename(&partial, output).with_context(|| format!("{}: cannot move into place", output.display()))?;
+
+    let dropped: u64 = extras.processes.iter().map(|p| p.records_dropped).sum();
+    let unclean = extras.processes.iter().filter(|p| !p.clean_exit).count();
+    eprintln!(
+        "capture: wrote {}: {} processes, {} GPUs, {} kernels, {} memory ops, {} API calls, {} NVTX ranges; \
+         {dropped} records dropped{}",
+        output.display(),
+        trace.processes.len(),
+        trace.devices.len(),
+        trace.kernels.len(),
+        trace.memops.len(),
+        trace.api_calls.len(),
+        trace.ranges.len(),
+        if unclean > 0 {
+            format!("; {unclean} processes did not exit cleanly (records up to their last flush kept)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}

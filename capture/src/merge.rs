@@ -1,0 +1,539 @@
+//! Merging the spool files of every process of a job into one [`Trace`].
+//!
+//! Each process wrote its own spool (see `shardscope_inject::spool`). Merging puts all of them
+//! on one timeline (ns since the session start, nsys' convention), turns kernel names into the
+//! demangled and short forms nsys shows, pairs NVTX start/end markers into ranges, maps each
+//! process's CUDA device ordinals to GPUs by UUID, and applies the capture range the user
+//! asked for. What the trace model has no field for (synchronisation events, per-kernel
+//! resource usage, per-process environment and losses) is returned beside it in
+//! [`CaptureExtras`], index-aligned where noted, for the SQLite writer.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use shardscope_inject::record::{KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
+use shardscope_inject::spool::{SpoolContents, read_spool};
+use shardscope_model::{
+    ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
+};
+
+use crate::names::{self, Demangler};
+
+/// One process's spool file, read.
+#[derive(Debug)]
+pub struct ProcessSpool {
+    /// The file.
+    pub path: PathBuf,
+    /// Its records and what was cut off.
+    pub contents: SpoolContents,
+}
+
+impl ProcessSpool {
+    /// The process header, present in every spool the library wrote.
+    pub fn info(&self) -> Option<&ProcessInfo> {
+        self.contents.records.iter().find_map(|r| if let SpoolRecord::Process(p) = r { Some(p) } else { None })
+    }
+}
+
+/// Reads every `*.spool` file in `dir`, ordered by process start. A file that is not a spool
+/// at all is an error; a cut-off tail is not (it is counted in the contents).
+pub fn read_spool_dir(dir: &Path) -> anyhow::Result<Vec<ProcessSpool>> {
+    let mut spools = Vec::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot list spool folder", dir.display()))?;
+    for entry in entries {
+        let path = entry.with_context(|| format!("{}: cannot list spool folder", dir.display()))?.path();
+        if path.extension().is_some_and(|e| e == "spool") {
+            let contents = read_spool(&path).with_context(|| format!("{}", path.display()))?;
+            spools.push(ProcessSpool { path, contents });
+        }
+    }
+    spools.sort_by_key(|s| s.info().map(|i| (i.realtime_ns, i.pid)).unwrap_or((u64::MAX, 0)));
+    Ok(spools)
+}
+
+/// Which part of the run to keep.
+#[derive(Debug, Clone, Default)]
+pub struct CaptureRange {
+    /// Drop events that start earlier than this after the session start.
+    pub delay_ns: Option<i64>,
+    /// Keep at most this long after the delay.
+    pub duration_ns: Option<i64>,
+    /// Keep only what starts inside NVTX ranges with this message (any process).
+    pub nvtx_range: Option<String>,
+    /// Keep only what starts between `cudaProfilerStart` and `cudaProfilerStop` (per process).
+    pub cuda_profiler_api: bool,
+}
+
+/// Settings for [`merge`].
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    /// Wall-clock start of the session, ns since the Unix epoch (the launcher's start); else
+    /// the earliest process start.
+    pub session_start_utc_ns: Option<i64>,
+    /// The range to keep.
+    pub range: CaptureRange,
+    /// NVIDIA's `cu++filt`, for nsys-identical kernel names.
+    pub cufilt: Option<PathBuf>,
+}
+
+/// Kernel fields that the trace model does not hold; `CaptureExtras::kernels[i]` belongs to
+/// `Trace::kernels[i]` (the merge leaves the trace unsorted so the two stay aligned).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelDetail {
+    /// The spooled record (CUPTI clock times, ids, resources).
+    pub record: KernelRecord,
+    /// The mangled name as CUPTI reported it.
+    pub mangled_name: shardscope_model::NameId,
+}
+
+/// A CUDA synchronisation call's effect, on the session timeline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SyncEvent {
+    /// Process that synchronised.
+    pub process: ProcessIdx,
+    /// Start, ns since session start.
+    pub start_ns: i64,
+    /// End, ns since session start.
+    pub end_ns: i64,
+    /// CUPTI synchronisation type.
+    pub sync_type: u32,
+    /// CUDA context id.
+    pub context_id: u32,
+    /// CUDA stream id (`u32::MAX` when none).
+    pub stream_id: u32,
+    /// CUDA event id (`u32::MAX` when none).
+    pub event_id: u32,
+    /// Correlation id of the API call.
+    pub correlation_id: u32,
+}
+
+/// What the merge knows about one process beyond [`Process`]; aligned with `Trace::processes`.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessExtra {
+    /// Parent process id.
+    pub ppid: u32,
+    /// Command line.
+    pub command_line: Vec<String>,
+    /// Rank on its host.
+    pub local_rank: Option<u32>,
+    /// Allow-listed environment.
+    pub env: Vec<(String, String)>,
+    /// `cuptiGetVersion` of the CUPTI it loaded.
+    pub cupti_version: u32,
+    /// Records CUPTI reported as dropped.
+    pub records_dropped: u64,
+    /// Buffer requests refused because the pool was full.
+    pub buffers_refused: u64,
+    /// Activity records the decoder could not use.
+    pub records_undecoded: u64,
+    /// True when the process flushed at exit (false after a crash or kill).
+    pub clean_exit: bool,
+    /// Bytes at the end of the spool that did not form a whole frame.
+    pub truncated_bytes: u64,
+    /// The spool file.
+    pub spool: PathBuf,
+}
+
+/// GPU facts beyond [`Device`]; aligned with `Trace::devices`.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceExtra {
+    /// UUID bytes as CUPTI reports them.
+    pub uuid: [u8; 16],
+    /// Compute capability.
+    pub compute_capability: (u32, u32),
+    /// L2 cache, bytes.
+    pub l2_cache_bytes: u32,
+    /// Copy engines.
+    pub copy_engines: u32,
+}
+
+/// Everything [`merge`] found that the trace model has no place for.
+#[derive(Debug, Default)]
+pub struct CaptureExtras {
+    /// Per process.
+    pub processes: Vec<ProcessExtra>,
+    /// Per device.
+    pub devices: Vec<DeviceExtra>,
+    /// Per kernel, aligned with `Trace::kernels`.
+    pub kernels: Vec<KernelDetail>,
+    /// Per memory operation: (context id, CUPTI memory kinds source/destination or memset kind).
+    pub memops: Vec<(u32, u8, u8)>,
+    /// Synchronisation events.
+    pub syncs: Vec<SyncEvent>,
+    /// Which demangler named the kernels.
+    pub demangler: Option<Demangler>,
+    /// The session start, ns since the Unix epoch.
+    pub session_start_utc_ns: i64,
+}
+
+/// Formats CUPTI's UUID bytes the way nsys writes them (`c422d2bb-0c9d-…`).
+pub fn uuid_text(uuid: &[u8; 16]) -> String {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// Merges the spools into one trace (not yet [`Trace::finish`]ed, see [`KernelDetail`]).
+pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, CaptureExtras) {
+    let mut trace = Trace::default();
+    let mut extras = CaptureExtras::default();
+    trace.source.producer = Some(format!("shardscope-capture {}", env!("CARGO_PKG_VERSION")));
+
+    let infos: Vec<Option<&ProcessInfo>> = spools.iter().map(|s| s.info()).collect();
+    let earliest = infos.iter().flatten().map(|i| i.realtime_ns as i64).min().unwrap_or(0);
+    let session_start = options.session_start_utc_ns.unwrap_or(earliest);
+    extras.session_start_utc_ns = session_start;
+    trace.clock_offset_ns = Some(session_start);
+    // One CUPTI→wall offset per host, from its earliest process: CUPTI times of processes on
+    // one host share a clock, and per-process offsets would add their measurement jitter.
+    let mut host_offsets: HashMap<&str, i128> = HashMap::new();
+    for info in infos.iter().flatten() {
+        host_offsets.entry(info.hostname.as_str()).or_insert(info.realtime_ns as i128 - info.cupti_clock_ns as i128);
+    }
+    let mut host_index: HashMap<String, u64> = HashMap::new();
+
+    // Kernel names: collect every distinct mangled name first, demangle in one batch.
+    let mut mangled_names: Vec<String> = Vec::new();
+    for spool in spools {
+        let texts = spool_names(&spool.contents.records);
+        for record in &spool.contents.records {
+            if let SpoolRecord::Kernel(k) = record
+                && let Some(text) = texts.get(&k.name_id)
+            {
+                mangled_names.push((*text).to_string());
+            }
+        }
+    }
+    mangled_names.sort();
+    mangled_names.dedup();
+    let (demangled, demangler) = names::demangle_all(&mangled_names, options.cufilt.as_deref());
+    extras.demangler = Some(demangler);
+
+    let mut devices_by_uuid: HashMap<(String, [u8; 16]), DeviceIdx> = HashMap::new();
+    let mut device_users: HashMap<DeviceIdx, Vec<ProcessIdx>> = HashMap::new();
+
+    for (spool, info) in spools.iter().zip(&infos) {
+        let Some(info) = info else {
+            trace.warn("spool file without a process header (skipped)");
+            continue;
+        };
+        let offset = host_offsets[info.hostname.as_str()];
+        let to_session = |t: u64| -> i64 { (t as i128 + offset - session_start as i128) as i64 };
+        let hosts = host_index.len() as u64;
+        let hw = *host_index.entry(info.hostname.clone()).or_insert(hosts);
+        let global_pid = (hw << 56) | ((info.pid as u64 & 0xFF_FFFF) << 24);
+        let process = trace.add_process(Process {
+            pid: info.pid,
+            global_pid,
+            name: info.command_line.join(" "),
+            host: Some(info.hostname.clone()),
+            rank: info.rank,
+            world_size: info.world_size,
+        });
+        let mut extra = ProcessExtra {
+            ppid: info.ppid,
+            command_line: info.command_line.clone(),
+            local_rank: info.local_rank,
+            env: info.env.clone(),
+            cupti_version: info.cupti_version,
+            truncated_bytes: spool.contents.truncated_bytes,
+            spool: spool.path.clone(),
+            ..ProcessExtra::default()
+        };
+        if spool.contents.truncated_bytes > 0 {
+            trace.warn("spool file cut off (process killed?): last partial frame ignored");
+        }
+        if spool.contents.bad_records > 0 {
+            trace.warn_n("undecodable spool record", spool.contents.bad_records);
+        }
+
+        let texts = spool_names(&spool.contents.records);
+        let text = |id: u32| texts.get(&id).copied().unwrap_or("");
+        // Device ordinal in this process → trace device.
+        let mut ordinals: HashMap<u32, DeviceIdx> = HashMap::new();
+        for record in &spool.contents.records {
+            if let SpoolRecord::Device(d) = record {
+                let key = (info.hostname.clone(), d.uuid);
+                let index = *devices_by_uuid.entry(key).or_insert_with(|| {
+                    extras.devices.push(DeviceExtra {
+                        uuid: d.uuid,
+                        compute_capability: (d.cc_major, d.cc_minor),
+                        l2_cache_bytes: d.l2_cache_bytes,
+                        copy_engines: d.copy_engines,
+                    });
+                    trace.add_device(Device {
+                        ordinal: d.device_id,
+                        process: None,
+                        name: d.name.clone(),
+                        sm_count: Some(d.sm_count),
+                        memory_bytes: Some(d.memory_bytes),
+                        // CUPTI reports kB/s (10^3): 4_814_304_000 for an H200, which nsys
+                        // stores as 4_814_304_000_000 B/s.
+                        memory_bandwidth_bytes_per_s: Some(d.memory_bandwidth_kib_per_s * 1000),
+                        clock_rate_khz: Some(d.clock_rate_khz),
+                        bus_location: None,
+                    })
+                });
+                ordinals.insert(d.device_id, index);
+            }
+        }
+        let mut device_of = |trace: &mut Trace, extras: &mut CaptureExtras, ordinal: u32| -> DeviceIdx {
+            *ordinals.entry(ordinal).or_insert_with(|| {
+                // No device record (device kind refused): one anonymous device per ordinal.
+                trace.warn("GPU without a CUPTI device record");
+                extras.devices.push(DeviceExtra::default());
+                trace.add_device(Device { ordinal, ..Device::default() })
+            })
+        };
+
+        let mut open_markers: HashMap<u32, MarkerRecord> = HashMap::new();
+        let mut last_ns = 0i64;
+        for record in &spool.contents.records {
+            match record {
+                SpoolRecord::Kernel(k) => {
+                    let device = device_of(&mut trace, &mut extras, k.device_id);
+                    let users = device_users.entry(device).or_default();
+                    if !users.contains(&process) {
+                        users.push(process);
+                    }
+                    let mangled = text(k.name_id);
+                    let full = demangled.get(mangled).map(String::as_str).unwrap_or(mangled);
+                    let name = trace.names.intern(full);
+                    let short_name = trace.names.intern(&names::short_name(full));
+                    let mangled_name = trace.names.intern(mangled);
+                    let (start_ns, end_ns) = (to_session(k.start_ns), to_session(k.end_ns));
+                    last_ns = last_ns.max(end_ns);
+                    trace.kernels.push(Kernel {
+                        start_ns,
+                        end_ns,
+                        name,
+                        short_name,
+                        device,
+                        process,
+                        stream: k.stream_id,
+                        correlation_id: k.correlation_id,
+                        grid: k.grid.map(|v| v.max(0) as u32),
+                        block: k.block.map(|v| v.max(0) as u32),
+                        launch: None,
+                        collective: None,
+                    });
+                    extras.kernels.push(KernelDetail { record: *k, mangled_name });
+                }
+                SpoolRecord::Memcpy(m) => {
+                    let device = device_of(&mut trace, &mut extras, m.device_id);
+                    trace.memops.push(MemOp {
+                        start_ns: to_session(m.start_ns),
+                        end_ns: to_session(m.end_ns),
+                        copy_kind: Some(CopyKind::from_cupti(i64::from(m.copy_kind))),
+                        bytes: m.bytes,
+                        device,
+                        process,
+                        stream: m.stream_id,
+                        correlation_id: m.correlation_id,
+                        src_device: None,
+                        dst_device: None,
+                        launch: None,
+                    });
+                    extras.memops.push((m.context_id, m.src_kind, m.dst_kind));
+                    last_ns = last_ns.max(to_session(m.end_ns));
+                }
+                SpoolRecord::Memset(m) => {
+                    let device = device_of(&mut trace, &mut extras, m.device_id);
+                    trace.memops.push(MemOp {
+                        start_ns: to_session(m.start_ns),
+                        end_ns: to_session(m.end_ns),
+                        copy_kind: None,
+                        bytes: m.bytes,
+                        device,
+                        process,
+                        stream: m.stream_id,
+                        correlation_id: m.correlation_id,
+                        src_device: None,
+                        dst_device: None,
+                        launch: None,
+                    });
+                    extras.memops.push((m.context_id, m.memory_kind as u8, 0));
+                    last_ns = last_ns.max(to_session(m.end_ns));
+                }
+                SpoolRecord::Api(a) => {
+                    let name = if a.name_id == 0 {
+                        trace.names.intern(&format!("{}_cbid_{}", if a.driver { "driver" } else { "runtime" }, a.cbid))
+                    } else {
+                        trace.names.intern(text(a.name_id))
+                    };
+                    trace.api_calls.push(ApiCall {
+                        start_ns: to_session(a.start_ns),
+                        end_ns: to_session(a.end_ns),
+                        name,
+                        kind: if a.driver { ApiKind::Driver } else { ApiKind::Runtime },
+                        process,
+                        tid: a.tid,
+                        correlation_id: a.correlation_id,
+                    });
+                    last_ns = last_ns.max(to_session(a.end_ns));
+                }
+                SpoolRecord::Marker(m) => {
+                    const START: u32 = 2;
+                    const END: u32 = 4;
+                    const INSTANT: u32 = 1;
+                    last_ns = last_ns.max(to_session(m.timestamp_ns));
+                    if m.flags & START != 0 {
+                        open_markers.insert(m.id, *m);
+                    } else if m.flags & END != 0 {
+                        match open_markers.remove(&m.id) {
+                            Some(start) => {
+                                let range = marker_range(
+                                    &mut trace,
+                                    process,
+                                    &start,
+                                    m.tid,
+                                    &text,
+                                    &to_session,
+                                    m.timestamp_ns,
+                                );
+                                trace.ranges.push(range);
+                            }
+                            None => trace.warn("NVTX range end without its start"),
+                        }
+                    } else if m.flags & INSTANT != 0 {
+                        trace.warn("NVTX mark (instant event) not kept");
+                    }
+                }
+                SpoolRecord::Sync(s) => extras.syncs.push(SyncEvent {
+                    process,
+                    start_ns: to_session(s.start_ns),
+                    end_ns: to_session(s.end_ns),
+                    sync_type: s.sync_type,
+                    context_id: s.context_id,
+                    stream_id: s.stream_id,
+                    event_id: s.event_id,
+                    correlation_id: s.correlation_id,
+                }),
+                SpoolRecord::Dropped(d) => extra.records_dropped += d.count,
+                SpoolRecord::BuffersRefused { count } => extra.buffers_refused = *count,
+                SpoolRecord::End { undecoded, .. } => {
+                    extra.clean_exit = true;
+                    extra.records_undecoded = *undecoded;
+                }
+                SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
+            }
+        }
+        // Ranges still open when the process stopped writing (killed, or never closed):
+        // end them at the last thing the process recorded, and say so.
+        let mut unclosed: Vec<MarkerRecord> = open_markers.into_values().collect();
+        unclosed.sort_by_key(|m| m.timestamp_ns);
+        for start in unclosed {
+            trace.warn("NVTX range never closed (ended at the process's last event)");
+            let mut range =
+                marker_range(&mut trace, process, &start, start.tid, &text, &to_session, start.timestamp_ns);
+            range.end_ns = last_ns.max(range.start_ns);
+            trace.ranges.push(range);
+        }
+        trace.warn_n("CUPTI records dropped (buffers full)", extra.records_dropped);
+        extras.processes.push(extra);
+    }
+    for (device, users) in device_users {
+        if let [only] = users.as_slice() {
+            trace.devices[device.0 as usize].process = Some(*only);
+        }
+    }
+    apply_range(&mut trace, &mut extras, &options.range);
+    (trace, extras)
+}
+
+fn spool_names(records: &[SpoolRecord]) -> HashMap<u32, &str> {
+    records
+        .iter()
+        .filter_map(|r| if let SpoolRecord::Name { id, text } = r { Some((*id, text.as_str())) } else { None })
+        .collect()
+}
+
+fn marker_range<'a>(
+    trace: &mut Trace,
+    process: ProcessIdx,
+    start: &MarkerRecord,
+    end_tid: u32,
+    text: &dyn Fn(u32) -> &'a str,
+    to_session: &dyn Fn(u64) -> i64,
+    end_timestamp_ns: u64,
+) -> Range {
+    Range {
+        start_ns: to_session(start.timestamp_ns),
+        end_ns: to_session(end_timestamp_ns),
+        name: trace.names.intern(text(start.name_id)),
+        domain: trace.names.intern(text(start.domain_id)),
+        // CUPTI marks push/pop and start/end ranges alike; a range that ends on another
+        // thread can only be a start/end range.
+        kind: if end_tid == start.tid { RangeKind::PushPop } else { RangeKind::StartEnd },
+        process,
+        tid: start.tid,
+        device: None,
+        stream: None,
+        depth: 0,
+    }
+}
+
+/// Keeps only events that start inside the capture range (ranges: that overlap it).
+fn apply_range(trace: &mut Trace, extras: &mut CaptureExtras, range: &CaptureRange) {
+    // Windows as (process or None for all, start, end).
+    let mut windows: Vec<(Option<ProcessIdx>, i64, i64)> = Vec::new();
+    let mut restricted = false;
+    if range.delay_ns.is_some() || range.duration_ns.is_some() {
+        restricted = true;
+        let start = range.delay_ns.unwrap_or(0);
+        let end = range.duration_ns.map(|d| start.saturating_add(d)).unwrap_or(i64::MAX);
+        windows.push((None, start, end));
+    }
+    if let Some(name) = &range.nvtx_range {
+        restricted = true;
+        let windows_before = windows.len();
+        let id = trace.names.lookup(name);
+        for r in trace.ranges.iter().filter(|r| Some(r.name) == id) {
+            windows.push((None, r.start_ns, r.end_ns));
+        }
+        if windows.len() == windows_before {
+            trace.warn("--nvtx-range: no NVTX range with that name; nothing kept");
+        }
+    }
+    if range.cuda_profiler_api {
+        restricted = true;
+        let mut open: HashMap<ProcessIdx, i64> = HashMap::new();
+        let mut calls: Vec<&ApiCall> = trace.api_calls.iter().collect();
+        calls.sort_by_key(|c| c.start_ns);
+        for call in calls {
+            let name = trace.names.get(call.name);
+            if name.starts_with("cudaProfilerStart") || name.starts_with("cuProfilerStart") {
+                open.entry(call.process).or_insert(call.end_ns);
+            } else if (name.starts_with("cudaProfilerStop") || name.starts_with("cuProfilerStop"))
+                && let Some(start) = open.remove(&call.process)
+            {
+                windows.push((Some(call.process), start, call.start_ns));
+            }
+        }
+        for (process, start) in open {
+            windows.push((Some(process), start, i64::MAX));
+        }
+    }
+    if !restricted {
+        return;
+    }
+    let inside = |process: ProcessIdx, t: i64| {
+        windows.iter().any(|(p, s, e)| p.is_none_or(|p| p == process) && t >= *s && t < *e)
+    };
+    let overlaps = |process: ProcessIdx, s0: i64, e0: i64| {
+        windows.iter().any(|(p, s, e)| p.is_none_or(|p| p == process) && s0 < *e && e0 >= *s)
+    };
+    let keep: Vec<bool> = trace.kernels.iter().map(|k| inside(k.process, k.start_ns)).collect();
+    let mut flags = keep.iter();
+    trace.kernels.retain(|_| *flags.next().unwrap());
+    let mut flags = keep.iter();
+    extras.kernels.retain(|_| *flags.next().unwrap());
+    let keep: Vec<bool> = trace.memops.iter().map(|m| inside(m.process, m.start_ns)).collect();
+    let mut flags = keep.iter();
+    trace.memops.retain(|_| *flags.next().unwrap());
+    let mut flags = keep.iter();
+    extras.memops.retain(|_| *flags.next().unwrap());
+    trace.api_calls.retain(|a| inside(a.process, a.start_ns));
+    extras.syncs.retain(|s| inside(s.process, s.start_ns));
+    trace.ranges.retain(|r| overlaps(r.process, r.start_ns, r.end_ns));
+}

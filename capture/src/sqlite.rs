@@ -1,0 +1,223 @@
+//! Writing the merged capture: nsys' tables through `shardscope_io::nsys_writer`, then what
+//! only a capture knows.
+//!
+//! After the shared writer has written the trace, this module
+//! - fills the kernel columns the trace model lacks (`contextId`, `mangledName`, `launchType`,
+//!   `cacheConfig`, `registersPerThread`, shared and local memory, `gridId`, `graphNodeId`,
+//!   `sharedMemoryExecuted`) row by row: the writer inserts kernels in `Trace::kernels` order
+//!   into an empty table, so kernel `i` is `rowid i + 1`;
+//! - adds each GPU's `uuid`, `l2CacheSize`, `asyncEngines`, `computeMajor/Minor` to
+//!   `TARGET_INFO_GPU`;
+//! - writes `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` with nsys' columns;
+//! - writes the capture-only tables below.
+//!
+//! | table | columns | one row per |
+//! | --- | --- | --- |
+//! | `SHARDSCOPE_CAPTURE_PROCESS` | `globalPid, pid, ppid, commandLine` (JSON array), `localRank, cuptiVersion, recordsDropped, buffersRefused, recordsUndecoded, cleanExit, truncatedBytes` | recorded process |
+//! | `SHARDSCOPE_CAPTURE_ENV` | `globalPid, name, value` | allow-listed environment variable that was set |
+//! | `SHARDSCOPE_GPU_LINKS` | `deviceIdA, deviceIdB, uuidA, uuidB, nvlinks, kind` | GPU pair (from NVML) |
+//! | `SHARDSCOPE_CAPTURE_META` | `name, value` | fact about the run: command, exit status, trace kinds, demangler, capture range |
+//! | `SHARDSCOPE_CAPTURE_WARNINGS` | `what, count` | kind of problem met while merging |
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use rusqlite::{Connection, params};
+use shardscope_io::nsys_writer::{WriteOptions, Writer};
+use shardscope_model::Trace;
+
+use crate::merge::{CaptureExtras, uuid_text};
+use crate::nvml::GpuLink;
+
+/// Facts about the run itself, for `SHARDSCOPE_CAPTURE_META`.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    /// `(name, value)` pairs.
+    pub meta: Vec<(String, String)>,
+    /// GPU pairs and their links.
+    pub links: Vec<GpuLink>,
+}
+
+/// Writes `trace` with `extras` to `path` (replacing it).
+pub fn write_capture(path: &Path, trace: &Trace, extras: &CaptureExtras, facts: &RunFacts) -> anyhow::Result<()> {
+    let options =
+        WriteOptions { producer_name: "shardscope-capture".into(), producer_version: env!("CARGO_PKG_VERSION").into() };
+    let mut writer = Writer::create_with(path, &options)?;
+    writer.write_trace(trace)?;
+    write_extras(writer.connection(), trace, extras, facts)
+        .with_context(|| format!("{}: cannot write SQLite", path.display()))?;
+    writer.finish()?;
+    Ok(())
+}
+
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn write_extras(conn: &Connection, trace: &Trace, extras: &CaptureExtras, facts: &RunFacts) -> rusqlite::Result<()> {
+    // Mangled names are new strings: append them after the writer's ids.
+    let mut next_string_id: i64 =
+        conn.query_row("SELECT COALESCE(MAX(id), -1) + 1 FROM StringIds", [], |r| r.get(0))?;
+    let mut string_ids: HashMap<&str, i64> = HashMap::new();
+    {
+        let mut find = conn.prepare("SELECT id FROM StringIds WHERE value = ?1")?;
+        let mut insert = conn.prepare("INSERT INTO StringIds (id, value) VALUES (?1, ?2)")?;
+        for detail in &extras.kernels {
+            let text = trace.names.get(detail.mangled_name);
+            if string_ids.contains_key(text) {
+                continue;
+            }
+            let id = match find.query_row([text], |r| r.get::<_, i64>(0)) {
+                Ok(id) => id,
+                Err(rusqlite::Error::QueryReturnedNoRows) => {
+                    insert.execute(params![next_string_id, text])?;
+                    next_string_id += 1;
+                    next_string_id - 1
+                }
+                Err(e) => return Err(e),
+            };
+            string_ids.insert(text, id);
+        }
+    }
+    let mut update = conn.prepare(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET contextId = ?2, mangledName = ?3, launchType = ?4, cacheConfig = ?5, \
+         registersPerThread = ?6, staticSharedMemory = ?7, dynamicSharedMemory = ?8, localMemoryPerThread = ?9, \
+         localMemoryTotal = ?10, gridId = ?11, sharedMemoryExecuted = ?12, graphNodeId = ?13 WHERE rowid = ?1",
+    )?;
+    for (index, detail) in extras.kernels.iter().enumerate() {
+        let k = &detail.record;
+        update.execute(params![
+            index as i64 + 1,
+            k.context_id,
+            string_ids[trace.names.get(detail.mangled_name)],
+            k.launch_type,
+            k.cache_config,
+            k.registers_per_thread,
+            k.static_shared_bytes,
+            k.dynamic_shared_bytes,
+            k.local_bytes_per_thread,
+            k.local_bytes_total,
+            k.grid_id,
+            k.shared_executed_bytes,
+            (k.graph_node_id != 0).then_some(k.graph_node_id as i64),
+        ])?;
+    }
+
+    let mut gpu = conn.prepare(
+        "UPDATE TARGET_INFO_GPU SET uuid = ?2, l2CacheSize = ?3, asyncEngines = ?4, computeMajor = ?5, \
+         computeMinor = ?6, smMajor = ?5, smMinor = ?6, isDiscrete = 1 WHERE id = ?1",
+    )?;
+    for (device, extra) in trace.devices.iter().zip(&extras.devices) {
+        if extra.uuid != [0; 16] {
+            gpu.execute(params![
+                device.ordinal,
+                uuid_text(&extra.uuid),
+                extra.l2_cache_bytes,
+                extra.copy_engines,
+                extra.compute_capability.0,
+                extra.compute_capability.1
+            ])?;
+        }
+    }
+
+    conn.execute_batch(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER NOT NULL, end INTEGER NOT NULL, \
+         deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, \
+         correlationId INTEGER, globalPid INTEGER, deprecatedSyncType INTEGER, syncType INTEGER NOT NULL, \
+         eventId INTEGER NOT NULL, eventSyncId INTEGER);
+         CREATE TABLE SHARDSCOPE_CAPTURE_PROCESS (globalPid INTEGER, pid INTEGER, ppid INTEGER, commandLine TEXT, \
+         localRank INTEGER, cuptiVersion INTEGER, recordsDropped INTEGER, buffersRefused INTEGER, \
+         recordsUndecoded INTEGER, cleanExit INTEGER, truncatedBytes INTEGER);
+         CREATE TABLE SHARDSCOPE_CAPTURE_ENV (globalPid INTEGER, name TEXT, value TEXT);
+         CREATE TABLE SHARDSCOPE_GPU_LINKS (deviceIdA INTEGER, deviceIdB INTEGER, uuidA TEXT, uuidB TEXT, \
+         nvlinks INTEGER, kind TEXT);
+         CREATE TABLE SHARDSCOPE_CAPTURE_META (name TEXT NOT NULL, value TEXT);
+         CREATE TABLE SHARDSCOPE_CAPTURE_WARNINGS (what TEXT NOT NULL, count INTEGER NOT NULL);",
+    )?;
+    // A synchronisation names a context; its GPU is the one the process's kernels in that
+    // context ran on.
+    let mut context_device: HashMap<(u32, u32), u32> = HashMap::new();
+    for (kernel, detail) in trace.kernels.iter().zip(&extras.kernels) {
+        let ordinal = trace.devices.get(kernel.device.0 as usize).map_or(0, |d| d.ordinal);
+        context_device.entry((kernel.process.0, detail.record.context_id)).or_insert(ordinal);
+    }
+    let mut sync = conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, streamId, correlationId, \
+         globalPid, syncType, eventId) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    for s in &extras.syncs {
+        let global_pid = trace.processes.get(s.process.0 as usize).map_or(0, |p| p.global_pid) as i64;
+        let device = context_device.get(&(s.process.0, s.context_id)).copied().unwrap_or(0);
+        sync.execute(params![
+            s.start_ns,
+            s.end_ns,
+            device,
+            s.context_id,
+            s.stream_id,
+            s.correlation_id,
+            global_pid,
+            s.sync_type,
+            s.event_id
+        ])?;
+    }
+
+    let mut process_row =
+        conn.prepare("INSERT INTO SHARDSCOPE_CAPTURE_PROCESS VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?;
+    let mut env_row = conn.prepare("INSERT INTO SHARDSCOPE_CAPTURE_ENV VALUES (?1, ?2, ?3)")?;
+    for (process, extra) in trace.processes.iter().zip(&extras.processes) {
+        let command_line =
+            format!("[{}]", extra.command_line.iter().map(|a| json_string(a)).collect::<Vec<_>>().join(", "));
+        process_row.execute(params![
+            process.global_pid as i64,
+            process.pid,
+            extra.ppid,
+            command_line,
+            extra.local_rank,
+            extra.cupti_version,
+            extra.records_dropped as i64,
+            extra.buffers_refused as i64,
+            extra.records_undecoded as i64,
+            extra.clean_exit,
+            extra.truncated_bytes as i64,
+        ])?;
+        for (name, value) in &extra.env {
+            env_row.execute(params![process.global_pid as i64, name, value])?;
+        }
+    }
+
+    let ordinal_of = |uuid: &str| {
+        trace.devices.iter().zip(&extras.devices).find(|(_, e)| uuid_text(&e.uuid) == uuid).map(|(d, _)| d.ordinal)
+    };
+    let mut link_row = conn.prepare("INSERT INTO SHARDSCOPE_GPU_LINKS VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+    for link in &facts.links {
+        link_row.execute(params![
+            ordinal_of(&link.uuid_a),
+            ordinal_of(&link.uuid_b),
+            link.uuid_a,
+            link.uuid_b,
+            link.nvlinks,
+            link.kind
+        ])?;
+    }
+    let mut meta_row = conn.prepare("INSERT INTO SHARDSCOPE_CAPTURE_META VALUES (?1, ?2)")?;
+    for (name, value) in &facts.meta {
+        meta_row.execute(params![name, value])?;
+    }
+    let mut warning_row = conn.prepare("INSERT INTO SHARDSCOPE_CAPTURE_WARNINGS VALUES (?1, ?2)")?;
+    for warning in &trace.warnings {
+        warning_row.execute(params![warning.what, warning.count as i64])?;
+    }
+    Ok(())
+}
