@@ -259,13 +259,16 @@ impl ViewerApp {
                 action = details_ui(ui, &session.data, &session.collectives, self.selected);
             }
             SideTab::Range => {
-                self.range_stats.update(&session.data, session.view.range_ns);
+                self.range_stats.update(&session.data, session.view.range_ns, ui.ctx());
                 if range_stats_ui(ui, &session.data, &self.range_stats) {
                     session.view.range_ns = None;
                 }
             }
             SideTab::Summary => {
-                self.summary_stats.update(&session.data, None);
+                self.summary_stats.update(&session.data, None, ui.ctx());
+                if self.summary_stats.is_computing() {
+                    ui.spinner();
+                }
                 summary_ui(ui, &self.summary_stats.ranks);
             }
         });

@@ -4,7 +4,8 @@
 //! and a benchmark sees the same events on every run. Each rank gets one process, one GPU, a
 //! compute stream with back-to-back kernels, a communication stream with NCCL all-reduce
 //! kernels (with collective metadata), one `cudaLaunchKernel` call per kernel on the main
-//! thread, and NVTX `step` / `forward` / `backward` ranges around them.
+//! thread, and NVTX `request` / `prefill` / `decode` ranges around them (the phase names the
+//! analyzer recognises).
 
 use shardscope_model::{
     ApiCall, ApiKind, Collective, CollectiveOp, Device, Kernel, Process, Range, RangeKind, SourceFormat, SourceInfo,
@@ -96,8 +97,8 @@ fn generate_rank(spec: SyntheticSpec, rank: u32) -> Trace {
     let launch_name = trace.names.intern("cudaLaunchKernel");
     let group_name = trace.names.intern("0");
     let dtype = trace.names.intern("BFloat16");
-    let step_name = trace.names.intern("step");
-    let phase_names = [trace.names.intern("forward"), trace.names.intern("backward")];
+    let step_name = trace.names.intern("request");
+    let phase_names = [trace.names.intern("prefill"), trace.names.intern("decode")];
 
     let n = spec.kernels_per_rank;
     trace.kernels.reserve(n);

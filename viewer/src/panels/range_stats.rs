@@ -1,36 +1,84 @@
 //! Figures for the selected time range (or the whole trace), per rank.
 
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
+
 use egui::{Grid, RichText};
 
 use crate::analysis::{RankFigures, analyze_window};
 use crate::timeline::layout::TimelineData;
 use crate::timeline::paint::format_duration;
 
-/// Cached figures for one window.
+/// A time window in ns (start, end); `None` = the whole trace.
+type Window = Option<(i64, i64)>;
+
+/// Figures for one window, computed on a background thread because the analyzer walks every
+/// event of every rank (seconds for ten million kernels) and the window must stay responsive.
 #[derive(Debug, Default)]
 pub struct RangeStats {
-    /// The window the figures are for; `None` = whole trace.
+    /// The window the shown figures are for; `None` = whole trace.
     pub window_ns: Option<(i64, i64)>,
     /// Per-rank figures.
     pub ranks: Vec<RankFigures>,
     computed: bool,
+    pending: Option<(Window, Receiver<Vec<RankFigures>>)>,
 }
 
 impl RangeStats {
-    /// Recomputes when the window changed.
-    pub fn update(&mut self, data: &TimelineData, window_ns: Option<(i64, i64)>) {
-        if self.computed && self.window_ns == window_ns {
+    /// Starts computing the figures of `window_ns` unless they are shown or on their way;
+    /// picks up finished results. `ctx` is asked to repaint when a result arrives.
+    pub fn update(&mut self, data: &Arc<TimelineData>, window_ns: Option<(i64, i64)>, ctx: &egui::Context) {
+        self.poll();
+        let wanted_shown = self.computed && self.window_ns == window_ns;
+        let wanted_pending = self.pending.as_ref().is_some_and(|(w, _)| *w == window_ns);
+        if wanted_shown || wanted_pending {
             return;
         }
-        self.window_ns = window_ns;
-        self.ranks = analyze_window(&data.traces, &data.categories, window_ns);
-        self.computed = true;
+        let (sender, receiver) = channel();
+        let data = Arc::clone(data);
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let figures = analyze_window(&data.traces, &data.categories, window_ns);
+            // The receiver is gone when the user picked another range meanwhile: drop the result.
+            let _ = sender.send(figures);
+            ctx.request_repaint();
+        });
+        self.pending = Some((window_ns, receiver));
     }
 
-    /// Forgets the cache (after a new load).
+    fn poll(&mut self) {
+        let Some((window, receiver)) = &self.pending else { return };
+        match receiver.try_recv() {
+            Ok(ranks) => {
+                self.window_ns = *window;
+                self.ranks = ranks;
+                self.computed = true;
+                self.pending = None;
+            }
+            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Disconnected) => self.pending = None,
+        }
+    }
+
+    /// Blocks until the figures asked for last are in (for tests and screenshots).
+    pub fn wait(&mut self) {
+        if let Some((window, receiver)) = self.pending.take()
+            && let Ok(ranks) = receiver.recv()
+        {
+            self.window_ns = window;
+            self.ranks = ranks;
+            self.computed = true;
+        }
+    }
+
+    /// True while a computation runs.
+    pub fn is_computing(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Forgets everything (after a new load).
     pub fn reset(&mut self) {
-        self.computed = false;
-        self.ranks.clear();
+        *self = RangeStats::default();
     }
 }
 
@@ -55,6 +103,12 @@ pub fn range_stats_ui(ui: &mut egui::Ui, data: &TimelineData, stats: &RangeStats
             ui.label("Whole trace (drag on the time axis to pick a range)");
         }
     });
+    if stats.is_computing() {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label("computing…");
+        });
+    }
     ui.add_space(4.0);
     Grid::new("range_stats_grid").num_columns(6).striped(true).show(ui, |ui| {
         for heading in ["rank", "span", "GPU busy", "comm", "exposed comm", "overlap"] {
@@ -79,7 +133,8 @@ pub fn range_stats_ui(ui: &mut egui::Ui, data: &TimelineData, stats: &RangeStats
     ui.label(RichText::new("Kernel time by category").strong());
     for rank in &stats.ranks {
         let total: i64 = rank.categories.iter().map(|(_, ns)| ns).sum();
-        ui.collapsing(format!("{} · {}", rank.label, format_duration(total as f64)), |ui| {
+        let title = format!("{} · {} of kernel time", rank.label, format_duration(total as f64));
+        egui::CollapsingHeader::new(title).id_salt(("range_rank", &rank.label)).default_open(true).show(ui, |ui| {
             Grid::new(("range_categories", &rank.label)).num_columns(3).show(ui, |ui| {
                 for (name, ns) in &rank.categories {
                     ui.label(name);

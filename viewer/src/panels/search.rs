@@ -153,9 +153,9 @@ mod tests {
         state.run(&data);
         // Every 10th kernel of each rank.
         assert_eq!(state.matches.len(), 40);
-        state.query = "^(forward|backward)$".into();
+        state.query = "^(prefill|decode)$".into();
         state.run(&data);
-        // Two steps per rank, one forward and one backward each.
+        // Two steps per rank, one prefill and one decode each.
         assert_eq!(state.matches.len(), 8);
         let first = state.next_match().unwrap();
         assert_eq!(state.previous_match(), state.matches.last().copied());

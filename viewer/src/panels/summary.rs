@@ -26,7 +26,7 @@ fn stacked_chart(ui: &mut egui::Ui, id: &str, groups: &[(String, Vec<(String, i6
                 let total: i64 = categories.iter().map(|(_, ns)| ns).sum();
                 let ns = categories.iter().find(|(n, _)| n == category).map_or(0, |(_, ns)| *ns);
                 let share = if total > 0 { 100.0 * ns as f64 / total as f64 } else { 0.0 };
-                Bar::new(x as f64, share).width(0.7)
+                Bar::new(x as f64, share).width(0.7).fill(category_color(category))
             })
             .collect();
         let mut chart = BarChart::new(category.clone(), bars).color(category_color(category));

@@ -65,6 +65,8 @@ pub struct TimelineView {
     pub last_plot_width: f32,
     /// Draw items in the last frame.
     pub last_item_count: usize,
+    /// Screen rectangle of the event area in the last frame (tests aim clicks with it).
+    pub last_plot_rect: Rect,
 }
 
 impl TimelineView {
@@ -80,6 +82,7 @@ impl TimelineView {
             range_drag_origin_ns: None,
             last_plot_width: 800.0,
             last_item_count: 0,
+            last_plot_rect: Rect::NOTHING,
         };
         view.fit(start_ns, end_ns);
         view
@@ -143,6 +146,19 @@ pub struct PlacedRow {
     pub height: f32,
 }
 
+/// Screen y of the vertical centre of `track`, as laid out in the last frame; `None` when it
+/// is collapsed away.
+pub fn track_center_y(data: &TimelineData, view: &TimelineView, track: usize) -> Option<f32> {
+    let mut y = view.last_plot_rect.top() - view.scroll_y;
+    for (row, height) in visible_rows(data, &view.collapsed) {
+        if matches!(data.rows[row].content, RowContent::Track(t) if t == track) {
+            return Some(y + height / 2.0);
+        }
+        y += height;
+    }
+    None
+}
+
 /// What one frame draws.
 #[derive(Debug, Default)]
 pub struct FramePlan {
@@ -154,7 +170,7 @@ pub struct FramePlan {
     pub content_height: f32,
 }
 
-/// True when the row at `index` is inside a collapsed group.
+/// Rows not hidden inside a collapsed group, with their heights.
 fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f32)> {
     let mut out = Vec::with_capacity(data.rows.len());
     let mut hidden_below: Option<u8> = None;
@@ -248,6 +264,7 @@ pub fn timeline_ui(
     let rows_rect = Rect::from_min_max(Pos2::new(rect.left(), rect.top() + AXIS_HEIGHT), rect.max);
     let plot_rect = Rect::from_min_max(Pos2::new(rect.left() + LABEL_WIDTH, rows_rect.top()), rect.max);
     view.last_plot_width = plot_rect.width();
+    view.last_plot_rect = plot_rect;
 
     let hover = response.hover_pos();
     let width = f64::from(plot_rect.width().max(1.0));

@@ -26,14 +26,18 @@ const PALETTE: [Color32; 10] = [
 
 /// The colour of an op category, by name so it stays the same whatever the category order.
 pub fn category_color(name: &str) -> Color32 {
+    if name.starts_with("comm") || name == "nccl" {
+        // `communication` and the report's `comm.<type>` labels.
+        return PALETTE[2];
+    }
     match name {
         "gemm" | "matmul" => PALETTE[0],
-        "reduction" => PALETTE[1],
-        "communication" | "nccl" | "comm" => PALETTE[2],
+        "embedding_sampling" | "reduction" => PALETTE[1],
         "elementwise" => PALETTE[3],
         "norm" | "normalization" => PALETTE[4],
-        "memory" | "memcpy" | "memset" => PALETTE[5],
+        "memcpy" | "memory" => PALETTE[5],
         "attention" => PALETTE[6],
+        "memset" => PALETTE[8],
         "other" => PALETTE[9],
         _ => {
             let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
@@ -51,7 +55,7 @@ pub fn event_color(data: &TimelineData, trace: usize, event: EventRef) -> Color3
             let category = data.name_categories[trace].get(name.0 as usize).copied().unwrap_or(0);
             category_color(data.categories.name(category))
         }
-        EventKind::MemOp => category_color("memory"),
+        EventKind::MemOp => category_color(if t.memops[event.index()].is_memset() { "memset" } else { "memcpy" }),
         EventKind::Api => Color32::from_rgb(0x6b, 0x7f, 0x99),
         EventKind::Range => {
             let name = t.ranges[event.index()].name;

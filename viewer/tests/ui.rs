@@ -1,0 +1,232 @@
+//! Renders the viewer headless (egui_kittest, wgpu on Mesa's software Vulkan) and checks both
+//! pictures (snapshots under `tests/snapshots/`) and state after simulated input: zoom, pan,
+//! click selection, search, range statistics against the analyzer.
+//!
+//! First run or after an intended change: `UPDATE_SNAPSHOTS=true cargo test -p shardscope-viewer --test ui`.
+
+use std::time::Instant;
+
+use egui::{Event, Modifiers, MouseWheelSource, MouseWheelUnit, Pos2, TouchPhase, Vec2, vec2};
+use egui_kittest::Harness;
+use shardscope_viewer::app::{SideTab, ViewerApp};
+use shardscope_viewer::load::prepare;
+use shardscope_viewer::synthetic::{SyntheticSpec, generate};
+use shardscope_viewer::timeline::layout::EventKind;
+use shardscope_viewer::timeline::{WHEEL_ZOOM_PER_POINT, track_center_y};
+
+/// Two ranks, 400 kernels each: small enough to read in a snapshot, with all-reduces and phases.
+fn small_app() -> ViewerApp {
+    let traces =
+        generate(SyntheticSpec { ranks: 2, kernels_per_rank: 400, allreduce_every: 10, kernels_per_step: 200 });
+    let mut app = ViewerApp::with_loaded(prepare(traces, Vec::new(), Instant::now()));
+    // The toolbar prints the load time; pin it so snapshots do not depend on the machine.
+    app.session.as_mut().unwrap().load_seconds = 0.0;
+    app
+}
+
+fn harness(app: ViewerApp) -> Harness<'static, ViewerApp> {
+    let mut harness =
+        Harness::builder().with_size(vec2(1400.0, 800.0)).build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
+    harness.run();
+    harness
+}
+
+fn view_span(harness: &Harness<'_, ViewerApp>) -> (f64, f64) {
+    let view = &harness.state().session.as_ref().unwrap().view;
+    (view.start_ns, view.end_ns)
+}
+
+fn wheel(harness: &mut Harness<'_, ViewerApp>, at: Pos2, delta: Vec2) {
+    harness.hover_at(at);
+    harness.event(Event::MouseWheel {
+        unit: MouseWheelUnit::Point,
+        delta,
+        phase: TouchPhase::Move,
+        source: MouseWheelSource::Wheel,
+        modifiers: Modifiers::NONE,
+    });
+    harness.run();
+}
+
+#[test]
+fn wheel_zoom_scales_the_window_around_the_pointer() {
+    let mut h = harness(small_app());
+    let plot = h.state().session.as_ref().unwrap().view.last_plot_rect;
+    let (start, end) = view_span(&h);
+    // Pointer at a quarter of the width: the time under it must stay put.
+    let at = Pos2::new(plot.left() + plot.width() / 4.0, plot.center().y);
+    let anchor = start + (end - start) / 4.0;
+    wheel(&mut h, at, vec2(0.0, 100.0));
+    let (new_start, new_end) = view_span(&h);
+    let factor = (new_end - new_start) / (end - start);
+    assert!((factor - (-100.0 * WHEEL_ZOOM_PER_POINT).exp()).abs() < 1e-9, "factor {factor}");
+    let new_anchor = new_start + (new_end - new_start) / 4.0;
+    assert!((new_anchor - anchor).abs() < 1e-3 * (end - start), "anchor moved from {anchor} to {new_anchor}");
+    // And back out.
+    wheel(&mut h, at, vec2(0.0, -100.0));
+    let (s, e) = view_span(&h);
+    assert!(((e - s) / (end - start) - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn w_and_s_zoom_and_a_and_d_pan() {
+    let mut h = harness(small_app());
+    h.remove_cursor();
+    let (start, end) = view_span(&h);
+    h.key_press(egui::Key::W);
+    h.run();
+    let (s1, e1) = view_span(&h);
+    assert!(((e1 - s1) / (end - start) - 0.8).abs() < 1e-9);
+    // Without a pointer the zoom anchors on the centre.
+    assert!(((s1 + e1) / 2.0 - (start + end) / 2.0).abs() < 1.0);
+    h.key_press(egui::Key::D);
+    h.run();
+    let (s2, e2) = view_span(&h);
+    assert!((s2 - s1 - 0.1 * (e1 - s1)).abs() < 1.0, "pan by a tenth of the window");
+    assert!(((e2 - s2) - (e1 - s1)).abs() < 1.0);
+    h.key_press(egui::Key::S);
+    h.run();
+    let (s3, e3) = view_span(&h);
+    assert!(((e3 - s3) / (e2 - s2) - 1.25).abs() < 1e-9);
+}
+
+#[test]
+fn dragging_the_plot_pans_by_the_dragged_distance() {
+    let mut h = harness(small_app());
+    let plot = h.state().session.as_ref().unwrap().view.last_plot_rect;
+    let (start, end) = view_span(&h);
+    let ns_per_point = (end - start) / f64::from(plot.width());
+    let from = Pos2::new(plot.center().x, plot.top() + 30.0);
+    h.hover_at(from);
+    h.run();
+    h.drag_at(from);
+    h.run();
+    for step in 1..=4 {
+        h.hover_at(from + vec2(50.0 * step as f32, 0.0));
+        h.run();
+    }
+    h.drop_at(from + vec2(200.0, 0.0));
+    h.run();
+    let (new_start, new_end) = view_span(&h);
+    // Content follows the pointer: dragging right shows earlier time.
+    let moved_points = (start - new_start) / ns_per_point;
+    assert!((moved_points - 200.0).abs() < 0.5, "moved {moved_points} points");
+    assert!(((new_end - new_start) - (end - start)).abs() < 1.0);
+}
+
+#[test]
+fn clicking_selects_the_event_under_the_pointer() {
+    let mut h = harness(small_app());
+    // Zoom onto the 50th kernel of rank 0 so it is wide, then click its middle.
+    let (trace, kernel_index, start_ns, end_ns) = {
+        let app = h.state();
+        let data = &app.session.as_ref().unwrap().data;
+        let k = &data.traces[0].kernels[50];
+        (0usize, 50usize, k.start_ns, k.end_ns)
+    };
+    {
+        let view = &mut h.state_mut().session.as_mut().unwrap().view;
+        view.fit(start_ns - 1_000, end_ns + 1_000);
+    }
+    h.run();
+    let (x, y) = {
+        let app = h.state();
+        let session = app.session.as_ref().unwrap();
+        let data = &session.data;
+        let event = shardscope_viewer::timeline::layout::EventRef::new(EventKind::Kernel, kernel_index);
+        let track = data.track_of(trace, event).unwrap();
+        let view = &session.view;
+        let y = track_center_y(data, view, track).unwrap();
+        let screen = view.to_screen(view.last_plot_rect.width());
+        let x = view.last_plot_rect.left() + screen.x((start_ns + end_ns) / 2);
+        (x, y)
+    };
+    let at = Pos2::new(x, y);
+    h.hover_at(at);
+    h.run();
+    h.drag_at(at);
+    h.run();
+    h.drop_at(at);
+    h.run();
+    let selected = h.state().selected.expect("a click on a kernel selects it");
+    assert_eq!(selected.trace, trace);
+    assert_eq!(selected.event.kind(), EventKind::Kernel);
+    assert_eq!(selected.event.index(), kernel_index);
+    assert_eq!(h.state().tab, SideTab::Details);
+}
+
+#[test]
+fn search_counts_matches_and_cycles_through_them() {
+    let mut h = harness(small_app());
+    let data = h.state().session.as_ref().unwrap().data.clone();
+    let app = h.state_mut();
+    app.search.query = "AllReduce".into();
+    app.search.run(&data);
+    // Every 10th of 400 kernels, on two ranks.
+    assert_eq!(app.search.matches.len(), 80);
+    let first = app.search.next_match().unwrap();
+    app.select_and_reveal(first);
+    let second = app.search.next_match().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(app.search.previous_match(), Some(first));
+    assert_eq!(app.search.previous_match(), app.search.matches.last().copied());
+    h.run();
+    h.snapshot("search");
+}
+
+#[test]
+fn snapshot_timeline() {
+    let mut h = harness(small_app());
+    h.snapshot("timeline");
+}
+
+#[test]
+fn snapshot_details_of_a_collective_with_its_peers() {
+    let mut h = harness(small_app());
+    let app = h.state_mut();
+    let data = app.session.as_ref().unwrap().data.clone();
+    // The third all-reduce of rank 1: its peer on rank 0 gets outlined, its launch gets an arrow.
+    let index = data.traces[1].kernels.iter().enumerate().filter(|(_, k)| k.collective.is_some()).nth(2).unwrap().0;
+    let selected = shardscope_viewer::timeline::Selected {
+        trace: 1,
+        event: shardscope_viewer::timeline::layout::EventRef::new(EventKind::Kernel, index),
+    };
+    app.select_and_reveal(selected);
+    let session = app.session.as_mut().unwrap();
+    let (start, end) = data.event_span(1, selected.event);
+    session.view.fit(start - 60_000, end + 20_000);
+    let peers = session.collectives.peers(&selected).len();
+    assert_eq!(peers, 2);
+    h.run();
+    h.snapshot("details");
+}
+
+#[test]
+fn snapshot_range_statistics() {
+    let mut h = harness(small_app());
+    let app = h.state_mut();
+    let session = app.session.as_mut().unwrap();
+    let (t0, t1) = (session.data.t0_ns, session.data.t1_ns);
+    session.view.range_ns = Some((t0 + (t1 - t0) / 4, t0 + (t1 - t0) / 2));
+    app.tab = SideTab::Range;
+    // One frame starts the background computation (a spinner repaints until it is in).
+    h.step();
+    h.state_mut().range_stats.wait();
+    h.run();
+    assert_eq!(h.state().range_stats.ranks.len(), 2);
+    h.snapshot("range_statistics");
+}
+
+#[test]
+fn snapshot_summary_charts() {
+    let mut h = harness(small_app());
+    h.state_mut().tab = SideTab::Summary;
+    h.step();
+    h.state_mut().summary_stats.wait();
+    h.run();
+    let ranks = &h.state().summary_stats.ranks;
+    assert_eq!(ranks.len(), 2);
+    // Both phases of the synthetic run appear on each rank.
+    assert!(ranks.iter().all(|r| r.phases.len() == 2), "{:?}", ranks[0].phases);
+    h.snapshot("summary");
+}
