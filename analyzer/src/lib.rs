@@ -15,7 +15,9 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 
+pub mod bench_peaks;
 pub mod categories;
+pub mod collectives;
 pub mod hta;
 pub mod intervals;
 pub mod kernel_summary;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use regex::Regex;
+use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
 use shardscope_analyzer::hta;
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
@@ -27,31 +28,51 @@ struct Cli {
     command: Command,
 }
 
+/// Inputs and options shared by the analyses.
+#[derive(clap::Args)]
+struct AnalysisArgs {
+    /// Trace files or folders (nsys SQLite, capture SQLite, Kineto JSON[.gz]); several = ranks of one run.
+    /// Without any, the built-in two-rank sample trace is analysed.
+    traces: Vec<PathBuf>,
+    /// Regex selecting phase ranges (NVTX or annotations); its first group, if any, names the phase.
+    #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
+    phase_pattern: String,
+    /// Op-category rules file replacing the built-in rules (see `analyzer rules`).
+    #[arg(long)]
+    rules: Option<PathBuf>,
+    /// Only analyse START_NS:END_NS of the trace clock.
+    #[arg(long, value_parser = parse_window)]
+    window: Option<(i64, i64)>,
+    /// In the HTA-compatible figures, keep the last ProfilerStep (HTA's include_last_profiler_step=True).
+    #[arg(long)]
+    hta_include_last_step: bool,
+    /// Results of the `bench` program: collective busbw is also given as a share of its measured peak.
+    #[arg(long)]
+    bench: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Per rank and per phase: span, busy, op-category shares, communication, exposed communication, overlap.
+    /// Per rank and per phase: span, busy, op-category shares, communication (wait and transfer), exposed
+    /// communication, overlap, kernel summary.
     Report {
-        /// Trace files or folders (nsys SQLite, capture SQLite, Kineto JSON[.gz]); several = ranks of one run.
-        /// Without any, the built-in two-rank sample trace is analysed.
-        traces: Vec<PathBuf>,
+        #[command(flatten)]
+        analysis: AnalysisArgs,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
-        /// Regex selecting phase ranges (NVTX or annotations); its first group, if any, names the phase.
-        #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
-        phase_pattern: String,
-        /// Op-category rules file replacing the built-in rules (see `analyzer rules`).
-        #[arg(long)]
-        rules: Option<PathBuf>,
         /// Kernels shown per rank in the table.
         #[arg(long, default_value_t = 10)]
         top: usize,
-        /// Only analyse START_NS:END_NS of the trace clock.
-        #[arg(long, value_parser = parse_window)]
-        window: Option<(i64, i64)>,
-        /// In the HTA-compatible figures, keep the last ProfilerStep (HTA's include_last_profiler_step=True).
-        #[arg(long)]
-        hta_include_last_step: bool,
+    },
+    /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
+    /// message size and phase.
+    Collectives {
+        #[command(flatten)]
+        analysis: AnalysisArgs,
+        /// Output format (`json` also lists every matched instance).
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
     },
     /// The kernel summary of all GPUs together, with the fields and numbers of `nsys stats --report cuda_gpu_kern_sum`.
     KernSum {
@@ -89,22 +110,21 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { traces, format, phase_pattern, rules, top, window, hta_include_last_step } => {
-            let classifier = match rules {
-                Some(path) => Classifier::load(&path)?,
-                None => Classifier::builtin(),
-            };
-            let phase_pattern = Regex::new(&phase_pattern)
-                .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
-            let traces = load_all(&traces)?;
-            let hta_step_mode =
-                if hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
-            let options = Options { classifier, phase_pattern, window_ns: window, hta_step_mode };
-            let report = report::analyze(&traces, &options);
+        Command::Report { analysis, format, top } => {
+            let report = run_analysis(analysis, false)?;
             let text = match format {
                 OutputFormat::Table => render::table(&report, top),
                 OutputFormat::Json => render::json(&report) + "\n",
                 OutputFormat::Csv => render::csv(&report),
+            };
+            print!("{text}");
+        }
+        Command::Collectives { analysis, format } => {
+            let report = run_analysis(analysis, format == OutputFormat::Json)?;
+            let text = match format {
+                OutputFormat::Table => render::collectives_table(&report),
+                OutputFormat::Json => render::collectives_json(&report) + "\n",
+                OutputFormat::Csv => render::collectives_csv(&report),
             };
             print!("{text}");
         }
@@ -121,6 +141,22 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rules => print!("{BUILTIN_RULES_TOML}"),
     }
     Ok(())
+}
+
+fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Report> {
+    let classifier = match args.rules {
+        Some(path) => Classifier::load(&path)?,
+        None => Classifier::builtin(),
+    };
+    let phase_pattern = Regex::new(&args.phase_pattern)
+        .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
+    let bench_peaks = args.bench.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
+    let traces = load_all(&args.traces)?;
+    let hta_step_mode =
+        if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
+    let options =
+        Options { classifier, phase_pattern, window_ns: args.window, hta_step_mode, bench_peaks, keep_instances };
+    Ok(report::analyze(&traces, &options))
 }
 
 /// Loads every named trace, or the built-in sample when none is named.

@@ -76,10 +76,119 @@ pub fn table(report: &Report, top: usize) -> String {
             figures_block(&mut out, &phase.figures, "    ");
         }
     }
+    if !report.collectives.groups.is_empty() {
+        let _ = writeln!(out, "\n(`analyzer collectives` gives per-collective wait, transfer and bus bandwidth)");
+    }
     for warning in &report.warnings {
         let _ = writeln!(out, "\nwarning: {}: {} × {}", warning.source, warning.count, warning.what);
     }
     out
+}
+
+/// Collectives matched across ranks, one row per communicator, type, size bucket and phase.
+pub fn collectives_table(report: &Report) -> String {
+    let c = &report.collectives;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "collectives: {} instance(s) matched across ranks, {} communication kernel(s) unmatched; clocks {}{}",
+        c.matched_instances,
+        c.unmatched_kernels,
+        if c.clocks_aligned { "aligned on collective ends" } else { "shared (one host)" },
+        c.end_spread_median_ns
+            .map(|s| format!("; median spread of ends across ranks {}", duration(s)))
+            .unwrap_or_default()
+    );
+    if let Some(bench) = &c.bench {
+        let _ = writeln!(out, "peaks from {bench}");
+    }
+    let _ = writeln!(
+        out,
+        "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}  late ranks",
+        "comm",
+        "op",
+        "size",
+        "phase",
+        "count",
+        "bytes",
+        "transfer",
+        "med xfer",
+        "wait (sum)",
+        "med wait",
+        "busbw",
+        "% peak"
+    );
+    for g in &c.groups {
+        let late: Vec<String> = g.late_rank_counts.iter().map(|(r, n)| format!("{r}:{n}")).collect();
+        let _ = writeln!(
+            out,
+            "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}  {}",
+            truncate(&g.communicator, 10),
+            g.op.label(),
+            g.size_bucket,
+            truncate(&g.phase, 8),
+            g.count,
+            bytes_human(g.bytes),
+            duration(g.transfer_total_ns),
+            duration(g.transfer_median_ns),
+            duration(g.wait_total_ns),
+            duration(g.wait_median_ns),
+            g.busbw_median_gbps.map(|b| format!("{b:.1} GB/s")).unwrap_or_else(|| "-".into()),
+            g.busbw_pct_of_peak.map(|p| format!("{p:.0}%")).unwrap_or_else(|| "-".into()),
+            late.join(" ")
+        );
+    }
+    out
+}
+
+/// The collectives part of the report as JSON, with every matched instance when the report kept them.
+pub fn collectives_json(report: &Report) -> String {
+    let value = serde_json::json!({
+        "inputs": report.inputs,
+        "collectives": report.collectives,
+        "instances": report.instances,
+    });
+    serde_json::to_string_pretty(&value).expect("collectives always serialise")
+}
+
+/// The collective groups as CSV.
+pub fn collectives_csv(report: &Report) -> String {
+    let mut out = String::from(
+        "communicator,op,size_bucket,phase,count,bytes,transfer_total_ns,transfer_median_ns,wait_total_ns,wait_median_ns,busbw_median_gbps,busbw_pct_of_peak\n",
+    );
+    let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
+    for g in &report.collectives.groups {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&g.communicator),
+            g.op.label(),
+            g.size_bucket,
+            csv_field(&g.phase),
+            g.count,
+            g.bytes,
+            g.transfer_total_ns,
+            g.transfer_median_ns,
+            g.wait_total_ns,
+            g.wait_median_ns,
+            number(g.busbw_median_gbps),
+            number(g.busbw_pct_of_peak)
+        );
+    }
+    out
+}
+
+fn bytes_human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.1} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
 }
 
 fn figures_block(out: &mut String, f: &Figures, indent: &str) {
@@ -102,6 +211,19 @@ fn figures_block(out: &mut String, f: &Figures, indent: &str) {
         f.exposed_comm_over_span_pct,
         f.comm_comp_overlap_pct
     );
+    if f.comm_wait_ns + f.comm_transfer_ns > 0 {
+        let matched = f.comm_wait_ns + f.comm_transfer_ns;
+        let _ = writeln!(
+            out,
+            "{indent}collectives matched across ranks {}: waiting for peers {} ({:.1}%), transfer {} ({:.1}%), arrived last {} time(s)",
+            duration(matched),
+            duration(f.comm_wait_ns),
+            share(f.comm_wait_ns, matched),
+            duration(f.comm_transfer_ns),
+            share(f.comm_transfer_ns, matched),
+            f.late_count
+        );
+    }
     let total = f.category_total_ns();
     let mut categories: Vec<(&String, &i64)> = f.categories.iter().collect();
     categories.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -134,7 +256,7 @@ pub fn csv(report: &Report) -> String {
     categories.sort();
     categories.dedup();
     let mut out = String::from(
-        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,kernel_count,memop_count",
+        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count",
     );
     for category in &categories {
         let _ = write!(out, ",cat:{category}_ns");
@@ -146,7 +268,7 @@ pub fn csv(report: &Report) -> String {
         for (phase, f) in rows {
             let _ = write!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{:.3},{},{}",
+                "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{}",
                 rank.rank,
                 csv_field(phase),
                 csv_field(&rank.source),
@@ -157,6 +279,8 @@ pub fn csv(report: &Report) -> String {
                 f.comm_ns,
                 f.exposed_comm_ns,
                 f.comm_comp_overlap_pct,
+                f.comm_wait_ns,
+                f.comm_transfer_ns,
                 f.kernel_count,
                 f.memop_count
             );

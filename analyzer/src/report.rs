@@ -10,13 +10,15 @@
 //! - `categories`: summed durations per op category (a share of work, so streams add up).
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use regex::Regex;
 use serde::{Serialize, Serializer};
-use shardscope_model::{DeviceIdx, Kernel, MemOp, NameId, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, Trace};
 
+use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier, KernelClass};
+use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
 use crate::hta::{self, HtaFigures};
 use crate::intervals::IntervalUnion;
 use crate::kernel_summary::{self, KernelSummaryRow};
@@ -33,6 +35,10 @@ pub struct Options {
     pub window_ns: Option<(i64, i64)>,
     /// Which profiler steps the HTA-compatible figures keep.
     pub hta_step_mode: hta::StepMode,
+    /// Measured link peaks from `bench`, for "% of peak".
+    pub bench_peaks: Option<BenchPeaks>,
+    /// Keep every matched collective instance in [`Report::instances`].
+    pub keep_instances: bool,
 }
 
 impl Default for Options {
@@ -42,6 +48,8 @@ impl Default for Options {
             phase_pattern: Regex::new(DEFAULT_PHASE_PATTERN).expect("valid default pattern"),
             window_ns: None,
             hta_step_mode: hta::StepMode::default(),
+            bench_peaks: None,
+            keep_instances: false,
         }
     }
 }
@@ -65,6 +73,12 @@ pub struct Figures {
     pub comm_over_busy_pct: f64,
     /// `exposed_comm_ns / span_ns` in percent.
     pub exposed_comm_over_span_pct: f64,
+    /// Of the communication kernels matched across ranks: time spent waiting for the last rank to arrive.
+    pub comm_wait_ns: i64,
+    /// Of the communication kernels matched across ranks: time spent moving data.
+    pub comm_transfer_ns: i64,
+    /// Matched collectives this rank arrived at last.
+    pub late_count: u64,
     /// Number of kernels.
     pub kernel_count: u64,
     /// Number of copies and sets.
@@ -135,8 +149,30 @@ pub struct Report {
     pub hta_step_inclusion: &'static str,
     /// One entry per rank, ordered by rank.
     pub ranks: Vec<RankReport>,
+    /// Collectives matched across ranks, grouped.
+    pub collectives: CollectiveReport,
+    /// Every matched instance (only when [`Options::keep_instances`] is set).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<Instance>,
     /// Import warnings, per input file.
     pub warnings: Vec<FileWarning>,
+}
+
+/// Collectives across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CollectiveReport {
+    /// Instances found on two or more ranks.
+    pub matched_instances: u64,
+    /// Communication kernels without a partner on another rank (a single-rank input, or missing ranks).
+    pub unmatched_kernels: u64,
+    /// Whether rank clocks were aligned on collective ends (ranks on different hosts).
+    pub clocks_aligned: bool,
+    /// Median over instances of (last end − first end) across ranks: the residual clock error bound.
+    pub end_spread_median_ns: Option<i64>,
+    /// The `bench` results the peaks came from.
+    pub bench: Option<String>,
+    /// Per communicator, collective type, message-size bucket and phase.
+    pub groups: Vec<GroupSummary>,
 }
 
 /// An importer warning, with its file.
@@ -152,30 +188,55 @@ pub struct FileWarning {
 
 /// Analyses the traces of one run (several files = several ranks).
 pub fn analyze(traces: &[Trace], options: &Options) -> Report {
-    let mut phase_names: Vec<String> = Vec::new();
     let filter_steps = hta::job_has_steps(traces);
-    let mut ranks = Vec::new();
-    let mut next_unrecorded_rank = 0u32;
-    let recorded: Vec<u32> =
-        traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
-    for trace in traces {
-        let classes = options.classifier.classify_names(&trace.names);
-        let phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
-        for device in devices_with_gpu_work(trace) {
-            let (rank, rank_recorded) = match trace.device_rank(device) {
-                Some(rank) => (rank, true),
-                None => {
-                    while recorded.contains(&next_unrecorded_rank) {
-                        next_unrecorded_rank += 1;
-                    }
-                    next_unrecorded_rank += 1;
-                    (next_unrecorded_rank - 1, false)
-                }
+    let mut phase_names: Vec<String> = Vec::new();
+    let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| options.classifier.classify_names(&t.names)).collect();
+    let phase_indexes: Vec<PhaseIndex> =
+        traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
+    let ranks_in_input = assign_ranks(traces);
+
+    // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
+    let phase_closures: Vec<Box<dyn Fn(u32) -> Option<String> + '_>> = ranks_in_input
+        .iter()
+        .map(|&(key, _, _)| {
+            let trace = &traces[key.trace];
+            let index = &phase_indexes[key.trace];
+            Box::new(move |kernel: u32| {
+                let k = &trace.kernels[kernel as usize];
+                phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p as usize].clone())
+            }) as Box<dyn Fn(u32) -> Option<String>>
+        })
+        .collect();
+    let inputs: Vec<RankInput> = ranks_in_input
+        .iter()
+        .zip(&phase_closures)
+        .map(|(&(key, rank, _), phase_of_kernel)| RankInput {
+            key,
+            rank,
+            trace: &traces[key.trace],
+            classes: &classes[key.trace],
+            phase_of_kernel: phase_of_kernel.as_ref(),
+        })
+        .collect();
+    let hosts: BTreeSet<&str> =
+        traces.iter().flat_map(|t| t.processes.iter().filter_map(|p| p.host.as_deref())).collect();
+    let matching = collectives::match_collectives(&inputs, &options.classifier, hosts.len() > 1);
+
+    let mut ranks: Vec<RankReport> = ranks_in_input
+        .iter()
+        .map(|&(key, rank, rank_recorded)| {
+            let context = DeviceContext {
+                trace: &traces[key.trace],
+                trace_index: key.trace,
+                device: key.device,
+                classes: &classes[key.trace],
+                phase_index: &phase_indexes[key.trace],
+                filter_steps,
+                matching: &matching,
             };
-            let context = DeviceContext { trace, device, classes: &classes, phase_index: &phase_index, filter_steps };
-            ranks.push(analyze_device(&context, rank, rank_recorded, options));
-        }
-    }
+            analyze_device(&context, rank, rank_recorded, options)
+        })
+        .collect();
     ranks.sort_by_key(|r| r.rank);
     let warnings = traces
         .iter()
@@ -187,6 +248,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             })
         })
         .collect();
+    let peak = |op| options.bench_peaks.as_ref().and_then(|b| b.peak(op));
     Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),
@@ -197,8 +259,41 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             (true, hta::StepMode::IncludeLastStep) => "last step included",
         },
         ranks,
+        collectives: CollectiveReport {
+            matched_instances: matching.instances.len() as u64,
+            unmatched_kernels: matching.unmatched_kernels,
+            clocks_aligned: matching.clocks_aligned,
+            end_spread_median_ns: matching.end_spread_median_ns,
+            bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
+            groups: collectives::summarize(&matching, peak),
+        },
+        instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings,
     }
+}
+
+/// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
+fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
+    let recorded: BTreeSet<u32> =
+        traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
+    let mut next_unrecorded_rank = 0u32;
+    let mut out = Vec::new();
+    for (trace_index, trace) in traces.iter().enumerate() {
+        for device in devices_with_gpu_work(trace) {
+            let (rank, rank_recorded) = match trace.device_rank(device) {
+                Some(rank) => (rank, true),
+                None => {
+                    while recorded.contains(&next_unrecorded_rank) {
+                        next_unrecorded_rank += 1;
+                    }
+                    next_unrecorded_rank += 1;
+                    (next_unrecorded_rank - 1, false)
+                }
+            };
+            out.push((RankKey { trace: trace_index, device }, rank, rank_recorded));
+        }
+    }
+    out
 }
 
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
@@ -225,32 +320,54 @@ fn clip(start_ns: i64, end_ns: i64, window_ns: Option<(i64, i64)>) -> Option<(i6
         .then_some((start, end))
 }
 
+/// One kernel of a rank after clipping.
+#[derive(Clone, Copy)]
+struct WorkKernel {
+    start_ns: i64,
+    end_ns: i64,
+    name: NameId,
+    class: KernelClass,
+    collective: Option<CollectiveOp>,
+    /// Wait and transfer when the kernel is a collective matched across ranks.
+    share: Option<RankShare>,
+}
+
 /// The GPU work of one rank (or phase) after clipping, ready for [`figures`].
 #[derive(Default)]
 struct Work {
-    kernels: Vec<(i64, i64, NameId, KernelClass, Option<shardscope_model::CollectiveOp>)>,
+    kernels: Vec<WorkKernel>,
+    /// `(start_ns, end_ns, is_memset)`.
     memops: Vec<(i64, i64, bool)>,
 }
 
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
 struct DeviceContext<'a> {
     trace: &'a Trace,
+    trace_index: usize,
     device: DeviceIdx,
     classes: &'a [KernelClass],
     phase_index: &'a PhaseIndex,
     filter_steps: bool,
+    matching: &'a Matching,
 }
 
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
-    let DeviceContext { trace, device, classes, phase_index, filter_steps } = *context;
+    let DeviceContext { trace, trace_index, device, classes, phase_index, filter_steps, matching } = *context;
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
-    for kernel in trace.kernels.iter().filter(|k| k.device == device) {
+    for (index, kernel) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
         let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
-        let class = Classifier::lookup(classes, kernel.name);
-        let collective = kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
-        let row = (start, end, kernel.name, class, collective);
+        let clipped = (start, end) != (kernel.start_ns, kernel.end_ns);
+        let row = WorkKernel {
+            start_ns: start,
+            end_ns: end,
+            name: kernel.name,
+            class: Classifier::lookup(classes, kernel.name),
+            collective: kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op),
+            // A kernel cut by the window has no meaningful wait/transfer split.
+            share: if clipped { None } else { matching.shares.get(&(trace_index, index as u32)).copied() },
+        };
         whole.kernels.push(row);
         if let Some(phase) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
             first_seen.entry(phase).or_insert(start);
@@ -319,8 +436,15 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let mut comm = Vec::new();
     let mut comp = Vec::new();
     let mut categories: BTreeMap<String, i64> = BTreeMap::new();
-    let mut label_cache: BTreeMap<(u16, Option<shardscope_model::CollectiveOp>), String> = BTreeMap::new();
-    for &(start, end, _, class, collective) in &work.kernels {
+    let mut label_cache: BTreeMap<(u16, Option<CollectiveOp>), String> = BTreeMap::new();
+    let (mut comm_wait_ns, mut comm_transfer_ns, mut late_count) = (0, 0, 0);
+    for kernel in &work.kernels {
+        let WorkKernel { start_ns: start, end_ns: end, class, collective, .. } = *kernel;
+        if let Some(share) = kernel.share {
+            comm_wait_ns += share.wait_ns;
+            comm_transfer_ns += share.transfer_ns;
+            late_count += u64::from(share.late);
+        }
         busy.push((start, end));
         let label = label_cache
             .entry((class.category.0, class.collective.or(collective)))
@@ -361,7 +485,10 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         kernel_count: work.kernels.len() as u64,
         memop_count: work.memops.len() as u64,
         categories,
-        kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.2, k.1 - k.0)), |n| {
+        comm_wait_ns,
+        comm_transfer_ns,
+        late_count,
+        kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.name, k.end_ns - k.start_ns)), |n| {
             trace.names.get(n).to_string()
         }),
     }

@@ -123,7 +123,8 @@ fn user_rules_and_phase_pattern_change_the_report() {
     assert_eq!(phases, ["decode"]);
 }
 
-/// The Kineto traces of the same workload give per-rank reports with all-reduce collectives.
+/// The Kineto traces of the same workload give per-rank reports with all-reduce collectives. torch.profiler does
+/// not record `torch.cuda.nvtx` ranges, so these traces have no phases.
 #[test]
 fn kineto_sample_folder_is_two_ranks() {
     let dir = repo_root().join("sample-traces/kineto_tp2");
@@ -133,8 +134,9 @@ fn kineto_sample_folder_is_two_ranks() {
     for (index, rank) in ranks.iter().enumerate() {
         assert_eq!(rank["rank"], index as i64);
         assert_eq!(rank["rank_recorded"], true);
+        assert_eq!(rank["kernel_count"], 285);
         assert!(rank["categories"]["comm.all_reduce"].as_i64().unwrap() > 0);
-        assert!(rank["phases"]["decode"]["kernel_count"].as_u64().unwrap() > 0);
+        assert!(rank["phases"].as_object().unwrap().is_empty());
     }
 }
 

@@ -1,0 +1,528 @@
+//! Collectives across ranks: the same collective instance found on every rank, and for each rank how long it
+//! waited for the others and how long data actually moved.
+//!
+//! A collective's kernel starts on each rank when that rank gets there, and can only finish once the last rank
+//! has arrived. So for one instance, with `latest` the latest kernel start over the ranks:
+//! - `wait_r = min(latest, end_r) − start_r` (time rank r spent waiting for its peers);
+//! - `transfer_r = end_r − min(latest, end_r)` (time the data moved); wait + transfer = the kernel's duration;
+//! - the rank that arrived last is the *late rank*.
+//!
+//! Matching: by communicator and sequence number when the trace records them (NCCL profiler plugin);
+//! otherwise by order: the k-th kernel of a collective type on a process group is the k-th on every member.
+//! Order matching is right for collectives and for all-to-all style grouped send/receive; for pipeline-parallel
+//! point-to-point pairs it is only approximate.
+//!
+//! Clocks: ranks recorded on one host share its clock. When the traces say the ranks ran on different hosts,
+//! each rank's clock is shifted so that collective *ends* line up (the median over instances), and the residual
+//! spread of ends is reported.
+//!
+//! Bandwidth (nccl-tests conventions): `algbw = S / t`, `busbw = algbw × f`, with f = 2(n−1)/n for all-reduce,
+//! (n−1)/n for all-gather, reduce-scatter and all-to-all (S = the whole gathered or scattered buffer), 1 otherwise;
+//! t = the instance's transfer time (latest start to last end).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
+
+use crate::categories::{Classifier, KernelClass};
+
+/// One rank of the run: a GPU in one of the traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RankKey {
+    /// Index of the trace in the input list.
+    pub trace: usize,
+    /// The GPU in that trace.
+    pub device: DeviceIdx,
+}
+
+/// Wait and transfer of one rank's part in a matched collective instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankShare {
+    /// Time spent waiting for the last rank.
+    pub wait_ns: i64,
+    /// Time spent moving data.
+    pub transfer_ns: i64,
+    /// True when this rank arrived last.
+    pub late: bool,
+}
+
+/// One collective instance, matched across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Instance {
+    /// Communicator (id or process-group name; `default` when the trace has neither).
+    pub communicator: String,
+    /// Collective type.
+    pub op: CollectiveOp,
+    /// Position of this instance among those of its communicator and type (or its sequence number).
+    pub seq: u64,
+    /// Message size S in bytes (nccl-tests convention), where known.
+    pub bytes: Option<u64>,
+    /// Ranks taking part.
+    pub nranks: u32,
+    /// The rank that arrived last.
+    pub late_rank: u32,
+    /// Latest start to last end.
+    pub transfer_ns: i64,
+    /// The longest wait of any rank.
+    pub max_wait_ns: i64,
+    /// Summed wait of all ranks.
+    pub wait_total_ns: i64,
+    /// S / transfer time, in GB/s (1e9 bytes per second).
+    pub algbw_gbps: Option<f64>,
+    /// algbw × the collective's bus factor, in GB/s.
+    pub busbw_gbps: Option<f64>,
+    /// Phase of the instance (the phase most of its ranks launched it in), if any.
+    pub phase: Option<String>,
+}
+
+/// Per-group statistics: one row per communicator, type, size bucket and phase.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupSummary {
+    /// Communicator.
+    pub communicator: String,
+    /// Collective type.
+    pub op: CollectiveOp,
+    /// Message-size bucket, e.g. `1-16 MiB`.
+    pub size_bucket: &'static str,
+    /// Phase, or empty.
+    pub phase: String,
+    /// Number of instances.
+    pub count: u64,
+    /// Summed message size.
+    pub bytes: u64,
+    /// Summed transfer time of the instances.
+    pub transfer_total_ns: i64,
+    /// Median transfer time.
+    pub transfer_median_ns: i64,
+    /// Summed wait over every rank of every instance.
+    pub wait_total_ns: i64,
+    /// Median over instances of the longest wait.
+    pub wait_median_ns: i64,
+    /// Median bus bandwidth, GB/s.
+    pub busbw_median_gbps: Option<f64>,
+    /// Median busbw as a share of the measured peak for this collective type (from `bench`), percent.
+    pub busbw_pct_of_peak: Option<f64>,
+    /// How often each rank arrived last.
+    pub late_rank_counts: BTreeMap<u32, u64>,
+}
+
+/// The result of matching.
+#[derive(Debug, Clone, Default)]
+pub struct Matching {
+    /// Every instance seen on two or more ranks.
+    pub instances: Vec<Instance>,
+    /// Wait and transfer per (rank, kernel index in its trace).
+    pub shares: HashMap<(usize, u32), RankShare>,
+    /// Communication kernels that could not be matched to another rank.
+    pub unmatched_kernels: u64,
+    /// Whether clocks were aligned on collective ends.
+    pub clocks_aligned: bool,
+    /// Median spread of collective end times across ranks after any alignment (ns).
+    pub end_spread_median_ns: Option<i64>,
+}
+
+/// A communication kernel of one rank, as the matcher sees it.
+#[derive(Debug, Clone)]
+struct CommKernel {
+    kernel: u32,
+    start_ns: i64,
+    end_ns: i64,
+    op: CollectiveOp,
+    communicator: String,
+    seq: Option<u64>,
+    bytes: Option<u64>,
+    group_size: Option<u32>,
+    phase: Option<String>,
+}
+
+/// Input for [`match_collectives`]: one entry per rank.
+pub struct RankInput<'a> {
+    /// Which rank.
+    pub key: RankKey,
+    /// Its rank number.
+    pub rank: u32,
+    /// The trace it is in.
+    pub trace: &'a Trace,
+    /// Classes of the trace's names (from [`Classifier::classify_names`]).
+    pub classes: &'a [KernelClass],
+    /// Phase of a kernel, by index.
+    pub phase_of_kernel: &'a dyn Fn(u32) -> Option<String>,
+}
+
+/// The bus factor of nccl-tests for `op` over `n` ranks.
+pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
+    let n = f64::from(n.max(1));
+    match op {
+        CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
+        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// Message size S of nccl-tests from a trace's per-rank input bytes: all-gather's S is the gathered output.
+fn message_bytes(
+    op: CollectiveOp,
+    input_bytes: Option<u64>,
+    in_elems: Option<u64>,
+    out_elems: Option<u64>,
+) -> Option<u64> {
+    let input_bytes = input_bytes?;
+    match (op, in_elems, out_elems) {
+        (CollectiveOp::AllGather, Some(i), Some(o)) if i > 0 && o > i => Some(input_bytes / i * o),
+        _ => Some(input_bytes),
+    }
+}
+
+/// Named message-size buckets, by powers of 16.
+pub fn size_bucket(bytes: Option<u64>) -> &'static str {
+    match bytes {
+        None => "unknown",
+        Some(b) if b < 64 << 10 => "<64 KiB",
+        Some(b) if b < 1 << 20 => "64 KiB-1 MiB",
+        Some(b) if b < 16 << 20 => "1-16 MiB",
+        Some(b) if b < 256 << 20 => "16-256 MiB",
+        Some(_) => ">=256 MiB",
+    }
+}
+
+fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
+    let trace = input.trace;
+    let mut out = Vec::new();
+    for (index, kernel) in trace.kernels.iter().enumerate() {
+        if kernel.device != input.key.device {
+            continue;
+        }
+        let class = Classifier::lookup(input.classes, kernel.name);
+        if !classifier.is_communication(class.category) {
+            continue;
+        }
+        let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
+        let op = class.collective.or(meta.map(|m| m.op)).unwrap_or(CollectiveOp::Other);
+        let communicator = match meta {
+            Some(m) if m.communicator.is_some() => format!("{:#x}", m.communicator.unwrap_or_default()),
+            Some(m) if !trace.names.get(m.group_name).is_empty() => trace.names.get(m.group_name).to_string(),
+            _ => "default".to_string(),
+        };
+        out.push(CommKernel {
+            kernel: index as u32,
+            start_ns: kernel.start_ns,
+            end_ns: kernel.end_ns,
+            op,
+            communicator,
+            seq: meta.and_then(|m| m.seq),
+            bytes: meta.and_then(|m| message_bytes(op, m.bytes, m.in_elems, m.out_elems)),
+            group_size: meta.and_then(|m| m.group_size),
+            phase: (input.phase_of_kernel)(index as u32),
+        });
+    }
+    out
+}
+
+/// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
+pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_differ: bool) -> Matching {
+    // (communicator, op) → instance key → [(rank input index, kernel)].
+    type Slots = BTreeMap<u64, Vec<(usize, CommKernel)>>;
+    let mut groups: BTreeMap<(String, CollectiveOp), Slots> = BTreeMap::new();
+    let mut total_comm_kernels = 0u64;
+    for (input_index, input) in inputs.iter().enumerate() {
+        let kernels = comm_kernels(input, classifier);
+        total_comm_kernels += kernels.len() as u64;
+        let mut ordinal: HashMap<(String, CollectiveOp), u64> = HashMap::new();
+        for kernel in kernels {
+            let key = (kernel.communicator.clone(), kernel.op);
+            let next = ordinal.entry(key.clone()).or_default();
+            let slot = kernel.seq.unwrap_or(*next);
+            *next += 1;
+            groups.entry(key).or_default().entry(slot).or_default().push((input_index, kernel));
+        }
+    }
+
+    let offsets = if hosts_differ { end_alignment_offsets(inputs.len(), &groups) } else { vec![0; inputs.len()] };
+    let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
+    let mut spreads = Vec::new();
+    let mut matched_kernels = 0u64;
+    for ((communicator, op), slots) in &groups {
+        for (&seq, members) in slots {
+            if members.len() < 2 {
+                continue;
+            }
+            matched_kernels += members.len() as u64;
+            let shifted: Vec<(i64, i64)> =
+                members.iter().map(|(i, k)| (k.start_ns + offsets[*i], k.end_ns + offsets[*i])).collect();
+            let latest = shifted.iter().map(|s| s.0).max().unwrap_or(0);
+            let last_end = shifted.iter().map(|s| s.1).max().unwrap_or(0);
+            let first_end = shifted.iter().map(|s| s.1).min().unwrap_or(0);
+            spreads.push(last_end - first_end);
+            let late_member = shifted.iter().enumerate().max_by_key(|(_, s)| s.0).map_or(0, |(m, _)| m);
+            let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
+            for (member, &(start, end)) in shifted.iter().enumerate() {
+                let arrival_done = latest.min(end);
+                let share = RankShare {
+                    wait_ns: arrival_done - start,
+                    transfer_ns: end - arrival_done,
+                    late: member == late_member,
+                };
+                max_wait_ns = max_wait_ns.max(share.wait_ns);
+                wait_total_ns += share.wait_ns;
+                let (input_index, kernel) = &members[member];
+                matching.shares.insert((inputs[*input_index].key.trace, kernel.kernel), share);
+            }
+            let transfer_ns = (last_end - latest).max(0);
+            let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
+            let bytes = members.iter().find_map(|(_, k)| k.bytes);
+            let algbw_gbps = bytes.filter(|_| transfer_ns > 0).map(|b| b as f64 / transfer_ns as f64);
+            let mut phases: Vec<&String> = members.iter().filter_map(|(_, k)| k.phase.as_ref()).collect();
+            phases.sort();
+            let phase = most_common(&phases).map(|p| p.to_string());
+            matching.instances.push(Instance {
+                communicator: communicator.clone(),
+                op: *op,
+                seq,
+                bytes,
+                nranks,
+                late_rank: inputs[members[late_member].0].rank,
+                transfer_ns,
+                max_wait_ns,
+                wait_total_ns,
+                algbw_gbps,
+                busbw_gbps: algbw_gbps.map(|a| a * bus_factor(*op, nranks)),
+                phase,
+            });
+        }
+    }
+    matching.unmatched_kernels = total_comm_kernels - matched_kernels;
+    matching.end_spread_median_ns = median_i64(&mut spreads);
+    matching
+}
+
+/// Per rank, the clock shift that best lines up collective ends with rank input 0 (median of differences).
+fn end_alignment_offsets(
+    n: usize,
+    groups: &BTreeMap<(String, CollectiveOp), BTreeMap<u64, Vec<(usize, CommKernel)>>>,
+) -> Vec<i64> {
+    let mut differences: Vec<Vec<i64>> = vec![Vec::new(); n];
+    for slots in groups.values() {
+        for members in slots.values() {
+            let Some(reference_end) = members.iter().find(|(i, _)| *i == 0).map(|(_, k)| k.end_ns) else { continue };
+            for (i, kernel) in members {
+                differences[*i].push(reference_end - kernel.end_ns);
+            }
+        }
+    }
+    differences.iter_mut().map(|d| median_i64(d).unwrap_or(0)).collect()
+}
+
+fn median_i64(values: &mut [i64]) -> Option<i64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    let n = values.len();
+    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2 })
+}
+
+fn median_f64(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
+}
+
+fn most_common<'a>(sorted: &[&'a String]) -> Option<&'a String> {
+    let mut best: Option<(&String, usize)> = None;
+    let mut i = 0;
+    while i < sorted.len() {
+        let run = sorted[i..].iter().take_while(|s| **s == sorted[i]).count();
+        if best.is_none_or(|(_, n)| run > n) {
+            best = Some((sorted[i], run));
+        }
+        i += run;
+    }
+    best.map(|(s, _)| s)
+}
+
+/// Groups instances by communicator, type, size bucket and phase; `peak_busbw_gbps` gives the measured peak of a type.
+pub fn summarize(matching: &Matching, peak_busbw_gbps: impl Fn(CollectiveOp) -> Option<f64>) -> Vec<GroupSummary> {
+    type Key = (String, CollectiveOp, &'static str, String);
+    let mut rows: BTreeMap<Key, Vec<&Instance>> = BTreeMap::new();
+    for instance in &matching.instances {
+        let key = (
+            instance.communicator.clone(),
+            instance.op,
+            size_bucket(instance.bytes),
+            instance.phase.clone().unwrap_or_default(),
+        );
+        rows.entry(key).or_default().push(instance);
+    }
+    rows.into_iter()
+        .map(|((communicator, op, size_bucket, phase), instances)| {
+            let mut transfers: Vec<i64> = instances.iter().map(|i| i.transfer_ns).collect();
+            let mut waits: Vec<i64> = instances.iter().map(|i| i.max_wait_ns).collect();
+            let mut busbw: Vec<f64> = instances.iter().filter_map(|i| i.busbw_gbps).collect();
+            let busbw_median_gbps = median_f64(&mut busbw);
+            let mut late_rank_counts = BTreeMap::new();
+            for instance in &instances {
+                *late_rank_counts.entry(instance.late_rank).or_default() += 1;
+            }
+            GroupSummary {
+                communicator,
+                op,
+                size_bucket,
+                phase,
+                count: instances.len() as u64,
+                bytes: instances.iter().filter_map(|i| i.bytes).sum(),
+                transfer_total_ns: transfers.iter().sum(),
+                transfer_median_ns: median_i64(&mut transfers).unwrap_or(0),
+                wait_total_ns: instances.iter().map(|i| i.wait_total_ns).sum(),
+                wait_median_ns: median_i64(&mut waits).unwrap_or(0),
+                busbw_pct_of_peak: busbw_median_gbps.zip(peak_busbw_gbps(op)).map(|(b, p)| 100.0 * b / p),
+                busbw_median_gbps,
+                late_rank_counts,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_factors_follow_nccl_tests() {
+        assert_eq!(bus_factor(CollectiveOp::AllReduce, 2), 1.0);
+        assert_eq!(bus_factor(CollectiveOp::AllReduce, 8), 1.75);
+        assert_eq!(bus_factor(CollectiveOp::AllGather, 4), 0.75);
+        assert_eq!(bus_factor(CollectiveOp::ReduceScatter, 8), 0.875);
+        assert_eq!(bus_factor(CollectiveOp::Broadcast, 8), 1.0);
+    }
+
+    #[test]
+    fn all_gather_message_is_the_gathered_buffer() {
+        assert_eq!(message_bytes(CollectiveOp::AllGather, Some(2048), Some(1024), Some(4096)), Some(8192));
+        assert_eq!(message_bytes(CollectiveOp::AllReduce, Some(2048), Some(1024), Some(1024)), Some(2048));
+        assert_eq!(message_bytes(CollectiveOp::AllReduce, None, Some(1024), Some(1024)), None);
+    }
+
+    #[test]
+    fn buckets_are_powers_of_sixteen() {
+        assert_eq!(size_bucket(Some(4096)), "<64 KiB");
+        assert_eq!(size_bucket(Some(16 << 20)), "16-256 MiB");
+        assert_eq!(size_bucket(Some(1 << 30)), ">=256 MiB");
+        assert_eq!(size_bucket(None), "unknown");
+    }
+}
+
+/// Matching on fabricated traces: what the plugin records (communicator, sequence number) and a skewed run.
+#[cfg(test)]
+mod fabricated {
+    use super::*;
+    use shardscope_model::{Collective, Device, Kernel, Process};
+
+    /// One rank: a trace with one GPU and the given all-reduce kernels `(start_ns, end_ns, seq)`.
+    fn rank_trace(rank: u32, kernels: &[(i64, i64, Option<u64>)]) -> Trace {
+        let mut trace = Trace::default();
+        let process = trace.add_process(Process { pid: 100 + rank, rank: Some(rank), ..Process::default() });
+        let device = trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
+        let name = trace.names.intern("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+        for (i, &(start_ns, end_ns, seq)) in kernels.iter().enumerate() {
+            trace.collectives.push(Collective {
+                op: CollectiveOp::AllReduce,
+                bytes: Some(64 << 20),
+                communicator: Some(0xabc),
+                seq,
+                group_size: Some(2),
+                ..Collective::default()
+            });
+            let collective = Some(i as u32);
+            trace.kernels.push(Kernel { start_ns, end_ns, name, device, process, collective, ..Kernel::default() });
+        }
+        trace.finish();
+        trace
+    }
+
+    fn run(traces: &[Trace]) -> Matching {
+        let classifier = Classifier::builtin();
+        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
+        let no_phase = |_: u32| None;
+        let inputs: Vec<RankInput> = traces
+            .iter()
+            .enumerate()
+            .map(|(i, t)| RankInput {
+                key: RankKey { trace: i, device: DeviceIdx(0) },
+                rank: i as u32,
+                trace: t,
+                classes: &classes[i],
+                phase_of_kernel: &no_phase,
+            })
+            .collect();
+        match_collectives(&inputs, &classifier, false)
+    }
+
+    /// Rank 1 sleeps 1 ms before the second all-reduce: rank 0 waits 1 ms there, rank 1 is the late rank.
+    #[test]
+    fn a_sleeping_rank_is_late_and_its_peer_waits() {
+        let rank0 = rank_trace(0, &[(0, 100_000, None), (200_000, 1_300_000, None)]);
+        let rank1 = rank_trace(1, &[(10_000, 100_000, None), (1_200_000, 1_300_000, None)]);
+        let m = run(&[rank0, rank1]);
+        assert_eq!(m.instances.len(), 2);
+        let second = &m.instances[1];
+        assert_eq!((second.late_rank, second.transfer_ns, second.max_wait_ns), (1, 100_000, 1_000_000));
+        assert_eq!(m.shares[&(0, 1)], RankShare { wait_ns: 1_000_000, transfer_ns: 100_000, late: false });
+        assert_eq!(m.shares[&(1, 1)], RankShare { wait_ns: 0, transfer_ns: 100_000, late: true });
+        // 64 MiB over 100 µs on 2 ranks: busbw = algbw = 671.1 GB/s.
+        assert!((second.busbw_gbps.unwrap() - (64u64 << 20) as f64 / 100_000.0).abs() < 1e-9);
+        assert_eq!(m.unmatched_kernels, 0);
+    }
+
+    /// With sequence numbers recorded, instances pair by them even when one rank's kernels ran in another order
+    /// (two streams) or a rank is missing one.
+    #[test]
+    fn sequence_numbers_decide_the_pairing() {
+        let rank0 = rank_trace(0, &[(0, 50, Some(1)), (100, 150, Some(2)), (300, 350, Some(3))]);
+        let rank1 = rank_trace(1, &[(10, 50, Some(2)), (120, 150, Some(1))]);
+        let m = run(&[rank0, rank1]);
+        let seqs: Vec<u64> = m.instances.iter().map(|i| i.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(m.unmatched_kernels, 1, "seq 3 exists on rank 0 only");
+        // seq 1: rank 0 at 0, rank 1 at 120 → rank 0 waits 120 − 0 = 120 ns... capped by its own end (50).
+        assert_eq!(m.shares[&(0, 0)], RankShare { wait_ns: 50, transfer_ns: 0, late: false });
+    }
+
+    /// Ranks on different hosts: clocks are aligned on collective ends and the residual spread reported.
+    #[test]
+    fn clocks_are_aligned_on_collective_ends_across_hosts() {
+        // Rank 1's clock runs 5 ms ahead.
+        let offset = 5_000_000;
+        let rank0 = rank_trace(0, &[(0, 1_000, None), (10_000, 12_000, None), (20_000, 20_500, None)]);
+        let rank1 = rank_trace(
+            1,
+            &[
+                (offset + 500, offset + 1_000, None),
+                (offset + 11_000, offset + 12_010, None),
+                (offset + 20_100, offset + 20_500, None),
+            ],
+        );
+        let classifier = Classifier::builtin();
+        let traces = [rank0, rank1];
+        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
+        let no_phase = |_: u32| None;
+        let inputs: Vec<RankInput> = (0..2)
+            .map(|i| RankInput {
+                key: RankKey { trace: i, device: DeviceIdx(0) },
+                rank: i as u32,
+                trace: &traces[i],
+                classes: &classes[i],
+                phase_of_kernel: &no_phase,
+            })
+            .collect();
+        let m = match_collectives(&inputs, &classifier, true);
+        assert!(m.clocks_aligned);
+        let late: Vec<u32> = m.instances.iter().map(|i| i.late_rank).collect();
+        assert_eq!(late, [1, 1, 1]);
+        assert_eq!(m.instances[0].transfer_ns, 500);
+        assert_eq!(m.end_spread_median_ns, Some(0));
+    }
+}

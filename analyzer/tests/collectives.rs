@@ -1,0 +1,94 @@
+//! Collectives matched across ranks on real traces. Expected values were computed independently in Python from
+//! the same files (kernels ordered by start per GPU, the k-th NCCL kernel of each rank paired).
+
+mod common;
+
+use common::{analyzer, repo_root, shared_traces};
+use serde_json::Value;
+
+fn report(args: &[&str]) -> Value {
+    let output = analyzer(args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Two-GPU tensor-parallel sample: rank 1 arrives last at 53 of the 73 all-reduces, and rank 0 spends nearly all of
+/// its NCCL time waiting for it. Wait + transfer add up to each rank's NCCL kernel time.
+#[test]
+fn tp2_wait_and_transfer_add_up_and_blame_the_late_rank() {
+    let r = report(&["report", "--format", "json"]);
+    assert_eq!(r["collectives"]["matched_instances"], 73);
+    assert_eq!(r["collectives"]["unmatched_kernels"], 0);
+    assert_eq!(r["collectives"]["clocks_aligned"], false);
+    let expected = [(0, 35_212_724i64, 779_545i64, 20u64), (1, 699_976, 779_024, 53)];
+    for (rank, wait, transfer, late) in expected {
+        let figures = &r["ranks"][rank];
+        assert_eq!(figures["comm_wait_ns"], wait, "rank {rank}");
+        assert_eq!(figures["comm_transfer_ns"], transfer, "rank {rank}");
+        assert_eq!(figures["late_count"], late, "rank {rank}");
+        let nccl_kernel_ns = figures["categories"]["comm.all_reduce"].as_i64().unwrap();
+        assert_eq!(wait + transfer, nccl_kernel_ns, "rank {rank}: wait + transfer = kernel time");
+    }
+    // Per phase too: decode is where the waiting happens.
+    let decode = &r["ranks"][0]["phases"]["decode"];
+    assert_eq!(
+        decode["comm_wait_ns"].as_i64().unwrap() + decode["comm_transfer_ns"].as_i64().unwrap(),
+        decode["categories"]["comm.all_reduce"].as_i64().unwrap()
+    );
+}
+
+/// Kineto traces carry message sizes: bus bandwidth is computed, and the group rows split by size.
+#[test]
+fn kineto_tp2_has_bus_bandwidth() {
+    let dir = repo_root().join("sample-traces/kineto_tp2");
+    let r = report(&["collectives", "--format", "json", dir.to_str().unwrap()]);
+    assert_eq!(r["collectives"]["matched_instances"], 36);
+    let instances = r["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 36);
+    for instance in instances {
+        let bytes = instance["bytes"].as_f64().unwrap();
+        let transfer_ns = instance["transfer_ns"].as_f64().unwrap();
+        let busbw = instance["busbw_gbps"].as_f64().unwrap();
+        // Two ranks: the all-reduce bus factor 2(n−1)/n is 1, so busbw = algbw = S / t.
+        assert!((busbw - bytes / transfer_ns).abs() < 1e-9, "{instance}");
+        assert_eq!(instance["nranks"], 2);
+    }
+    let sizes: Vec<&str> =
+        r["collectives"]["groups"].as_array().unwrap().iter().map(|g| g["size_bucket"].as_str().unwrap()).collect();
+    assert_eq!(sizes, ["1-16 MiB", "<64 KiB"]);
+}
+
+/// dlrm_8rank: the late rank and transfer time of each all-reduce, from Python over the raw JSON.
+#[test]
+fn dlrm_8rank_late_ranks() {
+    let Some(shared) = shared_traces() else { return };
+    let dir = shared.join("kineto/dlrm_8rank");
+    let r = report(&["collectives", "--format", "json", dir.to_str().unwrap()]);
+    let mut all_reduces: Vec<(u64, i64)> = r["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["op"] == "AllReduce")
+        .map(|i| (i["late_rank"].as_u64().unwrap(), i["transfer_ns"].as_i64().unwrap()))
+        .collect();
+    all_reduces.sort_by_key(|&(_, t)| std::cmp::Reverse(t));
+    assert_eq!(all_reduces, [(7, 87_000), (4, 69_000), (5, 23_000)]);
+    assert_eq!(r["collectives"]["unmatched_kernels"], 0);
+}
+
+#[test]
+fn collectives_csv_and_table() {
+    let csv = String::from_utf8(analyzer(&["collectives", "--format", "csv"]).stdout).unwrap();
+    assert!(csv.starts_with("communicator,op,size_bucket,phase,count"));
+    assert_eq!(csv.lines().count(), 1 + 3, "{csv}");
+    let table = String::from_utf8(analyzer(&["collectives"]).stdout).unwrap();
+    assert!(table.contains("73 instance(s) matched"), "{table}");
+}
+
+#[test]
+fn bad_bench_file_is_one_line() {
+    let path = std::env::temp_dir().join(format!("shardscope-bench-{}.json", std::process::id()));
+    std::fs::write(&path, "{\"gpus\": []}").unwrap();
+    let output = analyzer(&["report", "--bench", path.to_str().unwrap()]);
+    common::assert_one_line_error(&output, path.to_str().unwrap());
+}
