@@ -1,0 +1,356 @@
+//! The JSON shapes of a Kineto trace, as serde reads them: borrowed from the decompressed text
+//! wherever possible and lenient about types, so that one odd field makes one event unusable
+//! (counted later) instead of failing the whole file.
+//!
+//! Only the fields the reader uses are named; serde skips every other key without building
+//! anything for it.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// One element of `traceEvents`.
+#[derive(Deserialize, Default)]
+pub struct RawEvent<'a> {
+    /// Phase: `X` complete event, `M` metadata, `s`/`f` flow start/finish, `i` instant.
+    #[serde(borrow, default)]
+    pub ph: LooseStr<'a>,
+    /// Category (`kernel`, `cuda_runtime`, …).
+    #[serde(borrow, default)]
+    pub cat: LooseStr<'a>,
+    /// Event name.
+    #[serde(borrow, default)]
+    pub name: LooseStr<'a>,
+    /// Process id for CPU events, device ordinal for GPU events; a string for Kineto's own spans.
+    #[serde(default)]
+    pub pid: LooseInt,
+    /// Thread id for CPU events, stream for GPU events.
+    #[serde(default)]
+    pub tid: LooseInt,
+    /// Start, µs, as written (see [`super::time`]).
+    #[serde(borrow, default)]
+    pub ts: Option<&'a RawValue>,
+    /// Duration, µs, as written.
+    #[serde(borrow, default)]
+    pub dur: Option<&'a RawValue>,
+    /// Flow id (`ac2g` flows carry the correlation id here).
+    #[serde(default)]
+    pub id: LooseInt,
+    /// `args`, kept as text: only the events the model keeps pay for reading it (see
+    /// [`RawEvent::parse_args`]).
+    #[serde(borrow, default)]
+    pub args: Option<&'a RawValue>,
+}
+
+impl<'a> RawEvent<'a> {
+    /// Reads the `args` keys the reader uses; `None` when `args` is absent or not an object.
+    pub fn parse_args(&self) -> Option<RawArgs<'a>> {
+        let args: &'a RawValue = self.args?;
+        serde_json::from_str(args.get()).ok()
+    }
+}
+
+/// The `args` keys the reader uses, across event categories.
+#[derive(Deserialize, Default)]
+pub struct RawArgs<'a> {
+    /// GPU ordinal of GPU events.
+    #[serde(default)]
+    pub device: LooseInt,
+    /// CUDA stream of GPU events.
+    #[serde(default)]
+    pub stream: LooseInt,
+    /// CUPTI correlation id (launch ↔ GPU activity).
+    #[serde(default)]
+    pub correlation: LooseInt,
+    /// Kernel grid dimensions.
+    #[serde(default)]
+    pub grid: Dim3,
+    /// Kernel block dimensions.
+    #[serde(default)]
+    pub block: Dim3,
+    /// Bytes moved by a memcpy or set by a memset.
+    #[serde(default)]
+    pub bytes: LooseInt,
+    /// AMD memcpy direction (`HtoD`, …).
+    #[serde(borrow, default)]
+    pub kind: LooseStr<'a>,
+    /// Metadata events: the process or thread name.
+    #[serde(borrow, default)]
+    pub name: LooseStr<'a>,
+    /// NCCL metadata (on NCCL kernels in recent Kineto, on `record_param_comms` before).
+    #[serde(borrow, default, rename = "Collective name")]
+    pub collective_name: LooseStr<'a>,
+    /// Input element count of a collective.
+    #[serde(default, rename = "In msg nelems")]
+    pub in_msg_nelems: LooseInt,
+    /// Output element count of a collective.
+    #[serde(default, rename = "Out msg nelems")]
+    pub out_msg_nelems: LooseInt,
+    /// Ranks in the collective's process group.
+    #[serde(default, rename = "Group size")]
+    pub group_size: LooseInt,
+    /// Element type of a collective (`Float`, `BFloat16`, …).
+    #[serde(borrow, default)]
+    pub dtype: LooseStr<'a>,
+    /// Process group name.
+    #[serde(borrow, default, rename = "Process Group Name")]
+    pub process_group_name: LooseStr<'a>,
+    /// Process group members: a JSON array, or a string holding one.
+    #[serde(borrow, default, rename = "Process Group Ranks")]
+    pub process_group_ranks: Option<&'a RawValue>,
+    /// Shapes of an op's inputs, `[[d0, d1], [], …]`.
+    #[serde(borrow, default, rename = "Input Dims")]
+    pub input_dims: Option<&'a RawValue>,
+    /// Types of an op's inputs, `["float", "Scalar", …]`.
+    #[serde(borrow, default, rename = "Input type")]
+    pub input_type: Option<&'a RawValue>,
+}
+
+/// An integer that may be written as a number, a float, or a string (`"7"`, `"stream 7"`).
+/// Anything else (objects, arrays, `null`, text without digits), or a missing key, reads as
+/// "absent".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LooseInt(pub Option<i64>);
+
+impl LooseInt {
+    /// The value, if any.
+    pub fn get(self) -> Option<i64> {
+        self.0
+    }
+}
+
+/// Reads the last run of digits in a string: `"7"` → 7, `"stream 7"` → 7, `"Spans"` → none.
+fn trailing_integer(text: &str) -> Option<i64> {
+    let trimmed = text.trim();
+    if let Ok(value) = trimmed.parse::<i64>() {
+        return Some(value);
+    }
+    if let Some(hex) = trimmed.strip_prefix("0x") {
+        return i64::from_str_radix(hex, 16).ok();
+    }
+    let end = trimmed.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = trimmed[..end].rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    trimmed[start..end].parse().ok()
+}
+
+impl<'de> Deserialize<'de> for LooseInt {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LooseIntVisitor;
+        impl<'de> Visitor<'de> for LooseIntVisitor {
+            type Value = LooseInt;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LooseInt, E> {
+                Ok(LooseInt(Some(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LooseInt, E> {
+                Ok(LooseInt(i64::try_from(v).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<LooseInt, E> {
+                let fits = v.is_finite() && v.abs() < 9.0e18;
+                Ok(LooseInt(fits.then(|| v.round() as i64)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LooseInt, E> {
+                Ok(LooseInt(trailing_integer(v)))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<LooseInt, E> {
+                Ok(LooseInt(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<LooseInt, E> {
+                Ok(LooseInt(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LooseInt, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(LooseInt(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LooseInt, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(LooseInt(None))
+            }
+        }
+        deserializer.deserialize_any(LooseIntVisitor)
+    }
+}
+
+/// A string, borrowed from the file's text when it has no escapes. Numbers are kept as their
+/// decimal text; other JSON values read as "absent".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LooseStr<'a>(pub Option<Cow<'a, str>>);
+
+impl<'a> LooseStr<'a> {
+    /// The text, if the value was a string (or a number).
+    pub fn as_str(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for LooseStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LooseStrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for LooseStrVisitor<'a> {
+            type Value = LooseStr<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<LooseStr<'a>, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LooseStr<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LooseStr<'a>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+        }
+        deserializer.deserialize_any(LooseStrVisitor(std::marker::PhantomData))
+    }
+}
+
+/// A `[x, y, z]` launch dimension; shorter arrays are padded with 1, other values read as absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dim3(pub Option<[u32; 3]>);
+
+impl<'de> Deserialize<'de> for Dim3 {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Dim3Visitor;
+        impl<'de> Visitor<'de> for Dim3Visitor {
+            type Value = Dim3;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of up to three integers")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Dim3, A::Error> {
+                let mut dims = [1u32; 3];
+                let mut valid = true;
+                let mut count = 0;
+                while let Some(value) = seq.next_element::<LooseInt>()? {
+                    match (value.get().and_then(|v| u32::try_from(v).ok()), dims.get_mut(count)) {
+                        (Some(v), Some(slot)) => *slot = v,
+                        _ => valid = false,
+                    }
+                    count += 1;
+                }
+                Ok(Dim3(valid.then_some(dims)))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Dim3, E> {
+                Ok(Dim3(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Dim3, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Dim3(None))
+            }
+        }
+        deserializer.deserialize_any(Dim3Visitor)
+    }
+}
+
+/// One entry of the top-level `deviceProperties`.
+#[derive(Deserialize, Default)]
+pub struct RawDeviceProperties<'a> {
+    /// Device ordinal.
+    #[serde(default)]
+    pub id: LooseInt,
+    /// Marketing name.
+    #[serde(borrow, default)]
+    pub name: LooseStr<'a>,
+    /// Global memory, bytes.
+    #[serde(default, rename = "totalGlobalMem")]
+    pub total_global_mem: LooseInt,
+    /// Streaming multiprocessors (compute units on AMD).
+    #[serde(default, rename = "numSms")]
+    pub num_sms: LooseInt,
+}
+
+/// The top-level `distributedInfo`.
+#[derive(Deserialize, Default)]
+pub struct RawDistributedInfo<'a> {
+    /// This file's rank.
+    #[serde(default)]
+    pub rank: LooseInt,
+    /// Ranks in the job.
+    #[serde(default)]
+    pub world_size: LooseInt,
+    /// Process groups known to this rank.
+    #[serde(borrow, default)]
+    pub pg_config: Option<Vec<RawProcessGroup<'a>>>,
+}
+
+/// One entry of `distributedInfo.pg_config`.
+#[derive(Deserialize, Default)]
+pub struct RawProcessGroup<'a> {
+    /// The name kernels and `record_param_comms` refer to as `Process Group Name`.
+    #[serde(borrow, default)]
+    pub pg_name: LooseStr<'a>,
+    /// Global ranks of the members.
+    #[serde(default)]
+    pub ranks: Option<Vec<LooseInt>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loose_values_tolerate_odd_types() {
+        let event: RawEvent = serde_json::from_str(
+            r#"{"ph":"X","pid":"Spans","tid":"stream 7","id":3.0,"ts":1.5,
+                "args":{"grid":[2,3],"block":"x","correlation":{"a":[1]},"stream":"0x1f","name":5}}"#,
+        )
+        .unwrap();
+        assert_eq!(event.pid.get(), None);
+        assert_eq!(event.tid.get(), Some(7));
+        assert_eq!(event.id.get(), Some(3));
+        let args = event.parse_args().unwrap();
+        assert_eq!(args.grid.0, Some([2, 3, 1]));
+        assert_eq!(args.block.0, None);
+        assert_eq!(args.correlation.get(), None);
+        assert_eq!(args.stream.get(), Some(31));
+        assert_eq!(args.name.as_str(), Some("5"));
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        let text = r#"{"name":"gemm","cat":"ker\nnel"}"#;
+        let event: RawEvent = serde_json::from_str(text).unwrap();
+        assert!(matches!(event.name.0, Some(Cow::Borrowed("gemm"))));
+        assert!(matches!(event.cat.0, Some(Cow::Owned(_))));
+    }
+}
