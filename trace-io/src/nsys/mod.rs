@@ -5,27 +5,30 @@
 //! from the columns the file actually has (`pragma table_info`), with `NULL` standing in for
 //! a missing one. Names are integer ids into `StringIds`, resolved once per id.
 //!
-//! Speed matters: exports of long runs hold tens of millions of kernels. Rows are decoded by
-//! fixed column index straight from SQLite's buffers, processes and devices are found through
-//! small caches, and nothing is allocated per row.
+//! Speed matters: exports of long runs hold tens of millions of kernels. The four event
+//! tables are decoded in parallel (see [`scan`]), rows by fixed column index straight from
+//! SQLite's buffers, with processes and devices found through small caches and nothing
+//! allocated per row.
 //!
 //! Processes: a trace keeps the processes that own at least one event (kernel, copy, API call
 //! or range); `PROCESSES` only supplies their names, since it also lists every daemon and
 //! compiler that ran during the capture. Devices: every GPU of `TARGET_INFO_GPU` (or the old
 //! `TARGET_INFO_CUDA_GPU`) plus every `deviceId` an event names. Both lists come out in a
 //! canonical order (processes by `globalPid`, devices by ordinal), independent of row order.
+
 pub(crate) mod enums;
+mod scan;
 pub(crate) mod schema;
 mod strings;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, NameId, Process, ProcessIdx, Range, RangeKind,
-    SourceFormat, ThreadName, Trace,
+    ApiCall, ApiKind, Device, DeviceIdx, Kernel, MemOp, NameId, Process, ProcessIdx, Range, SourceFormat, ThreadName,
+    Trace,
 };
 
 use self::strings::StringTable;
@@ -73,6 +76,11 @@ const NSYS_TABLES: &[&str] = &[
 /// [`Error::Format`] for a file that is not an SQLite database, is truncated or corrupt, or
 /// holds none of the nsys tables.
 pub fn read(path: &Path) -> Result<Trace, Error> {
+    read_in_shares(path, ROWS_PER_JOB)
+}
+
+/// [`read`], reading the big tables in shares of `rows_per_job` rowids.
+fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
         return Err(Error::format(path, "is a folder, not an SQLite file"));
@@ -81,23 +89,497 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
         return Err(Error::format(path, "file is empty"));
     }
     let conn = open_read_only(path)?;
-    let mut reader = Reader::new(path, &conn)?;
-    reader.read_metadata()?;
-    reader.read_string_ids()?;
-    reader.read_process_names()?;
-    reader.read_gpus()?;
-    reader.read_kernels()?;
-    reader.read_memcpys()?;
-    reader.read_memsets()?;
-    reader.read_api_calls()?;
-    reader.read_nvtx()?;
-    reader.canonical_order();
-    reader.assign_device_owners();
-    reader.read_thread_names()?;
-    reader.read_process_info()?;
-    let mut trace = reader.trace;
+    let tables = table_names(path, &conn)?;
+    if !NSYS_TABLES.iter().any(|t| tables.contains(*t)) {
+        return Err(Error::format(
+            path,
+            "SQLite database without Nsight Systems tables (no StringIds, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)",
+        ));
+    }
+    let db = Database { path, conn: &conn, tables: &tables };
+
+    let mut trace = Trace::default();
+    trace.source.path = path.display().to_string();
+    trace.source.format = SourceFormat::NsysSqlite;
+    read_metadata(&db, &mut trace)?;
+    let strings = read_string_ids(&db)?;
+    let classes = {
+        let ids = db.enum_ids("ENUM_NSYS_EVENT_CLASS")?;
+        // The documented ids serve files without the enum table.
+        let id = |name: &str, documented: i64| if ids.is_empty() { Some(documented) } else { ids.get(name).copied() };
+        scan::ApiClasses {
+            runtime: id("TRACE_PROCESS_EVENT_CUDA_RUNTIME", 0),
+            driver: id("TRACE_PROCESS_EVENT_CUDA_DRIVER", 1),
+        }
+    };
+    let nvtx_types = {
+        let ids = db.enum_ids("ENUM_NSYS_EVENT_TYPE")?;
+        // Event types are looked up by name; the documented ids serve files without the enum table.
+        let ids_of = |names: &[(&str, i64)]| -> Vec<i64> {
+            let id = |&(name, documented): &(&str, i64)| {
+                if ids.is_empty() { Some(documented) } else { ids.get(name).copied() }
+            };
+            names.iter().filter_map(id).collect()
+        };
+        scan::NvtxTypes {
+            push_pop: ids_of(&[("NvtxPushPopRange", 59), ("NvtxtPushPopRange", 70)]),
+            start_end: ids_of(&[("NvtxStartEndRange", 60), ("NvtxtStartEndRange", 71)]),
+            domain_create: ids_of(&[("NvtxDomainCreate", 75)]),
+        }
+    };
+
+    // The event tables are decoded in parallel, the big ones in shares of rowids.
+    let jobs = plan_jobs(&db, rows_per_job);
+    let (mut kernel_scans, mut api_scans, mut memops, mut ranges) = (Vec::new(), Vec::new(), None, None);
+    for output in run_jobs(path, &tables, &jobs, &strings, classes, &nvtx_types)? {
+        match output {
+            Output::Kernels(scan) => kernel_scans.push(scan),
+            Output::ApiCalls(scan) => api_scans.push(scan),
+            Output::MemOps(scan) => memops = Some(scan),
+            Output::Ranges(scan) => ranges = Some(scan),
+        }
+    }
+    let (Some(memops), Some(ranges)) = (memops, ranges) else {
+        return Err(Error::format(path, "internal error: a table reader gave no result"));
+    };
+
+    let gpus = read_gpus(&db, &mut trace)?;
+    let locals: Vec<&scan::Local> = (kernel_scans.iter().map(|s| &s.local))
+        .chain(api_scans.iter().map(|s| &s.local))
+        .chain([&memops.local, &ranges.local])
+        .collect();
+    let global_pids = collect_processes(&db, &mut trace, &locals)?;
+    collect_devices(&mut trace, gpus, &locals);
+    for scan in kernel_scans {
+        let rows = adopt(&mut trace, &global_pids, scan, |k, map| {
+            k.name = map.names[k.name.0 as usize];
+            k.short_name = map.names[k.short_name.0 as usize];
+            k.process = map.processes[k.process.0 as usize];
+            k.device = map.devices[k.device.0 as usize];
+        });
+        append(&mut trace.kernels, rows);
+    }
+    for scan in api_scans {
+        let rows = adopt(&mut trace, &global_pids, scan, |a, map| {
+            a.name = map.names[a.name.0 as usize];
+            a.process = map.processes[a.process.0 as usize];
+        });
+        append(&mut trace.api_calls, rows);
+    }
+    trace.memops = adopt(&mut trace, &global_pids, memops, |m, map| {
+        m.process = map.processes[m.process.0 as usize];
+        m.device = map.devices[m.device.0 as usize];
+    });
+    trace.ranges = adopt(&mut trace, &global_pids, ranges, |r, map| {
+        r.name = map.names[r.name.0 as usize];
+        r.domain = map.names[r.domain.0 as usize];
+        r.process = map.processes[r.process.0 as usize];
+    });
+    assign_device_owners(&mut trace);
+    read_thread_names(&db, &strings, &global_pids, &mut trace)?;
+    read_process_info(&db, &global_pids, &mut trace)?;
     trace.finish();
     Ok(trace)
+}
+
+/// Rows per share of a big table: large enough that per-share costs vanish, small enough that
+/// a ten-million-row table keeps many threads busy.
+const ROWS_PER_JOB: i64 = 400_000;
+
+/// Threads for the table readers, at most.
+const MAX_READER_THREADS: usize = 8;
+
+/// One unit of reading work.
+enum Job {
+    Kernels(scan::RowIds),
+    ApiCalls(scan::RowIds),
+    MemOps,
+    Ranges,
+}
+
+/// What a [`Job`] produced.
+enum Output {
+    Kernels(scan::Scan<Kernel>),
+    ApiCalls(scan::Scan<ApiCall>),
+    MemOps(scan::Scan<MemOp>),
+    Ranges(scan::Scan<Range>),
+}
+
+/// Kernel and API tables in shares of `rows_per_job` rowids (nsys writes dense rowids, so
+/// the shares are even), then the copy and NVTX tables whole; largest first.
+fn plan_jobs(db: &Database<'_>, rows_per_job: i64) -> Vec<Job> {
+    let shares = |table: &str| -> Vec<scan::RowIds> {
+        let bound = |aggregate: &str| {
+            db.conn
+                .query_row(&format!("SELECT {aggregate}(rowid) FROM \"{table}\""), [], |row| Ok(int(row, 0)))
+                .ok()
+                .flatten()
+        };
+        match (db.has(table).then(|| bound("min")).flatten(), db.has(table).then(|| bound("max")).flatten()) {
+            (Some(first), Some(last)) if last - first >= rows_per_job => (first..=last)
+                .step_by(rows_per_job as usize)
+                .map(|start| Some((start, (start + rows_per_job - 1).min(last))))
+                .collect(),
+            _ => vec![None],
+        }
+    };
+    let mut jobs: Vec<Job> = shares("CUPTI_ACTIVITY_KIND_KERNEL").into_iter().map(Job::Kernels).collect();
+    jobs.extend(shares("CUPTI_ACTIVITY_KIND_RUNTIME").into_iter().map(Job::ApiCalls));
+    jobs.push(Job::Ranges);
+    jobs.push(Job::MemOps);
+    jobs
+}
+
+/// Runs every job on a small pool of threads, each with its own read-only connection, and
+/// returns the outputs in job order (which keeps rows in table order).
+fn run_jobs(
+    path: &Path,
+    tables: &HashSet<String>,
+    jobs: &[Job],
+    strings: &StringTable,
+    classes: scan::ApiClasses,
+    nvtx_types: &scan::NvtxTypes,
+) -> Result<Vec<Output>, Error> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
+    let next_job = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || -> Result<Vec<(usize, Output)>, Error> {
+        let conn = open_read_only(path)?;
+        let db = Database { path, conn: &conn, tables };
+        let mut done = Vec::new();
+        loop {
+            let index = next_job.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(job) = jobs.get(index) else { return Ok(done) };
+            let output = match *job {
+                Job::Kernels(rowids) => Output::Kernels(scan::kernels(&db, strings, rowids)?),
+                Job::ApiCalls(rowids) => Output::ApiCalls(scan::api_calls(&db, strings, classes, rowids)?),
+                Job::MemOps => Output::MemOps(scan::memops(&db, strings)?),
+                Job::Ranges => Output::Ranges(scan::ranges(&db, strings, nvtx_types)?),
+            };
+            done.push((index, output));
+        }
+    };
+    let results: Vec<Result<Vec<(usize, Output)>, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.min(jobs.len())).map(|_| s.spawn(worker)).collect();
+        (handles.into_iter())
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::format(path, "internal error: a table reader panicked"))))
+            .collect()
+    });
+    let mut outputs = Vec::with_capacity(jobs.len());
+    for result in results {
+        outputs.extend(result?);
+    }
+    outputs.sort_by_key(|(index, _)| *index);
+    Ok(outputs.into_iter().map(|(_, output)| output).collect())
+}
+
+/// Moves `rows` to the end of `all`, without a copy when `all` is still empty.
+fn append<T>(all: &mut Vec<T>, mut rows: Vec<T>) {
+    if all.is_empty() {
+        *all = rows;
+    } else {
+        all.append(&mut rows);
+    }
+}
+
+/// One open export: its connection and the tables it has.
+pub(super) struct Database<'a> {
+    path: &'a Path,
+    conn: &'a Connection,
+    tables: &'a HashSet<String>,
+}
+
+impl Database<'_> {
+    fn err(&self, error: rusqlite::Error) -> Error {
+        db_error(self.path, error)
+    }
+
+    fn has(&self, table: &str) -> bool {
+        self.tables.contains(table)
+    }
+
+    /// Column names of `table`.
+    fn columns(&self, table: &str) -> Result<HashSet<String>, Error> {
+        let mut stmt = self.conn.prepare(&format!("PRAGMA table_info(\"{table}\")")).map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        let mut columns = HashSet::new();
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            if let Some(name) = text(row, 1) {
+                columns.insert(name);
+            }
+        }
+        Ok(columns)
+    }
+
+    /// `SELECT a, b, NULL, … FROM table`: `NULL` for each wanted column the table lacks, so
+    /// that column indices stay fixed whatever the schema version.
+    fn select(&self, table: &str, wanted: &[&str], rowids: scan::RowIds) -> Result<String, Error> {
+        let columns = self.columns(table)?;
+        let list: Vec<String> =
+            wanted.iter().map(|c| if columns.contains(*c) { format!("\"{c}\"") } else { "NULL".into() }).collect();
+        let share = match rowids {
+            Some((first, last)) => format!(" WHERE rowid BETWEEN {first} AND {last}"),
+            None => String::new(),
+        };
+        Ok(format!("SELECT {} FROM \"{table}\"{share}", list.join(", ")))
+    }
+
+    /// A capacity hint for a table or share: its rowid span (cheap, unlike `count(*)`).
+    fn row_hint(&self, table: &str, rowids: scan::RowIds) -> usize {
+        if let Some((first, last)) = rowids {
+            return (last - first + 1).clamp(0, 1 << 28) as usize;
+        }
+        self.conn
+            .query_row(&format!("SELECT max(rowid) FROM \"{table}\""), [], |row| Ok(int(row, 0)))
+            .ok()
+            .flatten()
+            .map_or(0, |n| n.clamp(0, 1 << 28) as usize)
+    }
+
+    /// Every row of `table` (columns as [`Database::select`] picks them), one call per row.
+    fn each_row(
+        &self,
+        table: &str,
+        wanted: &[&str],
+        each: impl FnMut(&Row<'_>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.each_row_in(table, wanted, None, each)
+    }
+
+    /// Like [`Database::each_row`], for the rows in `rowids` only.
+    fn each_row_in(
+        &self,
+        table: &str,
+        wanted: &[&str],
+        rowids: scan::RowIds,
+        mut each: impl FnMut(&Row<'_>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        if !self.has(table) {
+            return Ok(());
+        }
+        let mut stmt = self.conn.prepare(&self.select(table, wanted, rowids)?).map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            each(row)?;
+        }
+        Ok(())
+    }
+
+    /// The rows of an `(id, name, label)` enum table as name → id; empty when the table is missing.
+    fn enum_ids(&self, table: &str) -> Result<HashMap<String, i64>, Error> {
+        let mut ids = HashMap::new();
+        self.each_row(table, &["id", "name"], |row| {
+            if let (Some(id), Some(name)) = (int(row, 0), text(row, 1)) {
+                ids.insert(name, id);
+            }
+            Ok(())
+        })?;
+        Ok(ids)
+    }
+}
+
+fn table_names(path: &Path, conn: &Connection) -> Result<HashSet<String>, Error> {
+    let mut tables = HashSet::new();
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        .map_err(|e| db_error(path, e))?;
+    let mut rows = stmt.query([]).map_err(|e| db_error(path, e))?;
+    while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
+        if let Some(name) = text(row, 0) {
+            tables.insert(name);
+        }
+    }
+    Ok(tables)
+}
+
+/// Schema version, producer and session start; refuses major versions other than 3.
+fn read_metadata(db: &Database<'_>, trace: &mut Trace) -> Result<(), Error> {
+    let mut meta = HashMap::new();
+    db.each_row("META_DATA_EXPORT", &["name", "value"], |row| {
+        if let (Some(name), Some(value)) = (text(row, 0), text(row, 1)) {
+            meta.insert(name, value);
+        }
+        Ok(())
+    })?;
+    if let Some(version) = meta.get("EXPORT_SCHEMA_VERSION") {
+        let major = version.split('.').next().and_then(|m| m.trim().parse::<u32>().ok());
+        if major != Some(SUPPORTED_SCHEMA_MAJOR) {
+            return Err(Error::UnsupportedVersion {
+                path: db.path.display().to_string(),
+                version: version.clone(),
+                cause: format!("this build reads export schema {SUPPORTED_SCHEMA_MAJOR}.x"),
+            });
+        }
+        trace.source.schema_version = Some(version.clone());
+    }
+    trace.source.producer = match (meta.get("EXPORT_PRODUCT_NAME"), meta.get("EXPORT_PRODUCT_VERSION")) {
+        (Some(name), Some(version)) => Some(format!("{name} {version}")),
+        (Some(name), None) => Some(name.clone()),
+        _ => None,
+    };
+    db.each_row("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"], |row| {
+        trace.clock_offset_ns = trace.clock_offset_ns.or(int(row, 0));
+        Ok(())
+    })
+}
+
+fn read_string_ids(db: &Database<'_>) -> Result<StringTable, Error> {
+    let mut strings = Vec::new();
+    db.each_row("StringIds", &["id", "value"], |row| {
+        if let (Some(id), Some(value)) = (int(row, 0), text(row, 1)) {
+            strings.push((id, value.into_boxed_str()));
+        }
+        Ok(())
+    })?;
+    Ok(StringTable::new(strings))
+}
+
+/// GPUs from `TARGET_INFO_GPU`, or from `TARGET_INFO_CUDA_GPU` (keyed by `deviceId`) in old exports.
+fn read_gpus(db: &Database<'_>, trace: &mut Trace) -> Result<Vec<Device>, Error> {
+    let (table, id_column) =
+        if db.has("TARGET_INFO_GPU") { ("TARGET_INFO_GPU", "id") } else { ("TARGET_INFO_CUDA_GPU", "deviceId") };
+    let wanted = [id_column, "name", "busLocation", "totalMemory", "memoryBandwidth", "clockRate", "smCount"];
+    let mut gpus = Vec::new();
+    db.each_row(table, &wanted, |row| {
+        let Some(ordinal) = int(row, 0) else {
+            trace.warn("GPU row without a device id");
+            return Ok(());
+        };
+        let positive = |v: Option<i64>| v.filter(|&v| v > 0);
+        gpus.push(Device {
+            ordinal: ordinal as u32,
+            process: None,
+            name: text(row, 1).unwrap_or_default(),
+            bus_location: text(row, 2).filter(|s| !s.is_empty()),
+            memory_bytes: positive(int(row, 3)).map(|v| v as u64),
+            memory_bandwidth_bytes_per_s: positive(int(row, 4)).map(|v| v as u64),
+            // nsys stores the SM clock in Hz.
+            clock_rate_khz: positive(int(row, 5)).map(|hz| (hz / 1000) as u32),
+            sm_count: positive(int(row, 6)).map(|v| v as u32),
+        });
+        Ok(())
+    })?;
+    Ok(gpus)
+}
+
+/// The trace's processes: every `globalPid` an event names, sorted, named from `PROCESSES`.
+/// Returns the sorted `globalPid`s (a process's index is its position).
+fn collect_processes(db: &Database<'_>, trace: &mut Trace, locals: &[&scan::Local]) -> Result<Vec<u64>, Error> {
+    let mut global_pids: Vec<u64> = locals.iter().flat_map(|l| l.processes.iter().copied()).collect();
+    global_pids.sort_unstable();
+    global_pids.dedup();
+    let mut names: HashMap<u64, (u32, String)> = HashMap::new();
+    db.each_row("PROCESSES", &["globalPid", "pid", "name"], |row| {
+        if let Some(global_pid) = int(row, 0).map(|g| g as u64)
+            && global_pids.binary_search(&global_pid).is_ok()
+        {
+            let pid = int(row, 1).map_or_else(|| pid_of(global_pid), |p| p as u32);
+            names.insert(global_pid, (pid, text(row, 2).unwrap_or_default()));
+        }
+        Ok(())
+    })?;
+    trace.processes = global_pids
+        .iter()
+        .map(|&global_pid| {
+            let (pid, name) = names.remove(&global_pid).unwrap_or_else(|| (pid_of(global_pid), String::new()));
+            Process { pid, global_pid, name, ..Process::default() }
+        })
+        .collect();
+    Ok(global_pids)
+}
+
+/// The trace's GPUs, sorted by ordinal: those the GPU table lists and those events name.
+fn collect_devices(trace: &mut Trace, gpus: Vec<Device>, locals: &[&scan::Local]) {
+    let mut devices: BTreeMap<u32, Device> = BTreeMap::new();
+    for gpu in gpus {
+        devices.entry(gpu.ordinal).or_insert(gpu);
+    }
+    for &ordinal in locals.iter().flat_map(|l| l.devices.iter()) {
+        let ordinal = ordinal as u32;
+        devices.entry(ordinal).or_insert_with(|| Device { ordinal, ..Device::default() });
+    }
+    trace.devices = devices.into_values().collect();
+}
+
+/// How one scanner's local ids translate into the trace's.
+struct IdMap {
+    names: Vec<NameId>,
+    processes: Vec<ProcessIdx>,
+    devices: Vec<DeviceIdx>,
+}
+
+/// Takes one scanner's rows into the trace: interns its names, maps its ids, counts its warnings.
+fn adopt<T>(trace: &mut Trace, global_pids: &[u64], scan: scan::Scan<T>, remap: impl Fn(&mut T, &IdMap)) -> Vec<T> {
+    let map = IdMap {
+        names: scan.local.names.iter().map(|(_, s)| trace.names.intern(s)).collect(),
+        processes: (scan.local.processes.iter())
+            .map(|g| ProcessIdx(global_pids.binary_search(g).unwrap_or(0) as u32))
+            .collect(),
+        devices: (scan.local.devices.iter())
+            .map(|&o| DeviceIdx(trace.devices.binary_search_by_key(&(o as u32), |d| d.ordinal).unwrap_or(0) as u32))
+            .collect(),
+    };
+    for (what, count) in scan.warnings {
+        trace.warn_n(what, count);
+    }
+    let mut rows = scan.rows;
+    for row in &mut rows {
+        remap(row, &map);
+    }
+    rows
+}
+
+/// A device belongs to a process when exactly one process launched kernels on it.
+fn assign_device_owners(trace: &mut Trace) {
+    // Per device: the one launching process so far, or `Err` once a second one shows up.
+    let mut owners: Vec<Option<Result<ProcessIdx, ()>>> = vec![None; trace.devices.len()];
+    for kernel in &trace.kernels {
+        let owner = &mut owners[kernel.device.0 as usize];
+        match owner {
+            None => *owner = Some(Ok(kernel.process)),
+            Some(Ok(p)) if *p != kernel.process => *owner = Some(Err(())),
+            _ => {}
+        }
+    }
+    for (device, owner) in trace.devices.iter_mut().zip(owners) {
+        device.process = owner.and_then(Result::ok);
+    }
+}
+
+/// Names of the threads of the trace's processes.
+fn read_thread_names(
+    db: &Database<'_>,
+    strings: &StringTable,
+    global_pids: &[u64],
+    trace: &mut Trace,
+) -> Result<(), Error> {
+    db.each_row("ThreadNames", &["nameId", "globalTid"], |row| {
+        let (Some(name_id), Some(global_tid)) = (int(row, 0), int(row, 1)) else { return Ok(()) };
+        let global_tid = global_tid as u64;
+        if let Ok(process) = global_pids.binary_search(&global_pid_of(global_tid))
+            && let Some(name) = strings.text(name_id)
+        {
+            let process = ProcessIdx(process as u32);
+            trace.threads.push(ThreadName { process, tid: tid_of(global_tid), name: name.to_string() });
+        }
+        Ok(())
+    })?;
+    trace.threads.sort_by_key(|t| (t.process, t.tid));
+    Ok(())
+}
+
+/// Rank, world size and host, which files written by shardscope keep in a table of their own.
+fn read_process_info(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) -> Result<(), Error> {
+    db.each_row(schema::PROCESS_INFO_TABLE, &["globalPid", "rank", "worldSize", "host"], |row| {
+        if let Some(global_pid) = int(row, 0)
+            && let Ok(index) = global_pids.binary_search(&(global_pid as u64))
+        {
+            let process = &mut trace.processes[index];
+            process.rank = int(row, 1).map(|r| r as u32);
+            process.world_size = int(row, 2).map(|w| w as u32);
+            process.host = text(row, 3);
+        }
+        Ok(())
+    })
 }
 
 /// Turns an SQLite error into a one-line format error naming the file.
@@ -112,7 +594,7 @@ fn open_read_only(path: &Path) -> Result<Connection, Error> {
     let uri = format!("file:{}?mode=ro&immutable=1", uri_escape(path));
     let conn = Connection::open_with_flags(uri, flags).map_err(|e| db_error(path, e))?;
     // Memory-mapping spares a copy per page; a large page cache helps the few re-read pages.
-    conn.execute_batch("PRAGMA mmap_size = 1073741824; PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY;")
+    conn.execute_batch("PRAGMA mmap_size = 2147418112; PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY;")
         .map_err(|e| db_error(path, e))?;
     Ok(conn)
 }
@@ -168,734 +650,6 @@ fn api_kind_from_name(name: &str) -> ApiKind {
     if name.starts_with("cu") && !name.starts_with("cuda") { ApiKind::Driver } else { ApiKind::Runtime }
 }
 
-/// Processes by `globalPid`, with a one-entry cache: events of one process come in runs.
-#[derive(Default)]
-struct ProcessMap {
-    last: Option<(u64, ProcessIdx)>,
-    by_global_pid: HashMap<u64, ProcessIdx>,
-}
-
-/// Devices by ordinal: a direct table for the usual small ordinals.
-#[derive(Default)]
-struct DeviceMap {
-    small: Vec<Option<DeviceIdx>>,
-    other: HashMap<i64, DeviceIdx>,
-}
-
-/// Ordinals below this are looked up by index.
-const SMALL_ORDINALS: i64 = 1024;
-
-/// The state of one read.
-struct Reader<'a> {
-    path: &'a Path,
-    conn: &'a Connection,
-    tables: HashSet<String>,
-    trace: Trace,
-    strings: StringTable,
-    processes: ProcessMap,
-    devices: DeviceMap,
-    /// `PROCESSES` rows: globalPid → (pid, name).
-    process_names: HashMap<u64, (u32, String)>,
-}
-
-impl<'a> Reader<'a> {
-    fn new(path: &'a Path, conn: &'a Connection) -> Result<Reader<'a>, Error> {
-        let mut tables = HashSet::new();
-        {
-            let mut stmt = conn
-                .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-                .map_err(|e| db_error(path, e))?;
-            let mut rows = stmt.query([]).map_err(|e| db_error(path, e))?;
-            while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
-                if let Some(name) = text(row, 0) {
-                    tables.insert(name);
-                }
-            }
-        }
-        if !NSYS_TABLES.iter().any(|t| tables.contains(*t)) {
-            return Err(Error::format(
-                path,
-                "SQLite database without Nsight Systems tables (no StringIds, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)",
-            ));
-        }
-        let mut trace = Trace::default();
-        trace.source.path = path.display().to_string();
-        trace.source.format = SourceFormat::NsysSqlite;
-        Ok(Reader {
-            path,
-            conn,
-            tables,
-            trace,
-            strings: StringTable::default(),
-            processes: ProcessMap::default(),
-            devices: DeviceMap::default(),
-            process_names: HashMap::new(),
-        })
-    }
-
-    fn err(&self, error: rusqlite::Error) -> Error {
-        db_error(self.path, error)
-    }
-
-    fn has(&self, table: &str) -> bool {
-        self.tables.contains(table)
-    }
-
-    /// Column names of `table`.
-    fn columns(&self, table: &str) -> Result<HashSet<String>, Error> {
-        let mut stmt = self.conn.prepare(&format!("PRAGMA table_info(\"{table}\")")).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        let mut columns = HashSet::new();
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            if let Some(name) = text(row, 1) {
-                columns.insert(name);
-            }
-        }
-        Ok(columns)
-    }
-
-    /// `SELECT a, b, NULL, … FROM table`: `NULL` for each wanted column the table lacks, so
-    /// that column indices stay fixed whatever the schema version.
-    fn select(&self, table: &str, wanted: &[&str]) -> Result<String, Error> {
-        let columns = self.columns(table)?;
-        let list: Vec<String> =
-            wanted.iter().map(|c| if columns.contains(*c) { format!("\"{c}\"") } else { "NULL".into() }).collect();
-        Ok(format!("SELECT {} FROM \"{table}\"", list.join(", ")))
-    }
-
-    /// A capacity hint for a table: its largest rowid (cheap, unlike `count(*)`).
-    fn row_hint(&self, table: &str) -> usize {
-        self.conn
-            .query_row(&format!("SELECT max(rowid) FROM \"{table}\""), [], |row| Ok(int(row, 0)))
-            .ok()
-            .flatten()
-            .map_or(0, |n| n.clamp(0, 1 << 28) as usize)
-    }
-
-    /// The rows of a `(id, name, label)` enum table as name → id; empty when the table is missing.
-    fn enum_ids(&self, table: &str) -> Result<HashMap<String, i64>, Error> {
-        let mut ids = HashMap::new();
-        if !self.has(table) {
-            return Ok(ids);
-        }
-        let mut stmt = self.conn.prepare(&self.select(table, &["id", "name"])?).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            if let (Some(id), Some(name)) = (int(row, 0), text(row, 1)) {
-                ids.insert(name, id);
-            }
-        }
-        Ok(ids)
-    }
-
-    fn process(&mut self, global_pid: u64) -> ProcessIdx {
-        if let Some((last_pid, index)) = self.processes.last
-            && last_pid == global_pid
-        {
-            return index;
-        }
-        let index = match self.processes.by_global_pid.get(&global_pid) {
-            Some(&index) => index,
-            None => {
-                let (pid, name) =
-                    self.process_names.get(&global_pid).cloned().unwrap_or_else(|| (pid_of(global_pid), String::new()));
-                let index = self.trace.add_process(Process { pid, global_pid, name, ..Process::default() });
-                self.processes.by_global_pid.insert(global_pid, index);
-                index
-            }
-        };
-        self.processes.last = Some((global_pid, index));
-        index
-    }
-
-    #[inline]
-    fn device(&mut self, ordinal: i64) -> DeviceIdx {
-        if (0..SMALL_ORDINALS).contains(&ordinal)
-            && let Some(Some(index)) = self.devices.small.get(ordinal as usize)
-        {
-            return *index;
-        }
-        self.new_device(ordinal, Device { ordinal: ordinal as u32, ..Device::default() })
-    }
-
-    /// Registers a device unless one with this ordinal exists; returns its index either way.
-    fn new_device(&mut self, ordinal: i64, device: Device) -> DeviceIdx {
-        if (0..SMALL_ORDINALS).contains(&ordinal) {
-            let slot = ordinal as usize;
-            if self.devices.small.len() <= slot {
-                self.devices.small.resize(slot + 1, None);
-            }
-            if let Some(index) = self.devices.small[slot] {
-                return index;
-            }
-            let index = self.trace.add_device(device);
-            self.devices.small[slot] = Some(index);
-            index
-        } else {
-            if let Some(&index) = self.devices.other.get(&ordinal) {
-                return index;
-            }
-            let index = self.trace.add_device(device);
-            self.devices.other.insert(ordinal, index);
-            index
-        }
-    }
-
-    /// Schema version and producer; refuses major versions other than 3.
-    fn read_metadata(&mut self) -> Result<(), Error> {
-        if self.has("META_DATA_EXPORT") {
-            let mut meta = HashMap::new();
-            let mut stmt =
-                self.conn.prepare(&self.select("META_DATA_EXPORT", &["name", "value"])?).map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-                if let (Some(name), Some(value)) = (text(row, 0), text(row, 1)) {
-                    meta.insert(name, value);
-                }
-            }
-            if let Some(version) = meta.get("EXPORT_SCHEMA_VERSION") {
-                let major = version.split('.').next().and_then(|m| m.trim().parse::<u32>().ok());
-                if major != Some(SUPPORTED_SCHEMA_MAJOR) {
-                    return Err(Error::UnsupportedVersion {
-                        path: self.path.display().to_string(),
-                        version: version.clone(),
-                        cause: format!("this build reads export schema {SUPPORTED_SCHEMA_MAJOR}.x"),
-                    });
-                }
-                self.trace.source.schema_version = Some(version.clone());
-            }
-            self.trace.source.producer = match (meta.get("EXPORT_PRODUCT_NAME"), meta.get("EXPORT_PRODUCT_VERSION")) {
-                (Some(name), Some(version)) => Some(format!("{name} {version}")),
-                (Some(name), None) => Some(name.clone()),
-                _ => None,
-            };
-        }
-        if self.has("TARGET_INFO_SESSION_START_TIME") {
-            let sql = self.select("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"])?;
-            let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            if let Some(row) = rows.next().map_err(|e| self.err(e))? {
-                self.trace.clock_offset_ns = int(row, 0);
-            }
-        }
-        Ok(())
-    }
-
-    fn read_string_ids(&mut self) -> Result<(), Error> {
-        if !self.has("StringIds") {
-            return Ok(());
-        }
-        let mut stmt = self.conn.prepare(&self.select("StringIds", &["id", "value"])?).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        let mut strings = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            if let (Some(id), Some(value)) = (int(row, 0), text(row, 1)) {
-                strings.push((id, value.into_boxed_str()));
-            }
-        }
-        self.strings = StringTable::new(strings);
-        Ok(())
-    }
-
-    fn read_process_names(&mut self) -> Result<(), Error> {
-        if !self.has("PROCESSES") {
-            return Ok(());
-        }
-        let sql = self.select("PROCESSES", &["globalPid", "pid", "name"])?;
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let Some(global_pid) = int(row, 0) else { continue };
-            let global_pid = global_pid as u64;
-            let pid = int(row, 1).map_or_else(|| pid_of(global_pid), |p| p as u32);
-            self.process_names.insert(global_pid, (pid, text(row, 2).unwrap_or_default()));
-        }
-        Ok(())
-    }
-
-    /// GPUs from `TARGET_INFO_GPU`, or from `TARGET_INFO_CUDA_GPU` (keyed by `deviceId`) in old exports.
-    fn read_gpus(&mut self) -> Result<(), Error> {
-        let (table, id_column) = if self.has("TARGET_INFO_GPU") {
-            ("TARGET_INFO_GPU", "id")
-        } else if self.has("TARGET_INFO_CUDA_GPU") {
-            ("TARGET_INFO_CUDA_GPU", "deviceId")
-        } else {
-            return Ok(());
-        };
-        let wanted = [id_column, "name", "busLocation", "totalMemory", "memoryBandwidth", "clockRate", "smCount"];
-        let sql = self.select(table, &wanted)?;
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let Some(ordinal) = int(row, 0) else {
-                self.trace.warn("GPU row without a device id");
-                continue;
-            };
-            let positive = |v: Option<i64>| v.filter(|&v| v > 0);
-            let device = Device {
-                ordinal: ordinal as u32,
-                process: None,
-                name: text(row, 1).unwrap_or_default(),
-                bus_location: text(row, 2).filter(|s| !s.is_empty()),
-                memory_bytes: positive(int(row, 3)).map(|v| v as u64),
-                memory_bandwidth_bytes_per_s: positive(int(row, 4)).map(|v| v as u64),
-                // nsys stores the SM clock in Hz.
-                clock_rate_khz: positive(int(row, 5)).map(|hz| (hz / 1000) as u32),
-                sm_count: positive(int(row, 6)).map(|v| v as u32),
-            };
-            self.new_device(ordinal, device);
-        }
-        Ok(())
-    }
-
-    fn read_kernels(&mut self) -> Result<(), Error> {
-        const TABLE: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
-        if !self.has(TABLE) {
-            return Ok(());
-        }
-        let sql = self.select(
-            TABLE,
-            &[
-                "start",
-                "end",
-                "deviceId",
-                "streamId",
-                "correlationId",
-                "globalPid",
-                "demangledName",
-                "shortName",
-                "gridX",
-                "gridY",
-                "gridZ",
-                "blockX",
-                "blockY",
-                "blockZ",
-            ],
-        )?;
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        self.trace.kernels.reserve(self.row_hint(TABLE));
-        let (mut no_time, mut unknown_name) = (0u64, 0u64);
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
-                no_time += 1;
-                continue;
-            };
-            let device = self.device(int(row, 2).unwrap_or(0));
-            let process = self.process(int(row, 5).unwrap_or(0) as u64);
-            let name = match int(row, 6).and_then(|id| self.strings.name(id, &mut self.trace.names)) {
-                Some(name) => name,
-                None => {
-                    unknown_name += 1;
-                    NameId::EMPTY
-                }
-            };
-            let short_name = int(row, 7).and_then(|id| self.strings.name(id, &mut self.trace.names)).unwrap_or(name);
-            let dim = |index| int(row, index).unwrap_or(0) as u32;
-            self.trace.kernels.push(Kernel {
-                start_ns,
-                end_ns,
-                name,
-                short_name,
-                device,
-                process,
-                stream: int(row, 3).unwrap_or(0) as u32,
-                correlation_id: int(row, 4).unwrap_or(0) as u32,
-                grid: [dim(8), dim(9), dim(10)],
-                block: [dim(11), dim(12), dim(13)],
-                launch: None,
-                collective: None,
-            });
-        }
-        self.trace.warn_n("kernel row without start or end (skipped)", no_time);
-        self.trace.warn_n("kernel name id missing from StringIds (name left empty)", unknown_name);
-        Ok(())
-    }
-
-    fn read_memcpys(&mut self) -> Result<(), Error> {
-        const TABLE: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
-        if !self.has(TABLE) {
-            return Ok(());
-        }
-        let wanted = [
-            "start",
-            "end",
-            "deviceId",
-            "streamId",
-            "correlationId",
-            "globalPid",
-            "bytes",
-            "copyKind",
-            "srcDeviceId",
-            "dstDeviceId",
-        ];
-        let sql = self.select(TABLE, &wanted)?;
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        self.trace.memops.reserve(self.row_hint(TABLE));
-        let mut no_time = 0u64;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
-                no_time += 1;
-                continue;
-            };
-            let device = self.device(int(row, 2).unwrap_or(0));
-            let process = self.process(int(row, 5).unwrap_or(0) as u64);
-            self.trace.memops.push(MemOp {
-                start_ns,
-                end_ns,
-                copy_kind: Some(CopyKind::from_cupti(int(row, 7).unwrap_or(0))),
-                bytes: int(row, 6).unwrap_or(0).max(0) as u64,
-                device,
-                process,
-                stream: int(row, 3).unwrap_or(0) as u32,
-                correlation_id: int(row, 4).unwrap_or(0) as u32,
-                src_device: int(row, 8).map(|d| d as u32),
-                dst_device: int(row, 9).map(|d| d as u32),
-                launch: None,
-            });
-        }
-        self.trace.warn_n("memcpy row without start or end (skipped)", no_time);
-        Ok(())
-    }
-
-    fn read_memsets(&mut self) -> Result<(), Error> {
-        const TABLE: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
-        if !self.has(TABLE) {
-            return Ok(());
-        }
-        let sql =
-            self.select(TABLE, &["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes"])?;
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        self.trace.memops.reserve(self.row_hint(TABLE));
-        let mut no_time = 0u64;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
-                no_time += 1;
-                continue;
-            };
-            let device = self.device(int(row, 2).unwrap_or(0));
-            let process = self.process(int(row, 5).unwrap_or(0) as u64);
-            self.trace.memops.push(MemOp {
-                start_ns,
-                end_ns,
-                copy_kind: None,
-                bytes: int(row, 6).unwrap_or(0).max(0) as u64,
-                device,
-                process,
-                stream: int(row, 3).unwrap_or(0) as u32,
-                correlation_id: int(row, 4).unwrap_or(0) as u32,
-                src_device: None,
-                dst_device: None,
-                launch: None,
-            });
-        }
-        self.trace.warn_n("memset row without start or end (skipped)", no_time);
-        Ok(())
-    }
-
-    /// CUDA runtime and driver calls, which newer exports keep in one table told apart by
-    /// `eventClass` (`ENUM_NSYS_EVENT_CLASS`); the name decides when the class says nothing.
-    fn read_api_calls(&mut self) -> Result<(), Error> {
-        const TABLE: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
-        if !self.has(TABLE) {
-            return Ok(());
-        }
-        let classes = self.enum_ids("ENUM_NSYS_EVENT_CLASS")?;
-        let class_id = |name: &str, documented: i64| {
-            if classes.is_empty() { Some(documented) } else { classes.get(name).copied() }
-        };
-        // Documented ids, used only for files without the enum table.
-        let runtime_class = class_id("TRACE_PROCESS_EVENT_CUDA_RUNTIME", 0);
-        let driver_class = class_id("TRACE_PROCESS_EVENT_CUDA_DRIVER", 1);
-
-        let sql = self.select(TABLE, &["start", "end", "eventClass", "globalTid", "correlationId", "nameId"])?;
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        self.trace.api_calls.reserve(self.row_hint(TABLE));
-        // nameId → (name without version suffix, kind the name suggests).
-        let mut api_names: HashMap<i64, (NameId, ApiKind)> = HashMap::new();
-        let mut last_name: Option<(i64, NameId, ApiKind)> = None;
-        let (mut no_time, mut unknown_name) = (0u64, 0u64);
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
-                no_time += 1;
-                continue;
-            };
-            let name_id = int(row, 5).unwrap_or(-1);
-            let (name, kind_by_name) = match last_name {
-                Some((id, name, kind)) if id == name_id => (name, kind),
-                _ => {
-                    let entry = match api_names.get(&name_id) {
-                        Some(&entry) => entry,
-                        None => {
-                            let entry = match self.strings.text(name_id) {
-                                Some(full) => {
-                                    let short = strip_api_version(full);
-                                    let kind = api_kind_from_name(short);
-                                    let short = short.to_string();
-                                    (self.trace.names.intern(&short), kind)
-                                }
-                                None => (NameId::EMPTY, ApiKind::Runtime),
-                            };
-                            api_names.insert(name_id, entry);
-                            entry
-                        }
-                    };
-                    last_name = Some((name_id, entry.0, entry.1));
-                    entry
-                }
-            };
-            if name == NameId::EMPTY {
-                unknown_name += 1;
-            }
-            let class = int(row, 2);
-            let kind = if class.is_some() && class == driver_class {
-                ApiKind::Driver
-            } else if class.is_some() && class == runtime_class {
-                ApiKind::Runtime
-            } else {
-                kind_by_name
-            };
-            let global_tid = int(row, 3).unwrap_or(0) as u64;
-            let process = self.process(global_pid_of(global_tid));
-            self.trace.api_calls.push(ApiCall {
-                start_ns,
-                end_ns,
-                name,
-                kind,
-                process,
-                tid: tid_of(global_tid),
-                correlation_id: int(row, 4).unwrap_or(0) as u32,
-            });
-        }
-        self.trace.warn_n("CUDA API row without start or end (skipped)", no_time);
-        self.trace.warn_n("CUDA API name id missing from StringIds (name left empty)", unknown_name);
-        Ok(())
-    }
-
-    /// NVTX push/pop and start/end ranges, with their domain names.
-    fn read_nvtx(&mut self) -> Result<(), Error> {
-        const TABLE: &str = "NVTX_EVENTS";
-        if !self.has(TABLE) {
-            return Ok(());
-        }
-        let types = self.enum_ids("ENUM_NSYS_EVENT_TYPE")?;
-        // Event types are looked up by name; the documented ids serve files without the enum table.
-        let type_ids = |names: &[(&str, i64)]| -> Vec<i64> {
-            names
-                .iter()
-                .filter_map(
-                    |&(name, documented)| if types.is_empty() { Some(documented) } else { types.get(name).copied() },
-                )
-                .collect()
-        };
-        let push_pop = type_ids(&[("NvtxPushPopRange", 59), ("NvtxtPushPopRange", 70)]);
-        let start_end = type_ids(&[("NvtxStartEndRange", 60), ("NvtxtStartEndRange", 71)]);
-        let domain_create = type_ids(&[("NvtxDomainCreate", 75)]);
-
-        let sql = self.select(TABLE, &["start", "end", "eventType", "text", "textId", "globalTid", "domainId"])?;
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        // NVTX domain ids are handed out per process, so a domain is named by (globalPid, id).
-        let mut domain_names: HashMap<(u64, i64), NameId> = HashMap::new();
-        // Ranges in a non-default domain, resolved once every NvtxDomainCreate row is known.
-        let mut ranges_in_domain: Vec<(usize, u64, i64)> = Vec::new();
-        let (mut unterminated, mut no_name) = (0u64, 0u64);
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let Some(event_type) = int(row, 2) else { continue };
-            let kind = if push_pop.contains(&event_type) {
-                RangeKind::PushPop
-            } else if start_end.contains(&event_type) {
-                RangeKind::StartEnd
-            } else {
-                if domain_create.contains(&event_type)
-                    && let Some(domain_id) = int(row, 6)
-                {
-                    let name = self.range_text(row);
-                    let global_pid = global_pid_of(int(row, 5).unwrap_or(0) as u64);
-                    domain_names.insert((global_pid, domain_id), name.unwrap_or(NameId::EMPTY));
-                }
-                continue;
-            };
-            let Some(start_ns) = int(row, 0) else { continue };
-            let Some(end_ns) = int(row, 1) else {
-                unterminated += 1;
-                continue;
-            };
-            let name = self.range_text(row).unwrap_or_else(|| {
-                no_name += 1;
-                NameId::EMPTY
-            });
-            let global_tid = int(row, 5).unwrap_or(0) as u64;
-            let process = self.process(global_pid_of(global_tid));
-            if let Some(domain_id) = int(row, 6).filter(|&d| d != 0) {
-                ranges_in_domain.push((self.trace.ranges.len(), global_pid_of(global_tid), domain_id));
-            }
-            self.trace.ranges.push(Range {
-                start_ns,
-                end_ns,
-                name,
-                domain: NameId::EMPTY,
-                kind,
-                process,
-                tid: tid_of(global_tid),
-                device: None,
-                stream: None,
-                depth: 0,
-            });
-        }
-        // A process whose own create row is missing borrows the name other processes gave the
-        // same id, when they all agree.
-        let mut name_by_id: HashMap<i64, Option<NameId>> = HashMap::new();
-        for (&(_, domain_id), &name) in &domain_names {
-            name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
-        }
-        let mut unnamed_domains = HashSet::new();
-        for (index, global_pid, domain_id) in ranges_in_domain {
-            let known = domain_names.get(&(global_pid, domain_id)).copied();
-            let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
-                Some(name) => name,
-                None => {
-                    // The NvtxDomainCreate row lies outside the exported window: keep the
-                    // ranges apart from the default domain under a name that says so.
-                    unnamed_domains.insert(domain_id);
-                    self.trace.names.intern(&format!("domain {domain_id}"))
-                }
-            };
-            self.trace.ranges[index].domain = domain;
-        }
-        self.trace.warn_n("NVTX range without end (unterminated, skipped)", unterminated);
-        self.trace.warn_n("NVTX range without text", no_name);
-        self.trace.warn_n("NVTX domain without NvtxDomainCreate row (named by its id)", unnamed_domains.len() as u64);
-        Ok(())
-    }
-
-    /// An NVTX row's message: inline `text` or a registered string (`textId`).
-    fn range_text(&mut self, row: &Row<'_>) -> Option<NameId> {
-        match row.get_ref_unwrap(3) {
-            ValueRef::Text(bytes) => Some(match std::str::from_utf8(bytes) {
-                Ok(s) => self.trace.names.intern(s),
-                Err(_) => self.trace.names.intern(&String::from_utf8_lossy(bytes)),
-            }),
-            _ => int(row, 4).and_then(|id| self.strings.name(id, &mut self.trace.names)),
-        }
-    }
-
-    /// Renumbers processes by `globalPid` and devices by ordinal, so that the same content
-    /// gives the same indices whatever order the rows were stored in.
-    fn canonical_order(&mut self) {
-        let trace = &mut self.trace;
-        let process_order = sorted_order(trace.processes.iter().map(|p| p.global_pid));
-        if let Some(new_index) = &process_order {
-            trace.processes = permute(std::mem::take(&mut trace.processes), new_index);
-            let remap = |p: &mut ProcessIdx| *p = ProcessIdx(new_index[p.0 as usize]);
-            trace.kernels.iter_mut().for_each(|k| remap(&mut k.process));
-            trace.memops.iter_mut().for_each(|m| remap(&mut m.process));
-            trace.api_calls.iter_mut().for_each(|a| remap(&mut a.process));
-            trace.ranges.iter_mut().for_each(|r| remap(&mut r.process));
-        }
-        if let Some(new_index) = sorted_order(trace.devices.iter().map(|d| d.ordinal as u64)) {
-            trace.devices = permute(std::mem::take(&mut trace.devices), &new_index);
-            let remap = |d: &mut DeviceIdx| *d = DeviceIdx(new_index[d.0 as usize]);
-            trace.kernels.iter_mut().for_each(|k| remap(&mut k.device));
-            trace.memops.iter_mut().for_each(|m| remap(&mut m.device));
-            trace.ranges.iter_mut().filter_map(|r| r.device.as_mut()).for_each(remap);
-        }
-        // Later look-ups (thread names) go by globalPid.
-        self.processes = ProcessMap::default();
-        for (index, process) in self.trace.processes.iter().enumerate() {
-            self.processes.by_global_pid.insert(process.global_pid, ProcessIdx(index as u32));
-        }
-    }
-
-    /// A device belongs to a process when exactly one process launched kernels on it.
-    fn assign_device_owners(&mut self) {
-        // Per device: the one launching process so far, or `Err` once a second one shows up.
-        let mut owners: Vec<Option<Result<ProcessIdx, ()>>> = vec![None; self.trace.devices.len()];
-        for kernel in &self.trace.kernels {
-            let owner = &mut owners[kernel.device.0 as usize];
-            match owner {
-                None => *owner = Some(Ok(kernel.process)),
-                Some(Ok(p)) if *p != kernel.process => *owner = Some(Err(())),
-                _ => {}
-            }
-        }
-        for (device, owner) in self.trace.devices.iter_mut().zip(owners) {
-            device.process = owner.and_then(Result::ok);
-        }
-    }
-
-    /// Rank, world size and host, which files written by shardscope keep in a table of their own.
-    fn read_process_info(&mut self) -> Result<(), Error> {
-        if !self.has(schema::PROCESS_INFO_TABLE) {
-            return Ok(());
-        }
-        let sql = self.select(schema::PROCESS_INFO_TABLE, &["globalPid", "rank", "worldSize", "host"])?;
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let Some(global_pid) = int(row, 0) else { continue };
-            let Some(&index) = self.processes.by_global_pid.get(&(global_pid as u64)) else { continue };
-            let process = &mut self.trace.processes[index.0 as usize];
-            process.rank = int(row, 1).map(|r| r as u32);
-            process.world_size = int(row, 2).map(|w| w as u32);
-            process.host = text(row, 3);
-        }
-        Ok(())
-    }
-
-    /// Names of the threads of the trace's processes.
-    fn read_thread_names(&mut self) -> Result<(), Error> {
-        if !self.has("ThreadNames") {
-            return Ok(());
-        }
-        let sql = self.select("ThreadNames", &["nameId", "globalTid"])?;
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let (Some(name_id), Some(global_tid)) = (int(row, 0), int(row, 1)) else { continue };
-            let global_tid = global_tid as u64;
-            let Some(&process) = self.processes.by_global_pid.get(&global_pid_of(global_tid)) else { continue };
-            let Some(name) = self.strings.text(name_id) else { continue };
-            self.trace.threads.push(ThreadName { process, tid: tid_of(global_tid), name: name.to_string() });
-        }
-        self.trace.threads.sort_by_key(|t| (t.process, t.tid));
-        Ok(())
-    }
-}
-
-/// For keys in current order: each element's new index after a stable sort by key, or `None`
-/// when the order is already sorted.
-fn sorted_order(keys: impl Iterator<Item = u64>) -> Option<Vec<u32>> {
-    let keys: Vec<u64> = keys.collect();
-    if keys.windows(2).all(|w| w[0] <= w[1]) {
-        return None;
-    }
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_by_key(|&i| keys[i]);
-    let mut new_index = vec![0u32; keys.len()];
-    for (new, &old) in order.iter().enumerate() {
-        new_index[old] = new as u32;
-    }
-    Some(new_index)
-}
-
-/// Moves `items[i]` to position `new_index[i]`.
-fn permute<T: Default>(mut items: Vec<T>, new_index: &[u32]) -> Vec<T> {
-    let mut out: Vec<T> = (0..items.len()).map(|_| T::default()).collect();
-    for (old, item) in items.iter_mut().enumerate() {
-        out[new_index[old] as usize] = std::mem::take(item);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -922,15 +676,41 @@ mod tests {
     }
 
     #[test]
-    fn uri_escaping_keeps_plain_paths_and_escapes_the_rest() {
-        assert_eq!(uri_escape(Path::new("/tmp/a_b-c.sqlite")), "/tmp/a_b-c.sqlite");
-        assert_eq!(uri_escape(Path::new("/tmp/a b?#%.sqlite")), "/tmp/a%20b%3F%23%25.sqlite");
+    fn reading_in_shares_gives_the_same_trace() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let Some(file) = manifest
+            .ancestors()
+            .map(|dir| dir.join("shared/traces/nsys/mfu_2gpu_before.sqlite"))
+            .find(|file| file.is_file())
+        else {
+            eprintln!("skipped: ../shared/traces not found");
+            return;
+        };
+        let whole = read(&file).unwrap();
+        // 4010 kernels and 7466 API calls: 5 and 8 shares of 1000 rowids.
+        let shared = read_in_shares(&file, 1000).unwrap();
+        type KernelRow = (i64, i64, String, u32, u32, u32, Option<u32>);
+        let kernels = |t: &Trace| -> Vec<KernelRow> {
+            let rows = t.kernels.iter();
+            rows.map(|k| {
+                (k.start_ns, k.end_ns, t.names.get(k.name).into(), k.process.0, k.device.0, k.correlation_id, k.launch)
+            })
+            .collect()
+        };
+        let api_calls = |t: &Trace| -> Vec<(i64, i64, String, u32, u32)> {
+            let rows = t.api_calls.iter();
+            rows.map(|a| (a.start_ns, a.end_ns, t.names.get(a.name).into(), a.process.0, a.correlation_id)).collect()
+        };
+        assert_eq!(kernels(&whole).len(), 4010);
+        assert_eq!(kernels(&whole), kernels(&shared));
+        assert_eq!(api_calls(&whole).len(), 7466);
+        assert_eq!(api_calls(&whole), api_calls(&shared));
+        assert_eq!(whole.warnings, shared.warnings);
     }
 
     #[test]
-    fn sorted_order_gives_new_positions() {
-        assert_eq!(sorted_order([1u64, 2, 3].into_iter()), None);
-        assert_eq!(sorted_order([30u64, 10, 20].into_iter()), Some(vec![2, 0, 1]));
-        assert_eq!(permute(vec!['c', 'a', 'b'], &[2, 0, 1]), vec!['a', 'b', 'c']);
+    fn uri_escaping_keeps_plain_paths_and_escapes_the_rest() {
+        assert_eq!(uri_escape(Path::new("/tmp/a_b-c.sqlite")), "/tmp/a_b-c.sqlite");
+        assert_eq!(uri_escape(Path::new("/tmp/a b?#%.sqlite")), "/tmp/a%20b%3F%23%25.sqlite");
     }
 }

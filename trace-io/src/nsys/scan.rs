@@ -1,0 +1,420 @@
+//! Readers of the big event tables, each able to run on its own thread and connection.
+//!
+//! A scanner fills its rows with ids local to it (names in its own [`Names`], processes and
+//! GPUs numbered in order of appearance, see [`Local`]) and sorts them the way
+//! [`Trace::finish`](shardscope_model::Trace::finish) will; `read` then maps the local ids to
+//! the trace's in one pass. That lets the kernel, copy, API and NVTX tables be decoded in
+//! parallel, which is where the time of a large read goes.
+
+use std::collections::HashMap;
+
+use rusqlite::Row;
+use rusqlite::types::ValueRef;
+use shardscope_model::{
+    ApiCall, ApiKind, CopyKind, DeviceIdx, Kernel, MemOp, NameId, Names, ProcessIdx, Range, RangeKind,
+};
+
+use super::strings::StringTable;
+use super::{Database, api_kind_from_name, global_pid_of, int, strip_api_version, tid_of};
+use crate::Error;
+
+/// Marks a string slot that has not been interned yet.
+const NOT_INTERNED: u32 = u32::MAX;
+/// GPU ordinals below this are looked up by index.
+const SMALL_ORDINALS: i64 = 1024;
+
+/// Names, processes and GPUs as one scanner numbered them.
+pub(super) struct Local {
+    /// Strings this scanner used.
+    pub(super) names: Names,
+    /// Per `StringIds` slot: its id in `names`, or [`NOT_INTERNED`].
+    slot_names: Vec<u32>,
+    /// Local process index → `globalPid`.
+    pub(super) processes: Vec<u64>,
+    process_index: HashMap<u64, ProcessIdx>,
+    last_process: Option<(u64, ProcessIdx)>,
+    /// Local device index → ordinal (`deviceId`).
+    pub(super) devices: Vec<i64>,
+    small_devices: Vec<Option<DeviceIdx>>,
+    other_devices: HashMap<i64, DeviceIdx>,
+}
+
+impl Local {
+    fn new(strings: &StringTable) -> Local {
+        Local {
+            names: Names::default(),
+            slot_names: vec![NOT_INTERNED; strings.len()],
+            processes: Vec::new(),
+            process_index: HashMap::new(),
+            last_process: None,
+            devices: Vec::new(),
+            small_devices: Vec::new(),
+            other_devices: HashMap::new(),
+        }
+    }
+
+    /// The local name of an nsys string id, interned on first use.
+    #[inline]
+    fn string(&mut self, strings: &StringTable, id: i64) -> Option<NameId> {
+        let slot = strings.slot(id)?;
+        let cached = self.slot_names[slot];
+        if cached != NOT_INTERNED {
+            return Some(NameId(cached));
+        }
+        let name = self.names.intern(strings.value(slot));
+        self.slot_names[slot] = name.0;
+        Some(name)
+    }
+
+    /// The local index of a process; events of one process come in runs, hence the cache.
+    #[inline]
+    fn process(&mut self, global_pid: u64) -> ProcessIdx {
+        if let Some((last, index)) = self.last_process
+            && last == global_pid
+        {
+            return index;
+        }
+        let next = ProcessIdx(self.processes.len() as u32);
+        let index = *self.process_index.entry(global_pid).or_insert(next);
+        if index == next {
+            self.processes.push(global_pid);
+        }
+        self.last_process = Some((global_pid, index));
+        index
+    }
+
+    /// The local index of a GPU.
+    #[inline]
+    fn device(&mut self, ordinal: i64) -> DeviceIdx {
+        if (0..SMALL_ORDINALS).contains(&ordinal) {
+            let slot = ordinal as usize;
+            if let Some(Some(index)) = self.small_devices.get(slot) {
+                return *index;
+            }
+            if self.small_devices.len() <= slot {
+                self.small_devices.resize(slot + 1, None);
+            }
+            let index = DeviceIdx(self.devices.len() as u32);
+            self.devices.push(ordinal);
+            self.small_devices[slot] = Some(index);
+            return index;
+        }
+        let next = DeviceIdx(self.devices.len() as u32);
+        let index = *self.other_devices.entry(ordinal).or_insert(next);
+        if index == next {
+            self.devices.push(ordinal);
+        }
+        index
+    }
+}
+
+/// The rows of one or two tables in local ids, and what had to be skipped.
+pub(super) struct Scan<T> {
+    pub(super) rows: Vec<T>,
+    pub(super) local: Local,
+    /// `(what, how many)` for [`shardscope_model::Trace::warn_n`].
+    pub(super) warnings: Vec<(&'static str, u64)>,
+}
+
+impl<T> Scan<T> {
+    fn new(strings: &StringTable) -> Scan<T> {
+        Scan { rows: Vec::new(), local: Local::new(strings), warnings: Vec::new() }
+    }
+}
+
+/// An inclusive range of rowids: one share of a big table, so that several threads can read it.
+pub(super) type RowIds = Option<(i64, i64)>;
+
+/// `CUPTI_ACTIVITY_KIND_KERNEL`, all of it or the rows in `rowids`.
+pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) -> Result<Scan<Kernel>, Error> {
+    const TABLE: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+    let mut scan = Scan::new(strings);
+    if !db.has(TABLE) {
+        return Ok(scan);
+    }
+    let columns = [
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "demangledName",
+        "shortName",
+        "gridX",
+        "gridY",
+        "gridZ",
+        "blockX",
+        "blockY",
+        "blockZ",
+    ];
+    scan.rows.reserve(db.row_hint(TABLE, rowids));
+    let (mut no_time, mut unknown_name) = (0u64, 0u64);
+    let local = &mut scan.local;
+    let rows = &mut scan.rows;
+    db.each_row_in(TABLE, &columns, rowids, |row| {
+        let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
+            no_time += 1;
+            return Ok(());
+        };
+        let name = match int(row, 6).and_then(|id| local.string(strings, id)) {
+            Some(name) => name,
+            None => {
+                unknown_name += 1;
+                NameId::EMPTY
+            }
+        };
+        let short_name = int(row, 7).and_then(|id| local.string(strings, id)).unwrap_or(name);
+        let dim = |index| int(row, index).unwrap_or(0) as u32;
+        rows.push(Kernel {
+            start_ns,
+            end_ns,
+            name,
+            short_name,
+            device: local.device(int(row, 2).unwrap_or(0)),
+            process: local.process(int(row, 5).unwrap_or(0) as u64),
+            stream: int(row, 3).unwrap_or(0) as u32,
+            correlation_id: int(row, 4).unwrap_or(0) as u32,
+            grid: [dim(8), dim(9), dim(10)],
+            block: [dim(11), dim(12), dim(13)],
+            launch: None,
+            collective: None,
+        });
+        Ok(())
+    })?;
+    scan.rows.sort_by_key(|k| (k.start_ns, k.end_ns));
+    scan.warnings = vec![
+        ("kernel row without start or end (skipped)", no_time),
+        ("kernel name id missing from StringIds (name left empty)", unknown_name),
+    ];
+    Ok(scan)
+}
+
+/// `CUPTI_ACTIVITY_KIND_MEMCPY` and `CUPTI_ACTIVITY_KIND_MEMSET`.
+pub(super) fn memops(db: &Database<'_>, strings: &StringTable) -> Result<Scan<MemOp>, Error> {
+    let mut scan = Scan::new(strings);
+    let (mut copies_without_time, mut sets_without_time) = (0u64, 0u64);
+    for (table, is_copy) in [("CUPTI_ACTIVITY_KIND_MEMCPY", true), ("CUPTI_ACTIVITY_KIND_MEMSET", false)] {
+        if !db.has(table) {
+            continue;
+        }
+        let copy_columns: &[&str] = if is_copy { &["copyKind", "srcDeviceId", "dstDeviceId"] } else { &[] };
+        let mut columns = vec!["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes"];
+        columns.extend_from_slice(copy_columns);
+        scan.rows.reserve(db.row_hint(table, None));
+        let local = &mut scan.local;
+        let rows = &mut scan.rows;
+        let no_time = if is_copy { &mut copies_without_time } else { &mut sets_without_time };
+        db.each_row(table, &columns, |row| {
+            let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
+                *no_time += 1;
+                return Ok(());
+            };
+            let (copy_kind, src_device, dst_device) = if is_copy {
+                (
+                    Some(CopyKind::from_cupti(int(row, 7).unwrap_or(0))),
+                    int(row, 8).map(|d| d as u32),
+                    int(row, 9).map(|d| d as u32),
+                )
+            } else {
+                (None, None, None)
+            };
+            rows.push(MemOp {
+                start_ns,
+                end_ns,
+                copy_kind,
+                bytes: int(row, 6).unwrap_or(0).max(0) as u64,
+                device: local.device(int(row, 2).unwrap_or(0)),
+                process: local.process(int(row, 5).unwrap_or(0) as u64),
+                stream: int(row, 3).unwrap_or(0) as u32,
+                correlation_id: int(row, 4).unwrap_or(0) as u32,
+                src_device,
+                dst_device,
+                launch: None,
+            });
+            Ok(())
+        })?;
+    }
+    scan.rows.sort_by_key(|m| (m.start_ns, m.end_ns));
+    scan.warnings = vec![
+        ("memcpy row without start or end (skipped)", copies_without_time),
+        ("memset row without start or end (skipped)", sets_without_time),
+    ];
+    Ok(scan)
+}
+
+/// `eventClass` ids of CUDA runtime and driver calls, from `ENUM_NSYS_EVENT_CLASS`.
+#[derive(Clone, Copy)]
+pub(super) struct ApiClasses {
+    pub(super) runtime: Option<i64>,
+    pub(super) driver: Option<i64>,
+}
+
+/// `CUPTI_ACTIVITY_KIND_RUNTIME` (all of it or the rows in `rowids`): CUDA runtime and driver
+/// calls, which newer exports keep in one table told apart by `eventClass`; the name decides
+/// when the class says nothing.
+pub(super) fn api_calls(
+    db: &Database<'_>,
+    strings: &StringTable,
+    classes: ApiClasses,
+    rowids: RowIds,
+) -> Result<Scan<ApiCall>, Error> {
+    const TABLE: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
+    let mut scan = Scan::new(strings);
+    if !db.has(TABLE) {
+        return Ok(scan);
+    }
+    let columns = ["start", "end", "eventClass", "globalTid", "correlationId", "nameId"];
+    scan.rows.reserve(db.row_hint(TABLE, rowids));
+    // Per StringIds slot: the name without nsys' version suffix and the kind it suggests.
+    let mut api_names: Vec<Option<(NameId, ApiKind)>> = vec![None; strings.len()];
+    let (mut no_time, mut unknown_name) = (0u64, 0u64);
+    let local = &mut scan.local;
+    let rows = &mut scan.rows;
+    db.each_row_in(TABLE, &columns, rowids, |row| {
+        let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
+            no_time += 1;
+            return Ok(());
+        };
+        let (name, kind_by_name) = match int(row, 5).and_then(|id| strings.slot(id)) {
+            Some(slot) => *api_names[slot].get_or_insert_with(|| {
+                let stripped = strip_api_version(strings.value(slot));
+                (local.names.intern(stripped), api_kind_from_name(stripped))
+            }),
+            None => {
+                unknown_name += 1;
+                (NameId::EMPTY, ApiKind::Runtime)
+            }
+        };
+        let class = int(row, 2);
+        let kind = if class.is_some() && class == classes.driver {
+            ApiKind::Driver
+        } else if class.is_some() && class == classes.runtime {
+            ApiKind::Runtime
+        } else {
+            kind_by_name
+        };
+        let global_tid = int(row, 3).unwrap_or(0) as u64;
+        rows.push(ApiCall {
+            start_ns,
+            end_ns,
+            name,
+            kind,
+            process: local.process(global_pid_of(global_tid)),
+            tid: tid_of(global_tid),
+            correlation_id: int(row, 4).unwrap_or(0) as u32,
+        });
+        Ok(())
+    })?;
+    scan.rows.sort_by_key(|a| (a.start_ns, a.end_ns));
+    scan.warnings = vec![
+        ("CUDA API row without start or end (skipped)", no_time),
+        ("CUDA API name id missing from StringIds (name left empty)", unknown_name),
+    ];
+    Ok(scan)
+}
+
+/// `ENUM_NSYS_EVENT_TYPE` ids of the NVTX rows that matter.
+pub(super) struct NvtxTypes {
+    pub(super) push_pop: Vec<i64>,
+    pub(super) start_end: Vec<i64>,
+    pub(super) domain_create: Vec<i64>,
+}
+
+/// `NVTX_EVENTS`: push/pop and start/end ranges, with their domain names.
+pub(super) fn ranges(db: &Database<'_>, strings: &StringTable, types: &NvtxTypes) -> Result<Scan<Range>, Error> {
+    const TABLE: &str = "NVTX_EVENTS";
+    let mut scan = Scan::new(strings);
+    if !db.has(TABLE) {
+        return Ok(scan);
+    }
+    let columns = ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"];
+    // NVTX domain ids are handed out per process, so a domain is named by (globalPid, id).
+    let mut domain_names: HashMap<(u64, i64), NameId> = HashMap::new();
+    // Ranges in a non-default domain, resolved once every NvtxDomainCreate row is known.
+    let mut ranges_in_domain: Vec<(usize, u64, i64)> = Vec::new();
+    let (mut unterminated, mut no_name) = (0u64, 0u64);
+    let local = &mut scan.local;
+    let rows = &mut scan.rows;
+    // An NVTX row's message: inline `text` or a registered string (`textId`).
+    let message = |local: &mut Local, row: &Row<'_>| match row.get_ref_unwrap(3) {
+        ValueRef::Text(bytes) => Some(match std::str::from_utf8(bytes) {
+            Ok(s) => local.names.intern(s),
+            Err(_) => local.names.intern(&String::from_utf8_lossy(bytes)),
+        }),
+        _ => int(row, 4).and_then(|id| local.string(strings, id)),
+    };
+    db.each_row(TABLE, &columns, |row| {
+        let Some(event_type) = int(row, 2) else { return Ok(()) };
+        let global_tid = int(row, 5).unwrap_or(0) as u64;
+        let kind = if types.push_pop.contains(&event_type) {
+            RangeKind::PushPop
+        } else if types.start_end.contains(&event_type) {
+            RangeKind::StartEnd
+        } else {
+            if types.domain_create.contains(&event_type)
+                && let Some(domain_id) = int(row, 6)
+            {
+                let name = message(local, row).unwrap_or(NameId::EMPTY);
+                domain_names.insert((global_pid_of(global_tid), domain_id), name);
+            }
+            return Ok(());
+        };
+        let Some(start_ns) = int(row, 0) else { return Ok(()) };
+        let Some(end_ns) = int(row, 1) else {
+            unterminated += 1;
+            return Ok(());
+        };
+        let name = message(local, row).unwrap_or_else(|| {
+            no_name += 1;
+            NameId::EMPTY
+        });
+        if let Some(domain_id) = int(row, 6).filter(|&d| d != 0) {
+            ranges_in_domain.push((rows.len(), global_pid_of(global_tid), domain_id));
+        }
+        rows.push(Range {
+            start_ns,
+            end_ns,
+            name,
+            domain: NameId::EMPTY,
+            kind,
+            process: local.process(global_pid_of(global_tid)),
+            tid: tid_of(global_tid),
+            device: None,
+            stream: None,
+            depth: 0,
+        });
+        Ok(())
+    })?;
+
+    // A process whose own create row is missing borrows the name other processes gave the
+    // same id, when they all agree.
+    let mut name_by_id: HashMap<i64, Option<NameId>> = HashMap::new();
+    for (&(_, domain_id), &name) in &domain_names {
+        name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
+    }
+    let mut unnamed_domains: Vec<i64> = Vec::new();
+    for (index, global_pid, domain_id) in ranges_in_domain {
+        let known = domain_names.get(&(global_pid, domain_id)).copied();
+        let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
+            Some(name) => name,
+            None => {
+                // The NvtxDomainCreate row lies outside the exported window: keep the ranges
+                // apart from the default domain under a name that says so.
+                if !unnamed_domains.contains(&domain_id) {
+                    unnamed_domains.push(domain_id);
+                }
+                scan.local.names.intern(&format!("domain {domain_id}"))
+            }
+        };
+        scan.rows[index].domain = domain;
+    }
+    // Outer ranges first at equal start, as Trace::finish orders them.
+    scan.rows.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
+    scan.warnings = vec![
+        ("NVTX range without end (unterminated, skipped)", unterminated),
+        ("NVTX range without text", no_name),
+        ("NVTX domain without NvtxDomainCreate row (named by its id)", unnamed_domains.len() as u64),
+    ];
+    Ok(scan)
+}
