@@ -75,6 +75,7 @@ impl Gpu {
                 attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
                 attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
             ),
+            l2_cache_bytes: Some(attribute(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64),
         })
     }
 

@@ -212,11 +212,12 @@ fn run(args: &Args) -> Result<BenchResults> {
     print_line(format_args!("host {}  driver {:?}  NCCL {:?}", host_name(), cuda_driver_version, nccl_version));
     for info in &infos {
         print_line(format_args!(
-            "GPU {}: {} ({} SMs, {}, sm_{})",
+            "GPU {}: {} ({} SMs, {} memory, {} L2, sm_{})",
             info.ordinal,
             info.name,
             info.sm_count,
             human_bytes(info.memory_bytes),
+            info.l2_cache_bytes.map_or_else(|| "?".to_string(), human_bytes),
             info.compute_capability.replace('.', "")
         ));
     }

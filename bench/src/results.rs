@@ -59,6 +59,9 @@ pub struct GpuInfo {
     pub memory_bytes: u64,
     /// Compute capability as `major.minor`, e.g. "9.0".
     pub compute_capability: String,
+    /// Size of the L2 cache; copies whose buffers fit in it run faster than device memory allows.
+    #[serde(default)]
+    pub l2_cache_bytes: Option<u64>,
 }
 
 /// Whether a copy stayed on one GPU or crossed between two.
@@ -175,6 +178,9 @@ pub struct GemmResult {
 }
 
 /// Best measured value per family; `None` where the family was not measured.
+///
+/// `d2d_gbps` only considers copies at least as large as the GPU's L2 cache (when the file names it):
+/// smaller copies are served partly from L2 and overstate what device memory sustains.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Peaks {
     /// Best same-GPU copy bandwidth.
@@ -285,6 +291,12 @@ impl BenchResults {
         Some(bytes as f64 / (time_us * 1e3) * busbw_factor(op, nranks))
     }
 
+    /// Whether a copy's buffers fit in the source GPU's L2 cache (false when the size of L2 is not known).
+    pub fn fits_in_l2(&self, row: &CopyResult) -> bool {
+        let l2_cache_bytes = self.gpus.iter().find(|gpu| gpu.ordinal == row.src).and_then(|gpu| gpu.l2_cache_bytes);
+        l2_cache_bytes.is_some_and(|l2| row.bytes < l2)
+    }
+
     /// Recomputes [`Peaks`] from the measured rows.
     pub fn compute_peaks(&mut self) {
         fn best<'a>(values: impl Iterator<Item = f64> + 'a) -> Option<f64> {
@@ -293,7 +305,9 @@ impl BenchResults {
         let collective_peak =
             |op: CollectiveOp| best(self.collectives.iter().filter(|row| row.op == op).map(|row| row.busbw_gbps));
         let peaks = Peaks {
-            d2d_gbps: best(self.copy.iter().filter(|row| row.kind == CopyKind::D2d).map(|row| row.gbps)),
+            d2d_gbps: best(
+                self.copy.iter().filter(|row| row.kind == CopyKind::D2d && !self.fits_in_l2(row)).map(|row| row.gbps),
+            ),
             p2p_gbps: best(self.copy.iter().filter(|row| row.kind == CopyKind::P2p).map(|row| row.gbps)),
             all_reduce_busbw_gbps: collective_peak(CollectiveOp::AllReduce),
             all_gather_busbw_gbps: collective_peak(CollectiveOp::AllGather),

@@ -34,9 +34,12 @@ fn sample() -> BenchResults {
             sm_count: 132,
             memory_bytes: 150_000_000_000,
             compute_capability: "9.0".into(),
+            l2_cache_bytes: Some(50 << 20),
         }],
         copy: vec![
             CopyResult { kind: CopyKind::D2d, src: 0, dst: 0, bytes: 1 << 30, time_us: 500.0, gbps: 2147.483648 },
+            // Fits in the 50 MiB L2: faster, but not a device-memory figure.
+            CopyResult { kind: CopyKind::D2d, src: 0, dst: 0, bytes: 16 << 20, time_us: 6.0, gbps: 2796.202667 },
             CopyResult { kind: CopyKind::P2p, src: 0, dst: 1, bytes: 1 << 30, time_us: 2500.0, gbps: 429.4967296 },
             CopyResult { kind: CopyKind::P2p, src: 1, dst: 0, bytes: 1 << 20, time_us: 10.0, gbps: 104.8576 },
         ],
@@ -77,7 +80,9 @@ fn busbw_factors_follow_nccl_tests() {
 
 #[test]
 fn peaks_are_the_best_row_of_each_family() {
-    let peaks = sample().peaks;
+    let mut results = sample();
+    let peaks = results.peaks.clone();
+    // The 16 MiB copy fits in L2 and is left out of the d2d peak.
     assert_close(peaks.d2d_gbps.unwrap(), 2147.483648);
     assert_close(peaks.p2p_gbps.unwrap(), 429.4967296);
     // 1 MiB in 30 µs on 2 ranks (factor 1) beats 1 MiB in 50 µs on 4 ranks (factor 1.5): 34.95 vs 31.46.
@@ -85,6 +90,10 @@ fn peaks_are_the_best_row_of_each_family() {
     assert_close(peaks.all_gather_busbw_gbps.unwrap(), 1048576.0 / 25e3 * 0.5);
     assert_eq!(peaks.reduce_scatter_busbw_gbps, None);
     assert_close(peaks.gemm_bf16_tflops.unwrap(), 646.8);
+    // Without a known L2 size every d2d row counts.
+    results.gpus[0].l2_cache_bytes = None;
+    results.compute_peaks();
+    assert_close(results.peaks.d2d_gbps.unwrap(), 2796.202667);
 }
 
 #[test]
