@@ -286,7 +286,11 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             })
         };
 
-        let mut open_markers: HashMap<u32, MarkerRecord> = HashMap::new();
+        // Open NVTX starts by marker id. Ids can repeat among ranges open at the same time
+        // (seen with NCCL's domain), so each id keeps a list and an end takes the latest
+        // start of its own thread first: push/pop ranges nest per thread.
+        let mut open_markers: HashMap<u32, Vec<MarkerRecord>> = HashMap::new();
+        let mut threads = ThreadIds::new(info.pid);
         let mut last_ns = 0i64;
         for record in &spool.contents.records {
             match record {
@@ -367,7 +371,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                         name,
                         kind: if a.driver { ApiKind::Driver } else { ApiKind::Runtime },
                         process,
-                        tid: a.tid,
+                        tid: threads.map(a.tid),
                         correlation_id: a.correlation_id,
                     });
                     last_ns = last_ns.max(to_session(a.end_ns));
@@ -378,15 +382,23 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                     const INSTANT: u32 = 1;
                     last_ns = last_ns.max(to_session(m.timestamp_ns));
                     if m.flags & START != 0 {
-                        open_markers.insert(m.id, *m);
+                        let mut start = *m;
+                        start.tid = threads.map(m.tid);
+                        open_markers.entry(m.id).or_default().push(start);
                     } else if m.flags & END != 0 {
-                        match open_markers.remove(&m.id) {
+                        let end_tid = threads.map(m.tid);
+                        let candidates = open_markers.get_mut(&m.id);
+                        let taken = candidates.and_then(|list| {
+                            let at = list.iter().rposition(|s| s.tid == end_tid).or(list.len().checked_sub(1))?;
+                            Some(list.remove(at))
+                        });
+                        match taken {
                             Some(start) => {
                                 let range = marker_range(
                                     &mut trace,
                                     process,
                                     &start,
-                                    m.tid,
+                                    end_tid,
                                     &text,
                                     &to_session,
                                     m.timestamp_ns,
@@ -420,7 +432,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
         }
         // Ranges still open when the process stopped writing (killed, or never closed):
         // end them at the last thing the process recorded, and say so.
-        let mut unclosed: Vec<MarkerRecord> = open_markers.into_values().collect();
+        let mut unclosed: Vec<MarkerRecord> = open_markers.into_values().flatten().collect();
         unclosed.sort_by_key(|m| m.timestamp_ns);
         for start in unclosed {
             trace.warn("NVTX range never closed (ended at the process's last event)");
@@ -439,6 +451,35 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
     }
     apply_range(&mut trace, &mut extras, &options.range);
     (trace, extras)
+}
+
+/// Thread ids for one process that fit nsys' 24-bit `globalTid` field.
+///
+/// CUPTI reports a thread as its `pthread_t` truncated to 32 bits, not as the OS thread id, so
+/// it does not fit the 24 bits nsys keeps for a thread and would spill into the process id.
+/// Ids that already look like OS thread ids (below Linux's largest `pid_max`, 2^22) are kept;
+/// others are numbered in order of first appearance from the process id on, so the first
+/// thread that calls CUDA (the main thread of a Python workload) gets the pid, like the main
+/// thread's OS id.
+struct ThreadIds {
+    pid: u32,
+    mapped: HashMap<u32, u32>,
+}
+
+impl ThreadIds {
+    const LARGEST_OS_TID: u32 = 1 << 22;
+
+    fn new(pid: u32) -> ThreadIds {
+        ThreadIds { pid, mapped: HashMap::new() }
+    }
+
+    fn map(&mut self, cupti_tid: u32) -> u32 {
+        if cupti_tid < Self::LARGEST_OS_TID {
+            return cupti_tid;
+        }
+        let next = (self.pid + self.mapped.len() as u32) & 0xFF_FFFF;
+        *self.mapped.entry(cupti_tid).or_insert(next)
+    }
 }
 
 fn spool_names(records: &[SpoolRecord]) -> HashMap<u32, &str> {

@@ -24,7 +24,7 @@ pub struct GpuLink {
     pub uuid_a: String,
     /// UUID of the second GPU.
     pub uuid_b: String,
-    /// Active NVLinks between them (0: none).
+    /// Active NVLinks of the first GPU when the pair talks over NVLink (0: no NVLink).
     pub nvlinks: u32,
     /// `nvlink` when linked by NVLink, else NVML's common PCIe ancestor: `pcie-switch`,
     /// `pcie-switches`, `pcie-host-bridge`, `numa-node`, `system` (across sockets).
@@ -44,6 +44,9 @@ struct PciInfo {
 }
 
 type Device = *mut c_void;
+
+/// NVML's `NVML_P2P_CAPS_INDEX_NVLINK`: "can the pair talk over NVLink".
+const P2P_CAPS_INDEX_NVLINK: c_int = 2;
 
 /// NVML's `NVML_NVLINK_MAX_LINKS` in recent drivers (18 on Hopper).
 const MAX_NVLINKS: c_uint = 18;
@@ -70,10 +73,8 @@ pub fn query() -> Option<(Vec<GpuInfo>, Vec<GpuLink>)> {
         let link_state = library
             .get::<unsafe extern "C" fn(Device, c_uint, *mut c_int) -> c_int>(b"nvmlDeviceGetNvLinkState\0")
             .ok();
-        let remote_pci = library
-            .get::<unsafe extern "C" fn(Device, c_uint, *mut PciInfo) -> c_int>(
-                b"nvmlDeviceGetNvLinkRemotePciInfo_v2\0",
-            )
+        let p2p_status = library
+            .get::<unsafe extern "C" fn(Device, Device, c_int, *mut c_int) -> c_int>(b"nvmlDeviceGetP2PStatus\0")
             .ok();
         if init() != 0 {
             return None;
@@ -103,22 +104,21 @@ pub fn query() -> Option<(Vec<GpuInfo>, Vec<GpuLink>)> {
         let mut links = Vec::new();
         for a in 0..handles.len() {
             for b in a + 1..handles.len() {
+                // Through NVSwitch a GPU's links reach the switches, not the peer, so ask whether
+                // the pair talks over NVLink and count the links of the first GPU (what
+                // `nvidia-smi topo -m` shows as NV18 on a two-GPU H200 machine).
+                let mut nvlink_ok: c_int = -1;
+                let over_nvlink = matches!(&p2p_status, Some(f) if f(handles[a].0, handles[b].0, P2P_CAPS_INDEX_NVLINK, &mut nvlink_ok) == 0 && nvlink_ok == 0);
                 let mut nvlinks = 0;
-                if let (Some(state), Some(remote)) = (&link_state, &remote_pci) {
+                if over_nvlink && let Some(state) = &link_state {
                     for link in 0..MAX_NVLINKS {
                         let mut active: c_int = 0;
-                        let mut pci: PciInfo = std::mem::zeroed();
-                        if state(handles[a].0, link, &mut active) == 0
-                            && active != 0
-                            && remote(handles[a].0, link, &mut pci) == 0
-                            && format!("{:04x}:{:02x}:{:02x}.0", pci.domain & 0xffff, pci.bus, pci.device)
-                                == handles[b].1
-                        {
+                        if state(handles[a].0, link, &mut active) == 0 && active != 0 {
                             nvlinks += 1;
                         }
                     }
                 }
-                let kind = if nvlinks > 0 {
+                let kind = if over_nvlink {
                     "nvlink".to_string()
                 } else {
                     let mut level: c_int = -1;

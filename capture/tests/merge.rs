@@ -15,6 +15,9 @@ use shardscope_inject::spool::SpoolWriter;
 const T0_UTC_NS: u64 = 1_800_000_000_000_000_000;
 const NCCL_MANGLED: &str = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE";
 const GEMM: &str = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT";
+/// CUPTI names threads by a truncated `pthread_t`, far above any OS thread id.
+const MAIN_THREAD: u32 = 0x9ABC_DEF0;
+const OTHER_THREAD: u32 = 0x9ABC_0000;
 
 fn process(pid: u32, rank: u32, cupti_clock_ns: u64, realtime_ns: u64) -> SpoolRecord {
     SpoolRecord::Process(ProcessInfo {
@@ -74,38 +77,29 @@ fn names(list: &[&str]) -> Vec<SpoolRecord> {
 fn write_spools(dir: &Path) {
     let mut rank0 = SpoolWriter::create(&dir.join("node1.1000.spool")).unwrap();
     rank0.write_batch(&[process(1000, 0, 1_000_000, T0_UTC_NS)]).unwrap();
-    let mut batch = names(&[NCCL_MANGLED, GEMM, "cudaLaunchKernel_v7000", "decode"]);
+    let mut batch = names(&[NCCL_MANGLED, GEMM, "cudaLaunchKernel_v7000", "decode", "ncclCommInitRankConfig"]);
     batch.extend(devices());
     batch.push(SpoolRecord::Api(ApiRecord {
         cbid: 211,
         start_ns: 1_000_100,
         end_ns: 1_000_120,
         pid: 1000,
-        tid: 1000,
+        tid: MAIN_THREAD,
         correlation_id: 10,
         name_id: 3,
         ..ApiRecord::default()
     }));
     batch.push(kernel(0, 10, 1_000_200, 1_000_700, 2));
     batch.push(kernel(0, 11, 1_000_800, 1_002_800, 1));
-    batch.push(SpoolRecord::Marker(MarkerRecord {
-        flags: 2,
-        timestamp_ns: 1_000_050,
-        id: 1,
-        pid: 1000,
-        tid: 1000,
-        name_id: 4,
-        domain_id: 0,
-    }));
-    batch.push(SpoolRecord::Marker(MarkerRecord {
-        flags: 4,
-        timestamp_ns: 1_003_000,
-        id: 1,
-        pid: 1000,
-        tid: 1000,
-        name_id: 0,
-        domain_id: 0,
-    }));
+    let marker = |flags, timestamp_ns, tid, name_id| {
+        SpoolRecord::Marker(MarkerRecord { flags, timestamp_ns, id: 1, pid: 1000, tid, name_id, domain_id: 0 })
+    };
+    // Two ranges open at once with the same marker id, on two threads: each end must close
+    // the start of its own thread.
+    batch.push(marker(2, 1_000_050, MAIN_THREAD, 4));
+    batch.push(marker(2, 1_000_055, OTHER_THREAD, 5));
+    batch.push(marker(4, 1_000_065, OTHER_THREAD, 0));
+    batch.push(marker(4, 1_003_000, MAIN_THREAD, 0));
     batch.push(SpoolRecord::Memcpy(MemcpyRecord {
         start_ns: 1_000_010,
         end_ns: 1_000_090,
@@ -202,8 +196,14 @@ fn two_rank_spools_merge_into_a_trace_the_reader_understands() {
     assert_eq!((t.memops[0].bytes, t.memops[0].start_ns, t.memops[0].end_ns), (4096, 10, 90));
 
     // Rank 0's range closed; rank 1's never did and ends at its last event (its kernel's end).
-    let ranges: Vec<(i64, i64, &str)> = t.ranges.iter().map(|r| (r.start_ns, r.end_ns, t.names.get(r.name))).collect();
-    assert_eq!(ranges, vec![(50, 3_000, "decode"), (60, 1_900, "decode")]);
+    // Thread ids: rank 0's main thread (first seen) becomes its pid, the other thread pid + 1.
+    let ranges: Vec<(i64, i64, &str, u32)> =
+        t.ranges.iter().map(|r| (r.start_ns, r.end_ns, t.names.get(r.name), r.tid)).collect();
+    assert_eq!(
+        ranges,
+        vec![(50, 3_000, "decode", 1000), (55, 65, "ncclCommInitRankConfig", 1001), (60, 1_900, "decode", 1001)]
+    );
+    assert_eq!(t.api_calls[launch as usize].tid, 1000);
 
     let conn = rusqlite::Connection::open(&out).unwrap();
     let clean: Vec<(i64, bool, i64)> = conn
@@ -280,7 +280,7 @@ fn merge_only_mode_writes_the_file_from_a_spool_folder() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("2 processes, 2 GPUs, 3 kernels, 1 memory ops, 1 API calls, 2 NVTX ranges"), "{stderr}");
+    assert!(stderr.contains("2 processes, 2 GPUs, 3 kernels, 1 memory ops, 1 API calls, 3 NVTX ranges"), "{stderr}");
     let read = shardscope_io::load(&dir.join("cli.sqlite")).unwrap();
     assert_eq!(read[0].kernels.iter().map(|k| k.duration_ns()).sum::<i64>(), 500 + 2_000 + 1_000);
     std::fs::remove_dir_all(&dir).unwrap();

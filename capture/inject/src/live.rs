@@ -205,8 +205,8 @@ fn start() -> Result<(), String> {
     // Subscribing first tells us whether another CUPTI client (nsys, torch.profiler) owns the
     // process; activity calls alone would appear to succeed and interfere with it.
     let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
-    // SAFETY: a callback of None is allowed; the handle is an out-parameter.
-    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, None, std::ptr::null_mut()) };
+    // SAFETY: `ignore_callback` has CUPTI's callback signature; the handle is an out-parameter.
+    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(ignore_callback), std::ptr::null_mut()) };
     if subscribed != 0 {
         return Err(format!(
             "CUPTI refused to subscribe ({}): another profiler is attached?",
@@ -344,6 +344,16 @@ fn process_info(pid: u32, hostname: String, cupti_version: u32, cupti_clock_ns: 
         cupti_clock_ns,
         realtime_ns,
     }
+}
+
+/// The subscriber's callback. No callback domain is enabled, so CUPTI never calls it; a real
+/// function is passed because some CUPTI versions refuse a null one.
+unsafe extern "C" fn ignore_callback(
+    _: *mut c_void,
+    _: cupti::CUpti_CallbackDomain,
+    _: cupti::CUpti_CallbackId,
+    _: *const c_void,
+) {
 }
 
 /// CUPTI asks for an empty buffer. Hands out a pooled one, or none when the pool is spent.
