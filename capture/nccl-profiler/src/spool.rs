@@ -1,0 +1,141 @@
+//! The per-process spool file `nccl-<pid>.bin`: a header, then self-delimiting frames.
+//!
+//! ```text
+//! file    := magic "SSNCCL01" (8 bytes) frame*
+//! frame   := payload_len: u32 LE, checksum: u32 LE (32-bit FNV-1a of payload), payload
+//! payload := record*            (see `record.rs`)
+//! ```
+//!
+//! The plugin appends each frame with one `write` on a file opened for appending and never
+//! seeks, so a process killed at any moment (SIGKILL included) leaves every earlier frame
+//! intact; at worst the last frame is cut short. [`read_spool`] stops at the first incomplete or
+//! corrupt frame and reports how many bytes it left, because a cut tail is what a crash
+//! leaves, not a broken file.
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use crate::record::NcclRecord;
+
+/// First bytes of every spool file; the digits are the format version.
+pub const MAGIC: &[u8; 8] = b"SSNCCL01";
+
+/// File name prefix; the full name is `nccl-<pid>.bin`.
+pub const FILE_PREFIX: &str = "nccl-";
+/// File name suffix.
+pub const FILE_SUFFIX: &str = ".bin";
+
+/// Frames larger than this are taken as corrupt (the plugin flushes far smaller batches).
+const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// 32-bit FNV-1a: cheap, and enough to tell a torn write from a complete frame.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for &b in bytes {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+/// Puts the frame header in front of a payload that `frame` holds after 8 reserved bytes.
+pub fn seal_frame(frame: &mut [u8]) {
+    let payload_len = (frame.len() - 8) as u32;
+    let sum = checksum(&frame[8..]);
+    frame[0..4].copy_from_slice(&payload_len.to_le_bytes());
+    frame[4..8].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// What reading a spool file found.
+#[derive(Debug, Default, Clone)]
+pub struct SpoolContents {
+    /// Every record of every complete frame, in file order.
+    pub records: Vec<NcclRecord>,
+    /// Complete frames read.
+    pub frames: u64,
+    /// Bytes at the end that did not form a complete, valid frame (a crash's cut tail).
+    pub truncated_bytes: u64,
+    /// Frames whose checksum held but whose records could not all be delimited.
+    pub bad_records: u64,
+}
+
+/// Why a spool file could not be read at all.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SpoolError {
+    /// Opening or reading failed.
+    Io(io::Error),
+    /// The file does not start with [`MAGIC`].
+    NotASpool,
+}
+
+impl std::fmt::Display for SpoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpoolError::Io(e) => write!(f, "{e}"),
+            SpoolError::NotASpool => write!(f, "not a shardscope NCCL spool file (bad magic)"),
+        }
+    }
+}
+
+impl std::error::Error for SpoolError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpoolError::Io(e) => Some(e),
+            SpoolError::NotASpool => None,
+        }
+    }
+}
+
+/// Reads a whole spool file, stopping quietly at a cut or corrupt tail.
+pub fn read_spool(path: &Path) -> Result<SpoolContents, SpoolError> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(SpoolError::Io)?;
+    parse_spool(&bytes)
+}
+
+/// Parses spool bytes (see [`read_spool`]).
+pub fn parse_spool(bytes: &[u8]) -> Result<SpoolContents, SpoolError> {
+    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+        return Err(SpoolError::NotASpool);
+    };
+    let mut contents = SpoolContents::default();
+    while !rest.is_empty() {
+        let Some(payload) = complete_frame(rest) else {
+            contents.truncated_bytes = rest.len() as u64;
+            break;
+        };
+        let mut input = payload;
+        while !input.is_empty() {
+            match NcclRecord::decode(&mut input) {
+                Ok(Some(record)) => contents.records.push(record),
+                Ok(None) => {}
+                Err(()) => {
+                    // The checksum held, so the writer wrote this; the rest of the frame can no
+                    // longer be delimited.
+                    contents.bad_records += 1;
+                    break;
+                }
+            }
+        }
+        contents.frames += 1;
+        rest = &rest[8 + payload.len()..];
+    }
+    Ok(contents)
+}
+
+/// The payload of the frame at the start of `bytes`, if it is complete and its checksum holds.
+fn complete_frame(bytes: &[u8]) -> Option<&[u8]> {
+    let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let sum = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+    if len > MAX_FRAME_BYTES {
+        return None;
+    }
+    let payload = bytes.get(8..8 + len as usize)?;
+    (checksum(payload) == sum).then_some(payload)
+}
+
+/// The process id in a spool file name `nccl-<pid>.bin`.
+pub fn pid_from_file_name(path: &Path) -> Option<u32> {
+    path.file_name()?.to_str()?.strip_prefix(FILE_PREFIX)?.strip_suffix(FILE_SUFFIX)?.parse().ok()
+}
