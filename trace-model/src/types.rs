@@ -468,20 +468,15 @@ impl Trace {
         // Outer ranges first at equal start: longer before shorter.
         self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
 
-        let mut launches: HashMap<(ProcessIdx, u32), u32> = HashMap::with_capacity(self.api_calls.len());
-        for (index, call) in self.api_calls.iter().enumerate() {
-            if call.correlation_id != 0 {
-                launches.insert((call.process, call.correlation_id), index as u32);
-            }
-        }
+        let launches = LaunchIndex::new(&self.api_calls);
         for kernel in &mut self.kernels {
             if kernel.correlation_id != 0 {
-                kernel.launch = launches.get(&(kernel.process, kernel.correlation_id)).copied();
+                kernel.launch = launches.get(kernel.process, kernel.correlation_id);
             }
         }
         for memop in &mut self.memops {
             if memop.correlation_id != 0 {
-                memop.launch = launches.get(&(memop.process, memop.correlation_id)).copied();
+                memop.launch = launches.get(memop.process, memop.correlation_id);
             }
         }
         for collective in &mut self.collectives {
@@ -506,6 +501,62 @@ impl Trace {
             }
             range.depth = stack.len().min(u16::MAX as usize) as u16;
             stack.push(range.end_ns);
+        }
+    }
+}
+
+/// API calls by (process, correlation id), for linking launches; a later call wins over an
+/// earlier one with the same key.
+///
+/// CUPTI hands out correlation ids in sequence, so per process they fill a narrow range: a
+/// table indexed by `id - first` links ten million kernels several times faster than hashing
+/// (each hash probe is a cache miss). A process whose ids are sparse falls back to a map.
+struct LaunchIndex {
+    /// Per process index: the first id and the call index of each id from it (`u32::MAX`: none).
+    dense: Vec<Option<(u32, Vec<u32>)>>,
+    sparse: HashMap<(ProcessIdx, u32), u32>,
+}
+
+impl LaunchIndex {
+    fn new(calls: &[ApiCall]) -> LaunchIndex {
+        let processes = calls.iter().map(|c| c.process.0 as usize + 1).max().unwrap_or(0);
+        // Per process: lowest id, highest id, number of calls with an id.
+        let mut bounds: Vec<Option<(u32, u32, usize)>> = vec![None; processes];
+        for call in calls.iter().filter(|c| c.correlation_id != 0) {
+            let id = call.correlation_id;
+            let bound = &mut bounds[call.process.0 as usize];
+            *bound = Some(match *bound {
+                None => (id, id, 1),
+                Some((low, high, count)) => (low.min(id), high.max(id), count + 1),
+            });
+        }
+        let dense = bounds
+            .into_iter()
+            .map(|bound| {
+                let (low, high, count) = bound?;
+                let span = (high - low) as usize + 1;
+                (span <= count.saturating_mul(4).saturating_add(1024)).then(|| (low, vec![u32::MAX; span]))
+            })
+            .collect();
+        let mut index = LaunchIndex { dense, sparse: HashMap::new() };
+        for (position, call) in calls.iter().enumerate().filter(|(_, c)| c.correlation_id != 0) {
+            match &mut index.dense[call.process.0 as usize] {
+                Some((first, table)) => table[(call.correlation_id - *first) as usize] = position as u32,
+                None => {
+                    index.sparse.insert((call.process, call.correlation_id), position as u32);
+                }
+            }
+        }
+        index
+    }
+
+    fn get(&self, process: ProcessIdx, correlation_id: u32) -> Option<u32> {
+        match self.dense.get(process.0 as usize) {
+            Some(Some((first, table))) => {
+                let offset = correlation_id.checked_sub(*first)?;
+                table.get(offset as usize).copied().filter(|&position| position != u32::MAX)
+            }
+            _ => self.sparse.get(&(process, correlation_id)).copied(),
         }
     }
 }
@@ -575,6 +626,23 @@ mod tests {
         assert_eq!(t.kernels[0].launch, Some(1));
         assert_eq!(t.kernels[1].launch, Some(0));
         assert_eq!(t.collectives[0].kernel, Some(1));
+    }
+
+    #[test]
+    fn launch_index_handles_sparse_ids_and_repeats() {
+        let call =
+            |process, correlation_id| ApiCall { process: ProcessIdx(process), correlation_id, ..ApiCall::default() };
+        // Process 0: dense ids with a repeat (the later call wins); process 1: ids far apart.
+        let calls = vec![call(0, 5), call(0, 6), call(1, 1), call(1, 4_000_000_000), call(0, 6), call(0, 0)];
+        let index = LaunchIndex::new(&calls);
+        assert_eq!(index.get(ProcessIdx(0), 5), Some(0));
+        assert_eq!(index.get(ProcessIdx(0), 6), Some(4));
+        assert_eq!(index.get(ProcessIdx(0), 4), None);
+        assert_eq!(index.get(ProcessIdx(0), 7), None);
+        assert_eq!(index.get(ProcessIdx(1), 4_000_000_000), Some(3));
+        assert_eq!(index.get(ProcessIdx(1), 1), Some(2));
+        assert_eq!(index.get(ProcessIdx(1), 2), None);
+        assert_eq!(index.get(ProcessIdx(2), 5), None);
     }
 
     #[test]
