@@ -430,15 +430,33 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                 SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
             }
         }
-        // Ranges still open when the process stopped writing (killed, or never closed):
-        // end them at the last thing the process recorded, and say so.
+        // Ranges with no end: the process was killed, or CUPTI never delivered the end (seen
+        // for NCCL's `ncclCommInitRankConfig` and `ncclCommFinalize` ranges with CUDA 13.0
+        // CUPTI and NCCL 2.28, which nsys shows closed). Push/pop ranges nest per thread, so
+        // such a range ends no later than the enclosing range of its thread; without one, it
+        // ends at the last thing the process recorded.
+        let closed_ranges = trace.ranges.len();
         let mut unclosed: Vec<MarkerRecord> = open_markers.into_values().flatten().collect();
         unclosed.sort_by_key(|m| m.timestamp_ns);
         for start in unclosed {
-            trace.warn("NVTX range never closed (ended at the process's last event)");
             let mut range =
                 marker_range(&mut trace, process, &start, start.tid, &text, &to_session, start.timestamp_ns);
-            range.end_ns = last_ns.max(range.start_ns);
+            let enclosing_end = trace.ranges[..closed_ranges]
+                .iter()
+                .filter(|r| r.process == process && r.tid == range.tid)
+                .filter(|r| r.start_ns < range.start_ns && r.end_ns > range.start_ns)
+                .map(|r| r.end_ns)
+                .min();
+            match enclosing_end {
+                Some(end_ns) => {
+                    trace.warn("NVTX range without an end (ended with its enclosing range)");
+                    range.end_ns = end_ns;
+                }
+                None => {
+                    trace.warn("NVTX range without an end (ended at the process's last event)");
+                    range.end_ns = last_ns.max(range.start_ns);
+                }
+            }
             trace.ranges.push(range);
         }
         trace.warn_n("CUPTI records dropped (buffers full)", extra.records_dropped);

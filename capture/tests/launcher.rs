@@ -90,10 +90,12 @@ fn sigterm_is_forwarded_to_the_group_and_the_trace_still_written() {
     let got = dir.join("grandchild-got-term");
     let fake_lib = dir.join("libfake_inject.so");
     std::fs::write(&fake_lib, b"").unwrap();
-    // The grandchild records that it got SIGTERM; the shell exits 7 on it.
+    // The shell sets its trap first (it exits 7 on SIGTERM); the grandchild then sets its own
+    // (it records the signal) and only then says it is ready, so no signal can come too early.
     let script = format!(
-        "sh -c 'trap \"touch {got}; exit 0\" TERM; while true; do sleep 0.05; done' & \
-         trap 'wait; exit 7' TERM; touch {ready}; while true; do sleep 0.05; done",
+        "trap 'wait; exit 7' TERM; \
+         sh -c 'trap \"touch {got}; exit 0\" TERM; touch {ready}; while true; do sleep 0.05; done' & \
+         while true; do sleep 0.05; done",
         got = got.display(),
         ready = ready.display()
     );

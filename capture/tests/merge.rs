@@ -224,7 +224,7 @@ fn two_rank_spools_merge_into_a_trace_the_reader_understands() {
     assert_eq!(
         warnings,
         vec![
-            ("NVTX range never closed (ended at the process's last event)".to_string(), 1),
+            ("NVTX range without an end (ended at the process's last event)".to_string(), 1),
             ("spool file cut off (process killed?): last partial frame ignored".to_string(), 1),
         ]
     );
