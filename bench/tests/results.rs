@@ -159,3 +159,46 @@ fn unreadable_files_give_one_line_errors_naming_the_file() {
 
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The committed measurements of a 2 × H200 machine, checked against values read from the file with Python.
+#[test]
+fn committed_h200_results_load_and_interpolate() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/results/h200x2.json");
+    let results = BenchResults::load(path).unwrap();
+    assert_eq!(results.nccl_version, Some(22803));
+    assert_eq!(results.gpus.len(), 2);
+    assert_eq!(results.gpus[0].sm_count, 132);
+    assert_eq!(results.gpus[0].l2_cache_bytes, Some(62914560));
+    // 12 sizes × (2 d2d + 2 p2p); 22 sizes × 3 ops; 9 GEMM shapes; nothing failed.
+    assert_eq!((results.copy.len(), results.collectives.len(), results.gemm.len()), (48, 66, 9));
+    assert!(results.errors.is_empty());
+
+    // Every row obeys the definitions it claims.
+    for row in &results.collectives {
+        assert_close(row.algbw_gbps, row.bytes as f64 / (row.time_us * 1e3));
+        assert_close(row.busbw_gbps, row.algbw_gbps * busbw_factor(row.op, row.nranks));
+    }
+    for row in &results.copy {
+        assert_close(row.gbps, row.bytes as f64 / (row.time_us * 1e3));
+    }
+
+    // A measured size returns its row; 384 MiB lies halfway between 256 MiB (885.455 µs) and 512 MiB
+    // (1698.715 µs): 1292.085 µs, 311.63 GB/s.
+    let all_reduce = CollectiveOp::AllReduce;
+    assert_close(results.busbw_gbps(all_reduce, 2, 256 << 20).unwrap(), 303.16092096553564);
+    assert_close(results.time_us(all_reduce, 2, 384 << 20).unwrap(), 1292.0852744061015);
+    assert_close(results.busbw_gbps(all_reduce, 2, 384 << 20).unwrap(), 311.63050301387955);
+    // Beyond 2 GiB the bandwidth of the largest size holds; below 1 KiB the 1 KiB time does.
+    assert_close(results.busbw_gbps(all_reduce, 2, 3 << 30).unwrap(), 340.97416768184365);
+    assert_close(results.time_us(all_reduce, 2, 64).unwrap(), 10.706527709960938);
+    assert_close(results.busbw_gbps(CollectiveOp::AllGather, 2, 1 << 30).unwrap(), 268.62241492182346);
+
+    // The stored peaks are what the rows give; the d2d peak is the 2 GiB copy (2139.46 GB/s), not the
+    // L2-resident 16 MiB one (2504.18 GB/s).
+    let mut recomputed = results.clone();
+    recomputed.compute_peaks();
+    assert_eq!(recomputed.peaks, results.peaks);
+    assert_close(results.peaks.d2d_gbps.unwrap(), 2139.4632317234673);
+    assert_close(results.peaks.all_reduce_busbw_gbps.unwrap(), 340.97416768184365);
+    assert_close(results.peaks.gemm_bf16_tflops.unwrap(), 820.5957394066347);
+}
