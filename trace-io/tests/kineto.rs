@@ -484,13 +484,13 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_one_line_error(&TempFile::new("empty.json", b"").0, "empty");
     assert_one_line_error(&TempFile::new("array.json", b"[{\"ph\": \"X\"}]").0, "expected a Chrome trace JSON object");
     assert_one_line_error(&TempFile::new("no-events.json", b"{\"schemaVersion\": 1}").0, "no 'traceEvents'");
-    assert_one_line_error(&TempFile::new("events-object.json", b"{\"traceEvents\": {}}").0, "as an array");
+    assert_one_line_error(&TempFile::new("events-object.json", b"{\"traceEvents\": {}}").0, "is not an array");
     assert_one_line_error(&TempFile::new("not-utf8.json", b"{\"traceEvents\": [\"\xff\"]}").0, "UTF-8");
     assert_one_line_error(&TempFile::new("number.json", b"42").0, "expected a Chrome trace JSON object");
     let Some(dir) = kineto_dir() else { return };
     // Truncated plain JSON: cut in the middle of an event.
     let plain = std::fs::read(dir.join("backward_thread.json")).unwrap();
-    assert_one_line_error(&TempFile::new("cut.json", &plain[..plain.len() / 2]).0, "EOF while parsing");
+    assert_one_line_error(&TempFile::new("cut.json", &plain[..plain.len() / 2]).0, "unexpected end of the JSON text");
     // The first half of a real gzip file.
     let gzip = std::fs::read(dir.join("dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz")).unwrap();
     assert_one_line_error(&TempFile::new("cut.json.gz", &gzip[..gzip.len() / 2]).0, "truncated gzip");

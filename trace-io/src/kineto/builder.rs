@@ -236,7 +236,7 @@ impl Builder {
         let (Some(pid), Some(tid), Some(id)) = (int_of(event.pid), int_of(event.tid), int_of(event.id)) else {
             return;
         };
-        let Some(ts_ns) = event.ts.and_then(|ts| micros_text_to_ns(ts.get())) else { return };
+        let Some(ts_ns) = event.ts.and_then(micros_text_to_ns) else { return };
         if let Ok(id) = u64::try_from(id) {
             self.flow_ends.push((pid, tid, ts_ns, id));
         }
@@ -244,11 +244,11 @@ impl Builder {
 
     /// Start and end in ns of an `X` event, or a counted warning.
     fn span(&mut self, category: &Category, event: &RawEvent) -> Option<(i64, i64)> {
-        let Some(start_ns) = event.ts.and_then(|ts| micros_text_to_ns(ts.get())) else {
+        let Some(start_ns) = event.ts.and_then(micros_text_to_ns) else {
             self.trace.warn(&format!("{} event without a valid 'ts' skipped", category.label()));
             return None;
         };
-        let Some(duration_ns) = event.dur.and_then(|dur| micros_text_to_ns(dur.get())) else {
+        let Some(duration_ns) = event.dur.and_then(micros_text_to_ns) else {
             self.trace.warn(&format!("{} event without a valid 'dur' skipped", category.label()));
             return None;
         };

@@ -12,44 +12,34 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-/// One element of `traceEvents`.
-#[derive(Deserialize, Default)]
+/// One element of `traceEvents`, as the scanner ([`super::scan`]) reads it.
+#[derive(Debug, Default)]
 pub struct RawEvent<'a> {
     /// Phase: `X` complete event, `M` metadata, `s`/`f` flow start/finish, `i` instant.
-    #[serde(borrow, default)]
     pub ph: LooseStr<'a>,
     /// Category (`kernel`, `cuda_runtime`, …).
-    #[serde(borrow, default)]
     pub cat: LooseStr<'a>,
     /// Event name.
-    #[serde(borrow, default)]
     pub name: LooseStr<'a>,
     /// Process id for CPU events, device ordinal for GPU events; a string for Kineto's own spans.
-    #[serde(default)]
     pub pid: LooseInt,
     /// Thread id for CPU events, stream for GPU events.
-    #[serde(default)]
     pub tid: LooseInt,
     /// Start, µs, as written (see [`super::time`]).
-    #[serde(borrow, default)]
-    pub ts: Option<&'a RawValue>,
+    pub ts: Option<&'a str>,
     /// Duration, µs, as written.
-    #[serde(borrow, default)]
-    pub dur: Option<&'a RawValue>,
+    pub dur: Option<&'a str>,
     /// Flow id (`ac2g` flows carry the correlation id here).
-    #[serde(default)]
     pub id: LooseInt,
-    /// `args`, kept as text: only the events the model keeps pay for reading it (see
+    /// `args` as written: only the events the model keeps pay for reading it (see
     /// [`RawEvent::parse_args`]).
-    #[serde(borrow, default)]
-    pub args: Option<&'a RawValue>,
+    pub args: Option<&'a str>,
 }
 
 impl<'a> RawEvent<'a> {
     /// Reads the `args` keys the reader uses; `None` when `args` is absent or not an object.
     pub fn parse_args(&self) -> Option<RawArgs<'a>> {
-        let args: &'a RawValue = self.args?;
-        serde_json::from_str(args.get()).ok()
+        serde_json::from_str(self.args?).ok()
     }
 }
 
@@ -123,7 +113,7 @@ impl LooseInt {
 }
 
 /// Reads the last run of digits in a string: `"7"` → 7, `"stream 7"` → 7, `"Spans"` → none.
-fn trailing_integer(text: &str) -> Option<i64> {
+pub fn trailing_integer(text: &str) -> Option<i64> {
     let trimmed = text.trim();
     if let Ok(value) = trimmed.parse::<i64>() {
         return Some(value);
@@ -330,27 +320,30 @@ mod tests {
 
     #[test]
     fn loose_values_tolerate_odd_types() {
-        let event: RawEvent = serde_json::from_str(
-            r#"{"ph":"X","pid":"Spans","tid":"stream 7","id":3.0,"ts":1.5,
-                "args":{"grid":[2,3],"block":"x","correlation":{"a":[1]},"stream":"0x1f","name":5}}"#,
+        let args: RawArgs = serde_json::from_str(
+            r#"{"grid":[2,3],"block":"x","correlation":{"a":[1]},"stream":"0x1f","name":5,"device":3.0,"bytes":null}"#,
         )
         .unwrap();
-        assert_eq!(event.pid.get(), None);
-        assert_eq!(event.tid.get(), Some(7));
-        assert_eq!(event.id.get(), Some(3));
-        let args = event.parse_args().unwrap();
         assert_eq!(args.grid.0, Some([2, 3, 1]));
         assert_eq!(args.block.0, None);
         assert_eq!(args.correlation.get(), None);
         assert_eq!(args.stream.get(), Some(31));
         assert_eq!(args.name.as_str(), Some("5"));
+        assert_eq!(args.device.get(), Some(3));
+        assert_eq!(args.bytes.get(), None);
     }
 
     #[test]
     fn strings_without_escapes_are_borrowed() {
-        let text = r#"{"name":"gemm","cat":"ker\nnel"}"#;
-        let event: RawEvent = serde_json::from_str(text).unwrap();
-        assert!(matches!(event.name.0, Some(Cow::Borrowed("gemm"))));
-        assert!(matches!(event.cat.0, Some(Cow::Owned(_))));
+        let args: RawArgs = serde_json::from_str(r#"{"name":"gemm","dtype":"ker\nnel"}"#).unwrap();
+        assert!(matches!(args.name.0, Some(Cow::Borrowed("gemm"))));
+        assert!(matches!(args.dtype.0, Some(Cow::Owned(_))));
+    }
+
+    #[test]
+    fn integers_hide_in_strings() {
+        assert_eq!(trailing_integer("stream 7"), Some(7));
+        assert_eq!(trailing_integer("0x1f"), Some(31));
+        assert_eq!(trailing_integer("Spans"), None);
     }
 }
