@@ -150,27 +150,21 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
         .collect();
     let global_pids = collect_processes(&db, &mut trace, &locals)?;
     collect_devices(&mut trace, gpus, &locals);
-    for scan in kernel_scans {
-        let rows = adopt(&mut trace, &global_pids, scan, |k, map| {
-            k.name = map.names[k.name.0 as usize];
-            k.short_name = map.names[k.short_name.0 as usize];
-            k.process = map.processes[k.process.0 as usize];
-            k.device = map.devices[k.device.0 as usize];
-        });
-        append(&mut trace.kernels, rows);
-    }
-    for scan in api_scans {
-        let rows = adopt(&mut trace, &global_pids, scan, |a, map| {
-            a.name = map.names[a.name.0 as usize];
-            a.process = map.processes[a.process.0 as usize];
-        });
-        append(&mut trace.api_calls, rows);
-    }
-    trace.memops = adopt(&mut trace, &global_pids, memops, |m, map| {
+    trace.kernels = adopt(&mut trace, &global_pids, kernel_scans, |k, map| {
+        k.name = map.names[k.name.0 as usize];
+        k.short_name = map.names[k.short_name.0 as usize];
+        k.process = map.processes[k.process.0 as usize];
+        k.device = map.devices[k.device.0 as usize];
+    });
+    trace.api_calls = adopt(&mut trace, &global_pids, api_scans, |a, map| {
+        a.name = map.names[a.name.0 as usize];
+        a.process = map.processes[a.process.0 as usize];
+    });
+    trace.memops = adopt(&mut trace, &global_pids, vec![memops], |m, map| {
         m.process = map.processes[m.process.0 as usize];
         m.device = map.devices[m.device.0 as usize];
     });
-    trace.ranges = adopt(&mut trace, &global_pids, ranges, |r, map| {
+    trace.ranges = adopt(&mut trace, &global_pids, vec![ranges], |r, map| {
         r.name = map.names[r.name.0 as usize];
         r.domain = map.names[r.domain.0 as usize];
         r.process = map.processes[r.process.0 as usize];
@@ -270,15 +264,6 @@ fn run_jobs(
     }
     outputs.sort_by_key(|(index, _)| *index);
     Ok(outputs.into_iter().map(|(_, output)| output).collect())
-}
-
-/// Moves `rows` to the end of `all`, without a copy when `all` is still empty.
-fn append<T>(all: &mut Vec<T>, mut rows: Vec<T>) {
-    if all.is_empty() {
-        *all = rows;
-    } else {
-        all.append(&mut rows);
-    }
 }
 
 /// One open export: its connection and the tables it has.
@@ -507,25 +492,50 @@ struct IdMap {
     devices: Vec<DeviceIdx>,
 }
 
-/// Takes one scanner's rows into the trace: interns its names, maps its ids, counts its warnings.
-fn adopt<T>(trace: &mut Trace, global_pids: &[u64], scan: scan::Scan<T>, remap: impl Fn(&mut T, &IdMap)) -> Vec<T> {
-    let map = IdMap {
-        names: scan.local.names.iter().map(|(_, s)| trace.names.intern(s)).collect(),
-        processes: (scan.local.processes.iter())
-            .map(|g| ProcessIdx(global_pids.binary_search(g).unwrap_or(0) as u32))
-            .collect(),
-        devices: (scan.local.devices.iter())
-            .map(|&o| DeviceIdx(trace.devices.binary_search_by_key(&(o as u32), |d| d.ordinal).unwrap_or(0) as u32))
-            .collect(),
-    };
-    for (what, count) in scan.warnings {
-        trace.warn_n(what, count);
+/// Takes the rows of scans of one table into the trace, in scan order: interns their names,
+/// counts their warnings, and maps their local ids (in parallel, one thread per group of scans).
+fn adopt<T: Send>(
+    trace: &mut Trace,
+    global_pids: &[u64],
+    scans: Vec<scan::Scan<T>>,
+    remap: impl Fn(&mut T, &IdMap) + Sync,
+) -> Vec<T> {
+    let mut parts: Vec<(Vec<T>, IdMap)> = Vec::with_capacity(scans.len());
+    for scan in scans {
+        let map = IdMap {
+            names: scan.local.names.iter().map(|(_, s)| trace.names.intern(s)).collect(),
+            processes: (scan.local.processes.iter())
+                .map(|g| ProcessIdx(global_pids.binary_search(g).unwrap_or(0) as u32))
+                .collect(),
+            devices: (scan.local.devices.iter())
+                .map(|&o| DeviceIdx(trace.devices.binary_search_by_key(&(o as u32), |d| d.ordinal).unwrap_or(0) as u32))
+                .collect(),
+        };
+        for (what, count) in scan.warnings {
+            trace.warn_n(what, count);
+        }
+        parts.push((scan.rows, map));
     }
-    let mut rows = scan.rows;
-    for row in &mut rows {
-        remap(row, &map);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
+    let group = parts.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for group in parts.chunks_mut(group) {
+            let remap = &remap;
+            s.spawn(move || {
+                for (rows, map) in group.iter_mut() {
+                    rows.iter_mut().for_each(|row| remap(row, map));
+                }
+            });
+        }
+    });
+    if parts.len() == 1 {
+        return parts.pop().map(|(rows, _)| rows).unwrap_or_default();
     }
-    rows
+    let mut all = Vec::with_capacity(parts.iter().map(|(rows, _)| rows.len()).sum());
+    for (rows, _) in parts {
+        all.extend(rows);
+    }
+    all
 }
 
 /// A device belongs to a process when exactly one process launched kernels on it.
