@@ -367,6 +367,11 @@ pub struct AttachStats {
     pub launches_unlinked: u64,
     /// NCCL kernels of the process left without operations.
     pub kernels_unlinked: u64,
+    /// GPU `%globaltimer` minus trace time, the median over linked operations with GPU times of
+    /// `gpu_start_ns - kernel.start_ns`: subtract it from `gpu_start_ns`/`gpu_end_ns` to place
+    /// them in the trace. (On H200s the timer ran about 0.35 ms ahead of CUPTI's times mapped to
+    /// wall-clock time, by a different amount per GPU, so it is measured, not assumed.)
+    pub gpu_timer_minus_trace_ns: Option<i64>,
 }
 
 /// Adds the operations of one process to `trace.collectives` and points that process's NCCL
@@ -424,6 +429,7 @@ pub fn attach_to_kernels(
     let mut comms: Vec<u64> = launches.keys().copied().collect();
     comms.sort_unstable();
     let mut used_streams: Vec<u32> = Vec::new();
+    let mut gpu_offsets: Vec<i64> = Vec::new();
     for comm in comms {
         let groups = &launches[&comm];
         let mut best: Option<(u32, usize, (u64, i64))> = None;
@@ -451,6 +457,15 @@ pub fn attach_to_kernels(
         }
         stats.launches_linked += kernels.len() as u64;
         stats.launches_unlinked += (groups.len() - kernels.len()) as u64;
+        for (i, &kernel) in kernels.iter().enumerate() {
+            if let Some(gpu_start) = operations[groups[i + offset].0].gpu_start_ns {
+                gpu_offsets.push(gpu_start - trace.kernels[kernel].start_ns);
+            }
+        }
+    }
+    if !gpu_offsets.is_empty() {
+        let middle = gpu_offsets.len() / 2;
+        stats.gpu_timer_minus_trace_ns = Some(*gpu_offsets.select_nth_unstable(middle).1);
     }
     stats.kernels_unlinked =
         streams.iter().filter(|(s, _)| !used_streams.contains(s)).map(|(_, kernels)| kernels.len() as u64).sum();
