@@ -79,6 +79,7 @@ pub struct Classifier {
     other: CategoryId,
     memcpy: CategoryId,
     memset: CategoryId,
+    communication: Option<CategoryId>,
 }
 
 impl Classifier {
@@ -133,7 +134,8 @@ impl Classifier {
         let other = intern(OTHER, &mut categories);
         let memcpy = intern(MEMCPY, &mut categories);
         let memset = intern(MEMSET, &mut categories);
-        Ok(Classifier { categories, patterns, rule_class, other, memcpy, memset })
+        let communication = categories.iter().position(|c| c == COMMUNICATION).map(|i| CategoryId(i as u16));
+        Ok(Classifier { categories, patterns, rule_class, other, memcpy, memset, communication })
     }
 
     /// The class of one kernel name.
@@ -171,7 +173,7 @@ impl Classifier {
 
     /// True for the communication category.
     pub fn is_communication(&self, id: CategoryId) -> bool {
-        self.name(id) == COMMUNICATION
+        self.communication == Some(id)
     }
 
     /// Category of memory copies.

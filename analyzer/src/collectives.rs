@@ -144,6 +144,8 @@ pub struct RankInput<'a> {
     pub rank: u32,
     /// The trace it is in.
     pub trace: &'a Trace,
+    /// Indices in `trace.kernels` of this rank's kernels, in time order.
+    pub kernel_indices: &'a [u32],
     /// Classes of the trace's names (from [`Classifier::classify_names`]).
     pub classes: &'a [KernelClass],
     /// Phase of a kernel, by index.
@@ -189,10 +191,8 @@ pub fn size_bucket(bytes: Option<u64>) -> &'static str {
 fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
     let trace = input.trace;
     let mut out = Vec::new();
-    for (index, kernel) in trace.kernels.iter().enumerate() {
-        if kernel.device != input.key.device {
-            continue;
-        }
+    for &index in input.kernel_indices {
+        let kernel = &trace.kernels[index as usize];
         let class = Classifier::lookup(input.classes, kernel.name);
         if !classifier.is_communication(class.category) {
             continue;
@@ -205,7 +205,7 @@ fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
             _ => "default".to_string(),
         };
         out.push(CommKernel {
-            kernel: index as u32,
+            kernel: index,
             start_ns: kernel.start_ns,
             end_ns: kernel.end_ns,
             op,
@@ -213,7 +213,7 @@ fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
             seq: meta.and_then(|m| m.seq),
             bytes: meta.and_then(|m| message_bytes(op, m.bytes, m.in_elems, m.out_elems)),
             group_size: meta.and_then(|m| m.group_size),
-            phase: (input.phase_of_kernel)(index as u32),
+            phase: (input.phase_of_kernel)(index),
         });
     }
     out
@@ -447,6 +447,7 @@ mod fabricated {
         let classifier = Classifier::builtin();
         let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
         let no_phase = |_: u32| None;
+        let indices: Vec<Vec<u32>> = traces.iter().map(|t| (0..t.kernels.len() as u32).collect()).collect();
         let inputs: Vec<RankInput> = traces
             .iter()
             .enumerate()
@@ -454,6 +455,7 @@ mod fabricated {
                 key: RankKey { trace: i, device: DeviceIdx(0) },
                 rank: i as u32,
                 trace: t,
+                kernel_indices: &indices[i],
                 classes: &classes[i],
                 phase_of_kernel: &no_phase,
             })
@@ -509,11 +511,13 @@ mod fabricated {
         let traces = [rank0, rank1];
         let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
         let no_phase = |_: u32| None;
+        let indices: Vec<Vec<u32>> = traces.iter().map(|t| (0..t.kernels.len() as u32).collect()).collect();
         let inputs: Vec<RankInput> = (0..2)
             .map(|i| RankInput {
                 key: RankKey { trace: i, device: DeviceIdx(0) },
                 rank: i as u32,
                 trace: &traces[i],
+                kernel_indices: &indices[i],
                 classes: &classes[i],
                 phase_of_kernel: &no_phase,
             })

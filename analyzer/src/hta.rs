@@ -128,10 +128,13 @@ pub fn figures(
     };
     let (mut comm, mut comp, mut mem) = (Vec::new(), Vec::new(), Vec::new());
     let mut gpu_events_kept = 0;
+    // Type each distinct name once.
+    let mut types: Vec<Option<HtaType>> = vec![None; trace.names.len()];
     for kernel in kernels.iter().filter(|k| kept(k.launch, k.start_ns, k.end_ns)) {
         gpu_events_kept += 1;
         let interval = inward_us(kernel.start_ns, kernel.end_ns);
-        match hta_type(trace.names.get(kernel.name)) {
+        let slot = &mut types[kernel.name.0 as usize];
+        match *slot.get_or_insert_with(|| hta_type(trace.names.get(kernel.name))) {
             HtaType::Communication => comm.push(interval),
             HtaType::Computation => comp.push(interval),
             HtaType::Memory => mem.push(interval),

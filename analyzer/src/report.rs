@@ -10,7 +10,7 @@
 //! - `categories`: summed durations per op category (a share of work, so streams add up).
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use regex::Regex;
 use serde::{Serialize, Serializer};
@@ -194,6 +194,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     let phase_indexes: Vec<PhaseIndex> =
         traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
     let ranks_in_input = assign_ranks(traces);
+    let by_device: Vec<ByDevice> = traces.iter().map(ByDevice::build).collect();
 
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
     let phase_closures: Vec<Box<dyn Fn(u32) -> Option<String> + '_>> = ranks_in_input
@@ -214,6 +215,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             key,
             rank,
             trace: &traces[key.trace],
+            kernel_indices: &by_device[key.trace].kernels[key.device.0 as usize],
             classes: &classes[key.trace],
             phase_of_kernel: phase_of_kernel.as_ref(),
         })
@@ -229,6 +231,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
                 trace: &traces[key.trace],
                 trace_index: key.trace,
                 device: key.device,
+                by_device: &by_device[key.trace],
                 classes: &classes[key.trace],
                 phase_index: &phase_indexes[key.trace],
                 filter_steps,
@@ -296,6 +299,31 @@ fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
     out
 }
 
+/// Indices of each device's kernels and memory operations, in time order: built in one pass over the trace so that
+/// per-rank work never scans the other ranks' events.
+struct ByDevice {
+    kernels: Vec<Vec<u32>>,
+    memops: Vec<Vec<u32>>,
+}
+
+impl ByDevice {
+    fn build(trace: &Trace) -> ByDevice {
+        let mut kernels = vec![Vec::new(); trace.devices.len()];
+        for (index, kernel) in trace.kernels.iter().enumerate() {
+            if let Some(list) = kernels.get_mut(kernel.device.0 as usize) {
+                list.push(index as u32);
+            }
+        }
+        let mut memops = vec![Vec::new(); trace.devices.len()];
+        for (index, memop) in trace.memops.iter().enumerate() {
+            if let Some(list) = memops.get_mut(memop.device.0 as usize) {
+                list.push(index as u32);
+            }
+        }
+        ByDevice { kernels, memops }
+    }
+}
+
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
 fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
     let mut used = vec![false; trace.devices.len()];
@@ -345,6 +373,7 @@ struct DeviceContext<'a> {
     trace: &'a Trace,
     trace_index: usize,
     device: DeviceIdx,
+    by_device: &'a ByDevice,
     classes: &'a [KernelClass],
     phase_index: &'a PhaseIndex,
     filter_steps: bool,
@@ -352,11 +381,15 @@ struct DeviceContext<'a> {
 }
 
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
-    let DeviceContext { trace, trace_index, device, classes, phase_index, filter_steps, matching } = *context;
+    let DeviceContext { trace, trace_index, device, by_device, classes, phase_index, filter_steps, matching } =
+        *context;
+    let kernel_indices = &by_device.kernels[device.0 as usize];
+    let memop_indices = &by_device.memops[device.0 as usize];
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
-    for (index, kernel) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+    for &index in kernel_indices {
+        let kernel = &trace.kernels[index as usize];
         let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
         let clipped = (start, end) != (kernel.start_ns, kernel.end_ns);
         let row = WorkKernel {
@@ -366,7 +399,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             class: Classifier::lookup(classes, kernel.name),
             collective: kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op),
             // A kernel cut by the window has no meaningful wait/transfer split.
-            share: if clipped { None } else { matching.shares.get(&(trace_index, index as u32)).copied() },
+            share: if clipped { None } else { matching.shares.get(&(trace_index, index)).copied() },
         };
         whole.kernels.push(row);
         if let Some(phase) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
@@ -374,7 +407,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             by_phase.entry(phase).or_default().kernels.push(row);
         }
     }
-    for memop in trace.memops.iter().filter(|m| m.device == device) {
+    for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
         let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
         let row = (start, end, memop.is_memset());
         whole.memops.push(row);
@@ -393,8 +426,8 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         })
         .collect();
     let info = &trace.devices[device.0 as usize];
-    let kernels_on_device: Vec<&Kernel> = trace.kernels.iter().filter(|k| k.device == device).collect();
-    let memops_on_device: Vec<&MemOp> = trace.memops.iter().filter(|m| m.device == device).collect();
+    let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+    let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
     RankReport {
         rank,
         rank_recorded,
@@ -435,8 +468,8 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let mut busy = Vec::with_capacity(work.kernels.len() + work.memops.len());
     let mut comm = Vec::new();
     let mut comp = Vec::new();
-    let mut categories: BTreeMap<String, i64> = BTreeMap::new();
-    let mut label_cache: BTreeMap<(u16, Option<CollectiveOp>), String> = BTreeMap::new();
+    // Summed per (category, collective type) first; labels are made once per key at the end.
+    let mut by_class: HashMap<(u16, Option<CollectiveOp>), (KernelClass, Option<CollectiveOp>, i64)> = HashMap::new();
     let (mut comm_wait_ns, mut comm_transfer_ns, mut late_count) = (0, 0, 0);
     for kernel in &work.kernels {
         let WorkKernel { start_ns: start, end_ns: end, class, collective, .. } = *kernel;
@@ -446,15 +479,17 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
             late_count += u64::from(share.late);
         }
         busy.push((start, end));
-        let label = label_cache
-            .entry((class.category.0, class.collective.or(collective)))
-            .or_insert_with(|| categories::report_label(classifier, class, collective));
-        *categories.entry(label.clone()).or_default() += end - start;
+        by_class.entry((class.category.0, class.collective.or(collective))).or_insert((class, collective, 0)).2 +=
+            end - start;
         if classifier.is_communication(class.category) {
             comm.push((start, end));
         } else if class.category != classifier.memcpy() && class.category != classifier.memset() {
             comp.push((start, end));
         }
+    }
+    let mut categories: BTreeMap<String, i64> = BTreeMap::new();
+    for (class, collective, ns) in by_class.into_values() {
+        *categories.entry(categories::report_label(classifier, class, collective)).or_default() += ns;
     }
     for &(start, end, is_memset) in &work.memops {
         busy.push((start, end));
