@@ -23,7 +23,7 @@
 //! | `nChannels`, `nWarps` | INTEGER | channels and warps per channel NCCL chose |
 //! | `groupId` | INTEGER | operations with the same nonzero `groupId` (per process) ran in one kernel |
 //! | `cpuStart`, `cpuEnd` | INTEGER | CPU time NCCL started/stopped the event (ns since the session start, like every nsys time): right after the kernel launch |
-//! | `gpuStart`, `gpuEnd` | INTEGER | earliest start / latest end over the kernel's channels: the GPU's `%globaltimer` in ns, as NCCL's kernel read it; NULL without kernel-channel events |
+//! | `gpuStart`, `gpuEnd` | INTEGER | earliest start / latest end over the kernel's channels: the GPU's `%globaltimer` in ns, as NCCL's kernel read it, not shifted (its offset to trace time differs per GPU: see `AttachStats::gpu_timer_minus_trace_ns`); NULL without kernel-channel events |
 //! | `kernelChannels` | INTEGER | kernel-channel events seen |
 //! | `interfaceVersion` | INTEGER | profiler interface NCCL used (3–5) |
 //!
@@ -54,11 +54,22 @@ pub struct TableOptions<'a> {
     pub global_pid: &'a dyn Fn(u32) -> i64,
 }
 
-/// Creates the three tables (if absent) and inserts every process's rows, in one transaction.
+/// Creates the three tables (if absent) and inserts every process's rows, all or nothing.
+///
+/// Works inside or outside a transaction the caller holds (it uses a savepoint).
 pub fn write_tables(conn: &Connection, processes: &[NcclProcess], options: &TableOptions) -> rusqlite::Result<()> {
+    conn.execute_batch("SAVEPOINT shardscope_nccl_tables")?;
+    let result = create_tables(conn).and_then(|()| insert_rows(conn, processes, options));
+    match &result {
+        Ok(()) => conn.execute_batch("RELEASE shardscope_nccl_tables")?,
+        Err(_) => conn.execute_batch("ROLLBACK TO shardscope_nccl_tables; RELEASE shardscope_nccl_tables")?,
+    }
+    result
+}
+
+fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
-        "BEGIN;
-         CREATE TABLE IF NOT EXISTS {COLLECTIVES_TABLE} (
+        "CREATE TABLE IF NOT EXISTS {COLLECTIVES_TABLE} (
             globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, event INTEGER NOT NULL, kind TEXT NOT NULL,
             commId INTEGER NOT NULL, commName TEXT NOT NULL, rank INTEGER NOT NULL, nRanks INTEGER NOT NULL,
             seqNumber INTEGER, func TEXT NOT NULL, count INTEGER NOT NULL, datatype TEXT NOT NULL,
@@ -74,10 +85,7 @@ pub fn write_tables(conn: &Connection, processes: &[NcclProcess], options: &Tabl
             globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, hostname TEXT NOT NULL, ncclVersion INTEGER NOT NULL,
             ncclLibrary TEXT NOT NULL, truncatedBytes INTEGER NOT NULL, badRecords INTEGER NOT NULL,
             droppedRecords INTEGER NOT NULL, orphanRecords INTEGER NOT NULL);"
-    ))?;
-    let result = insert_rows(conn, processes, options);
-    conn.execute_batch(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
-    result
+    ))
 }
 
 fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOptions) -> rusqlite::Result<()> {

@@ -187,9 +187,13 @@ fn v5_calls_produce_a_readable_spool_and_tables() {
 
     // Tables: write, read back, compare.
     let conn = rusqlite::Connection::open_in_memory().unwrap();
+    assert!(read_tables(&conn).unwrap().is_empty(), "no table: no rows, no error");
+    // Inside a transaction the caller holds, as a writer of the whole file would call it.
+    conn.execute_batch("BEGIN").unwrap();
     let start_utc = process.realtime_ns(process.operations[0].cpu_start_ns).unwrap() - 1_000;
     let options = TableOptions { session_start_utc_ns: start_utc, global_pid: &|pid| (pid as i64) << 24 };
     write_tables(&conn, std::slice::from_ref(&process), &options).unwrap();
+    conn.execute_batch("COMMIT").unwrap();
     let stored = read_tables(&conn).unwrap();
     assert_eq!(stored.len(), 5);
     for (row, original) in stored.iter().zip(&process.operations) {
