@@ -512,10 +512,13 @@ fn best_offset(
     best
 }
 
+/// NCCL's device kernels: `ncclDevKernel_*` (2.19 and later), `ncclKernel_*` (earlier), also
+/// when a name stayed mangled (`_Z…ncclDevKernel_…`).
 fn is_nccl_kernel(trace: &Trace, kernel: &Kernel) -> bool {
-    let name = trace.names.get(kernel.short_name);
-    let name = if name.is_empty() { trace.names.get(kernel.name) } else { name };
-    name.trim_start_matches("void ").starts_with("nccl")
+    let name = trace.names.get(kernel.name);
+    name.contains("ncclDevKernel")
+        || name.contains("ncclKernel")
+        || name.trim_start_matches("void ").starts_with("nccl")
 }
 
 fn kernel_op(trace: &Trace, kernel: &Kernel) -> CollectiveOp {

@@ -74,7 +74,8 @@ fn two_communicators_on_two_streams_link_in_order() {
     add_kernel(&mut trace, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 13, 170, 2);
     add_kernel(&mut trace, "ampere_bf16_gemm", 7, 180, 3);
     add_kernel(&mut trace, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 7, 220, 4);
-    add_kernel(&mut trace, "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 13, 270, 5);
+    // A name the demangler left alone.
+    add_kernel(&mut trace, "_Z30ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE", 13, 270, 5);
     add_kernel(&mut trace, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 7, 320, 6);
 
     let stats = attach_to_kernels(&mut trace, p, &ops, &|t| Some(t));
