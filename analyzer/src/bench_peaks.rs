@@ -1,50 +1,44 @@
-//! Measured link limits from the `bench` program's JSON, so the report can say "x % of peak".
-//!
-//! Only the fields the analyzer needs are read: `collectives[]` with `op`, `bytes` and `busbw_gbps`.
+//! Measured link limits from the `bench` program's results, so the report can say "x % of what this machine
+//! can do": against the best bus bandwidth measured for the collective type, and against the bus bandwidth
+//! measured at the same message size and rank count (interpolated over bench's size sweep).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
+use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp};
 use shardscope_model::CollectiveOp;
 
-/// The best bus bandwidth `bench` measured per collective type.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `bench` results, read for comparisons.
+#[derive(Debug, Clone)]
 pub struct BenchPeaks {
     /// The file they came from.
     pub source: String,
-    /// Peak busbw per type, GB/s.
-    pub busbw_gbps: BTreeMap<CollectiveOp, f64>,
+    results: BenchResults,
 }
 
-#[derive(Deserialize)]
-struct BenchFile {
-    collectives: Vec<BenchCollective>,
-}
-
-#[derive(Deserialize)]
-struct BenchCollective {
-    op: String,
-    busbw_gbps: f64,
+fn bench_op(op: CollectiveOp) -> Option<BenchOp> {
+    match op {
+        CollectiveOp::AllReduce => Some(BenchOp::AllReduce),
+        CollectiveOp::AllGather => Some(BenchOp::AllGather),
+        CollectiveOp::ReduceScatter => Some(BenchOp::ReduceScatter),
+        _ => None,
+    }
 }
 
 impl BenchPeaks {
     /// Reads a `bench` results file. Errors are one line naming the file.
     pub fn load(path: &Path) -> Result<BenchPeaks, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let file: BenchFile =
-            serde_json::from_str(&text).map_err(|e| format!("{}: not a bench results file: {e}", path.display()))?;
-        let mut busbw_gbps: BTreeMap<CollectiveOp, f64> = BTreeMap::new();
-        for row in file.collectives {
-            let op = CollectiveOp::parse(&row.op);
-            let best = busbw_gbps.entry(op).or_insert(0.0);
-            *best = best.max(row.busbw_gbps);
-        }
-        Ok(BenchPeaks { source: path.display().to_string(), busbw_gbps })
+        let results = BenchResults::load(path).map_err(|e| e.to_string().replace('\n', " "))?;
+        Ok(BenchPeaks { source: path.display().to_string(), results })
     }
 
-    /// Peak busbw of a collective type, if measured.
+    /// The best bus bandwidth bench measured for a collective type (any size), GB/s.
     pub fn peak(&self, op: CollectiveOp) -> Option<f64> {
-        self.busbw_gbps.get(&op).copied()
+        let op = bench_op(op)?;
+        self.results.collectives.iter().filter(|c| c.op == op).map(|c| c.busbw_gbps).reduce(f64::max)
+    }
+
+    /// The bus bandwidth bench measured for this type, rank count and message size, GB/s.
+    pub fn at_size(&self, op: CollectiveOp, nranks: u32, bytes: u64) -> Option<f64> {
+        self.results.busbw_gbps(bench_op(op)?, nranks, bytes)
     }
 }

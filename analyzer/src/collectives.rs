@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
 
+use crate::bench_peaks::BenchPeaks;
 use crate::categories::{Classifier, KernelClass};
 
 /// One rank of the run: a GPU in one of the traces.
@@ -101,8 +102,10 @@ pub struct GroupSummary {
     pub wait_median_ns: i64,
     /// Median bus bandwidth, GB/s.
     pub busbw_median_gbps: Option<f64>,
-    /// Median busbw as a share of the measured peak for this collective type (from `bench`), percent.
+    /// Median busbw as a share of the best busbw `bench` measured for this collective type, percent.
     pub busbw_pct_of_peak: Option<f64>,
+    /// Median over instances of busbw ÷ the busbw `bench` measured at the same size and rank count, percent.
+    pub busbw_pct_of_bench_same_size: Option<f64>,
     /// How often each rank arrived last.
     pub late_rank_counts: BTreeMap<u32, u64>,
 }
@@ -344,8 +347,8 @@ fn most_common<'a>(sorted: &[&'a String]) -> Option<&'a String> {
     best.map(|(s, _)| s)
 }
 
-/// Groups instances by communicator, type, size bucket and phase; `peak_busbw_gbps` gives the measured peak of a type.
-pub fn summarize(matching: &Matching, peak_busbw_gbps: impl Fn(CollectiveOp) -> Option<f64>) -> Vec<GroupSummary> {
+/// Groups instances by communicator, type, size bucket and phase, comparing with `bench`'s measurements if given.
+pub fn summarize(matching: &Matching, bench: Option<&BenchPeaks>) -> Vec<GroupSummary> {
     type Key = (String, CollectiveOp, &'static str, String);
     let mut rows: BTreeMap<Key, Vec<&Instance>> = BTreeMap::new();
     for instance in &matching.instances {
@@ -363,6 +366,13 @@ pub fn summarize(matching: &Matching, peak_busbw_gbps: impl Fn(CollectiveOp) -> 
             let mut waits: Vec<i64> = instances.iter().map(|i| i.max_wait_ns).collect();
             let mut busbw: Vec<f64> = instances.iter().filter_map(|i| i.busbw_gbps).collect();
             let busbw_median_gbps = median_f64(&mut busbw);
+            let mut same_size: Vec<f64> = instances
+                .iter()
+                .filter_map(|i| {
+                    let measured = bench?.at_size(i.op, i.nranks, i.bytes?)?;
+                    Some(100.0 * i.busbw_gbps? / measured)
+                })
+                .collect();
             let mut late_rank_counts = BTreeMap::new();
             for instance in &instances {
                 *late_rank_counts.entry(instance.late_rank).or_default() += 1;
@@ -378,7 +388,8 @@ pub fn summarize(matching: &Matching, peak_busbw_gbps: impl Fn(CollectiveOp) -> 
                 transfer_median_ns: median_i64(&mut transfers).unwrap_or(0),
                 wait_total_ns: instances.iter().map(|i| i.wait_total_ns).sum(),
                 wait_median_ns: median_i64(&mut waits).unwrap_or(0),
-                busbw_pct_of_peak: busbw_median_gbps.zip(peak_busbw_gbps(op)).map(|(b, p)| 100.0 * b / p),
+                busbw_pct_of_peak: busbw_median_gbps.zip(bench.and_then(|b| b.peak(op))).map(|(b, p)| 100.0 * b / p),
+                busbw_pct_of_bench_same_size: median_f64(&mut same_size),
                 busbw_median_gbps,
                 late_rank_counts,
             }

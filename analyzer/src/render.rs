@@ -100,11 +100,15 @@ pub fn collectives_table(report: &Report) -> String {
             .unwrap_or_default()
     );
     if let Some(bench) = &c.bench {
-        let _ = writeln!(out, "peaks from {bench}");
+        let _ = writeln!(
+            out,
+            "compared with {bench}: % peak = median busbw ÷ best busbw measured for the type; % same = median of \
+             busbw ÷ busbw measured at the same size and rank count"
+        );
     }
     let _ = writeln!(
         out,
-        "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}  late ranks",
+        "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>7}  late ranks",
         "comm",
         "op",
         "size",
@@ -116,25 +120,27 @@ pub fn collectives_table(report: &Report) -> String {
         "wait (sum)",
         "med wait",
         "busbw",
-        "% peak"
+        "% peak",
+        "% same"
     );
     for g in &c.groups {
         let late: Vec<String> = g.late_rank_counts.iter().map(|(r, n)| format!("{r}:{n}")).collect();
         let _ = writeln!(
             out,
-            "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}  {}",
+            "{:<10} {:<14} {:<13} {:<8} {:>6} {:>10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>7}  {}",
             truncate(&g.communicator, 10),
             g.op.label(),
             g.size_bucket,
             truncate(&g.phase, 8),
             g.count,
-            bytes_human(g.bytes),
+            if g.size_bucket == "unknown" { "-".to_string() } else { bytes_human(g.bytes) },
             duration(g.transfer_total_ns),
             duration(g.transfer_median_ns),
             duration(g.wait_total_ns),
             duration(g.wait_median_ns),
-            g.busbw_median_gbps.map(|b| format!("{b:.1} GB/s")).unwrap_or_else(|| "-".into()),
+            g.busbw_median_gbps.map(|b| format!("{b:.2} GB/s")).unwrap_or_else(|| "-".into()),
             g.busbw_pct_of_peak.map(|p| format!("{p:.0}%")).unwrap_or_else(|| "-".into()),
+            g.busbw_pct_of_bench_same_size.map(|p| format!("{p:.0}%")).unwrap_or_else(|| "-".into()),
             late.join(" ")
         );
     }
@@ -154,13 +160,13 @@ pub fn collectives_json(report: &Report) -> String {
 /// The collective groups as CSV.
 pub fn collectives_csv(report: &Report) -> String {
     let mut out = String::from(
-        "communicator,op,size_bucket,phase,count,bytes,transfer_total_ns,transfer_median_ns,wait_total_ns,wait_median_ns,busbw_median_gbps,busbw_pct_of_peak\n",
+        "communicator,op,size_bucket,phase,count,bytes,transfer_total_ns,transfer_median_ns,wait_total_ns,wait_median_ns,busbw_median_gbps,busbw_pct_of_peak,busbw_pct_of_bench_same_size\n",
     );
     let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
     for g in &report.collectives.groups {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&g.communicator),
             g.op.label(),
             g.size_bucket,
@@ -172,7 +178,8 @@ pub fn collectives_csv(report: &Report) -> String {
             g.wait_total_ns,
             g.wait_median_ns,
             number(g.busbw_median_gbps),
-            number(g.busbw_pct_of_peak)
+            number(g.busbw_pct_of_peak),
+            number(g.busbw_pct_of_bench_same_size)
         );
     }
     out

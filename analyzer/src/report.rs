@@ -251,7 +251,6 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             })
         })
         .collect();
-    let peak = |op| options.bench_peaks.as_ref().and_then(|b| b.peak(op));
     Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),
@@ -268,7 +267,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             clocks_aligned: matching.clocks_aligned,
             end_spread_median_ns: matching.end_spread_median_ns,
             bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
-            groups: collectives::summarize(&matching, peak),
+            groups: collectives::summarize(&matching, options.bench_peaks.as_ref()),
         },
         instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings,

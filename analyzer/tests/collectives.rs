@@ -92,3 +92,55 @@ fn bad_bench_file_is_one_line() {
     let output = analyzer(&["report", "--bench", path.to_str().unwrap()]);
     common::assert_one_line_error(&output, path.to_str().unwrap());
 }
+
+/// With `--bench`, every group's "% of bench at the same size" is the median of instance busbw over the bus
+/// bandwidth bench measured at that size (recomputed here through bench's own interpolation).
+#[test]
+fn bench_comparison_uses_the_same_size() {
+    let dir = repo_root().join("sample-traces/kineto_tp2");
+    let bench_file = repo_root().join("bench/results/h200x2.json");
+    let r =
+        report(&["collectives", "--format", "json", "--bench", bench_file.to_str().unwrap(), dir.to_str().unwrap()]);
+    let bench = shardscope_bench::results::BenchResults::load(&bench_file).unwrap();
+    let peak = bench
+        .collectives
+        .iter()
+        .filter(|c| c.op == shardscope_bench::results::CollectiveOp::AllReduce)
+        .map(|c| c.busbw_gbps)
+        .fold(0.0, f64::max);
+    for group in r["collectives"]["groups"].as_array().unwrap() {
+        let mut ratios: Vec<f64> = r["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| super_bucket(i["bytes"].as_u64().unwrap()) == group["size_bucket"].as_str().unwrap())
+            .map(|i| {
+                let measured = bench
+                    .busbw_gbps(shardscope_bench::results::CollectiveOp::AllReduce, 2, i["bytes"].as_u64().unwrap())
+                    .unwrap();
+                100.0 * i["busbw_gbps"].as_f64().unwrap() / measured
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
+        let ours = group["busbw_pct_of_bench_same_size"].as_f64().unwrap();
+        assert!((ours - median).abs() < 1e-9, "{group}");
+        let pct_of_peak = group["busbw_pct_of_peak"].as_f64().unwrap();
+        assert!((pct_of_peak - 100.0 * group["busbw_median_gbps"].as_f64().unwrap() / peak).abs() < 1e-9);
+    }
+}
+
+fn super_bucket(bytes: u64) -> &'static str {
+    if bytes < 64 << 10 {
+        "<64 KiB"
+    } else if bytes < 1 << 20 {
+        "64 KiB-1 MiB"
+    } else if bytes < 16 << 20 {
+        "1-16 MiB"
+    } else if bytes < 256 << 20 {
+        "16-256 MiB"
+    } else {
+        ">=256 MiB"
+    }
+}
