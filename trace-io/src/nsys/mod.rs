@@ -5,10 +5,11 @@
 //! from the columns the file actually has (`pragma table_info`), with `NULL` standing in for
 //! a missing one. Names are integer ids into `StringIds`, resolved once per id.
 //!
-//! Speed matters: exports of long runs hold tens of millions of kernels. The four event
-//! tables are decoded in parallel (see [`scan`]), rows by fixed column index straight from
-//! SQLite's buffers, with processes and devices found through small caches and nothing
-//! allocated per row.
+//! Speed matters: exports of long runs hold tens of millions of kernels. The event tables are
+//! decoded in parallel on separate read-only connections, the kernel and API tables in shares
+//! of rowids (module `scan`); rows are decoded by fixed column index straight from SQLite's
+//! buffers, with processes and devices found through small caches and nothing allocated per
+//! row. The shares' ids are then mapped to the trace's, again in parallel.
 //!
 //! Processes: a trace keeps the processes that own at least one event (kernel, copy, API call
 //! or range); `PROCESSES` only supplies their names, since it also lists every daemon and
