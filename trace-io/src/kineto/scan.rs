@@ -19,20 +19,37 @@ use std::borrow::Cow;
 use super::builder::Builder;
 use super::raw::{LooseInt, LooseStr, RawDeviceProperties, RawDistributedInfo, RawEvent, trailing_integer};
 
-/// Where and why the text stopped making sense, or that the chunk ended inside a unit.
+/// Where and why the text stopped making sense, or that the chunk ended inside a unit. Boxed:
+/// results travel through every scanning call, and the error case is rare.
 #[derive(Debug)]
-pub struct ScanError {
+pub struct ScanError(Box<ScanErrorDetail>);
+
+#[derive(Debug)]
+struct ScanErrorDetail {
     /// Byte offset in the chunk.
-    pub offset: usize,
+    offset: usize,
     what: String,
     /// The chunk ended before the unit did; more text may complete it.
     need_more: bool,
 }
 
 impl ScanError {
+    fn new(offset: usize, what: String, need_more: bool) -> ScanError {
+        ScanError(Box::new(ScanErrorDetail { offset, what, need_more }))
+    }
+
+    /// Byte offset in the chunk where reading stopped.
+    pub fn offset(&self) -> usize {
+        self.0.offset
+    }
+
     /// What went wrong, without position.
     pub fn what(&self) -> &str {
-        &self.what
+        &self.0.what
+    }
+
+    fn need_more(&self) -> bool {
+        self.0.need_more
     }
 }
 
@@ -99,7 +116,7 @@ impl Document {
             match self.step(&mut scanner, builder) {
                 Ok(true) => {}
                 Ok(false) => break Ok(Progress::Done),
-                Err(e) if e.need_more => break Ok(Progress::NeedMore { consumed: unit_start }),
+                Err(e) if e.need_more() => break Ok(Progress::NeedMore { consumed: unit_start }),
                 Err(e) => break Err(e),
             }
         };
@@ -247,13 +264,13 @@ impl<'a> Scanner<'a> {
                 return self.need_more();
             }
             let what = format!("{what}: unexpected end of the JSON text (truncated file?)");
-            return ScanError { offset: self.pos, what, need_more: false };
+            return ScanError::new(self.pos, what, false);
         }
-        ScanError { offset: self.pos, what: what.to_owned(), need_more: false }
+        ScanError::new(self.pos, what.to_owned(), false)
     }
 
     fn need_more(&self) -> ScanError {
-        ScanError { offset: self.pos, what: String::new(), need_more: true }
+        ScanError::new(self.pos, String::new(), true)
     }
 
     fn skip_whitespace(&mut self) {
@@ -329,11 +346,9 @@ impl<'a> Scanner<'a> {
         if !escaped {
             return Ok(Cow::Borrowed(&self.text[start + 1..end - 1]));
         }
-        serde_json::from_str::<String>(&self.text[start..end]).map(Cow::Owned).map_err(|e| ScanError {
-            offset: start,
-            what: format!("bad string: {e}"),
-            need_more: false,
-        })
+        serde_json::from_str::<String>(&self.text[start..end])
+            .map(Cow::Owned)
+            .map_err(|e| ScanError::new(start, format!("bad string: {e}"), false))
     }
 
     /// Moves past the string at the cursor; returns its end (after the closing quote) and
@@ -371,7 +386,13 @@ impl<'a> Scanner<'a> {
             Some(b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
                 let bytes = self.bytes;
                 let mut end = start;
-                while end < bytes.len() && !matches!(bytes[end], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                let mut is_number = true;
+                while let Some(&b) = bytes.get(end) {
+                    match SCALAR_BYTE[usize::from(b)] {
+                        ScalarByte::Delimiter => break,
+                        ScalarByte::Numeric => {}
+                        ScalarByte::Other => is_number = false,
+                    }
                     end += 1;
                 }
                 self.pos = end;
@@ -380,10 +401,9 @@ impl<'a> Scanner<'a> {
                     return Err(self.need_more());
                 }
                 let scalar = &self.text[start..end];
-                let is_number = scalar.bytes().all(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'));
                 if !is_number && !matches!(scalar, "true" | "false" | "null") {
                     let what = format!("invalid value '{scalar}'");
-                    return Err(ScanError { offset: start, what, need_more: false });
+                    return Err(ScanError::new(start, what, false));
                 }
             }
             _ => return Err(self.error_here("expected a value")),
@@ -398,11 +418,12 @@ impl<'a> Scanner<'a> {
         nesting.clear();
         let mut at = self.pos;
         let result = loop {
-            let Some(&b) = bytes.get(at) else {
-                self.pos = at;
+            let Some(next) = find_structural(bytes, at) else {
+                self.pos = bytes.len();
                 break Err(self.error_here("unclosed object or array"));
             };
-            match b {
+            at = next;
+            match bytes[at] {
                 b'"' => {
                     self.pos = at;
                     if let Err(e) = self.string_end() {
@@ -411,9 +432,9 @@ impl<'a> Scanner<'a> {
                     at = self.pos;
                     continue;
                 }
-                b'{' | b'[' => nesting.push(b),
-                b'}' | b']' => {
-                    let expected_open = if b == b'}' { b'{' } else { b'[' };
+                open @ (b'{' | b'[') => nesting.push(open),
+                close => {
+                    let expected_open = if close == b'}' { b'{' } else { b'[' };
                     if nesting.pop() != Some(expected_open) {
                         self.pos = at;
                         break Err(self.error_here("mismatched bracket"));
@@ -423,7 +444,6 @@ impl<'a> Scanner<'a> {
                         break Ok(());
                     }
                 }
-                _ => {}
             }
             at += 1;
         };
@@ -477,6 +497,63 @@ fn find_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
     bytes.get(at..)?.iter().position(|&b| b == b'"' || b == b'\\').map(|i| at + i)
 }
 
+/// How the scalar scan treats a byte.
+#[derive(Clone, Copy)]
+enum ScalarByte {
+    /// Ends a number or literal.
+    Delimiter,
+    /// May appear in a number.
+    Numeric,
+    /// Anything else (letters of `true`, `false`, `null`, or garbage).
+    Other,
+}
+
+/// [`ScalarByte`] of every byte value, looked up once per byte of every number in the file.
+static SCALAR_BYTE: [ScalarByte; 256] = {
+    let mut table = [ScalarByte::Other; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t' => ScalarByte::Delimiter,
+            b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => ScalarByte::Numeric,
+            _ => ScalarByte::Other,
+        };
+        b += 1;
+    }
+    table
+};
+
+/// Eight copies of a byte.
+const fn repeated(byte: u8) -> u64 {
+    0x0101_0101_0101_0101 * byte as u64
+}
+
+/// High bit of each byte of `x` that is zero; the lowest such bit is exact (higher ones may be
+/// false after a zero byte, which no caller looks at).
+const fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(repeated(1)) & !x & repeated(0x80)
+}
+
+/// Index of the first `"`, `{`, `}`, `[` or `]` at or after `from`, eight bytes at a time:
+/// what skipping a nested value has to stop at.
+fn find_structural(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        // Setting bit 5 turns `[` into `{` and `]` into `}` and no other byte into either.
+        let folded = word | repeated(0x20);
+        let hits = zero_bytes(word ^ repeated(b'"'))
+            | zero_bytes(folded ^ repeated(b'{'))
+            | zero_bytes(folded ^ repeated(b'}'));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let rest = bytes.get(at..)?;
+    rest.iter().position(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']')).map(|i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,7 +566,7 @@ mod tests {
     /// Scans `text` whole and returns the error message with its offset.
     fn error_of(text: &str) -> (String, usize) {
         let error = Document::new().scan(text, true, &mut Builder::new("x")).unwrap_err();
-        (error.what().to_owned(), error.offset)
+        (error.what().to_owned(), error.offset())
     }
 
     #[test]
@@ -527,6 +604,23 @@ mod tests {
         let text = "é\"ü".as_bytes();
         assert_eq!(find_quote_or_backslash(text, 0), Some(2));
         assert_eq!(find_quote_or_backslash("ééééé\\".as_bytes(), 0), Some(10));
+    }
+
+    #[test]
+    fn finds_brackets_and_quotes_at_every_offset() {
+        for length in 0..20 {
+            for target in 0..length {
+                for special in [b'"', b'{', b'}', b'[', b']'] {
+                    // Fill with bytes one bit away from the targets, and non-ASCII.
+                    let mut bytes: Vec<u8> = (0..length).map(|i| [b'a', b';', b'=', 0xfb, 0x7f][i % 5]).collect();
+                    bytes[target] = special;
+                    for from in 0..=target {
+                        assert_eq!(find_structural(&bytes, from), Some(target), "{bytes:?} from {from}");
+                    }
+                    assert_eq!(find_structural(&bytes, target + 1), None, "{bytes:?}");
+                }
+            }
+        }
     }
 
     #[test]
