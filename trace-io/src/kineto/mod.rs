@@ -43,6 +43,11 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 /// Reads a Kineto JSON file (plain or gzipped, told apart by content) into a trace.
 pub fn read(path: &Path) -> Result<Trace, Error> {
+    read_in_chunks(path, CHUNK_BYTES)
+}
+
+/// [`read`], decompressing and scanning `chunk_bytes` at a time.
+fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut file = BufReader::with_capacity(64 * 1024, file);
     let head = file.fill_buf().map_err(|e| Error::io(path, e))?;
@@ -58,7 +63,7 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
     let mut builder = Builder::new(&path.display().to_string());
     let mut document = scan::Document::new();
     let mut position = TextPosition::default();
-    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let mut buffer = vec![0u8; chunk_bytes.max(1)];
     let mut filled = 0;
     let mut at_end = false;
     let mut first_chunk = true;
@@ -165,6 +170,32 @@ fn count_newlines(bytes: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_chunks_read_a_real_trace_the_same() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let Some(path) = manifest
+            .ancestors()
+            .map(|dir| dir.join("shared/traces/kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"))
+            .find(|path| path.is_file())
+        else {
+            eprintln!("skipped: ../shared/traces not found");
+            return;
+        };
+        let whole = read(&path).unwrap();
+        // 4093 bytes: a prime, so chunk ends fall everywhere in events, strings and numbers.
+        let chunked = read_in_chunks(&path, 4093).unwrap();
+        assert_eq!(chunked.kernels, whole.kernels);
+        assert_eq!(chunked.memops, whole.memops);
+        assert_eq!(chunked.api_calls, whole.api_calls);
+        assert_eq!(chunked.ranges, whole.ranges);
+        assert_eq!(chunked.collectives, whole.collectives);
+        assert_eq!(chunked.names.len(), whole.names.len());
+        assert_eq!((chunked.kernels.len(), chunked.api_calls.len()), (4350, 15_329));
+        // A single event longer than the chunk makes the buffer grow rather than fail.
+        let tiny = read_in_chunks(&path, 7).unwrap();
+        assert_eq!(tiny.kernels, whole.kernels);
+    }
 
     #[test]
     fn newline_counts_and_positions_span_dropped_text() {
