@@ -6,7 +6,6 @@
 //! versions), or only the `nccl:<op>` annotation around the launch, whose `Input Dims` and
 //! `Input type` give the tensor shapes. [`CommInfo`] is what any of these says.
 
-use serde_json::value::RawValue;
 use shardscope_model::CollectiveOp;
 
 use super::raw::RawArgs;
@@ -104,8 +103,8 @@ pub fn dtype_bytes(dtype: &str) -> Option<u64> {
 }
 
 /// Global ranks from `Process Group Ranks`, written as an array or as a string `"[0, 1]"`.
-pub fn parse_ranks(raw: &RawValue) -> Vec<u32> {
-    raw.get()
+pub fn parse_ranks(raw: &str) -> Vec<u32> {
+    raw
         .split(|c: char| !c.is_ascii_digit())
         .filter(|digits| !digits.is_empty())
         .filter_map(|digits| digits.parse().ok())
@@ -122,11 +121,11 @@ struct TensorSizes {
 
 /// Sums the shapes in `Input Dims` over the inputs whose `Input type` is a tensor element type
 /// (not `Scalar`, `TensorList` or empty). Bytes are known only when every such type is.
-fn tensor_sizes(dims: &RawValue, types: Option<&RawValue>) -> TensorSizes {
-    let Ok(shapes) = serde_json::from_str::<Vec<serde_json::Value>>(dims.get()) else {
+fn tensor_sizes(dims: &str, types: Option<&str>) -> TensorSizes {
+    let Ok(shapes) = serde_json::from_str::<Vec<serde_json::Value>>(dims) else {
         return TensorSizes::default();
     };
-    let types: Vec<serde_json::Value> = types.and_then(|t| serde_json::from_str(t.get()).ok()).unwrap_or_default();
+    let types: Vec<serde_json::Value> = types.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
     let mut elems_total: Option<u64> = None;
     let mut bytes_total: Option<u64> = Some(0);
     let mut first_dtype = None;
@@ -153,10 +152,6 @@ fn tensor_sizes(dims: &RawValue, types: Option<&RawValue>) -> TensorSizes {
 mod tests {
     use super::*;
 
-    fn raw(text: &str) -> Box<RawValue> {
-        RawValue::from_string(text.to_owned()).unwrap()
-    }
-
     #[test]
     fn dtype_sizes_cover_both_spellings() {
         assert_eq!(dtype_bytes("Float"), Some(4));
@@ -170,21 +165,21 @@ mod tests {
 
     #[test]
     fn ranks_parse_from_string_or_array() {
-        assert_eq!(parse_ranks(&raw("\"[0, 1, 2]\"")), vec![0, 1, 2]);
-        assert_eq!(parse_ranks(&raw("[4,5]")), vec![4, 5]);
-        assert_eq!(parse_ranks(&raw("\"[]\"")), Vec::<u32>::new());
+        assert_eq!(parse_ranks("\"[0, 1, 2]\""), vec![0, 1, 2]);
+        assert_eq!(parse_ranks("[4,5]"), vec![4, 5]);
+        assert_eq!(parse_ranks("\"[]\""), Vec::<u32>::new());
     }
 
     #[test]
     fn annotation_sizes_skip_scalars_and_lists() {
         let sizes = tensor_sizes(
-            &raw("[[394241], [], [2, 3], [[1, 2]]]"),
-            Some(&raw(r#"["float", "Scalar", "c10::Half", "TensorList"]"#)),
+            "[[394241], [], [2, 3], [[1, 2]]]",
+            Some(r#"["float", "Scalar", "c10::Half", "TensorList"]"#),
         );
         assert_eq!(sizes.elems, Some(394241 + 6));
         assert_eq!(sizes.bytes, Some(394241 * 4 + 6 * 2));
         assert_eq!(sizes.dtype.as_deref(), Some("float"));
-        let unknown = tensor_sizes(&raw("[[], []]"), Some(&raw(r#"["TensorList", "Scalar"]"#)));
+        let unknown = tensor_sizes("[[], []]", Some(r#"["TensorList", "Scalar"]"#));
         assert_eq!(unknown, TensorSizes::default());
     }
 

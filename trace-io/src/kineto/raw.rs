@@ -10,7 +10,6 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 
 /// One element of `traceEvents`, as the scanner ([`super::scan`]) reads it.
 #[derive(Debug, Default)]
@@ -39,64 +38,49 @@ pub struct RawEvent<'a> {
 impl<'a> RawEvent<'a> {
     /// Reads the `args` keys the reader uses; `None` when `args` is absent or not an object.
     pub fn parse_args(&self) -> Option<RawArgs<'a>> {
-        serde_json::from_str(self.args?).ok()
+        super::scan::parse_args(self.args?)
     }
 }
 
-/// The `args` keys the reader uses, across event categories.
-#[derive(Deserialize, Default)]
+/// The `args` keys the reader uses, across event categories (read by
+/// [`super::scan::parse_args`]).
+#[derive(Debug, Default)]
 pub struct RawArgs<'a> {
     /// GPU ordinal of GPU events.
-    #[serde(default)]
     pub device: LooseInt,
     /// CUDA stream of GPU events.
-    #[serde(default)]
     pub stream: LooseInt,
     /// CUPTI correlation id (launch ↔ GPU activity).
-    #[serde(default)]
     pub correlation: LooseInt,
     /// Kernel grid dimensions.
-    #[serde(default)]
     pub grid: Dim3,
     /// Kernel block dimensions.
-    #[serde(default)]
     pub block: Dim3,
     /// Bytes moved by a memcpy or set by a memset.
-    #[serde(default)]
     pub bytes: LooseInt,
     /// AMD memcpy direction (`HtoD`, …).
-    #[serde(borrow, default)]
     pub kind: LooseStr<'a>,
     /// Metadata events: the process or thread name.
-    #[serde(borrow, default)]
     pub name: LooseStr<'a>,
-    /// NCCL metadata (on NCCL kernels in recent Kineto, on `record_param_comms` before).
-    #[serde(borrow, default, rename = "Collective name")]
+    /// `Collective name`: NCCL metadata (on NCCL kernels in recent Kineto, on
+    /// `record_param_comms` before).
     pub collective_name: LooseStr<'a>,
-    /// Input element count of a collective.
-    #[serde(default, rename = "In msg nelems")]
+    /// `In msg nelems`: input element count of a collective.
     pub in_msg_nelems: LooseInt,
-    /// Output element count of a collective.
-    #[serde(default, rename = "Out msg nelems")]
+    /// `Out msg nelems`: output element count of a collective.
     pub out_msg_nelems: LooseInt,
-    /// Ranks in the collective's process group.
-    #[serde(default, rename = "Group size")]
+    /// `Group size`: ranks in the collective's process group.
     pub group_size: LooseInt,
     /// Element type of a collective (`Float`, `BFloat16`, …).
-    #[serde(borrow, default)]
     pub dtype: LooseStr<'a>,
-    /// Process group name.
-    #[serde(borrow, default, rename = "Process Group Name")]
+    /// `Process Group Name`.
     pub process_group_name: LooseStr<'a>,
-    /// Process group members: a JSON array, or a string holding one.
-    #[serde(borrow, default, rename = "Process Group Ranks")]
-    pub process_group_ranks: Option<&'a RawValue>,
-    /// Shapes of an op's inputs, `[[d0, d1], [], …]`.
-    #[serde(borrow, default, rename = "Input Dims")]
-    pub input_dims: Option<&'a RawValue>,
-    /// Types of an op's inputs, `["float", "Scalar", …]`.
-    #[serde(borrow, default, rename = "Input type")]
-    pub input_type: Option<&'a RawValue>,
+    /// `Process Group Ranks`, as written: a JSON array, or a string holding one.
+    pub process_group_ranks: Option<&'a str>,
+    /// `Input Dims`, as written: shapes of an op's inputs, `[[d0, d1], [], …]`.
+    pub input_dims: Option<&'a str>,
+    /// `Input type`, as written: types of an op's inputs, `["float", "Scalar", …]`.
+    pub input_type: Option<&'a str>,
 }
 
 /// An integer that may be written as a number, a float, or a string (`"7"`, `"stream 7"`).
@@ -224,51 +208,27 @@ impl<'de: 'a, 'a> Deserialize<'de> for LooseStr<'a> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dim3(pub Option<[u32; 3]>);
 
-impl<'de> Deserialize<'de> for Dim3 {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Dim3Visitor;
-        impl<'de> Visitor<'de> for Dim3Visitor {
-            type Value = Dim3;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array of up to three integers")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Dim3, A::Error> {
-                let mut dims = [1u32; 3];
-                let mut valid = true;
-                let mut count = 0;
-                while let Some(value) = seq.next_element::<LooseInt>()? {
-                    match (value.get().and_then(|v| u32::try_from(v).ok()), dims.get_mut(count)) {
-                        (Some(v), Some(slot)) => *slot = v,
-                        _ => valid = false,
-                    }
-                    count += 1;
-                }
-                Ok(Dim3(valid.then_some(dims)))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Dim3, E> {
-                Ok(Dim3(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Dim3, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Dim3(None))
+impl Dim3 {
+    /// Reads `[x, y, z]` (or fewer numbers); anything else is absent.
+    pub fn parse(text: &str) -> Dim3 {
+        let Some(inner) = text.trim().strip_prefix('[').and_then(|t| t.strip_suffix(']')) else {
+            return Dim3(None);
+        };
+        let mut dims = [1u32; 3];
+        if inner.trim().is_empty() {
+            return Dim3(Some(dims));
+        }
+        for (index, part) in inner.split(',').enumerate() {
+            let value = part.trim().parse::<u32>().ok().or_else(|| {
+                let float = part.trim().parse::<f64>().ok()?;
+                (float >= 0.0 && float <= f64::from(u32::MAX) && float.fract() == 0.0).then_some(float as u32)
+            });
+            match (value, dims.get_mut(index)) {
+                (Some(v), Some(slot)) => *slot = v,
+                _ => return Dim3(None),
             }
         }
-        deserializer.deserialize_any(Dim3Visitor)
+        Dim3(Some(dims))
     }
 }
 
@@ -320,24 +280,23 @@ mod tests {
 
     #[test]
     fn loose_values_tolerate_odd_types() {
-        let args: RawArgs = serde_json::from_str(
-            r#"{"grid":[2,3],"block":"x","correlation":{"a":[1]},"stream":"0x1f","name":5,"device":3.0,"bytes":null}"#,
-        )
-        .unwrap();
-        assert_eq!(args.grid.0, Some([2, 3, 1]));
-        assert_eq!(args.block.0, None);
-        assert_eq!(args.correlation.get(), None);
-        assert_eq!(args.stream.get(), Some(31));
-        assert_eq!(args.name.as_str(), Some("5"));
-        assert_eq!(args.device.get(), Some(3));
-        assert_eq!(args.bytes.get(), None);
+        let info: RawDistributedInfo =
+            serde_json::from_str(r#"{"rank": "3", "world_size": {"a": [1]}, "pg_config": [{"pg_name": 5}]}"#).unwrap();
+        assert_eq!(info.rank.get(), Some(3));
+        assert_eq!(info.world_size.get(), None);
+        assert_eq!(info.pg_config.unwrap()[0].pg_name.as_str(), Some("5"));
+        let device: RawDeviceProperties = serde_json::from_str(r#"{"id": 1.0, "name": null, "numSms": true}"#).unwrap();
+        assert_eq!((device.id.get(), device.name.as_str(), device.num_sms.get()), (Some(1), None, None));
     }
 
     #[test]
-    fn strings_without_escapes_are_borrowed() {
-        let args: RawArgs = serde_json::from_str(r#"{"name":"gemm","dtype":"ker\nnel"}"#).unwrap();
-        assert!(matches!(args.name.0, Some(Cow::Borrowed("gemm"))));
-        assert!(matches!(args.dtype.0, Some(Cow::Owned(_))));
+    fn launch_dimensions_parse() {
+        assert_eq!(Dim3::parse("[8, 1, 1]").0, Some([8, 1, 1]));
+        assert_eq!(Dim3::parse("[2,3]").0, Some([2, 3, 1]));
+        assert_eq!(Dim3::parse("[]").0, Some([1, 1, 1]));
+        assert_eq!(Dim3::parse("[1, 2, 3, 4]").0, None);
+        assert_eq!(Dim3::parse("\"x\"").0, None);
+        assert_eq!(Dim3::parse("[-1, 1, 1]").0, None);
     }
 
     #[test]

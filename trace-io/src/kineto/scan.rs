@@ -17,7 +17,9 @@
 use std::borrow::Cow;
 
 use super::builder::Builder;
-use super::raw::{LooseInt, LooseStr, RawDeviceProperties, RawDistributedInfo, RawEvent, trailing_integer};
+use super::raw::{
+    Dim3, LooseInt, LooseStr, RawArgs, RawDeviceProperties, RawDistributedInfo, RawEvent, trailing_integer,
+};
 
 /// Where and why the text stopped making sense, or that the chunk ended inside a unit. Boxed:
 /// results travel through every scanning call, and the error case is rare.
@@ -57,6 +59,44 @@ type Scan<T> = Result<T, ScanError>;
 
 /// Message of a `traceEvents` element that is not an object.
 pub const NOT_AN_OBJECT: &str = "traceEvents element that is not an object skipped";
+
+/// Reads the keys of an event's `args` the reader uses; `None` when `text` is not an object.
+pub fn parse_args(text: &str) -> Option<RawArgs<'_>> {
+    let mut scanner = Scanner { text, bytes: text.as_bytes(), pos: 0, nesting: Vec::new(), is_final: true };
+    scanner.skip_whitespace();
+    if scanner.peek() != Some(b'{') {
+        return None;
+    }
+    let mut args = RawArgs::default();
+    scanner
+        .object(|s, key| {
+            match key.as_ref() {
+                "device" => args.device = s.loose_int()?,
+                "stream" => args.stream = s.loose_int()?,
+                "correlation" => args.correlation = s.loose_int()?,
+                "grid" => args.grid = Dim3::parse(s.skip_value()?),
+                "block" => args.block = Dim3::parse(s.skip_value()?),
+                "bytes" => args.bytes = s.loose_int()?,
+                "kind" => args.kind = s.loose_str()?,
+                "name" => args.name = s.loose_str()?,
+                "Collective name" => args.collective_name = s.loose_str()?,
+                "In msg nelems" => args.in_msg_nelems = s.loose_int()?,
+                "Out msg nelems" => args.out_msg_nelems = s.loose_int()?,
+                "Group size" => args.group_size = s.loose_int()?,
+                "dtype" => args.dtype = s.loose_str()?,
+                "Process Group Name" => args.process_group_name = s.loose_str()?,
+                "Process Group Ranks" => args.process_group_ranks = Some(s.skip_value()?),
+                "Input Dims" => args.input_dims = Some(s.skip_value()?),
+                "Input type" => args.input_type = Some(s.skip_value()?),
+                _ => {
+                    s.skip_value()?;
+                }
+            }
+            Ok(())
+        })
+        .ok()?;
+    Some(args)
+}
 
 /// Where the scan stands between two units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,6 +624,15 @@ mod tests {
         assert_eq!(event.args, Some(r#"{"grid": [2, 3], "stream": "0x1f"}"#));
         let args = event.parse_args().unwrap();
         assert_eq!((args.grid.0, args.stream.get()), (Some([2, 3, 1]), Some(31)));
+        let args = parse_args(
+            r#"{"correlation": {"a": [1]}, "block": "x", "name": 5, "device": 3.0, "bytes": null,
+                "Process Group Ranks": "[0, 1]", "Input Dims": [[4], []], "dtype": "BFloat16"}"#,
+        )
+        .unwrap();
+        assert_eq!((args.correlation.get(), args.block.0, args.name.as_str()), (None, None, Some("5")));
+        assert_eq!((args.device.get(), args.bytes.get(), args.dtype.as_str()), (Some(3), None, Some("BFloat16")));
+        assert_eq!((args.process_group_ranks, args.input_dims), (Some("\"[0, 1]\""), Some("[[4], []]")));
+        assert!(parse_args("[1]").is_none() && parse_args("{\"a\": }").is_none());
     }
 
     #[test]
