@@ -12,7 +12,7 @@
 //! residual add. Every kernel has its launch call (`cudaLaunchKernel`, or `cuLaunchKernelEx`
 //! for NCCL) with a correlation id; each step copies its tokens in and the sampled ids out.
 //! Durations are deterministic pseudo-random around per-kernel means, prefill kernels being
-//! longer. The trace is written in chunks of steps, so memory stays bounded.
+//! longer. The trace is written in chunks of steps, each in time order, so memory stays bounded.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -438,6 +438,8 @@ fn run(options: &Options) -> Result<(), String> {
             }
             step += 1;
         }
+        // nsys exports store events in time order; so does this file, chunk by chunk.
+        chunk.finish();
         writer.write_trace(&chunk).map_err(|e| e.to_string())?;
     }
     writer.finish().map_err(|e| e.to_string())?;

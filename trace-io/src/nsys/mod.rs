@@ -151,25 +151,32 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
         .collect();
     let global_pids = collect_processes(&db, &mut trace, &locals)?;
     collect_devices(&mut trace, gpus, &locals);
-    trace.kernels = adopt(&mut trace, &global_pids, kernel_scans, |k, map| {
+    // Sorted here the way Trace::finish sorts, so that its own sort only confirms the order.
+    let kernel_ids = |k: &mut Kernel, map: &IdMap| {
         k.name = map.names[k.name.0 as usize];
         k.short_name = map.names[k.short_name.0 as usize];
         k.process = map.processes[k.process.0 as usize];
         k.device = map.devices[k.device.0 as usize];
-    });
-    trace.api_calls = adopt(&mut trace, &global_pids, api_scans, |a, map| {
+    };
+    trace.kernels = adopt(&mut trace, &global_pids, kernel_scans, kernel_ids, |k| (k.start_ns, k.end_ns));
+    let api_ids = |a: &mut ApiCall, map: &IdMap| {
         a.name = map.names[a.name.0 as usize];
         a.process = map.processes[a.process.0 as usize];
-    });
-    trace.memops = adopt(&mut trace, &global_pids, vec![memops], |m, map| {
+    };
+    trace.api_calls = adopt(&mut trace, &global_pids, api_scans, api_ids, |a| (a.start_ns, a.end_ns));
+    let memop_ids = |m: &mut MemOp, map: &IdMap| {
         m.process = map.processes[m.process.0 as usize];
         m.device = map.devices[m.device.0 as usize];
-    });
-    trace.ranges = adopt(&mut trace, &global_pids, vec![ranges], |r, map| {
+    };
+    trace.memops = adopt(&mut trace, &global_pids, vec![memops], memop_ids, |m| (m.start_ns, m.end_ns));
+    let range_ids = |r: &mut Range, map: &IdMap| {
         r.name = map.names[r.name.0 as usize];
         r.domain = map.names[r.domain.0 as usize];
         r.process = map.processes[r.process.0 as usize];
-    });
+    };
+    // Outer ranges first at equal start.
+    let range_order = |r: &Range| (r.start_ns, std::cmp::Reverse(r.end_ns));
+    trace.ranges = adopt(&mut trace, &global_pids, vec![ranges], range_ids, range_order);
     assign_device_owners(&mut trace);
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
@@ -493,13 +500,15 @@ struct IdMap {
     devices: Vec<DeviceIdx>,
 }
 
-/// Takes the rows of scans of one table into the trace, in scan order: interns their names,
-/// counts their warnings, and maps their local ids (in parallel, one thread per group of scans).
-fn adopt<T: Send>(
+/// Takes the rows of scans of one table into the trace: interns their names, counts their
+/// warnings, maps their local ids (in parallel, one thread per group of scans) and joins the
+/// scans, each sorted by `order`, into one list sorted by `order` (see [`join_sorted`]).
+fn adopt<T: Send, K: Ord>(
     trace: &mut Trace,
     global_pids: &[u64],
     scans: Vec<scan::Scan<T>>,
     remap: impl Fn(&mut T, &IdMap) + Sync,
+    order: impl Fn(&T) -> K,
 ) -> Vec<T> {
     let mut parts: Vec<(Vec<T>, IdMap)> = Vec::with_capacity(scans.len());
     for scan in scans {
@@ -529,14 +538,43 @@ fn adopt<T: Send>(
             });
         }
     });
-    if parts.len() == 1 {
-        return parts.pop().map(|(rows, _)| rows).unwrap_or_default();
+    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
+}
+
+/// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
+/// sorted list: what a stable sort of their concatenation gives, so `Trace::finish` finds its
+/// work done.
+///
+/// Tables are written roughly in time order (nsys exports store kernels sorted by start), so
+/// neighbouring shares overlap little: only the overlap is merged, the rest is appended. Where
+/// a share reaches further back than its own length, the rows are far from time order and a
+/// plain stable sort is cheaper.
+fn join_sorted<T, K: Ord>(mut runs: Vec<Vec<T>>, order: impl Fn(&T) -> K) -> Vec<T> {
+    if runs.len() <= 1 {
+        return runs.pop().unwrap_or_default();
     }
-    let mut all = Vec::with_capacity(parts.iter().map(|(rows, _)| rows.len()).sum());
-    for (rows, _) in parts {
-        all.extend(rows);
+    let mut joined: Vec<T> = Vec::with_capacity(runs.iter().map(Vec::len).sum());
+    let mut runs = runs.into_iter();
+    while let Some(run) = runs.next() {
+        let Some(first) = run.first().map(&order) else { continue };
+        // Rows already joined that sort after the run's first row must be merged with it.
+        let overlap_from = joined.partition_point(|row| order(row) <= first);
+        if joined.len() - overlap_from > run.len() {
+            joined.extend(run);
+            joined.extend(runs.flatten());
+            joined.sort_by_key(&order);
+            return joined;
+        }
+        let mut earlier = joined.split_off(overlap_from).into_iter().peekable();
+        let mut run = run.into_iter().peekable();
+        // Stable: on equal keys the earlier share's row comes first.
+        while let Some(row) = earlier.peek() {
+            let take_run = run.peek().is_some_and(|next| order(next) < order(row));
+            joined.extend(if take_run { run.next() } else { earlier.next() });
+        }
+        joined.extend(run);
     }
-    all
+    joined
 }
 
 /// A device belongs to a process when exactly one process launched kernels on it.
@@ -717,6 +755,21 @@ mod tests {
         assert_eq!(api_calls(&whole).len(), 7466);
         assert_eq!(api_calls(&whole), api_calls(&shared));
         assert_eq!(whole.warnings, shared.warnings);
+    }
+
+    #[test]
+    fn joining_shares_equals_a_stable_sort_of_their_concatenation() {
+        let key = |&(key, _): &(i32, char)| key;
+        let check = |runs: Vec<Vec<(i32, char)>>| {
+            let mut expected = runs.concat();
+            expected.sort_by_key(key);
+            assert_eq!(join_sorted(runs, key), expected);
+        };
+        // Disjoint, touching with equal keys, overlapping a little, empty, reaching far back.
+        check(vec![vec![(1, 'a'), (2, 'b')], vec![(3, 'c')], vec![(3, 'd'), (5, 'e')]]);
+        check(vec![vec![(1, 'a'), (4, 'b'), (6, 'c')], vec![(4, 'd'), (5, 'e'), (9, 'f')], vec![], vec![(9, 'g')]]);
+        check(vec![vec![(5, 'a'), (6, 'b'), (7, 'c')], vec![(1, 'd')], vec![(2, 'e'), (8, 'f')]]);
+        check(vec![]);
     }
 
     #[test]
