@@ -13,6 +13,8 @@ use shardscope_inject::config::{self, TraceKinds};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
 const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
+/// The NCCL profiler plugin, looked for next to this binary.
+const NCCL_PLUGIN_LIB_NAME: &str = "libshardscope_nccl_profiler.so";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -54,6 +56,13 @@ struct Args {
     /// More environment variable names to record per process (comma-separated).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     env_allow: Vec<String>,
+    /// NCCL profiler plugin recording each collective's communicator, sequence number, size, algorithm and
+    /// protocol (default: libshardscope_nccl_profiler.so next to this binary, when it is there).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_nccl_plugin")]
+    nccl_plugin: Option<PathBuf>,
+    /// Do not load the NCCL profiler plugin (collectives are then known by kernel name and NVTX only).
+    #[arg(long)]
+    no_nccl_plugin: bool,
     /// Folder for the per-process spool files (default: next to the output).
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
@@ -105,6 +114,36 @@ fn find_inject_lib(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         bail!("{}: injection library not found (build shardscope-inject, or pass --inject-lib)", path.display());
     }
     path.canonicalize().with_context(|| format!("{}", path.display()))
+}
+
+/// The NCCL profiler plugin to load, if any. A plugin the user chose through the environment wins over ours.
+fn nccl_plugin(args: &Args) -> anyhow::Result<Option<PathBuf>> {
+    if args.no_nccl_plugin {
+        return Ok(None);
+    }
+    if std::env::var_os("NCCL_PROFILER_PLUGIN").is_some() && args.nccl_plugin.is_none() {
+        eprintln!(
+            "capture: NCCL_PROFILER_PLUGIN is already set; collective metadata is recorded by that plugin, not ours"
+        );
+        return Ok(None);
+    }
+    let path = match &args.nccl_plugin {
+        Some(path) => path.clone(),
+        None => {
+            let path = std::env::current_exe()
+                .context("cannot locate the capture binary")?
+                .with_file_name(NCCL_PLUGIN_LIB_NAME);
+            if !path.is_file() {
+                // Without the plugin, collectives are still recorded as kernels and NVTX ranges.
+                return Ok(None);
+            }
+            path
+        }
+    };
+    if !path.is_file() {
+        bail!("{}: NCCL profiler plugin not found", path.display());
+    }
+    Ok(Some(path.canonicalize().with_context(|| format!("{}", path.display()))?))
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
@@ -162,6 +201,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(cupti) = &args.cupti_lib {
         env.push((config::CUPTI_LIB_ENV.into(), absolute(cupti)?.into()));
     }
+    if let Some(plugin) = nccl_plugin(&args)? {
+        env.push(("NCCL_PROFILER_PLUGIN".into(), plugin.into()));
+    }
     if !args.env_allow.is_empty() {
         env.push((config::ENV_ALLOW_ENV.into(), args.env_allow.join(",").into()));
     }
@@ -205,6 +247,36 @@ fn run(args: Args) -> anyhow::Result<i32> {
     Ok(exit.exit_code())
 }
 
+/// Reads the NCCL profiler plugin's spools and links each recorded collective to the kernel that ran it.
+fn attach_nccl_operations(
+    trace: &mut shardscope_model::Trace,
+    spool_dir: &Path,
+) -> anyhow::Result<Vec<shardscope_nccl_profiler::NcclProcess>> {
+    let nccl = shardscope_nccl_profiler::read_spool_dir(spool_dir)
+        .map_err(|e| anyhow::anyhow!("{}: NCCL profiler spools: {e}", spool_dir.display()))?;
+    let offset = trace.clock_offset_ns.unwrap_or(0);
+    let (mut linked, mut unlinked) = (0u64, 0u64);
+    for process in &nccl {
+        let Some(index) = trace.processes.iter().position(|p| p.pid == process.pid) else { continue };
+        let to_trace_ns = |t: i64| Some(process.realtime_ns(t)? - offset);
+        let stats = shardscope_nccl_profiler::attach_to_kernels(
+            trace,
+            shardscope_model::ProcessIdx(index as u32),
+            &process.operations,
+            &to_trace_ns,
+        );
+        linked += stats.launches_linked;
+        unlinked += stats.launches_unlinked;
+    }
+    if unlinked > 0 {
+        trace.warn_n("NCCL operation not linked to a kernel", unlinked);
+    }
+    if !nccl.is_empty() {
+        eprintln!("capture: NCCL profiler: {linked} collective launches linked to their kernels, {unlinked} not");
+    }
+    Ok(nccl)
+}
+
 fn merge_and_write(
     output: &Path,
     spool_dir: &Path,
@@ -222,6 +294,7 @@ fn merge_and_write(
     }
     let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
     let (mut trace, extras) = merge::merge(&spools, &options);
+    let nccl = attach_nccl_operations(&mut trace, spool_dir)?;
 
     // NVML's view: PCI locations and physical GPU indices (what nsys uses as deviceId), by UUID.
     let mut links = Vec::new();
@@ -256,6 +329,17 @@ fn merge_and_write(
 
     let partial = output.with_extension("sqlite.partial");
     sqlite::write_capture(&partial, &trace, &extras, &facts)?;
+    if !nccl.is_empty() {
+        let conn = rusqlite::Connection::open(&partial)
+            .with_context(|| format!("{}: cannot reopen to add NCCL tables", partial.display()))?;
+        let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
+        let table_options = shardscope_nccl_profiler::TableOptions {
+            session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0),
+            global_pid: &global_pid,
+        };
+        shardscope_nccl_profiler::write_tables(&conn, &nccl, &table_options)
+            .with_context(|| format!("{}: cannot write NCCL tables", partial.display()))?;
+    }
     std::fs::rename(&partial, output).with_context(|| format!("{}: cannot move into place", output.display()))?;
 
     let dropped: u64 = extras.processes.iter().map(|p| p.records_dropped).sum();

@@ -49,22 +49,32 @@ pub struct TraceKinds {
     pub nvtx: bool,
     /// Synchronisation calls.
     pub sync: bool,
+    /// Every CUDA driver call, not only those that issue or wait for GPU work (costly: the runtime makes
+    /// several driver calls for each of its own).
+    pub driver_all: bool,
 }
 
 impl Default for TraceKinds {
     fn default() -> Self {
-        TraceKinds { kernel: true, memcpy: true, memset: true, api: true, nvtx: true, sync: true }
+        TraceKinds { kernel: true, memcpy: true, memset: true, api: true, nvtx: true, sync: true, driver_all: false }
     }
 }
 
 impl TraceKinds {
     /// The group names, as `--trace` accepts them.
-    pub const NAMES: &[&str] = &["kernel", "memcpy", "memset", "api", "nvtx", "sync"];
+    pub const NAMES: &[&str] = &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "driver-all"];
 
-    /// Parses `kernel,memcpy,…`; `all` selects everything. Errors name the unknown word.
+    /// Parses `kernel,memcpy,…`; `all` selects every group but `driver-all`. Errors name the unknown word.
     pub fn parse(text: &str) -> Result<TraceKinds, String> {
-        let mut kinds =
-            TraceKinds { kernel: false, memcpy: false, memset: false, api: false, nvtx: false, sync: false };
+        let mut kinds = TraceKinds {
+            kernel: false,
+            memcpy: false,
+            memset: false,
+            api: false,
+            nvtx: false,
+            sync: false,
+            driver_all: false,
+        };
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => kinds = TraceKinds::default(),
@@ -74,6 +84,10 @@ impl TraceKinds {
                 "api" => kinds.api = true,
                 "nvtx" => kinds.nvtx = true,
                 "sync" => kinds.sync = true,
+                "driver-all" => {
+                    kinds.api = true;
+                    kinds.driver_all = true;
+                }
                 other => {
                     return Err(format!("unknown trace kind '{other}' (known: all, {})", Self::NAMES.join(", ")));
                 }
@@ -84,7 +98,7 @@ impl TraceKinds {
 
     /// The inverse of [`TraceKinds::parse`].
     pub fn to_list(self) -> String {
-        let flags = [self.kernel, self.memcpy, self.memset, self.api, self.nvtx, self.sync];
+        let flags = [self.kernel, self.memcpy, self.memset, self.api, self.nvtx, self.sync, self.driver_all];
         Self::NAMES.iter().zip(flags).filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
     }
 }
@@ -92,6 +106,14 @@ impl TraceKinds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn driver_all_is_opt_in_and_implies_api() {
+        assert!(!TraceKinds::parse("all").unwrap().driver_all);
+        let kinds = TraceKinds::parse("kernel,driver-all").unwrap();
+        assert!(kinds.api && kinds.driver_all);
+        assert_eq!(TraceKinds::parse(&kinds.to_list()).unwrap(), kinds);
+    }
 
     #[test]
     fn trace_kinds_round_trip_and_reject_unknown() {

@@ -277,7 +277,13 @@ fn start() -> Result<(), String> {
     }
     if kinds.api {
         wanted.push(cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_DRIVER);
+        // The DRIVER kind records every driver call, including the several the runtime makes for each of its
+        // own calls. Only driver calls that issue or wait for GPU work are needed (they link kernels launched
+        // through the driver API, as NCCL and Triton do, to their launch); record just those when this CUPTI
+        // can, else everything.
+        if kinds.driver_all || !enable_work_driver_apis(api, loaded.library) {
+            wanted.push(cupti::CUPTI_ACTIVITY_KIND_DRIVER);
+        }
     }
     if kinds.nvtx {
         wanted.push(cupti::CUPTI_ACTIVITY_KIND_MARKER);
@@ -304,6 +310,51 @@ fn start() -> Result<(), String> {
         eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
     }
     Ok(())
+}
+
+/// Driver calls that issue GPU work, copy, set, or wait for the GPU: the ones worth a record.
+pub fn is_work_driver_api(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "cuLaunch",
+        "cuGraphLaunch",
+        "cuMemcpy",
+        "cuMemset",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuStreamWaitEvent",
+        "cuEventRecord",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Largest driver callback id probed (CUDA 13.0 has 807; ids only grow, and unknown ones have no name).
+const MAX_DRIVER_CBID: u32 = 2048;
+
+/// Enables activity records for the work-issuing driver calls only (`cuptiActivityEnableDriverApi`, CUPTI
+/// 12.6 onwards). Returns false when this CUPTI cannot, so the caller records every driver call instead.
+fn enable_work_driver_apis(api: &cupti::Cupti, library: &libloading::Library) -> bool {
+    type EnableDriverApi = unsafe extern "C" fn(cbid: u32, enable: u8) -> cupti::CUptiResult;
+    // SAFETY: the symbol, when present, has this signature in every CUPTI that exports it.
+    let Ok(enable) = (unsafe { library.get::<EnableDriverApi>(b"cuptiActivityEnableDriverApi\0") }) else {
+        return false;
+    };
+    let mut enabled = 0;
+    for cbid in 1..MAX_DRIVER_CBID {
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: out-parameter call; CUPTI returns a static string or an error for unknown ids.
+        let known = unsafe { api.cuptiGetCallbackName(cupti::CUPTI_CB_DOMAIN_DRIVER_API, cbid, &mut name) } == 0;
+        if !known || name.is_null() {
+            continue;
+        }
+        // SAFETY: non-null names are static NUL-terminated strings.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        // SAFETY: plain call with a callback id CUPTI just named.
+        if is_work_driver_api(&name) && unsafe { enable(cbid, 1) } == 0 {
+            enabled += 1;
+        }
+    }
+    enabled > 0
 }
 
 fn hostname() -> String {
@@ -516,4 +567,28 @@ extern "C" fn flush_at_exit() {
         let end = SpoolRecord::End { records: writer.records_written, undecoded: writer.decoder.undecoded };
         let _ = writer.spool.write_batch(&[end]);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_work_driver_api;
+
+    #[test]
+    fn only_driver_calls_that_issue_or_wait_for_gpu_work_are_recorded() {
+        for name in [
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuGraphLaunch",
+            "cuMemcpyAsync",
+            "cuMemsetD32Async",
+            "cuStreamSynchronize",
+        ] {
+            assert!(is_work_driver_api(name), "{name}");
+        }
+        for name in
+            ["cuCtxGetCurrent", "cuGetProcAddress_v2", "cuDeviceGetAttribute", "cuModuleGetFunction", "cuMemGetInfo"]
+        {
+            assert!(!is_work_driver_api(name), "{name}");
+        }
+    }
 }
