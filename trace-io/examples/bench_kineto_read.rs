@@ -1,7 +1,7 @@
 //! Times the Kineto reader: `cargo run --release -p shardscope-io --example bench_kineto_read -- [--runs K] FILE...`
 //!
 //! For each file, reads it K times (default 7) and prints the median wall time, the mean CPU time
-//! per read (which other load on the machine does not inflate), kernels/s and events/s (kernels +
+//! per read of all threads (less inflated than wall time by other load on the machine), kernels/s and events/s (kernels +
 //! copies + API calls + ranges) at the median, the counts, and the process's peak resident memory
 //! at the end (Linux `VmHWM`).
 
@@ -70,10 +70,14 @@ fn usage() -> ! {
     std::process::exit(2);
 }
 
-/// CPU time the main thread has run, ns (first field of `/proc/self/schedstat`); `None` off Linux.
+/// CPU time (user + system) of the whole process, all threads, ns: fields 14 and 15 of
+/// `/proc/self/stat`, in clock ticks of 10 ms (Linux's `USER_HZ` of 100); `None` off Linux.
 fn cpu_time_ns() -> Option<u64> {
-    let schedstat = std::fs::read_to_string("/proc/self/schedstat").ok()?;
-    schedstat.split_whitespace().next()?.parse().ok()
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
 }
 
 /// The process's peak resident set (`VmHWM` in /proc/self/status), KiB; `None` off Linux.

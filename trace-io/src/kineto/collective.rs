@@ -104,8 +104,7 @@ pub fn dtype_bytes(dtype: &str) -> Option<u64> {
 
 /// Global ranks from `Process Group Ranks`, written as an array or as a string `"[0, 1]"`.
 pub fn parse_ranks(raw: &str) -> Vec<u32> {
-    raw
-        .split(|c: char| !c.is_ascii_digit())
+    raw.split(|c: char| !c.is_ascii_digit())
         .filter(|digits| !digits.is_empty())
         .filter_map(|digits| digits.parse().ok())
         .collect()
@@ -172,10 +171,8 @@ mod tests {
 
     #[test]
     fn annotation_sizes_skip_scalars_and_lists() {
-        let sizes = tensor_sizes(
-            "[[394241], [], [2, 3], [[1, 2]]]",
-            Some(r#"["float", "Scalar", "c10::Half", "TensorList"]"#),
-        );
+        let sizes =
+            tensor_sizes("[[394241], [], [2, 3], [[1, 2]]]", Some(r#"["float", "Scalar", "c10::Half", "TensorList"]"#));
         assert_eq!(sizes.elems, Some(394241 + 6));
         assert_eq!(sizes.bytes, Some(394241 * 4 + 6 * 2));
         assert_eq!(sizes.dtype.as_deref(), Some("float"));

@@ -26,6 +26,7 @@ mod time;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
 use flate2::read::MultiGzDecoder;
 use shardscope_model::Trace;
@@ -55,11 +56,25 @@ fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
         return Err(Error::format(path, "file is empty"));
     }
     let is_gzip = head.starts_with(&[0x1f, 0x8b]) || head == [0x1f];
-    let mut text: Box<dyn Read> = if is_gzip { Box::new(MultiGzDecoder::new(file)) } else { Box::new(file) };
+    let text: Box<dyn Read + Send> = if is_gzip { Box::new(MultiGzDecoder::new(file)) } else { Box::new(file) };
     let read_error = |e: std::io::Error| {
         if is_gzip { Error::format(path, format!("corrupt or truncated gzip data: {e}")) } else { Error::io(path, e) }
     };
 
+    // Decompression runs on its own thread, a block ahead of the scan.
+    std::thread::scope(|scope| {
+        let mut blocks = BlockReader::spawn(scope, text, CHUNK_BYTES).map_err(|e| Error::io(path, e))?;
+        scan_blocks(path, &mut blocks, chunk_bytes, read_error)
+    })
+}
+
+/// Scans the text that `blocks` delivers, `chunk_bytes` (or more, for a larger unit) at a time.
+fn scan_blocks(
+    path: &Path,
+    blocks: &mut BlockReader,
+    chunk_bytes: usize,
+    read_error: impl Fn(std::io::Error) -> Error,
+) -> Result<Trace, Error> {
     let mut builder = Builder::new(&path.display().to_string());
     let mut document = scan::Document::new();
     let mut position = TextPosition::default();
@@ -69,10 +84,9 @@ fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
     let mut first_chunk = true;
     loop {
         while filled < buffer.len() && !at_end {
-            match text.read(&mut buffer[filled..]) {
+            match blocks.read_into(&mut buffer[filled..]) {
                 Ok(0) => at_end = true,
                 Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(read_error(e)),
             }
         }
@@ -115,6 +129,72 @@ fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
         return Err(Error::format(path, "not a Chrome trace: the JSON object has no 'traceEvents'"));
     }
     Ok(builder.finish())
+}
+
+/// Text read (and decompressed) on a background thread, handed over in blocks.
+struct BlockReader {
+    full: Receiver<std::io::Result<Vec<u8>>>,
+    /// Blocks given back to the thread for reuse, so that memory stays at a few blocks.
+    empty: Sender<Vec<u8>>,
+    /// The block being copied out, and how much of it is.
+    current: Vec<u8>,
+    taken: usize,
+}
+
+impl BlockReader {
+    /// Starts reading `source` in blocks of `block_bytes` on a thread of `scope`.
+    fn spawn<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        mut source: Box<dyn Read + Send>,
+        block_bytes: usize,
+    ) -> std::io::Result<BlockReader> {
+        // Two blocks in flight: enough to keep both threads busy.
+        let (full_sender, full) = sync_channel::<std::io::Result<Vec<u8>>>(2);
+        let (empty, empty_receiver) = channel::<Vec<u8>>();
+        std::thread::Builder::new().name("kineto-read".into()).spawn_scoped(scope, move || {
+            loop {
+                let mut block = empty_receiver.try_recv().unwrap_or_default();
+                block.resize(block_bytes, 0);
+                let mut filled = 0;
+                while filled < block.len() {
+                    match source.read(&mut block[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            let _ = full_sender.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                block.truncate(filled);
+                // Stop at the end of the text, or when the scan has stopped listening.
+                if filled == 0 || full_sender.send(Ok(block)).is_err() {
+                    return;
+                }
+            }
+        })?;
+        Ok(BlockReader { full, empty, current: Vec::new(), taken: 0 })
+    }
+
+    /// Copies the next bytes into `out`; 0 at the end of the text.
+    fn read_into(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.taken == self.current.len() {
+            match self.full.recv() {
+                Ok(block) => {
+                    let used = std::mem::replace(&mut self.current, block?);
+                    self.taken = 0;
+                    let _ = self.empty.send(used);
+                }
+                // The thread has ended: every block has been delivered.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.current.len() - self.taken);
+        out[..n].copy_from_slice(&self.current[self.taken..self.taken + n]);
+        self.taken += n;
+        Ok(n)
+    }
 }
 
 /// Line bookkeeping for the text already dropped from the buffer, so that errors name the line
