@@ -144,7 +144,9 @@ impl Builder {
         builder
     }
 
-    /// Records `schemaVersion` as written (a number or a string).
+    /// Records `schemaVersion` as written (a number or a string). Every version is accepted:
+    /// the reader relies only on keys that Kineto has written since schema 1 and treats each of
+    /// them as optional, so a newer file loses at most what it renamed.
     pub fn set_schema_version(&mut self, text: &str) {
         let text = text.trim();
         let text = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);

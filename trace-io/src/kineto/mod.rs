@@ -1,10 +1,10 @@
 //! Reader for PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzipped.
 //!
-//! The file is decompressed a block at a time and each block is read by a resumable scanner
-//! ([`scan`]) that decodes only the keys the model needs: each element of `traceEvents` becomes a
-//! small struct of borrowed slices ([`raw::RawEvent`]) handed to the [`builder::Builder`] at
-//! once, so neither the file's text nor a JSON tree of it is ever held whole. What the model
-//! keeps:
+//! A background thread decompresses the file a block at a time, and a resumable scanner (module
+//! `scan`) reads each block as it arrives, decoding only the keys the model needs: each element
+//! of `traceEvents` becomes a small struct of borrowed slices (`raw::RawEvent`) handed at once to
+//! the `builder::Builder`, so neither the file's text nor a JSON tree of it is ever held whole.
+//! Times are converted from the number's text, exactly (module `time`). What the model keeps:
 //!
 //! | Kineto | model |
 //! | --- | --- |

@@ -1,9 +1,10 @@
-//! The JSON shapes of a Kineto trace, as serde reads them: borrowed from the decompressed text
-//! wherever possible and lenient about types, so that one odd field makes one event unusable
-//! (counted later) instead of failing the whole file.
+//! The parts of a Kineto trace the reader uses, borrowed from the decompressed text wherever
+//! possible and lenient about types, so that one odd field makes one event unusable (counted
+//! later) instead of failing the whole file.
 //!
-//! Only the fields the reader uses are named; serde skips every other key without building
-//! anything for it.
+//! Events and their `args` are filled by the scanner (`super::scan`); the small top-level
+//! objects (`deviceProperties`, `distributedInfo`) by serde, which is what the `Deserialize`
+//! impls of [`LooseInt`] and [`LooseStr`] are for.
 
 use std::borrow::Cow;
 use std::fmt;
