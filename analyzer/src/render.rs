@@ -305,6 +305,25 @@ pub fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
 }
 
+/// One decimal the way `nsys stats` prints it: the exact binary value rounded to nearest, with exact ties going
+/// away from zero (3361 / 4 = 840.25 prints 840.3, where Rust's formatting gives 840.2; 50135.95, stored as
+/// 50135.9499…, prints 50135.9).
+fn nsys_decimal1(value: f64) -> String {
+    if !value.is_finite() {
+        return format!("{value:.1}");
+    }
+    // Rust prints the exact decimal expansion of an f64 when asked for enough digits.
+    let exact = format!("{:.80}", value.abs());
+    let (whole, fraction) = exact.split_once('.').unwrap_or((&exact, "0"));
+    let is_tie = fraction.as_bytes().get(1) == Some(&b'5') && fraction.bytes().skip(2).all(|b| b == b'0');
+    if !is_tie {
+        return format!("{value:.1}");
+    }
+    let tenths: u128 = format!("{whole}{}", &fraction[..1]).parse::<u128>().unwrap_or(0) + 1;
+    let sign = if value < 0.0 { "-" } else { "" };
+    format!("{sign}{}.{}", tenths / 10, tenths % 10)
+}
+
 /// The kernel summary in the column layout and number formatting of `nsys stats --report cuda_gpu_kern_sum --format csv`.
 pub fn kernel_summary_csv(rows: &[KernelSummaryRow]) -> String {
     let mut out =
@@ -312,15 +331,15 @@ pub fn kernel_summary_csv(rows: &[KernelSummaryRow]) -> String {
     for row in rows {
         let _ = writeln!(
             out,
-            "{:.1},{},{},{:.1},{:.1},{},{},{:.1},{}",
-            row.time_pct,
+            "{},{},{},{},{},{},{},{},{}",
+            nsys_decimal1(row.time_pct),
             row.total_ns,
             row.instances,
-            row.avg_ns,
-            row.med_ns,
+            nsys_decimal1(row.avg_ns),
+            nsys_decimal1(row.med_ns),
             row.min_ns,
             row.max_ns,
-            row.stddev_ns,
+            nsys_decimal1(row.stddev_ns),
             csv_field(&row.name)
         );
     }
@@ -336,17 +355,32 @@ pub fn kernel_summary_table(rows: &[KernelSummaryRow]) -> String {
     for row in rows {
         let _ = writeln!(
             out,
-            "{:>8.1}  {:>15}  {:>9}  {:>12.1}  {:>12.1}  {:>10}  {:>10}  {:>12.1}  {}",
-            row.time_pct,
+            "{:>8}  {:>15}  {:>9}  {:>12}  {:>12}  {:>10}  {:>10}  {:>12}  {}",
+            nsys_decimal1(row.time_pct),
             row.total_ns,
             row.instances,
-            row.avg_ns,
-            row.med_ns,
+            nsys_decimal1(row.avg_ns),
+            nsys_decimal1(row.med_ns),
             row.min_ns,
             row.max_ns,
-            row.stddev_ns,
+            nsys_decimal1(row.stddev_ns),
             row.name
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nsys_decimal1;
+
+    #[test]
+    fn one_decimal_like_nsys_stats() {
+        assert_eq!(nsys_decimal1(840.25), "840.3");
+        assert_eq!(nsys_decimal1(1_002_719.0 / 20.0), "50135.9");
+        assert_eq!(nsys_decimal1(-840.25), "-840.3");
+        assert_eq!(nsys_decimal1(20959.5), "20959.5");
+        assert_eq!(nsys_decimal1(0.04), "0.0");
+        assert_eq!(nsys_decimal1(79.04), "79.0");
+    }
 }

@@ -144,3 +144,34 @@ fn super_bucket(bytes: u64) -> &'static str {
         ">=256 MiB"
     }
 }
+
+/// A capture with the NCCL profiler plugin of a run where rank 1 synchronises and sleeps 2 ms before every 4th
+/// all-reduce: collectives carry communicator, sequence number and size; rank 1 is the late rank and rank 0 does
+/// the waiting.
+#[test]
+fn skewed_capture_blames_the_sleeping_rank() {
+    let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
+    let r = report(&["collectives", "--format", "json", trace.to_str().unwrap()]);
+    assert_eq!(r["collectives"]["matched_instances"], 73);
+    assert_eq!(r["collectives"]["unmatched_kernels"], 0);
+    let instances = r["instances"].as_array().unwrap();
+    // Matched by communicator and sequence number from the plugin: sequence numbers 0..=72, sizes known.
+    let mut seqs: Vec<u64> = instances.iter().map(|i| i["seq"].as_u64().unwrap()).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..73).collect::<Vec<u64>>());
+    assert!(instances.iter().all(|i| i["communicator"].as_str().unwrap().starts_with("0x") && i["bytes"].is_u64()));
+    let late_rank_1 = instances.iter().filter(|i| i["late_rank"] == 1).count();
+    assert_eq!(late_rank_1, 66);
+
+    let ranks = report(&["report", "--format", "json", trace.to_str().unwrap()]);
+    let wait = |rank: usize| ranks["ranks"][rank]["comm_wait_ns"].as_i64().unwrap();
+    assert_eq!(ranks["ranks"][1]["late_count"], 66);
+    assert!(wait(0) > 30 * wait(1), "rank 0 waits for rank 1: {} vs {}", wait(0), wait(1));
+    for rank in 0..2 {
+        let figures = &ranks["ranks"][rank];
+        assert_eq!(
+            figures["comm_wait_ns"].as_i64().unwrap() + figures["comm_transfer_ns"].as_i64().unwrap(),
+            figures["categories"]["comm.all_reduce"].as_i64().unwrap()
+        );
+    }
+}

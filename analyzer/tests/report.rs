@@ -66,7 +66,11 @@ fn builtin_sample_phases_follow_launching_thread() {
 /// printed for the same exports (saved in sample-traces/nsys-reference/).
 #[test]
 fn kernel_summary_equals_nsys_stats() {
-    for name in ["tp2_nsys", "tp1_nsys"] {
+    let kernel_names = |name: &str| match name {
+        "tp1_nsys" | "tp1_capture" => 20,
+        _ => 22,
+    };
+    for name in ["tp2_nsys", "tp1_nsys", "tp2_capture", "tp1_capture", "tp2_skew_capture"] {
         let trace = repo_root().join(format!("sample-traces/{name}.sqlite.gz"));
         let reference = std::fs::read_to_string(
             repo_root().join(format!("sample-traces/nsys-reference/{name}.cuda_gpu_kern_sum.csv")),
@@ -79,8 +83,7 @@ fn kernel_summary_equals_nsys_stats() {
         let ours = String::from_utf8(output.stdout).unwrap();
         let ours: Vec<&str> = ours.trim_end_matches('\n').lines().collect();
         assert_eq!(ours, reference.iter().copied().filter(|l| !l.is_empty()).collect::<Vec<_>>(), "{name}");
-        let kernel_names = if name == "tp2_nsys" { 22 } else { 20 };
-        assert_eq!(ours.len(), 1 + kernel_names, "{name}: header + one row per kernel name");
+        assert_eq!(ours.len(), 1 + kernel_names(name), "{name}: header + one row per kernel name");
     }
 }
 
