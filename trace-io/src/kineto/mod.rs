@@ -61,11 +61,37 @@ fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
         if is_gzip { Error::format(path, format!("corrupt or truncated gzip data: {e}")) } else { Error::io(path, e) }
     };
 
+    let text_bytes = text_size_hint(path, is_gzip);
+    let chunk_bytes = chunk_bytes.min(text_bytes.saturating_add(1)).max(1);
+    if text_bytes <= 2 * CHUNK_BYTES {
+        // A small file: a second thread would only add hand-over latency.
+        let mut blocks = BlockReader::Direct(text);
+        return scan_blocks(path, &mut blocks, chunk_bytes, read_error);
+    }
     // Decompression runs on its own thread, a block ahead of the scan.
     std::thread::scope(|scope| {
         let mut blocks = BlockReader::spawn(scope, text, CHUNK_BYTES).map_err(|e| Error::io(path, e))?;
         scan_blocks(path, &mut blocks, chunk_bytes, read_error)
     })
+}
+
+/// About how many bytes of text the file holds: its size, or for gzip the size its trailer
+/// records (modulo 4 GiB; damaged or multi-member files may say less). Only sizes buffers and
+/// picks the threading; `usize::MAX` when unknown.
+fn text_size_hint(path: &Path, is_gzip: bool) -> usize {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return usize::MAX };
+    let Ok(length) = file.metadata().map(|m| m.len()) else { return usize::MAX };
+    if !is_gzip {
+        return usize::try_from(length).unwrap_or(usize::MAX);
+    }
+    let mut trailer = [0u8; 4];
+    if length < 18 || file.seek(SeekFrom::End(-4)).is_err() || file.read_exact(&mut trailer).is_err() {
+        return usize::MAX;
+    }
+    let recorded = u32::from_le_bytes(trailer) as usize;
+    // A 4 GiB wrap or a damaged trailer can understate: never below the compressed size.
+    recorded.max(usize::try_from(length).unwrap_or(usize::MAX))
 }
 
 /// Scans the text that `blocks` delivers, `chunk_bytes` (or more, for a larger unit) at a time.
@@ -131,14 +157,18 @@ fn scan_blocks(
     Ok(builder.finish())
 }
 
-/// Text read (and decompressed) on a background thread, handed over in blocks.
-struct BlockReader {
-    full: Receiver<std::io::Result<Vec<u8>>>,
-    /// Blocks given back to the thread for reuse, so that memory stays at a few blocks.
-    empty: Sender<Vec<u8>>,
-    /// The block being copied out, and how much of it is.
-    current: Vec<u8>,
-    taken: usize,
+/// Where the scan gets its text: straight from the (decompressing) reader, or from a background
+/// thread that reads a block ahead.
+enum BlockReader {
+    Direct(Box<dyn Read + Send>),
+    Threaded {
+        full: Receiver<std::io::Result<Vec<u8>>>,
+        /// Blocks given back to the thread for reuse, so that memory stays at a few blocks.
+        empty: Sender<Vec<u8>>,
+        /// The block being copied out, and how much of it is.
+        current: Vec<u8>,
+        taken: usize,
+    },
 }
 
 impl BlockReader {
@@ -174,25 +204,34 @@ impl BlockReader {
                 }
             }
         })?;
-        Ok(BlockReader { full, empty, current: Vec::new(), taken: 0 })
+        Ok(BlockReader::Threaded { full, empty, current: Vec::new(), taken: 0 })
     }
 
     /// Copies the next bytes into `out`; 0 at the end of the text.
     fn read_into(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.taken == self.current.len() {
-            match self.full.recv() {
+        let (full, empty, current, taken) = match self {
+            BlockReader::Direct(source) => loop {
+                match source.read(out) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    result => return result,
+                }
+            },
+            BlockReader::Threaded { full, empty, current, taken } => (full, empty, current, taken),
+        };
+        while *taken == current.len() {
+            match full.recv() {
                 Ok(block) => {
-                    let used = std::mem::replace(&mut self.current, block?);
-                    self.taken = 0;
-                    let _ = self.empty.send(used);
+                    let used = std::mem::replace(current, block?);
+                    *taken = 0;
+                    let _ = empty.send(used);
                 }
                 // The thread has ended: every block has been delivered.
                 Err(_) => return Ok(0),
             }
         }
-        let n = out.len().min(self.current.len() - self.taken);
-        out[..n].copy_from_slice(&self.current[self.taken..self.taken + n]);
-        self.taken += n;
+        let n = out.len().min(current.len() - *taken);
+        out[..n].copy_from_slice(&current[*taken..*taken + n]);
+        *taken += n;
         Ok(n)
     }
 }
