@@ -18,6 +18,7 @@
 pub mod bench_peaks;
 pub mod categories;
 pub mod collectives;
+pub mod compare;
 pub mod hta;
 pub mod intervals;
 pub mod kernel_summary;

@@ -11,10 +11,10 @@ use clap::{Parser, Subcommand};
 use regex::Regex;
 use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
-use shardscope_analyzer::hta;
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
+use shardscope_analyzer::{compare, hta};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -74,6 +74,26 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
     },
+    /// Compare runs of one workload at different scales (TP=1 vs TP=2, 4 vs 8 GPUs): per phase and op category,
+    /// per-rank time, speedup over the first run and scaling efficiency.
+    Compare {
+        /// One run: a trace file or folder, or several comma-separated (its ranks). Give it once per run,
+        /// baseline first.
+        #[arg(long = "run", required = true, value_name = "TRACE[,TRACE...]")]
+        runs: Vec<String>,
+        /// A name for each run, in order (default: the file names).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Regex selecting phase ranges.
+        #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
+        phase_pattern: String,
+        /// Op-category rules file replacing the built-in rules.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+    },
     /// The kernel summary of all GPUs together, with the fields and numbers of `nsys stats --report cuda_gpu_kern_sum`.
     KernSum {
         /// Trace files or folders; without any, the built-in sample.
@@ -127,6 +147,32 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Csv => render::collectives_csv(&report),
             };
             print!("{text}");
+        }
+        Command::Compare { runs, labels, phase_pattern, rules, format } => {
+            if !labels.is_empty() && labels.len() != runs.len() {
+                bail!("--label: {} labels for {} runs", labels.len(), runs.len());
+            }
+            let mut reports = Vec::new();
+            let mut names = Vec::new();
+            for (index, run) in runs.iter().enumerate() {
+                let paths: Vec<PathBuf> = run.split(',').filter(|p| !p.is_empty()).map(PathBuf::from).collect();
+                let analysis = AnalysisArgs {
+                    traces: paths,
+                    phase_pattern: phase_pattern.clone(),
+                    rules: rules.clone(),
+                    window: None,
+                    hta_include_last_step: false,
+                    bench: None,
+                };
+                reports.push(run_analysis(analysis, false)?);
+                names.push(labels.get(index).cloned().unwrap_or_else(|| run.clone()));
+            }
+            let comparison = compare::compare(&names, &reports);
+            match format {
+                OutputFormat::Table => print!("{}", render::comparison_table(&comparison)),
+                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
+                OutputFormat::Csv => print!("{}", render::comparison_csv(&comparison)),
+            }
         }
         Command::KernSum { traces, format } => {
             let traces = load_all(&traces)?;

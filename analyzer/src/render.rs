@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::compare::Comparison;
 use crate::kernel_summary::KernelSummaryRow;
 use crate::report::{Figures, Report};
 
@@ -295,6 +296,65 @@ pub fn csv(report: &Report) -> String {
                 let _ = write!(out, ",{}", f.categories.get(*category).copied().unwrap_or(0));
             }
             out.push('\n');
+        }
+    }
+    out
+}
+
+/// The comparison of runs: one block per phase, one row per figure.
+pub fn comparison_table(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "runs (baseline first): {}", c.runs.join(" | "));
+    let _ = writeln!(out, "per-rank time = mean over the run's ranks; speedup and efficiency against the first run");
+    for phase in &c.phases {
+        let title = if phase.phase.is_empty() { "whole run" } else { &phase.phase };
+        let ranks: Vec<String> = phase.ranks.iter().map(|n| format!("{n} rank(s)")).collect();
+        let _ = writeln!(out, "\n== {title} ({})", ranks.join(" | "));
+        let _ = write!(out, "{:<22}", "");
+        for (index, label) in c.runs.iter().enumerate() {
+            let _ = write!(out, " {:>12}", truncate(label, 12));
+            if index > 0 {
+                let _ = write!(out, " {:>8} {:>6}", "speedup", "eff.");
+            }
+        }
+        out.push('\n');
+        for row in &phase.rows {
+            let _ = write!(out, "{:<22}", truncate(&row.what, 22));
+            for index in 0..c.runs.len() {
+                let time = row.per_rank_ns[index].map(|ns| duration(ns.round() as i64)).unwrap_or_else(|| "-".into());
+                let _ = write!(out, " {time:>12}");
+                if index > 0 {
+                    let speedup = row.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
+                    let efficiency =
+                        row.efficiency_pct[index].map(|e| format!("{e:.0}%")).unwrap_or_else(|| "-".into());
+                    let _ = write!(out, " {speedup:>8} {efficiency:>6}");
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The comparison as CSV: one row per phase, figure and run.
+pub fn comparison_csv(c: &Comparison) -> String {
+    let mut out = String::from("phase,what,run,ranks,per_rank_ns,speedup,efficiency_pct\n");
+    let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
+    for phase in &c.phases {
+        for row in &phase.rows {
+            for (index, run) in c.runs.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{}",
+                    csv_field(&phase.phase),
+                    csv_field(&row.what),
+                    csv_field(run),
+                    phase.ranks[index],
+                    number(row.per_rank_ns[index]),
+                    number(row.speedup[index]),
+                    number(row.efficiency_pct[index])
+                );
+            }
         }
     }
     out
