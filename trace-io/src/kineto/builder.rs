@@ -316,6 +316,7 @@ impl Builder {
             Category::Runtime | Category::Driver => self.add_api_call(&category, event, &args),
             Category::CpuAnnotation => self.add_cpu_annotation(&category, event, &args),
             Category::GpuAnnotation => self.add_gpu_annotation(&category, event, &args),
+            // Handled above.
             Category::CpuOp => {}
         }
     }
@@ -634,7 +635,7 @@ impl Builder {
             return;
         }
         let wanted: HashSet<u32> = pending.iter().map(|&k| self.trace.kernels[k].correlation_id).collect();
-        // correlation → (pid, tid, launch time) of the launching call in the main process.
+        // correlation → (thread, launch time) of the launching call in the main process.
         let main_pid = self.trace.processes[main_process.0 as usize].pid;
         let mut launches = HashMap::new();
         for call in &self.trace.api_calls {
