@@ -503,6 +503,32 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_eq!(shardscope_io::load(&renamed.0).unwrap()[0].kernels.len(), 245);
 }
 
+#[test]
+fn every_prefix_and_corruption_of_a_trace_fails_cleanly() {
+    let Some(dir) = kineto_dir() else { return };
+    let text = std::fs::read(dir.join("backward_thread.json")).unwrap();
+    let file = TempFile::new("prefix.json", b"");
+    // Every cut of the text either loads (only the whole file does) or gives a one-line error.
+    for cut in 1..text.len() {
+        std::fs::write(&file.0, &text[..cut]).unwrap();
+        match kineto::read(&file.0) {
+            Ok(_) => assert!(text[cut..].iter().all(u8::is_ascii_whitespace), "cut {cut} loaded"),
+            Err(e) => assert!(!e.to_string().contains('\n'), "cut {cut}: {e}"),
+        }
+    }
+    // Overwriting any one byte with a quote, a bracket or garbage never panics.
+    for at in (0..text.len()).step_by(7) {
+        for replacement in [b'"', b'}', b'[', 0xff, b'x'] {
+            let mut corrupt = text.clone();
+            corrupt[at] = replacement;
+            std::fs::write(&file.0, &corrupt).unwrap();
+            if let Err(e) = kineto::read(&file.0) {
+                assert!(!e.to_string().contains('\n'));
+            }
+        }
+    }
+}
+
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Read;
     let mut text = Vec::new();
