@@ -2,8 +2,8 @@
 //!
 //! Kineto writes `ts` and `dur` as microseconds with up to three decimals (nanoseconds), e.g.
 //! `1712195495519689.047`. That is 19 significant digits, while an `f64` holds about 15.9:
-//! parsing through `f64` would move such a timestamp by up to 0.125 µs. So the reader takes the
-//! number's text (serde_json's `RawValue`) and converts it digit by digit.
+//! parsing through `f64` would move such a timestamp by up to 0.125 µs. So the scanner keeps the
+//! number's text and this module converts it digit by digit.
 
 /// Converts the text of a JSON number of microseconds into nanoseconds, rounding to the nearest
 /// nanosecond (halves away from zero). Also accepts the number wrapped in a JSON string.
