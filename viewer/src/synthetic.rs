@@ -36,7 +36,7 @@ pub struct SyntheticSpec {
     pub kernels_per_rank: usize,
     /// Every n-th kernel is an all-reduce on the communication stream.
     pub allreduce_every: usize,
-    /// Kernels per training step (one `step` NVTX range each).
+    /// Kernels per request (one `request` NVTX range each, split into `prefill` and `decode`).
     pub kernels_per_step: usize,
 }
 
@@ -62,25 +62,45 @@ impl XorShift {
 
 /// Builds one trace per rank as described in the module docs.
 pub fn generate(spec: SyntheticSpec) -> Vec<Trace> {
-    (0..spec.ranks).map(|rank| generate_rank(spec, rank)).collect()
+    (0..spec.ranks)
+        .map(|rank| {
+            let mut trace = Trace {
+                source: SourceInfo {
+                    path: format!("synthetic-rank{rank}"),
+                    format: SourceFormat::NsysSqlite,
+                    ..SourceInfo::default()
+                },
+                ..Trace::default()
+            };
+            add_rank(&mut trace, spec, rank);
+            trace.finish();
+            trace
+        })
+        .collect()
 }
 
-fn generate_rank(spec: SyntheticSpec, rank: u32) -> Trace {
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (u64::from(rank) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+/// Builds all ranks into one trace, one process and GPU each, as one nsys export of a
+/// single-node job holds them.
+pub fn generate_single(spec: SyntheticSpec) -> Trace {
     let mut trace = Trace {
-        source: SourceInfo {
-            path: format!("synthetic-rank{rank}"),
-            format: SourceFormat::NsysSqlite,
-            ..SourceInfo::default()
-        },
+        source: SourceInfo { path: "synthetic".into(), format: SourceFormat::NsysSqlite, ..SourceInfo::default() },
         ..Trace::default()
     };
+    for rank in 0..spec.ranks {
+        add_rank(&mut trace, spec, rank);
+    }
+    trace.finish();
+    trace
+}
+
+fn add_rank(trace: &mut Trace, spec: SyntheticSpec, rank: u32) {
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (u64::from(rank) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let pid = 1000 + rank;
     let tid = pid;
     let process = trace.add_process(Process {
         pid,
         global_pid: u64::from(pid) << 24,
-        name: "python train.py".into(),
+        name: "python serve.py".into(),
         host: Some(format!("node{}", rank / 4)),
         rank: Some(rank),
         world_size: Some(spec.ranks),
@@ -103,6 +123,7 @@ fn generate_rank(spec: SyntheticSpec, rank: u32) -> Trace {
     let n = spec.kernels_per_rank;
     trace.kernels.reserve(n);
     trace.api_calls.reserve(n);
+    // Collective seq numbers count per rank, like NCCL's per-communicator counters.
     // Host runs ahead of the GPU by a few microseconds, as it does in a launch-bound-free run.
     let mut host_ns: i64 = 1_000_000 + i64::from(rank) * 3_000;
     let mut compute_free_ns: i64 = 0;
@@ -206,8 +227,6 @@ fn generate_rank(spec: SyntheticSpec, rank: u32) -> Trace {
         }
     }
     trace.threads.push(shardscope_model::ThreadName { process, tid, name: "python".into() });
-    trace.finish();
-    trace
 }
 
 #[cfg(test)]
@@ -228,5 +247,13 @@ mod tests {
             assert!(trace.kernels.iter().all(|k| k.launch.is_some()));
             assert!(trace.ranges.iter().filter(|r| r.depth == 1).count() == 20);
         }
+        let single = generate_single(SyntheticSpec {
+            ranks: 3,
+            kernels_per_rank: 1000,
+            allreduce_every: 10,
+            kernels_per_step: 100,
+        });
+        assert_eq!((single.processes.len(), single.devices.len(), single.kernels.len()), (3, 3, 3000));
+        assert!(single.kernels.iter().all(|k| k.launch.is_some()));
     }
 }

