@@ -10,14 +10,16 @@
 //! - one row per process for NVTX start/end ranges (they may cross threads);
 //! - a flow arrow from each launching API call to every kernel and copy it launched.
 //!
-//! Slices on one row must nest. Real traces occasionally hold slices that overlap without
-//! nesting (timer jitter between back-to-back kernels, start/end ranges); such a slice goes to
-//! an extra row beside the original, named `… (overlap N)`, and [`ExportStats::overlap_rows`]
-//! counts those rows.
+//! Slices on one row must nest, or Perfetto pairs begins and ends wrongly. Real traces hold
+//! slices that overlap without nesting: a kernel started by programmatic dependent launch
+//! begins before the previous kernel of its stream has ended, and NVTX start/end ranges need
+//! not nest at all. Such a slice goes to an extra row beside its own, named `… (overlap N)`;
+//! [`ExportStats::overlap_rows`] counts those rows.
 //!
 //! Size: every event name and debug-annotation string is interned once per input trace (one
-//! packet sequence per trace), track uuids are small numbers, and each slice is a begin and an
-//! end packet, so a kernel costs well under a hundred bytes.
+//! packet sequence per trace) and track uuids are small numbers. A slice is a begin and an end
+//! packet: on the two-rank sample a kernel with its arguments and flow takes about 80 bytes, an
+//! API call about 52.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -192,11 +194,33 @@ enum SliceRef {
 /// One timeline row: a track descriptor's uuid and what is needed to add overlap rows beside it.
 struct Row {
     uuid: u64,
-    /// The track that overlap rows are put under (the row's own parent, or the row itself for
-    /// thread tracks, whose children the UI shows with the thread).
+    /// The track that overlap rows are put under: the row's own parent (the process for a
+    /// thread track).
     overlap_parent: u64,
+    /// Position among its siblings when the parent orders them explicitly; overlap rows take
+    /// the same so that they sit next to their row.
+    order: Option<i32>,
     name: String,
     slices: Vec<SliceRef>,
+}
+
+/// Rows already made, by what they show: index in [`TraceExport::rows`] (uuid for groups).
+#[derive(Default)]
+struct RowKeys {
+    gpu_groups: HashMap<DeviceIdx, u64>,
+    streams: HashMap<(DeviceIdx, u32), usize>,
+    threads: HashMap<(ProcessIdx, u32), usize>,
+    start_end: HashMap<ProcessIdx, usize>,
+}
+
+/// A track name field.
+fn track_name(name: &str) -> Option<proto::track_descriptor::StaticOrDynamicName> {
+    Some(proto::track_descriptor::StaticOrDynamicName::Name(name.to_string()))
+}
+
+/// A stream id or GPU ordinal as a sibling rank (an `int32` in Perfetto).
+fn clamp_rank(value: u32) -> i32 {
+    value.min(i32::MAX as u32) as i32
 }
 
 /// Interned strings of one packet sequence, and the entries not yet written.
@@ -318,7 +342,8 @@ struct TraceExport<'t> {
     process_tracks: Vec<u64>,
     /// Pid written for each process.
     process_pids: Vec<i32>,
-    /// Flow id of each kernel launched by a known call (0: none).
+    /// Flow ids of this trace start after this: kernel `i` has `base + 1 + i`, copy or set `j`
+    /// has `base + 1 + kernels + j`.
     kernel_flow_base: u64,
     /// For each API call, the flow ids leaving it: `launch_flows[launch_offsets[i]..launch_offsets[i + 1]]`.
     launch_offsets: Vec<u32>,
@@ -429,132 +454,159 @@ impl<'t> TraceExport<'t> {
         self.process_tracks.get(process.0 as usize).copied()
     }
 
-    /// Makes the GPU, stream, thread and start/end rows and assigns every slice to one.
+    /// Assigns every slice to its row, describing each row (and GPU group) when first used.
     fn collect_rows<W: Write>(&mut self, writer: &mut PacketWriter<'_, W>, ids: &mut Ids) -> std::io::Result<()> {
         let trace = self.trace;
-        let mut gpu_groups: HashMap<DeviceIdx, u64> = HashMap::new();
-        let mut stream_rows: HashMap<(DeviceIdx, u32), usize> = HashMap::new();
-        let mut thread_rows: HashMap<(ProcessIdx, u32), usize> = HashMap::new();
-        let mut start_end_rows: HashMap<ProcessIdx, usize> = HashMap::new();
-
-        let mut gpu_slices: Vec<(DeviceIdx, u32, SliceRef)> = Vec::new();
-        gpu_slices
-            .extend(trace.kernels.iter().enumerate().map(|(i, k)| (k.device, k.stream, SliceRef::Kernel(i as u32))));
-        gpu_slices
-            .extend(trace.memops.iter().enumerate().map(|(i, m)| (m.device, m.stream, SliceRef::MemOp(i as u32))));
-        let mut thread_slices: Vec<(ProcessIdx, u32, SliceRef)> = Vec::new();
-        thread_slices
-            .extend(trace.api_calls.iter().enumerate().map(|(i, a)| (a.process, a.tid, SliceRef::Api(i as u32))));
-        let mut start_end_slices: Vec<(ProcessIdx, SliceRef)> = Vec::new();
+        let mut rows = RowKeys::default();
+        for (i, kernel) in trace.kernels.iter().enumerate() {
+            let row = self.stream_row(writer, ids, &mut rows, kernel.device, kernel.stream)?;
+            self.rows[row].slices.push(SliceRef::Kernel(i as u32));
+        }
+        for (i, memop) in trace.memops.iter().enumerate() {
+            let row = self.stream_row(writer, ids, &mut rows, memop.device, memop.stream)?;
+            self.rows[row].slices.push(SliceRef::MemOp(i as u32));
+        }
+        for (i, call) in trace.api_calls.iter().enumerate() {
+            let row = self.thread_row(writer, ids, &mut rows, call.process, call.tid)?;
+            self.rows[row].slices.push(SliceRef::Api(i as u32));
+        }
         for (i, range) in trace.ranges.iter().enumerate() {
-            let slice = SliceRef::Range(i as u32);
-            match (range.kind, range.device) {
-                (RangeKind::GpuAnnotation, Some(device)) => gpu_slices.push((device, range.stream.unwrap_or(0), slice)),
-                (RangeKind::StartEnd, _) => start_end_slices.push((range.process, slice)),
-                _ => thread_slices.push((range.process, range.tid, slice)),
-            }
-        }
-
-        for (device, stream, slice) in gpu_slices {
-            let row = match stream_rows.get(&(device, stream)) {
-                Some(&row) => row,
-                None => {
-                    let group = match gpu_groups.get(&device) {
-                        Some(&group) => group,
-                        None => {
-                            let group = ids.track_uuid();
-                            let device_info = trace.devices.get(device.0 as usize);
-                            let ordinal = device_info.map_or(device.0, |d| d.ordinal);
-                            let name = match device_info.map(|d| d.name.as_str()).filter(|n| !n.is_empty()) {
-                                Some(model) => format!("GPU {ordinal} ({model})"),
-                                None => format!("GPU {ordinal}"),
-                            };
-                            let descriptor = TrackDescriptor {
-                                uuid: Some(group),
-                                parent_uuid: self.device_owner(device),
-                                static_or_dynamic_name: Some(proto::track_descriptor::StaticOrDynamicName::Name(name)),
-                                child_ordering: Some(proto::track_descriptor::ChildTracksOrdering::Explicit as i32),
-                                sibling_order_rank: Some(ordinal.min(i32::MAX as u32) as i32),
-                                ..TrackDescriptor::default()
-                            };
-                            self.write_descriptor(writer, descriptor)?;
-                            gpu_groups.insert(device, group);
-                            group
-                        }
-                    };
-                    let uuid = ids.track_uuid();
-                    let name = format!("Stream {stream}");
-                    let descriptor = TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: Some(group),
-                        static_or_dynamic_name: Some(proto::track_descriptor::StaticOrDynamicName::Name(name.clone())),
-                        sibling_order_rank: Some(stream.min(i32::MAX as u32) as i32),
-                        ..TrackDescriptor::default()
-                    };
-                    self.write_descriptor(writer, descriptor)?;
-                    self.rows.push(Row { uuid, overlap_parent: group, name, slices: Vec::new() });
-                    stream_rows.insert((device, stream), self.rows.len() - 1);
-                    self.rows.len() - 1
+            let row = match (range.kind, range.device) {
+                (RangeKind::GpuAnnotation, Some(device)) => {
+                    self.stream_row(writer, ids, &mut rows, device, range.stream.unwrap_or(0))?
                 }
+                (RangeKind::StartEnd, _) => self.start_end_row(writer, ids, &mut rows, range.process)?,
+                _ => self.thread_row(writer, ids, &mut rows, range.process, range.tid)?,
             };
-            self.rows[row].slices.push(slice);
-        }
-
-        let thread_names: HashMap<(ProcessIdx, u32), &str> =
-            trace.threads.iter().map(|t| ((t.process, t.tid), t.name.as_str())).collect();
-        for (process, tid, slice) in thread_slices {
-            let row = match thread_rows.get(&(process, tid)) {
-                Some(&row) => row,
-                None => {
-                    let uuid = ids.track_uuid();
-                    let real_pid = trace.processes.get(process.0 as usize).map_or(0, |p| p.pid);
-                    let pid = self.process_pids.get(process.0 as usize).copied().unwrap_or(real_pid as i32);
-                    // A process moved to a synthetic pid moves its threads out of the real tid space too.
-                    let tid_written =
-                        if pid == real_pid as i32 { i64::from(tid) } else { (i64::from(pid) << 32) | i64::from(tid) };
-                    let name =
-                        thread_names.get(&(process, tid)).map_or_else(|| format!("Thread {tid}"), |n| n.to_string());
-                    let descriptor = TrackDescriptor {
-                        uuid: Some(uuid),
-                        thread: Some(ThreadDescriptor {
-                            pid: Some(pid),
-                            tid: Some(tid_written),
-                            thread_name: thread_names.get(&(process, tid)).map(|n| n.to_string()),
-                        }),
-                        ..TrackDescriptor::default()
-                    };
-                    self.write_descriptor(writer, descriptor)?;
-                    let overlap_parent = self.process_track(process).unwrap_or(uuid);
-                    self.rows.push(Row { uuid, overlap_parent, name, slices: Vec::new() });
-                    thread_rows.insert((process, tid), self.rows.len() - 1);
-                    self.rows.len() - 1
-                }
-            };
-            self.rows[row].slices.push(slice);
-        }
-
-        for (process, slice) in start_end_slices {
-            let row = match start_end_rows.get(&process) {
-                Some(&row) => row,
-                None => {
-                    let uuid = ids.track_uuid();
-                    let name = "NVTX start/end ranges".to_string();
-                    let parent = self.process_track(process);
-                    let descriptor = TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: parent,
-                        static_or_dynamic_name: Some(proto::track_descriptor::StaticOrDynamicName::Name(name.clone())),
-                        ..TrackDescriptor::default()
-                    };
-                    self.write_descriptor(writer, descriptor)?;
-                    self.rows.push(Row { uuid, overlap_parent: parent.unwrap_or(uuid), name, slices: Vec::new() });
-                    start_end_rows.insert(process, self.rows.len() - 1);
-                    self.rows.len() - 1
-                }
-            };
-            self.rows[row].slices.push(slice);
+            self.rows[row].slices.push(SliceRef::Range(i as u32));
         }
         Ok(())
+    }
+
+    /// Adds a row and returns its index.
+    fn add_row(&mut self, uuid: u64, overlap_parent: u64, order: Option<i32>, name: String) -> usize {
+        self.rows.push(Row { uuid, overlap_parent, order, name, slices: Vec::new() });
+        self.rows.len() - 1
+    }
+
+    /// The row of a CUDA stream, under its GPU's group.
+    fn stream_row<W: Write>(
+        &mut self,
+        writer: &mut PacketWriter<'_, W>,
+        ids: &mut Ids,
+        rows: &mut RowKeys,
+        device: DeviceIdx,
+        stream: u32,
+    ) -> std::io::Result<usize> {
+        if let Some(&row) = rows.streams.get(&(device, stream)) {
+            return Ok(row);
+        }
+        let group = match rows.gpu_groups.get(&device) {
+            Some(&group) => group,
+            None => {
+                let group = self.write_gpu_group(writer, ids, device)?;
+                rows.gpu_groups.insert(device, group);
+                group
+            }
+        };
+        let uuid = ids.track_uuid();
+        let name = format!("Stream {stream}");
+        let order = Some(clamp_rank(stream));
+        let descriptor = TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(group),
+            static_or_dynamic_name: track_name(&name),
+            sibling_order_rank: order,
+            ..TrackDescriptor::default()
+        };
+        self.write_descriptor(writer, descriptor)?;
+        let row = self.add_row(uuid, group, order, name);
+        rows.streams.insert((device, stream), row);
+        Ok(row)
+    }
+
+    /// Describes the group of a GPU's stream rows and returns its uuid.
+    fn write_gpu_group<W: Write>(
+        &mut self,
+        writer: &mut PacketWriter<'_, W>,
+        ids: &mut Ids,
+        device: DeviceIdx,
+    ) -> std::io::Result<u64> {
+        let uuid = ids.track_uuid();
+        let info = self.trace.devices.get(device.0 as usize);
+        let ordinal = info.map_or(device.0, |d| d.ordinal);
+        let name = match info.map(|d| d.name.as_str()).filter(|n| !n.is_empty()) {
+            Some(model) => format!("GPU {ordinal} ({model})"),
+            None => format!("GPU {ordinal}"),
+        };
+        let descriptor = TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: self.device_owner(device),
+            static_or_dynamic_name: track_name(&name),
+            // Streams in id order rather than in order of first use.
+            child_ordering: Some(proto::track_descriptor::ChildTracksOrdering::Explicit as i32),
+            sibling_order_rank: Some(clamp_rank(ordinal)),
+            ..TrackDescriptor::default()
+        };
+        self.write_descriptor(writer, descriptor)?;
+        Ok(uuid)
+    }
+
+    /// The track of a CPU thread.
+    fn thread_row<W: Write>(
+        &mut self,
+        writer: &mut PacketWriter<'_, W>,
+        ids: &mut Ids,
+        rows: &mut RowKeys,
+        process: ProcessIdx,
+        tid: u32,
+    ) -> std::io::Result<usize> {
+        if let Some(&row) = rows.threads.get(&(process, tid)) {
+            return Ok(row);
+        }
+        let trace = self.trace;
+        let uuid = ids.track_uuid();
+        let real_pid = trace.processes.get(process.0 as usize).map_or(0, |p| p.pid as i32);
+        let pid = self.process_pids.get(process.0 as usize).copied().unwrap_or(real_pid);
+        // A process moved to a synthetic pid takes its threads out of the real tid space too.
+        let tid_written = if pid == real_pid { i64::from(tid) } else { (i64::from(pid) << 32) | i64::from(tid) };
+        let thread_name = trace.threads.iter().find(|t| t.process == process && t.tid == tid).map(|t| t.name.clone());
+        let descriptor = TrackDescriptor {
+            uuid: Some(uuid),
+            thread: Some(ThreadDescriptor { pid: Some(pid), tid: Some(tid_written), thread_name: thread_name.clone() }),
+            ..TrackDescriptor::default()
+        };
+        self.write_descriptor(writer, descriptor)?;
+        let overlap_parent = self.process_track(process).unwrap_or(uuid);
+        let row = self.add_row(uuid, overlap_parent, None, thread_name.unwrap_or_else(|| format!("Thread {tid}")));
+        rows.threads.insert((process, tid), row);
+        Ok(row)
+    }
+
+    /// The row of a process's NVTX start/end ranges.
+    fn start_end_row<W: Write>(
+        &mut self,
+        writer: &mut PacketWriter<'_, W>,
+        ids: &mut Ids,
+        rows: &mut RowKeys,
+        process: ProcessIdx,
+    ) -> std::io::Result<usize> {
+        if let Some(&row) = rows.start_end.get(&process) {
+            return Ok(row);
+        }
+        let uuid = ids.track_uuid();
+        let name = "NVTX start/end ranges".to_string();
+        let parent = self.process_track(process);
+        let descriptor = TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: parent,
+            static_or_dynamic_name: track_name(&name),
+            ..TrackDescriptor::default()
+        };
+        self.write_descriptor(writer, descriptor)?;
+        let row = self.add_row(uuid, parent.unwrap_or(uuid), None, name);
+        rows.start_end.insert(process, row);
+        Ok(row)
     }
 
     /// Start and end of a slice in written time (clock offset applied).
@@ -607,7 +659,8 @@ impl<'t> TraceExport<'t> {
                     let descriptor = TrackDescriptor {
                         uuid: Some(uuid),
                         parent_uuid: Some(row.overlap_parent),
-                        static_or_dynamic_name: Some(proto::track_descriptor::StaticOrDynamicName::Name(name)),
+                        static_or_dynamic_name: track_name(&name),
+                        sibling_order_rank: row.order,
                         ..TrackDescriptor::default()
                     };
                     self.write_descriptor(writer, descriptor)?;

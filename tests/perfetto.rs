@@ -377,6 +377,14 @@ fn several_traces_share_one_file_without_clashes() {
     pids.dedup();
     assert_eq!(pids.len(), process_count, "each process track has its own pid");
     assert_eq!(process_count, 2 * traces[0].processes.len());
+    let mut threads: Vec<(i32, i64)> =
+        decoded.tracks.values().filter_map(|t| t.thread.as_ref()).map(|t| (t.pid(), t.tid())).collect();
+    let thread_count = threads.len();
+    threads.sort();
+    threads.dedup();
+    assert_eq!(threads.len(), thread_count, "each thread track has its own pid and tid");
+    // 9 distinct globalTid values in the SQLite file's runtime calls and NVTX ranges, per copy.
+    assert_eq!(thread_count, 2 * 9);
     let mut sequences: Vec<u32> =
         decoded.track_sequence.iter().filter(|&(&uuid, _)| uuid != 0).map(|(_, &sequence)| sequence).collect();
     sequences.sort();
@@ -512,6 +520,10 @@ fn fabricated_trace_round_trips_exactly() {
     );
     assert_eq!(decoded.name(gemms[0].track), "Stream 7");
     assert_eq!(decoded.name(gemms[1].track), "Stream 7 (overlap 1)");
+    // The overlap row sorts with its stream: same parent, same rank.
+    let (row, overlap) = (&decoded.tracks[&gemms[0].track], &decoded.tracks[&gemms[1].track]);
+    assert_eq!((overlap.parent_uuid, overlap.sibling_order_rank), (row.parent_uuid, Some(7)));
+    assert_eq!(row.sibling_order_rank, Some(7));
     let nccl = by_name("ncclDevKernel_AllReduce_Sum_bf16_RING_LL");
     assert_eq!(
         nccl[0].args,
