@@ -102,6 +102,15 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
     },
+    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor.
+    Export {
+        /// Trace files or folders; several = ranks of one run.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// The Perfetto file to write (`.pftrace`).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
 }
@@ -183,6 +192,10 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Table => print!("{}", render::kernel_summary_table(&rows)),
                 OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
             }
+        }
+        Command::Export { traces, output } => {
+            let stats = shardscope::perfetto::export_file(&traces, &output).map_err(anyhow::Error::msg)?;
+            eprintln!("analyzer: wrote {} ({stats:?})", output.display());
         }
         Command::Rules => print!("{BUILTIN_RULES_TOML}"),
     }
