@@ -110,19 +110,18 @@ pub fn search_ui(ui: &mut egui::Ui, data: Option<&TimelineData>, state: &mut Sea
             .id_salt("search_query"),
     );
     let submitted = edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+    let previous = ui.button("Prev").on_hover_text("previous match").clicked();
+    let next = ui.button("Next").on_hover_text("next match").clicked();
+    // Search on Enter or a step, not on every keystroke: a query scans every event once.
     if let Some(data) = data
-        && (submitted || edit.changed())
+        && (submitted || previous || next)
     {
         state.run(data);
-        if submitted {
-            go_to = state.next_match();
-        }
     }
-    if ui.button("Prev").on_hover_text("previous match").clicked() {
-        go_to = state.previous_match();
-    }
-    if ui.button("Next").on_hover_text("next match").clicked() {
+    if submitted || next {
         go_to = state.next_match();
+    } else if previous {
+        go_to = state.previous_match();
     }
     match (&state.error, state.current) {
         (Some(error), _) => {

@@ -376,5 +376,32 @@ pub fn timeline_ui(
     }
 
     paint::paint_timeline(ui, data, view, &plan, highlights, rect, axis_rect, rows_rect, plot_rect, hover);
+
+    // Tooltip: what is under the pointer, or how many events a folded block holds.
+    if let Some(pos) = hover.filter(|p| plot_rect.contains(*p))
+        && !response.dragged()
+        && let Some(placed) =
+            plan.rows.iter().find(|r| pos.y >= rows_rect.top() + r.y && pos.y < rows_rect.top() + r.y + r.height)
+        && let RowContent::Track(track_index) = data.rows[placed.row].content
+    {
+        let placed_index = plan.rows.iter().position(|r| r.row == placed.row).unwrap_or(0) as u32;
+        let x = pos.x - plot_rect.left();
+        let item = plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
+        if let Some((_, item)) = item {
+            let trace = data.tracks[track_index].trace;
+            let (start, end) = data.event_span(trace, item.event);
+            let name = data.event_name(trace, item.event).to_owned();
+            let count = item.count;
+            response.clone().on_hover_ui_at_pointer(|ui| {
+                if count > 1 {
+                    ui.label(format!("{count} events, first: {name}"));
+                    ui.label("zoom in to see them one by one");
+                } else {
+                    ui.label(egui::RichText::new(name).strong());
+                    ui.label(paint::format_duration((end - start) as f64));
+                }
+            });
+        }
+    }
     output
 }
