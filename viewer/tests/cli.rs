@@ -15,7 +15,8 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 fn screenshot_writes_a_png_of_the_requested_size() {
     let dir = temp_dir("screenshot");
     let trace_path = dir.join("two_ranks.sqlite");
-    let trace = generate_single(SyntheticSpec { ranks: 2, kernels_per_rank: 300, allreduce_every: 10, kernels_per_step: 100 });
+    let trace =
+        generate_single(SyntheticSpec { ranks: 2, kernels_per_rank: 300, allreduce_every: 10, kernels_per_step: 100 });
     shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
     let png = dir.join("out.png");
     let output = Command::new(env!("CARGO_BIN_EXE_viewer"))

@@ -386,7 +386,8 @@ pub fn timeline_ui(
     {
         let placed_index = plan.rows.iter().position(|r| r.row == placed.row).unwrap_or(0) as u32;
         let x = pos.x - plot_rect.left();
-        let item = plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
+        let item =
+            plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
         if let Some((_, item)) = item {
             let trace = data.tracks[track_index].trace;
             let (start, end) = data.event_span(trace, item.event);
