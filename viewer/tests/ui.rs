@@ -230,3 +230,76 @@ fn snapshot_summary_charts() {
     assert!(ranks.iter().all(|r| r.phases.len() == 2), "{:?}", ranks[0].phases);
     h.snapshot("summary");
 }
+
+#[test]
+fn dragging_on_the_time_axis_selects_that_range() {
+    let mut h = harness(small_app());
+    let plot = h.state().session.as_ref().unwrap().view.last_plot_rect;
+    let (start, end) = view_span(&h);
+    let ns_per_point = (end - start) / f64::from(plot.width());
+    // The axis strip sits just above the rows.
+    let y = plot.top() - 10.0;
+    let from = Pos2::new(plot.left() + 100.0, y);
+    let to = Pos2::new(plot.left() + 400.0, y);
+    h.hover_at(from);
+    h.run();
+    h.drag_at(from);
+    h.run();
+    for step in 1..=3 {
+        h.hover_at(from + vec2(100.0 * step as f32, 0.0));
+        h.run();
+    }
+    h.drop_at(to);
+    h.run();
+    let app = h.state();
+    let (a, b) = app.session.as_ref().unwrap().view.range_ns.expect("a range");
+    assert!((a as f64 - (start + 100.0 * ns_per_point)).abs() <= ns_per_point);
+    assert!((b as f64 - (start + 400.0 * ns_per_point)).abs() <= ns_per_point);
+    // The view itself did not move, and the range panel opened.
+    assert_eq!(view_span(&h), (start, end));
+    assert_eq!(h.state().tab, SideTab::Range);
+}
+
+#[test]
+fn clicking_a_header_collapses_and_expands_its_group() {
+    let mut h = harness(small_app());
+    let (header_id, header_y, tracks_before) = {
+        let app = h.state();
+        let session = app.session.as_ref().unwrap();
+        // The rank 0 header is the second row (after the host).
+        let row = &session.data.rows[1];
+        let shardscope_viewer::timeline::layout::RowContent::Header { id, .. } = &row.content else {
+            panic!("row 1 is a header")
+        };
+        let first_track = 0;
+        let y = track_center_y(&session.data, &session.view, first_track).unwrap();
+        // The rank header is two header rows above the first track (GPU header between).
+        (*id, y - 2.0 * shardscope_viewer::timeline::HEADER_HEIGHT, session.data.tracks.len())
+    };
+    let plot = h.state().session.as_ref().unwrap().view.last_plot_rect;
+    let at = Pos2::new(plot.left() - 100.0, header_y);
+    h.hover_at(at);
+    h.run();
+    h.drag_at(at);
+    h.run();
+    h.drop_at(at);
+    h.run();
+    {
+        let app = h.state();
+        let session = app.session.as_ref().unwrap();
+        assert!(session.view.collapsed.contains(&header_id));
+        // Rank 0's five tracks are hidden: the first visible track is now rank 1's first.
+        assert!(track_center_y(&session.data, &session.view, 0).is_none());
+        assert!(track_center_y(&session.data, &session.view, tracks_before / 2).is_some());
+    }
+    h.hover_at(at);
+    h.run();
+    h.drag_at(at);
+    h.run();
+    h.drop_at(at);
+    h.run();
+    let app = h.state();
+    let session = app.session.as_ref().unwrap();
+    assert!(!session.view.collapsed.contains(&header_id));
+    assert!(track_center_y(&session.data, &session.view, 0).is_some());
+}

@@ -286,6 +286,8 @@ fn per_process_len(trace: &Trace) -> usize {
 
 fn thread_label(trace: &Trace, process: ProcessIdx, tid: u32) -> String {
     match trace.threads.iter().find(|t| t.process == process && t.tid == tid) {
+        // Kineto names threads "thread 123 (python3)" already.
+        Some(t) if t.name.contains(&tid.to_string()) => t.name.clone(),
         Some(t) if !t.name.is_empty() => format!("thread {tid} · {}", t.name),
         _ => format!("thread {tid}"),
     }

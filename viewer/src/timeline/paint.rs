@@ -299,6 +299,17 @@ pub fn paint_timeline(
         text_color,
     );
 
+    // Vertical scroll position, when the rows do not fit.
+    if plan.content_height > rows_rect.height() {
+        let visible = rows_rect.height() / plan.content_height;
+        let top = rows_rect.top() + rows_rect.height() * (view.scroll_y / plan.content_height);
+        let thumb = Rect::from_min_size(
+            Pos2::new(rect.right() - 5.0, top),
+            Vec2::new(4.0, (rows_rect.height() * visible).max(12.0)),
+        );
+        painter.rect_filled(thumb, 2.0, Color32::from_white_alpha(70));
+    }
+
     // Hover cursor line.
     if let Some(pos) = hover.filter(|p| plot_rect.contains(*p)) {
         painter.line_segment(
