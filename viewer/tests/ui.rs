@@ -250,6 +250,9 @@ fn dragging_on_the_time_axis_selects_that_range() {
         h.run();
     }
     h.drop_at(to);
+    // Releasing opens the range panel, which computes on a thread behind a spinner.
+    h.step();
+    h.state_mut().range_stats.wait();
     h.run();
     let app = h.state();
     let (a, b) = app.session.as_ref().unwrap().view.range_ns.expect("a range");
