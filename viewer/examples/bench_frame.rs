@@ -13,7 +13,8 @@
 //! 2. Frames: for 1M and 10M kernels over 8 ranks (in memory, plus one launch call per
 //!    kernel), runs the whole app for one 1600×1000 frame at several zoom levels and reports
 //!    p50 / p95 of (a) `prepare_frame` alone (culling and level of detail) and (b) a full
-//!    frame: every panel's ui code, painting and tessellation into triangles.
+//!    frame: every panel's ui code, painting and tessellation into triangles. It also times a
+//!    regex search and the range statistics (the analyzer) once per size.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -114,6 +115,27 @@ fn bench_frames(label: &str, kernels_per_rank: usize) {
         loaded.data.tracks.len(),
         started.elapsed().as_secs_f64()
     );
+    // Things that run once per user action rather than per frame, for scale.
+    let started = Instant::now();
+    let regex = regex::Regex::new("AllReduce").expect("valid regex");
+    let matches = shardscope_viewer::panels::search::find_matches(&loaded.data, &regex);
+    println!(
+        "  search /AllReduce/: {} matches in {:.1} ms (on Enter, UI thread)",
+        matches.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    let (t0, t1) = (loaded.data.t0_ns, loaded.data.t1_ns);
+    for (what, window) in
+        [("whole trace", None), ("middle 1 %", Some((t0 + (t1 - t0) / 2, t0 + (t1 - t0) / 2 + (t1 - t0) / 100)))]
+    {
+        let started = Instant::now();
+        let figures = shardscope_viewer::analysis::analyze_window(&loaded.data.traces, &loaded.data.categories, window);
+        println!(
+            "  range statistics, {what}: {} ranks in {:.1} ms (background thread)",
+            figures.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let mut app = ViewerApp::with_loaded(loaded);
     let ctx = egui::Context::default();
     // One frame to lay out panels and learn the plot size.
