@@ -205,7 +205,7 @@ impl ViewerApp {
             }
             ui.separator();
             let data = self.session.as_ref().map(|s| s.data.clone());
-            if let Some(found) = search_ui(ui, data.as_deref(), &mut self.search) {
+            if let Some(found) = search_ui(ui, data.as_ref(), &mut self.search) {
                 self.select_and_reveal(found);
             }
         });

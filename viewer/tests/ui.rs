@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use egui::{Event, Modifiers, MouseWheelSource, MouseWheelUnit, Pos2, TouchPhase, Vec2, vec2};
 use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
 use shardscope_viewer::app::{SideTab, ViewerApp};
 use shardscope_viewer::load::prepare;
 use shardscope_viewer::synthetic::{SyntheticSpec, generate};
@@ -305,4 +306,27 @@ fn clicking_a_header_collapses_and_expands_its_group() {
     let session = app.session.as_ref().unwrap();
     assert!(!session.view.collapsed.contains(&header_id));
     assert!(track_center_y(&session.data, &session.view, 0).is_some());
+}
+
+#[test]
+fn next_button_searches_in_the_background_then_selects_the_first_match() {
+    let mut h = harness(small_app());
+    h.state_mut().search.query = "^decode$".into();
+    h.get_by_label("Next").click();
+    // Frames go on while the search runs; give it up to two seconds.
+    for _ in 0..200 {
+        h.step();
+        if !h.state().search.is_searching() && h.state().selected.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let app = h.state();
+    // One decode range per request: two requests on each of two ranks.
+    assert_eq!(app.search.matches.len(), 4);
+    assert_eq!(app.search.current, Some(0));
+    assert_eq!(app.selected, app.search.matches.first().copied());
+    let selected = app.selected.unwrap();
+    assert_eq!(selected.event.kind(), EventKind::Range);
+    assert_eq!(app.session.as_ref().unwrap().data.event_name(selected.trace, selected.event), "decode");
 }
