@@ -224,9 +224,7 @@ fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
 
 /// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
 pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_differ: bool) -> Matching {
-    // (communicator, op) → instance key → [(rank input index, kernel)].
-    type Slots = BTreeMap<u64, Vec<(usize, CommKernel)>>;
-    let mut groups: BTreeMap<(String, CollectiveOp), Slots> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     let mut total_comm_kernels = 0u64;
     for (input_index, input) in inputs.iter().enumerate() {
         let kernels = comm_kernels(input, classifier);
@@ -299,11 +297,13 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
     matching
 }
 
+/// Instance key (sequence number or position) → the kernels of that instance, with their rank input index.
+type Slots = BTreeMap<u64, Vec<(usize, CommKernel)>>;
+/// (communicator, collective type) → its instances.
+type Groups = BTreeMap<(String, CollectiveOp), Slots>;
+
 /// Per rank, the clock shift that best lines up collective ends with rank input 0 (median of differences).
-fn end_alignment_offsets(
-    n: usize,
-    groups: &BTreeMap<(String, CollectiveOp), BTreeMap<u64, Vec<(usize, CommKernel)>>>,
-) -> Vec<i64> {
+fn end_alignment_offsets(n: usize, groups: &Groups) -> Vec<i64> {
     let mut differences: Vec<Vec<i64>> = vec![Vec::new(); n];
     for slots in groups.values() {
         for members in slots.values() {

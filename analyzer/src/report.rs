@@ -468,7 +468,8 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let mut comm = Vec::new();
     let mut comp = Vec::new();
     // Summed per (category, collective type) first; labels are made once per key at the end.
-    let mut by_class: HashMap<(u16, Option<CollectiveOp>), (KernelClass, Option<CollectiveOp>, i64)> = HashMap::new();
+    type ClassKey = (u16, Option<CollectiveOp>);
+    let mut by_class: HashMap<ClassKey, (KernelClass, Option<CollectiveOp>, i64)> = HashMap::new();
     let (mut comm_wait_ns, mut comm_transfer_ns, mut late_count) = (0, 0, 0);
     for kernel in &work.kernels {
         let WorkKernel { start_ns: start, end_ns: end, class, collective, .. } = *kernel;

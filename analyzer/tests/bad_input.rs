@@ -20,7 +20,7 @@ fn unpacked_sample() -> Vec<u8> {
     bytes
 }
 
-fn check(path: &PathBuf, cause_fragment: &str) {
+fn check(path: &std::path::Path, cause_fragment: &str) {
     let output = analyzer(&["report", path.to_str().unwrap()]);
     assert_one_line_error(&output, path.to_str().unwrap());
     let stderr = String::from_utf8_lossy(&output.stderr).to_lowercase();
