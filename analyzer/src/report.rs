@@ -303,24 +303,42 @@ fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
 struct ByDevice {
     kernels: Vec<Vec<u32>>,
     memops: Vec<Vec<u32>>,
+    /// Per device, the longest kernel and the longest memory operation: with them a window's events are found
+    /// by binary search on start times.
+    longest_kernel_ns: Vec<i64>,
+    longest_memop_ns: Vec<i64>,
 }
 
 impl ByDevice {
     fn build(trace: &Trace) -> ByDevice {
-        let mut kernels = vec![Vec::new(); trace.devices.len()];
+        let n = trace.devices.len();
+        let (mut kernels, mut longest_kernel_ns) = (vec![Vec::new(); n], vec![0; n]);
         for (index, kernel) in trace.kernels.iter().enumerate() {
-            if let Some(list) = kernels.get_mut(kernel.device.0 as usize) {
+            let device = kernel.device.0 as usize;
+            if let Some(list) = kernels.get_mut(device) {
                 list.push(index as u32);
+                longest_kernel_ns[device] = longest_kernel_ns[device].max(kernel.duration_ns());
             }
         }
-        let mut memops = vec![Vec::new(); trace.devices.len()];
+        let (mut memops, mut longest_memop_ns) = (vec![Vec::new(); n], vec![0; n]);
         for (index, memop) in trace.memops.iter().enumerate() {
-            if let Some(list) = memops.get_mut(memop.device.0 as usize) {
+            let device = memop.device.0 as usize;
+            if let Some(list) = memops.get_mut(device) {
                 list.push(index as u32);
+                longest_memop_ns[device] = longest_memop_ns[device].max(memop.duration_ns());
             }
         }
-        ByDevice { kernels, memops }
+        ByDevice { kernels, memops, longest_kernel_ns, longest_memop_ns }
     }
+}
+
+/// The events (indices sorted by start) that can overlap `window_ns`: none that starts at or after its end, none
+/// that starts before its start by more than the longest event lasts.
+fn in_window(indices: &[u32], start_ns: impl Fn(u32) -> i64, longest_ns: i64, window_ns: Option<(i64, i64)>) -> &[u32] {
+    let Some((w0, w1)) = window_ns else { return indices };
+    let first = indices.partition_point(|&i| start_ns(i) < w0.saturating_sub(longest_ns));
+    let end = indices.partition_point(|&i| start_ns(i) < w1).max(first);
+    &indices[first..end]
 }
 
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
@@ -382,8 +400,12 @@ struct DeviceContext<'a> {
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
     let DeviceContext { trace, trace_index, device, by_device, classes, phase_index, filter_steps, matching } =
         *context;
-    let kernel_indices = &by_device.kernels[device.0 as usize];
-    let memop_indices = &by_device.memops[device.0 as usize];
+    let d = device.0 as usize;
+    let kernel_start = |i: u32| trace.kernels[i as usize].start_ns;
+    let kernel_indices =
+        in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], options.window_ns);
+    let memop_start = |i: u32| trace.memops[i as usize].start_ns;
+    let memop_indices = in_window(&by_device.memops[d], memop_start, by_device.longest_memop_ns[d], options.window_ns);
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
