@@ -75,6 +75,9 @@ pub struct Instance {
     pub busbw_gbps: Option<f64>,
     /// Phase of the instance (the phase most of its ranks launched it in), if any.
     pub phase: Option<String>,
+    /// Its kernels: (index of the trace in the input, index of the kernel in that trace).
+    #[serde(skip)]
+    pub members: Vec<(usize, u32)>,
 }
 
 /// Per-group statistics: one row per communicator, type, size bucket and phase.
@@ -289,6 +292,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
                 algbw_gbps,
                 busbw_gbps: algbw_gbps.map(|a| a * bus_factor(*op, nranks)),
                 phase,
+                members: members.iter().map(|(i, k)| (inputs[*i].key.trace, k.kernel)).collect(),
             });
         }
     }
@@ -301,6 +305,42 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
 type Slots = BTreeMap<u64, Vec<(usize, CommKernel)>>;
 /// (communicator, collective type) → its instances.
 type Groups = BTreeMap<(String, CollectiveOp), Slots>;
+
+/// True when the traces say their processes ran on more than one host (their clocks then need aligning).
+pub fn ranks_on_different_hosts(traces: &[Trace]) -> bool {
+    let hosts: std::collections::BTreeSet<&str> =
+        traces.iter().flat_map(|t| t.processes.iter().filter_map(|p| p.host.as_deref())).collect();
+    hosts.len() > 1
+}
+
+/// Matches the collectives of a run without a report: every GPU with kernels is a rank (numbered by its recorded
+/// rank, else in input order), and instances carry no phase. For callers such as the viewer that only need to know
+/// which kernels are one collective.
+pub fn match_traces(traces: &[Trace], classifier: &Classifier) -> Matching {
+    let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
+    let mut indices: Vec<(RankKey, Vec<u32>)> = Vec::new();
+    for (trace_index, trace) in traces.iter().enumerate() {
+        let mut by_device: BTreeMap<DeviceIdx, Vec<u32>> = BTreeMap::new();
+        for (index, kernel) in trace.kernels.iter().enumerate() {
+            by_device.entry(kernel.device).or_default().push(index as u32);
+        }
+        indices.extend(by_device.into_iter().map(|(device, list)| (RankKey { trace: trace_index, device }, list)));
+    }
+    let no_phase = |_: u32| None;
+    let inputs: Vec<RankInput> = indices
+        .iter()
+        .enumerate()
+        .map(|(position, (key, list))| RankInput {
+            key: *key,
+            rank: traces[key.trace].device_rank(key.device).unwrap_or(position as u32),
+            trace: &traces[key.trace],
+            kernel_indices: list,
+            classes: &classes[key.trace],
+            phase_of_kernel: &no_phase,
+        })
+        .collect();
+    match_collectives(&inputs, classifier, ranks_on_different_hosts(traces))
+}
 
 /// Per rank, the clock shift that best lines up collective ends with rank input 0 (median of differences).
 fn end_alignment_offsets(n: usize, groups: &Groups) -> Vec<i64> {

@@ -220,9 +220,8 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             phase_of_kernel: phase_of_kernel.as_ref(),
         })
         .collect();
-    let hosts: BTreeSet<&str> =
-        traces.iter().flat_map(|t| t.processes.iter().filter_map(|p| p.host.as_deref())).collect();
-    let matching = collectives::match_collectives(&inputs, &options.classifier, hosts.len() > 1);
+    let hosts_differ = collectives::ranks_on_different_hosts(traces);
+    let matching = collectives::match_collectives(&inputs, &options.classifier, hosts_differ);
 
     let mut ranks: Vec<RankReport> = ranks_in_input
         .iter()

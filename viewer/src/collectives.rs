@@ -1,13 +1,13 @@
 //! Finds the same collective on every rank.
 //!
-//! Ranks do not share correlation ids or clocks, but every rank runs the collectives of one
-//! communicator in the same order. So an instance is keyed by (communicator or group name,
-//! operation, how many earlier collectives with that key this rank ran), and the kernels with
-//! equal keys on different ranks are one collective.
+//! The analyzer's matching decides which kernels are one collective instance (by communicator and sequence
+//! number when the trace records them, else by order per process group and collective type), so the viewer
+//! highlights exactly the instances whose wait and transfer the range statistics report.
 
 use std::collections::HashMap;
 
-use shardscope_model::{CollectiveOp, ProcessIdx};
+use shardscope_analyzer::collectives::match_traces;
+use shardscope_model::CollectiveOp;
 
 use crate::timeline::Selected;
 use crate::timeline::layout::{EventKind, EventRef, TimelineData};
@@ -15,71 +15,58 @@ use crate::timeline::layout::{EventKind, EventRef, TimelineData};
 /// Identity of one collective instance across ranks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InstanceKey {
-    /// Communicator id, or group name, or empty when the trace has neither.
+    /// Communicator id, or group name, or `default` when the trace has neither.
     pub group: String,
     /// The operation.
     pub op: CollectiveOp,
-    /// Position among this rank's collectives with the same group and op, from 0.
+    /// Its sequence number in the communicator when recorded, else its position among the collectives of that
+    /// group and type, from 0.
     pub occurrence: u64,
 }
 
 /// Collective kernels of all ranks, grouped by instance.
 #[derive(Debug, Default)]
 pub struct CollectiveIndex {
-    by_kernel: HashMap<(usize, u32), InstanceKey>,
-    by_instance: HashMap<InstanceKey, Vec<Selected>>,
+    by_kernel: HashMap<(usize, u32), usize>,
+    instances: Vec<(InstanceKey, Vec<Selected>)>,
 }
 
 impl CollectiveIndex {
-    /// Indexes every collective kernel of `data`: those with collective metadata, and NCCL
-    /// kernels recognised by name when the trace has no metadata.
+    /// Indexes every collective kernel of `data` that was matched with the same instance on another rank.
     pub fn build(data: &TimelineData) -> CollectiveIndex {
+        let matching = match_traces(&data.traces, data.categories.classifier());
         let mut index = CollectiveIndex::default();
-        for (ti, trace) in data.traces.iter().enumerate() {
-            let mut counters: HashMap<(ProcessIdx, String, CollectiveOp), u64> = HashMap::new();
-            // Kernels are sorted by start, which is the order each rank ran its collectives in.
-            for (ki, kernel) in trace.kernels.iter().enumerate() {
-                let (group, op) = match kernel.collective.and_then(|c| trace.collectives.get(c as usize)) {
-                    Some(c) => {
-                        let group = match c.communicator {
-                            Some(id) => format!("comm {id:#x}"),
-                            None => trace.names.get(c.group_name).to_string(),
-                        };
-                        (group, c.op)
-                    }
-                    None => {
-                        let name = trace.names.get(kernel.name);
-                        if !name.starts_with("nccl") {
-                            continue;
-                        }
-                        (String::new(), CollectiveOp::parse(name))
-                    }
-                };
-                let counter = counters.entry((kernel.process, group.clone(), op)).or_insert(0);
-                let key = InstanceKey { group, op, occurrence: *counter };
-                *counter += 1;
-                index.by_kernel.insert((ti, ki as u32), key.clone());
-                index
-                    .by_instance
-                    .entry(key)
-                    .or_default()
-                    .push(Selected { trace: ti, event: EventRef::new(EventKind::Kernel, ki) });
+        for instance in matching.instances {
+            let key = InstanceKey { group: instance.communicator, op: instance.op, occurrence: instance.seq };
+            let position = index.instances.len();
+            let members: Vec<Selected> = instance
+                .members
+                .iter()
+                .map(|&(trace, kernel)| Selected { trace, event: EventRef::new(EventKind::Kernel, kernel as usize) })
+                .collect();
+            for &(trace, kernel) in &instance.members {
+                index.by_kernel.insert((trace, kernel), position);
             }
+            index.instances.push((key, members));
         }
         index
     }
 
     /// The instance a kernel belongs to.
     pub fn instance_of(&self, selected: &Selected) -> Option<&InstanceKey> {
-        if selected.event.kind() != EventKind::Kernel {
-            return None;
-        }
-        self.by_kernel.get(&(selected.trace, selected.event.index() as u32))
+        self.position(selected).map(|p| &self.instances[p].0)
     }
 
     /// All kernels of the instance `selected` belongs to, itself included.
     pub fn peers(&self, selected: &Selected) -> &[Selected] {
-        self.instance_of(selected).and_then(|key| self.by_instance.get(key)).map_or(&[], Vec::as_slice)
+        self.position(selected).map_or(&[], |p| self.instances[p].1.as_slice())
+    }
+
+    fn position(&self, selected: &Selected) -> Option<usize> {
+        if selected.event.kind() != EventKind::Kernel {
+            return None;
+        }
+        self.by_kernel.get(&(selected.trace, selected.event.index() as u32)).copied()
     }
 
     /// Number of indexed collective kernels.
