@@ -386,48 +386,47 @@ fn nsys_decimal1(value: f64) -> String {
 
 /// The kernel summary in the column layout and number formatting of `nsys stats --report cuda_gpu_kern_sum --format csv`.
 pub fn kernel_summary_csv(rows: &[KernelSummaryRow]) -> String {
-    let mut out =
-        String::from("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n");
+    let mut out = KERNEL_SUMMARY_HEADER.join(",") + "\n";
     for row in rows {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{}",
-            nsys_decimal1(row.time_pct),
-            row.total_ns,
-            row.instances,
-            nsys_decimal1(row.avg_ns),
-            nsys_decimal1(row.med_ns),
-            row.min_ns,
-            row.max_ns,
-            nsys_decimal1(row.stddev_ns),
-            csv_field(&row.name)
-        );
+        let mut cells = kernel_summary_cells(row);
+        cells[8] = csv_field(&cells[8]);
+        out.push_str(&cells.join(","));
+        out.push('\n');
     }
     out
 }
 
 /// The kernel summary as an aligned table, like `nsys stats`' default output.
 pub fn kernel_summary_table(rows: &[KernelSummaryRow]) -> String {
-    let mut out = format!(
-        "{:>8}  {:>15}  {:>9}  {:>12}  {:>12}  {:>10}  {:>10}  {:>12}  Name\n",
-        "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"
-    );
+    const WIDTHS: [usize; 8] = [8, 15, 9, 12, 12, 10, 10, 12];
+    let line = |cells: &[String]| -> String {
+        let numbers: Vec<String> = WIDTHS.iter().zip(cells).map(|(w, c)| format!("{c:>w$}")).collect();
+        format!("{}  {}\n", numbers.join("  "), cells[8])
+    };
+    let mut out = line(&KERNEL_SUMMARY_HEADER.map(String::from));
     for row in rows {
-        let _ = writeln!(
-            out,
-            "{:>8}  {:>15}  {:>9}  {:>12}  {:>12}  {:>10}  {:>10}  {:>12}  {}",
-            nsys_decimal1(row.time_pct),
-            row.total_ns,
-            row.instances,
-            nsys_decimal1(row.avg_ns),
-            nsys_decimal1(row.med_ns),
-            row.min_ns,
-            row.max_ns,
-            nsys_decimal1(row.stddev_ns),
-            row.name
-        );
+        out.push_str(&line(&kernel_summary_cells(row)));
     }
     out
+}
+
+/// Column names of `nsys stats --report cuda_gpu_kern_sum`.
+const KERNEL_SUMMARY_HEADER: [&str; 9] =
+    ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"];
+
+/// One summary row's cells, numbers formatted as `nsys stats` prints them.
+fn kernel_summary_cells(row: &KernelSummaryRow) -> [String; 9] {
+    [
+        nsys_decimal1(row.time_pct),
+        row.total_ns.to_string(),
+        row.instances.to_string(),
+        nsys_decimal1(row.avg_ns),
+        nsys_decimal1(row.med_ns),
+        row.min_ns.to_string(),
+        row.max_ns.to_string(),
+        nsys_decimal1(row.stddev_ns),
+        row.name.clone(),
+    ]
 }
 
 #[cfg(test)]
