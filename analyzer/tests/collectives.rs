@@ -175,3 +175,29 @@ fn skewed_capture_blames_the_sleeping_rank() {
         );
     }
 }
+
+/// The two-GPU nsys exports with NCCL SendRecv kernels (no collective metadata: matched by order). Kernel counts
+/// and sums per GPU from sqlite3 over `CUPTI_ACTIVITY_KIND_KERNEL` (names starting with `nccl`); on each GPU, wait
+/// and transfer add up to that sum.
+#[test]
+fn shared_two_gpu_exports_split_send_recv_into_wait_and_transfer() {
+    let Some(shared) = shared_traces() else { return };
+    let cases = [
+        ("mfu_2gpu_before.sqlite", 33u64, [17_172_652i64, 8_229_100]),
+        ("mfu_2gpu_after.sqlite", 31, [9_989_016, 23_753_085]),
+    ];
+    for (file, instances, nccl_ns_per_gpu) in cases {
+        let path = shared.join("nsys").join(file);
+        let r = report(&["report", "--format", "json", path.to_str().unwrap()]);
+        assert_eq!(r["collectives"]["matched_instances"], instances, "{file}");
+        assert_eq!(r["collectives"]["unmatched_kernels"], 0, "{file}");
+        let late: u64 = (0..2).map(|i| r["ranks"][i]["late_count"].as_u64().unwrap()).sum();
+        assert_eq!(late, instances, "{file}: every instance has one late rank");
+        for (rank, nccl_ns) in nccl_ns_per_gpu.into_iter().enumerate() {
+            let figures = &r["ranks"][rank];
+            assert_eq!(figures["categories"]["comm.send_recv"], nccl_ns, "{file} rank {rank}");
+            let split = figures["comm_wait_ns"].as_i64().unwrap() + figures["comm_transfer_ns"].as_i64().unwrap();
+            assert_eq!(split, nccl_ns, "{file} rank {rank}");
+        }
+    }
+}
