@@ -29,6 +29,8 @@ pub struct InstanceKey {
 pub struct CollectiveIndex {
     by_kernel: HashMap<(usize, u32), usize>,
     instances: Vec<(InstanceKey, Vec<Selected>)>,
+    /// (trace, kernel) → time the kernel waited for the last rank, where it waited at all.
+    wait_ns: HashMap<(usize, u32), i64>,
 }
 
 impl CollectiveIndex {
@@ -36,6 +38,8 @@ impl CollectiveIndex {
     pub fn build(data: &TimelineData) -> CollectiveIndex {
         let matching = match_traces(&data.traces, data.categories.classifier());
         let mut index = CollectiveIndex::default();
+        index.wait_ns =
+            matching.shares.iter().filter(|(_, s)| s.wait_ns > 0).map(|(&kernel, s)| (kernel, s.wait_ns)).collect();
         for instance in matching.instances {
             let key = InstanceKey { group: instance.communicator, op: instance.op, occurrence: instance.seq };
             let position = index.instances.len();
@@ -67,6 +71,11 @@ impl CollectiveIndex {
             return None;
         }
         self.by_kernel.get(&(selected.trace, selected.event.index() as u32)).copied()
+    }
+
+    /// (trace, kernel) → time that collective kernel spent waiting for the last rank to arrive.
+    pub fn wait_ns(&self) -> &HashMap<(usize, u32), i64> {
+        &self.wait_ns
     }
 
     /// Number of indexed collective kernels.
@@ -103,6 +112,19 @@ mod tests {
             let kernel = &data.traces[peer.trace].kernels[peer.event.index()];
             let collective = &data.traces[peer.trace].collectives[kernel.collective.unwrap() as usize];
             assert_eq!(collective.seq, Some(4));
+        }
+        // Every rank but the last to arrive waited for it: wait = latest start − own start (within the kernel).
+        let starts: Vec<(usize, u32, i64, i64)> = peers
+            .iter()
+            .map(|p| {
+                let k = &data.traces[p.trace].kernels[p.event.index()];
+                (p.trace, p.event.index() as u32, k.start_ns, k.end_ns)
+            })
+            .collect();
+        let latest = starts.iter().map(|s| s.2).max().unwrap();
+        for (trace, kernel, start, end) in starts {
+            let expected = latest.min(end) - start;
+            assert_eq!(index.wait_ns().get(&(trace, kernel)).copied().unwrap_or(0), expected);
         }
     }
 }

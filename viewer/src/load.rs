@@ -76,8 +76,9 @@ pub fn load_paths(paths: &[PathBuf], mut on_file: impl FnMut(usize, &str)) -> Re
 
 /// Builds the timeline and collective index of already-loaded traces.
 pub fn prepare(traces: Vec<Trace>, errors: Vec<String>, started: Instant) -> Loaded {
-    let data = TimelineData::build(traces, Categories::builtin());
+    let mut data = TimelineData::build(traces, Categories::builtin());
     let collectives = CollectiveIndex::build(&data);
+    data.collective_wait_ns = collectives.wait_ns().clone();
     Loaded { data, collectives, errors, seconds: started.elapsed().as_secs_f64() }
 }
 

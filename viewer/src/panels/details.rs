@@ -228,6 +228,11 @@ pub fn details_ui(
                     row(ui, "group", instance.group.clone());
                 }
                 row(ui, "occurrence on this rank", instance.occurrence.to_string());
+                // Matched across ranks: the kernel's time splits into waiting for the last rank and moving data.
+                let wait_ns = collectives.wait_ns().get(&(selected.trace, selected.event.index() as u32)).copied();
+                let wait_ns = wait_ns.unwrap_or(0).min(k.duration_ns());
+                row(ui, "waiting for other ranks", format_duration(wait_ns as f64));
+                row(ui, "transfer", format_duration((k.duration_ns() - wait_ns) as f64));
                 if let Some(c) = meta {
                     if let Some(bytes) = c.bytes {
                         row(ui, "bytes", bytes.to_string());

@@ -260,6 +260,9 @@ pub struct TimelineData {
     pub range_tracks: HashMap<(usize, ProcessIdx, u32), Vec<usize>>,
     /// Total events over all tracks.
     pub event_count: usize,
+    /// (trace, kernel) → how long a collective kernel waited for the last rank before data moved (only kernels
+    /// matched across ranks with a wait); the timeline draws that part darker.
+    pub collective_wait_ns: HashMap<(usize, u32), i64>,
 }
 
 fn process_label(trace: &Trace, process: ProcessIdx, trace_index: usize, trace_count: usize) -> String {
@@ -449,6 +452,7 @@ impl TimelineData {
             stream_track: HashMap::new(),
             range_tracks: HashMap::new(),
             event_count: 0,
+            collective_wait_ns: HashMap::new(),
             traces: Vec::new(),
         };
         for (host, processes) in hosts {

@@ -6,6 +6,7 @@ use egui::epaint::text::{LayoutJob, TextFormat, TextWrapping};
 use egui::{Align2, Color32, FontId, Mesh, Pos2, Rect, Shape, Stroke, Vec2};
 
 use super::layout::{EventKind, EventRef, RowContent, TimelineData};
+use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
@@ -117,6 +118,20 @@ fn elided_text(painter: &egui::Painter, text: &str, width: f32, color: Color32) 
     painter.layout_job(job)
 }
 
+/// How much darker the waiting part of a collective kernel is drawn than its transfer part.
+const WAIT_SHADE: f32 = 0.4;
+
+/// For a single collective kernel that waited for another rank: the share of its duration spent waiting.
+fn wait_fraction(data: &TimelineData, trace: usize, item: &DrawItem) -> Option<f32> {
+    if item.count != 1 || item.event.kind() != EventKind::Kernel {
+        return None;
+    }
+    let index = item.event.index();
+    let wait_ns = *data.collective_wait_ns.get(&(trace, index as u32))?;
+    let duration_ns = data.traces[trace].kernels[index].duration_ns();
+    (duration_ns > 0).then(|| (wait_ns as f64 / duration_ns as f64) as f32)
+}
+
 /// Paints everything `plan` says; `rect` is the whole widget.
 #[allow(clippy::too_many_arguments)]
 pub fn paint_timeline(
@@ -200,7 +215,16 @@ pub fn paint_timeline(
             // Folded blocks are darker so they do not pass for one long event.
             color = color.gamma_multiply(0.7);
         }
-        mesh.add_colored_rect(event_rect, color);
+        match wait_fraction(data, trace, item) {
+            // A collective that waited for another rank: the waiting part darker, the transfer part as usual.
+            Some(fraction) => {
+                let split = event_rect.left() + (event_rect.width() * fraction).max(0.0);
+                let (wait, transfer) = event_rect.split_left_right_at_x(split.min(event_rect.right()));
+                mesh.add_colored_rect(wait, color.gamma_multiply(WAIT_SHADE));
+                mesh.add_colored_rect(transfer, color);
+            }
+            None => mesh.add_colored_rect(event_rect, color),
+        }
         if item.count == 1 && event_rect.width() >= MIN_TEXT_WIDTH {
             texts.push((event_rect, trace, item.event));
         }
