@@ -37,9 +37,9 @@ impl CollectiveIndex {
     /// Indexes every collective kernel of `data` that was matched with the same instance on another rank.
     pub fn build(data: &TimelineData) -> CollectiveIndex {
         let matching = match_traces(&data.traces, data.categories.classifier());
-        let mut index = CollectiveIndex::default();
-        index.wait_ns =
+        let wait_ns =
             matching.shares.iter().filter(|(_, s)| s.wait_ns > 0).map(|(&kernel, s)| (kernel, s.wait_ns)).collect();
+        let mut index = CollectiveIndex { wait_ns, ..CollectiveIndex::default() };
         for instance in matching.instances {
             let key = InstanceKey { group: instance.communicator, op: instance.op, occurrence: instance.seq };
             let position = index.instances.len();
