@@ -201,3 +201,14 @@ fn shared_two_gpu_exports_split_send_recv_into_wait_and_transfer() {
         }
     }
 }
+
+/// The 4 × H200 bench results load, and give the bus bandwidth the scaling study quotes at 32 MiB.
+#[test]
+fn four_gpu_bench_results_read() {
+    let path = repo_root().join("bench/results/h200x4.json");
+    let bench = shardscope_bench::results::BenchResults::load(&path).unwrap();
+    let op = shardscope_bench::results::CollectiveOp::AllReduce;
+    let busbw = bench.busbw_gbps(op, 4, 32 << 20).unwrap();
+    assert!((busbw - 291.12).abs() < 0.01, "{busbw}");
+    assert!(bench.busbw_gbps(op, 2, 32 << 20).is_none(), "no 2-rank rows in the 4-GPU file");
+}
