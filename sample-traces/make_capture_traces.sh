@@ -2,7 +2,7 @@
 # Captures of the small tp_llm configuration with shardscope's own `capture`, and what NVIDIA's
 # `nsys stats` makes of them. Run from the repository root on the GPU machine, with release builds of
 # `capture` and `libshardscope_inject.so` (stripped) and the workload copied to `.devcarry/cap/`, and
-# the nsys helper libraries in `.carry-nsys/lib` (`../shared/device/prepare-nsys-carry.sh`).
+# libdw/libelf (which the machine's Nsight Systems importer lacks) in `.carry-nsys/lib`.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 OMP_NUM_THREADS=1
 export LAYERS=2 BATCH=2 SEQ=256 DECODE=8 REPS=1
