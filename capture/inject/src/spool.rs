@@ -8,6 +8,8 @@
 //! payload:= record*              (see `record.rs` for one record's encoding)
 //! ```
 //!
+//! The frames are `shardscope_spool_frame`'s, shared with the NCCL profiler plugin's spool.
+//!
 //! The writer appends one frame per batch with a single `write` call and never seeks, so a
 //! process killed at any point (even SIGKILL) leaves a file whose complete frames are all
 //! readable; at worst the last frame is cut short. The reader stops at the first incomplete or
@@ -18,6 +20,8 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use shardscope_spool_frame::{Frames, HEADER_BYTES, seal_frame};
+
 use crate::record::SpoolRecord;
 
 /// First bytes of every spool file; the digit is the format version.
@@ -26,16 +30,6 @@ pub const MAGIC: &[u8; 8] = b"SSSPOOL1";
 /// Frames larger than this are treated as corrupt (a real batch is one CUPTI buffer of
 /// at most a few MiB, and records are smaller when encoded than in CUPTI's layout).
 const MAX_FRAME_BYTES: u32 = 256 << 20;
-
-/// 32-bit FNV-1a: cheap, and enough to tell a torn write from a complete frame.
-pub fn checksum(bytes: &[u8]) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for &b in bytes {
-        hash ^= u32::from(b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
-}
 
 /// Appends frames to a spool file.
 pub struct SpoolWriter {
@@ -57,14 +51,11 @@ impl SpoolWriter {
             return Ok(());
         }
         self.frame.clear();
-        self.frame.extend_from_slice(&[0; 8]);
+        self.frame.resize(HEADER_BYTES, 0);
         for record in records {
             record.encode(&mut self.frame);
         }
-        let payload_len = (self.frame.len() - 8) as u32;
-        let sum = checksum(&self.frame[8..]);
-        self.frame[0..4].copy_from_slice(&payload_len.to_le_bytes());
-        self.frame[4..8].copy_from_slice(&sum.to_le_bytes());
+        seal_frame(&mut self.frame);
         // One write per frame: the kernel keeps it even if the process dies right after.
         self.file.write_all(&self.frame)
     }
@@ -112,24 +103,9 @@ pub fn read_spool(path: &Path) -> Result<SpoolContents, SpoolError> {
 
 /// Parses spool bytes (see [`read_spool`]).
 pub fn parse_spool(bytes: &[u8]) -> Result<SpoolContents, SpoolError> {
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err(SpoolError::NotASpool);
-    }
+    let mut frames = Frames::new(bytes, MAGIC, MAX_FRAME_BYTES).ok_or(SpoolError::NotASpool)?;
     let mut contents = SpoolContents::default();
-    let mut at = MAGIC.len();
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        let complete = rest.len() >= 8 && {
-            let len = u32::from_le_bytes(rest[0..4].try_into().unwrap());
-            let sum = u32::from_le_bytes(rest[4..8].try_into().unwrap());
-            len <= MAX_FRAME_BYTES && rest.len() >= 8 + len as usize && checksum(&rest[8..8 + len as usize]) == sum
-        };
-        if !complete {
-            contents.truncated_bytes = rest.len() as u64;
-            break;
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().unwrap()) as usize;
-        let mut payload = &rest[8..8 + len];
+    for mut payload in frames.by_ref() {
         while !payload.is_empty() {
             match SpoolRecord::decode(&mut payload) {
                 Some(record) => contents.records.push(record),
@@ -142,7 +118,7 @@ pub fn parse_spool(bytes: &[u8]) -> Result<SpoolContents, SpoolError> {
             }
         }
         contents.frames += 1;
-        at += 8 + len;
     }
+    contents.truncated_bytes = frames.leftover_bytes();
     Ok(contents)
 }

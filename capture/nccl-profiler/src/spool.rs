@@ -6,6 +6,8 @@
 //! payload := record*            (see `record.rs`)
 //! ```
 //!
+//! The frames are `shardscope_spool_frame`'s, shared with the CUPTI injection library's spool.
+//!
 //! The plugin appends each frame with one `write` on a file opened for appending and never
 //! seeks, so a process killed at any moment (SIGKILL included) leaves every earlier frame
 //! intact; at worst the last frame is cut short. [`read_spool`] stops at the first incomplete or
@@ -14,6 +16,8 @@
 
 use std::io::{self, Read};
 use std::path::Path;
+
+use shardscope_spool_frame::Frames;
 
 use crate::record::NcclRecord;
 
@@ -27,24 +31,7 @@ pub const FILE_SUFFIX: &str = ".bin";
 
 /// Frames larger than this are taken as corrupt (the plugin flushes far smaller batches).
 const MAX_FRAME_BYTES: u32 = 64 << 20;
-
-/// 32-bit FNV-1a: cheap, and enough to tell a torn write from a complete frame.
-pub fn checksum(bytes: &[u8]) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for &b in bytes {
-        hash ^= u32::from(b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
-}
-
-/// Puts the frame header in front of a payload that `frame` holds after 8 reserved bytes.
-pub fn seal_frame(frame: &mut [u8]) {
-    let payload_len = (frame.len() - 8) as u32;
-    let sum = checksum(&frame[8..]);
-    frame[0..4].copy_from_slice(&payload_len.to_le_bytes());
-    frame[4..8].copy_from_slice(&sum.to_le_bytes());
-}
+pub use shardscope_spool_frame::seal_frame;
 
 /// What reading a spool file found.
 #[derive(Debug, Default, Clone)]
@@ -96,16 +83,9 @@ pub fn read_spool(path: &Path) -> Result<SpoolContents, SpoolError> {
 
 /// Parses spool bytes (see [`read_spool`]).
 pub fn parse_spool(bytes: &[u8]) -> Result<SpoolContents, SpoolError> {
-    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
-        return Err(SpoolError::NotASpool);
-    };
+    let mut frames = Frames::new(bytes, MAGIC, MAX_FRAME_BYTES).ok_or(SpoolError::NotASpool)?;
     let mut contents = SpoolContents::default();
-    while !rest.is_empty() {
-        let Some(payload) = complete_frame(rest) else {
-            contents.truncated_bytes = rest.len() as u64;
-            break;
-        };
-        let mut input = payload;
+    for mut input in frames.by_ref() {
         while !input.is_empty() {
             match NcclRecord::decode(&mut input) {
                 Ok(Some(record)) => contents.records.push(record),
@@ -119,20 +99,9 @@ pub fn parse_spool(bytes: &[u8]) -> Result<SpoolContents, SpoolError> {
             }
         }
         contents.frames += 1;
-        rest = &rest[8 + payload.len()..];
     }
+    contents.truncated_bytes = frames.leftover_bytes();
     Ok(contents)
-}
-
-/// The payload of the frame at the start of `bytes`, if it is complete and its checksum holds.
-fn complete_frame(bytes: &[u8]) -> Option<&[u8]> {
-    let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
-    let sum = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
-    if len > MAX_FRAME_BYTES {
-        return None;
-    }
-    let payload = bytes.get(8..8 + len as usize)?;
-    (checksum(payload) == sum).then_some(payload)
 }
 
 /// The process id in a spool file name `nccl-<pid>.bin`.
