@@ -18,6 +18,7 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use shardscope_spool_frame::Frames;
+pub use shardscope_spool_frame::seal_frame;
 
 use crate::record::NcclRecord;
 
@@ -31,7 +32,6 @@ pub const FILE_SUFFIX: &str = ".bin";
 
 /// Frames larger than this are taken as corrupt (the plugin flushes far smaller batches).
 const MAX_FRAME_BYTES: u32 = 64 << 20;
-pub use shardscope_spool_frame::seal_frame;
 
 /// What reading a spool file found.
 #[derive(Debug, Default, Clone)]
