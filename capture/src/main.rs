@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
 use shardscope_capture::{names, nvml, sqlite};
@@ -32,7 +33,9 @@ struct Args {
     /// Replace the output file if it exists.
     #[arg(long)]
     force: bool,
-    /// What to record: comma-separated of kernel, memcpy, memset, api, nvtx, sync, or all.
+    /// What to record: comma-separated of kernel, memcpy, memset, api, nvtx, sync, or all; and the costly
+    /// extras api-all (every runtime and driver call, not only those that launch, copy, set, synchronise or
+    /// order streams) and nccl-timers (the NCCL plugin's per-channel GPU timers).
     #[arg(long, default_value = "all")]
     trace: String,
     /// Keep only what starts this many seconds after launch.
@@ -203,6 +206,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(plugin) = nccl_plugin(&args)? {
         env.push(("NCCL_PROFILER_PLUGIN".into(), plugin.into()));
+        if kinds.nccl_timers {
+            env.push((config::NCCL_KERNEL_TIMERS_ENV.into(), "1".into()));
+        }
     }
     if !args.env_allow.is_empty() {
         env.push((config::ENV_ALLOW_ENV.into(), args.env_allow.join(",").into()));
@@ -319,7 +325,15 @@ fn merge_and_write(
         }
     }
 
+    let cost = CaptureCostReport::collect(&trace, &extras, &nccl);
     meta.push(("trace".into(), kinds.to_list()));
+    let api_mode = recorded_api_mode(&extras, kinds.api_mode());
+    meta.push(("apiCalls".into(), api_mode.clone()));
+    meta.push(("recordCounts".into(), cost.record_counts_json()));
+    meta.push(("captureCost".into(), cost.processes_json()));
+    if let Some(added) = cost.added_ns_per_launch() {
+        meta.push(("addedHostNsPerLaunch".into(), format!("{added:.0}")));
+    }
     if let Some(demangler) = extras.demangler {
         meta.push(("demangler".into(), format!("{demangler:?}")));
     }
@@ -360,5 +374,8 @@ fn merge_and_write(
             String::new()
         }
     );
+    for line in cost.summary(&api_mode) {
+        eprintln!("capture: {line}");
+    }
     Ok(())
 }

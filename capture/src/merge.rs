@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use shardscope_inject::record::{KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
+use shardscope_inject::record::{ApiSelection, CaptureCost, KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
 use shardscope_inject::spool::{SpoolContents, read_spool};
 use shardscope_model::{
     ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
@@ -133,6 +133,29 @@ pub struct ProcessExtra {
     pub truncated_bytes: u64,
     /// The spool file.
     pub spool: PathBuf,
+    /// Which API calls the process recorded (absent in spools written before this was noted).
+    pub api_selection: Option<ApiSelection>,
+    /// What recording cost the process, as it measured at a clean exit.
+    pub cost: Option<CaptureCost>,
+    /// Records of each kind the process wrote, before the capture range is applied.
+    pub record_counts: RecordCounts,
+}
+
+/// Records one process wrote, per kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordCounts {
+    /// Kernels.
+    pub kernels: u64,
+    /// Copies and sets.
+    pub memops: u64,
+    /// Runtime and driver API calls.
+    pub api_calls: u64,
+    /// Of those, calls that launch a kernel or a graph.
+    pub launch_calls: u64,
+    /// NVTX markers (a range is two).
+    pub markers: u64,
+    /// Synchronisation records.
+    pub syncs: u64,
 }
 
 /// GPU facts beyond [`Device`]; aligned with `Trace::devices`.
@@ -322,6 +345,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                         collective: None,
                     });
                     extras.kernels.push(KernelDetail { record: *k, mangled_name });
+                    extra.record_counts.kernels += 1;
                 }
                 SpoolRecord::Memcpy(m) => {
                     let device = device_of(&mut trace, &mut extras, m.device_id);
@@ -339,6 +363,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                         launch: None,
                     });
                     extras.memops.push((m.context_id, m.src_kind, m.dst_kind));
+                    extra.record_counts.memops += 1;
                     last_ns = last_ns.max(to_session(m.end_ns));
                 }
                 SpoolRecord::Memset(m) => {
@@ -357,6 +382,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                         launch: None,
                     });
                     extras.memops.push((m.context_id, m.memory_kind as u8, 0));
+                    extra.record_counts.memops += 1;
                     last_ns = last_ns.max(to_session(m.end_ns));
                 }
                 SpoolRecord::Api(a) => {
@@ -365,6 +391,10 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                     } else {
                         trace.names.intern(text(a.name_id))
                     };
+                    extra.record_counts.api_calls += 1;
+                    if is_launch_call(trace.names.get(name)) {
+                        extra.record_counts.launch_calls += 1;
+                    }
                     trace.api_calls.push(ApiCall {
                         start_ns: to_session(a.start_ns),
                         end_ns: to_session(a.end_ns),
@@ -377,6 +407,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                     last_ns = last_ns.max(to_session(a.end_ns));
                 }
                 SpoolRecord::Marker(m) => {
+                    extra.record_counts.markers += 1;
                     const START: u32 = 2;
                     const END: u32 = 4;
                     const INSTANT: u32 = 1;
@@ -411,16 +442,21 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                         trace.warn("NVTX mark (instant event) not kept");
                     }
                 }
-                SpoolRecord::Sync(s) => extras.syncs.push(SyncEvent {
-                    process,
-                    start_ns: to_session(s.start_ns),
-                    end_ns: to_session(s.end_ns),
-                    sync_type: s.sync_type,
-                    context_id: s.context_id,
-                    stream_id: s.stream_id,
-                    event_id: s.event_id,
-                    correlation_id: s.correlation_id,
-                }),
+                SpoolRecord::Sync(s) => {
+                    extra.record_counts.syncs += 1;
+                    extras.syncs.push(SyncEvent {
+                        process,
+                        start_ns: to_session(s.start_ns),
+                        end_ns: to_session(s.end_ns),
+                        sync_type: s.sync_type,
+                        context_id: s.context_id,
+                        stream_id: s.stream_id,
+                        event_id: s.event_id,
+                        correlation_id: s.correlation_id,
+                    })
+                }
+                SpoolRecord::ApiSelection(selection) => extra.api_selection = Some(*selection),
+                SpoolRecord::Cost(cost) => extra.cost = Some(*cost),
                 SpoolRecord::Dropped(d) => extra.records_dropped += d.count,
                 SpoolRecord::BuffersRefused { count } => extra.buffers_refused = *count,
                 SpoolRecord::End { undecoded, .. } => {
@@ -498,6 +534,14 @@ impl ThreadIds {
         let next = (self.pid + self.mapped.len() as u32) & 0xFF_FFFF;
         *self.mapped.entry(cupti_tid).or_insert(next)
     }
+}
+
+/// Runtime or driver calls that launch a kernel or a graph (`cudaLaunchKernel_v7000`, `cuLaunchKernelEx`,
+/// `cudaGraphLaunch_v10000`): the denominator of the capture's cost per launch.
+fn is_launch_call(name: &str) -> bool {
+    ["cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch"].iter().any(|p| name.starts_with(p))
+        && !name.starts_with("cudaLaunchHostFunc")
+        && !name.starts_with("cuLaunchHostFunc")
 }
 
 fn spool_names(records: &[SpoolRecord]) -> HashMap<u32, &str> {

@@ -13,6 +13,9 @@ pub const CUPTI_LIB_ENV: &str = "SHARDSCOPE_CUPTI_LIB";
 pub const ENV_ALLOW_ENV: &str = "SHARDSCOPE_ENV_ALLOW";
 /// Milliseconds between periodic `cuptiActivityFlushAll` calls (default 1000).
 pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
+/// `1` asks the NCCL profiler plugin for kernel-channel events (per-channel GPU timers). Off by default:
+/// NCCL then has to post proxy work for every collective, which lengthens the launch path.
+pub const NCCL_KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
 
 /// Environment variables recorded for every process by default: what decides placement and
 /// the shape of a distributed job.
@@ -43,28 +46,43 @@ pub struct TraceKinds {
     pub memcpy: bool,
     /// Memory sets.
     pub memset: bool,
-    /// CUDA runtime and driver API calls (needed to link GPU work to its launch).
+    /// The CUDA runtime and driver calls that launch, copy, set, synchronise or launch graphs (see
+    /// [`is_work_api`]): what links GPU work to its launching thread and time.
     pub api: bool,
     /// NVTX ranges and marks.
     pub nvtx: bool,
     /// Synchronisation calls.
     pub sync: bool,
-    /// Every CUDA driver call, not only those that issue or wait for GPU work (costly: the runtime makes
-    /// several driver calls for each of its own).
-    pub driver_all: bool,
+    /// Every CUDA runtime and driver call, not only those of [`is_work_api`]. Costly: PyTorch makes about
+    /// fifteen runtime and driver calls per kernel it launches, and each recorded call lengthens the
+    /// workload's launch path.
+    pub api_all: bool,
+    /// The NCCL profiler plugin's kernel-channel events (per-channel GPU timers); see
+    /// [`NCCL_KERNEL_TIMERS_ENV`].
+    pub nccl_timers: bool,
 }
 
 impl Default for TraceKinds {
     fn default() -> Self {
-        TraceKinds { kernel: true, memcpy: true, memset: true, api: true, nvtx: true, sync: true, driver_all: false }
+        TraceKinds {
+            kernel: true,
+            memcpy: true,
+            memset: true,
+            api: true,
+            nvtx: true,
+            sync: true,
+            api_all: false,
+            nccl_timers: false,
+        }
     }
 }
 
 impl TraceKinds {
     /// The group names, as `--trace` accepts them.
-    pub const NAMES: &[&str] = &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "driver-all"];
+    pub const NAMES: &[&str] = &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "api-all", "nccl-timers"];
 
-    /// Parses `kernel,memcpy,…`; `all` selects every group but `driver-all`. Errors name the unknown word.
+    /// Parses `kernel,memcpy,…`; `all` selects every group but the costly `api-all` and `nccl-timers`
+    /// (`driver-all`, the older name of `api-all`, is accepted). Errors name the unknown word.
     pub fn parse(text: &str) -> Result<TraceKinds, String> {
         let mut kinds = TraceKinds {
             kernel: false,
@@ -73,21 +91,26 @@ impl TraceKinds {
             api: false,
             nvtx: false,
             sync: false,
-            driver_all: false,
+            api_all: false,
+            nccl_timers: false,
         };
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
-                "all" => kinds = TraceKinds::default(),
+                "all" => {
+                    let (api_all, nccl_timers) = (kinds.api_all, kinds.nccl_timers);
+                    kinds = TraceKinds { api_all, nccl_timers, ..TraceKinds::default() };
+                }
                 "kernel" => kinds.kernel = true,
                 "memcpy" => kinds.memcpy = true,
                 "memset" => kinds.memset = true,
                 "api" => kinds.api = true,
                 "nvtx" => kinds.nvtx = true,
                 "sync" => kinds.sync = true,
-                "driver-all" => {
+                "api-all" | "driver-all" => {
                     kinds.api = true;
-                    kinds.driver_all = true;
+                    kinds.api_all = true;
                 }
+                "nccl-timers" => kinds.nccl_timers = true,
                 other => {
                     return Err(format!("unknown trace kind '{other}' (known: all, {})", Self::NAMES.join(", ")));
                 }
@@ -98,9 +121,58 @@ impl TraceKinds {
 
     /// The inverse of [`TraceKinds::parse`].
     pub fn to_list(self) -> String {
-        let flags = [self.kernel, self.memcpy, self.memset, self.api, self.nvtx, self.sync, self.driver_all];
+        let flags =
+            [self.kernel, self.memcpy, self.memset, self.api, self.nvtx, self.sync, self.api_all, self.nccl_timers];
         Self::NAMES.iter().zip(flags).filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
     }
+
+    /// How API calls are recorded, in words (for the capture file and its summary).
+    pub fn api_mode(self) -> &'static str {
+        match (self.api, self.api_all) {
+            (false, _) => "none",
+            (true, false) => {
+                "work calls (launch, copy, set, synchronise, event record/wait, graph launch, profiler range)"
+            }
+            (true, true) => "every runtime and driver call",
+        }
+    }
+}
+
+/// Runtime and driver calls that launch GPU work, copy, set, synchronise, order streams, launch graphs or
+/// open and close a profiler range: the calls the analysis links GPU work to (launch thread and time,
+/// synchronisation waits, stream dependencies, `--cuda-profiler-api` ranges). Everything else PyTorch and
+/// the libraries call per kernel (`cudaGetDevice`, `cudaGetLastError`, `cudaStreamIsCapturing`,
+/// `cuCtxGetCurrent`, …) is left out by default. `name` is CUPTI's callback name (`cudaLaunchKernel_v7000`).
+pub fn is_work_api(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        // Runtime API.
+        "cudaLaunch",
+        "cudaGraphLaunch",
+        "cudaMemcpy",
+        "cudaMemset",
+        "cudaMemPrefetch",
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaStreamWaitEvent",
+        "cudaEventRecord",
+        "cudaProfilerStart",
+        "cudaProfilerStop",
+        // Driver API (NCCL, Triton and cuBLAS launch through it).
+        "cuLaunch",
+        "cuGraphLaunch",
+        "cuMemcpy",
+        "cuMemset",
+        "cuMemPrefetch",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuStreamWaitEvent",
+        "cuEventRecord",
+        "cuProfilerStart",
+        "cuProfilerStop",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 #[cfg(test)]
@@ -108,11 +180,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn driver_all_is_opt_in_and_implies_api() {
-        assert!(!TraceKinds::parse("all").unwrap().driver_all);
-        let kinds = TraceKinds::parse("kernel,driver-all").unwrap();
-        assert!(kinds.api && kinds.driver_all);
+    fn costly_kinds_are_opt_in() {
+        let all = TraceKinds::parse("all").unwrap();
+        assert!(!all.api_all && !all.nccl_timers);
+        let kinds = TraceKinds::parse("kernel,api-all").unwrap();
+        assert!(kinds.api && kinds.api_all);
         assert_eq!(TraceKinds::parse(&kinds.to_list()).unwrap(), kinds);
+        assert_eq!(TraceKinds::parse("kernel,driver-all").unwrap(), kinds);
+        let kinds = TraceKinds::parse("nccl-timers,all").unwrap();
+        assert!(kinds.nccl_timers && kinds.kernel && !kinds.api_all);
+        assert_eq!(TraceKinds::parse(&kinds.to_list()).unwrap(), kinds);
+    }
+
+    #[test]
+    fn only_calls_that_issue_order_or_wait_for_gpu_work_are_work_calls() {
+        for name in [
+            "cudaLaunchKernel_v7000",
+            "cudaLaunchKernelExC_v11060",
+            "cudaGraphLaunch_v10000",
+            "cudaMemcpyAsync_v3020",
+            "cudaMemsetAsync_v3020",
+            "cudaStreamSynchronize_v3020",
+            "cudaEventRecord_v3020",
+            "cudaStreamWaitEvent_v3020",
+            "cudaProfilerStart_v4000",
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuGraphLaunch",
+            "cuMemcpyAsync",
+            "cuMemsetD32Async",
+            "cuStreamSynchronize",
+        ] {
+            assert!(is_work_api(name), "{name}");
+        }
+        for name in [
+            "cudaGetDevice_v3020",
+            "cudaGetLastError_v3020",
+            "cudaPeekAtLastError_v3020",
+            "cudaStreamIsCapturing_v10000",
+            "cudaSetDevice_v3020",
+            "cudaEventQuery_v3020",
+            "cuCtxGetCurrent",
+            "cuGetProcAddress_v2",
+            "cuDeviceGetAttribute",
+            "cuModuleGetFunction",
+            "cuMemGetInfo",
+        ] {
+            assert!(!is_work_api(name), "{name}");
+        }
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub struct Decoder {
     ids_by_callback: HashMap<(bool, u32), u32>,
     /// Records of kinds the decoder does not read, or with unusable fields.
     pub undecoded: u64,
+    /// Driver callback id whose records come from the library's own cost measurement at exit; they
+    /// are counted in [`Self::calibration_records`] and left out.
+    pub calibration_driver_cbid: Option<u32>,
+    /// Records left out because of [`Self::calibration_driver_cbid`].
+    pub calibration_records: u32,
 }
 
 impl Decoder {
@@ -108,6 +113,8 @@ impl Decoder {
             ids_by_kernel_name_ptr: HashMap::new(),
             ids_by_callback: HashMap::new(),
             undecoded: 0,
+            calibration_driver_cbid: None,
+            calibration_records: 0,
         }
     }
 
@@ -200,6 +207,10 @@ impl Decoder {
             v13::CUPTI_ACTIVITY_KIND_RUNTIME | v13::CUPTI_ACTIVITY_KIND_DRIVER => {
                 let a = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityAPI) };
                 let driver = kind == v13::CUPTI_ACTIVITY_KIND_DRIVER;
+                if driver && self.calibration_driver_cbid == Some(a.cbid) {
+                    self.calibration_records += 1;
+                    return;
+                }
                 let name_id = self.callback_name_id(driver, a.cbid, out);
                 out.push(SpoolRecord::Api(ApiRecord {
                     driver,

@@ -264,6 +264,10 @@ pub enum SpoolRecord {
         /// Total so far.
         count: u64,
     },
+    /// Which API calls this process records, written once when recording starts.
+    ApiSelection(ApiSelection),
+    /// What recording cost this process, written at a clean exit just before [`Self::End`].
+    Cost(CaptureCost),
     /// Written by a clean exit: how many records the process wrote in all.
     End {
         /// Records written before this one.
@@ -286,6 +290,40 @@ mod tag {
     pub const DROPPED: u8 = 10;
     pub const BUFFERS_REFUSED: u8 = 11;
     pub const END: u8 = 12;
+    pub const API_SELECTION: u8 = 13;
+    pub const COST: u8 = 14;
+}
+
+/// Which CUDA API calls a process records (see `config::is_work_api`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApiSelection {
+    /// Every runtime and driver call is recorded (`--trace api-all`).
+    pub every_call: bool,
+    /// Runtime callback ids switched on one by one (`cuptiActivityEnableRuntimeApi`).
+    pub runtime_cbids: u32,
+    /// Driver callback ids switched on one by one (`cuptiActivityEnableDriverApi`).
+    pub driver_cbids: u32,
+    /// The whole runtime kind had to be switched on (this CUPTI cannot select single calls).
+    pub runtime_whole_kind: bool,
+    /// The whole driver kind had to be switched on.
+    pub driver_whole_kind: bool,
+}
+
+/// What recording cost one process, measured inside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureCost {
+    /// Wall time spent in the buffer callbacks CUPTI calls (on the thread that filled a buffer,
+    /// which can be a workload thread), ns.
+    pub buffer_callback_ns: u64,
+    /// Number of buffer callbacks.
+    pub buffer_callbacks: u64,
+    /// CPU time of the background thread that decodes and writes the spool (its own thread), ns.
+    pub writer_cpu_ns: u64,
+    /// Measured host cost of one recorded API call, ns (calls to a cheap driver function timed at exit
+    /// with and without its record switched on); `None` when it could not be measured.
+    pub ns_per_recorded_call: Option<u32>,
+    /// Calls recorded by that measurement (their records are left out of the spool).
+    pub calibration_records: u32,
 }
 
 /// Little-endian field writer.
@@ -438,6 +476,14 @@ impl SpoolRecord {
             SpoolRecord::End { records, undecoded } => {
                 p.u8(tag::END).u64(*records).u64(*undecoded);
             }
+            SpoolRecord::ApiSelection(a) => {
+                p.u8(tag::API_SELECTION).u8(a.every_call as u8).u32(a.runtime_cbids).u32(a.driver_cbids);
+                p.u8(a.runtime_whole_kind as u8).u8(a.driver_whole_kind as u8);
+            }
+            SpoolRecord::Cost(c) => {
+                p.u8(tag::COST).u64(c.buffer_callback_ns).u64(c.buffer_callbacks).u64(c.writer_cpu_ns);
+                p.opt_u32(c.ns_per_recorded_call).u32(c.calibration_records);
+            }
         }
     }
 
@@ -571,6 +617,20 @@ impl SpoolRecord {
             }
             tag::BUFFERS_REFUSED => SpoolRecord::BuffersRefused { count: g.u64()? },
             tag::END => SpoolRecord::End { records: g.u64()?, undecoded: g.u64()? },
+            tag::API_SELECTION => SpoolRecord::ApiSelection(ApiSelection {
+                every_call: g.u8()? != 0,
+                runtime_cbids: g.u32()?,
+                driver_cbids: g.u32()?,
+                runtime_whole_kind: g.u8()? != 0,
+                driver_whole_kind: g.u8()? != 0,
+            }),
+            tag::COST => SpoolRecord::Cost(CaptureCost {
+                buffer_callback_ns: g.u64()?,
+                buffer_callbacks: g.u64()?,
+                writer_cpu_ns: g.u64()?,
+                ns_per_recorded_call: g.opt_u32()?,
+                calibration_records: g.u32()?,
+            }),
             _ => return None,
         };
         Some(record)

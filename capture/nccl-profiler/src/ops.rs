@@ -114,6 +114,11 @@ pub struct NcclProcess {
     pub dropped_records: u64,
     /// Stop or kernel-channel records whose start record is missing.
     pub orphan_records: u64,
+    /// Wall time NCCL's threads spent in the plugin's event callbacks, ns, and how many callbacks ran
+    /// (the last cumulative note in the spool; zero for spools written before the plugin measured it).
+    pub callback_ns: u64,
+    /// See `callback_ns`.
+    pub callbacks: u64,
 }
 
 impl NcclProcess {
@@ -234,6 +239,10 @@ impl NcclProcess {
                     process.clock_syncs.push((*monotonic_ns, *realtime_ns))
                 }
                 NcclRecord::Dropped { records } => process.dropped_records += records,
+                NcclRecord::CallbackCost { callback_ns, callbacks } => {
+                    process.callback_ns = *callback_ns;
+                    process.callbacks = *callbacks;
+                }
             }
         }
         process.operations.sort_by_key(|o| (o.cpu_start_ns, o.event));

@@ -15,9 +15,13 @@
 //! - **The library pins itself** (`RTLD_NODELETE`) on first use: NCCL unloads the plugin when its
 //!   last communicator is destroyed, and the flush thread and exit handler live in its code.
 //!
+//! - **Only the events the analysis uses are asked for**: groups, collectives and point-to-point
+//!   operations. Kernel-channel events (per-channel GPU timers) make NCCL post proxy work for every
+//!   collective, which lengthens the launch path of a tensor-parallel decode; they are opt-in.
+//!
 //! Configuration (environment): `SHARDSCOPE_SPOOL_DIR` (required; without it the plugin prints
-//! one line to stderr and asks NCCL for no events), `SHARDSCOPE_NCCL_KERNEL_TIMERS=0` (do not
-//! ask for kernel-channel events, which carry the GPU timers), `SHARDSCOPE_FLUSH_MS`.
+//! one line to stderr and asks NCCL for no events), `SHARDSCOPE_NCCL_KERNEL_TIMERS=1` (also ask
+//! for kernel-channel events, which carry the GPU timers), `SHARDSCOPE_FLUSH_MS`.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fs::{File, OpenOptions};
@@ -34,7 +38,7 @@ use crate::spool;
 
 /// Folder for the spool files; the same variable the CUDA injection library reads.
 pub const SPOOL_DIR_ENV: &str = "SHARDSCOPE_SPOOL_DIR";
-/// `0` turns kernel-channel events (GPU timers) off.
+/// `1` turns kernel-channel events (GPU timers) on.
 pub const KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
 /// Milliseconds between background flushes.
 pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
@@ -125,7 +129,7 @@ impl Recorder {
         file.write_all(spool::MAGIC)?;
         let mut pending = Vec::with_capacity(256 << 10);
         pending.extend_from_slice(&[0; 8]);
-        let kernel_timers = std::env::var(KERNEL_TIMERS_ENV).map(|v| v.trim() != "0").unwrap_or(true);
+        let kernel_timers = std::env::var(KERNEL_TIMERS_ENV).is_ok_and(|v| v.trim() == "1");
         let recorder = Recorder {
             pid,
             path,
@@ -169,6 +173,11 @@ impl Recorder {
         }
         let (monotonic_ns, realtime_ns) = clock_pair();
         NcclRecord::ClockSync { monotonic_ns, realtime_ns }.encode(frame);
+        NcclRecord::CallbackCost {
+            callback_ns: CALLBACK_NS.load(Ordering::Relaxed),
+            callbacks: CALLBACKS.load(Ordering::Relaxed),
+        }
+        .encode(frame);
         spool::seal_frame(frame);
         // A failed write loses this batch only; there is nobody to report it to but stderr,
         // and printing on every flush would flood it, so the next frame simply goes on.
@@ -345,9 +354,24 @@ pub fn spool_path() -> Option<PathBuf> {
     active().map(|r| r.path.clone())
 }
 
+/// Wall time NCCL's threads spent in the event callbacks, and how many ran (see
+/// [`NcclRecord::CallbackCost`]).
+static CALLBACK_NS: AtomicU64 = AtomicU64::new(0);
+static CALLBACKS: AtomicU64 = AtomicU64::new(0);
+
 /// Runs an entry point, turning a panic into `ncclSuccess` (a profiler must never fail NCCL).
 fn guarded(body: impl FnOnce() -> NcclResult) -> NcclResult {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(NCCL_SUCCESS)
+}
+
+/// [`guarded`] for the per-event entry points, adding their wall time to the cost counters (two clock
+/// reads through the vDSO, tens of ns, against the microseconds of a collective's launch).
+fn guarded_timed(body: impl FnOnce() -> NcclResult) -> NcclResult {
+    let started = monotonic_ns();
+    let result = guarded(body);
+    CALLBACK_NS.fetch_add(monotonic_ns().saturating_sub(started), Ordering::Relaxed);
+    CALLBACKS.fetch_add(1, Ordering::Relaxed);
+    result
 }
 
 /// Stores `value` through NCCL's out-pointer if it is not null.
@@ -521,7 +545,7 @@ fn group_handle() -> *mut c_void {
 // ------------------------------------------------------------------ entry points, all versions
 
 unsafe extern "C" fn stop_event(handle: *mut c_void) -> NcclResult {
-    guarded(|| {
+    guarded_timed(|| {
         if let (Some(recorder), Some((t, event))) = (active(), decode_handle(handle))
             && (t == tag::COLL || t == tag::P2P)
         {
@@ -536,7 +560,7 @@ unsafe extern "C" fn record_event_state_v4(
     state: c_int,
     args: *mut ffi::StateArgsV4,
 ) -> NcclResult {
-    guarded(|| {
+    guarded_timed(|| {
         if state == ffi::STATE_KERNEL_CH_STOP
             && !args.is_null()
             && let (Some(recorder), Some((tag::KERNEL_CH, event))) = (active(), decode_handle(handle))
@@ -580,7 +604,7 @@ unsafe extern "C" fn start_event_v5(
     handle: *mut *mut c_void,
     descr: *mut ffi::EventDescrV5,
 ) -> NcclResult {
-    guarded(|| {
+    guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot (or null, which set_out ignores).
         unsafe { set_out(handle, std::ptr::null_mut()) };
         let Some(recorder) = active() else { return NCCL_SUCCESS };
@@ -670,7 +694,7 @@ unsafe extern "C" fn start_event_v4(
     handle: *mut *mut c_void,
     descr: *mut ffi::EventDescrV4,
 ) -> NcclResult {
-    guarded(|| {
+    guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot.
         unsafe { set_out(handle, std::ptr::null_mut()) };
         let Some(recorder) = active() else { return NCCL_SUCCESS };
@@ -752,7 +776,7 @@ unsafe extern "C" fn start_event_v3(
     handle: *mut *mut c_void,
     descr: *mut ffi::EventDescrV3,
 ) -> NcclResult {
-    guarded(|| {
+    guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot.
         unsafe { set_out(handle, std::ptr::null_mut()) };
         let Some(recorder) = active() else { return NCCL_SUCCESS };

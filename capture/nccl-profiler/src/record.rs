@@ -220,6 +220,14 @@ pub enum NcclRecord {
         /// `CLOCK_REALTIME`, ns since the Unix epoch.
         realtime_ns: u64,
     },
+    /// Wall time NCCL's threads spent inside the plugin's event callbacks so far, and how many
+    /// callbacks that was (cumulative; written with every flushed batch, the last one counts).
+    CallbackCost {
+        /// Total ns.
+        callback_ns: u64,
+        /// Callbacks.
+        callbacks: u64,
+    },
     /// Records the plugin could not buffer (its buffer was full) since the previous such note.
     Dropped {
         /// How many.
@@ -239,6 +247,7 @@ mod kind {
     pub const KERNEL_CH_STOP: u16 = 8;
     pub const CLOCK_SYNC: u16 = 9;
     pub const DROPPED: u16 = 10;
+    pub const CALLBACK_COST: u16 = 11;
 }
 
 /// Appends little-endian fields to a buffer.
@@ -339,6 +348,9 @@ impl NcclRecord {
             NcclRecord::Dropped { records } => {
                 e.u64(*records);
             }
+            NcclRecord::CallbackCost { callback_ns, callbacks } => {
+                e.u64(*callback_ns).u64(*callbacks);
+            }
         }
         let len = (out.len() - start) as u16;
         out[start + 2..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -356,6 +368,7 @@ impl NcclRecord {
             NcclRecord::KernelChStop { .. } => kind::KERNEL_CH_STOP,
             NcclRecord::ClockSync { .. } => kind::CLOCK_SYNC,
             NcclRecord::Dropped { .. } => kind::DROPPED,
+            NcclRecord::CallbackCost { .. } => kind::CALLBACK_COST,
         }
     }
 
@@ -442,6 +455,9 @@ impl NcclRecord {
                 Some(NcclRecord::ClockSync { monotonic_ns: d.u64().ok_or(())?, realtime_ns: d.u64().ok_or(())? })
             }
             kind::DROPPED => Some(NcclRecord::Dropped { records: d.u64().ok_or(())? }),
+            kind::CALLBACK_COST => {
+                Some(NcclRecord::CallbackCost { callback_ns: d.u64().ok_or(())?, callbacks: d.u64().ok_or(())? })
+            }
             _ => None,
         };
         Ok(record)

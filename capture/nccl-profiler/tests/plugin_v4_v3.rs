@@ -14,6 +14,9 @@ fn v4_and_v3_calls_are_recorded() {
     let _ = std::fs::remove_dir_all(&dir);
     // SAFETY: set before any other thread of this test binary reads the environment.
     unsafe { std::env::set_var(plugin::SPOOL_DIR_ENV, &dir) };
+    // Kernel-channel events are opt-in; this test drives them.
+    // SAFETY: as above.
+    unsafe { std::env::set_var(plugin::KERNEL_TIMERS_ENV, "1") };
 
     // ---- v4
     let (mut context, mut mask): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
