@@ -16,7 +16,8 @@ Configurations (the reference workload's environment):
   tp1         1 GPU, default size
 
 Modes: uncaptured, capture (defaults), capture-kernel (kernels only, no NCCL plugin: the floor of any
-CUPTI recorder), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
+CUPTI recorder), capture-no-sync (defaults without synchronisation records), capture-no-plugin (defaults
+without the NCCL profiler plugin), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
 nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`), torch-profiler (CPU+CUDA activities,
 trace not saved).
 """
@@ -36,7 +37,8 @@ CONFIGS = {
     "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
     "tp1": {"nproc": 1, "env": {}},
 }
-MODES = ["uncaptured", "capture", "capture-kernel", "capture-api-all", "nsys", "torch-profiler"]
+MODES = ["uncaptured", "capture", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
+         "torch-profiler"]
 GPU_MS = re.compile(r"^rank (\d+) world (\d+) gpu_ms ([0-9.]+)", re.M)
 
 
@@ -54,6 +56,10 @@ def mode_command(args, mode, base, scratch):
         return [args.capture, "--force", "-o", out, "--"] + base
     if mode == "capture-kernel":
         return [args.capture, "--force", "--trace", "kernel", "--no-nccl-plugin", "-o", out, "--"] + base
+    if mode == "capture-no-sync":
+        return [args.capture, "--force", "--trace", "kernel,memcpy,memset,api,nvtx", "-o", out, "--"] + base
+    if mode == "capture-no-plugin":
+        return [args.capture, "--force", "--no-nccl-plugin", "-o", out, "--"] + base
     if mode == "capture-api-all":
         return [args.capture, "--force", "--trace", "all,api-all,nccl-timers", "-o", out, "--"] + base
     if mode == "nsys":
