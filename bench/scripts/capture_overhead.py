@@ -39,7 +39,7 @@ CONFIGS = {
 }
 MODES = ["uncaptured", "capture", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
          "torch-profiler"]
-GPU_MS = re.compile(r"^rank (\d+) world (\d+) gpu_ms ([0-9.]+)", re.M)
+GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
 
 def workload_command(args, nproc):
