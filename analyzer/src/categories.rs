@@ -21,6 +21,10 @@ pub const BUILTIN_RULES_TOML: &str = include_str!("../rules/categories.toml");
 
 /// The category of communication kernels; reports split it by collective type.
 pub const COMMUNICATION: &str = "communication";
+/// Prefix of communication labels in reports: `comm.all_reduce`.
+pub const COMM_PREFIX: &str = "comm.";
+/// Prefix of the labels of time matched collectives spent waiting for the last rank: `wait.all_reduce`.
+pub const WAIT_PREFIX: &str = "wait.";
 /// Category of kernels no rule matched.
 pub const OTHER: &str = "other";
 /// Category of memory copies.
@@ -265,7 +269,7 @@ pub fn base_name(name: &str) -> String {
 pub fn report_label(classifier: &Classifier, class: KernelClass, collective: Option<CollectiveOp>) -> String {
     if classifier.is_communication(class.category) {
         let op = class.collective.or(collective).unwrap_or(CollectiveOp::Other);
-        format!("comm.{}", op.label())
+        format!("{COMM_PREFIX}{}", op.label())
     } else {
         classifier.name(class.category).to_string()
     }

@@ -7,7 +7,9 @@
 //! - `exposed_comm_ns`: communication time during which no computation kernel runs (computation =
 //!   kernels that are neither communication nor memory operations).
 //! - `comm_comp_overlap_pct`: time both run / communication time × 100 (HTA's definition).
-//! - `categories`: summed durations per op category (a share of work, so streams add up).
+//! - `categories`: summed durations per op category (a share of work, so streams add up). Communication is
+//!   `comm.<type>`; of collectives matched across ranks, the part spent waiting for the last rank is
+//!   `wait.<type>` instead, so that `comm.<type>` is transfer time.
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -83,7 +85,8 @@ pub struct Figures {
     pub kernel_count: u64,
     /// Number of copies and sets.
     pub memop_count: u64,
-    /// Summed duration per op category.
+    /// Summed duration per op category; `comm.<type>` is communication less the waiting of matched
+    /// collectives, which is `wait.<type>`.
     pub categories: BTreeMap<String, i64>,
     /// The `cuda_gpu_kern_sum` rows.
     pub kernels: Vec<KernelSummaryRow>,
@@ -511,6 +514,19 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let mut categories: BTreeMap<String, i64> = BTreeMap::new();
     for (class, collective, ns) in by_class.into_values() {
         *categories.entry(categories::report_label(classifier, class, collective)).or_default() += ns;
+    }
+    // A matched collective's kernel runs while its rank waits for the last peer to arrive: that part is the late
+    // rank's doing, not the interconnect's. It moves from `comm.<type>` to `wait.<type>`, so that the shares show
+    // transfer and waiting apart (and still add up to the summed GPU time).
+    for kernel in &work.kernels {
+        let Some(share) = kernel.share.filter(|s| s.wait_ns > 0) else { continue };
+        let label = categories::report_label(classifier, kernel.class, kernel.collective);
+        let Some(op) = label.strip_prefix(categories::COMM_PREFIX) else { continue };
+        let wait_label = format!("{}{op}", categories::WAIT_PREFIX);
+        if let Some(comm_ns) = categories.get_mut(&label) {
+            *comm_ns -= share.wait_ns;
+        }
+        *categories.entry(wait_label).or_default() += share.wait_ns;
     }
     for &(start, end, is_memset) in &work.memops {
         busy.push((start, end));
