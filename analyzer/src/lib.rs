@@ -25,3 +25,4 @@ pub mod kernel_summary;
 pub mod phases;
 pub mod render;
 pub mod report;
+pub mod steps;

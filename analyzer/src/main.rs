@@ -12,6 +12,7 @@ use regex::Regex;
 use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::{compare, hta};
@@ -49,6 +50,13 @@ struct AnalysisArgs {
     /// Results of the `bench` program: collective busbw is also given as a share of its measured peak.
     #[arg(long)]
     bench: Option<PathBuf>,
+    /// Regex selecting step (iteration) ranges; without matches, phase ranges or a repeating kernel sequence
+    /// give the steps.
+    #[arg(long, default_value = DEFAULT_STEP_PATTERN)]
+    step_pattern: String,
+    /// Leave each rank's first N steps (warm-up) out of the step-time distribution.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    skip_steps: usize,
 }
 
 #[derive(Subcommand)]
@@ -172,6 +180,8 @@ fn run(cli: Cli) -> Result<()> {
                     window: None,
                     hta_include_last_step: false,
                     bench: None,
+                    step_pattern: DEFAULT_STEP_PATTERN.to_string(),
+                    skip_steps: 0,
                 };
                 reports.push(run_analysis(analysis, false)?);
                 names.push(labels.get(index).cloned().unwrap_or_else(|| run.clone()));
@@ -209,12 +219,22 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
     };
     let phase_pattern = Regex::new(&args.phase_pattern)
         .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
+    let step_pattern = Regex::new(&args.step_pattern)
+        .map_err(|e| anyhow::anyhow!("--step-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
     let bench_peaks = args.bench.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
     let traces = load_all(&args.traces)?;
     let hta_step_mode =
         if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
-    let options =
-        Options { classifier, phase_pattern, window_ns: args.window, hta_step_mode, bench_peaks, keep_instances };
+    let options = Options {
+        classifier,
+        phase_pattern,
+        window_ns: args.window,
+        hta_step_mode,
+        bench_peaks,
+        keep_instances,
+        step_pattern,
+        skip_steps: args.skip_steps,
+    };
     Ok(report::analyze(&traces, &options))
 }
 

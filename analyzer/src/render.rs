@@ -72,8 +72,47 @@ pub fn table(report: &Report, top: usize) -> String {
                 );
             }
         }
+        match &rank.steps {
+            Some(steps) => {
+                let t = &steps.time;
+                let skipped = if steps.skipped > 0 { format!(", first {} skipped", steps.skipped) } else { String::new() };
+                let _ = writeln!(
+                    out,
+                    "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
+                    steps.source.describe(),
+                    steps.found,
+                    duration(t.p50_ns),
+                    duration(t.p90_ns),
+                    duration(t.p99_ns),
+                    duration(t.min_ns),
+                    duration(t.max_ns)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
+            }
+        }
+        if rank.phases.is_empty() {
+            let why = if rank.annotation_ranges == 0 {
+                "the trace has no NVTX or annotation ranges".to_string()
+            } else {
+                format!("none of its {} NVTX/annotation ranges match the phase pattern", rank.annotation_ranges)
+            };
+            let _ = writeln!(out, "  phases: none ({why})");
+        }
         for phase in &rank.phases {
             let _ = writeln!(out, "  -- phase {} --", phase.name);
+            if let Some(instances) = &phase.figures.instances {
+                let _ = writeln!(
+                    out,
+                    "    {} instance(s), summed span {}; per instance median {}  p90 {}  max {}",
+                    instances.count,
+                    duration(instances.total_ns),
+                    duration(instances.p50_ns),
+                    duration(instances.p90_ns),
+                    duration(instances.max_ns)
+                );
+            }
             figures_block(&mut out, &phase.figures, "    ");
         }
     }

@@ -1,7 +1,9 @@
 //! The report: per rank (one GPU of the job) and per phase, where GPU time goes.
 //!
 //! Definitions (all on the rank's own GPU, clipped to the analysis window):
-//! - `span_ns`: first GPU activity start to last GPU activity end (kernels, copies, sets).
+//! - `span_ns`: of a rank, first GPU activity start to last GPU activity end (kernels, copies, sets); of a
+//!   phase, the union over its instances (phase ranges) of each instance's first-start-to-last-end of the GPU
+//!   work launched in it, so that the gaps between instances (other phases, host time) are not the phase's.
 //! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals; `idle_ns = span − busy`.
 //! - `comm_ns`: length of the union of communication-kernel intervals.
 //! - `exposed_comm_ns`: communication time during which no computation kernel runs (computation =
@@ -16,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use regex::Regex;
 use serde::{Serialize, Serializer};
-use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
 
 use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier, KernelClass};
@@ -24,7 +26,8 @@ use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, Rank
 use crate::hta::{self, HtaFigures};
 use crate::intervals::IntervalUnion;
 use crate::kernel_summary::{self, KernelSummaryRow};
-use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseId, PhaseIndex};
+use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
+use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -41,6 +44,10 @@ pub struct Options {
     pub bench_peaks: Option<BenchPeaks>,
     /// Keep every matched collective instance in [`Report::instances`].
     pub keep_instances: bool,
+    /// Ranges whose name matches are steps (iterations).
+    pub step_pattern: Regex,
+    /// Leading steps of each rank left out of the step-time distribution as warm-up.
+    pub skip_steps: usize,
 }
 
 impl Default for Options {
@@ -52,6 +59,8 @@ impl Default for Options {
             hta_step_mode: hta::StepMode::default(),
             bench_peaks: None,
             keep_instances: false,
+            step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default pattern"),
+            skip_steps: 0,
         }
     }
 }
@@ -90,6 +99,9 @@ pub struct Figures {
     pub categories: BTreeMap<String, i64>,
     /// The `cuda_gpu_kern_sum` rows.
     pub kernels: Vec<KernelSummaryRow>,
+    /// Of a phase: its instances' spans (count, percentiles); absent for whole ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Distribution>,
 }
 
 impl Figures {
@@ -130,6 +142,10 @@ pub struct RankReport {
     /// Per-phase figures, in order of first appearance.
     #[serde(serialize_with = "phases_as_map")]
     pub phases: Vec<Phase>,
+    /// NVTX and annotation ranges in the rank's trace file (0: the trace has none, so no phases or step ranges).
+    pub annotation_ranges: u64,
+    /// Step (iteration) times, when steps were found.
+    pub steps: Option<Steps>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
 }
@@ -207,7 +223,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             let index = &phase_indexes[key.trace];
             Box::new(move |kernel: u32| {
                 let k = &trace.kernels[kernel as usize];
-                phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p as usize].clone())
+                phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p.phase as usize].clone())
             }) as Box<dyn Fn(u32) -> Option<String>>
         })
         .collect();
@@ -411,6 +427,12 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
+    // Per phase, per instance (phase range): first start and last end of the GPU work launched in it.
+    let mut instance_extents: BTreeMap<PhaseId, HashMap<u32, (i64, i64)>> = BTreeMap::new();
+    let mut note_instance = |hit: PhaseHit, start: i64, end: i64| {
+        let extent = instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start, end));
+        *extent = (extent.0.min(start), extent.1.max(end));
+    };
     for &index in kernel_indices {
         let kernel = &trace.kernels[index as usize];
         let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
@@ -425,29 +447,40 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             share: if clipped { None } else { matching.shares.get(&(trace_index, index)).copied() },
         };
         whole.kernels.push(row);
-        if let Some(phase) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
-            first_seen.entry(phase).or_insert(start);
-            by_phase.entry(phase).or_default().kernels.push(row);
+        if let Some(hit) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
+            first_seen.entry(hit.phase).or_insert(start);
+            by_phase.entry(hit.phase).or_default().kernels.push(row);
+            note_instance(hit, start, end);
         }
     }
     for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
         let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
         let row = (start, end, memop.is_memset());
         whole.memops.push(row);
-        if let Some(phase) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
-            first_seen.entry(phase).or_insert(start);
-            by_phase.entry(phase).or_default().memops.push(row);
+        if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
+            first_seen.entry(hit.phase).or_insert(start);
+            by_phase.entry(hit.phase).or_default().memops.push(row);
+            note_instance(hit, start, end);
         }
     }
     let mut phase_order: Vec<(i64, PhaseId)> = first_seen.into_iter().map(|(p, t)| (t, p)).collect();
     phase_order.sort();
-    let phases = phase_order
+    let phases: Vec<Phase> = phase_order
         .into_iter()
-        .map(|(_, phase)| Phase {
-            name: phase_index.names()[phase as usize].clone(),
-            figures: figures(&by_phase[&phase], trace, &options.classifier),
+        .map(|(_, phase)| {
+            let mut extents: Vec<(i64, i64)> = instance_extents[&phase].values().copied().collect();
+            extents.sort_unstable();
+            let mut figures = figures(&by_phase[&phase], trace, &options.classifier);
+            // The phase's span is its instances' time, not first instance to last: the gaps between instances
+            // belong to other phases or to the host.
+            figures.span_ns = IntervalUnion::from_intervals(extents.clone()).length_ns();
+            figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
+            figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
+            figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
+            Phase { name: phase_index.names()[phase as usize].clone(), figures }
         })
         .collect();
+    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
     let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
@@ -460,6 +493,8 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
         figures: figures(&whole, trace, &options.classifier),
         phases,
+        annotation_ranges: trace.ranges.len() as u64,
+        steps,
         hta: hta::figures(
             trace,
             &kernels_on_device,
@@ -477,14 +512,71 @@ fn phase_of(
     launch: Option<u32>,
     device: DeviceIdx,
     start_ns: i64,
-) -> Option<PhaseId> {
+) -> Option<PhaseHit> {
     if index.is_empty() {
         return None;
     }
     match launch.and_then(|l| trace.api_calls.get(l as usize)) {
-        Some(call) => index.phase_on_thread(call.process, call.tid, call.start_ns),
-        None => index.phase_on_device(device, start_ns),
+        Some(call) => index.hit_on_thread(call.process, call.tid, call.start_ns),
+        None => index.hit_on_device(device, start_ns),
     }
+}
+
+/// The rank's steps: step ranges, else phase instances, else a repeating kernel sequence (see [`steps`]); clipped
+/// to the analysis window (a step must lie inside it to count).
+fn rank_steps(
+    trace: &Trace,
+    process: Option<ProcessIdx>,
+    phases: &[Phase],
+    whole: &Work,
+    options: &Options,
+) -> Option<Steps> {
+    let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
+        match options.window_ns {
+            Some((w0, w1)) => intervals.into_iter().filter(|&(start, end)| start >= w0 && end <= w1).collect(),
+            None => intervals,
+        }
+    };
+    let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
+    if !ranges.is_empty() {
+        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps));
+    }
+    // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
+    // their ranges are taken from the trace again so that each instance counts once.
+    let phase_names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
+    if !phase_names.is_empty() {
+        let mut instances: Vec<(i64, i64)> = trace
+            .ranges
+            .iter()
+            .filter(|r| process.is_none_or(|p| r.process == p))
+            .filter(|r| {
+                options.phase_pattern.captures(trace.names.get(r.name)).is_some_and(|c| {
+                    let name = c.get(1).map_or(trace.names.get(r.name).to_string(), |m| m.as_str().to_lowercase());
+                    phase_names.contains(&name.as_str())
+                })
+            })
+            .map(|r| (r.start_ns, r.end_ns))
+            .collect();
+        instances.sort_unstable();
+        // Nested phase ranges (a decode inside a decode) are one step.
+        let mut outermost: Vec<(i64, i64)> = Vec::new();
+        for range in instances {
+            if outermost.last().is_none_or(|last| range.0 >= last.1) {
+                outermost.push(range);
+            }
+        }
+        let outermost = inside(outermost);
+        if !outermost.is_empty() {
+            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps));
+        }
+    }
+    let kernels: Vec<(i64, i64, NameId)> = whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
+    let inferred = steps::infer_from_kernels(&kernels);
+    (!inferred.is_empty()).then(|| steps::steps(StepSource::InferredFromKernels, inferred, options.skip_steps))
+}
+
+fn pct(part: i64, whole: i64) -> f64 {
+    if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 }
 }
 
 fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
@@ -544,7 +636,6 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let comm_ns = comm.length_ns();
     let overlap_ns = comm.intersection_ns(&comp);
     let exposed_comm_ns = comm_ns - overlap_ns;
-    let pct = |part: i64, whole: i64| if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 };
     Figures {
         span_ns,
         gpu_busy_ns,
@@ -560,6 +651,7 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         comm_wait_ns,
         comm_transfer_ns,
         late_count,
+        instances: None,
         kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.name, k.end_ns - k.start_ns)), |n| {
             trace.names.get(n).to_string()
         }),
