@@ -27,6 +27,8 @@ pub const COMM_PREFIX: &str = "comm.";
 pub const WAIT_PREFIX: &str = "wait.";
 /// Category of kernels no rule matched.
 pub const OTHER: &str = "other";
+/// Category of CUDA graphs recorded as whole executions (their kernels are unknown).
+pub const CUDA_GRAPH: &str = "cuda_graph";
 /// Category of memory copies.
 pub const MEMCPY: &str = "memcpy";
 /// Category of memory sets.
@@ -461,18 +463,24 @@ mod tests {
     #[test]
     fn base_names_leave_out_return_type_templates_and_parameters() {
         assert_eq!(
-            base_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float)"),
+            base_name(
+                "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float)"
+            ),
             "at::native::vectorized_elementwise_kernel"
         );
         assert_eq!(base_name("Memcpy DtoD (Device -> Device)"), "Memcpy DtoD");
         assert_eq!(
-            base_name("void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_64x64_tn_align8>(cutlass_80_tensorop_s16816gemm_64x64_tn_align8::Params)"),
+            base_name(
+                "void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_64x64_tn_align8>(cutlass_80_tensorop_s16816gemm_64x64_tn_align8::Params)"
+            ),
             "cutlass::Kernel2 cutlass_80_tensorop_s16816gemm_64x64_tn_align8"
         );
         assert_eq!(base_name("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT"), "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT");
         assert_eq!(
-            demangle("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_")
-                .map(|d| base_name(&d)),
+            demangle(
+                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+            )
+            .map(|d| base_name(&d)),
             Some("at::native::vectorized_elementwise_kernel".to_string())
         );
         assert_eq!(demangle("nvjet_sm90"), None);

@@ -12,9 +12,9 @@ use regex::Regex;
 use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
-use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
+use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::{compare, hta};
 use shardscope_model::Trace;
 
@@ -247,7 +247,7 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     for path in paths {
         traces.extend(shardscope_io::load(path)?);
     }
-    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty()) {
+    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
     }
     Ok(traces)

@@ -67,8 +67,13 @@ impl PhaseIndex {
                 Some(id as PhaseId)
             });
             let Some(phase) = phase else { continue };
-            let open =
-                OpenRange { start_ns: range.start_ns, end_ns: range.end_ns, phase, range: range_index as u32, parent: None };
+            let open = OpenRange {
+                start_ns: range.start_ns,
+                end_ns: range.end_ns,
+                phase,
+                range: range_index as u32,
+                parent: None,
+            };
             match (range.kind, range.device) {
                 (RangeKind::GpuAnnotation, Some(device)) => index.by_device.entry(device).or_default().push(open),
                 _ => index.by_thread.entry((range.process, range.tid)).or_default().push(open),

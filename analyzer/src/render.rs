@@ -75,7 +75,8 @@ pub fn table(report: &Report, top: usize) -> String {
         match &rank.steps {
             Some(steps) => {
                 let t = &steps.time;
-                let skipped = if steps.skipped > 0 { format!(", first {} skipped", steps.skipped) } else { String::new() };
+                let skipped =
+                    if steps.skipped > 0 { format!(", first {} skipped", steps.skipped) } else { String::new() };
                 let _ = writeln!(
                     out,
                     "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
@@ -241,13 +242,18 @@ fn bytes_human(bytes: u64) -> String {
 fn figures_block(out: &mut String, f: &Figures, indent: &str) {
     let _ = writeln!(
         out,
-        "{indent}span {}   GPU busy {} ({:.1}%)   idle {}   kernels {}   copies/sets {}",
+        "{indent}span {}   GPU busy {} ({:.1}%)   idle {}   kernels {}   copies/sets {}{}",
         duration(f.span_ns),
         duration(f.gpu_busy_ns),
         share(f.gpu_busy_ns, f.span_ns),
         duration(f.idle_ns),
         f.kernel_count,
-        f.memop_count
+        f.memop_count,
+        if f.cuda_graph_count > 0 {
+            format!("   CUDA graphs (recorded whole) {}", f.cuda_graph_count)
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         out,

@@ -4,7 +4,8 @@
 //! - `span_ns`: of a rank, first GPU activity start to last GPU activity end (kernels, copies, sets); of a
 //!   phase, the union over its instances (phase ranges) of each instance's first-start-to-last-end of the GPU
 //!   work launched in it, so that the gaps between instances (other phases, host time) are not the phase's.
-//! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals; `idle_ns = span − busy`.
+//! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals and of CUDA graphs recorded whole;
+//!   `idle_ns = span − busy`.
 //! - `comm_ns`: length of the union of communication-kernel intervals.
 //! - `exposed_comm_ns`: communication time during which no computation kernel runs (computation =
 //!   kernels that are neither communication nor memory operations).
@@ -94,6 +95,8 @@ pub struct Figures {
     pub kernel_count: u64,
     /// Number of copies and sets.
     pub memop_count: u64,
+    /// Number of CUDA graph executions recorded whole (category `cuda_graph`).
+    pub cuda_graph_count: u64,
     /// Summed duration per op category; `comm.<type>` is communication less the waiting of matched
     /// collectives, which is `wait.<type>`.
     pub categories: BTreeMap<String, i64>,
@@ -362,7 +365,9 @@ fn in_window(indices: &[u32], start_ns: impl Fn(u32) -> i64, longest_ns: i64, wi
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
 fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
     let mut used = vec![false; trace.devices.len()];
-    for device in trace.kernels.iter().map(|k| k.device).chain(trace.memops.iter().map(|m| m.device)) {
+    let kernel_devices = trace.kernels.iter().map(|k| k.device);
+    let other_devices = trace.memops.iter().map(|m| m.device).chain(trace.graph_launches.iter().map(|g| g.device));
+    for device in kernel_devices.chain(other_devices) {
         if let Some(slot) = used.get_mut(device.0 as usize) {
             *slot = true;
         }
@@ -401,6 +406,8 @@ struct Work {
     kernels: Vec<WorkKernel>,
     /// `(start_ns, end_ns, is_memset)`.
     memops: Vec<(i64, i64, bool)>,
+    /// CUDA graphs recorded whole: `(start_ns, end_ns)`.
+    graphs: Vec<(i64, i64)>,
 }
 
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
@@ -460,6 +467,15 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
             first_seen.entry(hit.phase).or_insert(start);
             by_phase.entry(hit.phase).or_default().memops.push(row);
+            note_instance(hit, start, end);
+        }
+    }
+    for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
+        let Some((start, end)) = clip(graph.start_ns, graph.end_ns, options.window_ns) else { continue };
+        whole.graphs.push((start, end));
+        if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
+            first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
+            by_phase.entry(hit.phase).or_default().graphs.push((start, end));
             note_instance(hit, start, end);
         }
     }
@@ -625,6 +641,12 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         let label = if is_memset { categories::MEMSET } else { categories::MEMCPY };
         *categories.entry(label.to_string()).or_default() += end - start;
     }
+    // A graph recorded whole kept the GPU busy, but what ran in it is unknown: it is busy time in its own
+    // category, neither computation nor communication (the import warning says how to record its kernels).
+    for &(start, end) in &work.graphs {
+        busy.push((start, end));
+        *categories.entry(categories::CUDA_GRAPH.to_string()).or_default() += end - start;
+    }
     let span_ns = match (busy.iter().map(|b| b.0).min(), busy.iter().map(|b| b.1).max()) {
         (Some(first), Some(last)) => last - first,
         _ => 0,
@@ -647,6 +669,7 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         exposed_comm_over_span_pct: pct(exposed_comm_ns, span_ns),
         kernel_count: work.kernels.len() as u64,
         memop_count: work.memops.len() as u64,
+        cuda_graph_count: work.graphs.len() as u64,
         categories,
         comm_wait_ns,
         comm_transfer_ns,

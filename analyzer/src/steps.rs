@@ -22,8 +22,7 @@ use shardscope_model::{NameId, ProcessIdx, RangeKind, Trace};
 
 /// The default step pattern: PyTorch profiler steps, vLLM's model-execution call, TensorRT-LLM's forward step,
 /// and ranges named `step`, `iteration`, `train_step`, `training_step` with an optional number.
-pub const DEFAULT_STEP_PATTERN: &str =
-    r"(?i)^(ProfilerStep#\d+|execute_model|_?forward_step\b.*|(train_|training_)?step([ _#:-]*\d+)?|iter(ation)?([ _#:-]*\d+)?)$";
+pub const DEFAULT_STEP_PATTERN: &str = r"(?i)^(ProfilerStep#\d+|execute_model|_?forward_step\b.*|(train_|training_)?step([ _#:-]*\d+)?|iter(ation)?([ _#:-]*\d+)?)$";
 
 /// The fewest repetitions of a kernel sequence taken as steps.
 pub const MIN_INFERRED_STEPS: usize = 3;
@@ -209,7 +208,14 @@ mod tests {
     #[test]
     fn default_step_pattern() {
         let pattern = Regex::new(DEFAULT_STEP_PATTERN).unwrap();
-        for name in ["ProfilerStep#12", "execute_model", "_forward_step 3: 2 ctx reqs, 0 gen reqs", "step 4", "train_step", "iteration_7"] {
+        for name in [
+            "ProfilerStep#12",
+            "execute_model",
+            "_forward_step 3: 2 ctx reqs, 0 gen reqs",
+            "step 4",
+            "train_step",
+            "iteration_7",
+        ] {
             assert!(pattern.is_match(name), "{name}");
         }
         for name in ["aten::step", "stepper", "optimizer.step#SGD.step", "Optimizer.zero_grad"] {
