@@ -14,6 +14,7 @@ use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
+use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::{compare, hta};
 use shardscope_model::Trace;
@@ -57,6 +58,10 @@ struct AnalysisArgs {
     /// Leave each rank's first N steps (warm-up) out of the step-time distribution.
     #[arg(long, default_value_t = 0, value_name = "N")]
     skip_steps: usize,
+    /// Analyse inputs together even when they record different runs (different world sizes, one rank twice,
+    /// times that do not overlap); without it such inputs are refused.
+    #[arg(long)]
+    allow_mixed: bool,
 }
 
 #[derive(Subcommand)]
@@ -182,9 +187,10 @@ fn run(cli: Cli) -> Result<()> {
                     bench: None,
                     step_pattern: DEFAULT_STEP_PATTERN.to_string(),
                     skip_steps: 0,
+                    allow_mixed: false,
                 };
                 reports.push(run_analysis(analysis, false)?);
-                names.push(labels.get(index).cloned().unwrap_or_else(|| run.clone()));
+                names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
             }
             let comparison = compare::compare(&names, &reports);
             match format {
@@ -223,6 +229,12 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
         .map_err(|e| anyhow::anyhow!("--step-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
     let bench_peaks = args.bench.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
     let traces = load_all(&args.traces)?;
+    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    if !args.allow_mixed
+        && let Some(why) = run::mixed_runs(&identities)
+    {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
     let hta_step_mode =
         if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
     let options = Options {
@@ -234,6 +246,7 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
         keep_instances,
         step_pattern,
         skip_steps: args.skip_steps,
+        allow_mixed: args.allow_mixed,
     };
     Ok(report::analyze(&traces, &options))
 }
@@ -267,4 +280,18 @@ fn load_builtin_sample() -> Result<Vec<Trace>> {
 
 fn display_list(paths: &[PathBuf]) -> String {
     paths.iter().map(|p| Path::display(p).to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// A run's default label: its files' names without folders and trace extensions (`tp2_nsys`), joined by `+`.
+fn run_label(run: &str) -> String {
+    const EXTENSIONS: [&str; 6] = [".pt.trace.json.gz", ".json.gz", ".sqlite.gz", ".json", ".sqlite", ".gz"];
+    let stems: Vec<String> = run
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|path| {
+            let name = Path::new(path).file_name().map_or(path.to_string(), |n| n.to_string_lossy().into_owned());
+            EXTENSIONS.iter().find_map(|ext| name.strip_suffix(ext)).map_or(name.clone(), str::to_string)
+        })
+        .collect();
+    if stems.is_empty() { run.to_string() } else { stems.join("+") }
 }

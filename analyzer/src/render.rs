@@ -44,6 +44,22 @@ pub fn table(report: &Report, top: usize) -> String {
     if let Some((start, end)) = report.window_ns {
         let _ = writeln!(out, "window: {start} ns .. {end} ns");
     }
+    for identity in &report.run_identities {
+        let Some((start, end)) = identity.time_range_ns else { continue };
+        let wall = identity
+            .wall_clock_ns
+            .map(|(start, end)| format!(", {} .. {} UTC", utc(start), utc(end)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "time range of {}: {start} .. {end} ns on its clock ({}){wall}",
+            identity.source,
+            duration(end - start)
+        );
+    }
+    for note in &report.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
     for rank in &report.ranks {
         let recorded = if rank.rank_recorded { "" } else { " (numbered in input order)" };
         let pid = rank.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
@@ -486,5 +502,36 @@ mod tests {
         assert_eq!(nsys_decimal1(20959.5), "20959.5");
         assert_eq!(nsys_decimal1(0.04), "0.0");
         assert_eq!(nsys_decimal1(79.04), "79.0");
+    }
+}
+
+/// `ns` since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm` (UTC, proleptic Gregorian calendar).
+fn utc(ns: i64) -> String {
+    let ms = ns.div_euclid(1_000_000);
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Days to civil date (the algorithm of Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (h, m, sec, milli) =
+        (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{milli:03}")
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use super::utc;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(1_735_632_360_000_000_000), "2024-12-31 08:06:00.000");
+        assert_eq!(utc(951_782_400_123_000_000), "2000-02-29 00:00:00.123");
     }
 }

@@ -28,6 +28,7 @@ use crate::hta::{self, HtaFigures};
 use crate::intervals::IntervalUnion;
 use crate::kernel_summary::{self, KernelSummaryRow};
 use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
+use crate::run::{self, RunIdentity};
 use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 
 /// What to analyse and how.
@@ -49,6 +50,8 @@ pub struct Options {
     pub step_pattern: Regex,
     /// Leading steps of each rank left out of the step-time distribution as warm-up.
     pub skip_steps: usize,
+    /// The inputs need not form one run (see [`run::mixed_runs`]): analyse them together, with a note.
+    pub allow_mixed: bool,
 }
 
 impl Default for Options {
@@ -62,6 +65,7 @@ impl Default for Options {
             keep_instances: false,
             step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default pattern"),
             skip_steps: 0,
+            allow_mixed: false,
         }
     }
 }
@@ -178,6 +182,10 @@ pub struct Report {
     pub instances: Vec<Instance>,
     /// Import warnings, per input file.
     pub warnings: Vec<FileWarning>,
+    /// What each input records about its run: hosts, pids, ranks, world size, time range.
+    pub run_identities: Vec<RunIdentity>,
+    /// Notes on the inputs as a whole: a partial set of ranks, inputs from different runs analysed together.
+    pub notes: Vec<String>,
 }
 
 /// Collectives across ranks.
@@ -230,14 +238,38 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             }) as Box<dyn Fn(u32) -> Option<String>>
         })
         .collect();
+    // With a window, collectives are matched among the kernels that reach into it, as the rank figures count them.
+    let windowed_kernels: Vec<Vec<u32>> = ranks_in_input
+        .iter()
+        .map(|&(key, _, _)| {
+            let trace = &traces[key.trace];
+            let all = &by_device[key.trace].kernels[key.device.0 as usize];
+            match options.window_ns {
+                None => Vec::new(),
+                Some(window) => all
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        let kernel = &trace.kernels[i as usize];
+                        clip(kernel.start_ns, kernel.end_ns, Some(window)).is_some()
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
     let inputs: Vec<RankInput> = ranks_in_input
         .iter()
         .zip(&phase_closures)
-        .map(|(&(key, rank, _), phase_of_kernel)| RankInput {
+        .zip(&windowed_kernels)
+        .map(|((&(key, rank, _), phase_of_kernel), windowed)| RankInput {
             key,
             rank,
             trace: &traces[key.trace],
-            kernel_indices: &by_device[key.trace].kernels[key.device.0 as usize],
+            kernel_indices: if options.window_ns.is_some() {
+                windowed
+            } else {
+                &by_device[key.trace].kernels[key.device.0 as usize]
+            },
             classes: &classes[key.trace],
             phase_of_kernel: phase_of_kernel.as_ref(),
         })
@@ -272,6 +304,13 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             })
         })
         .collect();
+    let run_identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    let mut notes = Vec::new();
+    if let Some(why) = run::mixed_runs(&run_identities) {
+        // Callers refuse mixed inputs unless asked not to; when analysed anyway, the report says so.
+        notes.push(format!("inputs are not one run ({why}); analysed together as asked"));
+    }
+    notes.extend(run::partial_run_note(&run_identities, ranks.len()));
     Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),
@@ -292,6 +331,8 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
         },
         instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings,
+        run_identities,
+        notes,
     }
 }
 
