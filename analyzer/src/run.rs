@@ -68,14 +68,13 @@ pub fn mixed_runs(identities: &[RunIdentity]) -> Option<String> {
     if identities.len() < 2 {
         return None;
     }
-    let world_sizes: BTreeMap<u32, Vec<&str>> =
-        identities.iter().filter_map(|i| Some((i.world_size?, i.source.as_str()))).fold(
-            BTreeMap::new(),
-            |mut map, (size, source)| {
-                map.entry(size).or_insert_with(Vec::new).push(source);
-                map
-            },
-        );
+    let world_sizes: BTreeMap<u32, Vec<&str>> = identities
+        .iter()
+        .filter_map(|i| Some((i.world_size?, i.source.as_str())))
+        .fold(BTreeMap::new(), |mut map, (size, source)| {
+            map.entry(size).or_insert_with(Vec::new).push(source);
+            map
+        });
     if world_sizes.len() > 1 {
         let list: Vec<String> =
             world_sizes.iter().map(|(size, files)| format!("world size {size} in {}", files.join(", "))).collect();
