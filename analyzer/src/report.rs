@@ -717,7 +717,9 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         late_count,
         instances: None,
         kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.name, k.end_ns - k.start_ns)), |n| {
-            trace.names.get(n).to_string()
+            // ROCm traces keep names mangled; the report shows them as a reader knows them.
+            let name = trace.names.get(n);
+            categories::demangle(name).unwrap_or_else(|| name.to_string())
         }),
     }
 }

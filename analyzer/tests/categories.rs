@@ -86,3 +86,29 @@ fn vendor_and_model_specific_kernels_land_in_their_categories() {
     assert!(pct(&dlrm, "gemm") < 12.0, "{dlrm:?}");
     assert!(pct(&dlrm, "quantization") > 1.0, "{dlrm:?}");
 }
+
+/// ROCm traces keep kernel names mangled: the report demangles them for the category and for display.
+#[test]
+fn mangled_rocm_names_are_demangled() {
+    let mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
+    let trace = format!(
+        r#"{{"schemaVersion": 1, "deviceProperties": [{{"id": 0, "name": "AMD Instinct MI300X"}}],
+        "traceEvents": [
+          {{"ph": "X", "cat": "kernel", "name": "{mangled}", "pid": 0, "tid": 1, "ts": 10.0, "dur": 4.0,
+            "args": {{"device": 0, "stream": 1, "correlation": 7}}}},
+          {{"ph": "X", "cat": "kernel", "name": "Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x1", "pid": 0, "tid": 1,
+            "ts": 20.0, "dur": 6.0, "args": {{"device": 0, "stream": 1, "correlation": 8}}}}
+        ]}}"#
+    );
+    let path = std::env::temp_dir().join(format!("shardscope-rocm-{}.json", std::process::id()));
+    std::fs::write(&path, trace).unwrap();
+    let output = common::analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rank = &r["ranks"][0];
+    assert_eq!(rank["categories"]["elementwise"], 4_000);
+    assert_eq!(rank["categories"]["gemm"], 6_000);
+    let names: Vec<&str> = rank["kernels"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.starts_with("void at::native::vectorized_elementwise_kernel<4, ")), "{names:?}");
+}
