@@ -113,7 +113,9 @@ pub struct Steps {
 /// of `process` when given (the process that drove the rank's GPU).
 pub fn step_ranges(trace: &Trace, process: Option<ProcessIdx>, pattern: &Regex) -> Vec<(i64, i64)> {
     let mut matches: HashMap<NameId, bool> = HashMap::new();
-    let mut by_track: HashMap<(u32, u32, Option<u32>), Vec<(i64, i64)>> = HashMap::new();
+    // A track: process, thread, and the GPU stream of GPU-side annotations.
+    type Track = (u32, u32, Option<u32>);
+    let mut by_track: HashMap<Track, Vec<(i64, i64)>> = HashMap::new();
     for range in &trace.ranges {
         let is_step = *matches.entry(range.name).or_insert_with(|| pattern.is_match(trace.names.get(range.name)));
         if !is_step || range.end_ns <= range.start_ns || process.is_some_and(|p| range.process != p) {
