@@ -602,14 +602,19 @@ fn rank_steps(
     // their ranges are taken from the trace again so that each instance counts once.
     let phase_names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
     if !phase_names.is_empty() {
+        // The pattern runs once per distinct range name, not once per range.
+        let mut is_phase: HashMap<NameId, bool> = HashMap::new();
         let mut instances: Vec<(i64, i64)> = trace
             .ranges
             .iter()
             .filter(|r| process.is_none_or(|p| r.process == p))
             .filter(|r| {
-                options.phase_pattern.captures(trace.names.get(r.name)).is_some_and(|c| {
-                    let name = c.get(1).map_or(trace.names.get(r.name).to_string(), |m| m.as_str().to_lowercase());
-                    phase_names.contains(&name.as_str())
+                *is_phase.entry(r.name).or_insert_with(|| {
+                    let text = trace.names.get(r.name);
+                    options.phase_pattern.captures(text).is_some_and(|c| {
+                        let name = c.get(1).map_or(text.to_string(), |m| m.as_str().to_lowercase());
+                        phase_names.contains(&name.as_str())
+                    })
                 })
             })
             .map(|r| (r.start_ns, r.end_ns))
