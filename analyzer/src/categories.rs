@@ -458,6 +458,62 @@ mod tests {
                 assert_eq!(category(&c, name), *expected, "{name}");
             }
         }
+        // Names a rule must not take: its words only in template or parameter lists, or in a neighbour's kernel.
+        let must_not: &[(&str, &str)] = &[
+            (
+                "kv_cache",
+                "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(Flash_fwd_params)",
+            ),
+            (
+                "attention",
+                "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)",
+            ),
+            (
+                "attention",
+                "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, unsigned int*, flashinfer::QuantizationSFLayout)",
+            ),
+            (
+                "gemm",
+                "void tensorrt_llm::kernels::finalizeMoeRoutingKernel<cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t, (tensorrt_llm::kernels::ScaleMode)1, false>(cutlass::bfloat16_t const*, cutlass::bfloat16_t*)",
+            ),
+            (
+                "gemm",
+                "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>(fbgemm_gpu::GenericPackedTensorAccessor<c10::Half, 1ul>)",
+            ),
+            (
+                "gemm",
+                "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*)",
+            ),
+            (
+                "conv",
+                "void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long, long, long)",
+            ),
+            ("moe", "fused_moe_kernel"),
+            // RoPE's kernel says "embedding".
+            (
+                "embedding_sampling",
+                "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+            ),
+            (
+                "rope",
+                "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, __nv_bfloat16*, long const*, long, long, long, long, int, int, int, float const*, float const*)",
+            ),
+            (
+                "quantization",
+                "void deep_gemm::fp8_gemm_kernel<128u, 128u, 128u, 1u, 8u>(float*, int*, unsigned int, __nv_fp8_e4m3 const*)",
+            ),
+            (
+                "norm",
+                "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::NormOps<float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormOps<float, float, float, float>, unsigned int, float, 4>)",
+            ),
+            (
+                "elementwise",
+                "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
+            ),
+        ];
+        for (not_expected, name) in must_not {
+            assert_ne!(category(&c, name), *not_expected, "{name}");
+        }
     }
 
     #[test]
