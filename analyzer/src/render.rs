@@ -89,6 +89,14 @@ pub fn table(report: &Report, top: usize) -> String {
             }
         }
         match &rank.steps {
+            Some(steps) if steps.time.count == 0 => {
+                let _ = writeln!(
+                    out,
+                    "  steps ({}): {} found, all left out as warm-up by --skip-steps",
+                    steps.source.describe(),
+                    steps.found
+                );
+            }
             Some(steps) => {
                 let t = &steps.time;
                 let skipped =

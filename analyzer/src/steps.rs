@@ -102,7 +102,7 @@ pub struct Steps {
     pub found: u64,
     /// Leading steps left out as warm-up (`--skip-steps`).
     pub skipped: u64,
-    /// Times of the steps kept.
+    /// Times of the steps kept (all zero when every step was skipped).
     pub time: Distribution,
     /// `[start_ns, end_ns)` of each kept step, in order.
     #[serde(skip)]

@@ -62,6 +62,9 @@ fn profiler_steps_give_step_times_and_warm_up_can_be_skipped() {
     assert_eq!(steps["time"]["count"], 3);
     assert_eq!(steps["time"]["p50_ns"], 344_269_000);
     assert_eq!(steps["time"]["max_ns"], 346_097_000);
+    let all_skipped = analyzer(&["report", "--skip-steps", "9", path.to_str().unwrap()]);
+    let table = String::from_utf8(all_skipped.stdout).unwrap();
+    assert!(table.contains("steps (step ranges): 5 found, all left out as warm-up"), "{table}");
 }
 
 /// Two data-parallel GPUs of one nsys export with NVTX but no step ranges: steps are inferred from the repeating
