@@ -220,6 +220,7 @@ mod tests {
                     hta: Default::default(),
                     annotation_ranges: 0,
                     steps: None,
+                    graph_replays: None,
                 })
                 .collect(),
             collectives: crate::report::CollectiveReport {

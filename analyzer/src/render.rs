@@ -117,6 +117,29 @@ pub fn table(report: &Report, top: usize) -> String {
                 let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
             }
         }
+        if let Some(replays) = &rank.graph_replays {
+            let r = &replays.replay_ns;
+            let what = if replays.source == "graph_records" {
+                "recorded whole".to_string()
+            } else {
+                format!("{} node kernels/copies", replays.node_activities)
+            };
+            let graphs: Vec<String> = replays
+                .by_graph
+                .iter()
+                .take(5)
+                .map(|g| format!("graph {}: {} × {}", g.graph_id, g.replays, duration(g.total_ns)))
+                .collect();
+            let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };
+            let _ = writeln!(
+                out,
+                "  CUDA graph replays ({what}): {}; per replay median {}  p90 {}  max {}{graphs}",
+                r.count,
+                duration(r.p50_ns),
+                duration(r.p90_ns),
+                duration(r.max_ns)
+            );
+        }
         if rank.phases.is_empty() {
             let why = if rank.annotation_ranges == 0 {
                 "the trace has no NVTX or annotation ranges".to_string()

@@ -118,6 +118,31 @@ impl Figures {
     }
 }
 
+/// CUDA graph replays of a rank: each launch of a graph is one replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphReplays {
+    /// `graph_records` (nsys recorded each graph execution whole) or `node_kernels` (the kernels and copies of a
+    /// graph were recorded one by one, and share the launch call `cudaGraphLaunch` / `cuGraphLaunch`).
+    pub source: &'static str,
+    /// Kernels and copies that ran as graph nodes (0 for `graph_records`: they are not recorded).
+    pub node_activities: u64,
+    /// Per replay, first GPU start to last GPU end.
+    pub replay_ns: Distribution,
+    /// Per graph (CUPTI graph id, known for `graph_records`): replays and their summed time, most time first.
+    pub by_graph: Vec<GraphTotal>,
+}
+
+/// The replays of one graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphTotal {
+    /// CUPTI graph id.
+    pub graph_id: u32,
+    /// Replays.
+    pub replays: u64,
+    /// Summed replay time.
+    pub total_ns: i64,
+}
+
 /// One phase's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Phase {
@@ -153,6 +178,8 @@ pub struct RankReport {
     pub annotation_ranges: u64,
     /// Step (iteration) times, when steps were found.
     pub steps: Option<Steps>,
+    /// CUDA graph replays, when the rank ran graphs.
+    pub graph_replays: Option<GraphReplays>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
 }
@@ -538,6 +565,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         })
         .collect();
     let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
+    let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
     let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
@@ -552,6 +580,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         phases,
         annotation_ranges: trace.ranges.len() as u64,
         steps,
+        graph_replays,
         hta: hta::figures(
             trace,
             &kernels_on_device,
@@ -635,6 +664,68 @@ fn rank_steps(
     let kernels: Vec<(i64, i64, NameId)> = whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
     let inferred = steps::infer_from_kernels(&kernels);
     (!inferred.is_empty()).then(|| steps::steps(StepSource::InferredFromKernels, inferred, options.skip_steps))
+}
+
+/// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose
+/// launch call is a graph launch, one replay per call.
+fn graph_replays(
+    trace: &Trace,
+    device: DeviceIdx,
+    kernel_indices: &[u32],
+    memop_indices: &[u32],
+    window_ns: Option<(i64, i64)>,
+) -> Option<GraphReplays> {
+    let records: Vec<(i64, i64, u32)> = trace
+        .graph_launches
+        .iter()
+        .filter(|g| g.device == device)
+        .filter_map(|g| clip(g.start_ns, g.end_ns, window_ns).map(|(start, end)| (start, end, g.graph_id)))
+        .collect();
+    if !records.is_empty() {
+        let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
+        for &(start, end, graph_id) in &records {
+            let total = by_graph.entry(graph_id).or_insert(GraphTotal { graph_id, replays: 0, total_ns: 0 });
+            total.replays += 1;
+            total.total_ns += end - start;
+        }
+        let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
+        by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
+        return Some(GraphReplays {
+            source: "graph_records",
+            node_activities: 0,
+            replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
+            by_graph,
+        });
+    }
+    // Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph.
+    let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
+    let mut replays: HashMap<u32, (i64, i64)> = HashMap::new();
+    let mut node_activities = 0u64;
+    let kernels = kernel_indices.iter().map(|&i| {
+        let k = &trace.kernels[i as usize];
+        (k.launch, k.start_ns, k.end_ns)
+    });
+    let memops = memop_indices.iter().map(|&i| {
+        let m = &trace.memops[i as usize];
+        (m.launch, m.start_ns, m.end_ns)
+    });
+    for (launch, start, end) in kernels.chain(memops) {
+        let Some(call) = launch.and_then(|l| trace.api_calls.get(l as usize).map(|c| (l, c))) else { continue };
+        let graph = *is_graph_launch.entry(call.1.name).or_insert_with(|| {
+            let name = trace.names.get(call.1.name);
+            name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
+        });
+        let Some((start, end)) = clip(start, end, window_ns).filter(|_| graph) else { continue };
+        node_activities += 1;
+        let replay = replays.entry(call.0).or_insert((start, end));
+        *replay = (replay.0.min(start), replay.1.max(end));
+    }
+    (!replays.is_empty()).then(|| GraphReplays {
+        source: "node_kernels",
+        node_activities,
+        replay_ns: Distribution::of(replays.values().map(|(start, end)| end - start).collect()),
+        by_graph: Vec::new(),
+    })
 }
 
 fn pct(part: i64, whole: i64) -> f64 {

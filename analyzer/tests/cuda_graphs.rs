@@ -97,7 +97,68 @@ fn graph_level_records_count_as_busy_time_in_their_category() {
     let kern_sum =
         String::from_utf8(analyzer(&["kern-sum", "--format", "csv", path.to_str().unwrap()]).stdout).unwrap();
     assert!(!kern_sum.to_lowercase().contains("graph"), "{kern_sum}");
+    // Grouped by graph.
+    let replays = &rank0["graph_replays"];
+    assert_eq!(replays["source"], "graph_records");
+    assert_eq!(replays["replay_ns"]["count"], 1);
+    assert_eq!(replays["by_graph"][0]["graph_id"], 5);
+    assert_eq!(replays["by_graph"][0]["total_ns"], end - start);
+    assert_eq!(report["ranks"][1]["graph_replays"], Value::Null);
     let table = String::from_utf8(analyzer(&["report", path.to_str().unwrap()]).stdout).unwrap();
     assert!(table.contains("CUDA graphs (recorded whole) 1"), "{table}");
+    assert!(table.contains("CUDA graph replays (recorded whole): 1;"), "{table}");
     let _ = std::fs::remove_file(&path);
+}
+
+/// Node-level recording (`--cuda-graph-trace=node`): the kernels of one replay share the correlation id of the
+/// `cudaGraphLaunch` call. Fabricated from the sample: the same decode step's kernels on GPU 0 become the nodes of
+/// one replay launched by one call.
+#[test]
+fn node_level_graph_kernels_are_grouped_by_replay() {
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(repo_root().join("sample-traces/tp2_nsys.sqlite.gz")).unwrap();
+    flate2::read::GzDecoder::new(file).read_to_end(&mut bytes).unwrap();
+    let path = std::env::temp_dir().join(format!("shardscope-graph-nodes-{}.sqlite", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let (w0, w1) = GRAPH_WINDOW_NS;
+    let (count, start, end, correlation): (i64, i64, i64, i64) = conn
+        .query_row(
+            "SELECT count(*), min(start), max(end), (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE \
+             deviceId = 0 AND start >= ?1 AND start < ?2 ORDER BY start LIMIT 1) FROM CUPTI_ACTIVITY_KIND_KERNEL \
+             WHERE deviceId = 0 AND start >= ?1 AND start < ?2",
+            [w0, w1],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    assert!(count > 1);
+    conn.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = ?3 WHERE deviceId = 0 AND start >= ?1 AND start < ?2",
+        [w0, w1, correlation],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO StringIds (id, value) VALUES ((SELECT max(id) + 1 FROM StringIds), 'cudaGraphLaunch_v10000')",
+        [],
+    )
+    .unwrap();
+    // The launch call of the first kernel (GPU 0's process) becomes the graph launch.
+    conn.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = (SELECT id FROM StringIds WHERE value = 'cudaGraphLaunch_v10000') \
+         WHERE correlationId = ?1 AND globalTid / 16777216 % 16777216 = \
+         (SELECT globalPid / 16777216 % 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0 LIMIT 1)",
+        [correlation],
+    )
+    .unwrap();
+    drop(conn);
+    let output = analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let replays = &report["ranks"][0]["graph_replays"];
+    assert_eq!(replays["source"], "node_kernels");
+    assert_eq!(replays["node_activities"], count);
+    assert_eq!(replays["replay_ns"]["count"], 1);
+    assert_eq!(replays["replay_ns"]["max_ns"], end - start);
+    assert_eq!(report["ranks"][1]["graph_replays"], Value::Null);
 }
