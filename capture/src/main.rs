@@ -9,7 +9,7 @@ use clap::Parser;
 use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
-use shardscope_capture::{names, nvml, sqlite};
+use shardscope_capture::{names, nvml, redact, sqlite};
 use shardscope_inject::config::{self, TraceKinds};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
@@ -78,6 +78,11 @@ struct Args {
     /// Seconds to wait, after the command exits, for processes it left running.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     group_wait: f64,
+    /// Store command lines and allow-listed environment values as they are. By default the values of
+    /// arguments and variables whose names look like secrets (`--api-key=…`, `HF_TOKEN=…`, `*PASSWORD*`)
+    /// are replaced by `<redacted>`.
+    #[arg(long)]
+    keep_cmdline: bool,
     /// Merge the spool files in DIR into --output without running anything.
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     merge: Option<PathBuf>,
@@ -168,7 +173,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
 
     if let Some(spool_dir) = &args.merge {
         let (trace_meta, exit) = (vec![("mode".to_string(), "merge only".to_string())], ChildExit::Code(0));
-        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta)?;
+        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta, args.keep_cmdline)?;
         return Ok(exit.exit_code());
     }
 
@@ -224,15 +229,14 @@ fn run(args: Args) -> anyhow::Result<i32> {
             format!("killed by {}", launch::signal_name(signal))
         }
     };
-    let command_json = format!(
-        "[{}]",
-        args.command.iter().map(|a| format!("{:?}", a.to_string_lossy())).collect::<Vec<_>>().join(", ")
-    );
+    let command: Vec<String> = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let command = if args.keep_cmdline { command } else { redact::redact_args(&command) };
+    let command_json = serde_json::to_string(&command)?;
     let mut meta = vec![("command".to_string(), command_json), ("exitStatus".to_string(), exit_text)];
     if let Some(cupti) = &args.cupti_lib {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));
     }
-    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta) {
+    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta, args.keep_cmdline) {
         Ok(()) => {
             if !args.keep_spool {
                 let _ = std::fs::remove_dir_all(&spool_dir);
@@ -290,6 +294,7 @@ fn merge_and_write(
     range: &CaptureRange,
     kinds: &TraceKinds,
     mut meta: Vec<(String, String)>,
+    keep_cmdline: bool,
 ) -> anyhow::Result<()> {
     let spools = merge::read_spool_dir(spool_dir)?;
     if spools.is_empty() {
@@ -299,7 +304,10 @@ fn merge_and_write(
         );
     }
     let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
-    let (mut trace, extras) = merge::merge(&spools, &options);
+    let (mut trace, mut extras) = merge::merge(&spools, &options);
+    if !keep_cmdline {
+        redact::redact_capture(&mut trace, &mut extras);
+    }
     let nccl = attach_nccl_operations(&mut trace, spool_dir)?;
 
     // NVML's view: PCI locations and physical GPU indices (what nsys uses as deviceId), by UUID.
