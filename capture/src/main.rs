@@ -170,6 +170,12 @@ fn run(args: Args) -> anyhow::Result<i32> {
         bail!("{}: output exists (pass --force to replace it)", args.output.display());
     }
     let output = absolute(&args.output)?;
+    // A mistyped folder should be an error, not a new folder (the spool folder goes beside the output).
+    if let Some(folder) = output.parent()
+        && !folder.is_dir()
+    {
+        bail!("{}: folder does not exist", folder.display());
+    }
 
     if let Some(spool_dir) = &args.merge {
         let (trace_meta, exit) = (vec![("mode".to_string(), "merge only".to_string())], ChildExit::Code(0));
@@ -220,8 +226,15 @@ fn run(args: Args) -> anyhow::Result<i32> {
     }
 
     let session_start_utc_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-    let exit = launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0)))
-        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    let exit = match launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0))) {
+        Ok(exit) => exit,
+        Err(error) => {
+            // Nothing ran, so nothing was spooled: leave no empty folder behind (remove_dir
+            // refuses a folder that is not empty).
+            let _ = std::fs::remove_dir(&spool_dir);
+            return Err(error.into());
+        }
+    };
     let exit_text = match exit {
         ChildExit::Code(code) => format!("exit code {code}"),
         ChildExit::Signal(signal) => {
@@ -296,7 +309,12 @@ fn merge_and_write(
     mut meta: Vec<(String, String)>,
     keep_cmdline: bool,
 ) -> anyhow::Result<()> {
-    let spools = merge::read_spool_dir(spool_dir)?;
+    let folder = merge::read_spool_folder(spool_dir)?;
+    let spools = folder.spools;
+    // Merging a folder on its own (no session start: nothing was run) needs something to merge.
+    if spools.is_empty() && session_start_utc_ns.is_none() {
+        bail!("{}: no spool files (*.spool) in the folder", spool_dir.display());
+    }
     if spools.is_empty() {
         eprintln!(
             "capture: no process recorded anything (none initialised CUDA, or the injection library could not load); \
@@ -309,6 +327,9 @@ fn merge_and_write(
         redact::redact_capture(&mut trace, &mut extras);
     }
     let nccl = attach_nccl_operations(&mut trace, spool_dir)?;
+    for skipped in &folder.skipped {
+        trace.warn(skipped);
+    }
 
     // NVML's view: PCI locations and physical GPU indices (what nsys uses as deviceId), by UUID.
     let mut links = Vec::new();
@@ -384,6 +405,9 @@ fn merge_and_write(
     );
     for line in cost.summary(&api_mode) {
         eprintln!("capture: {line}");
+    }
+    for warning in &trace.warnings {
+        eprintln!("capture: warning: {} × {}", warning.count, warning.what);
     }
     Ok(())
 }
