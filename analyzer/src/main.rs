@@ -258,6 +258,9 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     for path in paths {
         traces.extend(shardscope_io::load(path)?);
     }
+    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty()) {
+        bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
+    }
     // Also on stderr, so that a report redirected to a file or read by a program is not the only
     // place that says records were skipped.
     let mut stderr = std::io::stderr().lock();
@@ -266,9 +269,6 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
             let line = format!("{}: {} × {}", trace.source.path, warning.count, warning.what);
             let _ = writeln!(stderr, "analyzer: warning: {}", one_line(&line));
         }
-    }
-    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty()) {
-        bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
     }
     Ok(traces)
 }

@@ -549,10 +549,9 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         comm_wait_ns,
         comm_transfer_ns,
         late_count,
-        kernels: kernel_summary::summarize(
-            work.kernels.iter().map(|k| (k.name, k.end_ns.saturating_sub(k.start_ns))),
-            |n| trace.names.get(n).to_string(),
-        ),
+        kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.name, k.end_ns - k.start_ns)), |n| {
+            trace.names.get(n).to_string()
+        }),
     }
 }
 
