@@ -135,7 +135,7 @@ fn main() -> ExitCode {
         Err(error) => {
             // One line: the chain of causes joined by ': ', with the input's control characters
             // escaped so that a hostile file cannot drive the terminal.
-            let _ = writeln!(std::io::stderr(), "analyzer: {}", one_line(&format!("{error:#}")));
+            let _ = writeln!(std::io::stderr(), "analyzer: {}", one_line(&causes(&error)));
             ExitCode::from(2)
         }
     }
@@ -146,6 +146,22 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error
         .chain()
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// The chain of causes joined by ': ', each cause once (errors that name their source in their
+/// own message would otherwise print it twice).
+fn causes(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// `text` on one line, control characters (newlines, escape sequences) written as escapes.

@@ -78,6 +78,14 @@ fn escape_sequences_from_the_input_are_not_sent_to_the_terminal() {
 }
 
 #[test]
+fn an_io_error_names_its_cause_once() {
+    let output = analyzer(&["report", "/nonexistent/trace.sqlite"]);
+    assert_one_line_error(&output, "/nonexistent/trace.sqlite");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+}
+
+#[test]
 fn export_refuses_to_overwrite_its_input() {
     let dir = scratch("export-in-place");
     let file = unpacked_sample(&dir);

@@ -96,10 +96,39 @@ fn main() {
     match run(args) {
         Ok(code) => std::process::exit(code),
         Err(error) => {
-            eprintln!("capture: {error:#}");
+            eprintln!("capture: {}", one_line(&causes(&error)));
             std::process::exit(2);
         }
     }
+}
+
+/// The chain of causes joined by ': ', each cause once (errors that name their source in their
+/// own message would otherwise print it twice).
+fn causes(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// `text` on one line, control characters (from paths or spooled text) written as escapes.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn seconds_to_ns(seconds: Option<f64>, what: &str) -> anyhow::Result<Option<i64>> {
@@ -256,7 +285,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
             }
         }
         Err(error) => {
-            eprintln!("capture: {error:#}");
+            eprintln!("capture: {}", one_line(&causes(&error)));
             eprintln!(
                 "capture: spool files kept in {}; retry with: capture --merge {} -o {}",
                 spool_dir.display(),
