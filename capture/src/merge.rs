@@ -59,15 +59,16 @@ pub fn read_spool_folder(dir: &Path) -> anyhow::Result<SpoolFolder> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot list spool folder", dir.display()))?;
     for entry in entries {
         let path = entry.with_context(|| format!("{}: cannot list spool folder", dir.display()))?.path();
+        let is_spool = path.extension().is_some_and(|e| e == "spool");
         let is_nccl_spool = shardscope_nccl_profiler::spool::pid_from_file_name(&path).is_some();
-        if !path.extension().is_some_and(|e| e == "spool") && !is_nccl_spool {
+        if !is_spool && !is_nccl_spool {
             continue;
         }
         if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
             folder.skipped.push(format!("{}: not a regular file (skipped)", path.display()));
             continue;
         }
-        if !is_nccl_spool {
+        if is_spool {
             folder.spools.push(read_process_spool(&path).with_context(|| format!("{}", path.display()))?);
         }
     }

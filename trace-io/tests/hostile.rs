@@ -64,7 +64,7 @@ fn sql(path: &Path, statements: &str) {
 }
 
 fn one_line_error(result: Result<Vec<Trace>, Error>, path: &Path) -> String {
-    let error = result.err().expect("an error").to_string();
+    let error = result.expect_err("an error").to_string();
     assert!(!error.contains('\n'), "one line: {error}");
     assert!(error.starts_with(&path.display().to_string()), "names the file: {error}");
     error
