@@ -303,7 +303,10 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             continue;
         };
         let offset = host_offsets[info.hostname.as_str()];
-        let to_session = |t: u64| -> i64 { (t as i128 + offset - session_start as i128) as i64 };
+        // Saturating: a damaged record's time must not wrap into a plausible one.
+        let to_session = |t: u64| -> i64 {
+            (t as i128 + offset - session_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+        };
         let hosts = host_index.len() as u64;
         let hw = *host_index.entry(info.hostname.clone()).or_insert(hosts);
         let global_pid = (hw << 56) | ((info.pid as u64 & 0xFF_FFFF) << 24);
