@@ -219,4 +219,5 @@ fn small_hostile_inputs_stay_within_a_memory_bound() {
         assert_eq!(code, Some(if readable { 0 } else { 2 }), "{}: {stderr}", input.display());
         assert!(resident < RESIDENT_BYTES, "{}: {resident} bytes resident", input.display());
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

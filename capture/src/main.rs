@@ -342,7 +342,11 @@ fn merge_and_write(
     let spools = folder.spools;
     // Merging a folder on its own (no session start: nothing was run) needs something to merge.
     if spools.is_empty() && session_start_utc_ns.is_none() {
-        bail!("{}: no spool files (*.spool) in the folder", spool_dir.display());
+        let skipped = match folder.skipped.len() {
+            0 => String::new(),
+            n => format!(" ({n} entries that are not regular files skipped)"),
+        };
+        bail!("{}: no spool files (*.spool) in the folder{skipped}", spool_dir.display());
     }
     if spools.is_empty() {
         eprintln!(
