@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use shardscope_inject::record::{ApiSelection, CaptureCost, KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
-use shardscope_inject::spool::{SpoolContents, read_spool};
+use shardscope_inject::spool::{MAGIC, SpoolContents};
 use shardscope_model::{
     ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
 };
@@ -27,6 +27,8 @@ pub struct ProcessSpool {
     pub path: PathBuf,
     /// Its records and what was cut off.
     pub contents: SpoolContents,
+    /// Bytes skipped between valid frames (damage in the middle of the file).
+    pub damaged_bytes: u64,
 }
 
 impl ProcessSpool {
@@ -36,20 +38,80 @@ impl ProcessSpool {
     }
 }
 
+/// The spools of a folder, and what in it was not read.
+#[derive(Debug, Default)]
+pub struct SpoolFolder {
+    /// Every `*.spool` file, ordered by process start.
+    pub spools: Vec<ProcessSpool>,
+    /// One line per entry skipped because it is not a regular file (a pipe would block the read).
+    pub skipped: Vec<String>,
+}
+
 /// Reads every `*.spool` file in `dir`, ordered by process start. A file that is not a spool
 /// at all is an error; a cut-off tail is not (it is counted in the contents).
 pub fn read_spool_dir(dir: &Path) -> anyhow::Result<Vec<ProcessSpool>> {
-    let mut spools = Vec::new();
+    Ok(read_spool_folder(dir)?.spools)
+}
+
+/// [`read_spool_dir`], also listing the entries that were skipped.
+pub fn read_spool_folder(dir: &Path) -> anyhow::Result<SpoolFolder> {
+    let mut folder = SpoolFolder::default();
     let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot list spool folder", dir.display()))?;
     for entry in entries {
         let path = entry.with_context(|| format!("{}: cannot list spool folder", dir.display()))?.path();
-        if path.extension().is_some_and(|e| e == "spool") {
-            let contents = read_spool(&path).with_context(|| format!("{}", path.display()))?;
-            spools.push(ProcessSpool { path, contents });
+        let is_spool = path.extension().is_some_and(|e| e == "spool");
+        let is_nccl_spool = shardscope_nccl_profiler::spool::pid_from_file_name(&path).is_some();
+        if !is_spool && !is_nccl_spool {
+            continue;
+        }
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            folder.skipped.push(format!("{}: not a regular file (skipped)", path.display()));
+            continue;
+        }
+        if is_spool {
+            folder.spools.push(read_process_spool(&path).with_context(|| format!("{}", path.display()))?);
         }
     }
-    spools.sort_by_key(|s| s.info().map(|i| (i.realtime_ns, i.pid)).unwrap_or((u64::MAX, 0)));
-    Ok(spools)
+    folder.spools.sort_by_key(|s| s.info().map(|i| (i.realtime_ns, i.pid)).unwrap_or((u64::MAX, 0)));
+    folder.skipped.sort();
+    Ok(folder)
+}
+
+/// Frames larger than this are corrupt: the injection library's own bound.
+const MAX_SPOOL_FRAME_BYTES: u32 = 256 << 20;
+
+/// Reads one spool file: the records of every frame whose checksum holds, including those after
+/// a damaged stretch, which is measured rather than ending the read.
+fn read_process_spool(path: &Path) -> anyhow::Result<ProcessSpool> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking, so that a pipe put in place of the file cannot hang the merge.
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        bail!("not a regular file");
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    let Some(mut frames) = shardscope_spool_frame::Frames::new(&bytes, MAGIC, MAX_SPOOL_FRAME_BYTES) else {
+        bail!("not a shardscope spool file (bad magic)");
+    };
+    let mut contents = SpoolContents::default();
+    for mut payload in frames.by_ref() {
+        while !payload.is_empty() {
+            match SpoolRecord::decode(&mut payload) {
+                Some(record) => contents.records.push(record),
+                None => {
+                    // The checksum held, so the writer's version differs: the rest of the frame
+                    // cannot be delimited.
+                    contents.bad_records += 1;
+                    break;
+                }
+            }
+        }
+        contents.frames += 1;
+    }
+    contents.truncated_bytes = frames.leftover_bytes();
+    Ok(ProcessSpool { path: path.to_path_buf(), contents, damaged_bytes: frames.skipped_bytes() })
 }
 
 /// Which part of the run to keep.
@@ -241,7 +303,10 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             continue;
         };
         let offset = host_offsets[info.hostname.as_str()];
-        let to_session = |t: u64| -> i64 { (t as i128 + offset - session_start as i128) as i64 };
+        // Saturating: a damaged record's time must not wrap into a plausible one.
+        let to_session = |t: u64| -> i64 {
+            (t as i128 + offset - session_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+        };
         let hosts = host_index.len() as u64;
         let hw = *host_index.entry(info.hostname.clone()).or_insert(hosts);
         let global_pid = (hw << 56) | ((info.pid as u64 & 0xFF_FFFF) << 24);
@@ -268,6 +333,12 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
         }
         if spool.contents.bad_records > 0 {
             trace.warn_n("undecodable spool record", spool.contents.bad_records);
+        }
+        if spool.damaged_bytes > 0 {
+            trace.warn_n(
+                "damaged spool bytes skipped between valid frames (their records are lost)",
+                spool.damaged_bytes,
+            );
         }
 
         let texts = spool_names(&spool.contents.records);
