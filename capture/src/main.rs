@@ -67,6 +67,10 @@ struct Args {
     /// Do not load the NCCL profiler plugin (collectives are then known by kernel name and NVTX only).
     #[arg(long)]
     no_nccl_plugin: bool,
+    /// Do not preload the injection library (LD_PRELOAD): a CUPTI profiler the workload starts itself
+    /// (torch.profiler) is then refused by CUPTI without capture noticing.
+    #[arg(long)]
+    no_client_guard: bool,
     /// Folder for the per-process spool files (default: next to the output).
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
@@ -231,6 +235,16 @@ fn run(args: Args) -> anyhow::Result<i32> {
         (config::TRACE_ENV.into(), kinds.to_list().into()),
         (config::FLUSH_MS_ENV.into(), args.flush_ms.to_string().into()),
     ];
+    if !args.no_client_guard {
+        // Preloaded, the library's `cuptiSubscribe` comes first in symbol lookup, so a profiler the workload
+        // starts itself goes through it and its refusal (CUPTI allows one subscriber per process) is noted.
+        let mut preload = inject_lib.clone().into_os_string();
+        if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(existing);
+        }
+        env.push(("LD_PRELOAD".into(), preload));
+    }
     if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {
         eprintln!("capture: replacing CUDA_INJECTION64_PATH from the environment");
     }

@@ -201,6 +201,9 @@ pub struct ProcessExtra {
     pub cost: Option<CaptureCost>,
     /// Records of each kind the process wrote, before the capture range is applied.
     pub record_counts: RecordCounts,
+    /// The workload's own CUPTI clients (torch.profiler, …) that CUPTI refused because capture held the
+    /// process's subscription.
+    pub refused_cupti_clients: u32,
 }
 
 /// Records one process wrote, per kind.
@@ -529,6 +532,9 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
                 }
                 SpoolRecord::ApiSelection(selection) => extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => extra.cost = Some(*cost),
+                SpoolRecord::RefusedClient { count } => {
+                    extra.refused_cupti_clients = extra.refused_cupti_clients.max(*count)
+                }
                 SpoolRecord::Dropped(d) => extra.records_dropped += d.count,
                 SpoolRecord::BuffersRefused { count } => extra.buffers_refused = *count,
                 SpoolRecord::End { undecoded, .. } => {
@@ -575,6 +581,11 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             trace.ranges.push(range);
         }
         trace.warn_n("CUPTI records dropped (buffers full)", extra.records_dropped);
+        trace.warn_n(
+            "the workload's own CUPTI profiler (torch.profiler, …) was refused: capture holds the process's CUPTI \
+             subscription, so that profiler got no GPU events",
+            u64::from(extra.refused_cupti_clients),
+        );
         extras.processes.push(extra);
     }
     for (device, users) in device_users {

@@ -118,3 +118,25 @@ fn sigterm_is_forwarded_to_the_group_and_the_trace_still_written() {
     assert!(dir.join("out.sqlite").is_file());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_injection_library_is_preloaded_unless_the_guard_is_off() {
+    let dir = temp_dir("preload");
+    let out = capture_sh(&dir, "echo \"preload=$LD_PRELOAD\"");
+    let fake_lib = std::fs::canonicalize(dir.join("libfake_inject.so")).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("preload={}", fake_lib.display())), "{stdout}");
+
+    let fake_lib = dir.join("libfake_inject.so");
+    let out = Command::new(capture_bin())
+        .arg("-o")
+        .arg(dir.join("off.sqlite"))
+        .arg("--inject-lib")
+        .arg(&fake_lib)
+        .args(["--no-client-guard", "--", "sh", "-c", "echo \"preload=[$LD_PRELOAD]\""])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "preload=[]\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

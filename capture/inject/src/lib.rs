@@ -23,4 +23,4 @@ mod live;
 pub mod record;
 pub mod spool;
 
-pub use live::{InitializeInjection, InitializeInjectionNvtx2};
+pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};

@@ -466,6 +466,106 @@ impl Calibration {
     }
 }
 
+/// Other CUPTI clients of the workload refused so far (see [`cuptiSubscribe`]).
+static REFUSED_CLIENTS: AtomicU64 = AtomicU64::new(0);
+
+/// Notes that CUPTI refused another client of this process: once on stderr, and in the spool each time.
+fn note_refused_client() {
+    let count = REFUSED_CLIENTS.fetch_add(1, Ordering::Relaxed) + 1;
+    if count == 1 {
+        eprintln!(
+            "shardscope: process {} started its own CUPTI profiler (torch.profiler, Nsight, …); CUPTI allows one per \
+             process and capture holds it, so that profiler gets no GPU events. Run it without capture, or capture \
+             without it.",
+            std::process::id()
+        );
+    }
+    if let Some(session) = SESSION.get() {
+        let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writer.spool.write_batch(&[SpoolRecord::RefusedClient { count: count as u32 }]);
+    }
+}
+
+/// The next `name` in the symbol search order after this library (the workload's libcupti, when `capture`
+/// preloads this library), else ours.
+fn next_cupti_symbol(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with a C string; RTLD_NEXT searches the objects loaded after this one.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if !next.is_null() {
+        return next;
+    }
+    match load_cupti() {
+        // SAFETY: as above, in the libcupti this library loaded.
+        Some(loaded) => unsafe { loaded.library.get::<*mut c_void>(name.to_bytes_with_nul()) }
+            .map(|symbol| *symbol)
+            .unwrap_or(std::ptr::null_mut()),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// CUPTI's "not initialised" result, for a forwarded call that finds no CUPTI at all.
+const CUPTI_ERROR_NOT_INITIALIZED: cupti::CUptiResult = 15;
+
+/// `cuptiSubscribe` as the workload sees it when `capture` preloads this library (`LD_PRELOAD`): forwards to
+/// the real one and notes when CUPTI refuses the workload's own profiler because this library already holds
+/// the process's subscription, so that the capture can say so instead of that profiler's trace silently
+/// having no GPU events. This library's own subscription goes straight to libcupti, not through here.
+///
+/// # Safety
+/// The arguments are as CUPTI's `cuptiSubscribe` documents them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuptiSubscribe(
+    subscriber: *mut cupti::CUpti_SubscriberHandle,
+    callback: cupti::CUpti_CallbackFunc,
+    userdata: *mut c_void,
+) -> cupti::CUptiResult {
+    type Subscribe = unsafe extern "C" fn(
+        *mut cupti::CUpti_SubscriberHandle,
+        cupti::CUpti_CallbackFunc,
+        *mut c_void,
+    ) -> cupti::CUptiResult;
+    let real = next_cupti_symbol(c"cuptiSubscribe");
+    if real.is_null() || real == cuptiSubscribe as *mut c_void {
+        return CUPTI_ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: the symbol is libcupti's cuptiSubscribe, with this signature; the arguments are the caller's.
+    let result = unsafe { std::mem::transmute::<*mut c_void, Subscribe>(real)(subscriber, callback, userdata) };
+    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
+        guarded((), note_refused_client);
+    }
+    result
+}
+
+/// `cuptiSubscribe_v2` (CUDA 13), forwarded and watched like [`cuptiSubscribe`].
+///
+/// # Safety
+/// The arguments are as CUPTI's `cuptiSubscribe_v2` documents them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuptiSubscribe_v2(
+    subscriber: *mut cupti::CUpti_SubscriberHandle,
+    callback: cupti::CUpti_CallbackFunc,
+    userdata: *mut c_void,
+    params: *mut c_void,
+) -> cupti::CUptiResult {
+    type SubscribeV2 = unsafe extern "C" fn(
+        *mut cupti::CUpti_SubscriberHandle,
+        cupti::CUpti_CallbackFunc,
+        *mut c_void,
+        *mut c_void,
+    ) -> cupti::CUptiResult;
+    let real = next_cupti_symbol(c"cuptiSubscribe_v2");
+    if real.is_null() || real == cuptiSubscribe_v2 as *mut c_void {
+        return CUPTI_ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: the symbol is libcupti's cuptiSubscribe_v2, with this signature; the arguments are the caller's.
+    let result =
+        unsafe { std::mem::transmute::<*mut c_void, SubscribeV2>(real)(subscriber, callback, userdata, params) };
+    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
+        guarded((), note_refused_client);
+    }
+    result
+}
+
 /// Set once at start: how to measure the cost of a recorded call at exit (`None`: cannot).
 static CALIBRATION: OnceLock<Option<Calibration>> = OnceLock::new();
 

@@ -268,6 +268,12 @@ pub enum SpoolRecord {
     ApiSelection(ApiSelection),
     /// What recording cost this process, written at a clean exit just before [`Self::End`].
     Cost(CaptureCost),
+    /// Another CUPTI client of the workload (its own profiler: torch.profiler, …) was refused because this
+    /// library holds the process's one CUPTI subscription; written when it happens.
+    RefusedClient {
+        /// Refusals so far in this process.
+        count: u32,
+    },
     /// Written by a clean exit: how many records the process wrote in all.
     End {
         /// Records written before this one.
@@ -292,6 +298,7 @@ mod tag {
     pub const END: u8 = 12;
     pub const API_SELECTION: u8 = 13;
     pub const COST: u8 = 14;
+    pub const REFUSED_CLIENT: u8 = 15;
 }
 
 /// Which CUDA API calls a process records (see `config::is_work_api`).
@@ -480,6 +487,9 @@ impl SpoolRecord {
                 p.u8(tag::API_SELECTION).u8(a.every_call as u8).u32(a.runtime_cbids).u32(a.driver_cbids);
                 p.u8(a.runtime_whole_kind as u8).u8(a.driver_whole_kind as u8);
             }
+            SpoolRecord::RefusedClient { count } => {
+                p.u8(tag::REFUSED_CLIENT).u32(*count);
+            }
             SpoolRecord::Cost(c) => {
                 p.u8(tag::COST).u64(c.buffer_callback_ns).u64(c.buffer_callbacks).u64(c.writer_cpu_ns);
                 p.opt_u32(c.ns_per_recorded_call).u32(c.calibration_records);
@@ -624,6 +634,7 @@ impl SpoolRecord {
                 runtime_whole_kind: g.u8()? != 0,
                 driver_whole_kind: g.u8()? != 0,
             }),
+            tag::REFUSED_CLIENT => SpoolRecord::RefusedClient { count: g.u32()? },
             tag::COST => SpoolRecord::Cost(CaptureCost {
                 buffer_callback_ns: g.u64()?,
                 buffer_callbacks: g.u64()?,

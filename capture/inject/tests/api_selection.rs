@@ -3,7 +3,8 @@
 //! enabling call. By default only the runtime and driver calls that launch, copy, set, synchronise or
 //! order streams are switched on, one callback id at a time, and neither API kind as a whole; `--trace
 //! api-all` and `sync` switch the whole kinds on; a CUPTI without single-call selection falls back to
-//! the whole kinds and the spool says so.
+//! the whole kinds and the spool says so. A second CUPTI client of the workload (its own profiler) that CUPTI
+//! refuses is noted in the spool and on stderr.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,12 +14,20 @@ use shardscope_inject::record::{ApiSelection, SpoolRecord};
 
 const CHILD_ENV: &str = "SHARDSCOPE_TEST_FAKE_CUPTI_CHILD";
 
-/// Run in a child process (the library's state is per process): start recording, then exit, which
-/// runs the library's exit flush.
+const SECOND_CLIENT_ENV: &str = "SHARDSCOPE_TEST_FAKE_CUPTI_SECOND_CLIENT";
+
+/// Run in a child process (the library's state is per process): start recording, optionally play the
+/// workload's own profiler subscribing too, then exit, which runs the library's exit flush.
 #[test]
 fn child_entry() {
     if std::env::var_os(CHILD_ENV).is_some() {
         assert_eq!(shardscope_inject::InitializeInjection(), 1);
+        if std::env::var_os(SECOND_CLIENT_ENV).is_some() {
+            let mut handle: shardscope_cupti_sys::v13::CUpti_SubscriberHandle = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer, no callback, no user data: what a profiler passes.
+            let result = unsafe { shardscope_inject::cuptiSubscribe(&mut handle, None, std::ptr::null_mut()) };
+            assert_eq!(result, cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+        }
     }
 }
 
@@ -51,9 +60,15 @@ struct Enabled {
     runtime_cbids: Vec<u32>,
     driver_cbids: Vec<u32>,
     selection: Option<ApiSelection>,
+    refused_clients: Option<u32>,
+    stderr: String,
 }
 
 fn run_child(name: &str, trace: Option<&str>, compiler_flags: &[&str]) -> Enabled {
+    run_child_with(name, trace, compiler_flags, false)
+}
+
+fn run_child_with(name: &str, trace: Option<&str>, compiler_flags: &[&str], second_client: bool) -> Enabled {
     let dir = scratch(name);
     let library = fake_cupti(&dir, compiler_flags);
     let log = dir.join("calls.log");
@@ -70,12 +85,21 @@ fn run_child(name: &str, trace: Option<&str>, compiler_flags: &[&str]) -> Enable
     if let Some(trace) = trace {
         child.env("SHARDSCOPE_TRACE", trace);
     }
+    if second_client {
+        child.env(SECOND_CLIENT_ENV, "1");
+    }
     let output = child.output().unwrap();
     assert!(output.status.success(), "child failed: {}", String::from_utf8_lossy(&output.stderr));
 
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let mut enabled =
-        Enabled { kinds: Vec::new(), runtime_cbids: Vec::new(), driver_cbids: Vec::new(), selection: None };
+    let mut enabled = Enabled {
+        kinds: Vec::new(),
+        runtime_cbids: Vec::new(),
+        driver_cbids: Vec::new(),
+        selection: None,
+        refused_clients: None,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -89,6 +113,10 @@ fn run_child(name: &str, trace: Option<&str>, compiler_flags: &[&str]) -> Enable
     let contents = shardscope_inject::spool::read_spool(&spool).unwrap();
     enabled.selection = contents.records.iter().find_map(|r| match r {
         SpoolRecord::ApiSelection(s) => Some(*s),
+        _ => None,
+    });
+    enabled.refused_clients = contents.records.iter().rev().find_map(|r| match r {
+        SpoolRecord::RefusedClient { count } => Some(*count),
         _ => None,
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -163,4 +191,15 @@ fn no_api_kind_records_no_calls() {
     assert!(!enabled.kinds.contains(&cupti::CUPTI_ACTIVITY_KIND_RUNTIME));
     assert!(!enabled.kinds.contains(&cupti::CUPTI_ACTIVITY_KIND_DRIVER));
     assert!(enabled.kinds.contains(&cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+}
+
+#[test]
+fn a_refused_second_cupti_client_is_noted_in_the_spool_and_on_stderr() {
+    let quiet = run_child("one-client", None, &[]);
+    assert_eq!(quiet.refused_clients, None);
+    assert!(!quiet.stderr.contains("its own CUPTI profiler"), "{}", quiet.stderr);
+
+    let refused = run_child_with("two-clients", None, &[], true);
+    assert_eq!(refused.refused_clients, Some(1));
+    assert!(refused.stderr.contains("started its own CUPTI profiler"), "{}", refused.stderr);
 }

@@ -30,8 +30,14 @@ static void note(const char *what, unsigned a, int b) {
 
 CUptiResult cuptiGetVersion(uint32_t *version) { *version = 130001; return OK; }
 CUptiResult cuptiGetTimestamp(uint64_t *ts) { *ts = 1000; return OK; }
+/* CUPTI allows one subscriber per process: a second one is refused (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED). */
+static int subscribers;
 CUptiResult cuptiSubscribe(void **subscriber, void *callback, void *data) {
-    (void)callback; (void)data; *subscriber = (void *)1; return OK;
+    (void)callback; (void)data;
+    if (subscribers > 0) return 39;
+    subscribers++;
+    *subscriber = (void *)1;
+    return OK;
 }
 CUptiResult cuptiActivityEnable(int kind) { note("kind", (unsigned)kind, -1); return OK; }
 CUptiResult cuptiActivityRegisterCallbacks(void *requested, void *completed) {
