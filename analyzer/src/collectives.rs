@@ -78,6 +78,9 @@ pub struct Instance {
     /// Its kernels: (index of the trace in the input, index of the kernel in that trace).
     #[serde(skip)]
     pub members: Vec<(usize, u32)>,
+    /// Each member's wait and transfer, in the order of `members`.
+    #[serde(skip)]
+    pub shares: Vec<RankShare>,
 }
 
 /// Per-group statistics: one row per communicator, type, size bucket and phase.
@@ -260,6 +263,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
             spreads.push(last_end - first_end);
             let late_member = shifted.iter().enumerate().max_by_key(|(_, s)| s.0).map_or(0, |(m, _)| m);
             let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
+            let mut shares = Vec::with_capacity(members.len());
             for (member, &(start, end)) in shifted.iter().enumerate() {
                 let arrival_done = latest.min(end);
                 let share = RankShare {
@@ -271,6 +275,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
                 wait_total_ns += share.wait_ns;
                 let (input_index, kernel) = &members[member];
                 matching.shares.insert((inputs[*input_index].key.trace, kernel.kernel), share);
+                shares.push(share);
             }
             let transfer_ns = (last_end - latest).max(0);
             let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
@@ -293,6 +298,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
                 busbw_gbps: algbw_gbps.map(|a| a * bus_factor(*op, nranks)),
                 phase,
                 members: members.iter().map(|(i, k)| (inputs[*i].key.trace, k.kernel)).collect(),
+                shares,
             });
         }
     }

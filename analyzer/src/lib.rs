@@ -22,6 +22,7 @@ pub mod compare;
 pub mod hta;
 pub mod intervals;
 pub mod kernel_summary;
+pub mod parquet_export;
 pub mod phases;
 pub mod render;
 pub mod report;

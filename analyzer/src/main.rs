@@ -116,17 +116,34 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
     },
-    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor.
+    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
+    /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
     Export {
-        /// Trace files or folders; several = ranks of one run.
+        /// Trace files or folders; several = ranks of one run. With `--format parquet` and no `-o`, the first is the
+        /// dataset folder to write.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
-        /// The Perfetto file to write (`.pftrace`).
+        /// The Perfetto file (`.pftrace`) or the Parquet dataset folder to write.
         #[arg(short, long)]
-        output: PathBuf,
+        output: Option<PathBuf>,
+        /// What to write.
+        #[arg(long, value_enum, default_value = "perfetto")]
+        format: ExportFormat,
+        /// The run's name in the dataset (its `run=` partition); default: the first input's file name.
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
+}
+
+/// What `export` writes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    /// One Perfetto trace of all ranks.
+    Perfetto,
+    /// A Parquet dataset folder, partitioned by run and rank (see docs/parquet-schema.md).
+    Parquet,
 }
 
 fn parse_window(text: &str) -> Result<(i64, i64), String> {
@@ -257,11 +274,53 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&rows)? + "\n"))?,
             }
         }
-        Command::Export { traces, output } => {
+        Command::Export { traces, output, format: ExportFormat::Perfetto, run: _ } => {
+            let output = output.context("--output: name the Perfetto file to write")?;
             let stats = shardscope::perfetto::export_file(&traces, &output).map_err(anyhow::Error::msg)?;
             let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
         }
+        Command::Export { mut traces, output, format: ExportFormat::Parquet, run } => {
+            let output = match output {
+                Some(output) => output,
+                None => traces.remove(0),
+            };
+            if traces.is_empty() {
+                bail!("export --format parquet: name the dataset folder and at least one trace (OUT_DIR TRACE…)");
+            }
+            refuse_output_among_inputs(&output, &traces)?;
+            let run = run.unwrap_or_else(|| {
+                shardscope_io::parquet::sanitize_run_name(&run_label(&traces[0].display().to_string()))
+            });
+            let loaded = load_all(&traces)?;
+            let identities: Vec<RunIdentity> = loaded.iter().map(RunIdentity::of).collect();
+            if let Some(why) = run::mixed_runs(&identities) {
+                bail!("inputs are not one run: {why}");
+            }
+            print_load_warnings(&loaded);
+            let stats = shardscope_analyzer::parquet_export::export(&output, &run, &loaded, &Options::default())?;
+            let rows: Vec<String> = stats.rows.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
+            let _ = writeln!(
+                std::io::stderr(),
+                "analyzer: wrote run {run} to {} ({} files; rows: {})",
+                output.display(),
+                stats.files,
+                rows.join(", ")
+            );
+        }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
+    }
+    Ok(())
+}
+
+/// A dataset written over one of its own inputs (or a folder holding them) would remove what it reads.
+fn refuse_output_among_inputs(output: &Path, inputs: &[PathBuf]) -> Result<()> {
+    let Ok(output_path) = output.canonicalize() else { return Ok(()) };
+    for input in inputs {
+        if let Ok(input_path) = input.canonicalize()
+            && (input_path.starts_with(&output_path) || output_path.starts_with(&input_path))
+        {
+            bail!("{}: the dataset folder would overlap the input {}", output.display(), input.display());
+        }
     }
     Ok(())
 }

@@ -364,7 +364,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
 }
 
 /// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
-fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
+pub fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
     let recorded: BTreeSet<u32> =
         traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
     let mut next_unrecorded_rank = 0u32;

@@ -2,7 +2,8 @@
 //!
 //! [`load`] looks at a file's first bytes (never its extension) and hands it to the right
 //! reader: SQLite files go to [`nsys`], JSON (plain or gzipped) to [`kineto`]. A folder is
-//! read as one trace per file inside it, which is how PyTorch writes one file per rank.
+//! read as one trace per file inside it, which is how PyTorch writes one file per rank, unless it
+//! is a Parquet dataset written by `analyzer export --format parquet` ([`parquet`]).
 //!
 //! Readers never panic on bad input: they return an [`Error`] that names the file and the
 //! cause, and they count (in [`shardscope_model::Trace::warnings`]) individual events they
@@ -20,6 +21,7 @@ pub mod kineto;
 pub mod limits;
 pub mod nsys;
 pub mod nsys_writer;
+pub mod parquet;
 
 use std::path::Path;
 
@@ -27,7 +29,8 @@ pub use detect::{Format, sniff};
 pub use error::Error;
 use shardscope_model::Trace;
 
-/// Reads one file, or every trace file in a folder (sorted by name), into traces.
+/// Reads one file, or every trace file in a folder (sorted by name), into traces. A folder holding a Parquet
+/// dataset's marker is read as that dataset instead (see [`parquet`]): one trace per input it was made from.
 ///
 /// A Kineto file or an nsys export each give one [`Trace`]; a folder gives one per file. A pipe
 /// (`<(zcat x.json.gz)`, `/dev/stdin`) is copied into a private temporary file first (at most
@@ -35,6 +38,9 @@ use shardscope_model::Trace;
 pub fn load(path: &Path) -> Result<Vec<Trace>, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
+        if parquet::is_dataset(path) {
+            return parquet::read_dataset(path);
+        }
         return load_folder(path);
     }
     Ok(vec![load_file(path)?])

@@ -1,0 +1,561 @@
+//! Reading a dataset back into one [`Trace`] per input of its run.
+//!
+//! Each input (`traceId`) comes back as the trace it was: an input that held several ranks (one nsys export of a
+//! multi-GPU job) is one trace again, its rows gathered from every rank partition, because what the analyzer says
+//! per input (its ranges, warnings, time range) is about the whole file. Rows are checked as any reader checks its
+//! input: a file that is not Parquet, lacks a column or has the wrong type, or declares another schema version
+//! stops the read with one line naming it; a row with a missing required value or naming a process or GPU its
+//! input does not list is skipped and counted in the trace's warnings.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, BooleanArray, ListArray, PrimitiveArray, RecordBatch, StringArray};
+use arrow_array::types::ArrowPrimitiveType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use shardscope_model::{
+    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process,
+    ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
+};
+
+use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, op_name, range_kind_name};
+use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, SCHEMA_VERSION, tables};
+use crate::Error;
+
+/// The largest marker file read: it holds two short fields.
+const MAX_MARKER_BYTES: u64 = 64 << 10;
+
+/// True when `path` is a folder holding a dataset marker.
+pub fn is_dataset(path: &Path) -> bool {
+    path.join(MARKER_FILE).is_file()
+}
+
+/// Reads the dataset at `root` (a folder with [`MARKER_FILE`]) into one trace per input of its run, in input
+/// order. A dataset holding several runs is refused with their names: each is a separate analysis.
+pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
+    check_marker(root)?;
+    let run = the_run(root)?;
+    let mut traces: BTreeMap<u32, Reading> = BTreeMap::new();
+    for_each_batch(root, tables::TRACES, &run, |file, batch| {
+        let b = Columns { batch, file };
+        let (id, path, format) = (b.u32("traceId")?, b.str("path")?, b.str("format")?);
+        let (schema_version, producer, offset) = (b.str("schemaVersion")?, b.str("producer")?, b.i64("clockOffsetNs")?);
+        for row in 0..batch.num_rows() {
+            let (Some(id), Some(path), Some(format)) = (value(id, row), text(path, row), text(format, row)) else {
+                return Err(Error::format(file, format!("row {row} lacks its traceId, path or format")));
+            };
+            let format = [SourceFormat::NsysSqlite, SourceFormat::KinetoJson]
+                .into_iter()
+                .find(|f| format_name(*f) == format)
+                .ok_or_else(|| Error::format(file, format!("unknown input format {format:?}")))?;
+            let trace = Trace {
+                source: SourceInfo {
+                    path: path.to_string(),
+                    format,
+                    schema_version: text(schema_version, row).map(str::to_string),
+                    producer: text(producer, row).map(str::to_string),
+                },
+                clock_offset_ns: value(offset, row),
+                ..Trace::default()
+            };
+            if traces.insert(id, Reading::new(trace)).is_some() {
+                return Err(Error::format(file, format!("traceId {id} is listed twice")));
+            }
+        }
+        Ok(())
+    })?;
+    if traces.is_empty() {
+        return Err(Error::format(root, format!("run {run} lists no input (its {} table is empty)", tables::TRACES)));
+    }
+    let mut names: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
+    read_rows(root, tables::STRING_IDS, &run, &mut traces, |b, _, row, _| {
+        let (Some(id), Some(text)) = (value(b.u32("id")?, row), text(b.str("value")?, row)) else { return Ok(false) };
+        names.entry(b.trace_id(row)?).or_default().push((id, text.to_string()));
+        Ok(true)
+    })?;
+    for (id, mut list) in names {
+        let reading = traces.get_mut(&id).expect("rows of unknown inputs are refused");
+        list.sort_by_key(|(id, _)| *id);
+        for (expected, text) in list {
+            if reading.trace.names.intern(&text).0 != expected {
+                reading.trace.warn("dataset string table is not numbered in order (names renumbered)");
+            }
+        }
+    }
+    read_rows(root, tables::PROCESSES, &run, &mut traces, |b, r, row, _| {
+        let (Some(global_pid), Some(pid), Some(name)) =
+            (value(b.i64("globalPid")?, row), value(b.u32("pid")?, row), text(b.str("name")?, row))
+        else {
+            return Ok(false);
+        };
+        let recorded = b.bool("globalPidRecorded")?;
+        let index = r.trace.add_process(Process {
+            pid,
+            global_pid: if recorded.is_valid(row) && recorded.value(row) { global_pid as u64 } else { 0 },
+            name: name.to_string(),
+            host: text(b.str("host")?, row).map(str::to_string),
+            rank: value(b.u32("rank")?, row),
+            world_size: value(b.u32("worldSize")?, row),
+        });
+        r.processes.insert(global_pid, index);
+        Ok(true)
+    })?;
+    read_rows(root, tables::THREADS, &run, &mut traces, |b, r, row, _| {
+        let (Some(process), Some(tid), Some(name)) =
+            (r.process(value(b.i64("globalPid")?, row)), value(b.u32("tid")?, row), text(b.str("name")?, row))
+        else {
+            return Ok(false);
+        };
+        r.trace.threads.push(ThreadName { process, tid, name: name.to_string() });
+        Ok(true)
+    })?;
+    read_rows(root, tables::DEVICES, &run, &mut traces, |b, r, row, _| {
+        let (Some(ordinal), Some(name)) = (value(b.u32("deviceId")?, row), text(b.str("name")?, row)) else {
+            return Ok(false);
+        };
+        let process = match value(b.i64("globalPid")?, row) {
+            None => None,
+            Some(global_pid) => match r.processes.get(&global_pid) {
+                Some(&p) => Some(p),
+                None => return Ok(false),
+            },
+        };
+        let index = r.trace.add_device(Device {
+            ordinal,
+            process,
+            name: name.to_string(),
+            sm_count: value(b.u32("smCount")?, row),
+            memory_bytes: value(b.u64("totalMemory")?, row),
+            memory_bandwidth_bytes_per_s: value(b.u64("memoryBandwidth")?, row),
+            clock_rate_khz: value(b.u32("clockRateKhz")?, row),
+            bus_location: text(b.str("busLocation")?, row).map(str::to_string),
+        });
+        r.devices.insert(ordinal, index);
+        Ok(true)
+    })?;
+    read_rows(root, tables::WARNINGS, &run, &mut traces, |b, r, row, _| {
+        let (Some(what), Some(count)) = (text(b.str("what")?, row), value(b.u64("count")?, row)) else {
+            return Ok(false);
+        };
+        r.trace.warn_n(what, count);
+        Ok(true)
+    })?;
+    read_rows(root, tables::KERNELS, &run, &mut traces, |b, r, row, _| {
+        let dims = |x: &str, y: &str, z: &str| -> Result<Option<[u32; 3]>, Error> {
+            Ok(match (value(b.u32(x)?, row), value(b.u32(y)?, row), value(b.u32(z)?, row)) {
+                (Some(x), Some(y), Some(z)) => Some([x, y, z]),
+                _ => None,
+            })
+        };
+        let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
+            value(b.i64("start")?, row),
+            value(b.i64("end")?, row),
+            r.device(value(b.u32("deviceId")?, row)),
+            value(b.u32("streamId")?, row),
+            value(b.u32("correlationId")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+        ) else {
+            return Ok(false);
+        };
+        let (Some(name), Some(short_name), Some(grid), Some(block)) = (
+            text(b.str("demangledName")?, row),
+            text(b.str("shortName")?, row),
+            dims("gridX", "gridY", "gridZ")?,
+            dims("blockX", "blockY", "blockZ")?,
+        ) else {
+            return Ok(false);
+        };
+        let name = r.trace.names.intern(name);
+        let short_name = r.trace.names.intern(short_name);
+        let collective = value(b.u32("collectiveId")?, row);
+        r.trace.kernels.push(Kernel {
+            start_ns,
+            end_ns,
+            name,
+            short_name,
+            device,
+            process,
+            stream,
+            correlation_id,
+            grid,
+            block,
+            launch: None,
+            collective,
+        });
+        Ok(true)
+    })?;
+    read_rows(root, tables::MEMOPS, &run, &mut traces, |b, r, row, _| {
+        let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
+            value(b.i64("start")?, row),
+            value(b.i64("end")?, row),
+            r.device(value(b.u32("deviceId")?, row)),
+            value(b.u32("streamId")?, row),
+            value(b.u32("correlationId")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+        ) else {
+            return Ok(false);
+        };
+        let Some(bytes) = value(b.u64("bytes")?, row) else { return Ok(false) };
+        r.trace.memops.push(MemOp {
+            start_ns,
+            end_ns,
+            copy_kind: value(b.u32("copyKind")?, row).map(|k| CopyKind::from_cupti(i64::from(k))),
+            bytes,
+            device,
+            process,
+            stream,
+            correlation_id,
+            src_device: value(b.u32("srcDeviceId")?, row),
+            dst_device: value(b.u32("dstDeviceId")?, row),
+            launch: None,
+        });
+        Ok(true)
+    })?;
+    read_rows(root, tables::CUDA_API, &run, &mut traces, |b, r, row, _| {
+        let (Some(start_ns), Some(end_ns), Some(class), Some(process), Some(tid), Some(correlation_id), Some(name)) = (
+            value(b.i64("start")?, row),
+            value(b.i64("end")?, row),
+            value(b.u32("eventClass")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+            value(b.u32("tid")?, row),
+            value(b.u32("correlationId")?, row),
+            text(b.str("name")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let kind = if class == EVENT_CLASS_CUDA_DRIVER { ApiKind::Driver } else { ApiKind::Runtime };
+        let name = r.trace.names.intern(name);
+        r.trace.api_calls.push(ApiCall { start_ns, end_ns, name, kind, process, tid, correlation_id });
+        Ok(true)
+    })?;
+    let range_kinds = [RangeKind::PushPop, RangeKind::StartEnd, RangeKind::CpuAnnotation, RangeKind::GpuAnnotation];
+    read_rows(root, tables::NVTX, &run, &mut traces, |b, r, row, _| {
+        let (Some(start_ns), Some(end_ns), Some(name), Some(domain), Some(kind), Some(process), Some(tid)) = (
+            value(b.i64("start")?, row),
+            value(b.i64("end")?, row),
+            text(b.str("text")?, row),
+            text(b.str("domain")?, row),
+            text(b.str("rangeKind")?, row).and_then(|k| range_kinds.into_iter().find(|r| range_kind_name(*r) == k)),
+            r.process(value(b.i64("globalPid")?, row)),
+            value(b.u32("tid")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let device = match value(b.u32("deviceId")?, row) {
+            None => None,
+            Some(ordinal) => match r.devices.get(&ordinal) {
+                Some(&d) => Some(d),
+                None => return Ok(false),
+            },
+        };
+        let name = r.trace.names.intern(name);
+        let domain = r.trace.names.intern(domain);
+        let stream = value(b.u32("streamId")?, row);
+        r.trace.ranges.push(Range { start_ns, end_ns, name, domain, kind, process, tid, device, stream, depth: 0 });
+        Ok(true)
+    })?;
+    let ops = [
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::Broadcast,
+        CollectiveOp::Reduce,
+        CollectiveOp::AllToAll,
+        CollectiveOp::SendRecv,
+        CollectiveOp::Send,
+        CollectiveOp::Recv,
+        CollectiveOp::Other,
+    ];
+    // Collectives are referred to by position (`collectiveId`): gathered first, placed after.
+    let mut collectives: BTreeMap<u32, BTreeMap<u32, Collective>> = BTreeMap::new();
+    read_rows(root, tables::COLLECTIVES, &run, &mut traces, |b, r, row, trace_id| {
+        let (Some(id), Some(op), Some(dtype), Some(group_name)) = (
+            value(b.u32("collectiveId")?, row),
+            text(b.str("op")?, row).and_then(|o| ops.into_iter().find(|op| op_name(*op) == o)),
+            text(b.str("datatype")?, row),
+            text(b.str("commName")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let ranks = b.list("groupRanks")?;
+        if ranks.is_null(row) {
+            return Ok(false);
+        }
+        let group_ranks: Vec<u32> = match ranks.value(row).as_primitive_opt::<UInt32Type>() {
+            Some(values) if values.null_count() == 0 => values.values().to_vec(),
+            _ => return Ok(false),
+        };
+        let collective = Collective {
+            kernel: None,
+            op,
+            bytes: value(b.u64("bytes")?, row),
+            in_elems: value(b.u64("inElems")?, row),
+            out_elems: value(b.u64("outElems")?, row),
+            dtype: r.trace.names.intern(dtype),
+            group_name: r.trace.names.intern(group_name),
+            group_size: value(b.u32("nRanks")?, row),
+            group_ranks,
+            communicator: value(b.u64("commId")?, row),
+            seq: value(b.u64("seqNumber")?, row),
+        };
+        Ok(collectives.entry(trace_id).or_default().insert(id, collective).is_none())
+    })?;
+    read_rows(root, tables::CUDA_GRAPHS, &run, &mut traces, |b, r, row, _| {
+        let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
+            value(b.i64("start")?, row),
+            value(b.i64("end")?, row),
+            r.device(value(b.u32("deviceId")?, row)),
+            value(b.u32("streamId")?, row),
+            value(b.u32("correlationId")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+        ) else {
+            return Ok(false);
+        };
+        let Some(graph_id) = value(b.u32("graphId")?, row) else { return Ok(false) };
+        r.trace.graph_launches.push(GraphLaunch {
+            start_ns,
+            end_ns,
+            device,
+            process,
+            stream,
+            correlation_id,
+            graph_id,
+            launch: None,
+        });
+        Ok(true)
+    })?;
+    let mut out = Vec::with_capacity(traces.len());
+    for (id, reading) in traces {
+        let mut trace = reading.trace;
+        let mut list = collectives.remove(&id).unwrap_or_default();
+        // Positions must be 0..n for kernels to point at the right one; a gap is filled with an empty entry.
+        let count = list.keys().next_back().map_or(0, |&last| last as usize + 1);
+        trace.collectives = (0..count as u32).map(|i| list.remove(&i).unwrap_or_default()).collect();
+        let dangling = trace.kernels.iter().filter(|k| k.collective.is_some_and(|c| c as usize >= count)).count();
+        for kernel in &mut trace.kernels {
+            kernel.collective = kernel.collective.filter(|&c| (c as usize) < count);
+        }
+        trace.warn_n("dataset kernel naming a collective the collectives table lacks (link dropped)", dangling as u64);
+        for (table, count) in reading.skipped {
+            trace.warn_n(&format!("dataset {table} row with a missing value or an unknown process or GPU (skipped)"), count);
+        }
+        trace.finish();
+        out.push(trace);
+    }
+    Ok(out)
+}
+
+/// One input being rebuilt.
+struct Reading {
+    trace: Trace,
+    processes: HashMap<i64, ProcessIdx>,
+    devices: HashMap<u32, DeviceIdx>,
+    /// Rows skipped per table.
+    skipped: BTreeMap<&'static str, u64>,
+}
+
+impl Reading {
+    fn new(trace: Trace) -> Reading {
+        Reading { trace, processes: HashMap::new(), devices: HashMap::new(), skipped: BTreeMap::new() }
+    }
+
+    fn process(&self, global_pid: Option<i64>) -> Option<ProcessIdx> {
+        self.processes.get(&global_pid?).copied()
+    }
+
+    fn device(&self, ordinal: Option<u32>) -> Option<DeviceIdx> {
+        self.devices.get(&ordinal?).copied()
+    }
+}
+
+fn check_marker(root: &Path) -> Result<(), Error> {
+    let marker = root.join(MARKER_FILE);
+    let file = File::open(&marker).map_err(|e| Error::io(&marker, e))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_MARKER_BYTES), &mut text)
+        .map_err(|e| Error::io(&marker, e))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::format(&marker, format!("not a dataset marker: {e}")))?;
+    if json.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+        return Err(Error::format(&marker, format!("not a dataset marker: its format is not {FORMAT_NAME:?}")));
+    }
+    let version = json.get("schema_version").and_then(|v| v.as_str()).unwrap_or("(none)");
+    check_version(&marker, version)
+}
+
+/// Accepts the major version this build reads.
+fn check_version(path: &Path, version: &str) -> Result<(), Error> {
+    let major = |v: &str| v.split('.').next().map(str::to_string);
+    if major(version) != major(SCHEMA_VERSION) || version.split('.').any(|p| p.parse::<u32>().is_err()) {
+        return Err(Error::UnsupportedVersion {
+            path: path.display().to_string(),
+            version: version.to_string(),
+            cause: format!("this build reads dataset schema {SCHEMA_VERSION} and other {}.x", major(SCHEMA_VERSION).unwrap_or_default()),
+        });
+    }
+    Ok(())
+}
+
+/// The one run of the dataset: the `run=` folders of its `traces` table.
+fn the_run(root: &Path) -> Result<String, Error> {
+    let table = root.join(tables::TRACES);
+    let entries = std::fs::read_dir(&table).map_err(|e| Error::io(&table, e))?;
+    let mut runs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&table, e))?;
+        if let Some(run) = entry.file_name().to_str().and_then(|n| n.strip_prefix("run="))
+            && entry.path().is_dir()
+        {
+            runs.push(run.to_string());
+        }
+    }
+    runs.sort();
+    match runs.len() {
+        0 => Err(Error::format(root, "the dataset holds no run (no traces/run=… folder)")),
+        1 => Ok(runs.remove(0)),
+        n => Err(Error::format(
+            root,
+            format!("the dataset holds {n} runs ({}): a report covers one run; export each to a folder of its own", runs.join(", ")),
+        )),
+    }
+}
+
+/// Every Parquet file of `table` for `run`, in path order (rank partitions included).
+fn table_files(root: &Path, table: &str, run: &str) -> Result<Vec<PathBuf>, Error> {
+    fn walk(folder: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+        for entry in std::fs::read_dir(folder).map_err(|e| Error::io(folder, e))? {
+            let path = entry.map_err(|e| Error::io(folder, e))?.path();
+            // Follows links, like reading the file would.
+            let metadata = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+            if metadata.is_dir() {
+                walk(&path, out)?;
+            } else if metadata.is_file() && path.extension().is_some_and(|e| e == "parquet") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let folder = root.join(table).join(format!("run={run}"));
+    let mut files = Vec::new();
+    if folder.is_dir() {
+        walk(&folder, &mut files)?;
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Reads every file of `table`, checking each one's schema version, and hands over its record batches.
+fn for_each_batch(
+    root: &Path,
+    table: &str,
+    run: &str,
+    mut each: impl FnMut(&Path, &RecordBatch) -> Result<(), Error>,
+) -> Result<(), Error> {
+    for file in table_files(root, table, run)? {
+        let parquet_error = |e: parquet::errors::ParquetError| {
+            Error::format(&file, format!("not a readable Parquet file: {}", e.to_string().replace('\n', " ")))
+        };
+        let handle = File::open(&file).map_err(|e| Error::io(&file, e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error)?;
+        let version = builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|kv| kv.key == METADATA_SCHEMA_VERSION))
+            .and_then(|kv| kv.value.clone());
+        match version {
+            Some(version) => check_version(&file, &version)?,
+            None => return Err(Error::format(&file, format!("no {METADATA_SCHEMA_VERSION} in its metadata"))),
+        }
+        for batch in builder.build().map_err(parquet_error)? {
+            let batch = batch.map_err(|e| Error::format(&file, format!("not a readable Parquet file: {e}")))?;
+            each(&file, &batch)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the rows of `table` into their inputs: `each(columns, input, row, traceId)` returns false for a row it
+/// skipped, which is counted.
+fn read_rows(
+    root: &Path,
+    table: &'static str,
+    run: &str,
+    traces: &mut BTreeMap<u32, Reading>,
+    mut each: impl FnMut(&Columns, &mut Reading, usize, u32) -> Result<bool, Error>,
+) -> Result<(), Error> {
+    for_each_batch(root, table, run, |file, batch| {
+        let columns = Columns { batch, file };
+        for row in 0..batch.num_rows() {
+            let id = columns.trace_id(row)?;
+            let reading = traces.get_mut(&id).ok_or_else(|| {
+                Error::format(file, format!("row {row} names traceId {id}, which the {} table does not list", tables::TRACES))
+            })?;
+            if !each(&columns, reading, row, id)? {
+                *reading.skipped.entry(table).or_default() += 1;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The columns of one record batch, looked up by name and type.
+struct Columns<'a> {
+    batch: &'a RecordBatch,
+    file: &'a Path,
+}
+
+impl Columns<'_> {
+    fn column(&self, name: &str) -> Result<&dyn Array, Error> {
+        self.batch
+            .column_by_name(name)
+            .map(|c| c.as_ref())
+            .ok_or_else(|| Error::format(self.file, format!("column {name} is missing")))
+    }
+
+    fn typed<'b, A: 'static>(&'b self, name: &str, expected: &str) -> Result<&'b A, Error> {
+        let column = self.column(name)?;
+        column.as_any().downcast_ref::<A>().ok_or_else(|| {
+            Error::format(self.file, format!("column {name} is {}, expected {expected}", column.data_type()))
+        })
+    }
+
+    fn i64(&self, name: &str) -> Result<&PrimitiveArray<Int64Type>, Error> {
+        self.typed(name, "Int64")
+    }
+
+    fn u32(&self, name: &str) -> Result<&PrimitiveArray<UInt32Type>, Error> {
+        self.typed(name, "UInt32")
+    }
+
+    fn u64(&self, name: &str) -> Result<&PrimitiveArray<UInt64Type>, Error> {
+        self.typed(name, "UInt64")
+    }
+
+    fn str(&self, name: &str) -> Result<&StringArray, Error> {
+        self.typed(name, "Utf8")
+    }
+
+    fn bool(&self, name: &str) -> Result<&BooleanArray, Error> {
+        self.typed(name, "Boolean")
+    }
+
+    fn list(&self, name: &str) -> Result<&ListArray, Error> {
+        self.typed(name, "List<UInt32>")
+    }
+
+    fn trace_id(&self, row: usize) -> Result<u32, Error> {
+        value(self.u32("traceId")?, row).ok_or_else(|| Error::format(self.file, format!("row {row} has no traceId")))
+    }
+}
+
+fn value<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, row: usize) -> Option<T::Native> {
+    array.is_valid(row).then(|| array.value(row))
+}
+
+fn text(array: &StringArray, row: usize) -> Option<&str> {
+    array.is_valid(row).then(|| array.value(row))
+}

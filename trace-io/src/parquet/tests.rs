@@ -1,0 +1,1 @@
+//! Round trips of small traces through a dataset, and refusals of damaged ones.

@@ -1,0 +1,622 @@
+//! Writing a dataset: the marker, the trace tables of each input, and tables of the caller's own (the analyzer's
+//! report figures) in the same layout.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::types::UInt32Type;
+use arrow_array::{
+    ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use arrow_schema::{Field, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use shardscope_model::{ApiKind, CopyKind, DeviceIdx, RangeKind, SourceFormat, Trace};
+
+use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
+use crate::Error;
+
+/// Rows per record batch: bounds the memory of the columns being built for a large table.
+const CHUNK_ROWS: usize = 1 << 20;
+
+/// One column of a table being written.
+pub struct Column {
+    name: &'static str,
+    array: ArrayRef,
+    nullable: bool,
+}
+
+/// A column named `name` holding `array`; `nullable` is part of the schema (the same for every file of a table).
+pub fn column(name: &'static str, array: ArrayRef, nullable: bool) -> Column {
+    Column { name, array, nullable }
+}
+
+/// What [`DatasetWriter::write_traces`] wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Files written.
+    pub files: u64,
+    /// Rows written per table.
+    pub rows: BTreeMap<&'static str, u64>,
+}
+
+impl WriteStats {
+    /// Adds another writer's counts.
+    pub fn add(&mut self, other: &WriteStats) {
+        self.files += other.files;
+        for (table, rows) in &other.rows {
+            *self.rows.entry(table).or_default() += rows;
+        }
+    }
+}
+
+/// A dataset folder opened for writing one run.
+pub struct DatasetWriter {
+    root: PathBuf,
+    run: String,
+}
+
+impl DatasetWriter {
+    /// Opens `root` for the run named `run`: creates the folder and its marker, or, when `root` already is a
+    /// dataset, removes the partitions of `run` (other runs stay). A folder that is neither empty nor a dataset
+    /// is refused, so that nothing of the user's is mixed into the dataset or removed.
+    pub fn create(root: &Path, run: &str) -> Result<DatasetWriter, Error> {
+        check_run_name(run).map_err(|cause| Error::format(root, cause))?;
+        match std::fs::metadata(root) {
+            Ok(metadata) if !metadata.is_dir() => return Err(Error::format(root, "exists and is not a folder")),
+            Ok(_) if super::is_dataset(root) => {
+                for table in std::fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+                    let table = table.map_err(|e| Error::io(root, e))?.path();
+                    let partition = table.join(format!("run={run}"));
+                    if table.is_dir() && partition.is_dir() {
+                        std::fs::remove_dir_all(&partition).map_err(|e| Error::io(&partition, e))?;
+                    }
+                }
+            }
+            Ok(_) => {
+                let mut entries = std::fs::read_dir(root).map_err(|e| Error::io(root, e))?;
+                if entries.next().is_some() {
+                    return Err(Error::format(
+                        root,
+                        format!("is not empty and not a dataset (no {MARKER_FILE}); name a new or empty folder"),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+            }
+            Err(e) => return Err(Error::io(root, e)),
+        }
+        let marker = root.join(MARKER_FILE);
+        let text = format!("{{\"format\": \"{FORMAT_NAME}\", \"schema_version\": \"{SCHEMA_VERSION}\"}}\n");
+        std::fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+        Ok(DatasetWriter { root: root.to_path_buf(), run: run.to_string() })
+    }
+
+    /// The dataset folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The run being written.
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// The file of `table` for input `part`, in the rank's partition (or the run's, for `rank` `None`).
+    pub fn file_path(&self, table: &str, rank: Option<i64>, part: usize) -> PathBuf {
+        let mut path = self.root.join(table).join(format!("run={}", self.run));
+        if let Some(rank) = rank {
+            path.push(format!("rank={rank}"));
+        }
+        path.join(format!("part-{part}.parquet"))
+    }
+
+    /// Writes `rows` as one file of `table` (nothing when there are no rows), building the columns of up to
+    /// [`CHUNK_ROWS`] rows at a time with `build`. Returns the number of rows written.
+    pub fn write_rows<T>(
+        &self,
+        table: &'static str,
+        rank: Option<i64>,
+        part: usize,
+        rows: &[T],
+        build: impl Fn(&[T]) -> Vec<Column>,
+    ) -> Result<u64, Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let path = self.file_path(table, rank, part);
+        let folder = path.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+        let parquet_error = |e: parquet::errors::ParquetError| Error::format(&path, format!("cannot write Parquet: {e}"));
+        let mut writer: Option<ArrowWriter<File>> = None;
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            let columns = build(chunk);
+            let fields: Vec<Field> =
+                columns.iter().map(|c| Field::new(c.name, c.array.data_type().clone(), c.nullable)).collect();
+            let schema = Arc::new(Schema::new(fields));
+            let arrays = columns.into_iter().map(|c| c.array).collect();
+            let batch = RecordBatch::try_new(schema.clone(), arrays)
+                .map_err(|e| Error::format(&path, format!("cannot build the {table} columns: {e}")))?;
+            if writer.is_none() {
+                let file = File::create(&path).map_err(|e| Error::io(&path, e))?;
+                let properties = WriterProperties::builder()
+                    .set_compression(Compression::SNAPPY)
+                    .set_key_value_metadata(Some(vec![
+                        KeyValue::new(METADATA_SCHEMA_VERSION.to_string(), SCHEMA_VERSION.to_string()),
+                        KeyValue::new(METADATA_TABLE.to_string(), table.to_string()),
+                    ]))
+                    .build();
+                writer = Some(ArrowWriter::try_new(file, schema, Some(properties)).map_err(parquet_error)?);
+            }
+            if let Some(writer) = writer.as_mut() {
+                writer.write(&batch).map_err(parquet_error)?;
+            }
+        }
+        if let Some(writer) = writer {
+            writer.close().map_err(parquet_error)?;
+        }
+        Ok(rows.len() as u64)
+    }
+
+    /// Writes every table of `traces` (the inputs of this run, in order). `device_ranks[t][d]` is the rank of
+    /// device `d` of trace `t` (the analyzer's numbering), or `None` for a GPU without work: event rows of a GPU
+    /// go to its rank's partition, host rows (API calls, ranges) to the lowest rank of their process's GPUs, and
+    /// rows of an input with no GPU work to `rank=-1`.
+    pub fn write_traces(&self, traces: &[Trace], device_ranks: &[Vec<Option<u32>>]) -> Result<WriteStats, Error> {
+        let mut stats = WriteStats::default();
+        for (part, trace) in traces.iter().enumerate() {
+            let ranks = device_ranks.get(part).map_or(&[][..], Vec::as_slice);
+            stats.add(&self.write_trace(part, trace, ranks)?);
+        }
+        Ok(stats)
+    }
+
+    fn write_trace(&self, part: usize, trace: &Trace, device_ranks: &[Option<u32>]) -> Result<WriteStats, Error> {
+        let source = Path::new(&trace.source.path);
+        let mut seen = HashSet::new();
+        if let Some(device) = trace.devices.iter().find(|d| !seen.insert(d.ordinal)) {
+            return Err(Error::format(source, format!("two GPUs share device ordinal {}", device.ordinal)));
+        }
+        let part_id = part as u32;
+        let layout = Layout::new(trace, device_ranks);
+        let mut stats = WriteStats::default();
+        let mut note = |table: &'static str, rows: u64| {
+            if rows > 0 {
+                stats.files += 1;
+                *stats.rows.entry(table).or_default() += rows;
+            }
+        };
+        let trace_ids = |n: usize| -> ArrayRef { Arc::new(UInt32Array::from_iter_values(std::iter::repeat_n(part_id, n))) };
+
+        let rows = self.write_rows(tables::TRACES, None, part, &[trace], |rows| {
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("path", strs(rows.iter().map(|t| t.source.path.as_str())), false),
+                column("format", strs(rows.iter().map(|t| format_name(t.source.format))), false),
+                column("schemaVersion", opt_strs(rows.iter().map(|t| t.source.schema_version.as_deref())), true),
+                column("producer", opt_strs(rows.iter().map(|t| t.source.producer.as_deref())), true),
+                column("clockOffsetNs", Arc::new(Int64Array::from_iter(rows.iter().map(|t| t.clock_offset_ns))), true),
+            ]
+        })?;
+        note(tables::TRACES, rows);
+
+        let names: Vec<(u32, &str)> = trace.names.iter().map(|(id, s)| (id.0, s)).collect();
+        let rows = self.write_rows(tables::STRING_IDS, None, part, &names, |rows| {
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("id", u32s(rows.iter().map(|r| r.0)), false),
+                column("value", strs(rows.iter().map(|r| r.1)), false),
+            ]
+        })?;
+        note(tables::STRING_IDS, rows);
+
+        let gpid = |p: shardscope_model::ProcessIdx| layout.global_pids.get(p.0 as usize).copied().unwrap_or(0);
+        let indices: Vec<usize> = (0..trace.processes.len()).collect();
+        let rows = self.write_rows(tables::PROCESSES, None, part, &indices, |rows| {
+            let p = |i: &usize| &trace.processes[*i];
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("globalPid", i64s(rows.iter().map(|&i| layout.global_pids[i])), false),
+                column("pid", u32s(rows.iter().map(|i| p(i).pid)), false),
+                column("name", strs(rows.iter().map(|i| p(i).name.as_str())), false),
+                column("host", opt_strs(rows.iter().map(|i| p(i).host.as_deref())), true),
+                column("rank", opt_u32s(rows.iter().map(|i| p(i).rank)), true),
+                column("worldSize", opt_u32s(rows.iter().map(|i| p(i).world_size)), true),
+                column("globalPidRecorded", bools(rows.iter().map(|i| p(i).global_pid != 0)), false),
+            ]
+        })?;
+        note(tables::PROCESSES, rows);
+
+        let rows = self.write_rows(tables::THREADS, None, part, &trace.threads, |rows| {
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("globalPid", i64s(rows.iter().map(|t| gpid(t.process))), false),
+                column("tid", u32s(rows.iter().map(|t| t.tid)), false),
+                column("name", strs(rows.iter().map(|t| t.name.as_str())), false),
+            ]
+        })?;
+        note(tables::THREADS, rows);
+
+        let indices: Vec<usize> = (0..trace.devices.len()).collect();
+        let rows = self.write_rows(tables::DEVICES, None, part, &indices, |rows| {
+            let d = |i: &usize| &trace.devices[*i];
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("deviceId", u32s(rows.iter().map(|i| d(i).ordinal)), false),
+                column("rank", opt_u32s(rows.iter().map(|&i| device_ranks.get(i).copied().flatten())), true),
+                column("globalPid", opt_i64s(rows.iter().map(|i| d(i).process.map(gpid))), true),
+                column("name", strs(rows.iter().map(|i| d(i).name.as_str())), false),
+                column("smCount", opt_u32s(rows.iter().map(|i| d(i).sm_count)), true),
+                column("totalMemory", opt_u64s(rows.iter().map(|i| d(i).memory_bytes)), true),
+                column("memoryBandwidth", opt_u64s(rows.iter().map(|i| d(i).memory_bandwidth_bytes_per_s)), true),
+                column("clockRateKhz", opt_u32s(rows.iter().map(|i| d(i).clock_rate_khz)), true),
+                column("busLocation", opt_strs(rows.iter().map(|i| d(i).bus_location.as_deref())), true),
+            ]
+        })?;
+        note(tables::DEVICES, rows);
+
+        let rows = self.write_rows(tables::WARNINGS, None, part, &trace.warnings, |rows| {
+            vec![
+                column("traceId", trace_ids(rows.len()), false),
+                column("what", strs(rows.iter().map(|w| w.what.as_str())), false),
+                column("count", u64s(rows.iter().map(|w| w.count)), false),
+            ]
+        })?;
+        note(tables::WARNINGS, rows);
+
+        let name = |id: shardscope_model::NameId| trace.names.get(id);
+        let ordinal = |d: DeviceIdx| trace.devices.get(d.0 as usize).map_or(0, |d| d.ordinal);
+
+        for (rank, rows) in layout.partition(trace.kernels.iter().map(|k| layout.device_rank(k.device))) {
+            let rows = self.write_rows(tables::KERNELS, Some(rank), part, &rows, |rows| {
+                let k = |i: &usize| &trace.kernels[*i];
+                let dims = |pick: fn(&shardscope_model::Kernel) -> u32| u32s(rows.iter().map(|i| pick(k(i))));
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("start", i64s(rows.iter().map(|i| k(i).start_ns)), false),
+                    column("end", i64s(rows.iter().map(|i| k(i).end_ns)), false),
+                    column("deviceId", u32s(rows.iter().map(|i| ordinal(k(i).device))), false),
+                    column("streamId", u32s(rows.iter().map(|i| k(i).stream)), false),
+                    column("correlationId", u32s(rows.iter().map(|i| k(i).correlation_id)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| gpid(k(i).process))), false),
+                    column("demangledName", strs(rows.iter().map(|i| name(k(i).name))), false),
+                    column("shortName", strs(rows.iter().map(|i| name(k(i).short_name))), false),
+                    column("gridX", dims(|k| k.grid[0]), false),
+                    column("gridY", dims(|k| k.grid[1]), false),
+                    column("gridZ", dims(|k| k.grid[2]), false),
+                    column("blockX", dims(|k| k.block[0]), false),
+                    column("blockY", dims(|k| k.block[1]), false),
+                    column("blockZ", dims(|k| k.block[2]), false),
+                    column("collectiveId", opt_u32s(rows.iter().map(|i| k(i).collective)), true),
+                ]
+            })?;
+            note(tables::KERNELS, rows);
+        }
+
+        for (rank, rows) in layout.partition(trace.memops.iter().map(|m| layout.device_rank(m.device))) {
+            let rows = self.write_rows(tables::MEMOPS, Some(rank), part, &rows, |rows| {
+                let m = |i: &usize| &trace.memops[*i];
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("start", i64s(rows.iter().map(|i| m(i).start_ns)), false),
+                    column("end", i64s(rows.iter().map(|i| m(i).end_ns)), false),
+                    column("deviceId", u32s(rows.iter().map(|i| ordinal(m(i).device))), false),
+                    column("streamId", u32s(rows.iter().map(|i| m(i).stream)), false),
+                    column("correlationId", u32s(rows.iter().map(|i| m(i).correlation_id)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| gpid(m(i).process))), false),
+                    column("bytes", u64s(rows.iter().map(|i| m(i).bytes)), false),
+                    column("copyKind", opt_u32s(rows.iter().map(|i| m(i).copy_kind.map(cupti_copy_kind))), true),
+                    column("srcDeviceId", opt_u32s(rows.iter().map(|i| m(i).src_device)), true),
+                    column("dstDeviceId", opt_u32s(rows.iter().map(|i| m(i).dst_device)), true),
+                ]
+            })?;
+            note(tables::MEMOPS, rows);
+        }
+
+        for (rank, rows) in layout.partition(trace.api_calls.iter().map(|a| layout.process_rank(a.process))) {
+            let rows = self.write_rows(tables::CUDA_API, Some(rank), part, &rows, |rows| {
+                let a = |i: &usize| &trace.api_calls[*i];
+                let class = |kind| match kind {
+                    ApiKind::Runtime => EVENT_CLASS_CUDA_RUNTIME,
+                    ApiKind::Driver => EVENT_CLASS_CUDA_DRIVER,
+                };
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("start", i64s(rows.iter().map(|i| a(i).start_ns)), false),
+                    column("end", i64s(rows.iter().map(|i| a(i).end_ns)), false),
+                    column("eventClass", u32s(rows.iter().map(|i| class(a(i).kind))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| gpid(a(i).process))), false),
+                    column("tid", u32s(rows.iter().map(|i| a(i).tid)), false),
+                    column("correlationId", u32s(rows.iter().map(|i| a(i).correlation_id)), false),
+                    column("name", strs(rows.iter().map(|i| name(a(i).name))), false),
+                ]
+            })?;
+            note(tables::CUDA_API, rows);
+        }
+
+        let range_rank = |r: &shardscope_model::Range| match r.device {
+            Some(device) if layout.device_rank(device) >= 0 => layout.device_rank(device),
+            _ => layout.process_rank(r.process),
+        };
+        for (rank, rows) in layout.partition(trace.ranges.iter().map(range_rank)) {
+            let rows = self.write_rows(tables::NVTX, Some(rank), part, &rows, |rows| {
+                let r = |i: &usize| &trace.ranges[*i];
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("start", i64s(rows.iter().map(|i| r(i).start_ns)), false),
+                    column("end", i64s(rows.iter().map(|i| r(i).end_ns)), false),
+                    column("text", strs(rows.iter().map(|i| name(r(i).name))), false),
+                    column("domain", strs(rows.iter().map(|i| name(r(i).domain))), false),
+                    column("rangeKind", strs(rows.iter().map(|i| range_kind_name(r(i).kind))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| gpid(r(i).process))), false),
+                    column("tid", u32s(rows.iter().map(|i| r(i).tid)), false),
+                    column("deviceId", opt_u32s(rows.iter().map(|i| r(i).device.map(ordinal))), true),
+                    column("streamId", opt_u32s(rows.iter().map(|i| r(i).stream)), true),
+                ]
+            })?;
+            note(tables::NVTX, rows);
+        }
+
+        let collective_rank = |c: &shardscope_model::Collective| {
+            c.kernel
+                .and_then(|k| trace.kernels.get(k as usize))
+                .map_or(layout.trace_rank, |k| layout.device_rank(k.device))
+        };
+        for (rank, rows) in layout.partition(trace.collectives.iter().map(collective_rank)) {
+            let rows = self.write_rows(tables::COLLECTIVES, Some(rank), part, &rows, |rows| {
+                let c = |i: &usize| &trace.collectives[*i];
+                let ranks = rows.iter().map(|i| Some(c(i).group_ranks.iter().map(|&r| Some(r))));
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("collectiveId", u32s(rows.iter().map(|&i| i as u32)), false),
+                    column("op", strs(rows.iter().map(|i| op_name(c(i).op))), false),
+                    column("bytes", opt_u64s(rows.iter().map(|i| c(i).bytes)), true),
+                    column("inElems", opt_u64s(rows.iter().map(|i| c(i).in_elems)), true),
+                    column("outElems", opt_u64s(rows.iter().map(|i| c(i).out_elems)), true),
+                    column("datatype", strs(rows.iter().map(|i| name(c(i).dtype))), false),
+                    column("commName", strs(rows.iter().map(|i| name(c(i).group_name))), false),
+                    column("nRanks", opt_u32s(rows.iter().map(|i| c(i).group_size)), true),
+                    column("groupRanks", Arc::new(ListArray::from_iter_primitive::<UInt32Type, _, _>(ranks)), false),
+                    column("commId", opt_u64s(rows.iter().map(|i| c(i).communicator)), true),
+                    column("seqNumber", opt_u64s(rows.iter().map(|i| c(i).seq)), true),
+                ]
+            })?;
+            note(tables::COLLECTIVES, rows);
+        }
+
+        for (rank, rows) in layout.partition(trace.graph_launches.iter().map(|g| layout.device_rank(g.device))) {
+            let rows = self.write_rows(tables::CUDA_GRAPHS, Some(rank), part, &rows, |rows| {
+                let g = |i: &usize| &trace.graph_launches[*i];
+                vec![
+                    column("traceId", trace_ids(rows.len()), false),
+                    column("start", i64s(rows.iter().map(|i| g(i).start_ns)), false),
+                    column("end", i64s(rows.iter().map(|i| g(i).end_ns)), false),
+                    column("deviceId", u32s(rows.iter().map(|i| ordinal(g(i).device))), false),
+                    column("streamId", u32s(rows.iter().map(|i| g(i).stream)), false),
+                    column("correlationId", u32s(rows.iter().map(|i| g(i).correlation_id)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| gpid(g(i).process))), false),
+                    column("graphId", u32s(rows.iter().map(|i| g(i).graph_id)), false),
+                ]
+            })?;
+            note(tables::CUDA_GRAPHS, rows);
+        }
+        Ok(stats)
+    }
+}
+
+/// `ENUM_NSYS_EVENT_CLASS` ids of CUDA runtime and driver calls, as Nsight Systems numbers them.
+pub(super) const EVENT_CLASS_CUDA_RUNTIME: u32 = 0;
+pub(super) const EVENT_CLASS_CUDA_DRIVER: u32 = 1;
+
+/// Where each row of one trace goes: the partition ranks of its GPUs and processes, and each process's
+/// `globalPid`.
+struct Layout {
+    device_ranks: Vec<i64>,
+    process_ranks: Vec<i64>,
+    /// The lowest rank of the trace's GPUs, or -1 when none has one.
+    trace_rank: i64,
+    global_pids: Vec<i64>,
+}
+
+impl Layout {
+    fn new(trace: &Trace, device_ranks: &[Option<u32>]) -> Layout {
+        let device_rank: Vec<Option<i64>> =
+            (0..trace.devices.len()).map(|d| device_ranks.get(d).copied().flatten().map(i64::from)).collect();
+        let trace_rank = device_rank.iter().flatten().copied().min().unwrap_or(-1);
+        let mut process_rank: Vec<Option<i64>> = vec![None; trace.processes.len()];
+        let lower = |slot: &mut Option<i64>, rank: i64| *slot = Some(slot.map_or(rank, |r| r.min(rank)));
+        for (device, rank) in trace.devices.iter().zip(&device_rank) {
+            if let (Some(process), Some(rank)) = (device.process, rank)
+                && let Some(slot) = process_rank.get_mut(process.0 as usize)
+            {
+                lower(slot, *rank);
+            }
+        }
+        // A process that drives no GPU of its own (several processes sharing one) takes the rank of the GPUs its
+        // kernels ran on.
+        if process_rank.iter().any(Option::is_none) {
+            let mut from_kernels: Vec<Option<i64>> = vec![None; trace.processes.len()];
+            for kernel in &trace.kernels {
+                if let (Some(slot), Some(Some(rank))) =
+                    (from_kernels.get_mut(kernel.process.0 as usize), device_rank.get(kernel.device.0 as usize))
+                {
+                    lower(slot, *rank);
+                }
+            }
+            for (slot, fallback) in process_rank.iter_mut().zip(from_kernels) {
+                if slot.is_none() {
+                    *slot = fallback;
+                }
+            }
+        }
+        Layout {
+            device_ranks: device_rank.into_iter().map(|r| r.unwrap_or(trace_rank)).collect(),
+            process_ranks: process_rank.into_iter().map(|r| r.unwrap_or(trace_rank)).collect(),
+            trace_rank,
+            global_pids: global_pids(trace),
+        }
+    }
+
+    fn device_rank(&self, device: DeviceIdx) -> i64 {
+        self.device_ranks.get(device.0 as usize).copied().unwrap_or(self.trace_rank)
+    }
+
+    fn process_rank(&self, process: shardscope_model::ProcessIdx) -> i64 {
+        self.process_ranks.get(process.0 as usize).copied().unwrap_or(self.trace_rank)
+    }
+
+    /// Row indices per partition rank, each list in row order.
+    fn partition(&self, ranks: impl Iterator<Item = i64>) -> BTreeMap<i64, Vec<usize>> {
+        let mut out: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        for (index, rank) in ranks.enumerate() {
+            out.entry(rank).or_default().push(index);
+        }
+        out
+    }
+}
+
+/// Each process's `globalPid`: its own where the source recorded one, else Nsight Systems' form made from its pid
+/// (`pid << 24`), kept unique by setting high bits when two processes share a pid (as on different hosts).
+fn global_pids(trace: &Trace) -> Vec<i64> {
+    let mut used: HashSet<u64> = trace.processes.iter().map(|p| p.global_pid).filter(|&g| g != 0).collect();
+    trace
+        .processes
+        .iter()
+        .map(|p| {
+            if p.global_pid != 0 {
+                return p.global_pid as i64;
+            }
+            let mut candidate = u64::from(p.pid & 0xFF_FFFF) << 24;
+            while candidate == 0 || !used.insert(candidate) {
+                candidate = candidate.wrapping_add(1 << 56);
+            }
+            candidate as i64
+        })
+        .collect()
+}
+
+/// A run name that can be a partition folder name: letters, digits, `.`, `_`, `-` and `+`, not starting with a dot.
+pub(super) fn check_run_name(run: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
+    if run.is_empty() || run.len() > 200 || run.starts_with('.') || !run.chars().all(allowed) {
+        return Err(format!(
+            "run name {run:?} cannot be a partition folder: use 1 to 200 letters, digits, '.', '_', '-' or '+', \
+             not starting with '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// `text` made into a valid run name: other characters become `_`.
+pub fn sanitize_run_name(text: &str) -> String {
+    let mut name: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+') { c } else { '_' }).collect();
+    name.truncate(200);
+    let name = name.trim_start_matches('.').to_string();
+    if name.is_empty() { "run".to_string() } else { name }
+}
+
+pub(super) fn format_name(format: SourceFormat) -> &'static str {
+    match format {
+        SourceFormat::NsysSqlite => "nsys_sqlite",
+        SourceFormat::KinetoJson => "kineto_json",
+    }
+}
+
+pub(super) fn range_kind_name(kind: RangeKind) -> &'static str {
+    match kind {
+        RangeKind::PushPop => "push_pop",
+        RangeKind::StartEnd => "start_end",
+        RangeKind::CpuAnnotation => "cpu_annotation",
+        RangeKind::GpuAnnotation => "gpu_annotation",
+    }
+}
+
+/// The collective type as the report writes it (`AllReduce`, …).
+pub(super) fn op_name(op: shardscope_model::CollectiveOp) -> &'static str {
+    use shardscope_model::CollectiveOp::*;
+    match op {
+        AllReduce => "AllReduce",
+        AllGather => "AllGather",
+        ReduceScatter => "ReduceScatter",
+        Broadcast => "Broadcast",
+        Reduce => "Reduce",
+        AllToAll => "AllToAll",
+        SendRecv => "SendRecv",
+        Send => "Send",
+        Recv => "Recv",
+        Other => "Other",
+    }
+}
+
+/// CUPTI's `copyKind` value for a copy direction (`ENUM_CUDA_MEMCPY_OPER`); [`CopyKind::from_cupti`] inverts it.
+fn cupti_copy_kind(kind: CopyKind) -> u32 {
+    match kind {
+        CopyKind::HtoD => 1,
+        CopyKind::DtoH => 2,
+        CopyKind::DtoD => 8,
+        CopyKind::HtoH => 9,
+        CopyKind::PtoP => 10,
+        CopyKind::Other => 0,
+    }
+}
+
+/// A non-null `Int64` column.
+pub fn i64s(values: impl Iterator<Item = i64>) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(values))
+}
+
+/// A nullable `Int64` column.
+pub fn opt_i64s(values: impl Iterator<Item = Option<i64>>) -> ArrayRef {
+    Arc::new(Int64Array::from_iter(values))
+}
+
+/// A non-null `UInt32` column.
+pub fn u32s(values: impl Iterator<Item = u32>) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter_values(values))
+}
+
+/// A nullable `UInt32` column.
+pub fn opt_u32s(values: impl Iterator<Item = Option<u32>>) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter(values))
+}
+
+/// A non-null `UInt64` column.
+pub fn u64s(values: impl Iterator<Item = u64>) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter_values(values))
+}
+
+/// A nullable `UInt64` column.
+pub fn opt_u64s(values: impl Iterator<Item = Option<u64>>) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter(values))
+}
+
+/// A non-null `Utf8` column.
+pub fn strs<'a>(values: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(values))
+}
+
+/// A nullable `Utf8` column.
+pub fn opt_strs<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
+    Arc::new(StringArray::from_iter(values))
+}
+
+/// A non-null `Boolean` column.
+pub fn bools(values: impl Iterator<Item = bool>) -> ArrayRef {
+    Arc::new(BooleanArray::from_iter(values.map(Some)))
+}
+
+/// A nullable `Float64` column.
+pub fn opt_f64s(values: impl Iterator<Item = Option<f64>>) -> ArrayRef {
+    Arc::new(arrow_array::Float64Array::from_iter(values))
+}
+
+/// A non-null `Float64` column.
+pub fn f64s(values: impl Iterator<Item = f64>) -> ArrayRef {
+    Arc::new(arrow_array::Float64Array::from_iter_values(values))
+}
