@@ -22,7 +22,7 @@ use shardscope_model::{
 };
 
 use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, op_name, range_kind_name};
-use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, SCHEMA_VERSION, tables};
+use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
 
 /// The largest marker file read: it holds two short fields.
@@ -469,6 +469,15 @@ fn for_each_batch(
         match version {
             Some(version) => check_version(&file, &version)?,
             None => return Err(Error::format(&file, format!("no {METADATA_SCHEMA_VERSION} in its metadata"))),
+        }
+        let holds = builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|kv| kv.key == METADATA_TABLE))
+            .and_then(|kv| kv.value.as_deref());
+        if holds != Some(table) {
+            return Err(Error::format(&file, format!("holds table {}, not {table}", holds.unwrap_or("(unnamed)"))));
         }
         for batch in builder.build().map_err(parquet_error)? {
             let batch = batch.map_err(|e| Error::format(&file, format!("not a readable Parquet file: {e}")))?;
