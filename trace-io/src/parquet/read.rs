@@ -143,119 +143,145 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         r.trace.warn_n(what, count);
         Ok(true)
     })?;
-    read_rows(root, tables::KERNELS, &run, &mut traces, |b, r, row, _| {
-        let dims = |x: &str, y: &str, z: &str| -> Result<Option<[u32; 3]>, Error> {
-            Ok(match (value(b.u32(x)?, row), value(b.u32(y)?, row), value(b.u32(z)?, row)) {
-                (Some(x), Some(y), Some(z)) => Some([x, y, z]),
-                _ => None,
-            })
-        };
-        let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
-            value(b.i64("start")?, row),
-            value(b.i64("end")?, row),
-            r.device(value(b.u32("deviceId")?, row)),
-            value(b.u32("streamId")?, row),
-            value(b.u32("correlationId")?, row),
-            r.process(value(b.i64("globalPid")?, row)),
-        ) else {
-            return Ok(false);
-        };
-        let (Some(name), Some(short_name), Some(grid), Some(block)) = (
-            text(b.str("demangledName")?, row),
-            text(b.str("shortName")?, row),
-            dims("gridX", "gridY", "gridZ")?,
-            dims("blockX", "blockY", "blockZ")?,
-        ) else {
-            return Ok(false);
-        };
-        let name = r.trace.names.intern(name);
-        let short_name = r.trace.names.intern(short_name);
-        let collective = value(b.u32("collectiveId")?, row);
-        r.trace.kernels.push(Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name,
-            device,
-            process,
-            stream,
-            correlation_id,
-            grid,
-            block,
-            launch: None,
-            collective,
-        });
-        Ok(true)
+    // The event tables are the large ones: their columns are looked up once per batch, not once per row.
+    for_each_batch(root, tables::KERNELS, &run, |file, batch| {
+        let b = Columns { batch, file };
+        let event_index = b.u64("eventIndex")?;
+        let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
+        let (correlation, global_pid) = (b.u32("correlationId")?, b.i64("globalPid")?);
+        let (name, short_name, collective) = (b.str("demangledName")?, b.str("shortName")?, b.u32("collectiveId")?);
+        let grid = [b.u32("gridX")?, b.u32("gridY")?, b.u32("gridZ")?];
+        let block = [b.u32("blockX")?, b.u32("blockY")?, b.u32("blockZ")?];
+        for row in 0..batch.num_rows() {
+            let r = b.reading(&mut traces, row)?;
+            let dims = |d: [&PrimitiveArray<UInt32Type>; 3]| Some([value(d[0], row)?, value(d[1], row)?, value(d[2], row)?]);
+            let fields = (|| {
+                let kernel = Kernel {
+                    start_ns: value(start, row)?,
+                    end_ns: value(end, row)?,
+                    device: r.device(value(device, row))?,
+                    process: r.process(value(global_pid, row))?,
+                    stream: value(stream, row)?,
+                    correlation_id: value(correlation, row)?,
+                    grid: dims(grid)?,
+                    block: dims(block)?,
+                    collective: value(collective, row),
+                    ..Kernel::default()
+                };
+                Some((kernel, text(name, row)?, text(short_name, row)?))
+            })();
+            let Some(((mut kernel, name, short_name), order)) = fields.zip(value(event_index, row)) else {
+                r.skip(tables::KERNELS);
+                continue;
+            };
+            kernel.name = r.trace.names.intern(name);
+            kernel.short_name = r.trace.names.intern(short_name);
+            r.trace.kernels.push(kernel);
+            r.order.kernels.push(order);
+        }
+        Ok(())
     })?;
-    read_rows(root, tables::MEMOPS, &run, &mut traces, |b, r, row, _| {
-        let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
-            value(b.i64("start")?, row),
-            value(b.i64("end")?, row),
-            r.device(value(b.u32("deviceId")?, row)),
-            value(b.u32("streamId")?, row),
-            value(b.u32("correlationId")?, row),
-            r.process(value(b.i64("globalPid")?, row)),
-        ) else {
-            return Ok(false);
-        };
-        let Some(bytes) = value(b.u64("bytes")?, row) else { return Ok(false) };
-        r.trace.memops.push(MemOp {
-            start_ns,
-            end_ns,
-            copy_kind: value(b.u32("copyKind")?, row).map(|k| CopyKind::from_cupti(i64::from(k))),
-            bytes,
-            device,
-            process,
-            stream,
-            correlation_id,
-            src_device: value(b.u32("srcDeviceId")?, row),
-            dst_device: value(b.u32("dstDeviceId")?, row),
-            launch: None,
-        });
-        Ok(true)
+    for_each_batch(root, tables::MEMOPS, &run, |file, batch| {
+        let b = Columns { batch, file };
+        let event_index = b.u64("eventIndex")?;
+        let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
+        let (correlation, global_pid, bytes) = (b.u32("correlationId")?, b.i64("globalPid")?, b.u64("bytes")?);
+        let (copy_kind, src, dst) = (b.u32("copyKind")?, b.u32("srcDeviceId")?, b.u32("dstDeviceId")?);
+        for row in 0..batch.num_rows() {
+            let r = b.reading(&mut traces, row)?;
+            let memop = (|| {
+                Some(MemOp {
+                    start_ns: value(start, row)?,
+                    end_ns: value(end, row)?,
+                    copy_kind: value(copy_kind, row).map(|k| CopyKind::from_cupti(i64::from(k))),
+                    bytes: value(bytes, row)?,
+                    device: r.device(value(device, row))?,
+                    process: r.process(value(global_pid, row))?,
+                    stream: value(stream, row)?,
+                    correlation_id: value(correlation, row)?,
+                    src_device: value(src, row),
+                    dst_device: value(dst, row),
+                    launch: None,
+                })
+            })();
+            match memop.zip(value(event_index, row)) {
+                Some((memop, order)) => {
+                    r.trace.memops.push(memop);
+                    r.order.memops.push(order);
+                }
+                None => r.skip(tables::MEMOPS),
+            }
+        }
+        Ok(())
     })?;
-    read_rows(root, tables::CUDA_API, &run, &mut traces, |b, r, row, _| {
-        let (Some(start_ns), Some(end_ns), Some(class), Some(process), Some(tid), Some(correlation_id), Some(name)) = (
-            value(b.i64("start")?, row),
-            value(b.i64("end")?, row),
-            value(b.u32("eventClass")?, row),
-            r.process(value(b.i64("globalPid")?, row)),
-            value(b.u32("tid")?, row),
-            value(b.u32("correlationId")?, row),
-            text(b.str("name")?, row),
-        ) else {
-            return Ok(false);
-        };
-        let kind = if class == EVENT_CLASS_CUDA_DRIVER { ApiKind::Driver } else { ApiKind::Runtime };
-        let name = r.trace.names.intern(name);
-        r.trace.api_calls.push(ApiCall { start_ns, end_ns, name, kind, process, tid, correlation_id });
-        Ok(true)
+    for_each_batch(root, tables::CUDA_API, &run, |file, batch| {
+        let b = Columns { batch, file };
+        let event_index = b.u64("eventIndex")?;
+        let (start, end, class, global_pid) = (b.i64("start")?, b.i64("end")?, b.u32("eventClass")?, b.i64("globalPid")?);
+        let (tid, correlation, name) = (b.u32("tid")?, b.u32("correlationId")?, b.str("name")?);
+        for row in 0..batch.num_rows() {
+            let r = b.reading(&mut traces, row)?;
+            let fields = (|| {
+                let kind =
+                    if value(class, row)? == EVENT_CLASS_CUDA_DRIVER { ApiKind::Driver } else { ApiKind::Runtime };
+                let call = ApiCall {
+                    start_ns: value(start, row)?,
+                    end_ns: value(end, row)?,
+                    kind,
+                    process: r.process(value(global_pid, row))?,
+                    tid: value(tid, row)?,
+                    correlation_id: value(correlation, row)?,
+                    ..ApiCall::default()
+                };
+                Some((call, text(name, row)?))
+            })();
+            let Some(((mut call, name), order)) = fields.zip(value(event_index, row)) else {
+                r.skip(tables::CUDA_API);
+                continue;
+            };
+            call.name = r.trace.names.intern(name);
+            r.trace.api_calls.push(call);
+            r.order.api_calls.push(order);
+        }
+        Ok(())
     })?;
     let range_kinds = [RangeKind::PushPop, RangeKind::StartEnd, RangeKind::CpuAnnotation, RangeKind::GpuAnnotation];
-    read_rows(root, tables::NVTX, &run, &mut traces, |b, r, row, _| {
-        let (Some(start_ns), Some(end_ns), Some(name), Some(domain), Some(kind), Some(process), Some(tid)) = (
-            value(b.i64("start")?, row),
-            value(b.i64("end")?, row),
-            text(b.str("text")?, row),
-            text(b.str("domain")?, row),
-            text(b.str("rangeKind")?, row).and_then(|k| range_kinds.into_iter().find(|r| range_kind_name(*r) == k)),
-            r.process(value(b.i64("globalPid")?, row)),
-            value(b.u32("tid")?, row),
-        ) else {
-            return Ok(false);
-        };
-        let device = match value(b.u32("deviceId")?, row) {
-            None => None,
-            Some(ordinal) => match r.devices.get(&ordinal) {
-                Some(&d) => Some(d),
-                None => return Ok(false),
-            },
-        };
-        let name = r.trace.names.intern(name);
-        let domain = r.trace.names.intern(domain);
-        let stream = value(b.u32("streamId")?, row);
-        r.trace.ranges.push(Range { start_ns, end_ns, name, domain, kind, process, tid, device, stream, depth: 0 });
-        Ok(true)
+    for_each_batch(root, tables::NVTX, &run, |file, batch| {
+        let b = Columns { batch, file };
+        let event_index = b.u64("eventIndex")?;
+        let (start, end, name, domain, kind) =
+            (b.i64("start")?, b.i64("end")?, b.str("text")?, b.str("domain")?, b.str("rangeKind")?);
+        let (global_pid, tid, device, stream) = (b.i64("globalPid")?, b.u32("tid")?, b.u32("deviceId")?, b.u32("streamId")?);
+        for row in 0..batch.num_rows() {
+            let r = b.reading(&mut traces, row)?;
+            let fields = (|| {
+                // A GPU annotation names its GPU; one the input does not list makes the row unusable.
+                let device = match value(device, row) {
+                    None => None,
+                    Some(ordinal) => Some(r.device(Some(ordinal))?),
+                };
+                let range = Range {
+                    start_ns: value(start, row)?,
+                    end_ns: value(end, row)?,
+                    kind: text(kind, row).and_then(|k| range_kinds.into_iter().find(|r| range_kind_name(*r) == k))?,
+                    process: r.process(value(global_pid, row))?,
+                    tid: value(tid, row)?,
+                    device,
+                    stream: value(stream, row),
+                    ..Range::default()
+                };
+                Some((range, text(name, row)?, text(domain, row)?))
+            })();
+            let Some(((mut range, name, domain), order)) = fields.zip(value(event_index, row)) else {
+                r.skip(tables::NVTX);
+                continue;
+            };
+            range.name = r.trace.names.intern(name);
+            range.domain = r.trace.names.intern(domain);
+            r.trace.ranges.push(range);
+            r.order.ranges.push(order);
+        }
+        Ok(())
     })?;
     let ops = [
         CollectiveOp::AllReduce,
@@ -314,7 +340,10 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         ) else {
             return Ok(false);
         };
-        let Some(graph_id) = value(b.u32("graphId")?, row) else { return Ok(false) };
+        let (Some(graph_id), Some(order)) = (value(b.u32("graphId")?, row), value(b.u64("eventIndex")?, row)) else {
+            return Ok(false);
+        };
+        r.order.graph_launches.push(order);
         r.trace.graph_launches.push(GraphLaunch {
             start_ns,
             end_ns,
@@ -330,6 +359,11 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     let mut out = Vec::with_capacity(traces.len());
     for (id, reading) in traces {
         let mut trace = reading.trace;
+        restore_order(&mut trace.kernels, &reading.order.kernels);
+        restore_order(&mut trace.memops, &reading.order.memops);
+        restore_order(&mut trace.api_calls, &reading.order.api_calls);
+        restore_order(&mut trace.ranges, &reading.order.ranges);
+        restore_order(&mut trace.graph_launches, &reading.order.graph_launches);
         let mut list = collectives.remove(&id).unwrap_or_default();
         // Positions must be 0..n for kernels to point at the right one; a gap is filled with an empty entry.
         let count = list.keys().next_back().map_or(0, |&last| last as usize + 1);
@@ -348,9 +382,31 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     Ok(out)
 }
 
+/// Each event's position in its input's list, as written (`eventIndex`), per event list.
+#[derive(Default)]
+struct Order {
+    kernels: Vec<u64>,
+    memops: Vec<u64>,
+    api_calls: Vec<u64>,
+    ranges: Vec<u64>,
+    graph_launches: Vec<u64>,
+}
+
+/// Puts `events` back in the order they were written: rows of one input come from several rank partitions, and
+/// events at the same time on different GPUs must keep their relative order for the trace to be the one written.
+fn restore_order<T: Copy>(events: &mut Vec<T>, order: &[u64]) {
+    if order.len() != events.len() || order.is_sorted() {
+        return;
+    }
+    let mut positions: Vec<usize> = (0..events.len()).collect();
+    positions.sort_by_key(|&i| order[i]);
+    *events = positions.iter().map(|&i| events[i]).collect();
+}
+
 /// One input being rebuilt.
 struct Reading {
     trace: Trace,
+    order: Order,
     processes: HashMap<i64, ProcessIdx>,
     devices: HashMap<u32, DeviceIdx>,
     /// Rows skipped per table.
@@ -359,7 +415,13 @@ struct Reading {
 
 impl Reading {
     fn new(trace: Trace) -> Reading {
-        Reading { trace, processes: HashMap::new(), devices: HashMap::new(), skipped: BTreeMap::new() }
+        Reading {
+            trace,
+            order: Order::default(),
+            processes: HashMap::new(),
+            devices: HashMap::new(),
+            skipped: BTreeMap::new(),
+        }
     }
 
     fn process(&self, global_pid: Option<i64>) -> Option<ProcessIdx> {
@@ -368,6 +430,10 @@ impl Reading {
 
     fn device(&self, ordinal: Option<u32>) -> Option<DeviceIdx> {
         self.devices.get(&ordinal?).copied()
+    }
+
+    fn skip(&mut self, table: &'static str) {
+        *self.skipped.entry(table).or_default() += 1;
     }
 }
 
@@ -500,11 +566,9 @@ fn read_rows(
         let columns = Columns { batch, file };
         for row in 0..batch.num_rows() {
             let id = columns.trace_id(row)?;
-            let reading = traces.get_mut(&id).ok_or_else(|| {
-                Error::format(file, format!("row {row} names traceId {id}, which the {} table does not list", tables::TRACES))
-            })?;
+            let reading = columns.reading(traces, row)?;
             if !each(&columns, reading, row, id)? {
-                *reading.skipped.entry(table).or_default() += 1;
+                reading.skip(table);
             }
         }
         Ok(())
@@ -554,6 +618,17 @@ impl Columns<'_> {
 
     fn list(&self, name: &str) -> Result<&ListArray, Error> {
         self.typed(name, "List<UInt32>")
+    }
+
+    /// The input that `row` belongs to; a row naming an input the `traces` table lacks makes the file unusable.
+    fn reading<'t>(&self, traces: &'t mut BTreeMap<u32, Reading>, row: usize) -> Result<&'t mut Reading, Error> {
+        let id = self.trace_id(row)?;
+        traces.get_mut(&id).ok_or_else(|| {
+            Error::format(
+                self.file,
+                format!("row {row} names traceId {id}, which the {} table does not list", tables::TRACES),
+            )
+        })
     }
 
     fn trace_id(&self, row: usize) -> Result<u32, Error> {

@@ -278,6 +278,7 @@ impl DatasetWriter {
                 let dims = |pick: fn(&shardscope_model::Kernel) -> u32| u32s(rows.iter().map(|i| pick(k(i))));
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| k(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| k(i).end_ns)), false),
                     column("deviceId", u32s(rows.iter().map(|i| ordinal(k(i).device))), false),
@@ -303,6 +304,7 @@ impl DatasetWriter {
                 let m = |i: &usize| &trace.memops[*i];
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| m(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| m(i).end_ns)), false),
                     column("deviceId", u32s(rows.iter().map(|i| ordinal(m(i).device))), false),
@@ -327,6 +329,7 @@ impl DatasetWriter {
                 };
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| a(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| a(i).end_ns)), false),
                     column("eventClass", u32s(rows.iter().map(|i| class(a(i).kind))), false),
@@ -348,6 +351,7 @@ impl DatasetWriter {
                 let r = |i: &usize| &trace.ranges[*i];
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| r(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| r(i).end_ns)), false),
                     column("text", strs(rows.iter().map(|i| name(r(i).name))), false),
@@ -394,6 +398,7 @@ impl DatasetWriter {
                 let g = |i: &usize| &trace.graph_launches[*i];
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| g(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| g(i).end_ns)), false),
                     column("deviceId", u32s(rows.iter().map(|i| ordinal(g(i).device))), false),
