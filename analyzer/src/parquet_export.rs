@@ -10,8 +10,8 @@ use std::path::Path;
 
 use shardscope_io::Error;
 use shardscope_io::parquet::{
-    DatasetWriter, WriteStats, bools, column, f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs,
-    u32s, u64s,
+    DatasetWriter, WriteStats, bools, column, f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s,
+    u64s,
 };
 use shardscope_model::{DeviceIdx, Trace};
 
@@ -114,9 +114,8 @@ fn figure_columns(rows: &[FigureRow]) -> Vec<shardscope_io::parquet::Column> {
     fn steps<'r>(r: &FigureRow<'r>) -> Option<&'r crate::steps::Steps> {
         r.rank.steps.as_ref().filter(|_| r.phase.is_none())
     }
-    let step_time = |pick: fn(&crate::steps::Distribution) -> i64| {
-        opt_i64s(rows.iter().map(|r| steps(r).map(|s| pick(&s.time))))
-    };
+    let step_time =
+        |pick: fn(&crate::steps::Distribution) -> i64| opt_i64s(rows.iter().map(|r| steps(r).map(|s| pick(&s.time))));
     let step_source: Vec<Option<String>> = rows
         .iter()
         .map(|r| steps(r).and_then(|s| serde_json::to_value(s.source).ok()?.as_str().map(str::to_string)))
@@ -144,7 +143,11 @@ fn figure_columns(rows: &[FigureRow]) -> Vec<shardscope_io::parquet::Column> {
         column("memopCount", count(|f| f.memop_count), false),
         column("cudaGraphCount", count(|f| f.cuda_graph_count), false),
         column("annotationRanges", u64s(rows.iter().map(|r| r.rank.annotation_ranges)), false),
-        column("instanceCount", opt_i64s(rows.iter().map(|r| r.figures.instances.as_ref().map(|d| d.count as i64))), true),
+        column(
+            "instanceCount",
+            opt_i64s(rows.iter().map(|r| r.figures.instances.as_ref().map(|d| d.count as i64))),
+            true,
+        ),
         column("instanceMinNs", instances(|d| d.min_ns), true),
         column("instanceP50Ns", instances(|d| d.p50_ns), true),
         column("instanceP90Ns", instances(|d| d.p90_ns), true),

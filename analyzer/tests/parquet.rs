@@ -92,7 +92,8 @@ fn dataset_is_partitioned_by_run_and_rank_and_carries_the_report_tables() {
 fn export_refuses_a_folder_that_is_not_a_dataset_and_bad_run_names() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
-    let output = analyzer(&["export", "--format", "parquet", dir.path().to_str().unwrap(), &sample("tp1_nsys.sqlite.gz")]);
+    let output =
+        analyzer(&["export", "--format", "parquet", dir.path().to_str().unwrap(), &sample("tp1_nsys.sqlite.gz")]);
     assert_one_line_error(&output, "is not empty and not a dataset");
     assert!(dir.path().join("notes.txt").is_file());
     let out = dir.path().join("new");

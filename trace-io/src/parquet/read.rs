@@ -12,9 +12,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
+use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::types::{Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, BooleanArray, ListArray, PrimitiveArray, RecordBatch, StringArray};
-use arrow_array::types::ArrowPrimitiveType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shardscope_model::{
     ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process,
@@ -154,7 +154,8 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         let block = [b.u32("blockX")?, b.u32("blockY")?, b.u32("blockZ")?];
         for row in 0..batch.num_rows() {
             let r = b.reading(&mut traces, row)?;
-            let dims = |d: [&PrimitiveArray<UInt32Type>; 3]| Some([value(d[0], row)?, value(d[1], row)?, value(d[2], row)?]);
+            let dims =
+                |d: [&PrimitiveArray<UInt32Type>; 3]| Some([value(d[0], row)?, value(d[1], row)?, value(d[2], row)?]);
             let fields = (|| {
                 let kernel = Kernel {
                     start_ns: value(start, row)?,
@@ -217,7 +218,8 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     for_each_batch(root, tables::CUDA_API, &run, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
-        let (start, end, class, global_pid) = (b.i64("start")?, b.i64("end")?, b.u32("eventClass")?, b.i64("globalPid")?);
+        let (start, end, class, global_pid) =
+            (b.i64("start")?, b.i64("end")?, b.u32("eventClass")?, b.i64("globalPid")?);
         let (tid, correlation, name) = (b.u32("tid")?, b.u32("correlationId")?, b.str("name")?);
         for row in 0..batch.num_rows() {
             let r = b.reading(&mut traces, row)?;
@@ -251,7 +253,8 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         let event_index = b.u64("eventIndex")?;
         let (start, end, name, domain, kind) =
             (b.i64("start")?, b.i64("end")?, b.str("text")?, b.str("domain")?, b.str("rangeKind")?);
-        let (global_pid, tid, device, stream) = (b.i64("globalPid")?, b.u32("tid")?, b.u32("deviceId")?, b.u32("streamId")?);
+        let (global_pid, tid, device, stream) =
+            (b.i64("globalPid")?, b.u32("tid")?, b.u32("deviceId")?, b.u32("streamId")?);
         for row in 0..batch.num_rows() {
             let r = b.reading(&mut traces, row)?;
             let fields = (|| {
@@ -374,7 +377,10 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         }
         trace.warn_n("dataset kernel naming a collective the collectives table lacks (link dropped)", dangling as u64);
         for (table, count) in reading.skipped {
-            trace.warn_n(&format!("dataset {table} row with a missing value or an unknown process or GPU (skipped)"), count);
+            trace.warn_n(
+                &format!("dataset {table} row with a missing value or an unknown process or GPU (skipped)"),
+                count,
+            );
         }
         trace.finish();
         out.push(trace);
@@ -459,7 +465,10 @@ fn check_version(path: &Path, version: &str) -> Result<(), Error> {
         return Err(Error::UnsupportedVersion {
             path: path.display().to_string(),
             version: version.to_string(),
-            cause: format!("this build reads dataset schema {SCHEMA_VERSION} and other {}.x", major(SCHEMA_VERSION).unwrap_or_default()),
+            cause: format!(
+                "this build reads dataset schema {SCHEMA_VERSION} and other {}.x",
+                major(SCHEMA_VERSION).unwrap_or_default()
+            ),
         });
     }
     Ok(())
@@ -484,7 +493,10 @@ fn the_run(root: &Path) -> Result<String, Error> {
         1 => Ok(runs.remove(0)),
         n => Err(Error::format(
             root,
-            format!("the dataset holds {n} runs ({}): a report covers one run; export each to a folder of its own", runs.join(", ")),
+            format!(
+                "the dataset holds {n} runs ({}): a report covers one run; export each to a folder of its own",
+                runs.join(", ")
+            ),
         )),
     }
 }

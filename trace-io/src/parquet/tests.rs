@@ -15,8 +15,20 @@ fn trace_with_everything() -> Trace {
     t.source.format = SourceFormat::KinetoJson;
     t.source.schema_version = Some("1.1".into());
     t.clock_offset_ns = Some(1_700_000_000_000_000_000);
-    let p0 = t.add_process(Process { pid: 7, host: Some("a".into()), rank: Some(3), world_size: Some(4), ..Default::default() });
-    let p1 = t.add_process(Process { pid: 7, host: Some("b".into()), rank: Some(1), world_size: Some(4), ..Default::default() });
+    let p0 = t.add_process(Process {
+        pid: 7,
+        host: Some("a".into()),
+        rank: Some(3),
+        world_size: Some(4),
+        ..Default::default()
+    });
+    let p1 = t.add_process(Process {
+        pid: 7,
+        host: Some("b".into()),
+        rank: Some(1),
+        world_size: Some(4),
+        ..Default::default()
+    });
     let launcher = t.add_process(Process { pid: 99, name: "torchrun".into(), ..Default::default() });
     let d0 = t.add_device(Device {
         ordinal: 0,
@@ -96,7 +108,9 @@ fn trace_with_everything() -> Trace {
             collective: Some(t.collectives.len() as u32 - 1),
             ..Default::default()
         });
-        for (i, copy_kind) in [None, Some(CopyKind::HtoD), Some(CopyKind::PtoP), Some(CopyKind::Other)].into_iter().enumerate() {
+        for (i, copy_kind) in
+            [None, Some(CopyKind::HtoD), Some(CopyKind::PtoP), Some(CopyKind::Other)].into_iter().enumerate()
+        {
             t.memops.push(MemOp {
                 start_ns: 400 + i as i64,
                 end_ns: 410 + i as i64,
@@ -142,7 +156,15 @@ fn trace_with_everything() -> Trace {
             ..Default::default()
         });
     }
-    t.ranges.push(Range { start_ns: 0, end_ns: 1000, name: t.names.intern("job"), kind: RangeKind::CpuAnnotation, process: launcher, tid: 1, ..Default::default() });
+    t.ranges.push(Range {
+        start_ns: 0,
+        end_ns: 1000,
+        name: t.names.intern("job"),
+        kind: RangeKind::CpuAnnotation,
+        process: launcher,
+        tid: 1,
+        ..Default::default()
+    });
     t.warn_n("kernel event without 'dur'", 3);
     t.finish();
     t
@@ -173,7 +195,10 @@ fn a_trace_comes_back_as_it_was_written() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ds");
     let trace = trace_with_everything();
-    let empty = Trace { source: shardscope_model::SourceInfo { path: "idle.sqlite".into(), ..Default::default() }, ..Default::default() };
+    let empty = Trace {
+        source: shardscope_model::SourceInfo { path: "idle.sqlite".into(), ..Default::default() },
+        ..Default::default()
+    };
     let writer = DatasetWriter::create(&root, "r1").unwrap();
     let stats = writer.write_traces(&[trace.clone(), empty.clone()], &[vec![Some(3), Some(1), None], vec![]]).unwrap();
     assert_eq!(stats.rows["kernels"], 4);
@@ -210,7 +235,10 @@ fn a_row_of_an_unlisted_input_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ds");
     let trace = trace_with_everything();
-    DatasetWriter::create(&root, "a").unwrap().write_traces(&[trace.clone(), trace], &[vec![Some(0)], vec![None, Some(1)]]).unwrap();
+    DatasetWriter::create(&root, "a")
+        .unwrap()
+        .write_traces(&[trace.clone(), trace], &[vec![Some(0)], vec![None, Some(1)]])
+        .unwrap();
     std::fs::remove_file(root.join("traces/run=a/part-1.parquet")).unwrap();
     let error = read_dataset(&root).unwrap_err().to_string();
     assert!(error.contains("part-1.parquet: row 0 names traceId 1"), "{error}");

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::types::UInt32Type;
-use arrow_array::{
-    ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
-};
+use arrow_array::{ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -132,7 +130,8 @@ impl DatasetWriter {
         let path = self.file_path(table, rank, part);
         let folder = path.parent().unwrap_or(&self.root);
         std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
-        let parquet_error = |e: parquet::errors::ParquetError| Error::format(&path, format!("cannot write Parquet: {e}"));
+        let parquet_error =
+            |e: parquet::errors::ParquetError| Error::format(&path, format!("cannot write Parquet: {e}"));
         let mut writer: Option<ArrowWriter<File>> = None;
         for chunk in rows.chunks(CHUNK_ROWS) {
             let columns = build(chunk);
@@ -191,7 +190,8 @@ impl DatasetWriter {
                 *stats.rows.entry(table).or_default() += rows;
             }
         };
-        let trace_ids = |n: usize| -> ArrayRef { Arc::new(UInt32Array::from_iter_values(std::iter::repeat_n(part_id, n))) };
+        let trace_ids =
+            |n: usize| -> ArrayRef { Arc::new(UInt32Array::from_iter_values(std::iter::repeat_n(part_id, n))) };
 
         let rows = self.write_rows(tables::TRACES, None, part, &[trace], |rows| {
             vec![
@@ -519,8 +519,10 @@ pub(super) fn check_run_name(run: &str) -> Result<(), String> {
 
 /// `text` made into a valid run name: other characters become `_`.
 pub fn sanitize_run_name(text: &str) -> String {
-    let mut name: String =
-        text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+') { c } else { '_' }).collect();
+    let mut name: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+') { c } else { '_' })
+        .collect();
     name.truncate(200);
     let name = name.trim_start_matches('.').to_string();
     if name.is_empty() { "run".to_string() } else { name }
