@@ -183,6 +183,11 @@ impl DatasetWriter {
         }
         let part_id = part as u32;
         let layout = Layout::new(trace, device_ranks);
+        // Rows name their process by `globalPid`: two processes with one would be merged on reading.
+        let mut seen = HashSet::new();
+        if let Some(global_pid) = layout.global_pids.iter().find(|&&g| !seen.insert(g)) {
+            return Err(Error::format(source, format!("two processes share globalPid {global_pid}")));
+        }
         let mut stats = WriteStats::default();
         let mut note = |table: &'static str, rows: u64| {
             if rows > 0 {
