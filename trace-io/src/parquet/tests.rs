@@ -220,8 +220,14 @@ fn rewriting_a_run_replaces_only_that_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ds");
     let trace = trace_with_everything();
-    DatasetWriter::create(&root, "a").unwrap().write_traces(&[trace.clone()], &[vec![Some(3), Some(1)]]).unwrap();
-    DatasetWriter::create(&root, "b").unwrap().write_traces(&[trace.clone()], &[vec![Some(0), Some(2)]]).unwrap();
+    DatasetWriter::create(&root, "a")
+        .unwrap()
+        .write_traces(std::slice::from_ref(&trace), &[vec![Some(3), Some(1)]])
+        .unwrap();
+    DatasetWriter::create(&root, "b")
+        .unwrap()
+        .write_traces(std::slice::from_ref(&trace), &[vec![Some(0), Some(2)]])
+        .unwrap();
     DatasetWriter::create(&root, "b").unwrap().write_traces(&[trace], &[vec![Some(4), Some(5)]]).unwrap();
     assert!(root.join("kernels/run=a/rank=3").is_dir());
     assert!(!root.join("kernels/run=b/rank=0").exists(), "the old partitions of run b are gone");
