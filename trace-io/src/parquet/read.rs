@@ -537,7 +537,8 @@ fn for_each_batch(
             Error::format(&file, format!("not a readable Parquet file: {}", e.to_string().replace('\n', " ")))
         };
         let handle = File::open(&file).map_err(|e| Error::io(&file, e))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error)?;
+        let builder =
+            guarded(&file, || ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error))?;
         let version = builder
             .metadata()
             .file_metadata()
@@ -557,12 +558,28 @@ fn for_each_batch(
         if holds != Some(table) {
             return Err(Error::format(&file, format!("holds table {}, not {table}", holds.unwrap_or("(unnamed)"))));
         }
-        for batch in builder.build().map_err(parquet_error)? {
+        let mut batches = builder.with_batch_size(BATCH_ROWS).build().map_err(parquet_error)?;
+        while let Some(batch) = guarded(&file, || Ok(batches.next()))? {
             let batch = batch.map_err(|e| Error::format(&file, format!("not a readable Parquet file: {e}")))?;
             each(&file, &batch)?;
         }
     }
     Ok(())
+}
+
+/// Rows decoded at a time.
+const BATCH_ROWS: usize = 64 * 1024;
+
+/// Runs one step of the Parquet decoder on `file`. On some damaged files the decoder panics (an index out of
+/// bounds while decoding a page) instead of returning an error: that panic is caught and becomes the file's
+/// one-line error, and the panic message is kept off stderr meanwhile. Only the decoder runs under the guard, so
+/// a fault of this reader's own is never disguised as a damaged file.
+fn guarded<T>(file: &Path, step: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(step));
+    std::panic::set_hook(previous);
+    result.unwrap_or_else(|_| Err(Error::format(file, "damaged Parquet file: its data cannot be decoded")))
 }
 
 /// Reads the rows of `table` into their inputs: `each(columns, input, row, traceId)` returns false for a row it

@@ -249,3 +249,61 @@ fn a_row_of_an_unlisted_input_is_an_error_naming_the_file() {
     let error = read_dataset(&root).unwrap_err().to_string();
     assert!(error.contains("part-1.parquet: row 0 names traceId 1"), "{error}");
 }
+
+#[test]
+fn damaged_files_are_errors_naming_them_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ds");
+    let mut trace = trace_with_everything();
+    // Enough kernels for several data pages with dictionaries and run-length encoded indices.
+    let template = trace.kernels[0];
+    for i in 0..5000 {
+        trace.kernels.push(Kernel {
+            start_ns: 1000 + i,
+            end_ns: 1001 + i,
+            stream: (i % 7) as u32,
+            name: trace.names.intern(&format!("kernel_{}", i % 13)),
+            ..template
+        });
+    }
+    trace.finish();
+    DatasetWriter::create(&root, "a").unwrap().write_traces(&[trace], &[vec![Some(0), Some(1)]]).unwrap();
+    let file = root.join("kernels/run=a/rank=0/part-0.parquet");
+    let original = std::fs::read(&file).unwrap();
+    // A fixed pseudo-random sequence of damages: flipped bytes anywhere, in the footer, and truncations.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
+    };
+    let mut errors = 0;
+    for trial in 0..400 {
+        let mut bytes = original.clone();
+        match trial % 3 {
+            0 => bytes.truncate(next(bytes.len())),
+            1 => {
+                for _ in 0..1 + next(8) {
+                    let at = next(bytes.len());
+                    bytes[at] ^= 1 + next(255) as u8;
+                }
+            }
+            _ => {
+                let tail = bytes.len().min(600);
+                for _ in 0..1 + next(4) {
+                    let at = bytes.len() - 1 - next(tail);
+                    bytes[at] ^= 1 + next(255) as u8;
+                }
+            }
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        if let Err(error) = read_dataset(&root) {
+            let text = error.to_string();
+            assert!(text.starts_with(&file.display().to_string()), "{text}");
+            assert_eq!(text.lines().count(), 1, "{text}");
+            errors += 1;
+        }
+    }
+    assert!(errors > 100, "most damages are found: {errors} of 400");
+}
