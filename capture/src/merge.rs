@@ -1,6 +1,6 @@
 //! Merging the spool files of every process of a job into one [`Trace`].
 //!
-//! Each process wrote its own spool (see `shardscope_inject::spool`). Merging puts all of them
+//! Each process wrote its own spool (see `shardscope_spool::cupti`). Merging puts all of them
 //! on one timeline (ns since the session start, nsys' convention), turns kernel names into the
 //! demangled and short forms nsys shows, pairs NVTX start/end markers into ranges, maps each
 //! process's CUDA device ordinals to GPUs by UUID, and applies the capture range the user
@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use shardscope_inject::record::{ApiSelection, CaptureCost, KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
-use shardscope_inject::spool::{SpoolContents, read_spool};
 use shardscope_model::{
     ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
 };
+use shardscope_spool::cupti::{ApiSelection, CaptureCost, KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
+use shardscope_spool::{SpoolContents, read_spool};
 
 use crate::names::{self, Demangler};
 
@@ -26,7 +26,7 @@ pub struct ProcessSpool {
     /// The file.
     pub path: PathBuf,
     /// Its records and what was cut off.
-    pub contents: SpoolContents,
+    pub contents: SpoolContents<SpoolRecord>,
 }
 
 impl ProcessSpool {

@@ -6,7 +6,7 @@
 //! same workload). The dump was taken with the launcher as it was before its spool readers, NCCL
 //! tables and file writer were reorganised, so this test holds the file format to what those spools
 //! produced then: every row of every table, in order. Only `SHARDSCOPE_GPU_LINKS` (NVML's view of the
-//! machine running the test) and the link column `kernelCorrelationId`, which files of that time
+//! machine running the test) and the link columns `kernelCorrelationId` and `kernelStart`, which files of that time
 //! did not have, are left out.
 //!
 //! To renew the dump after an intended change of the file: `SHARDSCOPE_BLESS=1 cargo test -p
@@ -33,7 +33,7 @@ fn unpack_spools(dir: &Path) {
 }
 
 /// Columns added to the file format after the dump was taken.
-const NEWER_COLUMNS: &[&str] = &["kernelCorrelationId"];
+const NEWER_COLUMNS: &[&str] = &["kernelCorrelationId", "kernelStart"];
 
 /// Every table but the machine-dependent one, rows in insertion order, one line per row.
 fn dump(path: &Path) -> String {

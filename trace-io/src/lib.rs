@@ -17,6 +17,7 @@
 pub mod detect;
 mod error;
 pub mod kineto;
+pub mod nccl;
 pub mod nsys;
 pub mod nsys_writer;
 

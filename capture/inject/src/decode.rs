@@ -12,7 +12,7 @@ use std::ffi::{CStr, c_char};
 
 use shardscope_cupti_sys::{v12, v13};
 
-use crate::record::{
+use shardscope_spool::cupti::{
     ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord, SyncRecord,
 };
 

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 
-use crate::config::{self, TraceKinds};
+use shardscope_spool::config::{self, TraceKinds};
+use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
+use shardscope_spool::hostname;
+
 use crate::decode::{Decoder, Layout};
-use crate::record::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord};
-use crate::spool::SpoolWriter;
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -489,10 +490,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime writes only into `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into())
 }
 
 fn first_env_u32(names: &[&str]) -> Option<u32> {
