@@ -5,13 +5,16 @@
 //! H200s) and of `nccl-profiler/tests/data/tp2-h200` (the NCCL plugin's, from another run of the
 //! same workload). The dump was taken with the launcher as it was before its spool readers, NCCL
 //! tables and file writer were reorganised, so this test holds the file format to what those spools
-//! produced then: every row of every table, in order. Only `SHARDSCOPE_GPU_LINKS` (NVML's view of the
+//! produced then: every row of every table, in order, with string ids replaced by their text (which id a
+//! string gets depends on the order the writer meets it; `StringIds` is compared as the set of its texts).
+//! Only `SHARDSCOPE_GPU_LINKS` (NVML's view of the
 //! machine running the test) and the link columns `kernelCorrelationId` and `kernelStart`, which files of that time
 //! did not have, are left out.
 //!
 //! To renew the dump after an intended change of the file: `SHARDSCOPE_BLESS=1 cargo test -p
 //! shardscope-capture --test golden_capture_file`, and read the diff.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,18 +38,34 @@ fn unpack_spools(dir: &Path) {
 /// Columns added to the file format after the dump was taken.
 const NEWER_COLUMNS: &[&str] = &["kernelCorrelationId", "kernelStart"];
 
+/// Columns that hold a `StringIds.id`.
+const STRING_ID_COLUMNS: &[&str] = &["demangledName", "shortName", "mangledName", "nameId", "textId", "jsonTextId"];
+
 /// Every table but the machine-dependent one, rows in insertion order, one line per row.
 fn dump(path: &Path) -> String {
     let conn = rusqlite::Connection::open(path).unwrap();
+    let strings: HashMap<i64, String> = conn
+        .prepare("SELECT id, value FROM StringIds")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     let tables = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
         .map(Result::unwrap)
-        .filter(|name: &String| name != "SHARDSCOPE_GPU_LINKS")
+        .filter(|name: &String| name != "SHARDSCOPE_GPU_LINKS" && name != "StringIds")
         .collect::<Vec<String>>();
     let mut out = String::new();
+    let mut texts: Vec<&String> = strings.values().collect();
+    texts.sort();
+    out += "== StringIds (value)\n";
+    for text in texts {
+        out += &format!("{text:?}\n");
+    }
     for table in tables {
         let mut statement = conn.prepare(&format!("SELECT * FROM {table} ORDER BY rowid")).unwrap();
         let names: Vec<String> = statement.column_names().map(str::to_string).collect();
@@ -57,6 +76,9 @@ fn dump(path: &Path) -> String {
             let cells: Vec<String> = kept
                 .iter()
                 .map(|&i| match row.get_ref(i).unwrap() {
+                    ValueRef::Integer(id) if STRING_ID_COLUMNS.contains(&names[i].as_str()) => {
+                        format!("{:?}", strings.get(&id).expect("a string id"))
+                    }
                     ValueRef::Null => "NULL".to_string(),
                     ValueRef::Integer(v) => v.to_string(),
                     ValueRef::Real(v) => format!("{v:?}"),
