@@ -337,19 +337,10 @@ fn merge_and_write(
     }
     meta.push(("sessionStartUtcNs".into(), extras.session_start_utc_ns.to_string()));
     meta.push(("captureRange".into(), format!("{range:?}")));
-    let facts = sqlite::RunFacts { meta, links };
+    let facts = sqlite::RunFacts { meta, links, nccl };
 
     let partial = output.with_extension("sqlite.partial");
     sqlite::write_capture(&partial, &trace, &extras, &facts)?;
-    if !nccl.is_empty() {
-        let conn = rusqlite::Connection::open(&partial)
-            .with_context(|| format!("{}: cannot reopen to add NCCL tables", partial.display()))?;
-        let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
-        let table_options =
-            nccl::TableOptions { session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0), global_pid: &global_pid };
-        nccl::write_tables(&conn, &nccl, &table_options)
-            .with_context(|| format!("{}: cannot write NCCL tables", partial.display()))?;
-    }
     std::fs::rename(&partial, output).with_context(|| format!("{}: cannot move into place", output.display()))?;
 
     let dropped: u64 = extras.processes.iter().map(|p| p.records_dropped).sum();

@@ -13,6 +13,10 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 //!
+//! A capture knows more per kernel and GPU than the model holds (context, mangled name, launch
+//! type, memory sizes; UUID, L2 size, compute capability): [`Writer::write_trace_with`] writes
+//! those [`CuptiColumns`] into the same rows, so the file is written in one pass.
+//!
 //! What the schema cannot hold is lost on the way: a range's GPU and stream (GPU annotations
 //! become start/end ranges), and copy kinds other than the five [`CopyKind`] names. The
 //! process rank, world size and host go to a table of our own, `SHARDSCOPE_PROCESS_INFO`.
@@ -50,6 +54,57 @@ impl Default for WriteOptions {
     fn default() -> Self {
         WriteOptions { producer_name: "shardscope".into(), producer_version: env!("CARGO_PKG_VERSION").into() }
     }
+}
+
+/// CUPTI columns of `CUPTI_ACTIVITY_KIND_KERNEL` that the model has no field for, for one kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelColumns {
+    /// CUDA context id.
+    pub context_id: u32,
+    /// The mangled name, as CUPTI reported it.
+    pub mangled_name: NameId,
+    /// CUPTI's launch type (regular, cooperative single- or multi-device).
+    pub launch_type: u8,
+    /// Requested cache configuration (CUPTI's packed byte).
+    pub cache_config: u8,
+    /// Registers per thread.
+    pub registers_per_thread: u16,
+    /// Static shared memory, bytes.
+    pub static_shared_bytes: i32,
+    /// Dynamic shared memory, bytes.
+    pub dynamic_shared_bytes: i32,
+    /// Local memory per thread, bytes.
+    pub local_bytes_per_thread: u32,
+    /// Local memory of the whole kernel, bytes.
+    pub local_bytes_total: u32,
+    /// CUPTI's grid id.
+    pub grid_id: i64,
+    /// Shared memory the driver configured, bytes.
+    pub shared_executed_bytes: u32,
+    /// Graph node that launched it; `None` outside graphs.
+    pub graph_node_id: Option<i64>,
+}
+
+/// `TARGET_INFO_GPU` columns that the model has no field for, for one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuColumns {
+    /// Device UUID as nsys writes it (`GPU-xxxxxxxx-…`).
+    pub uuid: String,
+    /// L2 cache, bytes.
+    pub l2_cache_bytes: u32,
+    /// Copy engines.
+    pub copy_engines: u32,
+    /// Compute capability, major and minor.
+    pub compute_capability: (u32, u32),
+}
+
+/// Columns beyond the model, written into the rows of the trace they belong to.
+#[derive(Debug, Clone, Default)]
+pub struct CuptiColumns {
+    /// Parallel to `trace.kernels`, or empty (columns left at nsys' defaults).
+    pub kernels: Vec<KernelColumns>,
+    /// Parallel to `trace.devices`, or empty; `None` for a GPU without them.
+    pub devices: Vec<Option<GpuColumns>>,
 }
 
 /// Writes `trace` to a new SQLite file at `path` (replacing any file there).
@@ -155,10 +210,16 @@ impl Writer {
     /// Appends one trace: its processes, threads, GPUs and every event. May be called once per
     /// trace of a multi-file job; processes and GPUs already written are not repeated.
     pub fn write_trace(&mut self, trace: &Trace) -> Result<(), Error> {
-        self.write_trace_inner(trace).map_err(|e| self.error(e))
+        self.write_trace_with(trace, &CuptiColumns::default())
     }
 
-    fn write_trace_inner(&mut self, trace: &Trace) -> rusqlite::Result<()> {
+    /// Like [`Writer::write_trace`], with the `columns` a capture has beyond the model in the
+    /// same rows.
+    pub fn write_trace_with(&mut self, trace: &Trace, columns: &CuptiColumns) -> Result<(), Error> {
+        self.write_trace_inner(trace, columns).map_err(|e| self.error(e))
+    }
+
+    fn write_trace_inner(&mut self, trace: &Trace, columns: &CuptiColumns) -> rusqlite::Result<()> {
         let global_pids = self.global_pids(trace);
         let conn = &self.conn;
         let mut strings = StringWriter {
@@ -199,12 +260,14 @@ impl Writer {
 
         let mut gpu_row = conn.prepare(
             "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, memoryBandwidth, clockRate, \
-             smCount, cuDevice) VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?1)",
+             smCount, cuDevice, uuid, l2CacheSize, asyncEngines, computeMajor, computeMinor, smMajor, smMinor, \
+             isDiscrete) VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?1, ?8, ?9, ?10, ?11, ?12, ?11, ?12, ?13)",
         )?;
-        for device in &trace.devices {
+        for (index, device) in trace.devices.iter().enumerate() {
             if !self.written_devices.insert(device.ordinal) {
                 continue;
             }
+            let gpu = columns.devices.get(index).and_then(Option::as_ref);
             gpu_row.execute(params![
                 device.ordinal,
                 device.name,
@@ -214,6 +277,12 @@ impl Writer {
                 // nsys stores Hz.
                 device.clock_rate_khz.map(|khz| i64::from(khz) * 1000),
                 device.sm_count,
+                gpu.map(|g| &g.uuid),
+                gpu.map(|g| g.l2_cache_bytes),
+                gpu.map(|g| g.copy_engines),
+                gpu.map(|g| g.compute_capability.0),
+                gpu.map(|g| g.compute_capability.1),
+                gpu.map(|_| 1),
             ])?;
         }
 
@@ -221,15 +290,16 @@ impl Writer {
             |device: shardscope_model::DeviceIdx| trace.devices.get(device.0 as usize).map_or(0, |d| d.ordinal);
         let global_pid = |process: ProcessIdx| global_pids.get(process.0 as usize).copied().unwrap_or(0) as i64;
 
-        // Constant columns are literals; the NOT NULL ones nsys has and the model lacks get 0.
+        // Without capture columns, the NOT NULL ones nsys has and the model lacks get 0, the others NULL.
         let mut kernel_row = conn.prepare(
             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, \
              globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, \
              staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId, \
-             tensorSizeMinusOneElements) \
-             VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?13, ?14, 0, 0, 0, 0, 0, '[]')",
+             tensorSizeMinusOneElements, mangledName, launchType, cacheConfig, sharedMemoryExecuted, graphNodeId) \
+             VALUES (?1, ?2, ?3, ?15, ?4, ?5, ?6, ?7, ?8, ?16, ?9, ?10, ?11, ?12, ?13, ?14, ?17, ?18, ?19, ?20, ?21, \
+             '[]', ?22, ?23, ?24, ?25, ?26)",
         )?;
-        for kernel in &trace.kernels {
+        for (index, kernel) in trace.kernels.iter().enumerate() {
             let name = strings.id_of(kernel.name)?;
             let short_name = strings.id_of(kernel.short_name)?;
             let stmt = &mut kernel_row;
@@ -243,6 +313,31 @@ impl Writer {
             stmt.raw_bind_parameter(8, short_name)?;
             for (i, value) in kernel.grid.iter().chain(&kernel.block).enumerate() {
                 stmt.raw_bind_parameter(9 + i, value)?;
+            }
+            match columns.kernels.get(index) {
+                Some(c) => {
+                    let mangled_name = strings.id_of(c.mangled_name)?;
+                    stmt.raw_bind_parameter(15, c.context_id)?;
+                    stmt.raw_bind_parameter(16, c.registers_per_thread)?;
+                    stmt.raw_bind_parameter(17, c.static_shared_bytes)?;
+                    stmt.raw_bind_parameter(18, c.dynamic_shared_bytes)?;
+                    stmt.raw_bind_parameter(19, c.local_bytes_per_thread)?;
+                    stmt.raw_bind_parameter(20, c.local_bytes_total)?;
+                    stmt.raw_bind_parameter(21, c.grid_id)?;
+                    stmt.raw_bind_parameter(22, mangled_name)?;
+                    stmt.raw_bind_parameter(23, c.launch_type)?;
+                    stmt.raw_bind_parameter(24, c.cache_config)?;
+                    stmt.raw_bind_parameter(25, c.shared_executed_bytes)?;
+                    stmt.raw_bind_parameter(26, c.graph_node_id)?;
+                }
+                None => {
+                    for i in 15..=21 {
+                        stmt.raw_bind_parameter(i, 0)?;
+                    }
+                    for i in 22..=26 {
+                        stmt.raw_bind_parameter(i, rusqlite::types::Null)?;
+                    }
+                }
             }
             stmt.raw_execute()?;
         }
