@@ -14,7 +14,7 @@
 //! To renew the dump after an intended change of the file: `SHARDSCOPE_BLESS=1 cargo test -p
 //! shardscope-capture --test golden_capture_file`, and read the diff.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +37,31 @@ fn unpack_spools(dir: &Path) {
 
 /// Columns added to the file format after the dump was taken.
 const NEWER_COLUMNS: &[&str] = &["kernelCorrelationId", "kernelStart"];
+
+/// JSON text with its objects' keys sorted; other text as it is. The order serde_json writes keys
+/// in depends on a feature another crate of the workspace may switch on in the same build.
+fn canonical_json(text: &str) -> String {
+    fn sorted(value: serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let entries: BTreeMap<String, serde_json::Value> =
+                    map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+                let mut out = serde_json::Map::new();
+                out.extend(entries);
+                serde_json::Value::Object(out)
+            }
+            serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(sorted).collect()),
+            other => other,
+        }
+    }
+    if !text.starts_with(['{', '[']) {
+        return text.to_string();
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value) => sorted(value).to_string(),
+        Err(_) => text.to_string(),
+    }
+}
 
 /// Columns that hold a `StringIds.id`.
 const STRING_ID_COLUMNS: &[&str] = &["demangledName", "shortName", "mangledName", "nameId", "textId", "jsonTextId"];
@@ -82,7 +107,7 @@ fn dump(path: &Path) -> String {
                     ValueRef::Null => "NULL".to_string(),
                     ValueRef::Integer(v) => v.to_string(),
                     ValueRef::Real(v) => format!("{v:?}"),
-                    ValueRef::Text(t) => format!("{:?}", String::from_utf8_lossy(t)),
+                    ValueRef::Text(t) => format!("{:?}", canonical_json(&String::from_utf8_lossy(t))),
                     ValueRef::Blob(b) => format!("x'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>()),
                 })
                 .collect();
