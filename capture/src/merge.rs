@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use shardscope_model::{
     ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
+    kernel_names,
 };
 use shardscope_spool::cupti::{
     ApiRecord, ApiSelection, CaptureCost, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord,
@@ -444,7 +445,7 @@ impl<'a> ProcessMerge<'a> {
         let mangled = self.text(k.name_id);
         let full = job.demangled.get(mangled).map(String::as_str).unwrap_or(mangled);
         let name = job.trace.names.intern(full);
-        let short_name = job.trace.names.intern(&names::short_name(full));
+        let short_name = job.trace.names.intern(kernel_names::short_name(full));
         let mangled_name = job.trace.names.intern(mangled);
         let (start_ns, end_ns) = (self.to_session(k.start_ns), self.to_session(k.end_ns));
         self.last_ns = self.last_ns.max(end_ns);

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use shardscope_model::{ApiCall, Collective, CollectiveOp, Kernel, ProcessIdx, Trace};
+use shardscope_model::{ApiCall, Collective, CollectiveOp, Kernel, ProcessIdx, Trace, kernel_names};
 
 use super::ops::{NcclOperation, OpKind, torch_dtype_name};
 
@@ -200,13 +200,9 @@ fn best_offset(
     best
 }
 
-/// NCCL's device kernels: `ncclDevKernel_*` (2.19 and later), `ncclKernel_*` (earlier), also
-/// when a name stayed mangled (`_Z…ncclDevKernel_…`).
+/// Whether a kernel's name is one of NCCL's ([`kernel_names::is_nccl_kernel`]).
 fn is_nccl_kernel(trace: &Trace, kernel: &Kernel) -> bool {
-    let name = trace.names.get(kernel.name);
-    name.contains("ncclDevKernel")
-        || name.contains("ncclKernel")
-        || name.trim_start_matches("void ").starts_with("nccl")
+    kernel_names::is_nccl_kernel(trace.names.get(kernel.name))
 }
 
 fn kernel_op(trace: &Trace, kernel: &Kernel) -> CollectiveOp {
