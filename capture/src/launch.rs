@@ -66,12 +66,15 @@ pub fn run(command: &[OsString], env: &[(String, OsString)], group_grace: Durati
         .spawn()
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot run {}: {e}", program.to_string_lossy())))?;
     let group = child.id() as libc::pid_t;
-    let forwarder = std::thread::spawn(move || {
-        for signal in signals.forever() {
-            // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
-            unsafe { libc::kill(-group, signal) };
-        }
-    });
+    let forwarder = std::thread::Builder::new()
+        .name("capture-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
+                unsafe { libc::kill(-group, signal) };
+            }
+        })
+        .expect("cannot start the signal-forwarding thread");
     let status = child.wait();
     let deadline = Instant::now() + group_grace;
     // SAFETY: signal 0 only checks whether any process of the group still exists.

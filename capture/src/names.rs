@@ -73,7 +73,10 @@ fn run_cufilt(tool: &Path, names: &[&String]) -> Option<Vec<String>> {
     let mut stdin = child.stdin.take()?;
     let input: String = names.iter().map(|n| format!("{n}\n")).collect();
     // Write from a thread so a full stdout pipe cannot block us while we still write.
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let writer = std::thread::Builder::new()
+        .name("capture-cufilt-input".into())
+        .spawn(move || stdin.write_all(input.as_bytes()))
+        .expect("cannot start the cu++filt input thread");
     let output = child.wait_with_output().ok()?;
     writer.join().ok()?.ok()?;
     let lines: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect();

@@ -90,18 +90,21 @@ impl Loader {
         let stage = Arc::new(Mutex::new(String::from("starting")));
         let files_total = paths.len();
         let (done, stage_out) = (files_done.clone(), stage.clone());
-        std::thread::spawn(move || {
-            let result = load_paths(&paths, |i, what| {
-                done.store(i, Ordering::Relaxed);
-                if let Ok(mut s) = stage_out.lock() {
-                    *s = what.to_string();
-                }
+        std::thread::Builder::new()
+            .name("viewer-load".into())
+            .spawn(move || {
+                let result = load_paths(&paths, |i, what| {
+                    done.store(i, Ordering::Relaxed);
+                    if let Ok(mut s) = stage_out.lock() {
+                        *s = what.to_string();
+                    }
+                    ctx.request_repaint();
+                });
+                // The receiver may be gone if the user started another load; nothing to do then.
+                let _ = sender.send(result);
                 ctx.request_repaint();
-            });
-            // The receiver may be gone if the user started another load; nothing to do then.
-            let _ = sender.send(result);
-            ctx.request_repaint();
-        });
+            })
+            .expect("cannot start the loading thread");
         Loader { receiver, files_done, files_total, stage, started: Instant::now() }
     }
 

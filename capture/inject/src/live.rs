@@ -148,6 +148,7 @@ fn load_cupti() -> Option<&'static Loaded> {
                 // SAFETY: loading libcupti runs its initialisers, which are safe to run in any
                 // CUDA process; the handles are leaked so the library is never unloaded.
                 let Ok(library) = (unsafe { libloading::Library::new(&path) }) else { continue };
+                // SAFETY: as for the library above; the bindings load the same file.
                 let Ok(api) = (unsafe { cupti::Cupti::new(&path) }) else { continue };
                 let essential_present = api.cuptiGetVersion.is_ok()
                     && api.cuptiGetTimestamp.is_ok()
@@ -172,6 +173,7 @@ fn result_text(api: &cupti::Cupti, result: cupti::CUptiResult) -> String {
     let mut text: *const c_char = std::ptr::null();
     // SAFETY: cuptiGetResultString only writes the out pointer; on failure it stays null.
     if api.cuptiGetResultString.is_ok()
+        // SAFETY: as above: an out pointer only.
         && unsafe { api.cuptiGetResultString(result, &mut text) } == 0
         && !text.is_null()
     {

@@ -256,6 +256,7 @@ fn loaded_nccl() -> (u32, String) {
 
 /// Keeps this library mapped after NCCL's `dlclose`.
 fn pin_library() {
+    // SAFETY: `Dl_info` is plain data (pointers and integers); all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let here = pin_library as *const c_void;
     // SAFETY: dladdr fills `info` for an address inside a loaded object.
@@ -456,7 +457,7 @@ struct CollFields {
 /// The string pointers are null or C strings.
 unsafe fn start_coll(recorder: &Recorder, context: *mut c_void, f: CollFields) -> *mut c_void {
     let (event, handle) = new_handle(tag::COLL);
-    // SAFETY (all four names): forwarded from the caller.
+    // SAFETY: the four name pointers are the caller's, null or C strings (this function's contract).
     let record = unsafe {
         CollStart {
             event,
