@@ -8,10 +8,11 @@ use egui::{Align2, Color32, FontId, Mesh, Pos2, Rect, Shape, Stroke, Vec2};
 use super::layout::{EventKind, EventRef, RowContent, TimelineData};
 use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
+use crate::analysis::Categories;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
 const MIN_TEXT_WIDTH: f32 = 30.0;
-/// Distinct colours for categories (Tableau 10), readable on a dark background.
+/// Colours for categories the rules file gives none (Tableau 10, readable on a dark background).
 const PALETTE: [Color32; 10] = [
     Color32::from_rgb(0x4e, 0x79, 0xa7),
     Color32::from_rgb(0xf2, 0x8e, 0x2b),
@@ -25,26 +26,15 @@ const PALETTE: [Color32; 10] = [
     Color32::from_rgb(0xba, 0xb0, 0xac),
 ];
 
-/// The colour of an op category, by name so it stays the same whatever the category order.
-pub fn category_color(name: &str) -> Color32 {
-    if name.starts_with("comm") || name == "nccl" {
-        // `communication` and the report's `comm.<type>` labels.
-        return PALETTE[2];
+/// The colour of an op category or report label (`comm.<type>`): the one the rules file gives it
+/// (`[[category]]` tables), else one derived from its name, so it stays the same whatever the
+/// category order.
+pub fn category_color(categories: &Categories, name: &str) -> Color32 {
+    if let Some([r, g, b]) = categories.color_rgb(name) {
+        return Color32::from_rgb(r, g, b);
     }
-    match name {
-        "gemm" | "matmul" => PALETTE[0],
-        "embedding_sampling" | "reduction" => PALETTE[1],
-        "elementwise" => PALETTE[3],
-        "norm" | "normalization" => PALETTE[4],
-        "memcpy" | "memory" => PALETTE[5],
-        "attention" => PALETTE[6],
-        "memset" => PALETTE[8],
-        "other" => PALETTE[9],
-        _ => {
-            let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-            PALETTE[(hash % PALETTE.len() as u32) as usize]
-        }
-    }
+    let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    PALETTE[(hash % PALETTE.len() as u32) as usize]
 }
 
 /// The fill colour of an event.
@@ -54,9 +44,11 @@ pub fn event_color(data: &TimelineData, trace: usize, event: EventRef) -> Color3
         EventKind::Kernel => {
             let name = t.kernels[event.index()].name;
             let category = data.name_categories[trace].get(name.0 as usize).copied().unwrap_or(0);
-            category_color(data.categories.name(category))
+            category_color(&data.categories, data.categories.name(category))
         }
-        EventKind::MemOp => category_color(if t.memops[event.index()].is_memset() { "memset" } else { "memcpy" }),
+        EventKind::MemOp => {
+            category_color(&data.categories, if t.memops[event.index()].is_memset() { "memset" } else { "memcpy" })
+        }
         EventKind::Api => Color32::from_rgb(0x6b, 0x7f, 0x99),
         EventKind::Range => {
             let name = t.ranges[event.index()].name;
