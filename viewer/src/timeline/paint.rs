@@ -8,6 +8,8 @@ use egui::{Align2, Color32, FontId, Mesh, Pos2, Rect, Shape, Stroke, Vec2};
 use super::layout::{EventKind, EventRef, RowContent, TimelineData};
 use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
+use shardscope_analyzer::render::{self, DurationDecimals};
+
 use crate::analysis::Categories;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
@@ -59,18 +61,9 @@ pub fn event_color(data: &TimelineData, trace: usize, event: EventRef) -> Color3
     }
 }
 
-/// Formats a duration with a unit that keeps 3–4 significant digits.
+/// A duration as the viewer shows it: the analyzer's formatter with three decimals in every unit.
 pub fn format_duration(ns: f64) -> String {
-    let abs = ns.abs();
-    if abs < 1e3 {
-        format!("{ns:.0} ns")
-    } else if abs < 1e6 {
-        format!("{:.3} µs", ns / 1e3)
-    } else if abs < 1e9 {
-        format!("{:.3} ms", ns / 1e6)
-    } else {
-        format!("{:.3} s", ns / 1e9)
-    }
+    render::format_duration(ns, DurationDecimals::FINE)
 }
 
 /// A tick label: as many decimals as the tick step needs.
