@@ -6,6 +6,7 @@ use shardscope_model::{ProcessIdx, Trace};
 
 use crate::collectives::CollectiveIndex;
 use crate::timeline::Selected;
+use crate::timeline::events::{EventKindInfo, dispatch};
 use crate::timeline::layout::{EventKind, EventRef, TimelineData};
 use crate::timeline::paint::format_duration;
 
@@ -69,13 +70,13 @@ pub fn ranges_around(data: &TimelineData, trace: usize, process: ProcessIdx, tid
         .collect()
 }
 
-fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
+pub(crate) fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
     ui.label(RichText::new(key).weak());
     ui.label(value.into());
     ui.end_row();
 }
 
-fn process_text(trace: &Trace, process: ProcessIdx) -> String {
+pub(crate) fn process_text(trace: &Trace, process: ProcessIdx) -> String {
     match trace.processes.get(process.0 as usize) {
         Some(p) => match p.rank {
             Some(rank) => format!("rank {rank} (pid {})", p.pid),
@@ -102,52 +103,11 @@ pub fn details_ui(
     ui.label(RichText::new(data.event_full_name(selected.trace, selected.event)).strong().monospace());
     ui.add_space(4.0);
     Grid::new("details_grid").num_columns(2).striped(true).show(ui, |ui| {
-        let kind = match selected.event.kind() {
-            EventKind::Kernel => "kernel",
-            EventKind::MemOp => "memory operation",
-            EventKind::Api => "CUDA API call",
-            EventKind::Range => "range",
-        };
-        row(ui, "kind", kind);
+        row(ui, "kind", selected.event.kind().label());
         row(ui, "start", format!("{} (ts {start} ns)", format_duration((start - data.t0_ns) as f64)));
         row(ui, "duration", format_duration((end - start) as f64));
         row(ui, "file", trace.source.path.clone());
-        match selected.event.kind() {
-            EventKind::Kernel => {
-                let k = &trace.kernels[selected.event.index()];
-                row(ui, "process", process_text(trace, k.process));
-                let device = trace.devices.get(k.device.0 as usize).map_or(0, |d| d.ordinal);
-                row(ui, "GPU / stream", format!("GPU {device} / stream {}", k.stream));
-                row(ui, "grid", format!("{} × {} × {}", k.grid[0], k.grid[1], k.grid[2]));
-                row(ui, "block", format!("{} × {} × {}", k.block[0], k.block[1], k.block[2]));
-                row(ui, "correlation id", k.correlation_id.to_string());
-                let category = data.name_categories[selected.trace].get(k.name.0 as usize).copied().unwrap_or(0);
-                row(ui, "category", data.categories.name(category));
-            }
-            EventKind::MemOp => {
-                let m = &trace.memops[selected.event.index()];
-                row(ui, "process", process_text(trace, m.process));
-                row(ui, "stream", m.stream.to_string());
-                row(ui, "bytes", m.bytes.to_string());
-                row(ui, "correlation id", m.correlation_id.to_string());
-            }
-            EventKind::Api => {
-                let a = &trace.api_calls[selected.event.index()];
-                row(ui, "process", process_text(trace, a.process));
-                row(ui, "thread", a.tid.to_string());
-                row(ui, "correlation id", a.correlation_id.to_string());
-            }
-            EventKind::Range => {
-                let r = &trace.ranges[selected.event.index()];
-                row(ui, "process", process_text(trace, r.process));
-                row(ui, "thread", r.tid.to_string());
-                row(ui, "depth", r.depth.to_string());
-                let domain = trace.names.get(r.domain);
-                if !domain.is_empty() {
-                    row(ui, "domain", domain);
-                }
-            }
-        }
+        dispatch!(selected.event.kind(), Info => Info::details_ui(ui, data, selected.trace, selected.event.index()));
     });
 
     // Launch relation, both directions.

@@ -10,57 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
+use super::events::{EventKindInfo, dispatch};
 use crate::analysis::{Categories, CategoryId};
 
-/// What kind of record an [`EventRef`] points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// `Trace::kernels`.
-    Kernel,
-    /// `Trace::memops`.
-    MemOp,
-    /// `Trace::api_calls`.
-    Api,
-    /// `Trace::ranges`.
-    Range,
-}
-
-/// A kind and an index into the matching list of one trace, packed into 32 bits because a
-/// track holds one per event (10 million events: 40 MB rather than 80).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EventRef(u32);
-
-impl EventRef {
-    const INDEX_BITS: u32 = 30;
-    const INDEX_MASK: u32 = (1 << Self::INDEX_BITS) - 1;
-
-    /// Packs `kind` and `index`; indices must stay below 2^30.
-    pub fn new(kind: EventKind, index: usize) -> EventRef {
-        debug_assert!(index <= Self::INDEX_MASK as usize);
-        let tag = match kind {
-            EventKind::Kernel => 0,
-            EventKind::MemOp => 1,
-            EventKind::Api => 2,
-            EventKind::Range => 3,
-        };
-        EventRef((tag << Self::INDEX_BITS) | (index as u32 & Self::INDEX_MASK))
-    }
-
-    /// The record kind.
-    pub fn kind(self) -> EventKind {
-        match self.0 >> Self::INDEX_BITS {
-            0 => EventKind::Kernel,
-            1 => EventKind::MemOp,
-            2 => EventKind::Api,
-            _ => EventKind::Range,
-        }
-    }
-
-    /// Index into the kind's list.
-    pub fn index(self) -> usize {
-        (self.0 & Self::INDEX_MASK) as usize
-    }
-}
+pub use super::events::{EventKind, EventRef};
 
 /// What a track shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -542,71 +495,22 @@ impl TimelineData {
 
     /// The text shown for an event.
     pub fn event_name(&self, trace: usize, event: EventRef) -> &str {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => t.names.get(t.kernels[event.index()].short_name).trim(),
-            EventKind::MemOp => {
-                let m = &t.memops[event.index()];
-                match m.copy_kind {
-                    Some(kind) => kind.label(),
-                    None => "memset",
-                }
-            }
-            EventKind::Api => t.names.get(t.api_calls[event.index()].name),
-            EventKind::Range => t.names.get(t.ranges[event.index()].name),
-        }
+        dispatch!(event.kind(), Info => Info::name(&self.traces[trace], event.index()))
     }
 
     /// The full (demangled) name, for details and search.
     pub fn event_full_name(&self, trace: usize, event: EventRef) -> &str {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => t.names.get(t.kernels[event.index()].name),
-            _ => self.event_name(trace, event),
-        }
+        dispatch!(event.kind(), Info => Info::full_name(&self.traces[trace], event.index()))
     }
 
     /// Start and end of an event.
     pub fn event_span(&self, trace: usize, event: EventRef) -> (i64, i64) {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => (t.kernels[event.index()].start_ns, t.kernels[event.index()].end_ns),
-            EventKind::MemOp => (t.memops[event.index()].start_ns, t.memops[event.index()].end_ns),
-            EventKind::Api => (t.api_calls[event.index()].start_ns, t.api_calls[event.index()].end_ns),
-            EventKind::Range => (t.ranges[event.index()].start_ns, t.ranges[event.index()].end_ns),
-        }
+        dispatch!(event.kind(), Info => Info::span(&self.traces[trace], event.index()))
     }
 
     /// The track that shows an event.
     pub fn track_of(&self, trace: usize, event: EventRef) -> Option<usize> {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => {
-                let k = &t.kernels[event.index()];
-                self.stream_track.get(&(trace, k.device, k.stream)).copied()
-            }
-            EventKind::MemOp => {
-                let m = &t.memops[event.index()];
-                self.stream_track.get(&(trace, m.device, m.stream)).copied()
-            }
-            EventKind::Api => {
-                let a = &t.api_calls[event.index()];
-                self.api_track.get(&(trace, a.process, a.tid)).copied()
-            }
-            EventKind::Range => {
-                let r = &t.ranges[event.index()];
-                let key_matches = |track: &Track| match track.kind {
-                    TrackKind::Ranges { tid, depth } => {
-                        r.device.is_none() && tid == r.tid && depth == r.depth && track.process == r.process
-                    }
-                    TrackKind::GpuRanges { device, stream, depth } => {
-                        Some(device) == r.device && Some(stream) == r.stream && depth == r.depth
-                    }
-                    _ => false,
-                };
-                self.tracks.iter().position(|track| track.trace == trace && key_matches(track))
-            }
-        }
+        dispatch!(event.kind(), Info => Info::track_of(self, trace, event.index()))
     }
 }
 

@@ -5,6 +5,7 @@
 //! a frame walks all events: rows off screen are skipped and each visible track costs a few
 //! binary searches per pixel.
 
+pub mod events;
 pub mod layout;
 pub mod lod;
 pub mod paint;
