@@ -97,7 +97,6 @@ pub fn details_ui(
         ui.label("Click an event in the timeline to see its details.");
         return None;
     };
-    let mut action = None;
     let trace = &data.traces[selected.trace];
     let (start, end) = data.event_span(selected.trace, selected.event);
     ui.label(RichText::new(data.event_full_name(selected.trace, selected.event)).strong().monospace());
@@ -109,8 +108,20 @@ pub fn details_ui(
         row(ui, "file", trace.source.path.clone());
         dispatch!(selected.event.kind(), Info => Info::details_ui(ui, data, selected.trace, selected.event.index()));
     });
+    // Each section returns the event the user clicked in it, if any; the last click wins.
+    let clicked = [
+        launch_relation_ui(ui, data, selected),
+        ranges_around_ui(ui, data, selected),
+        collective_ui(ui, data, collectives, selected),
+    ];
+    clicked.into_iter().flatten().last().map(DetailsAction::Select)
+}
 
-    // Launch relation, both directions.
+/// The launch relation, both directions: the call that launched the event, the work a call launched.
+fn launch_relation_ui(ui: &mut egui::Ui, data: &TimelineData, selected: Selected) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
+    let (start, _) = data.event_span(selected.trace, selected.event);
     if let Some(launch) = launch_of(data, &selected) {
         let (a_start, a_end) = data.event_span(launch.trace, launch.event);
         let call = &trace.api_calls[launch.event.index()];
@@ -126,7 +137,7 @@ pub fn details_ui(
             ))
             .clicked()
         {
-            action = Some(DetailsAction::Select(launch));
+            clicked = Some(launch);
         }
         ui.label(format!("launch latency {}", format_duration((start - a_start) as f64)));
     }
@@ -142,11 +153,16 @@ pub fn details_ui(
             ))
             .clicked()
         {
-            action = Some(DetailsAction::Select(kernel));
+            clicked = Some(kernel);
         }
     }
+    clicked
+}
 
-    // NVTX ranges around the host side of the event.
+/// The NVTX ranges around the host side of the event (the event itself, or its launching call).
+fn ranges_around_ui(ui: &mut egui::Ui, data: &TimelineData, selected: Selected) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
     let host_side = match selected.event.kind() {
         EventKind::Api | EventKind::Range => Some(selected),
         _ => launch_of(data, &selected),
@@ -169,13 +185,24 @@ pub fn details_ui(
             ui.label(RichText::new("Ranges around it").strong());
             for range in around {
                 if ui.link(data.event_name(range.trace, range.event)).clicked() {
-                    action = Some(DetailsAction::Select(range));
+                    clicked = Some(range);
                 }
             }
         }
     }
+    clicked
+}
 
-    // Collective.
+/// For a collective kernel: its instance across ranks, wait and transfer time, metadata, and the
+/// same instance on every other rank.
+fn collective_ui(
+    ui: &mut egui::Ui,
+    data: &TimelineData,
+    collectives: &CollectiveIndex,
+    selected: Selected,
+) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
     if selected.event.kind() == EventKind::Kernel {
         let k = &trace.kernels[selected.event.index()];
         let meta = k.collective.and_then(|c| trace.collectives.get(c as usize));
@@ -222,10 +249,10 @@ pub fn details_ui(
                     format_duration((p_start - data.t0_ns) as f64)
                 );
                 if ui.link(text).clicked() {
-                    action = Some(DetailsAction::Select(*peer));
+                    clicked = Some(*peer);
                 }
             }
         }
     }
-    action
+    clicked
 }
