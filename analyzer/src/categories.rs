@@ -1,7 +1,14 @@
 //! Op categories: which kind of work a kernel does, from rules kept in a data file.
 //!
 //! The built-in rules are `analyzer/rules/categories.toml` (compiled in); users replace them with
-//! `--rules FILE`. The first rule whose regex matches a kernel's demangled name decides its category.
+//! `--rules FILE`. The first rule whose regex matches a kernel's base name decides its category.
+//!
+//! The base name is the function's name alone: the demangled name (ROCm traces keep `_Z…` names mangled,
+//! so they are demangled here) without its return type, template argument lists and parameter list.
+//! Matching the whole signature would let words inside argument types decide: `moe::finalize<cutlass::…>`
+//! is not a CUTLASS GEMM and `quantize(…flashinfer::…)` is not attention. Generic launch wrappers
+//! (`cutlass::Kernel2<Op>`, `cutlass::device_kernel<Op>`) say nothing themselves, so the wrapped
+//! operation's base name is appended after a space: `cutlass::Kernel2 cutlass_80_tensorop_…gemm…`.
 
 use std::path::Path;
 
@@ -14,8 +21,14 @@ pub const BUILTIN_RULES_TOML: &str = include_str!("../rules/categories.toml");
 
 /// The category of communication kernels; reports split it by collective type.
 pub const COMMUNICATION: &str = "communication";
+/// Prefix of communication labels in reports: `comm.all_reduce`.
+pub const COMM_PREFIX: &str = "comm.";
+/// Prefix of the labels of time matched collectives spent waiting for the last rank: `wait.all_reduce`.
+pub const WAIT_PREFIX: &str = "wait.";
 /// Category of kernels no rule matched.
 pub const OTHER: &str = "other";
+/// Category of CUDA graphs recorded as whole executions (their kernels are unknown).
+pub const CUDA_GRAPH: &str = "cuda_graph";
 /// Category of memory copies.
 pub const MEMCPY: &str = "memcpy";
 /// Category of memory sets.
@@ -169,9 +182,11 @@ impl Classifier {
         Ok(Classifier { categories, patterns, rule_class, other, memcpy, memset, communication, colors })
     }
 
-    /// The class of one kernel name.
+    /// The class of one kernel name (demangled or mangled).
     pub fn classify(&self, kernel_name: &str) -> KernelClass {
-        let first = self.patterns.matches(kernel_name).iter().next();
+        let demangled = demangle(kernel_name);
+        let kernel_name = demangled.as_deref().unwrap_or(kernel_name);
+        let first = self.patterns.matches(&base_name(kernel_name)).iter().next();
         let mut class = first.map_or(KernelClass { category: self.other, collective: None }, |i| self.rule_class[i]);
         if self.is_communication(class.category) && class.collective.is_none() {
             class.collective = match CollectiveOp::parse(kernel_name) {
@@ -228,11 +243,76 @@ impl Classifier {
     }
 }
 
+/// The demangled form of an Itanium-mangled name (`_Z…`), `None` for names that are not mangled or do not
+/// demangle.
+pub fn demangle(name: &str) -> Option<String> {
+    if !name.starts_with("_Z") {
+        return None;
+    }
+    let symbol = cpp_demangle::Symbol::new(name).ok()?;
+    symbol.demangle().ok()
+}
+
+/// Launch wrappers whose own name says nothing about the work: the wrapped operation (first template argument)
+/// is what rules should see.
+const GENERIC_WRAPPERS: [&str; 4] = ["Kernel", "Kernel2", "device_kernel", "kernel"];
+
+/// What the rules match: the function name of a demangled kernel signature with namespaces, without return
+/// type, template arguments and parameters; for a generic launch wrapper, followed by the wrapped operation's
+/// base name. `void at::native::vectorized_elementwise_kernel<4, Add<float>>(int, …)` →
+/// `at::native::vectorized_elementwise_kernel`.
+pub fn base_name(name: &str) -> String {
+    let mut base = String::with_capacity(name.len());
+    let mut first_template_argument = String::new();
+    let mut depth = 0usize;
+    let mut in_first_template = false;
+    let mut previous = '\0';
+    for c in name.chars() {
+        // `->` inside `Memcpy DtoD (Device -> Device)` is an arrow, not a closing bracket.
+        let closes = c == ')' || (c == '>' && previous != '-');
+        match c {
+            '(' | '<' => {
+                if depth == 0 && c == '<' && first_template_argument.is_empty() {
+                    in_first_template = true;
+                }
+                if depth > 0 && in_first_template {
+                    first_template_argument.push(c);
+                }
+                depth += 1;
+            }
+            _ if closes && depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    in_first_template = false;
+                } else if in_first_template {
+                    first_template_argument.push(c);
+                }
+            }
+            ',' if depth == 1 => in_first_template = false,
+            _ if depth == 0 => base.push(c),
+            _ if in_first_template => first_template_argument.push(c),
+            _ => {}
+        }
+        previous = c;
+    }
+    let base = base.trim();
+    // Kernels return void; other return types (rare) are one word before the name.
+    let base = base.strip_prefix("void ").unwrap_or(base).trim().to_string();
+    let last_component = base.rsplit("::").next().unwrap_or(&base);
+    if GENERIC_WRAPPERS.contains(&last_component) && !first_template_argument.is_empty() {
+        let wrapped = base_name(first_template_argument.trim());
+        if !wrapped.is_empty() {
+            return format!("{base} {wrapped}");
+        }
+    }
+    base
+}
+
 /// The label a report uses for a kernel's category: `comm.<type>` for communication, else the category.
 pub fn report_label(classifier: &Classifier, class: KernelClass, collective: Option<CollectiveOp>) -> String {
     if classifier.is_communication(class.category) {
         let op = class.collective.or(collective).unwrap_or(CollectiveOp::Other);
-        format!("comm.{}", op.label())
+        format!("{COMM_PREFIX}{}", op.label())
     } else {
         classifier.name(class.category).to_string()
     }
@@ -288,6 +368,220 @@ mod tests {
         for (name, expected) in cases {
             assert_eq!(category(&c, name), expected, "{name}");
         }
+    }
+
+    /// Per built-in rule: real kernel names (from NVIDIA, AMD and framework traces) it must give its category,
+    /// and real names that mention its words only inside template or parameter lists, or that belong to a
+    /// neighbouring category, which it must not take.
+    #[test]
+    fn each_builtin_rule_takes_its_kernels_and_leaves_the_others() {
+        let c = Classifier::builtin();
+        let must: &[(&str, &[&str])] = &[
+            (
+                "comm.all_reduce",
+                &[
+                    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+                    // RCCL keeps NCCL's kernel names.
+                    "ncclDevKernel_Generic_AllReduce_Sum_bf16_RING_LL128(ncclDevKernelArgsStorage<4096ul>)",
+                    "void sglang::cross_device_reduce_2stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)",
+                ],
+            ),
+            ("comm.send_recv", &["ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"]),
+            (
+                "kv_cache",
+                &[
+                    "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, __nv_bfloat16*, long const*, long, long, long, long, int, int, int, float const*, float const*)",
+                    "void vllm::reshape_and_cache_kernel<c10::BFloat16, c10::BFloat16, (vllm::Fp8KVCacheDataType)0>(c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16*, c10::BFloat16*, long const*, int, int, int, int, int, float const*, float const*)",
+                    "store_kvcache_kernel",
+                    "void flashinfer::AppendPagedKVCacheKernel<128u, 8u, __nv_bfloat16, int>(flashinfer::paged_kv_t<__nv_bfloat16, int>, __nv_bfloat16*, __nv_bfloat16*, int*, int*, unsigned int, unsigned int, unsigned int, unsigned int)",
+                ],
+            ),
+            (
+                "rope",
+                &[
+                    "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+                    "void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<true, 128u, 8u, 16u, __nv_bfloat16, long>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*, long*, unsigned int, unsigned int, unsigned int, unsigned int, unsigned long, unsigned long, unsigned long, unsigned long, unsigned long, unsigned long, unsigned long, unsigned long)",
+                    "triton_poi_fused_apply_rope_0",
+                ],
+            ),
+            (
+                "attention",
+                &[
+                    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(Flash_fwd_params)",
+                    "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 128u, 1u, 8u, 4u, 4u, 1u, (flashinfer::PosEncodingMode)0, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, int, flashinfer::DefaultAttention<false, false, false, false> >, flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int> >(flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int>)",
+                    "void vllm::paged_attention_v1_kernel<unsigned short, unsigned short, 128, 16, 128, (vllm::Fp8KVCacheDataType)0, false>(unsigned short*, unsigned short const*, unsigned short const*, unsigned short const*, int, float, int const*, int const*, int, float const*, int, int, int, float const*, float const*)",
+                    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+                    "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)",
+                    // A CUTLASS launch wrapper around a flash-attention operation.
+                    "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> > > > > >(flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2> > >::Params)",
+                ],
+            ),
+            (
+                "gemm",
+                &[
+                    "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT",
+                    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
+                    "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*, float const*, float const*, __nv_bfloat16 const*, float const*, __nv_bfloat16*, void*, long, float*, int*)",
+                    "Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0_EPS0_GRVWA2_GRVWB2_GSUAMB_ISA90a_IU1_K1_LBSPPA128_LBSPPB128_LBSPPM0_LPA8_LPB8_LPM0_LRVW4_LWPMn1_MIAV0_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_PGR2_PLR1_PWA0_SIA3_SS1_SU0_SUM0_SUS0_SPO0_SRVW0_SSO0_SVW4_TLDS1_USFGROn1_VSn1_VWA4_VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1",
+                    "bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512u2_s4_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_swiGlu_sm100a",
+                    "bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512u2_s4_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100a",
+                    "fused_moe_kernel",
+                    "void wvSplitK_hf_sml_<__hip_bfloat16, 64, 2, 16, 8, 2, 1>(int, int, int, int, int, __hip_bfloat16 const*, __hip_bfloat16 const*, __hip_bfloat16*, int, int)",
+                    "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, int, float*, long, void*, long, long, long, float*, long, int*)",
+                ],
+            ),
+            (
+                "moe",
+                &[
+                    "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)",
+                    "void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, 32, int>(float const*, bool const*, float*, int, int*, int*, int, int, int)",
+                    // Names CUTLASS only in its template arguments: the routing epilogue, not a GEMM.
+                    "void tensorrt_llm::kernels::finalizeMoeRoutingKernel<cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t, (tensorrt_llm::kernels::ScaleMode)1, false>(cutlass::bfloat16_t const*, cutlass::bfloat16_t*, cutlass::bfloat16_t const*, float const*, int const*, int const*, long, long, long, long)",
+                    "void tensorrt_llm::kernels::expandInputRowsKernel<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 const*, __nv_bfloat16*, float const*, float*, int const*, int*, long, long, long, long, long const*)",
+                ],
+            ),
+            (
+                "quantization",
+                &[
+                    // Names FlashInfer in its parameter list: not attention.
+                    "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, unsigned int*, flashinfer::QuantizationSFLayout)",
+                    "void vllm::dynamic_per_token_scaled_fp8_quant_kernel<c10::BFloat16, c10::Float8_e4m3fn>(c10::Float8_e4m3fn*, float*, c10::BFloat16 const*, float const*, int)",
+                    "_per_token_group_quant_fp8",
+                    "void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*, int, int, unsigned char*, bool)",
+                ],
+            ),
+            (
+                "norm",
+                &[
+                    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, (bool)1>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
+                    "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int)",
+                    "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)",
+                    "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float, float, cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*, float*, float const*, float const*, float)",
+                    "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>(cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)",
+                ],
+            ),
+            (
+                "conv",
+                &[
+                    "cudnn_infer_volta_scudnn_128x64_stridedB_interior_nn_v1",
+                    "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)",
+                    "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)",
+                    "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)",
+                    "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel",
+                ],
+            ),
+            (
+                "embedding_sampling",
+                &[
+                    "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>(at::GenericPackedTensorAccessor<c10::Half, 1ul, at::RestrictPtrTraits, long>, at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)",
+                    "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<c10::Half, float, c10::Half, 2ul, 32>(at::GenericPackedTensorAccessor<float, 2ul, at::RestrictPtrTraits, long>)",
+                    "void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long, long, long)",
+                    "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*, decltype(nullptr) const*, int const*, int const*, int const*, int*, decltype(nullptr)*, int*)",
+                    "void at::native::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<float const, unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)",
+                    "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, false, float, int>(float*, int*, int*, float*, int*, unsigned int, float, int, unsigned int, unsigned long, unsigned long)",
+                ],
+            ),
+            (
+                "elementwise",
+                &[
+                    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+                    "void vllm::act_and_mul_kernel<c10::BFloat16, &(c10::BFloat16 vllm::silu_kernel<c10::BFloat16>(c10::BFloat16 const&)), true>(c10::BFloat16*, c10::BFloat16 const*, int)",
+                    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)",
+                    "void cub::DeviceScanKernel<cub::DeviceScanPolicy<int>::Policy600, int*, int*, cub::ScanTileState<int, true>, cub::Sum, cub::NullType, int>(int*, int*, cub::ScanTileState<int, true>, int, cub::Sum, cub::NullType, int)",
+                    "triton_poi_fused_add_mul_0",
+                    // A ROCm trace's mangled name: demangled, then matched.
+                    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_",
+                ],
+            ),
+        ];
+        for (expected, names) in must {
+            for name in *names {
+                assert_eq!(category(&c, name), *expected, "{name}");
+            }
+        }
+        // Names a rule must not take: its words only in template or parameter lists, or in a neighbour's kernel.
+        let must_not: &[(&str, &str)] = &[
+            (
+                "kv_cache",
+                "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(Flash_fwd_params)",
+            ),
+            (
+                "attention",
+                "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)",
+            ),
+            (
+                "attention",
+                "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, unsigned int*, flashinfer::QuantizationSFLayout)",
+            ),
+            (
+                "gemm",
+                "void tensorrt_llm::kernels::finalizeMoeRoutingKernel<cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t, (tensorrt_llm::kernels::ScaleMode)1, false>(cutlass::bfloat16_t const*, cutlass::bfloat16_t*)",
+            ),
+            (
+                "gemm",
+                "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>(fbgemm_gpu::GenericPackedTensorAccessor<c10::Half, 1ul>)",
+            ),
+            (
+                "gemm",
+                "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*)",
+            ),
+            (
+                "conv",
+                "void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long, long, long)",
+            ),
+            ("moe", "fused_moe_kernel"),
+            // RoPE's kernel says "embedding".
+            (
+                "embedding_sampling",
+                "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+            ),
+            (
+                "rope",
+                "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, __nv_bfloat16*, long const*, long, long, long, long, int, int, int, float const*, float const*)",
+            ),
+            (
+                "quantization",
+                "void deep_gemm::fp8_gemm_kernel<128u, 128u, 128u, 1u, 8u>(float*, int*, unsigned int, __nv_fp8_e4m3 const*)",
+            ),
+            (
+                "norm",
+                "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::NormOps<float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormOps<float, float, float, float>, unsigned int, float, 4>)",
+            ),
+            (
+                "elementwise",
+                "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
+            ),
+        ];
+        for (not_expected, name) in must_not {
+            assert_ne!(category(&c, name), *not_expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn base_names_leave_out_return_type_templates_and_parameters() {
+        assert_eq!(
+            base_name(
+                "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float)"
+            ),
+            "at::native::vectorized_elementwise_kernel"
+        );
+        assert_eq!(base_name("Memcpy DtoD (Device -> Device)"), "Memcpy DtoD");
+        assert_eq!(
+            base_name(
+                "void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_64x64_tn_align8>(cutlass_80_tensorop_s16816gemm_64x64_tn_align8::Params)"
+            ),
+            "cutlass::Kernel2 cutlass_80_tensorop_s16816gemm_64x64_tn_align8"
+        );
+        assert_eq!(base_name("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT"), "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT");
+        assert_eq!(
+            demangle(
+                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+            )
+            .map(|d| base_name(&d)),
+            Some("at::native::vectorized_elementwise_kernel".to_string())
+        );
+        assert_eq!(demangle("nvjet_sm90"), None);
+        assert_eq!(demangle("_Znot a symbol"), None);
     }
 
     #[test]

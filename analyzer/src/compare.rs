@@ -8,6 +8,8 @@
 //! - `efficiency = speedup ÷ (n / n₀)`: 100 % when doubling the GPUs halves the time.
 //!
 //! Communication has no baseline on one GPU; its per-rank time, wait and transfer are given as they are.
+//! The whole-run table ends with `step_time_p50`: the median step time (see [`crate::steps`]) averaged over the
+//! run's ranks.
 
 use std::collections::BTreeMap;
 
@@ -138,10 +140,33 @@ pub fn compare(labels: &[String], reports: &[Report]) -> Comparison {
             rows.push(row("gpu_busy", &runs, &ranks, |r| Some(r.gpu_busy_ns)));
             rows.push(row("comm_wait", &runs, &ranks, |r| Some(r.comm_wait_ns).filter(|&ns| ns > 0.0)));
             rows.push(row("comm_transfer", &runs, &ranks, |r| Some(r.comm_transfer_ns).filter(|&ns| ns > 0.0)));
+            if phase.is_empty() {
+                // Step time is what a user of the run waits for: the median step, averaged over the ranks with steps.
+                let medians: Vec<Option<RunPhase>> = reports.iter().map(median_step).collect();
+                rows.push(row("step_time_p50", &medians, &ranks, |r| Some(r.span_ns)));
+            }
             PhaseComparison { phase, ranks, rows }
         })
         .collect();
     Comparison { runs: labels.to_vec(), phases }
+}
+
+/// The mean over ranks of the median step time, carried in a [`RunPhase`]'s `span_ns` for [`row`].
+fn median_step(report: &Report) -> Option<RunPhase> {
+    let medians: Vec<f64> =
+        report.ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| s.time.p50_ns as f64).collect();
+    if medians.is_empty() {
+        return None;
+    }
+    Some(RunPhase {
+        ranks: medians.len() as u32,
+        span_ns: medians.iter().sum::<f64>() / medians.len() as f64,
+        gpu_busy_ns: 0.0,
+        comm_ns: 0.0,
+        comm_wait_ns: 0.0,
+        comm_transfer_ns: 0.0,
+        categories: BTreeMap::new(),
+    })
 }
 
 fn row(what: &str, runs: &[Option<RunPhase>], ranks: &[u32], value: impl Fn(&RunPhase) -> Option<f64>) -> Row {
@@ -193,6 +218,9 @@ mod tests {
                     figures: figures(gemm, comm),
                     phases: vec![Phase { name: "decode".into(), figures: figures(gemm / 2, comm / 2) }],
                     hta: Default::default(),
+                    annotation_ranges: 0,
+                    steps: None,
+                    graph_replays: None,
                 })
                 .collect(),
             collectives: crate::report::CollectiveReport {
@@ -205,6 +233,8 @@ mod tests {
             },
             instances: vec![],
             warnings: vec![],
+            run_identities: vec![],
+            notes: vec![],
         }
     }
 

@@ -25,3 +25,5 @@ pub mod kernel_summary;
 pub mod phases;
 pub mod render;
 pub mod report;
+pub mod run;
+pub mod steps;

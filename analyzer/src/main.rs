@@ -14,6 +14,8 @@ use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
+use shardscope_analyzer::run::{self, RunIdentity};
+use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::{compare, hta};
 use shardscope_model::Trace;
 
@@ -49,6 +51,17 @@ struct AnalysisArgs {
     /// Results of the `bench` program: collective busbw is also given as a share of its measured peak.
     #[arg(long)]
     bench: Option<PathBuf>,
+    /// Regex selecting step (iteration) ranges; without matches, phase ranges or a repeating kernel sequence
+    /// give the steps.
+    #[arg(long, default_value = DEFAULT_STEP_PATTERN)]
+    step_pattern: String,
+    /// Leave each rank's first N steps (warm-up) out of the step-time distribution.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    skip_steps: usize,
+    /// Analyse inputs together even when they record different runs (different world sizes, one rank twice,
+    /// times that do not overlap); without it such inputs are refused.
+    #[arg(long)]
+    allow_mixed: bool,
 }
 
 #[derive(Subcommand)]
@@ -172,9 +185,12 @@ fn run(cli: Cli) -> Result<()> {
                     window: None,
                     hta_include_last_step: false,
                     bench: None,
+                    step_pattern: DEFAULT_STEP_PATTERN.to_string(),
+                    skip_steps: 0,
+                    allow_mixed: false,
                 };
                 reports.push(run_analysis(analysis, false)?);
-                names.push(labels.get(index).cloned().unwrap_or_else(|| run.clone()));
+                names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
             }
             let comparison = compare::compare(&names, &reports);
             match format {
@@ -209,12 +225,29 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
     };
     let phase_pattern = Regex::new(&args.phase_pattern)
         .map_err(|e| anyhow::anyhow!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
+    let step_pattern = Regex::new(&args.step_pattern)
+        .map_err(|e| anyhow::anyhow!("--step-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
     let bench_peaks = args.bench.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
     let traces = load_all(&args.traces)?;
+    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    if !args.allow_mixed
+        && let Some(why) = run::mixed_runs(&identities)
+    {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
     let hta_step_mode =
         if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
-    let options =
-        Options { classifier, phase_pattern, window_ns: args.window, hta_step_mode, bench_peaks, keep_instances };
+    let options = Options {
+        classifier,
+        phase_pattern,
+        window_ns: args.window,
+        hta_step_mode,
+        bench_peaks,
+        keep_instances,
+        step_pattern,
+        skip_steps: args.skip_steps,
+        allow_mixed: args.allow_mixed,
+    };
     Ok(report::analyze(&traces, &options))
 }
 
@@ -227,7 +260,7 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     for path in paths {
         traces.extend(shardscope_io::load(path)?);
     }
-    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty()) {
+    if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
     }
     Ok(traces)
@@ -247,4 +280,18 @@ fn load_builtin_sample() -> Result<Vec<Trace>> {
 
 fn display_list(paths: &[PathBuf]) -> String {
     paths.iter().map(|p| Path::display(p).to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// A run's default label: its files' names without folders and trace extensions (`tp2_nsys`), joined by `+`.
+fn run_label(run: &str) -> String {
+    const EXTENSIONS: [&str; 6] = [".pt.trace.json.gz", ".json.gz", ".sqlite.gz", ".json", ".sqlite", ".gz"];
+    let stems: Vec<String> = run
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|path| {
+            let name = Path::new(path).file_name().map_or(path.to_string(), |n| n.to_string_lossy().into_owned());
+            EXTENSIONS.iter().find_map(|ext| name.strip_suffix(ext)).map_or(name.clone(), str::to_string)
+        })
+        .collect();
+    if stems.is_empty() { run.to_string() } else { stems.join("+") }
 }

@@ -4,15 +4,29 @@
 //! pattern's first capture group (lower-cased) when it has one, else the range's name. A kernel
 //! belongs to the innermost phase range that was open on the launching thread when its launch
 //! call started. Kernels without a known launch call fall back to GPU-side annotation ranges on
-//! their device that contain the kernel's start.
+//! their device that contain the kernel's start. Each phase range is one instance of its phase
+//! (one prefill, one decode step): lookups also say which range, so that figures can be made per
+//! instance and a phase's span is the sum of its instances' spans, not first instance to last.
 
 use std::collections::HashMap;
 
 use regex::Regex;
 use shardscope_model::{DeviceIdx, ProcessIdx, RangeKind, Trace};
 
-/// The default phase pattern: ranges named prefill or decode (any case, as a word).
-pub const DEFAULT_PHASE_PATTERN: &str = r"(?i)\b(prefill|decode)\b";
+/// The default phase pattern: ranges naming prefill or decode (any case), or SGLang's forward modes `EXTEND`
+/// (prefill, possibly chunked), `DECODE` and `MIXED` (prefill and decode batched together), as a word that may
+/// be joined to others by `_`, `.` or spaces (`forward_decode`, `ForwardMode.EXTEND`). `EXTEND` and `MIXED`
+/// only in capitals: in lower case they name unrelated Python calls (`list.extend`).
+pub const DEFAULT_PHASE_PATTERN: &str = r"(?:^|[^A-Za-z])((?i:prefill|decode)|EXTEND|MIXED)(?:[^A-Za-z]|$)";
+
+/// A phase lookup's answer: the phase and the range (index in [`Trace::ranges`]) that is its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseHit {
+    /// The phase.
+    pub phase: PhaseId,
+    /// Index of the phase range in [`Trace::ranges`].
+    pub range: u32,
+}
 
 /// Index of a phase name in [`PhaseIndex::names`].
 pub type PhaseId = u16;
@@ -22,6 +36,8 @@ struct OpenRange {
     start_ns: i64,
     end_ns: i64,
     phase: PhaseId,
+    /// Index in [`Trace::ranges`].
+    range: u32,
     /// Index of the innermost phase range of the same track that contains this one.
     parent: Option<u32>,
 }
@@ -39,7 +55,7 @@ impl PhaseIndex {
     pub fn build(trace: &Trace, pattern: &Regex, names: &mut Vec<String>) -> PhaseIndex {
         let mut index = PhaseIndex::default();
         let mut phase_of_name: HashMap<u32, Option<PhaseId>> = HashMap::new();
-        for range in &trace.ranges {
+        for (range_index, range) in trace.ranges.iter().enumerate() {
             let phase = *phase_of_name.entry(range.name.0).or_insert_with(|| {
                 let text = trace.names.get(range.name);
                 let captures = pattern.captures(text)?;
@@ -51,7 +67,13 @@ impl PhaseIndex {
                 Some(id as PhaseId)
             });
             let Some(phase) = phase else { continue };
-            let open = OpenRange { start_ns: range.start_ns, end_ns: range.end_ns, phase, parent: None };
+            let open = OpenRange {
+                start_ns: range.start_ns,
+                end_ns: range.end_ns,
+                phase,
+                range: range_index as u32,
+                parent: None,
+            };
             match (range.kind, range.device) {
                 (RangeKind::GpuAnnotation, Some(device)) => index.by_device.entry(device).or_default().push(open),
                 _ => index.by_thread.entry((range.process, range.tid)).or_default().push(open),
@@ -71,11 +93,21 @@ impl PhaseIndex {
 
     /// Phase of a launch made at `time_ns` on thread `tid` of `process`.
     pub fn phase_on_thread(&self, process: ProcessIdx, tid: u32, time_ns: i64) -> Option<PhaseId> {
-        innermost(self.by_thread.get(&(process, tid))?, time_ns)
+        self.hit_on_thread(process, tid, time_ns).map(|hit| hit.phase)
     }
 
     /// Phase of GPU work starting at `time_ns` on `device`, from GPU-side annotations.
     pub fn phase_on_device(&self, device: DeviceIdx, time_ns: i64) -> Option<PhaseId> {
+        self.hit_on_device(device, time_ns).map(|hit| hit.phase)
+    }
+
+    /// Phase and phase range of a launch made at `time_ns` on thread `tid` of `process`.
+    pub fn hit_on_thread(&self, process: ProcessIdx, tid: u32, time_ns: i64) -> Option<PhaseHit> {
+        innermost(self.by_thread.get(&(process, tid))?, time_ns)
+    }
+
+    /// Phase and phase range of GPU work starting at `time_ns` on `device`, from GPU-side annotations.
+    pub fn hit_on_device(&self, device: DeviceIdx, time_ns: i64) -> Option<PhaseHit> {
         innermost(self.by_device.get(&device)?, time_ns)
     }
 
@@ -103,13 +135,13 @@ fn link_parents(track: &mut [OpenRange]) {
 }
 
 /// The innermost range containing `time_ns`: the last range starting at or before it, or one of its ancestors.
-fn innermost(track: &[OpenRange], time_ns: i64) -> Option<PhaseId> {
+fn innermost(track: &[OpenRange], time_ns: i64) -> Option<PhaseHit> {
     let after = track.partition_point(|r| r.start_ns <= time_ns);
     let mut candidate = after.checked_sub(1)?;
     loop {
         let range = track[candidate];
         if range.end_ns > time_ns {
-            return Some(range.phase);
+            return Some(PhaseHit { phase: range.phase, range: range.range });
         }
         candidate = range.parent? as usize;
     }
@@ -143,15 +175,30 @@ mod tests {
     }
 
     #[test]
+    fn default_pattern_finds_serving_engines_phase_names() {
+        let pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
+        let phase = |text: &str| pattern.captures(text).map(|c| c[1].to_lowercase());
+        assert_eq!(phase("prefill").as_deref(), Some("prefill"));
+        assert_eq!(phase("Decode step 3").as_deref(), Some("decode"));
+        assert_eq!(phase("forward_decode").as_deref(), Some("decode"));
+        assert_eq!(phase("ForwardMode.EXTEND").as_deref(), Some("extend"));
+        assert_eq!(phase("forward_batch MIXED bs=8").as_deref(), Some("mixed"));
+        assert_eq!(phase("<built-in method extend of list object at 0x7f>"), None);
+        assert_eq!(phase("decoder_layer"), None);
+        assert_eq!(phase("prefilled"), None);
+    }
+
+    #[test]
     fn nested_phases_resolve_through_parents() {
         let mut track = vec![
-            OpenRange { start_ns: 0, end_ns: 100, phase: 0, parent: None },
-            OpenRange { start_ns: 10, end_ns: 20, phase: 1, parent: None },
-            OpenRange { start_ns: 30, end_ns: 40, phase: 1, parent: None },
+            OpenRange { start_ns: 0, end_ns: 100, phase: 0, range: 0, parent: None },
+            OpenRange { start_ns: 10, end_ns: 20, phase: 1, range: 1, parent: None },
+            OpenRange { start_ns: 30, end_ns: 40, phase: 1, range: 2, parent: None },
         ];
         link_parents(&mut track);
-        assert_eq!(innermost(&track, 15), Some(1));
-        assert_eq!(innermost(&track, 50), Some(0));
+        assert_eq!(innermost(&track, 15), Some(PhaseHit { phase: 1, range: 1 }));
+        assert_eq!(innermost(&track, 35), Some(PhaseHit { phase: 1, range: 2 }));
+        assert_eq!(innermost(&track, 50), Some(PhaseHit { phase: 0, range: 0 }));
         assert_eq!(innermost(&track, 100), None);
     }
 }

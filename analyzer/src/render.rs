@@ -67,6 +67,22 @@ pub fn table(report: &Report, top: usize) -> String {
     if let Some((start, end)) = report.window_ns {
         let _ = writeln!(out, "window: {start} ns .. {end} ns");
     }
+    for identity in &report.run_identities {
+        let Some((start, end)) = identity.time_range_ns else { continue };
+        let wall = identity
+            .wall_clock_ns
+            .map(|(start, end)| format!(", {} .. {} UTC", utc(start), utc(end)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "time range of {}: {start} .. {end} ns on its clock ({}){wall}",
+            identity.source,
+            duration(end - start)
+        );
+    }
+    for note in &report.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
     for rank in &report.ranks {
         let recorded = if rank.rank_recorded { "" } else { " (numbered in input order)" };
         let pid = rank.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
@@ -95,8 +111,79 @@ pub fn table(report: &Report, top: usize) -> String {
                 );
             }
         }
+        match &rank.steps {
+            Some(steps) if steps.time.count == 0 => {
+                let _ = writeln!(
+                    out,
+                    "  steps ({}): {} found, all left out as warm-up by --skip-steps",
+                    steps.source.describe(),
+                    steps.found
+                );
+            }
+            Some(steps) => {
+                let t = &steps.time;
+                let skipped =
+                    if steps.skipped > 0 { format!(", first {} skipped", steps.skipped) } else { String::new() };
+                let _ = writeln!(
+                    out,
+                    "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
+                    steps.source.describe(),
+                    steps.found,
+                    duration(t.p50_ns),
+                    duration(t.p90_ns),
+                    duration(t.p99_ns),
+                    duration(t.min_ns),
+                    duration(t.max_ns)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
+            }
+        }
+        if let Some(replays) = &rank.graph_replays {
+            let r = &replays.replay_ns;
+            let what = if replays.source == "graph_records" {
+                "recorded whole".to_string()
+            } else {
+                format!("{} node kernels/copies", replays.node_activities)
+            };
+            let graphs: Vec<String> = replays
+                .by_graph
+                .iter()
+                .take(5)
+                .map(|g| format!("graph {}: {} × {}", g.graph_id, g.replays, duration(g.total_ns)))
+                .collect();
+            let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };
+            let _ = writeln!(
+                out,
+                "  CUDA graph replays ({what}): {}; per replay median {}  p90 {}  max {}{graphs}",
+                r.count,
+                duration(r.p50_ns),
+                duration(r.p90_ns),
+                duration(r.max_ns)
+            );
+        }
+        if rank.phases.is_empty() {
+            let why = if rank.annotation_ranges == 0 {
+                "the trace has no NVTX or annotation ranges".to_string()
+            } else {
+                format!("none of its {} NVTX/annotation ranges match the phase pattern", rank.annotation_ranges)
+            };
+            let _ = writeln!(out, "  phases: none ({why})");
+        }
         for phase in &rank.phases {
             let _ = writeln!(out, "  -- phase {} --", phase.name);
+            if let Some(instances) = &phase.figures.instances {
+                let _ = writeln!(
+                    out,
+                    "    {} instance(s), summed span {}; per instance median {}  p90 {}  max {}",
+                    instances.count,
+                    duration(instances.total_ns),
+                    duration(instances.p50_ns),
+                    duration(instances.p90_ns),
+                    duration(instances.max_ns)
+                );
+            }
             figures_block(&mut out, &phase.figures, "    ");
         }
     }
@@ -225,13 +312,18 @@ fn bytes_human(bytes: u64) -> String {
 fn figures_block(out: &mut String, f: &Figures, indent: &str) {
     let _ = writeln!(
         out,
-        "{indent}span {}   GPU busy {} ({:.1}%)   idle {}   kernels {}   copies/sets {}",
+        "{indent}span {}   GPU busy {} ({:.1}%)   idle {}   kernels {}   copies/sets {}{}",
         duration(f.span_ns),
         duration(f.gpu_busy_ns),
         share(f.gpu_busy_ns, f.span_ns),
         duration(f.idle_ns),
         f.kernel_count,
-        f.memop_count
+        f.memop_count,
+        if f.cuda_graph_count > 0 {
+            format!("   CUDA graphs (recorded whole) {}", f.cuda_graph_count)
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         out,
@@ -477,5 +569,35 @@ mod duration_tests {
         assert_eq!(report, ["812 ns", "45.2 µs", "3.07 ms", "1.204 s", "-45.2 µs"]);
         let fine = |ns: f64| format_duration(ns, DurationDecimals::FINE);
         assert_eq!([fine(812.0), fine(45_213.0), fine(1_234_567.0)], ["812 ns", "45.213 µs", "1.235 ms"]);
+    }
+}
+
+/// `ns` since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm` (UTC, proleptic Gregorian calendar).
+fn utc(ns: i64) -> String {
+    let ms = ns.div_euclid(1_000_000);
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Days to civil date (the algorithm of Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (h, m, sec, milli) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{milli:03}")
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use super::utc;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(1_735_632_360_000_000_000), "2024-12-31 08:06:00.000");
+        assert_eq!(utc(951_782_400_123_000_000), "2000-02-29 00:00:00.123");
     }
 }

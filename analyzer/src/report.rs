@@ -1,20 +1,25 @@
 //! The report: per rank (one GPU of the job) and per phase, where GPU time goes.
 //!
 //! Definitions (all on the rank's own GPU, clipped to the analysis window):
-//! - `span_ns`: first GPU activity start to last GPU activity end (kernels, copies, sets).
-//! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals; `idle_ns = span − busy`.
+//! - `span_ns`: of a rank, first GPU activity start to last GPU activity end (kernels, copies, sets); of a
+//!   phase, the union over its instances (phase ranges) of each instance's first-start-to-last-end of the GPU
+//!   work launched in it, so that the gaps between instances (other phases, host time) are not the phase's.
+//! - `gpu_busy_ns`: length of the union of kernel, copy and set intervals and of CUDA graphs recorded whole;
+//!   `idle_ns = span − busy`.
 //! - `comm_ns`: length of the union of communication-kernel intervals.
 //! - `exposed_comm_ns`: communication time during which no computation kernel runs (computation =
 //!   kernels that are neither communication nor memory operations).
 //! - `comm_comp_overlap_pct`: time both run / communication time × 100 (HTA's definition).
-//! - `categories`: summed durations per op category (a share of work, so streams add up).
+//! - `categories`: summed durations per op category (a share of work, so streams add up). Communication is
+//!   `comm.<type>`; of collectives matched across ranks, the part spent waiting for the last rank is
+//!   `wait.<type>` instead, so that `comm.<type>` is transfer time.
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use regex::Regex;
 use serde::{Serialize, Serializer};
-use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
 
 use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier, KernelClass};
@@ -22,7 +27,9 @@ use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, Rank
 use crate::hta::{self, HtaFigures};
 use crate::intervals::IntervalUnion;
 use crate::kernel_summary::{self, KernelSummaryRow};
-use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseId, PhaseIndex};
+use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
+use crate::run::{self, RunIdentity};
+use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -39,6 +46,12 @@ pub struct Options {
     pub bench_peaks: Option<BenchPeaks>,
     /// Keep every matched collective instance in [`Report::instances`].
     pub keep_instances: bool,
+    /// Ranges whose name matches are steps (iterations).
+    pub step_pattern: Regex,
+    /// Leading steps of each rank left out of the step-time distribution as warm-up.
+    pub skip_steps: usize,
+    /// The inputs need not form one run (see [`run::mixed_runs`]): analyse them together, with a note.
+    pub allow_mixed: bool,
 }
 
 impl Default for Options {
@@ -50,6 +63,9 @@ impl Default for Options {
             hta_step_mode: hta::StepMode::default(),
             bench_peaks: None,
             keep_instances: false,
+            step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default pattern"),
+            skip_steps: 0,
+            allow_mixed: false,
         }
     }
 }
@@ -83,10 +99,16 @@ pub struct Figures {
     pub kernel_count: u64,
     /// Number of copies and sets.
     pub memop_count: u64,
-    /// Summed duration per op category.
+    /// Number of CUDA graph executions recorded whole (category `cuda_graph`).
+    pub cuda_graph_count: u64,
+    /// Summed duration per op category; `comm.<type>` is communication less the waiting of matched
+    /// collectives, which is `wait.<type>`.
     pub categories: BTreeMap<String, i64>,
     /// The `cuda_gpu_kern_sum` rows.
     pub kernels: Vec<KernelSummaryRow>,
+    /// Of a phase: its instances' spans (count, percentiles); absent for whole ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Distribution>,
 }
 
 impl Figures {
@@ -94,6 +116,31 @@ impl Figures {
     pub fn category_total_ns(&self) -> i64 {
         self.categories.values().sum()
     }
+}
+
+/// CUDA graph replays of a rank: each launch of a graph is one replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphReplays {
+    /// `graph_records` (nsys recorded each graph execution whole) or `node_kernels` (the kernels and copies of a
+    /// graph were recorded one by one, and share the launch call `cudaGraphLaunch` / `cuGraphLaunch`).
+    pub source: &'static str,
+    /// Kernels and copies that ran as graph nodes (0 for `graph_records`: they are not recorded).
+    pub node_activities: u64,
+    /// Per replay, first GPU start to last GPU end.
+    pub replay_ns: Distribution,
+    /// Per graph (CUPTI graph id, known for `graph_records`): replays and their summed time, most time first.
+    pub by_graph: Vec<GraphTotal>,
+}
+
+/// The replays of one graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphTotal {
+    /// CUPTI graph id.
+    pub graph_id: u32,
+    /// Replays.
+    pub replays: u64,
+    /// Summed replay time.
+    pub total_ns: i64,
 }
 
 /// One phase's figures.
@@ -127,6 +174,12 @@ pub struct RankReport {
     /// Per-phase figures, in order of first appearance.
     #[serde(serialize_with = "phases_as_map")]
     pub phases: Vec<Phase>,
+    /// NVTX and annotation ranges in the rank's trace file (0: the trace has none, so no phases or step ranges).
+    pub annotation_ranges: u64,
+    /// Step (iteration) times, when steps were found.
+    pub steps: Option<Steps>,
+    /// CUDA graph replays, when the rank ran graphs.
+    pub graph_replays: Option<GraphReplays>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
 }
@@ -156,6 +209,10 @@ pub struct Report {
     pub instances: Vec<Instance>,
     /// Import warnings, per input file.
     pub warnings: Vec<FileWarning>,
+    /// What each input records about its run: hosts, pids, ranks, world size, time range.
+    pub run_identities: Vec<RunIdentity>,
+    /// Notes on the inputs as a whole: a partial set of ranks, inputs from different runs analysed together.
+    pub notes: Vec<String>,
 }
 
 /// Collectives across ranks.
@@ -204,18 +261,42 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             let index = &phase_indexes[key.trace];
             Box::new(move |kernel: u32| {
                 let k = &trace.kernels[kernel as usize];
-                phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p as usize].clone())
+                phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p.phase as usize].clone())
             }) as Box<dyn Fn(u32) -> Option<String>>
+        })
+        .collect();
+    // With a window, collectives are matched among the kernels that reach into it, as the rank figures count them.
+    let windowed_kernels: Vec<Vec<u32>> = ranks_in_input
+        .iter()
+        .map(|&(key, _, _)| {
+            let trace = &traces[key.trace];
+            let all = &by_device[key.trace].kernels[key.device.0 as usize];
+            match options.window_ns {
+                None => Vec::new(),
+                Some(window) => all
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        let kernel = &trace.kernels[i as usize];
+                        clip(kernel.start_ns, kernel.end_ns, Some(window)).is_some()
+                    })
+                    .collect(),
+            }
         })
         .collect();
     let inputs: Vec<RankInput> = ranks_in_input
         .iter()
         .zip(&phase_closures)
-        .map(|(&(key, rank, _), phase_of_kernel)| RankInput {
+        .zip(&windowed_kernels)
+        .map(|((&(key, rank, _), phase_of_kernel), windowed)| RankInput {
             key,
             rank,
             trace: &traces[key.trace],
-            kernel_indices: &by_device[key.trace].kernels[key.device.0 as usize],
+            kernel_indices: if options.window_ns.is_some() {
+                windowed
+            } else {
+                &by_device[key.trace].kernels[key.device.0 as usize]
+            },
             classes: &classes[key.trace],
             phase_of_kernel: phase_of_kernel.as_ref(),
         })
@@ -250,6 +331,13 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             })
         })
         .collect();
+    let run_identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    let mut notes = Vec::new();
+    if let Some(why) = run::mixed_runs(&run_identities) {
+        // Callers refuse mixed inputs unless asked not to; when analysed anyway, the report says so.
+        notes.push(format!("inputs are not one run ({why}); analysed together as asked"));
+    }
+    notes.extend(run::partial_run_note(&run_identities, ranks.len()));
     Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),
@@ -270,6 +358,8 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
         },
         instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings,
+        run_identities,
+        notes,
     }
 }
 
@@ -343,7 +433,9 @@ fn in_window(indices: &[u32], start_ns: impl Fn(u32) -> i64, longest_ns: i64, wi
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
 fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
     let mut used = vec![false; trace.devices.len()];
-    for device in trace.kernels.iter().map(|k| k.device).chain(trace.memops.iter().map(|m| m.device)) {
+    let kernel_devices = trace.kernels.iter().map(|k| k.device);
+    let other_devices = trace.memops.iter().map(|m| m.device).chain(trace.graph_launches.iter().map(|g| g.device));
+    for device in kernel_devices.chain(other_devices) {
         if let Some(slot) = used.get_mut(device.0 as usize) {
             *slot = true;
         }
@@ -382,6 +474,8 @@ struct Work {
     kernels: Vec<WorkKernel>,
     /// `(start_ns, end_ns, is_memset)`.
     memops: Vec<(i64, i64, bool)>,
+    /// CUDA graphs recorded whole: `(start_ns, end_ns)`.
+    graphs: Vec<(i64, i64)>,
 }
 
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
@@ -408,6 +502,12 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
     let mut whole = Work::default();
     let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
     let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
+    // Per phase, per instance (phase range): first start and last end of the GPU work launched in it.
+    let mut instance_extents: BTreeMap<PhaseId, HashMap<u32, (i64, i64)>> = BTreeMap::new();
+    let mut note_instance = |hit: PhaseHit, start: i64, end: i64| {
+        let extent = instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start, end));
+        *extent = (extent.0.min(start), extent.1.max(end));
+    };
     for &index in kernel_indices {
         let kernel = &trace.kernels[index as usize];
         let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
@@ -422,29 +522,50 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             share: if clipped { None } else { matching.shares.get(&(trace_index, index)).copied() },
         };
         whole.kernels.push(row);
-        if let Some(phase) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
-            first_seen.entry(phase).or_insert(start);
-            by_phase.entry(phase).or_default().kernels.push(row);
+        if let Some(hit) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
+            first_seen.entry(hit.phase).or_insert(start);
+            by_phase.entry(hit.phase).or_default().kernels.push(row);
+            note_instance(hit, start, end);
         }
     }
     for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
         let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
         let row = (start, end, memop.is_memset());
         whole.memops.push(row);
-        if let Some(phase) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
-            first_seen.entry(phase).or_insert(start);
-            by_phase.entry(phase).or_default().memops.push(row);
+        if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
+            first_seen.entry(hit.phase).or_insert(start);
+            by_phase.entry(hit.phase).or_default().memops.push(row);
+            note_instance(hit, start, end);
+        }
+    }
+    for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
+        let Some((start, end)) = clip(graph.start_ns, graph.end_ns, options.window_ns) else { continue };
+        whole.graphs.push((start, end));
+        if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
+            first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
+            by_phase.entry(hit.phase).or_default().graphs.push((start, end));
+            note_instance(hit, start, end);
         }
     }
     let mut phase_order: Vec<(i64, PhaseId)> = first_seen.into_iter().map(|(p, t)| (t, p)).collect();
     phase_order.sort();
-    let phases = phase_order
+    let phases: Vec<Phase> = phase_order
         .into_iter()
-        .map(|(_, phase)| Phase {
-            name: phase_index.names()[phase as usize].clone(),
-            figures: figures(&by_phase[&phase], trace, &options.classifier),
+        .map(|(_, phase)| {
+            let mut extents: Vec<(i64, i64)> = instance_extents[&phase].values().copied().collect();
+            extents.sort_unstable();
+            let mut figures = figures(&by_phase[&phase], trace, &options.classifier);
+            // The phase's span is its instances' time, not first instance to last: the gaps between instances
+            // belong to other phases or to the host.
+            figures.span_ns = IntervalUnion::from_intervals(extents.clone()).length_ns();
+            figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
+            figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
+            figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
+            Phase { name: phase_index.names()[phase as usize].clone(), figures }
         })
         .collect();
+    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
+    let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
     let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
@@ -457,6 +578,9 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
         figures: figures(&whole, trace, &options.classifier),
         phases,
+        annotation_ranges: trace.ranges.len() as u64,
+        steps,
+        graph_replays,
         hta: hta::figures(
             trace,
             &kernels_on_device,
@@ -474,14 +598,138 @@ fn phase_of(
     launch: Option<u32>,
     device: DeviceIdx,
     start_ns: i64,
-) -> Option<PhaseId> {
+) -> Option<PhaseHit> {
     if index.is_empty() {
         return None;
     }
     match launch.and_then(|l| trace.api_calls.get(l as usize)) {
-        Some(call) => index.phase_on_thread(call.process, call.tid, call.start_ns),
-        None => index.phase_on_device(device, start_ns),
+        Some(call) => index.hit_on_thread(call.process, call.tid, call.start_ns),
+        None => index.hit_on_device(device, start_ns),
     }
+}
+
+/// The rank's steps: step ranges, else phase instances, else a repeating kernel sequence (see [`steps`]); clipped
+/// to the analysis window (a step must lie inside it to count).
+fn rank_steps(
+    trace: &Trace,
+    process: Option<ProcessIdx>,
+    phases: &[Phase],
+    whole: &Work,
+    options: &Options,
+) -> Option<Steps> {
+    let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
+        match options.window_ns {
+            Some((w0, w1)) => intervals.into_iter().filter(|&(start, end)| start >= w0 && end <= w1).collect(),
+            None => intervals,
+        }
+    };
+    let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
+    if !ranges.is_empty() {
+        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps));
+    }
+    // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
+    // their ranges are taken from the trace again so that each instance counts once.
+    let phase_names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
+    if !phase_names.is_empty() {
+        // The pattern runs once per distinct range name, not once per range.
+        let mut is_phase: HashMap<NameId, bool> = HashMap::new();
+        let mut instances: Vec<(i64, i64)> = trace
+            .ranges
+            .iter()
+            .filter(|r| process.is_none_or(|p| r.process == p))
+            .filter(|r| {
+                *is_phase.entry(r.name).or_insert_with(|| {
+                    let text = trace.names.get(r.name);
+                    options.phase_pattern.captures(text).is_some_and(|c| {
+                        let name = c.get(1).map_or(text.to_string(), |m| m.as_str().to_lowercase());
+                        phase_names.contains(&name.as_str())
+                    })
+                })
+            })
+            .map(|r| (r.start_ns, r.end_ns))
+            .collect();
+        instances.sort_unstable();
+        // Nested phase ranges (a decode inside a decode) are one step.
+        let mut outermost: Vec<(i64, i64)> = Vec::new();
+        for range in instances {
+            if outermost.last().is_none_or(|last| range.0 >= last.1) {
+                outermost.push(range);
+            }
+        }
+        let outermost = inside(outermost);
+        if !outermost.is_empty() {
+            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps));
+        }
+    }
+    let kernels: Vec<(i64, i64, NameId)> = whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
+    let inferred = steps::infer_from_kernels(&kernels);
+    (!inferred.is_empty()).then(|| steps::steps(StepSource::InferredFromKernels, inferred, options.skip_steps))
+}
+
+/// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose
+/// launch call is a graph launch, one replay per call.
+fn graph_replays(
+    trace: &Trace,
+    device: DeviceIdx,
+    kernel_indices: &[u32],
+    memop_indices: &[u32],
+    window_ns: Option<(i64, i64)>,
+) -> Option<GraphReplays> {
+    let records: Vec<(i64, i64, u32)> = trace
+        .graph_launches
+        .iter()
+        .filter(|g| g.device == device)
+        .filter_map(|g| clip(g.start_ns, g.end_ns, window_ns).map(|(start, end)| (start, end, g.graph_id)))
+        .collect();
+    if !records.is_empty() {
+        let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
+        for &(start, end, graph_id) in &records {
+            let total = by_graph.entry(graph_id).or_insert(GraphTotal { graph_id, replays: 0, total_ns: 0 });
+            total.replays += 1;
+            total.total_ns += end - start;
+        }
+        let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
+        by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
+        return Some(GraphReplays {
+            source: "graph_records",
+            node_activities: 0,
+            replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
+            by_graph,
+        });
+    }
+    // Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph.
+    let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
+    let mut replays: HashMap<u32, (i64, i64)> = HashMap::new();
+    let mut node_activities = 0u64;
+    let kernels = kernel_indices.iter().map(|&i| {
+        let k = &trace.kernels[i as usize];
+        (k.launch, k.start_ns, k.end_ns)
+    });
+    let memops = memop_indices.iter().map(|&i| {
+        let m = &trace.memops[i as usize];
+        (m.launch, m.start_ns, m.end_ns)
+    });
+    for (launch, start, end) in kernels.chain(memops) {
+        let Some(call) = launch.and_then(|l| trace.api_calls.get(l as usize).map(|c| (l, c))) else { continue };
+        let graph = *is_graph_launch.entry(call.1.name).or_insert_with(|| {
+            let name = trace.names.get(call.1.name);
+            name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
+        });
+        let Some((start, end)) = clip(start, end, window_ns).filter(|_| graph) else { continue };
+        node_activities += 1;
+        let replay = replays.entry(call.0).or_insert((start, end));
+        *replay = (replay.0.min(start), replay.1.max(end));
+    }
+    (!replays.is_empty()).then(|| GraphReplays {
+        source: "node_kernels",
+        node_activities,
+        replay_ns: Distribution::of(replays.values().map(|(start, end)| end - start).collect()),
+        by_graph: Vec::new(),
+    })
+}
+
+fn pct(part: i64, whole: i64) -> f64 {
+    if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 }
 }
 
 fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
@@ -512,10 +760,29 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     for (class, collective, ns) in by_class.into_values() {
         *categories.entry(categories::report_label(classifier, class, collective)).or_default() += ns;
     }
+    // A matched collective's kernel runs while its rank waits for the last peer to arrive: that part is the late
+    // rank's doing, not the interconnect's. It moves from `comm.<type>` to `wait.<type>`, so that the shares show
+    // transfer and waiting apart (and still add up to the summed GPU time).
+    for kernel in &work.kernels {
+        let Some(share) = kernel.share.filter(|s| s.wait_ns > 0) else { continue };
+        let label = categories::report_label(classifier, kernel.class, kernel.collective);
+        let Some(op) = label.strip_prefix(categories::COMM_PREFIX) else { continue };
+        let wait_label = format!("{}{op}", categories::WAIT_PREFIX);
+        if let Some(comm_ns) = categories.get_mut(&label) {
+            *comm_ns -= share.wait_ns;
+        }
+        *categories.entry(wait_label).or_default() += share.wait_ns;
+    }
     for &(start, end, is_memset) in &work.memops {
         busy.push((start, end));
         let label = if is_memset { categories::MEMSET } else { categories::MEMCPY };
         *categories.entry(label.to_string()).or_default() += end - start;
+    }
+    // A graph recorded whole kept the GPU busy, but what ran in it is unknown: it is busy time in its own
+    // category, neither computation nor communication (the import warning says how to record its kernels).
+    for &(start, end) in &work.graphs {
+        busy.push((start, end));
+        *categories.entry(categories::CUDA_GRAPH.to_string()).or_default() += end - start;
     }
     let span_ns = match (busy.iter().map(|b| b.0).min(), busy.iter().map(|b| b.1).max()) {
         (Some(first), Some(last)) => last - first,
@@ -528,7 +795,6 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     let comm_ns = comm.length_ns();
     let overlap_ns = comm.intersection_ns(&comp);
     let exposed_comm_ns = comm_ns - overlap_ns;
-    let pct = |part: i64, whole: i64| if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 };
     Figures {
         span_ns,
         gpu_busy_ns,
@@ -540,12 +806,16 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
         exposed_comm_over_span_pct: pct(exposed_comm_ns, span_ns),
         kernel_count: work.kernels.len() as u64,
         memop_count: work.memops.len() as u64,
+        cuda_graph_count: work.graphs.len() as u64,
         categories,
         comm_wait_ns,
         comm_transfer_ns,
         late_count,
+        instances: None,
         kernels: kernel_summary::summarize(work.kernels.iter().map(|k| (k.name, k.end_ns - k.start_ns)), |n| {
-            trace.names.get(n).to_string()
+            // ROCm traces keep names mangled; the report shows them as a reader knows them.
+            let name = trace.names.get(n);
+            categories::demangle(name).unwrap_or_else(|| name.to_string())
         }),
     }
 }

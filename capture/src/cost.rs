@@ -6,7 +6,7 @@
 //! records themselves:
 //!
 //! ```text
-//! added host ns per launch = ((recorded API calls + NVTX markers) × ns per recorded call
+//! added host ns per launch = ((recorded API calls + NVTX markers + sync records) × ns per recorded call
 //!                             + ns in CUPTI's buffer callbacks + ns in NCCL profiler callbacks) ÷ launch calls
 //! ```
 //!
@@ -73,7 +73,7 @@ impl ProcessCost {
     fn added_ns(&self) -> Option<f64> {
         let per_call = f64::from(self.ns_per_recorded_call?);
         Some(
-            (self.api_calls + self.nvtx_markers) as f64 * per_call
+            (self.api_calls + self.nvtx_markers + self.syncs) as f64 * per_call
                 + self.buffer_callback_ns as f64
                 + self.nccl_callback_ns as f64,
         )
@@ -180,6 +180,7 @@ impl CaptureCostReport {
         let per_launch = |n: u64| if launches > 0 { format!("{:.2}", n as f64 / launches as f64) } else { "-".into() };
         let api_calls = self.total(|p| p.api_calls);
         let markers = self.total(|p| p.nvtx_markers);
+        let syncs = self.total(|p| p.syncs);
         let mut lines = vec![format!(
             "records: {} kernels, {} copies/sets, {} API calls ({api_mode}; {} per launch), {} NVTX markers, \
              {} syncs, {} NCCL operations",
@@ -188,7 +189,7 @@ impl CaptureCostReport {
             api_calls,
             per_launch(api_calls),
             markers,
-            self.total(|p| p.syncs),
+            syncs,
             self.total(|p| p.nccl_operations),
         )];
         let writer_s = self.total(|p| p.writer_cpu_ns) as f64 / 1e9;
@@ -198,11 +199,11 @@ impl CaptureCostReport {
                 let (low, high) = (measured.iter().min().unwrap_or(&0), measured.iter().max().unwrap_or(&0));
                 let per_call = if low == high { format!("{low} ns") } else { format!("{low}–{high} ns") };
                 lines.push(format!(
-                    "host time added per launch ≈ {:.2} µs ({} recorded calls and markers per launch at {per_call} \
-                     each, {:.0} ns in buffer callbacks, {:.0} ns in NCCL profiler callbacks); spool writers used \
+                    "host time added per launch ≈ {:.2} µs ({} recorded calls, markers and syncs per launch at \
+                     {per_call} each, {:.0} ns in buffer callbacks, {:.0} ns in NCCL profiler callbacks); spool writers used \
                      {writer_s:.2} s of CPU on their own threads",
                     added / 1000.0,
-                    per_launch(api_calls + markers),
+                    per_launch(api_calls + markers + syncs),
                     self.total(|p| p.buffer_callback_ns) as f64 / launches.max(1) as f64,
                     self.total(|p| p.nccl_callback_ns) as f64 / launches.max(1) as f64,
                 ));

@@ -36,7 +36,8 @@ struct Args {
     force: bool,
     /// What to record: comma-separated of kernel, memcpy, memset, api, nvtx, sync, or all; and the costly
     /// extras api-all (every runtime and driver call, not only those that launch, copy, set, synchronise or
-    /// order streams) and nccl-timers (the NCCL plugin's per-channel GPU timers).
+    /// order streams), nccl-timers (the NCCL plugin's per-channel GPU timers) and nccl-nvtx (NCCL's own
+    /// NVTX range per call, switched off with NCCL_NVTX_DISABLE=1 while the plugin records collectives).
     #[arg(long, default_value = "all")]
     trace: String,
     /// Keep only what starts this many seconds after launch.
@@ -210,6 +211,11 @@ fn run(args: Args) -> anyhow::Result<i32> {
         if kinds.nccl_timers {
             env.push((config::NCCL_KERNEL_TIMERS_ENV.into(), "1".into()));
         }
+        // The plugin records every collective; NCCL's own NVTX range per call would only add two marker
+        // records to each collective's launch path. A user's own setting wins.
+        if !kinds.nccl_nvtx && std::env::var_os("NCCL_NVTX_DISABLE").is_none() {
+            env.push(("NCCL_NVTX_DISABLE".into(), "1".into()));
+        }
     }
     if !args.env_allow.is_empty() {
         env.push((config::ENV_ALLOW_ENV.into(), args.env_allow.join(",").into()));
@@ -230,6 +236,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
         args.command.iter().map(|a| format!("{:?}", a.to_string_lossy())).collect::<Vec<_>>().join(", ")
     );
     let mut meta = vec![("command".to_string(), command_json), ("exitStatus".to_string(), exit_text)];
+    if let Some((_, value)) = env.iter().find(|(name, _)| name == "NCCL_NVTX_DISABLE") {
+        meta.push(("ncclNvtx".into(), format!("off (NCCL_NVTX_DISABLE={})", value.to_string_lossy())));
+    }
     if let Some(cupti) = &args.cupti_lib {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));
     }

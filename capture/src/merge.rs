@@ -314,6 +314,9 @@ struct ProcessMerge<'a> {
     threads: ThreadIds,
     /// End of the last thing the process recorded, session ns.
     last_ns: i64,
+    /// Where this process's API calls and kernels start in the job's lists.
+    first_api_call: usize,
+    first_kernel: usize,
 }
 
 impl<'a> ProcessMerge<'a> {
@@ -356,6 +359,8 @@ impl<'a> ProcessMerge<'a> {
             open_markers: HashMap::new(),
             threads: ThreadIds::new(info.pid),
             last_ns: 0,
+            first_api_call: job.trace.api_calls.len(),
+            first_kernel: job.extras.kernels.len(),
         };
         for record in &spool.contents.records {
             if let SpoolRecord::Device(d) = record {
@@ -385,6 +390,9 @@ impl<'a> ProcessMerge<'a> {
                 }
                 SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
             }
+        }
+        if self.extra.record_counts.syncs == 0 {
+            self.derive_syncs(job);
         }
         self.close_open_ranges(job);
         job.trace.warn_n("CUPTI records dropped (buffers full)", self.extra.records_dropped);
@@ -577,6 +585,14 @@ impl<'a> ProcessMerge<'a> {
         })
     }
 
+    /// CUPTI's synchronisation records are opt-in (they lengthen the launch path of every stream wait);
+    /// without them, the synchronising calls' own API records hold the same host waits.
+    fn derive_syncs(&self, job: &mut JobMerge) {
+        let context_id = job.extras.kernels[self.first_kernel..].first().map_or(0, |k| k.record.context_id);
+        let derived = syncs_from_api_calls(&job.trace, &job.trace.api_calls[self.first_api_call..], context_id);
+        job.extras.syncs.extend(derived);
+    }
+
     /// Ranges with no end: the process was killed, or CUPTI never delivered the end (seen for
     /// NCCL's `ncclCommInitRankConfig` and `ncclCommFinalize` ranges with CUDA 13.0 CUPTI and
     /// NCCL 2.28, which nsys shows closed). Push/pop ranges nest per thread, so such a range ends
@@ -653,6 +669,49 @@ impl ThreadIds {
         let next = (self.pid + self.mapped.len() as u32) & 0xFF_FFFF;
         *self.mapped.entry(cupti_tid).or_insert(next)
     }
+}
+
+/// CUPTI's synchronisation types (`CUpti_ActivitySynchronizationType`), as nsys' `syncType` column holds them.
+mod sync_type {
+    pub const EVENT_SYNCHRONIZE: u32 = 1;
+    pub const STREAM_WAIT_EVENT: u32 = 2;
+    pub const STREAM_SYNCHRONIZE: u32 = 3;
+    pub const CONTEXT_SYNCHRONIZE: u32 = 4;
+}
+
+/// The synchronisation type of a runtime or driver call that synchronises, if it is one.
+fn sync_type_of_call(name: &str) -> Option<u32> {
+    const CALLS: &[(&str, u32)] = &[
+        ("cudaEventSynchronize", sync_type::EVENT_SYNCHRONIZE),
+        ("cuEventSynchronize", sync_type::EVENT_SYNCHRONIZE),
+        ("cudaStreamWaitEvent", sync_type::STREAM_WAIT_EVENT),
+        ("cuStreamWaitEvent", sync_type::STREAM_WAIT_EVENT),
+        ("cudaStreamSynchronize", sync_type::STREAM_SYNCHRONIZE),
+        ("cuStreamSynchronize", sync_type::STREAM_SYNCHRONIZE),
+        ("cudaDeviceSynchronize", sync_type::CONTEXT_SYNCHRONIZE),
+        ("cuCtxSynchronize", sync_type::CONTEXT_SYNCHRONIZE),
+    ];
+    CALLS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, kind)| kind)
+}
+
+/// Synchronisation events derived from the API records of synchronising calls: the call's own span is the
+/// host's wait. The stream and event are not in an API record (`u32::MAX`, as for "none").
+fn syncs_from_api_calls(trace: &Trace, calls: &[ApiCall], context_id: u32) -> Vec<SyncEvent> {
+    calls
+        .iter()
+        .filter_map(|call| {
+            Some(SyncEvent {
+                process: call.process,
+                start_ns: call.start_ns,
+                end_ns: call.end_ns,
+                sync_type: sync_type_of_call(trace.names.get(call.name))?,
+                context_id,
+                stream_id: u32::MAX,
+                event_id: u32::MAX,
+                correlation_id: call.correlation_id,
+            })
+        })
+        .collect()
 }
 
 /// Runtime or driver calls that launch a kernel or a graph (`cudaLaunchKernel_v7000`, `cuLaunchKernelEx`,
@@ -733,4 +792,54 @@ fn apply_range(trace: &mut Trace, extras: &mut CaptureExtras, range: &CaptureRan
     trace.api_calls.retain(|a| inside(a.process, a.start_ns));
     extras.syncs.retain(|s| inside(s.process, s.start_ns));
     trace.ranges.retain(|r| overlaps(r.process, r.start_ns, r.end_ns));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synchronising_calls_become_synchronisation_events_and_others_do_not() {
+        let mut trace = Trace::default();
+        let call = |trace: &mut Trace, name: &str, start_ns: i64, correlation_id: u32| ApiCall {
+            start_ns,
+            end_ns: start_ns + 500,
+            name: trace.names.intern(name),
+            kind: ApiKind::Runtime,
+            process: ProcessIdx(0),
+            tid: 1,
+            correlation_id,
+        };
+        let calls = vec![
+            call(&mut trace, "cudaLaunchKernel_v7000", 10, 1),
+            call(&mut trace, "cudaStreamSynchronize_v3020", 20, 2),
+            call(&mut trace, "cudaStreamWaitEvent_v3020", 30, 3),
+            call(&mut trace, "cuCtxSynchronize", 40, 4),
+            call(&mut trace, "cudaEventSynchronize_v3020", 50, 5),
+            call(&mut trace, "cudaEventRecord_v3020", 60, 6),
+        ];
+        let syncs = syncs_from_api_calls(&trace, &calls, 7);
+        let seen: Vec<(i64, i64, u32, u32)> =
+            syncs.iter().map(|s| (s.start_ns, s.end_ns, s.sync_type, s.correlation_id)).collect();
+        assert_eq!(
+            seen,
+            [
+                (20, 520, sync_type::STREAM_SYNCHRONIZE, 2),
+                (30, 530, sync_type::STREAM_WAIT_EVENT, 3),
+                (40, 540, sync_type::CONTEXT_SYNCHRONIZE, 4),
+                (50, 550, sync_type::EVENT_SYNCHRONIZE, 5),
+            ]
+        );
+        assert!(syncs.iter().all(|s| s.context_id == 7 && s.stream_id == u32::MAX && s.event_id == u32::MAX));
+    }
+
+    #[test]
+    fn launch_calls_are_kernel_and_graph_launches() {
+        for name in ["cudaLaunchKernel_v7000", "cuLaunchKernelEx", "cudaGraphLaunch_v10000", "cuGraphLaunch"] {
+            assert!(is_launch_call(name), "{name}");
+        }
+        for name in ["cudaLaunchHostFunc_v10000", "cudaMemcpyAsync_v3020", "cudaEventRecord_v3020"] {
+            assert!(!is_launch_call(name), "{name}");
+        }
+    }
 }

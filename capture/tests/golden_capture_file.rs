@@ -11,6 +11,9 @@
 //! machine running the test) and the link columns `kernelCorrelationId` and `kernelStart`, which files of that time
 //! did not have, are left out.
 //!
+//! Renewed once since, for an intended change: `--trace all` no longer includes `sync` (the `trace` row of
+//! `SHARDSCOPE_CAPTURE_META`); nothing else differed.
+//!
 //! To renew the dump after an intended change of the file: `SHARDSCOPE_BLESS=1 cargo test -p
 //! shardscope-capture --test golden_capture_file`, and read the diff.
 

@@ -156,6 +156,36 @@ impl CopyKind {
     }
 }
 
+/// One execution of a CUDA graph recorded as a whole (Nsight Systems' default `--cuda-graph-trace=graph`): the
+/// GPU was busy with the graph's nodes from `start_ns` to `end_ns`, but the nodes' kernels, copies and sets are
+/// not recorded one by one and are not in [`Trace::kernels`] or [`Trace::memops`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphLaunch {
+    /// GPU start of the graph's first node.
+    pub start_ns: i64,
+    /// GPU end of the graph's last node.
+    pub end_ns: i64,
+    /// GPU it ran on (of its first node).
+    pub device: DeviceIdx,
+    /// Process that launched it.
+    pub process: ProcessIdx,
+    /// CUDA stream it was launched on.
+    pub stream: u32,
+    /// CUPTI correlation id of the launch call; 0 when unknown.
+    pub correlation_id: u32,
+    /// The graph's id (CUPTI `graphId`): launches of one graph share it.
+    pub graph_id: u32,
+    /// Index in [`Trace::api_calls`] of the launch call; set by [`Trace::finish`].
+    pub launch: Option<u32>,
+}
+
+impl GraphLaunch {
+    /// End minus start, never negative.
+    pub fn duration_ns(&self) -> i64 {
+        (self.end_ns - self.start_ns).max(0)
+    }
+}
+
 /// A memory copy or a memory set on the GPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemOp {
@@ -415,6 +445,8 @@ pub struct Trace {
     pub clock_offset_ns: Option<i64>,
     /// Malformed or unusable input, counted per cause.
     pub warnings: Vec<ImportWarning>,
+    /// CUDA graphs recorded as whole executions, sorted by start after [`Trace::finish`].
+    pub graph_launches: Vec<GraphLaunch>,
 }
 
 impl Trace {
@@ -477,6 +509,12 @@ impl Trace {
         for memop in &mut self.memops {
             if memop.correlation_id != 0 {
                 memop.launch = launches.get(memop.process, memop.correlation_id);
+            }
+        }
+        self.graph_launches.sort_by_key(|g| (g.start_ns, g.end_ns));
+        for graph in &mut self.graph_launches {
+            if graph.correlation_id != 0 {
+                graph.launch = launches.get(graph.process, graph.correlation_id);
             }
         }
         for collective in &mut self.collectives {

@@ -189,7 +189,7 @@ mod tests {
         let mine = Categories::from_options(Some(&rules), "^(decode)$").unwrap();
         let figures = &analyze_window(&traces, &mine, None)[0];
         let labels: Vec<&str> = figures.categories.iter().map(|(label, _)| label.as_str()).collect();
-        assert!(labels.iter().all(|l| *l == "other" || l.starts_with("comm.")), "{labels:?}");
+        assert!(labels.iter().all(|l| *l == "other" || l.starts_with("comm.") || l.starts_with("wait.")), "{labels:?}");
         assert_eq!(mine.color_rgb("other"), Some([1, 2, 3]));
         assert_eq!(mine.color_rgb("comm.all_reduce"), None, "no colour given for communication");
         assert_eq!(Categories::builtin().color_rgb("comm.all_reduce"), Some([0xe1, 0x57, 0x59]));

@@ -28,7 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -279,6 +279,8 @@ fn recorder() -> Option<&'static Recorder> {
             };
             match Recorder::open(Path::new(&dir)) {
                 Ok(recorder) => {
+                    // SAFETY: registers a plain function without arguments, run in the child after fork.
+                    unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) };
                     pin_library();
                     start_flush_thread();
                     // SAFETY: registers a plain function without arguments.
@@ -295,13 +297,27 @@ fn recorder() -> Option<&'static Recorder> {
             }
         })
         .as_ref()?;
-    // A forked child shares the parent's state but must not write into the parent's file.
-    (recorder.pid == std::process::id()).then_some(recorder)
+    // A forked child shares the parent's state but must not write into the parent's file (init is rare:
+    // the system call here is no cost).
+    (recorder.pid == std::process::id() && !IN_FORKED_CHILD.load(Ordering::Relaxed)).then_some(recorder)
 }
 
 /// The recorder if it already exists (never opens it: for callbacks after `init`).
+///
+/// A forked child must not write into its parent's file. Comparing `getpid()` on every event would
+/// cost a system call per callback on NCCL's launch path, so a fork handler marks the child instead.
 fn active() -> Option<&'static Recorder> {
-    RECORDER.get()?.as_ref().filter(|r| r.pid == std::process::id())
+    if IN_FORKED_CHILD.load(Ordering::Relaxed) {
+        return None;
+    }
+    RECORDER.get()?.as_ref()
+}
+
+/// Set in a child forked after the recorder was opened (see [`active`]).
+static IN_FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked_child() {
+    IN_FORKED_CHILD.store(true, Ordering::Relaxed);
 }
 
 fn start_flush_thread() {
@@ -343,6 +359,17 @@ pub fn spool_path() -> Option<PathBuf> {
     active().map(|r| r.path.clone())
 }
 
+thread_local! {
+    /// When the callback running on this thread started: the event's time, so that each callback
+    /// reads the clock twice in all (start and end), not once more for its record.
+    static CALLBACK_STARTED_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The time of the event being recorded: the start of the running timed callback.
+fn event_ns() -> u64 {
+    CALLBACK_STARTED_NS.get()
+}
+
 /// Wall time NCCL's threads spent in the event callbacks, and how many ran (see
 /// [`NcclRecord::CallbackCost`]).
 static CALLBACK_NS: AtomicU64 = AtomicU64::new(0);
@@ -357,6 +384,7 @@ fn guarded(body: impl FnOnce() -> NcclResult) -> NcclResult {
 /// reads through the vDSO, tens of ns, against the microseconds of a collective's launch).
 fn guarded_timed(body: impl FnOnce() -> NcclResult) -> NcclResult {
     let started = monotonic_ns();
+    CALLBACK_STARTED_NS.set(started);
     let result = guarded(body);
     CALLBACK_NS.fetch_add(monotonic_ns().saturating_sub(started), Ordering::Relaxed);
     CALLBACKS.fetch_add(1, Ordering::Relaxed);
@@ -466,7 +494,7 @@ unsafe fn start_coll(recorder: &Recorder, context: *mut c_void, f: CollFields) -
             group: id_if(f.group, &[tag::GROUP]),
             seq: f.seq,
             count: f.count as u64,
-            cpu_ns: monotonic_ns(),
+            cpu_ns: event_ns(),
             root: f.root,
             rank: f.rank,
             n_channels: f.n_channels,
@@ -505,7 +533,7 @@ unsafe fn start_p2p(recorder: &Recorder, context: *mut c_void, f: P2pFields) -> 
         comm_id: f.comm_id,
         group: id_if(f.group, &[tag::GROUP]),
         count: f.count as u64,
-        cpu_ns: monotonic_ns(),
+        cpu_ns: event_ns(),
         peer: f.peer,
         rank: f.rank,
         n_channels: f.n_channels,
@@ -521,7 +549,7 @@ fn start_kernel_ch(recorder: &Recorder, parent: *const c_void, channel: u8, gpu_
         event,
         parent: id_if(parent, &[tag::COLL, tag::P2P]),
         gpu_start_ns,
-        cpu_ns: monotonic_ns(),
+        cpu_ns: event_ns(),
         channel,
     });
     handle
@@ -538,7 +566,7 @@ unsafe extern "C" fn stop_event(handle: *mut c_void) -> NcclResult {
         if let (Some(recorder), Some((t, event))) = (active(), decode_handle(handle))
             && (t == tag::COLL || t == tag::P2P)
         {
-            recorder.push(&NcclRecord::OpStop { event, cpu_ns: monotonic_ns() });
+            recorder.push(&NcclRecord::OpStop { event, cpu_ns: event_ns() });
         }
         NCCL_SUCCESS
     })
@@ -556,7 +584,7 @@ unsafe extern "C" fn record_event_state_v4(
         {
             // SAFETY: checked non-null; for this state NCCL fills the kernel-channel member.
             let gpu_stop_ns = unsafe { (*args).kernel_ch_p_timer };
-            recorder.push(&NcclRecord::KernelChStop { event, gpu_stop_ns, cpu_ns: monotonic_ns() });
+            recorder.push(&NcclRecord::KernelChStop { event, gpu_stop_ns, cpu_ns: event_ns() });
         }
         NCCL_SUCCESS
     })

@@ -52,7 +52,9 @@ pub struct TraceKinds {
     pub api: bool,
     /// NVTX ranges and marks.
     pub nvtx: bool,
-    /// Synchronisation calls.
+    /// CUPTI's synchronisation records. Opt-in: on a tensor-parallel decode they lengthened the run by
+    /// about 15 %, and the synchronising calls' own API records already hold the host's waits (the merge
+    /// derives the synchronisation table from them when these records are off).
     pub sync: bool,
     /// Every CUDA runtime and driver call, not only those of [`is_work_api`]. Costly: PyTorch makes about
     /// fifteen runtime and driver calls per kernel it launches, and each recorded call lengthens the
@@ -61,6 +63,10 @@ pub struct TraceKinds {
     /// The NCCL profiler plugin's kernel-channel events (per-channel GPU timers); see
     /// [`NCCL_KERNEL_TIMERS_ENV`].
     pub nccl_timers: bool,
+    /// NCCL's own NVTX ranges (one per collective call). While the NCCL plugin records every collective
+    /// they say nothing more, yet under a recorder each one becomes two marker records on the launch
+    /// path; without this kind `capture` sets `NCCL_NVTX_DISABLE=1` when it loads the plugin.
+    pub nccl_nvtx: bool,
 }
 
 impl Default for TraceKinds {
@@ -71,18 +77,21 @@ impl Default for TraceKinds {
             memset: true,
             api: true,
             nvtx: true,
-            sync: true,
+            sync: false,
             api_all: false,
             nccl_timers: false,
+            nccl_nvtx: false,
         }
     }
 }
 
 impl TraceKinds {
     /// The group names, as `--trace` accepts them.
-    pub const NAMES: &[&str] = &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "api-all", "nccl-timers"];
+    pub const NAMES: &[&str] =
+        &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "api-all", "nccl-timers", "nccl-nvtx"];
 
-    /// Parses `kernel,memcpy,…`; `all` selects every group but the costly `api-all` and `nccl-timers`
+    /// Parses `kernel,memcpy,…`; `all` selects the default groups, every group but the costly `sync`, `api-all`,
+    /// `nccl-timers` and `nccl-nvtx`
     /// (`driver-all`, the older name of `api-all`, is accepted). Errors name the unknown word.
     pub fn parse(text: &str) -> Result<TraceKinds, String> {
         let mut kinds = TraceKinds {
@@ -94,12 +103,14 @@ impl TraceKinds {
             sync: false,
             api_all: false,
             nccl_timers: false,
+            nccl_nvtx: false,
         };
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => {
-                    let (api_all, nccl_timers) = (kinds.api_all, kinds.nccl_timers);
-                    kinds = TraceKinds { api_all, nccl_timers, ..TraceKinds::default() };
+                    let (sync, api_all) = (kinds.sync, kinds.api_all);
+                    let (nccl_timers, nccl_nvtx) = (kinds.nccl_timers, kinds.nccl_nvtx);
+                    kinds = TraceKinds { sync, api_all, nccl_timers, nccl_nvtx, ..TraceKinds::default() };
                 }
                 "kernel" => kinds.kernel = true,
                 "memcpy" => kinds.memcpy = true,
@@ -112,6 +123,7 @@ impl TraceKinds {
                     kinds.api_all = true;
                 }
                 "nccl-timers" => kinds.nccl_timers = true,
+                "nccl-nvtx" => kinds.nccl_nvtx = true,
                 other => {
                     return Err(format!("unknown trace kind '{other}' (known: all, {})", Self::NAMES.join(", ")));
                 }
@@ -122,8 +134,17 @@ impl TraceKinds {
 
     /// The inverse of [`TraceKinds::parse`].
     pub fn to_list(self) -> String {
-        let flags =
-            [self.kernel, self.memcpy, self.memset, self.api, self.nvtx, self.sync, self.api_all, self.nccl_timers];
+        let flags = [
+            self.kernel,
+            self.memcpy,
+            self.memset,
+            self.api,
+            self.nvtx,
+            self.sync,
+            self.api_all,
+            self.nccl_timers,
+            self.nccl_nvtx,
+        ];
         Self::NAMES.iter().zip(flags).filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
     }
 
@@ -183,13 +204,15 @@ mod tests {
     #[test]
     fn costly_kinds_are_opt_in() {
         let all = TraceKinds::parse("all").unwrap();
-        assert!(!all.api_all && !all.nccl_timers);
+        assert!(!all.sync && !all.api_all && !all.nccl_timers);
+        assert!(TraceKinds::parse("sync,all").unwrap().sync);
         let kinds = TraceKinds::parse("kernel,api-all").unwrap();
         assert!(kinds.api && kinds.api_all);
         assert_eq!(TraceKinds::parse(&kinds.to_list()).unwrap(), kinds);
         assert_eq!(TraceKinds::parse("kernel,driver-all").unwrap(), kinds);
-        let kinds = TraceKinds::parse("nccl-timers,all").unwrap();
-        assert!(kinds.nccl_timers && kinds.kernel && !kinds.api_all);
+        assert!(!all.nccl_nvtx);
+        let kinds = TraceKinds::parse("nccl-timers,nccl-nvtx,all").unwrap();
+        assert!(kinds.nccl_timers && kinds.nccl_nvtx && kinds.kernel && !kinds.api_all);
         assert_eq!(TraceKinds::parse(&kinds.to_list()).unwrap(), kinds);
     }
 

@@ -29,8 +29,8 @@ use std::path::Path;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
 use shardscope_model::{
-    ApiCall, ApiKind, Device, DeviceIdx, Kernel, MemOp, NameId, Process, ProcessIdx, Range, SourceFormat, ThreadName,
-    Trace,
+    ApiCall, ApiKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, NameId, Process, ProcessIdx, Range, SourceFormat,
+    ThreadName, Trace,
 };
 
 use self::strings::StringTable;
@@ -64,6 +64,7 @@ const NSYS_TABLES: &[&str] = &[
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "NVTX_EVENTS",
     "TARGET_INFO_GPU",
@@ -145,10 +146,12 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
         return Err(Error::format(path, "internal error: a table reader gave no result"));
     };
 
+    // Small (one row per graph launch) and read whole, after the parallel jobs.
+    let graphs = scan::graph_launches(&db, &strings)?;
     let gpus = read_gpus(&db, &mut trace)?;
     let locals: Vec<&scan::Local> = (kernel_scans.iter().map(|s| &s.local))
         .chain(api_scans.iter().map(|s| &s.local))
-        .chain([&memops.local, &ranges.local])
+        .chain([&memops.local, &ranges.local, &graphs.local])
         .collect();
     let global_pids = collect_processes(&db, &mut trace, &locals)?;
     collect_devices(&mut trace, gpus, &locals);
@@ -170,6 +173,11 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
         m.device = map.devices[m.device.0 as usize];
     };
     trace.memops = adopt(&mut trace, &global_pids, vec![memops], memop_ids, |m| (m.start_ns, m.end_ns));
+    let graph_ids = |g: &mut GraphLaunch, map: &IdMap| {
+        g.process = map.processes[g.process.0 as usize];
+        g.device = map.devices[g.device.0 as usize];
+    };
+    trace.graph_launches = adopt(&mut trace, &global_pids, vec![graphs], graph_ids, |g| (g.start_ns, g.end_ns));
     let range_ids = |r: &mut Range, map: &IdMap| {
         r.name = map.names[r.name.0 as usize];
         r.domain = map.names[r.domain.0 as usize];

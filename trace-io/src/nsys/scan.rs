@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use rusqlite::Row;
 use rusqlite::types::ValueRef;
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, DeviceIdx, Kernel, MemOp, NameId, Names, ProcessIdx, Range, RangeKind,
+    ApiCall, ApiKind, CopyKind, DeviceIdx, GraphLaunch, Kernel, MemOp, NameId, Names, ProcessIdx, Range, RangeKind,
 };
 
 use super::strings::StringTable;
@@ -186,6 +186,53 @@ pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) 
     scan.warnings = vec![
         ("kernel row without start or end (skipped)", no_time),
         ("kernel name id missing from StringIds (name left empty)", unknown_name),
+    ];
+    Ok(scan)
+}
+
+/// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`: CUDA graphs recorded as whole executions (nsys' default
+/// `--cuda-graph-trace=graph`). Rows whose start and end are both 0 (CUPTI could not time the graph) or missing
+/// are skipped and counted.
+pub(super) fn graph_launches(db: &Database<'_>, strings: &StringTable) -> Result<Scan<GraphLaunch>, Error> {
+    const TABLE: &str = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE";
+    let mut scan = Scan::new(strings);
+    if !db.has(TABLE) {
+        return Ok(scan);
+    }
+    let columns = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphId"];
+    let mut untimed = 0u64;
+    let local = &mut scan.local;
+    let rows = &mut scan.rows;
+    db.each_row(TABLE, &columns, |row| {
+        let (Some(start_ns), Some(end_ns)) = (int(row, 0), int(row, 1)) else {
+            untimed += 1;
+            return Ok(());
+        };
+        if (start_ns == 0 && end_ns == 0) || end_ns < start_ns {
+            untimed += 1;
+            return Ok(());
+        }
+        rows.push(GraphLaunch {
+            start_ns,
+            end_ns,
+            device: local.device(int(row, 2).unwrap_or(0)),
+            process: local.process(int(row, 5).unwrap_or(0) as u64),
+            stream: int(row, 3).unwrap_or(0) as u32,
+            correlation_id: int(row, 4).unwrap_or(0) as u32,
+            graph_id: int(row, 6).unwrap_or(0) as u32,
+            launch: None,
+        });
+        Ok(())
+    })?;
+    scan.rows.sort_by_key(|g| (g.start_ns, g.end_ns));
+    let recorded = scan.rows.len() as u64;
+    scan.warnings = vec![
+        ("CUDA graph execution without GPU start/end (skipped)", untimed),
+        (
+            "CUDA graph executions recorded whole, not per kernel (counted as busy time in category cuda_graph; \
+             record with nsys --cuda-graph-trace=node for per-kernel figures)",
+            recorded,
+        ),
     ];
     Ok(scan)
 }

@@ -1,0 +1,158 @@
+//! Run identity: what each input file says about the run it belongs to, and whether several inputs form one run.
+//!
+//! Each file's identity is what the trace records: host names, process ids, recorded ranks and world size, and its
+//! time range (on the trace clock, and as wall-clock time when the file records the clock's epoch offset).
+//! Several files clearly do not form one run when
+//! - they record different world sizes;
+//! - two files record the same rank (two "rank 0"s are two runs, or one rank given twice);
+//! - all record wall-clock time and one file's time range does not overlap any other's (ranks of one run
+//!   work at the same time).
+//!
+//! Files that record none of these cannot be checked and are taken as one run. A run whose recorded world size is
+//! larger than the ranks given is analysed as it is, with a note: collectives are matched among the given ranks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use shardscope_model::Trace;
+
+/// What one input file says about its run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunIdentity {
+    /// The file.
+    pub source: String,
+    /// Host names recorded for its processes.
+    pub hosts: Vec<String>,
+    /// OS process ids of the processes that ran GPU work or recorded ranges.
+    pub pids: Vec<u32>,
+    /// Ranks its processes record.
+    pub ranks: Vec<u32>,
+    /// World size its processes record (the largest, if they differ).
+    pub world_size: Option<u32>,
+    /// First and last event time on the trace's clock (ns): GPU work, API calls and ranges.
+    pub time_range_ns: Option<(i64, i64)>,
+    /// The same range as ns since the Unix epoch, when the file records its clock's offset.
+    pub wall_clock_ns: Option<(i64, i64)>,
+}
+
+impl RunIdentity {
+    /// The identity `trace` records.
+    pub fn of(trace: &Trace) -> RunIdentity {
+        let hosts: BTreeSet<String> = trace.processes.iter().filter_map(|p| p.host.clone()).collect();
+        let ranks: BTreeSet<u32> = trace.processes.iter().filter_map(|p| p.rank).collect();
+        let pids: BTreeSet<u32> = trace.processes.iter().map(|p| p.pid).filter(|&p| p != 0).collect();
+        let starts = (trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
+            .chain(trace.memops.iter().map(|m| (m.start_ns, m.end_ns)))
+            .chain(trace.graph_launches.iter().map(|g| (g.start_ns, g.end_ns)))
+            .chain(trace.api_calls.iter().map(|a| (a.start_ns, a.end_ns)))
+            .chain(trace.ranges.iter().map(|r| (r.start_ns, r.end_ns)));
+        let time_range_ns = starts.fold(None, |range: Option<(i64, i64)>, (start, end)| {
+            Some(range.map_or((start, end), |(s, e)| (s.min(start), e.max(end))))
+        });
+        RunIdentity {
+            source: trace.source.path.clone(),
+            hosts: hosts.into_iter().collect(),
+            pids: pids.into_iter().collect(),
+            ranks: ranks.into_iter().collect(),
+            world_size: trace.processes.iter().filter_map(|p| p.world_size).max(),
+            time_range_ns,
+            wall_clock_ns: trace
+                .clock_offset_ns
+                .and_then(|offset| time_range_ns.map(|(start, end)| (start + offset, end + offset))),
+        }
+    }
+}
+
+/// Why several inputs are not one run: one line naming the files.
+pub fn mixed_runs(identities: &[RunIdentity]) -> Option<String> {
+    if identities.len() < 2 {
+        return None;
+    }
+    let world_sizes: BTreeMap<u32, Vec<&str>> = identities
+        .iter()
+        .filter_map(|i| Some((i.world_size?, i.source.as_str())))
+        .fold(BTreeMap::new(), |mut map, (size, source)| {
+            map.entry(size).or_insert_with(Vec::new).push(source);
+            map
+        });
+    if world_sizes.len() > 1 {
+        let list: Vec<String> =
+            world_sizes.iter().map(|(size, files)| format!("world size {size} in {}", files.join(", "))).collect();
+        return Some(format!("inputs record different world sizes: {}", list.join("; ")));
+    }
+    let mut rank_files: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    for identity in identities {
+        for &rank in &identity.ranks {
+            rank_files.entry(rank).or_default().push(&identity.source);
+        }
+    }
+    if let Some((rank, files)) = rank_files.iter().find(|(_, files)| files.len() > 1) {
+        return Some(format!("rank {rank} is recorded by more than one input: {}", files.join(", ")));
+    }
+    if identities.iter().all(|i| i.wall_clock_ns.is_some()) {
+        for (index, identity) in identities.iter().enumerate() {
+            let (start, end) = identity.wall_clock_ns.expect("checked above");
+            let overlaps_another = identities.iter().enumerate().any(|(other_index, other)| {
+                let (other_start, other_end) = other.wall_clock_ns.expect("checked above");
+                other_index != index && start < other_end && other_start < end
+            });
+            if !overlaps_another {
+                return Some(format!(
+                    "{} ran at another time than the other inputs (its wall-clock range overlaps none of theirs)",
+                    identity.source
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The note for a run given with fewer ranks than its recorded world size.
+pub fn partial_run_note(identities: &[RunIdentity], ranks_analysed: usize) -> Option<String> {
+    let world_size = identities.iter().filter_map(|i| i.world_size).max()?;
+    (ranks_analysed < world_size as usize).then(|| {
+        format!(
+            "{ranks_analysed} of {world_size} ranks (world size recorded in the trace): collectives are matched among \
+             these ranks only, and the slowest rank of the job may be missing"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(source: &str, ranks: &[u32], world_size: Option<u32>, wall: Option<(i64, i64)>) -> RunIdentity {
+        RunIdentity {
+            source: source.into(),
+            hosts: Vec::new(),
+            pids: Vec::new(),
+            ranks: ranks.to_vec(),
+            world_size,
+            time_range_ns: wall,
+            wall_clock_ns: wall,
+        }
+    }
+
+    #[test]
+    fn inputs_of_one_run_pass_and_others_are_named() {
+        let one_run = [identity("r0", &[0], Some(2), Some((0, 10))), identity("r1", &[1], Some(2), Some((5, 20)))];
+        assert_eq!(mixed_runs(&one_run), None);
+        let sizes = [identity("a", &[0], Some(2), None), identity("b", &[1], Some(8), None)];
+        let why = mixed_runs(&sizes).unwrap();
+        assert!(why.contains("world size 2 in a") && why.contains("world size 8 in b"), "{why}");
+        let two_zeros = [identity("a", &[0], None, None), identity("b", &[0], None, None)];
+        assert_eq!(mixed_runs(&two_zeros).unwrap(), "rank 0 is recorded by more than one input: a, b");
+        let apart = [identity("a", &[], None, Some((0, 10))), identity("b", &[], None, Some((50, 60)))];
+        assert!(mixed_runs(&apart).unwrap().starts_with("a ran at another time"));
+        // Nothing recorded: nothing to object to.
+        assert_eq!(mixed_runs(&[identity("a", &[], None, None), identity("b", &[], None, None)]), None);
+    }
+
+    #[test]
+    fn partial_runs_get_a_note() {
+        let two_of_128 = [identity("r0", &[0], Some(128), None), identity("r1", &[1], Some(128), None)];
+        assert!(partial_run_note(&two_of_128, 2).unwrap().starts_with("2 of 128 ranks"));
+        assert_eq!(partial_run_note(&two_of_128[..1], 128), None);
+    }
+}

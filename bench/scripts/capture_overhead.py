@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Capture overhead on a sharded run: interleaved rounds of the reference workload under every recorder.
+
+Each round runs every mode once, in an order rotated by one each round, so that drift of the machine
+(clocks, other tenants, caches) falls on every mode alike. The figure is the workload's own timed region:
+`tp_llm.py` prints `gpu_ms` per rank; a sharded step is as slow as its slowest rank, so the slower rank's
+value is the sample. Every sample is written to the results file as soon as it is taken (a run cut short
+keeps what it measured), with the recorder's own summary lines for `capture`.
+
+    python3 bench/scripts/capture_overhead.py --workload tp_llm.py --capture target/release/capture \\
+        --config tp2 --config tp2-launch --config tp1 --rounds 8 --out results.json
+
+Configurations (the reference workload's environment):
+  tp2         2 GPUs, default size (LAYERS=8 BATCH=4 SEQ=1024 DECODE=32 REPS=3)
+  tp2-launch  2 GPUs, launch-bound (BATCH=1 SEQ=128 DECODE=64)
+  tp1         1 GPU, default size
+
+Modes: uncaptured, capture (defaults), capture-kernel (kernels only, no NCCL plugin: the floor of any
+CUPTI recorder), capture-no-sync (defaults without synchronisation records), capture-no-plugin (defaults
+without the NCCL profiler plugin), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
+nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`), torch-profiler (CPU+CUDA activities,
+trace not saved).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {
+    "tp2": {"nproc": 2, "env": {}},
+    "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
+    "tp1": {"nproc": 1, "env": {}},
+}
+MODES = ["uncaptured", "capture", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
+         "torch-profiler"]
+GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
+
+
+def workload_command(args, nproc):
+    if nproc == 1:
+        return ["python3", args.workload]
+    return ["python3", "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", args.workload]
+
+
+def mode_command(args, mode, base, scratch):
+    out = os.path.join(scratch, f"{mode}.sqlite")
+    if mode == "uncaptured" or mode == "torch-profiler":
+        return base
+    if mode == "capture":
+        return [args.capture, "--force", "-o", out, "--"] + base
+    if mode == "capture-kernel":
+        return [args.capture, "--force", "--trace", "kernel", "--no-nccl-plugin", "-o", out, "--"] + base
+    if mode == "capture-no-sync":
+        return [args.capture, "--force", "--trace", "kernel,memcpy,memset,api,nvtx", "-o", out, "--"] + base
+    if mode == "capture-no-plugin":
+        return [args.capture, "--force", "--no-nccl-plugin", "-o", out, "--"] + base
+    if mode == "capture-api-all":
+        return [args.capture, "--force", "--trace", "all,api-all,nccl-timers", "-o", out, "--"] + base
+    if mode == "nsys":
+        return [args.nsys, "profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                "--force-overwrite=true", "-o", os.path.join(scratch, "nsys")] + base
+    raise ValueError(mode)
+
+
+def run_once(args, config, mode, scratch):
+    spec = CONFIGS[config]
+    env = dict(os.environ)
+    env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+                "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(spec["env"])
+    if spec["nproc"] == 1:
+        env["WORLD_SIZE"] = "1"
+    if mode == "torch-profiler":
+        env["TORCH_PROF"] = scratch
+        env["PROF_SAVE"] = "0"
+    command = mode_command(args, mode, workload_command(args, spec["nproc"]), scratch)
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout_s)
+    wall_s = time.monotonic() - started
+    ranks = {int(r): float(ms) for r, _, ms in GPU_MS.findall(done.stdout)}
+    sample = {
+        "config": config,
+        "mode": mode,
+        "exit_code": done.returncode,
+        "wall_s": round(wall_s, 2),
+        "gpu_ms_per_rank": ranks,
+        "gpu_ms": max(ranks.values()) if len(ranks) == spec["nproc"] else None,
+    }
+    if mode.startswith("capture"):
+        sample["capture_summary"] = [line for line in done.stderr.splitlines() if line.startswith("capture:")]
+    if sample["gpu_ms"] is None:
+        sample["stderr_tail"] = done.stderr[-2000:]
+    return sample
+
+
+def summarise(samples, modes):
+    summary = {}
+    for config in sorted({s["config"] for s in samples}):
+        rows = {}
+        base = [s["gpu_ms"] for s in samples if s["config"] == config and s["mode"] == "uncaptured" and s["gpu_ms"]]
+        base_median = statistics.median(base) if base else None
+        for mode in modes:
+            values = [s["gpu_ms"] for s in samples if s["config"] == config and s["mode"] == mode and s["gpu_ms"]]
+            if not values:
+                continue
+            median = statistics.median(values)
+            # Per round: this mode over the uncaptured run of the same round (the same machine state).
+            ratios = []
+            for r in sorted({s["round"] for s in samples if s["config"] == config}):
+                here = [s["gpu_ms"] for s in samples if s["config"] == config and s["round"] == r and s["gpu_ms"]
+                        and s["mode"] == mode]
+                ref = [s["gpu_ms"] for s in samples if s["config"] == config and s["round"] == r and s["gpu_ms"]
+                       and s["mode"] == "uncaptured"]
+                if here and ref:
+                    ratios.append(here[0] / ref[0])
+            rows[mode] = {
+                "n": len(values),
+                "median_ms": round(median, 1),
+                "min_ms": round(min(values), 1),
+                "max_ms": round(max(values), 1),
+                "ratio_of_medians": round(median / base_median, 3) if base_median else None,
+                "per_round_ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+                "per_round_ratio_min": round(min(ratios), 3) if ratios else None,
+                "per_round_ratio_max": round(max(ratios), 3) if ratios else None,
+            }
+        summary[config] = rows
+    return summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", required=True, help="the reference workload, tp_llm.py")
+    parser.add_argument("--capture", default="capture", help="the capture binary")
+    parser.add_argument("--nsys", default="nsys", help="the Nsight Systems CLI")
+    parser.add_argument("--config", action="append", choices=sorted(CONFIGS), help="repeatable; default tp2")
+    parser.add_argument("--mode", action="append", choices=MODES, help="repeatable; default all")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--scratch", default="/tmp/capture-overhead")
+    parser.add_argument("--timeout-s", type=float, default=300)
+    parser.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this long")
+    parser.add_argument("--out", required=True, help="results JSON (every sample and the summary)")
+    args = parser.parse_args()
+    configs = args.config or ["tp2"]
+    modes = args.mode or MODES
+    os.makedirs(args.scratch, exist_ok=True)
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip().splitlines()
+    results = {"command": sys.argv, "gpus": device, "rounds": args.rounds, "configs": configs, "modes": modes,
+               "samples": []}
+    started = time.monotonic()
+    for config in configs:
+        for r in range(args.rounds):
+            if args.budget_s and time.monotonic() - started > args.budget_s:
+                print(f"budget spent: stopping before {config} round {r}", flush=True)
+                break
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
+            for position, mode in enumerate(order):
+                sample = run_once(args, config, mode, args.scratch)
+                sample.update({"round": r, "position": position})
+                results["samples"].append(sample)
+                print(f"{config} round {r} {mode}: gpu_ms {sample['gpu_ms']} (exit {sample['exit_code']}, "
+                      f"{sample['wall_s']} s)", flush=True)
+                results["summary"] = summarise(results["samples"], modes)
+                with open(args.out, "w") as f:
+                    json.dump(results, f, indent=1)
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    print(json.dumps(results.get("summary", {}), indent=1))
+
+
+if __name__ == "__main__":
+    main()
