@@ -21,7 +21,8 @@
 //! packet: on the two-rank sample a kernel with its arguments and flow takes about 80 bytes, an
 //! API call about 52.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -105,6 +106,19 @@ pub fn write_trace(traces: &[Trace], out: &mut impl Write) -> std::io::Result<Ex
 /// Errors are one line naming the file: the input that could not be read, or the output that
 /// could not be written.
 pub fn export_file(inputs: &[PathBuf], output: &Path) -> Result<ExportStats, String> {
+    // Creating the output truncates it: it must not be one of the inputs (or inside one).
+    if let Ok(out) = std::fs::metadata(output) {
+        use std::os::unix::fs::MetadataExt;
+        for input in inputs {
+            let same =
+                |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino()));
+            let inside = std::fs::metadata(input).is_ok_and(|m| m.is_dir())
+                && std::fs::read_dir(input).is_ok_and(|mut entries| entries.any(|e| e.is_ok_and(|e| same(&e.path()))));
+            if same(input) || inside {
+                return Err(format!("{}: the output is also an input; refusing to overwrite it", output.display()));
+            }
+        }
+    }
     let mut traces = Vec::new();
     for input in inputs {
         traces.extend(shardscope_io::load(input).map_err(|e| format!("{e:#}"))?);
@@ -636,22 +650,27 @@ impl<'t> TraceExport<'t> {
             let (start, end) = self.span(slice);
             (start, std::cmp::Reverse(end))
         });
-        // Per lane (row 0 is the row itself): its track uuid and the ends of its open slices.
+        // Per lane (row 0 is the row itself): its track uuid and the ends of its open slices,
+        // innermost last (so the ends never increase towards the top).
         let mut lanes: Vec<(u64, Vec<i64>)> = vec![(row.uuid, Vec::new())];
+        // The innermost open end of every lane, to find the first lane a slice nests in without
+        // visiting every lane (slices that overlap without nesting can make many lanes).
+        let mut tops = LaneTops::default();
+        tops.push();
+        // Every open slice by end, to close them in time order across lanes.
+        let mut open: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
         for slice in slices {
             let (start, end) = self.span(slice);
-            let mut chosen = None;
-            for (lane, (uuid, open_ends)) in lanes.iter_mut().enumerate() {
-                while let Some(&open_end) = open_ends.last().filter(|&&open_end| open_end <= start) {
-                    open_ends.pop();
-                    write_end(writer, self.sequence_id, *uuid, open_end)?;
-                }
-                if open_ends.last().is_none_or(|&open_end| open_end >= end) {
-                    chosen = Some(lane);
-                    break;
-                }
+            // Close what ended by now; in a lane the innermost slice ends first.
+            while let Some(&Reverse((open_end, lane))) = open.peek().filter(|top| top.0.0 <= start) {
+                open.pop();
+                let (uuid, open_ends) = &mut lanes[lane];
+                open_ends.pop();
+                tops.set(lane, open_ends.last().copied().unwrap_or(i64::MAX));
+                write_end(writer, self.sequence_id, *uuid, open_end)?;
             }
-            let lane = match chosen {
+            // The first lane whose innermost open slice ends no earlier (or that has none).
+            let lane = match tops.first_at_least(end) {
                 Some(lane) => lane,
                 None => {
                     let uuid = ids.track_uuid();
@@ -666,18 +685,21 @@ impl<'t> TraceExport<'t> {
                     self.write_descriptor(writer, descriptor)?;
                     writer.stats.overlap_rows += 1;
                     lanes.push((uuid, Vec::new()));
+                    tops.push();
                     lanes.len() - 1
                 }
             };
             let (uuid, open_ends) = &mut lanes[lane];
             let uuid = *uuid;
             open_ends.push(end);
+            tops.set(lane, end);
+            open.push(Reverse((end, lane)));
             self.write_begin(writer, slice, uuid, start)?;
         }
-        for (uuid, open_ends) in lanes {
-            for &open_end in open_ends.iter().rev() {
-                write_end(writer, self.sequence_id, uuid, open_end)?;
-            }
+        while let Some(Reverse((open_end, lane))) = open.pop() {
+            let (uuid, open_ends) = &mut lanes[lane];
+            open_ends.pop();
+            write_end(writer, self.sequence_id, *uuid, open_end)?;
         }
         Ok(())
     }
@@ -768,6 +790,59 @@ impl<'t> TraceExport<'t> {
         };
         self.stamp(&mut packet, true);
         writer.write(&packet)
+    }
+}
+
+/// Per lane of a row, the end of its innermost open slice (`i64::MAX` when none is open), in a
+/// max segment tree: finding the first lane whose value is at least a slice's end takes
+/// O(log lanes), so writing a row is O(n log n) however its slices overlap.
+#[derive(Default)]
+struct LaneTops {
+    /// Leaves from `leaves` on; node `i` holds the maximum of nodes `2i` and `2i + 1`.
+    tree: Vec<i64>,
+    leaves: usize,
+    lanes: usize,
+}
+
+impl LaneTops {
+    /// Adds a lane with nothing open.
+    fn push(&mut self) {
+        if self.lanes == self.leaves {
+            // Rebuild at twice the size (amortised O(1) per lane).
+            let old: Vec<i64> = (0..self.lanes).map(|lane| self.tree[self.leaves + lane]).collect();
+            self.leaves = (self.leaves * 2).max(1);
+            // Lanes that do not exist yet can never be chosen.
+            self.tree = vec![i64::MIN; 2 * self.leaves];
+            for (lane, value) in old.into_iter().enumerate() {
+                self.tree[self.leaves + lane] = value;
+            }
+            for node in (1..self.leaves).rev() {
+                self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
+            }
+        }
+        self.lanes += 1;
+        self.set(self.lanes - 1, i64::MAX);
+    }
+
+    fn set(&mut self, lane: usize, value: i64) {
+        let mut node = self.leaves + lane;
+        self.tree[node] = value;
+        while node > 1 {
+            node /= 2;
+            self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
+        }
+    }
+
+    /// The lowest lane whose value is at least `end`.
+    fn first_at_least(&self, end: i64) -> Option<usize> {
+        if self.tree.get(1).is_none_or(|&max| max < end) {
+            return None;
+        }
+        let mut node = 1;
+        while node < self.leaves {
+            node = if self.tree[2 * node] >= end { 2 * node } else { 2 * node + 1 };
+        }
+        Some(node - self.leaves)
     }
 }
 

@@ -27,7 +27,8 @@ impl IntervalUnion {
 
     /// Total covered length.
     pub fn length_ns(&self) -> i64 {
-        self.spans.iter().map(|(s, e)| e - s).sum()
+        // Times come from the input: saturate rather than wrap.
+        self.spans.iter().fold(0i64, |total, (s, e)| total.saturating_add(e.saturating_sub(*s)))
     }
 
     /// Length of the time covered by both `self` and `other`.

@@ -41,13 +41,13 @@ pub fn summarize(
     for (name, duration_ns) in kernels {
         by_name.entry(name).or_default().push(duration_ns);
     }
-    let grand_total_ns: i64 = by_name.values().flatten().sum();
+    let grand_total_ns: i64 = by_name.values().flatten().fold(0i64, |total, &d| total.saturating_add(d));
     let mut rows: Vec<KernelSummaryRow> = by_name
         .into_iter()
         .map(|(name, mut durations)| {
             durations.sort_unstable();
             let n = durations.len();
-            let total_ns: i64 = durations.iter().sum();
+            let total_ns: i64 = durations.iter().fold(0i64, |total, &d| total.saturating_add(d));
             let avg_ns = total_ns as f64 / n as f64;
             let med_ns = if n % 2 == 1 {
                 durations[n / 2] as f64

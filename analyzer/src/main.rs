@@ -3,6 +3,7 @@
 //! Exit codes: 0 on success, 2 when an input, an option or a rules file cannot be used (one line on
 //! stderr names the file and the cause).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -142,12 +143,58 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output has gone (`| head -1`): like any filter, stop quietly.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            // One line: the chain of causes joined by ': '.
-            eprintln!("analyzer: {error:#}");
+            // One line: the chain of causes joined by ': ', with the input's control characters
+            // escaped so that a hostile file cannot drive the terminal.
+            let _ = writeln!(std::io::stderr(), "analyzer: {}", one_line(&causes(&error)));
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `error` is a write to a pipe whose reader has gone.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// The chain of causes joined by ': ', each cause once (errors that name their source in their
+/// own message would otherwise print it twice).
+fn causes(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// `text` on one line, control characters (newlines, escape sequences) written as escapes.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Writes `text` to standard output, reporting a failure (a full disk, a closed pipe) as an
+/// error instead of panicking the way `print!` does.
+fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).context("standard output")
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -159,7 +206,7 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Json => render::json(&report) + "\n",
                 OutputFormat::Csv => render::csv(&report),
             };
-            print!("{text}");
+            emit(&text)?;
         }
         Command::Collectives { analysis, format } => {
             let report = run_analysis(analysis, format == OutputFormat::Json)?;
@@ -168,7 +215,7 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Json => render::collectives_json(&report) + "\n",
                 OutputFormat::Csv => render::collectives_csv(&report),
             };
-            print!("{text}");
+            emit(&text)?;
         }
         Command::Compare { runs, labels, phase_pattern, rules, format } => {
             if !labels.is_empty() && labels.len() != runs.len() {
@@ -194,9 +241,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             let comparison = compare::compare(&names, &reports);
             match format {
-                OutputFormat::Table => print!("{}", render::comparison_table(&comparison)),
-                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
-                OutputFormat::Csv => print!("{}", render::comparison_csv(&comparison)),
+                OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
+                OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
             }
         }
         Command::KernSum { traces, format } => {
@@ -204,16 +251,16 @@ fn run(cli: Cli) -> Result<()> {
             let rows = report::kernel_summary(&traces);
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
-                OutputFormat::Csv => println!("{}", render::kernel_summary_csv(&rows)),
-                OutputFormat::Table => print!("{}", render::kernel_summary_table(&rows)),
-                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                OutputFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
+                OutputFormat::Table => emit(&render::kernel_summary_table(&rows))?,
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&rows)? + "\n"))?,
             }
         }
         Command::Export { traces, output } => {
             let stats = shardscope::perfetto::export_file(&traces, &output).map_err(anyhow::Error::msg)?;
-            eprintln!("analyzer: wrote {} ({stats:?})", output.display());
+            let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
         }
-        Command::Rules => print!("{BUILTIN_RULES_TOML}"),
+        Command::Rules => emit(BUILTIN_RULES_TOML)?,
     }
     Ok(())
 }
@@ -263,15 +310,27 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
     }
+    // Also on stderr, so that a report redirected to a file or read by a program is not the only
+    // place that says records were skipped.
+    let mut stderr = std::io::stderr().lock();
+    for trace in &traces {
+        for warning in &trace.warnings {
+            let line = format!("{}: {} × {}", trace.source.path, warning.count, warning.what);
+            let _ = writeln!(stderr, "analyzer: warning: {}", one_line(&line));
+        }
+    }
     Ok(traces)
 }
 
 fn load_builtin_sample() -> Result<Vec<Trace>> {
-    let path = std::env::temp_dir().join(format!("shardscope-sample-{}.sqlite.gz", std::process::id()));
-    std::fs::write(&path, BUILTIN_SAMPLE).with_context(|| format!("{}: cannot write", path.display()))?;
-    let loaded = shardscope_io::load(&path);
-    let _ = std::fs::remove_file(&path);
-    let mut traces = loaded?;
+    // A private file with an unpredictable name: nothing planted in the temporary folder is followed.
+    let mut file = tempfile::Builder::new()
+        .prefix("shardscope-sample-")
+        .suffix(".sqlite.gz")
+        .tempfile()
+        .context("cannot create a temporary file for the built-in sample")?;
+    file.write_all(BUILTIN_SAMPLE).context("cannot write the built-in sample to a temporary file")?;
+    let mut traces = shardscope_io::load(file.path())?;
     for trace in &mut traces {
         trace.source.path = format!("{BUILTIN_SAMPLE_NAME} (built in)");
     }

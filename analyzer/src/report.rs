@@ -114,7 +114,7 @@ pub struct Figures {
 impl Figures {
     /// Sum of the category times (kernels, copies and sets).
     pub fn category_total_ns(&self) -> i64 {
-        self.categories.values().sum()
+        self.categories.values().fold(0i64, |total, &ns| total.saturating_add(ns))
     }
 }
 
@@ -743,13 +743,16 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     for kernel in &work.kernels {
         let WorkKernel { start_ns: start, end_ns: end, class, collective, .. } = *kernel;
         if let Some(share) = kernel.share {
-            comm_wait_ns += share.wait_ns;
-            comm_transfer_ns += share.transfer_ns;
+            comm_wait_ns = i64::saturating_add(comm_wait_ns, share.wait_ns);
+            comm_transfer_ns = i64::saturating_add(comm_transfer_ns, share.transfer_ns);
             late_count += u64::from(share.late);
         }
         busy.push((start, end));
-        by_class.entry((class.category.0, class.collective.or(collective))).or_insert((class, collective, 0)).2 +=
-            end - start;
+        let summed = &mut by_class
+            .entry((class.category.0, class.collective.or(collective)))
+            .or_insert((class, collective, 0))
+            .2;
+        *summed = summed.saturating_add(end.saturating_sub(start));
         if classifier.is_communication(class.category) {
             comm.push((start, end));
         } else if class.category != classifier.memcpy() && class.category != classifier.memset() {
@@ -758,7 +761,8 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     }
     let mut categories: BTreeMap<String, i64> = BTreeMap::new();
     for (class, collective, ns) in by_class.into_values() {
-        *categories.entry(categories::report_label(classifier, class, collective)).or_default() += ns;
+        let total = categories.entry(categories::report_label(classifier, class, collective)).or_default();
+        *total = total.saturating_add(ns);
     }
     // A matched collective's kernel runs while its rank waits for the last peer to arrive: that part is the late
     // rank's doing, not the interconnect's. It moves from `comm.<type>` to `wait.<type>`, so that the shares show
@@ -776,7 +780,8 @@ fn figures(work: &Work, trace: &Trace, classifier: &Classifier) -> Figures {
     for &(start, end, is_memset) in &work.memops {
         busy.push((start, end));
         let label = if is_memset { categories::MEMSET } else { categories::MEMCPY };
-        *categories.entry(label.to_string()).or_default() += end - start;
+        let total = categories.entry(label.to_string()).or_default();
+        *total = total.saturating_add(end.saturating_sub(start));
     }
     // A graph recorded whole kept the GPU busy, but what ran in it is unknown: it is busy time in its own
     // category, neither computation nor communication (the import warning says how to record its kernels).

@@ -19,4 +19,5 @@ pub mod launch;
 pub mod merge;
 pub mod names;
 pub mod nvml;
+pub mod redact;
 pub mod sqlite;

@@ -9,7 +9,7 @@ use clap::Parser;
 use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
-use shardscope_capture::{names, nvml, sqlite};
+use shardscope_capture::{names, nvml, redact, sqlite};
 use shardscope_io::nccl::{self, NcclProcess};
 use shardscope_spool::config::{self, TraceKinds};
 
@@ -80,6 +80,11 @@ struct Args {
     /// Seconds to wait, after the command exits, for processes it left running.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     group_wait: f64,
+    /// Store command lines and allow-listed environment values as they are. By default the values of
+    /// arguments and variables whose names look like secrets (`--api-key=…`, `HF_TOKEN=…`, `*PASSWORD*`)
+    /// are replaced by `<redacted>`.
+    #[arg(long)]
+    keep_cmdline: bool,
     /// Merge the spool files in DIR into --output without running anything.
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     merge: Option<PathBuf>,
@@ -93,10 +98,39 @@ fn main() {
     match run(args) {
         Ok(code) => std::process::exit(code),
         Err(error) => {
-            eprintln!("capture: {error:#}");
+            eprintln!("capture: {}", one_line(&causes(&error)));
             std::process::exit(2);
         }
     }
+}
+
+/// The chain of causes joined by ': ', each cause once (errors that name their source in their
+/// own message would otherwise print it twice).
+fn causes(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// `text` on one line, control characters (from paths or spooled text) written as escapes.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn seconds_to_ns(seconds: Option<f64>, what: &str) -> anyhow::Result<Option<i64>> {
@@ -167,10 +201,16 @@ fn run(args: Args) -> anyhow::Result<i32> {
         bail!("{}: output exists (pass --force to replace it)", args.output.display());
     }
     let output = absolute(&args.output)?;
+    // A mistyped folder should be an error, not a new folder (the spool folder goes beside the output).
+    if let Some(folder) = output.parent()
+        && !folder.is_dir()
+    {
+        bail!("{}: folder does not exist", folder.display());
+    }
 
     if let Some(spool_dir) = &args.merge {
         let (trace_meta, exit) = (vec![("mode".to_string(), "merge only".to_string())], ChildExit::Code(0));
-        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta)?;
+        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta, args.keep_cmdline)?;
         return Ok(exit.exit_code());
     }
 
@@ -222,8 +262,15 @@ fn run(args: Args) -> anyhow::Result<i32> {
     }
 
     let session_start_utc_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-    let exit = launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0)))
-        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    let exit = match launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0))) {
+        Ok(exit) => exit,
+        Err(error) => {
+            // Nothing ran, so nothing was spooled: leave no empty folder behind (remove_dir
+            // refuses a folder that is not empty).
+            let _ = std::fs::remove_dir(&spool_dir);
+            return Err(error.into());
+        }
+    };
     let exit_text = match exit {
         ChildExit::Code(code) => format!("exit code {code}"),
         ChildExit::Signal(signal) => {
@@ -231,10 +278,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
             format!("killed by {}", launch::signal_name(signal))
         }
     };
-    let command_json = format!(
-        "[{}]",
-        args.command.iter().map(|a| format!("{:?}", a.to_string_lossy())).collect::<Vec<_>>().join(", ")
-    );
+    let command: Vec<String> = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let command = if args.keep_cmdline { command } else { redact::redact_args(&command) };
+    let command_json = serde_json::to_string(&command)?;
     let mut meta = vec![("command".to_string(), command_json), ("exitStatus".to_string(), exit_text)];
     if let Some((_, value)) = env.iter().find(|(name, _)| name == "NCCL_NVTX_DISABLE") {
         meta.push(("ncclNvtx".into(), format!("off (NCCL_NVTX_DISABLE={})", value.to_string_lossy())));
@@ -242,14 +288,14 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(cupti) = &args.cupti_lib {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));
     }
-    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta) {
+    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta, args.keep_cmdline) {
         Ok(()) => {
             if !args.keep_spool {
                 let _ = std::fs::remove_dir_all(&spool_dir);
             }
         }
         Err(error) => {
-            eprintln!("capture: {error:#}");
+            eprintln!("capture: {}", one_line(&causes(&error)));
             eprintln!(
                 "capture: spool files kept in {}; retry with: capture --merge {} -o {}",
                 spool_dir.display(),
@@ -297,8 +343,18 @@ fn merge_and_write(
     range: &CaptureRange,
     kinds: &TraceKinds,
     mut meta: Vec<(String, String)>,
+    keep_cmdline: bool,
 ) -> anyhow::Result<()> {
-    let spools = merge::read_spool_dir(spool_dir)?;
+    let folder = merge::read_spool_folder(spool_dir)?;
+    let spools = folder.spools;
+    // Merging a folder on its own (no session start: nothing was run) needs something to merge.
+    if spools.is_empty() && session_start_utc_ns.is_none() {
+        let skipped = match folder.skipped.len() {
+            0 => String::new(),
+            n => format!(" ({n} entries that are not regular files skipped)"),
+        };
+        bail!("{}: no spool files (*.spool) in the folder{skipped}", spool_dir.display());
+    }
     if spools.is_empty() {
         eprintln!(
             "capture: no process recorded anything (none initialised CUDA, or the injection library could not load); \
@@ -306,8 +362,14 @@ fn merge_and_write(
         );
     }
     let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
-    let (mut trace, extras) = merge::merge(&spools, &options);
+    let (mut trace, mut extras) = merge::merge(&spools, &options);
+    if !keep_cmdline {
+        redact::redact_capture(&mut trace, &mut extras);
+    }
     let nccl = attach_nccl_operations(&mut trace, spool_dir)?;
+    for skipped in &folder.skipped {
+        trace.warn(skipped);
+    }
 
     // NVML's view: PCI locations and physical GPU indices (what nsys uses as deviceId), by UUID.
     let mut links = Vec::new();
@@ -372,6 +434,9 @@ fn merge_and_write(
     );
     for line in cost.summary(&api_mode) {
         eprintln!("capture: {line}");
+    }
+    for warning in &trace.warnings {
+        eprintln!("capture: warning: {} × {}", warning.count, warning.what);
     }
     Ok(())
 }

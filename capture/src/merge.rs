@@ -31,6 +31,8 @@ pub struct ProcessSpool {
     pub path: PathBuf,
     /// Its records and what was cut off.
     pub contents: SpoolContents<SpoolRecord>,
+    /// Bytes skipped between valid frames (damage in the middle of the file).
+    pub damaged_bytes: u64,
 }
 
 impl ProcessSpool {
@@ -40,20 +42,50 @@ impl ProcessSpool {
     }
 }
 
+/// The spools of a folder, and what in it was not read.
+#[derive(Debug, Default)]
+pub struct SpoolFolder {
+    /// Every `*.spool` file, ordered by process start.
+    pub spools: Vec<ProcessSpool>,
+    /// One line per entry skipped because it is not a regular file (a pipe would block the read).
+    pub skipped: Vec<String>,
+}
+
 /// Reads every `*.spool` file in `dir`, ordered by process start. A file that is not a spool
 /// at all is an error; a cut-off tail is not (it is counted in the contents).
 pub fn read_spool_dir(dir: &Path) -> anyhow::Result<Vec<ProcessSpool>> {
-    let mut spools = Vec::new();
+    Ok(read_spool_folder(dir)?.spools)
+}
+
+/// [`read_spool_dir`], also listing the entries that were skipped.
+pub fn read_spool_folder(dir: &Path) -> anyhow::Result<SpoolFolder> {
+    let mut folder = SpoolFolder::default();
     let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot list spool folder", dir.display()))?;
     for entry in entries {
         let path = entry.with_context(|| format!("{}: cannot list spool folder", dir.display()))?.path();
-        if path.extension().is_some_and(|e| e == "spool") {
-            let contents = read_spool(&path).with_context(|| format!("{}", path.display()))?;
-            spools.push(ProcessSpool { path, contents });
+        let is_spool = path.extension().is_some_and(|e| e == "spool");
+        let is_nccl_spool = shardscope_spool::nccl::pid_from_file_name(&path).is_some();
+        if !is_spool && !is_nccl_spool {
+            continue;
+        }
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            folder.skipped.push(format!("{}: not a regular file (skipped)", path.display()));
+            continue;
+        }
+        if is_spool {
+            folder.spools.push(read_process_spool(&path).with_context(|| format!("{}", path.display()))?);
         }
     }
-    spools.sort_by_key(|s| s.info().map(|i| (i.realtime_ns, i.pid)).unwrap_or((u64::MAX, 0)));
-    Ok(spools)
+    folder.spools.sort_by_key(|s| s.info().map(|i| (i.realtime_ns, i.pid)).unwrap_or((u64::MAX, 0)));
+    folder.skipped.sort();
+    Ok(folder)
+}
+
+/// Reads one spool file (see [`shardscope_spool::read_spool`]: frames after a damaged stretch
+/// are read too, and the stretch measured).
+fn read_process_spool(path: &Path) -> anyhow::Result<ProcessSpool> {
+    let contents = read_spool::<SpoolRecord>(path)?;
+    Ok(ProcessSpool { path: path.to_path_buf(), damaged_bytes: contents.damaged_bytes, contents })
 }
 
 /// Which part of the run to keep.
@@ -349,6 +381,12 @@ impl<'a> ProcessMerge<'a> {
         if spool.contents.bad_records > 0 {
             job.trace.warn_n("undecodable spool record", spool.contents.bad_records);
         }
+        if spool.damaged_bytes > 0 {
+            job.trace.warn_n(
+                "damaged spool bytes skipped between valid frames (their records are lost)",
+                spool.damaged_bytes,
+            );
+        }
         let mut merge = ProcessMerge {
             process,
             extra,
@@ -399,9 +437,11 @@ impl<'a> ProcessMerge<'a> {
         job.extras.processes.push(self.extra);
     }
 
-    /// A CUPTI time of this process as session ns.
+    /// A CUPTI time of this process as session ns; saturating, so that a damaged record's time
+    /// cannot wrap into a plausible one.
     fn to_session(&self, cupti_ns: u64) -> i64 {
-        (cupti_ns as i128 + self.clock_offset_ns - self.session_start_utc_ns as i128) as i64
+        (cupti_ns as i128 + self.clock_offset_ns - self.session_start_utc_ns as i128)
+            .clamp(i64::MIN as i128, i64::MAX as i128) as i64
     }
 
     fn text(&self, id: u32) -> &'a str {

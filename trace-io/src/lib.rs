@@ -19,6 +19,7 @@
 pub mod detect;
 mod error;
 pub mod kineto;
+pub mod limits;
 pub mod nccl;
 pub mod nsys;
 pub mod nsys_writer;
@@ -31,7 +32,9 @@ use shardscope_model::Trace;
 
 /// Reads one file, or every trace file in a folder (sorted by name), into traces.
 ///
-/// A Kineto file or an nsys export each give one [`Trace`]; a folder gives one per file.
+/// A Kineto file or an nsys export each give one [`Trace`]; a folder gives one per file. A pipe
+/// (`<(zcat x.json.gz)`, `/dev/stdin`) is copied into a private temporary file first (at most
+/// [`limits::max_unpacked_bytes`] of it) and then read like a file.
 pub fn load(path: &Path) -> Result<Vec<Trace>, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
@@ -42,6 +45,16 @@ pub fn load(path: &Path) -> Result<Vec<Trace>, Error> {
 
 /// Reads a single file, choosing the reader by content.
 pub fn load_file(path: &Path) -> Result<Trace, Error> {
+    let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if metadata.is_dir() {
+        return Err(Error::format(path, "is a folder, not a trace file"));
+    }
+    if !metadata.is_file() {
+        // A pipe can be read once only, and SQLite needs a file it can seek in.
+        let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let copy = limits::copy_to_temp(path, input, limits::max_unpacked_bytes(None), "read the pipe")?;
+        return read_copy(path, copy.path());
+    }
     match sniff(path)? {
         Format::Sqlite => nsys::read(path),
         Format::Json | Format::GzipJson => kineto::read(path),
@@ -49,11 +62,21 @@ pub fn load_file(path: &Path) -> Result<Trace, Error> {
     }
 }
 
+/// Reads `copy`, a temporary copy of `path`, as if it were `path`.
+fn read_copy(path: &Path, copy: &Path) -> Result<Trace, Error> {
+    let mut trace = load_file(copy).map_err(|e| rename_path(e, copy, path))?;
+    trace.source.path = path.display().to_string();
+    Ok(trace)
+}
+
 /// SQLite needs a real file: unpack into a private temporary file, read it, delete it.
 fn read_gzipped_sqlite(path: &Path) -> Result<Trace, Error> {
-    let unpacked = unpack_gzip_to_temp(path)?;
-    let result = nsys::read(unpacked.path()).map_err(|e| rename_path(e, unpacked.path(), path));
-    let mut trace = result?;
+    let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let compressed_bytes = input.metadata().map_err(|e| Error::io(path, e))?.len();
+    let decoder = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(input));
+    let unpacked =
+        limits::copy_to_temp(path, decoder, limits::max_unpacked_bytes(Some(compressed_bytes)), "unpack gzip")?;
+    let mut trace = nsys::read(unpacked.path()).map_err(|e| rename_path(e, unpacked.path(), path))?;
     trace.source.path = path.display().to_string();
     Ok(trace)
 }
@@ -72,39 +95,30 @@ fn rename_path(error: Error, from: &Path, to: &Path) -> Error {
     }
 }
 
-/// A temporary file removed on drop.
-struct TempFile(std::path::PathBuf);
-
-impl TempFile {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn unpack_gzip_to_temp(path: &Path) -> Result<TempFile, Error> {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp = TempFile(std::env::temp_dir().join(format!("shardscope-{}-{n}.sqlite", std::process::id())));
-    let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut decoder = flate2::read::GzDecoder::new(std::io::BufReader::new(input));
-    let mut output = std::fs::File::create(temp.path()).map_err(|e| Error::io(temp.path(), e))?;
-    std::io::copy(&mut decoder, &mut output).map_err(|e| Error::format(path, format!("cannot unpack gzip: {e}")))?;
-    Ok(temp)
-}
-
+/// Every trace file in a folder, sorted by name.
+///
+/// Members that are not regular files (pipes, sockets, devices: opening them could block) and
+/// files that are neither SQLite nor JSON are skipped, each counted as a warning of the first
+/// trace read, so that a missing rank never goes unnoticed. A member that cannot be opened
+/// stops the run: it may well be a rank.
 fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
     let mut files = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
         let file = entry.path();
-        if file.is_file() && sniff(&file).is_ok() {
-            files.push(file);
+        // Follows links, like reading the file would.
+        let metadata = std::fs::metadata(&file).map_err(|e| Error::io(&file, e))?;
+        if metadata.is_dir() {
+            skipped.push(format!("folder member skipped: {} (a folder)", file.display()));
+        } else if !metadata.is_file() {
+            skipped.push(format!("folder member skipped: {} (not a regular file)", file.display()));
+        } else {
+            match sniff(&file) {
+                Ok(_) => files.push(file),
+                Err(Error::Io { path, source }) => return Err(Error::Io { path, source }),
+                Err(_) => skipped.push(format!("folder member skipped: {} (not a trace)", file.display())),
+            }
         }
     }
     if files.is_empty() {
@@ -114,5 +128,10 @@ fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
         });
     }
     files.sort();
-    files.iter().map(|f| load_file(f)).collect()
+    skipped.sort();
+    let mut traces = files.iter().map(|f| load_file(f)).collect::<Result<Vec<Trace>, Error>>()?;
+    for what in skipped {
+        traces[0].warn(&what);
+    }
+    Ok(traces)
 }

@@ -108,7 +108,7 @@ pub struct Kernel {
 impl Kernel {
     /// End minus start, never negative.
     pub fn duration_ns(&self) -> i64 {
-        (self.end_ns - self.start_ns).max(0)
+        self.end_ns.saturating_sub(self.start_ns).max(0)
     }
 }
 
@@ -216,7 +216,7 @@ pub struct MemOp {
 impl MemOp {
     /// End minus start, never negative.
     pub fn duration_ns(&self) -> i64 {
-        (self.end_ns - self.start_ns).max(0)
+        self.end_ns.saturating_sub(self.start_ns).max(0)
     }
 
     /// True for a memset.
@@ -296,7 +296,7 @@ pub struct Range {
 impl Range {
     /// End minus start, never negative.
     pub fn duration_ns(&self) -> i64 {
-        (self.end_ns - self.start_ns).max(0)
+        self.end_ns.saturating_sub(self.start_ns).max(0)
     }
 }
 
@@ -409,6 +409,10 @@ pub struct ThreadName {
     pub name: String,
 }
 
+/// The largest magnitude of a time the model keeps, in ns (2^62 − 1, about 146 years): the
+/// difference of any two such times fits in an `i64`. [`Trace::finish`] drops events beyond it.
+pub const MAX_TIMESTAMP_NS: i64 = (1 << 62) - 1;
+
 /// Something an importer met and could not use, counted rather than dropped silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ImportWarning {
@@ -493,6 +497,7 @@ impl Trace {
     /// them (on process and correlation id), points collectives back at their kernel, and
     /// computes range nesting depths. Importers call it once, last.
     pub fn finish(&mut self) {
+        self.check_times();
         // Sorting kernels moves them, so carry each collective's kernel through the sort.
         self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
         self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
@@ -526,6 +531,41 @@ impl Trace {
             }
         }
         self.compute_range_depths();
+    }
+
+    /// Makes every event's times usable by plain `i64` arithmetic, and says what it changed.
+    ///
+    /// Times come from the input. Events with a time beyond ±[`MAX_TIMESTAMP_NS`] are dropped
+    /// (the difference of two times within it always fits in an `i64`, so spans and durations
+    /// cannot wrap); events that end before they start are kept with zero length. Both are
+    /// counted as warnings, never dropped in silence.
+    fn check_times(&mut self) {
+        fn check<T>(events: &mut Vec<T>, times: impl Fn(&mut T) -> (&mut i64, &mut i64)) -> (u64, u64) {
+            let before = events.len();
+            events.retain_mut(|event| {
+                let (start, end) = times(event);
+                start.unsigned_abs() <= MAX_TIMESTAMP_NS as u64 && end.unsigned_abs() <= MAX_TIMESTAMP_NS as u64
+            });
+            let mut inverted = 0;
+            for event in events.iter_mut() {
+                let (start, end) = times(event);
+                if *end < *start {
+                    *end = *start;
+                    inverted += 1;
+                }
+            }
+            ((before - events.len()) as u64, inverted)
+        }
+        let kernels = check(&mut self.kernels, |k| (&mut k.start_ns, &mut k.end_ns));
+        let memops = check(&mut self.memops, |m| (&mut m.start_ns, &mut m.end_ns));
+        let api_calls = check(&mut self.api_calls, |a| (&mut a.start_ns, &mut a.end_ns));
+        let ranges = check(&mut self.ranges, |r| (&mut r.start_ns, &mut r.end_ns));
+        for (what, (out_of_range, inverted)) in
+            [("kernel", kernels), ("memory operation", memops), ("CUDA API call", api_calls), ("range", ranges)]
+        {
+            self.warn_n(&format!("{what} with a time beyond ±2^62 ns (skipped)"), out_of_range);
+            self.warn_n(&format!("{what} that ends before it starts (counted as zero length)"), inverted);
+        }
     }
 
     fn compute_range_depths(&mut self) {

@@ -74,11 +74,14 @@ pub struct SpoolContents<R> {
     /// Frames whose checksum held but whose records could not all be delimited (a writer newer
     /// than this reader): each such frame counts once and its rest is skipped.
     pub bad_records: u64,
+    /// Bytes skipped between complete frames (damage in the middle of the file); the records in
+    /// them are lost, those after them are read.
+    pub damaged_bytes: u64,
 }
 
 impl<R> Default for SpoolContents<R> {
     fn default() -> Self {
-        SpoolContents { records: Vec::new(), frames: 0, truncated_bytes: 0, bad_records: 0 }
+        SpoolContents { records: Vec::new(), frames: 0, truncated_bytes: 0, bad_records: 0, damaged_bytes: 0 }
     }
 }
 
@@ -93,6 +96,8 @@ pub enum SpoolError {
         /// [`SpoolFormat::DESCRIPTION`] of the kind asked for.
         expected: &'static str,
     },
+    /// The path is not a regular file (a pipe or a device put in its place).
+    NotAFile,
 }
 
 impl std::fmt::Display for SpoolError {
@@ -100,6 +105,7 @@ impl std::fmt::Display for SpoolError {
         match self {
             SpoolError::Io(e) => write!(f, "{e}"),
             SpoolError::NotASpool { expected } => write!(f, "not a {expected} (bad magic)"),
+            SpoolError::NotAFile => write!(f, "not a regular file"),
         }
     }
 }
@@ -108,16 +114,23 @@ impl std::error::Error for SpoolError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SpoolError::Io(e) => Some(e),
-            SpoolError::NotASpool { .. } => None,
+            SpoolError::NotASpool { .. } | SpoolError::NotAFile => None,
         }
     }
 }
 
 /// Reads a whole spool file, stopping quietly at a cut or corrupt tail: a cut tail is what a
-/// crash leaves, not a broken file.
+/// crash leaves, not a broken file. Only a regular file is read: it is opened without blocking,
+/// so that a pipe put in its place cannot hang the reader.
 pub fn read_spool<R: SpoolFormat>(path: &Path) -> Result<SpoolContents<R>, SpoolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(SpoolError::Io)?;
+    if !file.metadata().map_err(SpoolError::Io)?.is_file() {
+        return Err(SpoolError::NotAFile);
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(SpoolError::Io)?;
+    file.read_to_end(&mut bytes).map_err(SpoolError::Io)?;
     parse_spool(&bytes)
 }
 
@@ -142,6 +155,7 @@ pub fn parse_spool<R: SpoolFormat>(bytes: &[u8]) -> Result<SpoolContents<R>, Spo
         contents.frames += 1;
     }
     contents.truncated_bytes = frames.leftover_bytes();
+    contents.damaged_bytes = frames.skipped_bytes();
     Ok(contents)
 }
 

@@ -33,13 +33,18 @@ use shardscope_model::Trace;
 
 pub use time::micros_text_to_ns;
 
-use crate::Error;
+use crate::{Error, limits};
 use builder::Builder;
 
 /// Text is decompressed and scanned this many bytes at a time (the buffer grows only for a
 /// single event larger than this): a small buffer stays in cache between the two steps and keeps
 /// memory flat however large the file.
 const CHUNK_BYTES: usize = 1 << 20;
+
+/// The longest single unit of the document (one event, or one top-level value other than
+/// `traceEvents`) the scanner buffers: real events are a few KiB, and the bound keeps one
+/// endless string from taking all memory.
+const MAX_UNIT_BYTES: usize = 256 << 20;
 
 /// Reads a Kineto JSON file (plain or gzipped, told apart by content) into a trace.
 pub fn read(path: &Path) -> Result<Trace, Error> {
@@ -55,9 +60,21 @@ fn read_in_chunks(path: &Path, chunk_bytes: usize) -> Result<Trace, Error> {
         return Err(Error::format(path, "file is empty"));
     }
     let is_gzip = head.starts_with(&[0x1f, 0x8b]) || head == [0x1f];
-    let text: Box<dyn Read + Send> = if is_gzip { Box::new(MultiGzDecoder::new(file)) } else { Box::new(file) };
+    let text: Box<dyn Read + Send> = if is_gzip {
+        let compressed_bytes = file.get_ref().metadata().map(|m| m.len()).ok();
+        let limit_bytes = limits::max_unpacked_bytes(compressed_bytes);
+        Box::new(limits::Capped::new(MultiGzDecoder::new(file), limit_bytes))
+    } else {
+        Box::new(file)
+    };
     let read_error = |e: std::io::Error| {
-        if is_gzip { Error::format(path, format!("corrupt or truncated gzip data: {e}")) } else { Error::io(path, e) }
+        if let Some(too_large) = limits::too_large(&e) {
+            Error::format(path, too_large.to_string())
+        } else if is_gzip {
+            Error::format(path, format!("corrupt or truncated gzip data: {e}"))
+        } else {
+            Error::io(path, e)
+        }
     };
 
     let text_bytes = text_size_hint(path, is_gzip);
@@ -140,7 +157,15 @@ fn scan_blocks(
                 filled -= consumed;
                 if filled == buffer.len() {
                     // One unit is larger than the buffer.
-                    buffer.resize(buffer.len() * 2, 0);
+                    if buffer.len() >= MAX_UNIT_BYTES {
+                        let cause = format!(
+                            "not valid Kineto JSON: one value (an event, a string) longer than {} MiB at byte {}",
+                            MAX_UNIT_BYTES >> 20,
+                            position.consumed
+                        );
+                        return Err(Error::format(path, cause));
+                    }
+                    buffer.resize((buffer.len() * 2).min(MAX_UNIT_BYTES), 0);
                 }
             }
             Err(e) => {

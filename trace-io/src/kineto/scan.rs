@@ -152,6 +152,9 @@ impl Document {
         let nesting = std::mem::take(&mut self.nesting);
         let mut scanner = Scanner { text, bytes: text.as_bytes(), pos: 0, nesting, is_final };
         let result = loop {
+            // Whitespace between units is consumed here, so that a long run of it never has to be
+            // kept for the next chunk (the buffer would otherwise grow with it).
+            scanner.skip_whitespace();
             let unit_start = scanner.pos;
             match self.step(&mut scanner, builder) {
                 Ok(true) => {}

@@ -323,7 +323,8 @@ pub fn read_spool_dir(dir: &Path) -> Result<Vec<NcclProcess>, ReadError> {
     let mut processes = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| ReadError::Folder(dir.to_path_buf(), e))?.path();
-        if spool::pid_from_file_name(&path).is_some() {
+        // Only regular files: opening a pipe would block (the caller reports what was skipped).
+        if spool::pid_from_file_name(&path).is_some() && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
             processes.push(read_process(&path)?);
         }
     }

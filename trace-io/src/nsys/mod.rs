@@ -99,7 +99,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
             "SQLite database without Nsight Systems tables (no StringIds, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)",
         ));
     }
-    let db = Database { path, conn: &conn, tables: &tables };
+    let db = Database { path, conn: &conn, tables: &tables, file_bytes: metadata.len() };
 
     let mut trace = Trace::default();
     trace.source.path = path.display().to_string();
@@ -134,7 +134,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     // The event tables are decoded in parallel, the big ones in shares of rowids.
     let jobs = plan_jobs(&db, rows_per_job);
     let (mut kernel_scans, mut api_scans, mut memops, mut ranges) = (Vec::new(), Vec::new(), None, None);
-    for output in run_jobs(path, &tables, &jobs, &strings, classes, &nvtx_types)? {
+    for output in run_jobs(&db, &jobs, &strings, classes, &nvtx_types)? {
         match output {
             Output::Kernels(scan) => kernel_scans.push(scan),
             Output::ApiCalls(scan) => api_scans.push(scan),
@@ -228,10 +228,21 @@ fn plan_jobs(db: &Database<'_>, rows_per_job: i64) -> Vec<Job> {
                 .flatten()
         };
         match (db.has(table).then(|| bound("min")).flatten(), db.has(table).then(|| bound("max")).flatten()) {
-            (Some(first), Some(last)) if last - first >= rows_per_job => (first..=last)
-                .step_by(rows_per_job as usize)
-                .map(|start| Some((start, (start + rows_per_job - 1).min(last))))
-                .collect(),
+            (Some(first), Some(last)) if last.saturating_sub(first) >= rows_per_job => {
+                // Rowids are the file's to choose and may be sparse: the number of shares comes
+                // from the rows the file can hold, and each share widens to cover the span.
+                let span = last.abs_diff(first).saturating_add(1);
+                let by_rows = max_rows(db.file_bytes).div_ceil(rows_per_job as u64).max(1);
+                let shares = span.div_ceil(rows_per_job as u64).min(by_rows);
+                let width = span.div_ceil(shares);
+                (0..shares)
+                    .map(|share| {
+                        let start = first.saturating_add_unsigned(share * width);
+                        let end = start.saturating_add_unsigned(width - 1).min(last);
+                        Some((start, end))
+                    })
+                    .collect()
+            }
             _ => vec![None],
         }
     };
@@ -245,8 +256,7 @@ fn plan_jobs(db: &Database<'_>, rows_per_job: i64) -> Vec<Job> {
 /// Runs every job on a small pool of threads, each with its own read-only connection, and
 /// returns the outputs in job order (which keeps rows in table order).
 fn run_jobs(
-    path: &Path,
-    tables: &HashSet<String>,
+    db: &Database<'_>,
     jobs: &[Job],
     strings: &StringTable,
     classes: scan::ApiClasses,
@@ -254,9 +264,10 @@ fn run_jobs(
 ) -> Result<Vec<Output>, Error> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
     let next_job = std::sync::atomic::AtomicUsize::new(0);
+    let (path, tables, file_bytes) = (db.path, db.tables, db.file_bytes);
     let worker = || -> Result<Vec<(usize, Output)>, Error> {
         let conn = open_read_only(path)?;
-        let db = Database { path, conn: &conn, tables };
+        let db = Database { path, conn: &conn, tables, file_bytes };
         let mut done = Vec::new();
         loop {
             let index = next_job.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -289,6 +300,17 @@ pub(super) struct Database<'a> {
     path: &'a Path,
     conn: &'a Connection,
     tables: &'a HashSet<String>,
+    /// The file's size: it bounds how many rows the file can hold.
+    file_bytes: u64,
+}
+
+/// Bytes an SQLite table row takes at least (cell pointer, payload length, rowid, record
+/// header); used only to bound capacity hints and shares.
+const MIN_ROW_BYTES: u64 = 4;
+
+/// The most rows a file of `file_bytes` can hold.
+fn max_rows(file_bytes: u64) -> u64 {
+    file_bytes / MIN_ROW_BYTES
 }
 
 impl Database<'_> {
@@ -326,16 +348,20 @@ impl Database<'_> {
         Ok(format!("SELECT {} FROM \"{table}\"{share}", list.join(", ")))
     }
 
-    /// A capacity hint for a table or share: its rowid span (cheap, unlike `count(*)`).
+    /// A capacity hint for a table or share: its rowid span (cheap, unlike `count(*)`), but
+    /// never more rows than the file has room for. Rowids are the file's to choose: one row at
+    /// rowid 2^62 must not make us reserve memory for 2^62 rows.
     fn row_hint(&self, table: &str, rowids: scan::RowIds) -> usize {
-        if let Some((first, last)) = rowids {
-            return (last - first + 1).clamp(0, 1 << 28) as usize;
-        }
-        self.conn
-            .query_row(&format!("SELECT max(rowid) FROM \"{table}\""), [], |row| Ok(int(row, 0)))
-            .ok()
-            .flatten()
-            .map_or(0, |n| n.clamp(0, 1 << 28) as usize)
+        let span = match rowids {
+            Some((first, last)) => last.saturating_sub(first).saturating_add(1),
+            None => self
+                .conn
+                .query_row(&format!("SELECT max(rowid) FROM \"{table}\""), [], |row| Ok(int(row, 0)))
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+        };
+        (span.max(0) as u64).min(max_rows(self.file_bytes)) as usize
     }
 
     /// Every row of `table` (columns as [`Database::select`] picks them), one call per row.
@@ -380,18 +406,41 @@ impl Database<'_> {
     }
 }
 
+/// The file's ordinary tables: the only objects the reader queries.
+///
+/// Views, and virtual tables (whose module runs code), would run SQL the file's author wrote
+/// (a recursive view can grow without bound): one named like a table the reader reads is an
+/// error, since the data it stands for cannot be read safely; others are ignored.
 fn table_names(path: &Path, conn: &Connection) -> Result<HashSet<String>, Error> {
     let mut tables = HashSet::new();
     let mut stmt = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        .prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')")
         .map_err(|e| db_error(path, e))?;
     let mut rows = stmt.query([]).map_err(|e| db_error(path, e))?;
     while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
-        if let Some(name) = text(row, 0) {
+        let (Some(kind), Some(name)) = (text(row, 0), text(row, 1)) else { continue };
+        let is_virtual = text(row, 2).is_some_and(|sql| {
+            sql.trim_start().get(..20).is_some_and(|head| head.eq_ignore_ascii_case("CREATE VIRTUAL TABLE"))
+        });
+        if kind == "table" && !is_virtual {
             tables.insert(name);
+        } else if is_read_table(&name) {
+            let what = if is_virtual { "a virtual table" } else { "a view" };
+            return Err(Error::format(
+                path,
+                format!("'{}' is {what}, not a table: refusing to run SQL that the file supplies", name.escape_debug()),
+            ));
         }
     }
     Ok(tables)
+}
+
+/// Whether the reader reads a table of this name (by name or by family).
+fn is_read_table(name: &str) -> bool {
+    const FAMILIES: &[&str] = &["CUPTI_", "NVTX_", "TARGET_INFO_", "ENUM_", "META_DATA_", "SHARDSCOPE_"];
+    NSYS_TABLES.contains(&name)
+        || ["PROCESSES", "ThreadNames"].contains(&name)
+        || FAMILIES.iter().any(|family| name.starts_with(family))
 }
 
 /// Schema version, producer and session start; refuses major versions other than 3.
@@ -652,6 +701,12 @@ fn open_read_only(path: &Path) -> Result<Connection, Error> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let uri = format!("file:{}?mode=ro&immutable=1", uri_escape(path));
     let conn = Connection::open_with_flags(uri, flags).map_err(|e| db_error(path, e))?;
+    // The file is input, not code: no schema-defined functions or virtual tables run with our
+    // rights, no write of any kind, and no schema the defensive mode refuses.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true).map_err(|e| db_error(path, e))?;
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false)
+        .map_err(|e| db_error(path, e))?;
+    conn.pragma_update(None, "query_only", true).map_err(|e| db_error(path, e))?;
     // Memory-mapping spares a copy per page; a large page cache helps the few re-read pages.
     conn.execute_batch("PRAGMA mmap_size = 2147418112; PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY;")
         .map_err(|e| db_error(path, e))?;
