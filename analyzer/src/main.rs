@@ -248,6 +248,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::KernSum { traces, format } => {
             let traces = load_all(&traces)?;
+            print_load_warnings(&traces);
             let rows = report::kernel_summary(&traces);
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
@@ -282,6 +283,7 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
     {
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
+    print_load_warnings(&traces);
     let hta_step_mode =
         if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
     let options = Options {
@@ -310,16 +312,20 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));
     }
-    // Also on stderr, so that a report redirected to a file or read by a program is not the only
-    // place that says records were skipped.
+    Ok(traces)
+}
+
+/// Says on stderr what the readers skipped, so that a report redirected to a file or read by a program
+/// is not the only place that says so. Called once the inputs are accepted: a refused run gets its one
+/// error line and nothing else.
+fn print_load_warnings(traces: &[Trace]) {
     let mut stderr = std::io::stderr().lock();
-    for trace in &traces {
+    for trace in traces {
         for warning in &trace.warnings {
             let line = format!("{}: {} × {}", trace.source.path, warning.count, warning.what);
             let _ = writeln!(stderr, "analyzer: warning: {}", one_line(&line));
         }
     }
-    Ok(traces)
 }
 
 fn load_builtin_sample() -> Result<Vec<Trace>> {
