@@ -328,6 +328,22 @@ mod tests {
     }
 
     #[test]
+    fn every_kernel_the_model_calls_nccl_is_communication_in_the_builtin_rules() {
+        // The rules file and `kernel_names::is_nccl_kernel` (which decides what NCCL operations link
+        // to) must not drift apart: every demangled NCCL kernel name is communication for both.
+        let c = Classifier::builtin();
+        for name in [
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
+        ] {
+            assert!(shardscope_model::kernel_names::is_nccl_kernel(name), "{name}");
+            assert!(c.is_communication(c.classify(name).category), "{name}");
+        }
+    }
+
+    #[test]
     fn builtin_rules_classify_the_kernel_families_of_llm_serving() {
         let c = Classifier::builtin();
         let cases = [
