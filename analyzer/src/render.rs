@@ -17,19 +17,42 @@ pub enum OutputFormat {
     Csv,
 }
 
-/// Human-readable duration: `812 ns`, `45.2 µs`, `3.07 ms`, `1.204 s`.
-pub fn duration(ns: i64) -> String {
-    let abs = ns.unsigned_abs() as f64;
-    let sign = if ns < 0 { "-" } else { "" };
+/// Decimals [`format_duration`] shows in each unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationDecimals {
+    /// In µs.
+    pub us: usize,
+    /// In ms.
+    pub ms: usize,
+    /// In s.
+    pub s: usize,
+}
+
+impl DurationDecimals {
+    /// About three significant digits, for reports: `45.2 µs`, `3.07 ms`, `1.204 s`.
+    pub const REPORT: DurationDecimals = DurationDecimals { us: 1, ms: 2, s: 3 };
+    /// Three decimals in every unit, for the viewer's details: `45.213 µs`, `3.071 ms`.
+    pub const FINE: DurationDecimals = DurationDecimals { us: 3, ms: 3, s: 3 };
+}
+
+/// The one duration formatter of the analyzer and the viewer: whole ns below 1 µs, then µs, ms
+/// or s with `decimals` decimals.
+pub fn format_duration(ns: f64, decimals: DurationDecimals) -> String {
+    let abs = ns.abs();
     if abs < 1e3 {
-        format!("{ns} ns")
+        format!("{ns:.0} ns")
     } else if abs < 1e6 {
-        format!("{sign}{:.1} µs", abs / 1e3)
+        format!("{:.*} µs", decimals.us, ns / 1e3)
     } else if abs < 1e9 {
-        format!("{sign}{:.2} ms", abs / 1e6)
+        format!("{:.*} ms", decimals.ms, ns / 1e6)
     } else {
-        format!("{sign}{:.3} s", abs / 1e9)
+        format!("{:.*} s", decimals.s, ns / 1e9)
     }
+}
+
+/// A duration as reports show it: `812 ns`, `45.2 µs`, `3.07 ms`, `1.204 s`.
+pub fn duration(ns: i64) -> String {
+    format_duration(ns as f64, DurationDecimals::REPORT)
 }
 
 fn share(part: i64, whole: i64) -> f64 {
@@ -533,6 +556,19 @@ mod tests {
         assert_eq!(nsys_decimal1(20959.5), "20959.5");
         assert_eq!(nsys_decimal1(0.04), "0.0");
         assert_eq!(nsys_decimal1(79.04), "79.0");
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn reports_keep_three_significant_digits_and_the_viewer_three_decimals() {
+        let report: Vec<String> = [812, 45_213, 3_071_400, 1_204_000_000, -45_213].map(duration).to_vec();
+        assert_eq!(report, ["812 ns", "45.2 µs", "3.07 ms", "1.204 s", "-45.2 µs"]);
+        let fine = |ns: f64| format_duration(ns, DurationDecimals::FINE);
+        assert_eq!([fine(812.0), fine(45_213.0), fine(1_234_567.0)], ["812 ns", "45.213 µs", "1.235 ms"]);
     }
 }
 
