@@ -3,6 +3,7 @@
 //! Exit codes: 0 on success, 2 when an input, an option or a rules file cannot be used (one line on
 //! stderr names the file and the cause).
 
+use shardscope_io::error_text::one_line;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -161,33 +162,9 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
-/// The chain of causes joined by ': ', each cause once (errors that name their source in their
-/// own message would otherwise print it twice).
+/// The chain of causes on one line (see [`shardscope_io::error_text::causes`]).
 fn causes(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&cause);
-        }
-    }
-    text
-}
-
-/// `text` on one line, control characters (newlines, escape sequences) written as escapes.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    shardscope_io::error_text::causes(error.chain())
 }
 
 /// Writes `text` to standard output, reporting a failure (a full disk, a closed pipe) as an

@@ -1,5 +1,6 @@
 //! `capture [options] -- command args…`: run a CUDA workload and record it (see the library docs).
 
+use shardscope_io::error_text::one_line;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -108,33 +109,9 @@ fn main() {
     }
 }
 
-/// The chain of causes joined by ': ', each cause once (errors that name their source in their
-/// own message would otherwise print it twice).
+/// The chain of causes on one line (see [`shardscope_io::error_text::causes`]).
 fn causes(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&cause);
-        }
-    }
-    text
-}
-
-/// `text` on one line, control characters (from paths or spooled text) written as escapes.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    shardscope_io::error_text::causes(error.chain())
 }
 
 fn seconds_to_ns(seconds: Option<f64>, what: &str) -> anyhow::Result<Option<i64>> {

@@ -18,6 +18,7 @@
 
 pub mod detect;
 mod error;
+pub mod error_text;
 pub mod kineto;
 pub mod limits;
 pub mod nccl;
