@@ -489,6 +489,15 @@ fn note_refused_client() {
     }
 }
 
+/// Passes a forwarded subscription's result through, noting it when CUPTI refused the workload's client
+/// because this library holds the subscription.
+fn noted_if_refused(result: cupti::CUptiResult) -> cupti::CUptiResult {
+    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
+        guarded((), note_refused_client);
+    }
+    result
+}
+
 /// The next `name` in the symbol search order after this library (the workload's libcupti, when `capture`
 /// preloads this library), else ours.
 fn next_cupti_symbol(name: &CStr) -> *mut c_void {
@@ -533,10 +542,7 @@ pub unsafe extern "C" fn cuptiSubscribe(
     }
     // SAFETY: the symbol is libcupti's cuptiSubscribe, with this signature; the arguments are the caller's.
     let result = unsafe { std::mem::transmute::<*mut c_void, Subscribe>(real)(subscriber, callback, userdata) };
-    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
-        guarded((), note_refused_client);
-    }
-    result
+    noted_if_refused(result)
 }
 
 /// `cuptiSubscribe_v2` (CUDA 13), forwarded and watched like [`cuptiSubscribe`].
@@ -563,10 +569,7 @@ pub unsafe extern "C" fn cuptiSubscribe_v2(
     // SAFETY: the symbol is libcupti's cuptiSubscribe_v2, with this signature; the arguments are the caller's.
     let result =
         unsafe { std::mem::transmute::<*mut c_void, SubscribeV2>(real)(subscriber, callback, userdata, params) };
-    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
-        guarded((), note_refused_client);
-    }
-    result
+    noted_if_refused(result)
 }
 
 /// Set once at start: how to measure the cost of a recorded call at exit (`None`: cannot).
