@@ -218,18 +218,24 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
         } else {
             HOST_GAP.to_string()
         };
-        // The rank the path came from: for a collective wait, the member that arrived last (two steps back,
-        // before the barrier); otherwise the previous vertex's operation.
-        let came_from = match step.after {
-            EdgeKind::CollectiveRelease => position.checked_sub(2).map(|p| steps[p].vertex),
-            _ => position.checked_sub(1).map(|p| steps[p].vertex),
+        // The edge that made it wait: a run entered from its own start waited for whatever its start waited for.
+        let mut entered = position;
+        while entered > 0 && steps[entered].after == EdgeKind::Run {
+            entered -= 1;
+        }
+        let edge = steps[entered].after;
+        // The rank the path came from: for a collective wait, the member that arrived last (two steps back, before
+        // the barrier); otherwise the previous vertex's operation.
+        let came_from = match edge {
+            EdgeKind::CollectiveRelease => entered.checked_sub(2).map(|p| steps[p].vertex),
+            _ => entered.checked_sub(1).map(|p| steps[p].vertex),
         };
         let from_rank = came_from
             .and_then(|v| graph.op_of_vertex(v))
             .map(|p| graph.ranks[graph.ops[p as usize].rank_index as usize].rank);
         let rank = graph.ranks[o.rank_index as usize].rank;
-        let after = match step.after {
-            EdgeKind::Dropped if position == 0 => "window start".to_string(),
+        let after = match edge {
+            EdgeKind::Dropped if entered == 0 => "window start".to_string(),
             EdgeKind::Dropped => "work before the window".to_string(),
             EdgeKind::CollectiveRelease => match from_rank {
                 Some(r) => format!("collective wait on rank {r}"),
