@@ -396,10 +396,8 @@ pub fn table(report: &WhatIf) -> String {
         report.slowdown
     ));
     for (title, rows) in [("per op category", &report.by_category), ("per rank", &report.by_rank)] {
-        out.push_str(&format!(
-            "  {title} (only it idealised): {:<18} {:>10} {:>8} {:>9}\n",
-            "", "simulated", "S", "removed"
-        ));
+        out.push_str(&format!("  {title}, only it idealised:\n"));
+        out.push_str(&format!("    {:<50} {:>10} {:>8} {:>9}\n", "", "simulated", "S", "removed"));
         for a in rows {
             out.push_str(&format!(
                 "    {:<50} {:>10} {:>8.3} {:>8.1}%\n",

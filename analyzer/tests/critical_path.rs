@@ -8,7 +8,7 @@ use serde_json::Value;
 use shardscope_analyzer::critical_path::{self, CriticalPath, Model};
 use shardscope_analyzer::report::Options;
 use shardscope_analyzer::whatif::{self, ScaleRule, ScaleTarget, Scenario};
-use shardscope_model::{ApiCall, Device, Kernel, Process, Trace};
+use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, Kernel, Process, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
 const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
@@ -64,6 +64,18 @@ impl RankBuilder {
             correlation_id,
             ..Kernel::default()
         });
+    }
+
+    /// Marks the last kernel as instance `seq` of an all-reduce on communicator 1.
+    fn collective(&mut self, seq: u64) {
+        let index = self.trace.collectives.len() as u32;
+        self.trace.collectives.push(Collective {
+            op: CollectiveOp::AllReduce,
+            communicator: Some(1),
+            seq: Some(seq),
+            ..Collective::default()
+        });
+        self.trace.kernels.last_mut().expect("a kernel").collective = Some(index);
     }
 
     fn finish(mut self) -> Trace {
@@ -209,6 +221,30 @@ fn fork_join_across_two_ranks_through_one_collective() {
     // late chain ends last: its elementwise kernel now waits for its own launch at 1020 + X, then runs 500 ns.
     let overlapped = run(&model, Scenario { comm_overlapped: true, ..Scenario::default() });
     assert_eq!(overlapped.simulated_ns, 1_520 + X);
+}
+
+/// Sequence numbers pair the two all-reduces crosswise (rank 1 ran them in the other order on one stream): the
+/// dependencies form a cycle. It is broken and counted, and the analyses still finish.
+#[test]
+fn a_cycle_from_crosswise_pairing_is_broken_and_counted() {
+    let mut rank0 = RankBuilder::new(0);
+    rank0.launch(0, ALL_REDUCE, 7, 100, 300);
+    rank0.collective(1);
+    rank0.launch(20, ALL_REDUCE, 7, 300, 500);
+    rank0.collective(2);
+    let mut rank1 = RankBuilder::new(1);
+    rank1.launch(0, ALL_REDUCE, 7, 100, 300);
+    rank1.collective(2);
+    rank1.launch(20, ALL_REDUCE, 7, 300, 500);
+    rank1.collective(1);
+    let traces = [rank0.finish(), rank1.finish()];
+    let model = model(&traces);
+    assert_eq!(model.graph.stats.collective_instances, 2);
+    assert!(model.graph.stats.edges_dropped_for_cycles >= 1, "{:?}", model.graph.stats);
+    let path = critical_path::critical_path(&traces, &model);
+    assert_eq!(path.measured_ns, 500);
+    let report = run(&model, Scenario { no_straggler: true, ..Scenario::default() });
+    assert!(report.simulated_ns > 0 && report.simulated_ns <= 500, "{report:?}");
 }
 
 fn sample_json(command: &str, extra: &[&str]) -> Value {
