@@ -253,7 +253,7 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let base = graph.own_ns();
     let typical = typical(graph);
     let origin = graph.window_start_ns;
-    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t - origin);
+    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(origin));
     let measured_ns = span(graph.measured_ns());
     let replay_ns = span(&graph.simulate(base, false));
 
@@ -292,15 +292,15 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     // Collective waits per rank: release − start, where release = end − own duration.
     let wait = |times: &[i64], own: &[i64], op_id: usize| -> i64 {
         let (s, e) = (start_vertex(op_id as u32) as usize, end_vertex(op_id as u32) as usize);
-        (times[e] - own[e] - times[s]).max(0)
+        times[e].saturating_sub(own[e]).saturating_sub(times[s]).max(0)
     };
     let mut rank_waits: Vec<RankWait> =
         graph.ranks.iter().map(|r| RankWait { rank: r.rank, measured_wait_ns: 0, simulated_wait_ns: 0 }).collect();
     for (op_id, op) in graph.ops.iter().enumerate() {
         if op.matched {
             let slot = &mut rank_waits[op.rank_index as usize];
-            slot.measured_wait_ns += wait(graph.measured_ns(), base, op_id);
-            slot.simulated_wait_ns += wait(&times, &own, op_id);
+            slot.measured_wait_ns = slot.measured_wait_ns.saturating_add(wait(graph.measured_ns(), base, op_id));
+            slot.simulated_wait_ns = slot.simulated_wait_ns.saturating_add(wait(&times, &own, op_id));
         }
     }
     rank_waits.sort_by_key(|r| r.rank);
@@ -311,12 +311,16 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let attribution = |name: String, select: &dyn Fn(&Op) -> bool| -> Attribution {
         let (own, _) = own_with(graph, &typical, base, |o| select(o).then_some(1.0));
         let simulated_ns = span(&graph.simulate(&own, false));
-        let excess = measured_ns - ideal_ns;
+        let excess = measured_ns.saturating_sub(ideal_ns);
         Attribution {
             name,
             simulated_ns,
             slowdown: ratio(measured_ns, simulated_ns),
-            removed_pct: if excess != 0 { (measured_ns - simulated_ns) as f64 * 100.0 / excess as f64 } else { 0.0 },
+            removed_pct: if excess != 0 {
+                measured_ns.saturating_sub(simulated_ns) as f64 * 100.0 / excess as f64
+            } else {
+                0.0
+            },
         }
     };
     let mut categories: Vec<u16> = graph.ops.iter().map(|o| o.category).collect();
@@ -378,7 +382,7 @@ pub fn table(report: &WhatIf) -> String {
         report.scenario.join(", "),
         human_ns(report.simulated_ns),
         report.speedup,
-        human_ns(report.measured_ns - report.simulated_ns)
+        human_ns(report.measured_ns.saturating_sub(report.simulated_ns))
     ));
     out.push_str("  collective wait per rank (measured -> scenario):\n");
     for w in &report.rank_waits {

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{analyzer, assert_one_line_error, repo_root};
+use proptest::prelude::*;
 use serde_json::Value;
 use shardscope_analyzer::critical_path::{self, CriticalPath, Model};
 use shardscope_analyzer::report::Options;
@@ -310,4 +311,65 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_one_line_error(&analyzer(&["what-if", trace, "--scale", "gemm"]), "KEY=FACTOR");
     assert_one_line_error(&analyzer(&["what-if", trace, "--scale", "rank7=1"]), "rank 7");
     assert_one_line_error(&analyzer(&["critical-path", trace, "--window", "1:2"]), "no GPU work");
+}
+
+/// One random event of a rank: (is a host call, stream 7 or 8, name index, start, duration, launch offset).
+type RandomEvent = (bool, bool, usize, i64, i64, Option<i64>);
+
+fn random_rank(rank: u32, events: &[RandomEvent]) -> Trace {
+    const NAMES: [&str; 3] = [GEMM, ALL_REDUCE, ELEMENTWISE];
+    const CALLS: [&str; 3] = ["cudaStreamSynchronize_v3020", "cudaGetDevice_v3020", "cudaDeviceSynchronize_v3020"];
+    let mut r = RankBuilder::new(rank);
+    for &(host, stream, name, start_ns, duration_ns, launch) in events {
+        if host {
+            r.call(CALLS[name], start_ns, start_ns + duration_ns);
+        } else {
+            let stream = if stream { 8 } else { 7 };
+            match launch {
+                Some(before_ns) => {
+                    r.launch(start_ns - before_ns, NAMES[name], stream, start_ns, start_ns + duration_ns)
+                }
+                None => {
+                    let name = r.trace.names.intern(NAMES[name]);
+                    r.trace.kernels.push(Kernel {
+                        start_ns,
+                        end_ns: start_ns + duration_ns,
+                        name,
+                        short_name: name,
+                        stream,
+                        ..Kernel::default()
+                    });
+                }
+            }
+        }
+    }
+    r.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// On any events (overlapping kernels on one stream, kernels before their launch, nested and overlapping calls,
+    /// collectives paired out of order): the model replayed with the measured own times reproduces every recorded
+    /// time, and the critical path's segments add up to the measured time.
+    #[test]
+    fn replay_reproduces_the_record_and_the_path_adds_up(
+        rank0 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+        rank1 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+    ) {
+        let traces = [random_rank(0, &rank0), random_rank(1, &rank1)];
+        if traces.iter().all(|t| t.kernels.is_empty()) {
+            return Ok(());
+        }
+        let model = model(&traces);
+        let graph = &model.graph;
+        prop_assert_eq!(graph.stats.inconsistent_vertices, 0);
+        prop_assert_eq!(graph.simulate(graph.own_ns(), false), graph.measured_ns().to_vec());
+        prop_assert!(graph.own_ns().iter().all(|&own| own >= 0));
+        let path = critical_path::critical_path(&traces, &model);
+        prop_assert_eq!(path.path_ns, path.measured_ns);
+        let ideal = run(&model, Scenario { no_straggler: true, ..Scenario::default() });
+        prop_assert_eq!(ideal.replay_ns, ideal.measured_ns);
+        prop_assert!(ideal.simulated_ns >= 0);
+    }
 }
