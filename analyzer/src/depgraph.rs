@@ -373,18 +373,29 @@ impl Graph {
             }
         }
 
-        // Instance keys for the no-straggler what-if: (kind, global name, occurrence on the rank).
+        // Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The
+        // lane of a host call is its thread's ordinal on the rank (threads numbered by their first call), so that
+        // a helper thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may
+        // differ between ranks).
         let mut global_names: HashMap<String, u32> = HashMap::new();
-        let mut instance_ids: HashMap<(u8, u32, u32), u32> = HashMap::new();
-        let mut occurrences: HashMap<(u32, u8, u32), u32> = HashMap::new();
+        let mut instance_ids: HashMap<(u8, u32, u32, u32), u32> = HashMap::new();
+        let mut occurrences: HashMap<(u32, u8, u32, u32), u32> = HashMap::new();
+        let mut thread_ordinals: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut threads_per_rank: Vec<u32> = vec![0; ranks.len()];
         // Occurrences count from the start of the trace, inside the window or not, so that the windows of
         // different ranks (their own step N) still pair the same instances.
-        let mut instance_of = |rank_index: u32, kind: OpKind, name: &str, in_model: bool| -> u32 {
-            let next = global_names.len() as u32;
-            let name_id = *global_names.entry(name.to_string()).or_insert(next);
+        let mut instance_of = |rank_index: u32, kind: OpKind, lane: u32, name: &str, in_model: bool| -> u32 {
+            let name_id = match global_names.get(name) {
+                Some(&id) => id,
+                None => {
+                    let id = global_names.len() as u32;
+                    global_names.insert(name.to_string(), id);
+                    id
+                }
+            };
             let kind_code = kind as u8;
-            let occurrence = occurrences.entry((rank_index, kind_code, name_id)).or_insert(0);
-            let key = (kind_code, name_id, *occurrence);
+            let occurrence = occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
+            let key = (kind_code, lane, name_id, *occurrence);
             *occurrence += 1;
             if !in_model {
                 return NONE;
@@ -404,8 +415,12 @@ impl Graph {
                 };
                 let name = trace.names.get(call.name);
                 let base = strip_version(name);
+                let thread = *thread_ordinals.entry((rank_index, call.tid)).or_insert_with(|| {
+                    threads_per_rank[rank_index as usize] += 1;
+                    threads_per_rank[rank_index as usize] - 1
+                });
                 if !in_window(rank_index, call.start_ns) {
-                    instance_of(rank_index, OpKind::HostCall, base, false);
+                    instance_of(rank_index, OpKind::HostCall, thread, base, false);
                     continue;
                 }
                 if base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent" {
@@ -423,7 +438,7 @@ impl Graph {
                     matched: false,
                     start_ns: call.start_ns,
                     end_ns: call.end_ns,
-                    instance: instance_of(rank_index, OpKind::HostCall, base, true),
+                    instance: instance_of(rank_index, OpKind::HostCall, thread, base, true),
                 });
             }
         }
@@ -497,7 +512,7 @@ impl Graph {
                     OpKind::HostCall => unreachable!("GPU events only"),
                 };
                 if !in_window(rank_index as u32, anchor) {
-                    instance_of(rank_index as u32, event.kind, name, false);
+                    instance_of(rank_index as u32, event.kind, 0, name, false);
                     continue;
                 }
                 let map = match event.kind {
@@ -518,7 +533,7 @@ impl Graph {
                     matched,
                     start_ns: event.start_ns,
                     end_ns: event.end_ns,
-                    instance: instance_of(rank_index as u32, event.kind, name, true),
+                    instance: instance_of(rank_index as u32, event.kind, 0, name, true),
                 });
             }
         }

@@ -3,7 +3,8 @@
 //!
 //! Scenarios:
 //! - *no straggler*: every operation takes the typical own time of the same operation instance across ranks (the
-//!   same kind and name, the same occurrence on its rank): the nearest-rank median (of two ranks, the smaller),
+//!   same kind and name, the same occurrence on its rank, for calls on the same thread ordinal): the nearest-rank
+//!   median (of two ranks, the smaller),
 //!   for its duration and for the delay before it (host gaps included). A matched collective keeps its own
 //!   transfer time; its wait is not an own time, so it shrinks by itself once the ranks arrive together.
 //!   Operations without a peer instance keep their own times (counted).
