@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, hta};
+use shardscope_analyzer::{compare, critical_path, hta, whatif};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -128,6 +128,47 @@ enum Command {
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
+    // --- dependency model: critical path and what-if ---
+    /// The longest dependency path through one step or window across all ranks, as segments (rank, stream or
+    /// thread, operation, the edge that made it wait), with its time per category and per rank.
+    CriticalPath {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Segments listed in the table: the longest N, in time order (0: all; JSON has all).
+        #[arg(long, default_value_t = 40, value_name = "N")]
+        limit: usize,
+    },
+    /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
+    /// attribution to op categories and ranks.
+    WhatIf {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Every operation takes the typical (median across ranks) time of its instance; collectives keep their
+        /// transfer. The default scenario when no other is given.
+        #[arg(long)]
+        no_straggler: bool,
+        /// Communication costs nothing and nothing waits at collectives.
+        #[arg(long)]
+        comm_overlapped: bool,
+        /// CATEGORY=F scales that category's durations by F (`gemm=0.8`, `comm=0.5`, `host=1.2`); rankN=F makes
+        /// rank N take F × its typical times (`rank1=1.0` removes rank 1's straggling). Repeatable.
+        #[arg(long = "scale", value_name = "KEY=F")]
+        scales: Vec<String>,
+    },
+}
+
+/// Inputs of the dependency-model commands.
+#[derive(clap::Args)]
+struct ModelArgs {
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+    /// Only step N (counted from 0 on each rank, after --skip-steps): from its earliest start on any rank to its
+    /// latest end.
+    #[arg(long, value_name = "N", conflicts_with = "window")]
+    step: Option<usize>,
+    /// `table` or `json`.
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutputFormat,
 }
 
 fn parse_window(text: &str) -> Result<(i64, i64), String> {
@@ -239,8 +280,72 @@ fn run(cli: Cli) -> Result<()> {
             let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
+        Command::CriticalPath { model, limit } => {
+            let format = model_format(model.format)?;
+            let (traces, model) = load_model(model)?;
+            let path = critical_path::critical_path(&traces, &model);
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
+                _ => emit(&critical_path::table(&path, limit))?,
+            }
+        }
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales } => {
+            let format = model_format(model.format)?;
+            let scales = scales
+                .iter()
+                .map(|s| whatif::parse_scale(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
+            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+            let (_, model) = load_model(model)?;
+            whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
+            let report = whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales });
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                _ => emit(&whatif::table(&report))?,
+            }
+        }
     }
     Ok(())
+}
+
+/// The dependency-model commands write a table or JSON.
+fn model_format(format: OutputFormat) -> Result<OutputFormat> {
+    if format == OutputFormat::Csv {
+        bail!("--format csv: critical-path and what-if write table or json");
+    }
+    Ok(format)
+}
+
+/// Loads the traces of a dependency-model command and builds the model of its step or window.
+fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
+    let ModelArgs { analysis, step, .. } = args;
+    let classifier = match &analysis.rules {
+        Some(path) => Classifier::load(path)?,
+        None => Classifier::builtin(),
+    };
+    let pattern = |flag: &str, text: &str| {
+        Regex::new(text).map_err(|e| anyhow::anyhow!("{flag}: {}", e.to_string().lines().last().unwrap_or("")))
+    };
+    let options = Options {
+        classifier,
+        phase_pattern: pattern("--phase-pattern", &analysis.phase_pattern)?,
+        step_pattern: pattern("--step-pattern", &analysis.step_pattern)?,
+        skip_steps: analysis.skip_steps,
+        allow_mixed: analysis.allow_mixed,
+        ..Options::default()
+    };
+    let traces = load_all(&analysis.traces)?;
+    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    if !analysis.allow_mixed
+        && let Some(why) = run::mixed_runs(&identities)
+    {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
+    print_load_warnings(&traces);
+    let model = critical_path::build_model(&traces, &options, analysis.window, step)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
+    Ok((traces, model))
 }
 
 fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Report> {
