@@ -32,6 +32,15 @@ pub fn duration(ns: i64) -> String {
     }
 }
 
+/// The line that says which window a subcommand applied.
+pub fn window_note(window_ns: (i64, i64)) -> String {
+    let (start, end) = window_ns;
+    format!(
+        "window: {start} .. {end} ns of the trace clock ({}); events reaching into it, clipped to it",
+        duration(end - start)
+    )
+}
+
 fn share(part: i64, whole: i64) -> f64 {
     if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 }
 }
@@ -398,6 +407,14 @@ pub fn comparison_table(c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "runs (baseline first): {}", c.runs.join(" | "));
     let _ = writeln!(out, "per-rank time = mean over the run's ranks; speedup and efficiency against the first run");
+    for (index, label) in c.runs.iter().enumerate() {
+        let window = match c.windows_ns.get(index).copied().flatten() {
+            Some(window_ns) => window_note(window_ns),
+            None => "whole trace".to_string(),
+        };
+        let inputs = c.inputs.get(index).map(|i| i.join(", ")).unwrap_or_default();
+        let _ = writeln!(out, "{label}: {inputs}; {window}");
+    }
     for phase in &c.phases {
         let title = if phase.phase.is_empty() { "whole run" } else { &phase.phase };
         let ranks: Vec<String> = phase.ranks.iter().map(|n| format!("{n} rank(s)")).collect();
@@ -424,20 +441,34 @@ pub fn comparison_table(c: &Comparison) -> String {
             }
             out.push('\n');
         }
+        if let Some(throughput) = c.throughput.as_ref().filter(|_| phase.phase.is_empty()) {
+            let _ = write!(out, "{:<22}", "tokens/s");
+            for index in 0..c.runs.len() {
+                let rate = throughput.tokens_per_s[index].map(|t| format!("{t:.1}")).unwrap_or_else(|| "-".into());
+                let _ = write!(out, " {rate:>12}");
+                if index > 0 {
+                    let speedup = throughput.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
+                    let efficiency =
+                        throughput.efficiency_pct[index].map(|e| format!("{e:.0}%")).unwrap_or_else(|| "-".into());
+                    let _ = write!(out, " {speedup:>8} {efficiency:>6}");
+                }
+            }
+            out.push('\n');
+        }
     }
     out
 }
 
 /// The comparison as CSV: one row per phase, figure and run.
 pub fn comparison_csv(c: &Comparison) -> String {
-    let mut out = String::from("phase,what,run,ranks,per_rank_ns,speedup,efficiency_pct\n");
+    let mut out = String::from("phase,what,run,ranks,per_rank_ns,speedup,efficiency_pct,tokens_per_s\n");
     let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
     for phase in &c.phases {
         for row in &phase.rows {
             for (index, run) in c.runs.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},",
                     csv_field(&phase.phase),
                     csv_field(&row.what),
                     csv_field(run),
@@ -447,6 +478,21 @@ pub fn comparison_csv(c: &Comparison) -> String {
                     number(row.efficiency_pct[index])
                 );
             }
+        }
+    }
+    // Tokens per second is a rate, not a per-rank time: it has its own column, on whole-run rows of its own.
+    if let Some(throughput) = &c.throughput {
+        let ranks = c.phases.first().map(|p| p.ranks.clone()).unwrap_or_default();
+        for (index, run) in c.runs.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                ",tokens_per_s,{},{},,{},{},{}",
+                csv_field(run),
+                ranks.get(index).copied().unwrap_or(0),
+                number(throughput.speedup[index]),
+                number(throughput.efficiency_pct[index]),
+                number(throughput.tokens_per_s[index])
+            );
         }
     }
     out

@@ -30,6 +30,7 @@ use crate::kernel_summary::{self, KernelSummaryRow};
 use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
 use crate::run::{self, RunIdentity};
 use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
+use crate::window::clip;
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -444,16 +445,6 @@ fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
         (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
     devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
     devices
-}
-
-/// Clips `[start, end)` to the window; `None` when nothing is left.
-fn clip(start_ns: i64, end_ns: i64, window_ns: Option<(i64, i64)>) -> Option<(i64, i64)> {
-    let (start, end) = match window_ns {
-        Some((w0, w1)) => (start_ns.max(w0), end_ns.min(w1)),
-        None => (start_ns, end_ns),
-    };
-    (end > start || (end == start && window_ns.is_none_or(|(w0, w1)| start >= w0 && start < w1)))
-        .then_some((start, end))
 }
 
 /// One kernel of a rank after clipping.
