@@ -20,6 +20,7 @@ pub mod categories;
 pub mod collectives;
 pub mod compare;
 pub mod hta;
+pub mod inferred_phases;
 pub mod intervals;
 pub mod kernel_summary;
 pub mod phases;
