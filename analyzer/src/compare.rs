@@ -270,7 +270,12 @@ mod tests {
                     gpu_name: String::new(),
                     pid: None,
                     figures: figures(gemm, comm),
-                    phases: vec![Phase { name: "decode".into(), figures: figures(gemm / 2, comm / 2) }],
+                    phase_source: Some("recorded"),
+                    phases: vec![Phase {
+                        name: "decode".into(),
+                        source: "recorded",
+                        figures: figures(gemm / 2, comm / 2),
+                    }],
                     hta: Default::default(),
                     annotation_ranges: 0,
                     steps: None,

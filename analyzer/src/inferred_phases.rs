@@ -9,7 +9,9 @@
 //! 2. a segment holds a prefill when its GEMM time is at least [`PREFILL_GEMM_FACTOR`] × the median step's, and a
 //!    kernel name that also runs in the typical step runs in it with at least [`PREFILL_GRID_FACTOR`] × the grid
 //!    blocks (more token rows at once); when no segment passes both, nothing is inferred;
-//! 3. the other steps are decode; at least [`steps::MIN_INFERRED_STEPS`] of them are needed;
+//! 3. the other steps are decode; at least [`steps::MIN_INFERRED_STEPS`] of them are needed, and at least
+//!    [`TYPICAL_SHARE`] of them must run the typical step's kernel sequence exactly (the most common one): decode
+//!    repeats one step, where the parts of a training iteration differ from each other;
 //! 4. inside a prefill segment, the kernels that continue the typical step's sequence from its start are the end of
 //!    the decode step the segment began with; of the rest, the kernels from the first to the last GEMM or attention
 //!    kernel are the prefill, the kernels after it open the next decode step, and the kernels before it (set-up
@@ -28,6 +30,10 @@ pub const PREFILL_GEMM_FACTOR: i64 = 4;
 
 /// ... and with a kernel of the typical step launched with at least this many times its grid blocks.
 pub const PREFILL_GRID_FACTOR: u64 = 4;
+
+/// At least this share (numerator, denominator) of the decode steps must run the typical step's kernel sequence
+/// exactly.
+pub const TYPICAL_SHARE: (usize, usize) = (3, 4);
 
 /// What a kernel computes, as far as telling prefill from decode needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +151,15 @@ pub fn infer(kernels: &[KernelShape]) -> Vec<Stretch> {
             .get(&kernel.name)
             .is_some_and(|&blocks| blocks > 0 && kernel.grid_blocks >= PREFILL_GRID_FACTOR.saturating_mul(blocks))
     };
+    // Decode repeats one step: most light steps run exactly the typical sequence. A loop whose steps vary (the
+    // parts of a training iteration) is not a decode loop.
+    let typical_steps = light_steps
+        .iter()
+        .filter(|&&j| segments[j].iter().map(|&i| kernels[i].name).eq(typical.iter().copied()))
+        .count();
+    if typical_steps * TYPICAL_SHARE.1 < light_steps.len() * TYPICAL_SHARE.0 {
+        return Vec::new();
+    }
     let mut assigned: Vec<Option<(InferredPhase, u32)>> = vec![None; kernels.len()];
     let instance = |segment: usize, part: u32| segment as u32 * 3 + part;
     for &j in &light_steps {
@@ -294,6 +309,15 @@ mod tests {
             kernels.extend(decode_step());
         }
         assert!(infer(&laid_out(&kernels)).is_empty());
+        // Nor is a loop whose light steps differ from each other (the parts of a training iteration).
+        let mut varied = Vec::new();
+        for _ in 0..4 {
+            varied.extend(decode_step());
+            varied.extend(decode_step().into_iter().chain([(7, ComputeKind::Other, 1, 5)]));
+            varied.extend(decode_step().into_iter().chain([(8, ComputeKind::Other, 1, 5)]));
+            varied.extend(prefill());
+        }
+        assert!(infer(&laid_out(&varied)).is_empty());
         // Nor are decode steps alone.
         let decode_only: Vec<_> = (0..6).flat_map(|_| decode_step()).collect();
         assert!(infer(&laid_out(&decode_only)).is_empty());

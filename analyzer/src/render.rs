@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::compare::Comparison;
 use crate::kernel_summary::KernelSummaryRow;
-use crate::report::{Figures, Report};
+use crate::report::{Figures, PHASES_INFERRED, Report};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -149,6 +149,13 @@ pub fn table(report: &Report, top: usize) -> String {
                 duration(r.max_ns)
             );
         }
+        if rank.phase_source == Some(PHASES_INFERRED) {
+            let _ = writeln!(
+                out,
+                "  phases (inferred): no phase ranges; prefill told apart from the repeating decode steps by its GEMM \
+                 time and larger grids"
+            );
+        }
         if rank.phases.is_empty() {
             let why = if rank.annotation_ranges == 0 {
                 "the trace has no NVTX or annotation ranges".to_string()
@@ -158,7 +165,8 @@ pub fn table(report: &Report, top: usize) -> String {
             let _ = writeln!(out, "  phases: none ({why})");
         }
         for phase in &rank.phases {
-            let _ = writeln!(out, "  -- phase {} --", phase.name);
+            let inferred = if phase.source == PHASES_INFERRED { " (inferred)" } else { "" };
+            let _ = writeln!(out, "  -- phase {}{inferred} --", phase.name);
             if let Some(instances) = &phase.figures.instances {
                 let _ = writeln!(
                     out,
@@ -365,19 +373,19 @@ pub fn csv(report: &Report) -> String {
     categories.sort();
     categories.dedup();
     let mut out = String::from(
-        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count",
+        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count,phase_source",
     );
     for category in &categories {
         let _ = write!(out, ",cat:{category}_ns");
     }
     out.push('\n');
     for rank in &report.ranks {
-        let rows =
-            std::iter::once(("", &rank.figures)).chain(rank.phases.iter().map(|p| (p.name.as_str(), &p.figures)));
-        for (phase, f) in rows {
+        let rows = std::iter::once(("", "", &rank.figures))
+            .chain(rank.phases.iter().map(|p| (p.name.as_str(), p.source, &p.figures)));
+        for (phase, phase_source, f) in rows {
             let _ = write!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}",
                 rank.rank,
                 csv_field(phase),
                 csv_field(&rank.source),
@@ -391,7 +399,8 @@ pub fn csv(report: &Report) -> String {
                 f.comm_wait_ns,
                 f.comm_transfer_ns,
                 f.kernel_count,
-                f.memop_count
+                f.memop_count,
+                phase_source
             );
             for category in &categories {
                 let _ = write!(out, ",{}", f.categories.get(*category).copied().unwrap_or(0));
