@@ -1,6 +1,7 @@
 //! The analysis window (`--window START:END`, nanoseconds on the trace's clock) and the one rule every subcommand
 //! applies with it: an event is kept when it reaches into `[start, end)`, and its times are clipped to the window.
-//! A zero-length event is kept when it lies inside the window.
+//! A zero-length event is kept when it lies inside the window, and so is an event that ends exactly where the window
+//! starts (with zero length).
 //!
 //! [`clip`] is the rule; the report applies it event by event while it works, and [`restrict`] applies it to a
 //! whole trace for the subcommands that hand traces on as they are (`kern-sum`, `export`).
@@ -106,7 +107,9 @@ mod tests {
     #[test]
     fn clip_keeps_what_reaches_into_the_window() {
         assert_eq!(clip(0, 10, Some((5, 20))), Some((5, 10)));
-        assert_eq!(clip(0, 5, Some((5, 20))), None);
+        // An event that ends where the window starts touches it: kept with zero length, like a zero-length event.
+        assert_eq!(clip(0, 5, Some((5, 20))), Some((5, 5)));
+        assert_eq!(clip(0, 4, Some((5, 20))), None);
         assert_eq!(clip(20, 30, Some((5, 20))), None);
         assert_eq!(clip(7, 7, Some((5, 20))), Some((7, 7)));
         assert_eq!(clip(20, 20, Some((5, 20))), None);
