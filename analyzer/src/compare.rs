@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::report::{Figures, Report};
+use crate::report::{Figures, PHASES_INFERRED, Report};
 
 /// One run's figures for one phase (or the whole run).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,6 +60,8 @@ pub struct PhaseComparison {
     pub phase: String,
     /// Ranks per run.
     pub ranks: Vec<u32>,
+    /// Per run: whether the phase was inferred from the kernels (no phase ranges) on any of its ranks.
+    pub inferred: Vec<bool>,
     /// One row per figure.
     pub rows: Vec<Row>,
 }
@@ -169,7 +171,13 @@ pub fn compare(labels: &[String], reports: &[Report], tokens: &[Option<u64>]) ->
                 let medians: Vec<Option<RunPhase>> = reports.iter().map(median_step).collect();
                 rows.push(row("step_time_p50", &medians, &ranks, |r| Some(r.span_ns)));
             }
-            PhaseComparison { phase, ranks, rows }
+            let inferred = reports
+                .iter()
+                .map(|report| {
+                    report.ranks.iter().flat_map(|r| &r.phases).any(|p| p.name == phase && p.source == PHASES_INFERRED)
+                })
+                .collect();
+            PhaseComparison { phase, ranks, inferred, rows }
         })
         .collect();
     let throughput = throughput(&phases[0], tokens);

@@ -427,7 +427,16 @@ pub fn comparison_table(c: &Comparison) -> String {
     for phase in &c.phases {
         let title = if phase.phase.is_empty() { "whole run" } else { &phase.phase };
         let ranks: Vec<String> = phase.ranks.iter().map(|n| format!("{n} rank(s)")).collect();
-        let _ = writeln!(out, "\n== {title} ({})", ranks.join(" | "));
+        let inferred_in: Vec<&str> = c
+            .runs
+            .iter()
+            .zip(&phase.inferred)
+            .filter(|(_, inferred)| **inferred)
+            .map(|(label, _)| label.as_str())
+            .collect();
+        let inferred =
+            if inferred_in.is_empty() { String::new() } else { format!(" (inferred in {})", inferred_in.join(", ")) };
+        let _ = writeln!(out, "\n== {title}{inferred} ({})", ranks.join(" | "));
         let _ = write!(out, "{:<22}", "");
         for (index, label) in c.runs.iter().enumerate() {
             let _ = write!(out, " {:>12}", truncate(label, 12));

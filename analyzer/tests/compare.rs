@@ -80,7 +80,7 @@ fn tp1_vs_tp2_nsys_golden_efficiency() {
     let throughput = &c["throughput"];
     assert_eq!(throughput["tokens"], serde_json::json!([1000, 1000]));
     let rate = |i: usize| throughput["tokens_per_s"][i].as_f64().unwrap();
-    assert!((rate(0) - 1825.637_3).abs() < 1e-3 && (rate(1) - 402.598_8).abs() < 1e-3, "{throughput}");
+    assert!((rate(0) - 1_825.637_3).abs() < 1e-3 && (rate(1) - 402.598_8).abs() < 1e-3, "{throughput}");
     let efficiency = throughput["efficiency_pct"][1].as_f64().unwrap();
     assert!((efficiency - 11.026_3).abs() < 1e-3, "throughput efficiency {efficiency}");
 

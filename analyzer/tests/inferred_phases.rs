@@ -74,6 +74,20 @@ fn one_gpu_nsys_export() {
     assert_phases_match("tp1_nsys.sqlite.gz", 2);
 }
 
+/// `compare` says in which runs a phase was inferred.
+#[test]
+fn compare_marks_inferred_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = without_nvtx("tp1_nsys.sqlite.gz", dir.path());
+    let tp2 = repo_root().join("sample-traces/tp2_nsys.sqlite.gz");
+    let args = ["compare", "--format", "json", "--run", stripped.to_str().unwrap(), "--run", tp2.to_str().unwrap()];
+    let c = json(&args);
+    let phases = c["phases"].as_array().unwrap();
+    let prefill = phases.iter().find(|p| p["phase"] == "prefill").unwrap();
+    assert_eq!(prefill["inferred"], serde_json::json!([true, false]));
+    assert_eq!(phases[0]["inferred"], serde_json::json!([false, false]));
+}
+
 /// Two GPUs of the same program: recorded 52 and 514 kernels per rank, inferred 56 and 508.
 #[test]
 fn two_gpu_nsys_export() {
