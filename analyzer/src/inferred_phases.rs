@@ -112,8 +112,7 @@ pub fn infer(kernels: &[KernelShape]) -> Vec<Stretch> {
             .iter()
             .map(|&i| &kernels[i])
             .filter(|k| k.kind == ComputeKind::Gemm)
-            .map(|k| k.end_ns - k.start_ns)
-            .sum()
+            .fold(0i64, |total, k| total.saturating_add(k.end_ns.saturating_sub(k.start_ns)))
     };
     let median_step_gemm_ns = Distribution::of(segments[1..].iter().map(|s| gemm_ns(s)).collect()).p50_ns;
     if median_step_gemm_ns <= 0 {
@@ -161,7 +160,9 @@ pub fn infer(kernels: &[KernelShape]) -> Vec<Stretch> {
         return Vec::new();
     }
     let mut assigned: Vec<Option<(InferredPhase, u32)>> = vec![None; kernels.len()];
-    let instance = |segment: usize, part: u32| segment as u32 * 3 + part;
+    // Three numbers per segment: its decode part, its prefill, and (for the next segment) the next step's head.
+    let instance =
+        |segment: usize, part: u32| u32::try_from(segment).unwrap_or(u32::MAX).saturating_mul(3).saturating_add(part);
     for &j in &light_steps {
         for &i in &segments[j] {
             assigned[i] = Some((InferredPhase::Decode, instance(j, 0)));

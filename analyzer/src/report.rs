@@ -418,7 +418,8 @@ fn infer_phases(
                     start_ns: kernel.start_ns,
                     end_ns: kernel.end_ns,
                     name: kernel.name,
-                    grid_blocks: kernel.grid.iter().map(|&d| u64::from(d)).product(),
+                    // Three u32 dimensions can exceed u64: saturate rather than overflow.
+                    grid_blocks: kernel.grid.iter().fold(1u64, |blocks, &d| blocks.saturating_mul(u64::from(d))),
                     kind: kind_of.get(category.0 as usize).copied().unwrap_or(ComputeKind::Other),
                 }
             })
