@@ -204,6 +204,14 @@ pub fn collectives_table(report: &Report) -> String {
             .map(|s| format!("; median spread of ends across ranks {}", duration(s)))
             .unwrap_or_default()
     );
+    let inferred = inferred_phase_sources(report);
+    if !inferred.is_empty() {
+        let _ = writeln!(
+            out,
+            "phases inferred from the kernels (no phase ranges) in {}: the phase column is inferred there",
+            inferred.join(", ")
+        );
+    }
     if let Some(bench) = &c.bench {
         let _ = writeln!(
             out,
@@ -256,10 +264,19 @@ pub fn collectives_table(report: &Report) -> String {
 pub fn collectives_json(report: &Report) -> String {
     let value = serde_json::json!({
         "inputs": report.inputs,
+        "phases_inferred_in": inferred_phase_sources(report),
         "collectives": report.collectives,
         "instances": report.instances,
     });
     serde_json::to_string_pretty(&value).expect("collectives always serialise")
+}
+
+/// The input files whose phases were inferred from the kernels, each once.
+fn inferred_phase_sources(report: &Report) -> Vec<&str> {
+    let mut sources: Vec<&str> =
+        report.ranks.iter().filter(|r| r.phase_source == Some(PHASES_INFERRED)).map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    sources
 }
 
 /// The collective groups as CSV.

@@ -74,6 +74,23 @@ fn one_gpu_nsys_export() {
     assert_phases_match("tp1_nsys.sqlite.gz", 2);
 }
 
+/// `collectives` says whose phase column is inferred.
+#[test]
+fn collectives_say_phases_are_inferred() {
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = without_nvtx("tp2_nsys.sqlite.gz", dir.path());
+    let c = json(&["collectives", "--format", "json", stripped.to_str().unwrap()]);
+    assert_eq!(c["phases_inferred_in"], serde_json::json!([stripped.to_str().unwrap()]));
+    let phases: Vec<&str> =
+        c["collectives"]["groups"].as_array().unwrap().iter().map(|g| g["phase"].as_str().unwrap()).collect();
+    assert!(phases.contains(&"prefill") && phases.contains(&"decode"), "{phases:?}");
+    let table = String::from_utf8(analyzer(&["collectives", stripped.to_str().unwrap()]).stdout).unwrap();
+    assert!(table.contains("phases inferred from the kernels (no phase ranges) in "), "{table}");
+    let recorded = repo_root().join("sample-traces/tp2_nsys.sqlite.gz");
+    let c = json(&["collectives", "--format", "json", recorded.to_str().unwrap()]);
+    assert_eq!(c["phases_inferred_in"], serde_json::json!([]));
+}
+
 /// `compare` says in which runs a phase was inferred.
 #[test]
 fn compare_marks_inferred_phases() {
