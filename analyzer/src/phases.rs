@@ -7,6 +7,9 @@
 //! their device that contain the kernel's start. Each phase range is one instance of its phase
 //! (one prefill, one decode step): lookups also say which range, so that figures can be made per
 //! instance and a phase's span is the sum of its instances' spans, not first instance to last.
+//!
+//! A trace without phase ranges may get phases inferred from its kernels instead ([`crate::inferred_phases`]):
+//! stretches of GPU time per device, looked up by a kernel's GPU start whatever thread launched it.
 
 use std::collections::HashMap;
 

@@ -14,6 +14,9 @@
 //!   `comm.<type>`; of collectives matched across ranks, the part spent waiting for the last rank is
 //!   `wait.<type>` instead, so that `comm.<type>` is transfer time.
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
+//!
+//! Phases come from the trace's phase ranges; a trace without any gets prefill and decode inferred from its kernels
+//! ([`inferred_phases`]), marked `inferred` in [`RankReport::phase_source`] and [`Phase::source`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
