@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, whatif};
+use shardscope_analyzer::{compare, critical_path, hta, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -45,7 +45,7 @@ struct AnalysisArgs {
     #[arg(long)]
     rules: Option<PathBuf>,
     /// Only analyse START_NS:END_NS of the trace clock.
-    #[arg(long, value_parser = parse_window)]
+    #[arg(long, value_parser = window::parse)]
     window: Option<(i64, i64)>,
     /// In the HTA-compatible figures, keep the last ProfilerStep (HTA's include_last_profiler_step=True).
     #[arg(long)]
@@ -105,6 +105,14 @@ enum Command {
         /// Op-category rules file replacing the built-in rules.
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// Only analyse START_NS:END_NS of each run's trace clock: given once per run, in order (`-` for a whole
+        /// run), as each run has its own clock.
+        #[arg(long = "window", value_name = "START_NS:END_NS", value_parser = parse_run_window)]
+        windows: Vec<Option<(i64, i64)>>,
+        /// Tokens each run processed in the analysed time, once per run in order (`-` where unknown): adds a
+        /// tokens/s row (tokens ÷ the run's mean per-rank span).
+        #[arg(long = "tokens", value_name = "N")]
+        tokens: Vec<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
@@ -116,6 +124,9 @@ enum Command {
         /// `table` or `csv` (the CSV has nsys' header and number formatting).
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
+        /// Only kernels reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them).
+        #[arg(long, value_parser = window::parse)]
+        window: Option<(i64, i64)>,
     },
     /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor.
     Export {
@@ -125,6 +136,9 @@ enum Command {
         /// The Perfetto file to write (`.pftrace`).
         #[arg(short, long)]
         output: PathBuf,
+        /// Only events reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them).
+        #[arg(long, value_parser = window::parse)]
+        window: Option<(i64, i64)>,
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
@@ -171,14 +185,9 @@ struct ModelArgs {
     format: OutputFormat,
 }
 
-fn parse_window(text: &str) -> Result<(i64, i64), String> {
-    let (start, end) = text.split_once(':').ok_or("expected START_NS:END_NS")?;
-    let start: i64 = start.trim().parse().map_err(|e| format!("start: {e}"))?;
-    let end: i64 = end.trim().parse().map_err(|e| format!("end: {e}"))?;
-    if end <= start {
-        return Err("END_NS must be after START_NS".into());
-    }
-    Ok((start, end))
+/// A window for one run of `compare`: `START_NS:END_NS`, or `-` for the whole trace.
+fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
+    if text.trim() == "-" { Ok(None) } else { window::parse(text).map(Some) }
 }
 
 fn main() -> ExitCode {
@@ -235,10 +244,27 @@ fn run(cli: Cli) -> Result<()> {
             };
             emit(&text)?;
         }
-        Command::Compare { runs, labels, phase_pattern, rules, format } => {
+        Command::Compare { runs, labels, phase_pattern, rules, windows, tokens, format } => {
             if !labels.is_empty() && labels.len() != runs.len() {
                 bail!("--label: {} labels for {} runs", labels.len(), runs.len());
             }
+            // Each run has its own clock: a window is given per run, never one for all.
+            if !windows.is_empty() && windows.len() != runs.len() {
+                bail!("--window: {} windows for {} runs (one per run, `-` for a whole run)", windows.len(), runs.len());
+            }
+            if !tokens.is_empty() && tokens.len() != runs.len() {
+                bail!("--tokens: {} counts for {} runs (one per run, `-` where unknown)", tokens.len(), runs.len());
+            }
+            let tokens: Vec<Option<u64>> = tokens
+                .iter()
+                .map(|text| match text.trim() {
+                    "-" => Ok(None),
+                    number => match number.parse::<u64>() {
+                        Ok(n) if n > 0 => Ok(Some(n)),
+                        _ => Err(anyhow::anyhow!("--tokens: {number:?} is not a positive whole number or `-`")),
+                    },
+                })
+                .collect::<Result<_>>()?;
             let mut reports = Vec::new();
             let mut names = Vec::new();
             for (index, run) in runs.iter().enumerate() {
@@ -247,7 +273,7 @@ fn run(cli: Cli) -> Result<()> {
                     traces: paths,
                     phase_pattern: phase_pattern.clone(),
                     rules: rules.clone(),
-                    window: None,
+                    window: windows.get(index).copied().flatten(),
                     hta_include_last_step: false,
                     bench: None,
                     step_pattern: DEFAULT_STEP_PATTERN.to_string(),
@@ -257,27 +283,67 @@ fn run(cli: Cli) -> Result<()> {
                 reports.push(run_analysis(analysis, false)?);
                 names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
             }
-            let comparison = compare::compare(&names, &reports);
+            let comparison = compare::compare(&names, &reports, &tokens);
             match format {
                 OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
                 OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
             }
         }
-        Command::KernSum { traces, format } => {
-            let traces = load_all(&traces)?;
+        Command::KernSum { traces, format, window } => {
+            let mut traces = load_all(&traces)?;
             print_load_warnings(&traces);
+            if let Some(window_ns) = window {
+                for trace in &mut traces {
+                    window::restrict(trace, window_ns);
+                }
+                // The CSV keeps nsys' layout to the byte, so the window is said on stderr there.
+                if format == OutputFormat::Csv {
+                    let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
+                }
+            }
             let rows = report::kernel_summary(&traces);
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
                 OutputFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
-                OutputFormat::Table => emit(&render::kernel_summary_table(&rows))?,
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&rows)? + "\n"))?,
+                OutputFormat::Table => {
+                    let note = window.map(|w| render::window_note(w) + "\n").unwrap_or_default();
+                    emit(&(note + &render::kernel_summary_table(&rows)))?
+                }
+                OutputFormat::Json => {
+                    let inputs: Vec<&str> = traces.iter().map(|t| t.source.path.as_str()).collect();
+                    let value = serde_json::json!({ "inputs": inputs, "window_ns": window, "kernels": rows });
+                    emit(&(serde_json::to_string_pretty(&value)? + "\n"))?
+                }
             }
         }
-        Command::Export { traces, output } => {
-            let stats = shardscope::perfetto::export_file(&traces, &output).map_err(anyhow::Error::msg)?;
-            let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
+        Command::Export { traces, output, window } => {
+            let mut kept = window::Kept::default();
+            let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
+                if let Some(window_ns) = window {
+                    for trace in traces {
+                        kept.add(window::restrict(trace, window_ns));
+                    }
+                }
+            })
+            .map_err(anyhow::Error::msg)?;
+            let mut stderr = std::io::stderr();
+            let _ = writeln!(stderr, "analyzer: wrote {} ({stats:?})", output.display());
+            if let Some(window_ns) = window {
+                let _ = writeln!(
+                    stderr,
+                    "analyzer: {}: kept {} of {} kernels, {} of {} copies/sets, {} of {} API calls, {} of {} ranges",
+                    render::window_note(window_ns),
+                    kept.kernels.0,
+                    kept.kernels.1,
+                    kept.memops.0,
+                    kept.memops.1,
+                    kept.api_calls.0,
+                    kept.api_calls.1,
+                    kept.ranges.0,
+                    kept.ranges.1
+                );
+            }
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
         Command::CriticalPath { model, limit } => {
