@@ -11,7 +11,7 @@ use std::path::Path;
 use regex::Regex;
 use shardscope_analyzer::categories::{CategoryId as AnalyzerCategoryId, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
-use shardscope_analyzer::report::{Figures, Options, analyze};
+use shardscope_analyzer::report::{Figures, Options, PHASES_INFERRED, analyze};
 use shardscope_model::Trace;
 
 /// Index of an op category in [`Categories::names`].
@@ -153,7 +153,12 @@ pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Opti
                     .phases
                     .iter()
                     .map(|phase| PhaseFigures {
-                        name: phase.name.clone(),
+                        // Phases found from the kernel pattern, not recorded ranges, say so as the report does.
+                        name: if phase.source == PHASES_INFERRED {
+                            format!("{} (inferred)", phase.name)
+                        } else {
+                            phase.name.clone()
+                        },
                         categories: sorted_categories(&phase.figures),
                     })
                     .collect(),
@@ -195,5 +200,15 @@ mod tests {
         assert_eq!(Categories::builtin().color_rgb("comm.all_reduce"), Some([0xe1, 0x57, 0x59]));
         assert!(Categories::from_options(None, "(").unwrap_err().starts_with("--phase-pattern"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn phases_found_without_ranges_are_labelled_inferred() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/kineto_tp2");
+        let traces = shardscope_io::load(&path).expect("the bundled Kineto sample loads");
+        let names: Vec<String> =
+            analyze_window(&traces, &Categories::builtin(), None)[0].phases.iter().map(|p| p.name.clone()).collect();
+        assert!(!names.is_empty(), "the sample's phases are inferred");
+        assert!(names.iter().all(|n| n.ends_with(" (inferred)")), "{names:?}");
     }
 }
