@@ -106,6 +106,15 @@ pub fn write_trace(traces: &[Trace], out: &mut impl Write) -> std::io::Result<Ex
 /// Errors are one line naming the file: the input that could not be read, or the output that
 /// could not be written.
 pub fn export_file(inputs: &[PathBuf], output: &Path) -> Result<ExportStats, String> {
+    export_file_with(inputs, output, |_| {})
+}
+
+/// [`export_file`], with `prepare` applied to the loaded traces before they are written (to keep a time window).
+pub fn export_file_with(
+    inputs: &[PathBuf],
+    output: &Path,
+    prepare: impl FnOnce(&mut [Trace]),
+) -> Result<ExportStats, String> {
     // Creating the output truncates it: it must not be one of the inputs (or inside one).
     if let Ok(out) = std::fs::metadata(output) {
         use std::os::unix::fs::MetadataExt;
@@ -123,6 +132,7 @@ pub fn export_file(inputs: &[PathBuf], output: &Path) -> Result<ExportStats, Str
     for input in inputs {
         traces.extend(shardscope_io::load(input).map_err(|e| format!("{e:#}"))?);
     }
+    prepare(&mut traces);
     let file = std::fs::File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
     let mut file = std::io::BufWriter::new(file);
     let stats = write_trace(&traces, &mut file).map_err(|e| format!("{}: {e}", output.display()))?;

@@ -73,6 +73,24 @@ pub enum RulesError {
 #[serde(deny_unknown_fields)]
 struct RulesFile {
     rule: Vec<RuleEntry>,
+    /// Optional per-category settings (the viewer's colour).
+    #[serde(default)]
+    category: Vec<CategoryEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CategoryEntry {
+    name: String,
+    /// `#rrggbb`.
+    color: String,
+}
+
+/// `#rrggbb` as its three bytes.
+fn parse_color(text: &str) -> Option<[u8; 3]> {
+    let hex = text.strip_prefix('#').filter(|h| h.len() == 6 && h.is_ascii())?;
+    let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).ok();
+    Some([byte(0)?, byte(2)?, byte(4)?])
 }
 
 #[derive(Deserialize)]
@@ -93,6 +111,8 @@ pub struct Classifier {
     memcpy: CategoryId,
     memset: CategoryId,
     communication: Option<CategoryId>,
+    /// Colour of each category (by id) where the rules file gives one, as RGB.
+    colors: Vec<Option<[u8; 3]>>,
 }
 
 impl Classifier {
@@ -148,7 +168,18 @@ impl Classifier {
         let memcpy = intern(MEMCPY, &mut categories);
         let memset = intern(MEMSET, &mut categories);
         let communication = categories.iter().position(|c| c == COMMUNICATION).map(|i| CategoryId(i as u16));
-        Ok(Classifier { categories, patterns, rule_class, other, memcpy, memset, communication })
+        let mut colors = vec![None; categories.len()];
+        for entry in &file.category {
+            let index = categories
+                .iter()
+                .position(|c| *c == entry.name)
+                .ok_or_else(|| invalid(format!("colour for '{}', which no rule names", entry.name)))?;
+            let color = parse_color(&entry.color).ok_or_else(|| {
+                invalid(format!("category '{}': colour '{}' is not #rrggbb", entry.name, entry.color))
+            })?;
+            colors[index] = Some(color);
+        }
+        Ok(Classifier { categories, patterns, rule_class, other, memcpy, memset, communication, colors })
     }
 
     /// The class of one kernel name (demangled or mangled).
@@ -189,6 +220,16 @@ impl Classifier {
     /// True for the communication category.
     pub fn is_communication(&self, id: CategoryId) -> bool {
         self.communication == Some(id)
+    }
+
+    /// The communication category, if the rules have one.
+    pub fn communication(&self) -> Option<CategoryId> {
+        self.communication
+    }
+
+    /// The colour the rules file gives a category (`[[category]]` tables), as RGB.
+    pub fn color(&self, id: CategoryId) -> Option<[u8; 3]> {
+        self.colors.get(usize::from(id.0)).copied().flatten()
     }
 
     /// Category of memory copies.
@@ -284,6 +325,22 @@ mod tests {
     fn category(c: &Classifier, name: &str) -> String {
         let class = c.classify(name);
         report_label(c, class, None)
+    }
+
+    #[test]
+    fn every_kernel_the_model_calls_nccl_is_communication_in_the_builtin_rules() {
+        // The rules file and `kernel_names::is_nccl_kernel` (which decides what NCCL operations link
+        // to) must not drift apart: every demangled NCCL kernel name is communication for both.
+        let c = Classifier::builtin();
+        for name in [
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
+        ] {
+            assert!(shardscope_model::kernel_names::is_nccl_kernel(name), "{name}");
+            assert!(c.is_communication(c.classify(name).category), "{name}");
+        }
     }
 
     #[test]
@@ -541,6 +598,20 @@ mod tests {
         );
         assert_eq!(demangle("nvjet_sm90"), None);
         assert_eq!(demangle("_Znot a symbol"), None);
+    }
+
+    #[test]
+    fn every_builtin_category_has_a_colour_and_bad_colours_are_refused() {
+        let c = Classifier::builtin();
+        for (index, name) in c.categories().iter().enumerate() {
+            assert!(c.color(CategoryId(index as u16)).is_some(), "{name} has no colour");
+        }
+        assert_eq!(c.color(c.communication().unwrap()), Some([0xe1, 0x57, 0x59]));
+        let rule = "[[rule]]\ncategory = \"moe\"\npattern = 'fused_moe'\n";
+        let with = |table: &str| Classifier::from_toml(&format!("{rule}\n[[category]]\n{table}"), "mine.toml");
+        assert_eq!(with("name = \"moe\"\ncolor = \"#0a0B0c\"").unwrap().color(CategoryId(0)), Some([10, 11, 12]));
+        assert!(with("name = \"moe\"\ncolor = \"red\"").unwrap_err().to_string().contains("#rrggbb"));
+        assert!(with("name = \"gemm\"\ncolor = \"#000000\"").unwrap_err().to_string().contains("no rule names"));
     }
 
     #[test]

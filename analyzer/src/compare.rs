@@ -10,12 +10,16 @@
 //! Communication has no baseline on one GPU; its per-rank time, wait and transfer are given as they are.
 //! The whole-run table ends with `step_time_p50`: the median step time (see [`crate::steps`]) averaged over the
 //! run's ranks.
+//!
+//! Throughput, only where the caller says how many tokens a run processed (a trace records no token counts):
+//! `tokens/s = tokens ÷ the run's per-rank span` (the whole-run `span` row, in seconds); its speedup is this run's
+//! tokens/s ÷ the baseline's, and its efficiency that speedup ÷ (n / n₀) as above.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::report::{Figures, Report};
+use crate::report::{Figures, PHASES_INFERRED, Report};
 
 /// One run's figures for one phase (or the whole run).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -56,8 +60,23 @@ pub struct PhaseComparison {
     pub phase: String,
     /// Ranks per run.
     pub ranks: Vec<u32>,
+    /// Per run: whether the phase was inferred from the kernels (no phase ranges) on any of its ranks.
+    pub inferred: Vec<bool>,
     /// One row per figure.
     pub rows: Vec<Row>,
+}
+
+/// Tokens per second of each run, where its token count is known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Throughput {
+    /// Tokens each run processed in the analysed time, as given.
+    pub tokens: Vec<Option<u64>>,
+    /// `tokens ÷ span` of the whole run, in tokens per second.
+    pub tokens_per_s: Vec<Option<f64>>,
+    /// Each run's tokens/s over the first run's.
+    pub speedup: Vec<Option<f64>>,
+    /// `speedup ÷ (ranks / baseline ranks)`, percent.
+    pub efficiency_pct: Vec<Option<f64>>,
 }
 
 /// The comparison of several runs.
@@ -65,6 +84,12 @@ pub struct PhaseComparison {
 pub struct Comparison {
     /// Labels of the runs, baseline first.
     pub runs: Vec<String>,
+    /// The analysis window of each run (`None`: the whole trace).
+    pub windows_ns: Vec<Option<(i64, i64)>>,
+    /// Each run's input files, in order.
+    pub inputs: Vec<Vec<String>>,
+    /// Tokens per second, when a token count was given for some run.
+    pub throughput: Option<Throughput>,
     /// Whole run first, then each phase that any run has.
     pub phases: Vec<PhaseComparison>,
 }
@@ -109,8 +134,9 @@ fn phase_figures<'a>(report: &'a Report, phase: &str) -> Vec<&'a Figures> {
         .collect()
 }
 
-/// Compares the reports of several runs; the first is the baseline.
-pub fn compare(labels: &[String], reports: &[Report]) -> Comparison {
+/// Compares the reports of several runs; the first is the baseline. `tokens` holds the token count of each run
+/// where known (empty: none known).
+pub fn compare(labels: &[String], reports: &[Report], tokens: &[Option<u64>]) -> Comparison {
     let mut phase_names: Vec<String> = vec![String::new()];
     for report in reports {
         for rank in &report.ranks {
@@ -121,7 +147,7 @@ pub fn compare(labels: &[String], reports: &[Report]) -> Comparison {
             }
         }
     }
-    let phases = phase_names
+    let phases: Vec<PhaseComparison> = phase_names
         .into_iter()
         .map(|phase| {
             let runs: Vec<Option<RunPhase>> = reports.iter().map(|r| run_phase(&phase_figures(r, &phase))).collect();
@@ -145,10 +171,46 @@ pub fn compare(labels: &[String], reports: &[Report]) -> Comparison {
                 let medians: Vec<Option<RunPhase>> = reports.iter().map(median_step).collect();
                 rows.push(row("step_time_p50", &medians, &ranks, |r| Some(r.span_ns)));
             }
-            PhaseComparison { phase, ranks, rows }
+            let inferred = reports
+                .iter()
+                .map(|report| {
+                    report.ranks.iter().flat_map(|r| &r.phases).any(|p| p.name == phase && p.source == PHASES_INFERRED)
+                })
+                .collect();
+            PhaseComparison { phase, ranks, inferred, rows }
         })
         .collect();
-    Comparison { runs: labels.to_vec(), phases }
+    let throughput = throughput(&phases[0], tokens);
+    Comparison {
+        runs: labels.to_vec(),
+        windows_ns: reports.iter().map(|r| r.window_ns).collect(),
+        inputs: reports.iter().map(|r| r.inputs.clone()).collect(),
+        throughput,
+        phases,
+    }
+}
+
+/// Tokens per second from the whole run's `span` row; `None` when no run has a token count.
+fn throughput(whole_run: &PhaseComparison, tokens: &[Option<u64>]) -> Option<Throughput> {
+    if tokens.iter().all(Option::is_none) {
+        return None;
+    }
+    let span = whole_run.rows.iter().find(|r| r.what == "span")?;
+    let tokens: Vec<Option<u64>> = (0..span.per_rank_ns.len()).map(|i| tokens.get(i).copied().flatten()).collect();
+    let tokens_per_s: Vec<Option<f64>> = tokens
+        .iter()
+        .zip(&span.per_rank_ns)
+        .map(|(n, span_ns)| n.zip(span_ns.filter(|&ns| ns > 0.0)).map(|(n, ns)| n as f64 / (ns / 1e9)))
+        .collect();
+    let base = tokens_per_s.first().copied().flatten();
+    let speedup: Vec<Option<f64>> = tokens_per_s.iter().map(|t| base.zip(*t).map(|(b, t)| t / b)).collect();
+    let ranks = &whole_run.ranks;
+    let efficiency_pct = speedup
+        .iter()
+        .zip(ranks)
+        .map(|(s, &n)| s.filter(|_| n > 0).map(|s| 100.0 * s / (f64::from(n) / f64::from(ranks[0].max(1)))))
+        .collect();
+    Some(Throughput { tokens, tokens_per_s, speedup, efficiency_pct })
 }
 
 /// The mean over ranks of the median step time, carried in a [`RunPhase`]'s `span_ns` for [`row`].
@@ -216,7 +278,12 @@ mod tests {
                     gpu_name: String::new(),
                     pid: None,
                     figures: figures(gemm, comm),
-                    phases: vec![Phase { name: "decode".into(), figures: figures(gemm / 2, comm / 2) }],
+                    phase_source: Some("recorded"),
+                    phases: vec![Phase {
+                        name: "decode".into(),
+                        source: "recorded",
+                        figures: figures(gemm / 2, comm / 2),
+                    }],
                     hta: Default::default(),
                     annotation_ranges: 0,
                     steps: None,
@@ -241,7 +308,11 @@ mod tests {
     #[test]
     fn speedup_and_efficiency_are_per_rank() {
         // 1 GPU: 1000 ns of GEMM. 2 GPUs: 500 and 600 ns each (mean 550) plus all-reduce.
-        let c = compare(&["TP=1".into(), "TP=2".into()], &[report(&[(1000, 0)]), report(&[(500, 100), (600, 300)])]);
+        let c = compare(
+            &["TP=1".into(), "TP=2".into()],
+            &[report(&[(1000, 0)]), report(&[(500, 100), (600, 300)])],
+            &[Some(100), Some(300)],
+        );
         assert_eq!(c.phases.len(), 2);
         assert_eq!(c.phases[1].phase, "decode");
         let whole = &c.phases[0];
@@ -253,5 +324,12 @@ mod tests {
         let comm = whole.rows.iter().find(|r| r.what == "comm.all_reduce").unwrap();
         assert_eq!(comm.per_rank_ns, [None, Some(200.0)]);
         assert_eq!(comm.speedup, [None, None]);
+        // Spans: 1000 ns on one GPU; 600 and 900 ns (mean 750) on two. 100 tokens in 1 µs, 300 in 0.75 µs.
+        let throughput = c.throughput.unwrap();
+        assert_eq!(throughput.tokens_per_s, [Some(1e8), Some(4e8)]);
+        assert_eq!(throughput.speedup, [Some(1.0), Some(4.0)]);
+        assert_eq!(throughput.efficiency_pct, [Some(100.0), Some(200.0)]);
+        let none = compare(&["a".into()], &[report(&[(1000, 0)])], &[None]);
+        assert!(none.throughput.is_none());
     }
 }

@@ -3,6 +3,7 @@
 //! Exit codes: 0 on success, 2 when an input, an option or a rules file cannot be used (one line on
 //! stderr names the file and the cause).
 
+use shardscope_io::error_text::one_line;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, hta};
+use shardscope_analyzer::{compare, critical_path, hta, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -44,7 +45,7 @@ struct AnalysisArgs {
     #[arg(long)]
     rules: Option<PathBuf>,
     /// Only analyse START_NS:END_NS of the trace clock.
-    #[arg(long, value_parser = parse_window)]
+    #[arg(long, value_parser = window::parse)]
     window: Option<(i64, i64)>,
     /// In the HTA-compatible figures, keep the last ProfilerStep (HTA's include_last_profiler_step=True).
     #[arg(long)]
@@ -104,6 +105,14 @@ enum Command {
         /// Op-category rules file replacing the built-in rules.
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// Only analyse START_NS:END_NS of each run's trace clock: given once per run, in order (`-` for a whole
+        /// run), as each run has its own clock.
+        #[arg(long = "window", value_name = "START_NS:END_NS", value_parser = parse_run_window)]
+        windows: Vec<Option<(i64, i64)>>,
+        /// Tokens each run processed in the analysed time, once per run in order (`-` where unknown): adds a
+        /// tokens/s row (tokens ÷ the run's mean per-rank span).
+        #[arg(long = "tokens", value_name = "N")]
+        tokens: Vec<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
@@ -115,6 +124,9 @@ enum Command {
         /// `table` or `csv` (the CSV has nsys' header and number formatting).
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
+        /// Only kernels reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them).
+        #[arg(long, value_parser = window::parse)]
+        window: Option<(i64, i64)>,
     },
     /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
     /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
@@ -126,6 +138,10 @@ enum Command {
         /// The Perfetto file (`.pftrace`) or the Parquet dataset folder to write.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Only events reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them);
+        /// Perfetto only.
+        #[arg(long, value_parser = window::parse)]
+        window: Option<(i64, i64)>,
         /// What to write.
         #[arg(long, value_enum, default_value = "perfetto")]
         format: ExportFormat,
@@ -135,6 +151,33 @@ enum Command {
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
+    // --- dependency model: critical path and what-if ---
+    /// The longest dependency path through one step or window across all ranks, as segments (rank, stream or
+    /// thread, operation, the edge that made it wait), with its time per category and per rank.
+    CriticalPath {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Segments listed in the table: the longest N, in time order (0: all; JSON has all).
+        #[arg(long, default_value_t = 40, value_name = "N")]
+        limit: usize,
+    },
+    /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
+    /// attribution to op categories and ranks.
+    WhatIf {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Every operation takes the typical (median across ranks) time of its instance; collectives keep their
+        /// transfer. The default scenario when no other is given.
+        #[arg(long)]
+        no_straggler: bool,
+        /// Communication costs nothing and nothing waits at collectives.
+        #[arg(long)]
+        comm_overlapped: bool,
+        /// CATEGORY=F scales that category's durations by F (`gemm=0.8`, `comm=0.5`, `host=1.2`); rankN=F makes
+        /// rank N take F × its typical times (`rank1=1.0` removes rank 1's straggling). Repeatable.
+        #[arg(long = "scale", value_name = "KEY=F")]
+        scales: Vec<String>,
+    },
 }
 
 /// What `export` writes.
@@ -146,14 +189,23 @@ enum ExportFormat {
     Parquet,
 }
 
-fn parse_window(text: &str) -> Result<(i64, i64), String> {
-    let (start, end) = text.split_once(':').ok_or("expected START_NS:END_NS")?;
-    let start: i64 = start.trim().parse().map_err(|e| format!("start: {e}"))?;
-    let end: i64 = end.trim().parse().map_err(|e| format!("end: {e}"))?;
-    if end <= start {
-        return Err("END_NS must be after START_NS".into());
-    }
-    Ok((start, end))
+/// Inputs of the dependency-model commands.
+#[derive(clap::Args)]
+struct ModelArgs {
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+    /// Only step N (counted from 0 on each rank, after --skip-steps): from its earliest start on any rank to its
+    /// latest end.
+    #[arg(long, value_name = "N", conflicts_with = "window")]
+    step: Option<usize>,
+    /// `table` or `json`.
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutputFormat,
+}
+
+/// A window for one run of `compare`: `START_NS:END_NS`, or `-` for the whole trace.
+fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
+    if text.trim() == "-" { Ok(None) } else { window::parse(text).map(Some) }
 }
 
 fn main() -> ExitCode {
@@ -178,33 +230,9 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
-/// The chain of causes joined by ': ', each cause once (errors that name their source in their
-/// own message would otherwise print it twice).
+/// The chain of causes on one line (see [`shardscope_io::error_text::causes`]).
 fn causes(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&cause);
-        }
-    }
-    text
-}
-
-/// `text` on one line, control characters (newlines, escape sequences) written as escapes.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    shardscope_io::error_text::causes(error.chain())
 }
 
 /// Writes `text` to standard output, reporting a failure (a full disk, a closed pipe) as an
@@ -234,10 +262,27 @@ fn run(cli: Cli) -> Result<()> {
             };
             emit(&text)?;
         }
-        Command::Compare { runs, labels, phase_pattern, rules, format } => {
+        Command::Compare { runs, labels, phase_pattern, rules, windows, tokens, format } => {
             if !labels.is_empty() && labels.len() != runs.len() {
                 bail!("--label: {} labels for {} runs", labels.len(), runs.len());
             }
+            // Each run has its own clock: a window is given per run, never one for all.
+            if !windows.is_empty() && windows.len() != runs.len() {
+                bail!("--window: {} windows for {} runs (one per run, `-` for a whole run)", windows.len(), runs.len());
+            }
+            if !tokens.is_empty() && tokens.len() != runs.len() {
+                bail!("--tokens: {} counts for {} runs (one per run, `-` where unknown)", tokens.len(), runs.len());
+            }
+            let tokens: Vec<Option<u64>> = tokens
+                .iter()
+                .map(|text| match text.trim() {
+                    "-" => Ok(None),
+                    number => match number.parse::<u64>() {
+                        Ok(n) if n > 0 => Ok(Some(n)),
+                        _ => Err(anyhow::anyhow!("--tokens: {number:?} is not a positive whole number or `-`")),
+                    },
+                })
+                .collect::<Result<_>>()?;
             let mut reports = Vec::new();
             let mut names = Vec::new();
             for (index, run) in runs.iter().enumerate() {
@@ -246,7 +291,7 @@ fn run(cli: Cli) -> Result<()> {
                     traces: paths,
                     phase_pattern: phase_pattern.clone(),
                     rules: rules.clone(),
-                    window: None,
+                    window: windows.get(index).copied().flatten(),
                     hta_include_last_step: false,
                     bench: None,
                     step_pattern: DEFAULT_STEP_PATTERN.to_string(),
@@ -256,30 +301,73 @@ fn run(cli: Cli) -> Result<()> {
                 reports.push(run_analysis(analysis, false)?);
                 names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
             }
-            let comparison = compare::compare(&names, &reports);
+            let comparison = compare::compare(&names, &reports, &tokens);
             match format {
                 OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
                 OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
             }
         }
-        Command::KernSum { traces, format } => {
-            let traces = load_all(&traces)?;
+        Command::KernSum { traces, format, window } => {
+            let mut traces = load_all(&traces)?;
             print_load_warnings(&traces);
+            if let Some(window_ns) = window {
+                for trace in &mut traces {
+                    window::restrict(trace, window_ns);
+                }
+                // The CSV keeps nsys' layout to the byte, so the window is said on stderr there.
+                if format == OutputFormat::Csv {
+                    let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
+                }
+            }
             let rows = report::kernel_summary(&traces);
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
                 OutputFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
-                OutputFormat::Table => emit(&render::kernel_summary_table(&rows))?,
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&rows)? + "\n"))?,
+                OutputFormat::Table => {
+                    let note = window.map(|w| render::window_note(w) + "\n").unwrap_or_default();
+                    emit(&(note + &render::kernel_summary_table(&rows)))?
+                }
+                OutputFormat::Json => {
+                    let inputs: Vec<&str> = traces.iter().map(|t| t.source.path.as_str()).collect();
+                    let value = serde_json::json!({ "inputs": inputs, "window_ns": window, "kernels": rows });
+                    emit(&(serde_json::to_string_pretty(&value)? + "\n"))?
+                }
             }
         }
-        Command::Export { traces, output, format: ExportFormat::Perfetto, run: _ } => {
+        Command::Export { traces, output, window, format: ExportFormat::Perfetto, run: _ } => {
             let output = output.context("--output: name the Perfetto file to write")?;
-            let stats = shardscope::perfetto::export_file(&traces, &output).map_err(anyhow::Error::msg)?;
-            let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
+            let mut kept = window::Kept::default();
+            let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
+                if let Some(window_ns) = window {
+                    for trace in traces {
+                        kept.add(window::restrict(trace, window_ns));
+                    }
+                }
+            })
+            .map_err(anyhow::Error::msg)?;
+            let mut stderr = std::io::stderr();
+            let _ = writeln!(stderr, "analyzer: wrote {} ({stats:?})", output.display());
+            if let Some(window_ns) = window {
+                let _ = writeln!(
+                    stderr,
+                    "analyzer: {}: kept {} of {} kernels, {} of {} copies/sets, {} of {} API calls, {} of {} ranges",
+                    render::window_note(window_ns),
+                    kept.kernels.0,
+                    kept.kernels.1,
+                    kept.memops.0,
+                    kept.memops.1,
+                    kept.api_calls.0,
+                    kept.api_calls.1,
+                    kept.ranges.0,
+                    kept.ranges.1
+                );
+            }
         }
-        Command::Export { mut traces, output, format: ExportFormat::Parquet, run } => {
+        Command::Export { mut traces, output, window, format: ExportFormat::Parquet, run } => {
+            if window.is_some() {
+                bail!("--window: a Parquet dataset holds whole traces (the window applies to the Perfetto export)");
+            }
             let output = match output {
                 Some(output) => output,
                 None => traces.remove(0),
@@ -308,6 +396,31 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
+        Command::CriticalPath { model, limit } => {
+            let format = model_format(model.format)?;
+            let (traces, model) = load_model(model)?;
+            let path = critical_path::critical_path(&traces, &model);
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
+                _ => emit(&critical_path::table(&path, limit))?,
+            }
+        }
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales } => {
+            let format = model_format(model.format)?;
+            let scales = scales
+                .iter()
+                .map(|s| whatif::parse_scale(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
+            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+            let (_, model) = load_model(model)?;
+            whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
+            let report = whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales });
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                _ => emit(&whatif::table(&report))?,
+            }
+        }
     }
     Ok(())
 }
@@ -323,6 +436,45 @@ fn refuse_output_among_inputs(output: &Path, inputs: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The dependency-model commands write a table or JSON.
+fn model_format(format: OutputFormat) -> Result<OutputFormat> {
+    if format == OutputFormat::Csv {
+        bail!("--format csv: critical-path and what-if write table or json");
+    }
+    Ok(format)
+}
+
+/// Loads the traces of a dependency-model command and builds the model of its step or window.
+fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
+    let ModelArgs { analysis, step, .. } = args;
+    let classifier = match &analysis.rules {
+        Some(path) => Classifier::load(path)?,
+        None => Classifier::builtin(),
+    };
+    let pattern = |flag: &str, text: &str| {
+        Regex::new(text).map_err(|e| anyhow::anyhow!("{flag}: {}", e.to_string().lines().last().unwrap_or("")))
+    };
+    let options = Options {
+        classifier,
+        phase_pattern: pattern("--phase-pattern", &analysis.phase_pattern)?,
+        step_pattern: pattern("--step-pattern", &analysis.step_pattern)?,
+        skip_steps: analysis.skip_steps,
+        allow_mixed: analysis.allow_mixed,
+        ..Options::default()
+    };
+    let traces = load_all(&analysis.traces)?;
+    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    if !analysis.allow_mixed
+        && let Some(why) = run::mixed_runs(&identities)
+    {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
+    print_load_warnings(&traces);
+    let model = critical_path::build_model(&traces, &options, analysis.window, step)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
+    Ok((traces, model))
 }
 
 fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Report> {

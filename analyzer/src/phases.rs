@@ -7,11 +7,16 @@
 //! their device that contain the kernel's start. Each phase range is one instance of its phase
 //! (one prefill, one decode step): lookups also say which range, so that figures can be made per
 //! instance and a phase's span is the sum of its instances' spans, not first instance to last.
+//!
+//! A trace without phase ranges may get phases inferred from its kernels instead ([`crate::inferred_phases`]):
+//! stretches of GPU time per device, looked up by a kernel's GPU start whatever thread launched it.
 
 use std::collections::HashMap;
 
 use regex::Regex;
 use shardscope_model::{DeviceIdx, ProcessIdx, RangeKind, Trace};
+
+use crate::inferred_phases::Stretch;
 
 /// The default phase pattern: ranges naming prefill or decode (any case), or SGLang's forward modes `EXTEND`
 /// (prefill, possibly chunked), `DECODE` and `MIXED` (prefill and decode batched together), as a word that may
@@ -48,6 +53,9 @@ pub struct PhaseIndex {
     names: Vec<String>,
     by_thread: HashMap<(ProcessIdx, u32), Vec<OpenRange>>,
     by_device: HashMap<DeviceIdx, Vec<OpenRange>>,
+    /// The phases were inferred from the kernels (see [`crate::inferred_phases`]), not recorded: they are GPU time
+    /// stretches per device, and a range's index is the instance number.
+    inferred: bool,
 }
 
 impl PhaseIndex {
@@ -84,6 +92,42 @@ impl PhaseIndex {
         }
         index.names = names.clone();
         index
+    }
+
+    /// Phases inferred per device from the kernels, for a trace without phase ranges; `names` is shared across
+    /// traces so phase ids agree.
+    pub fn inferred(by_device: Vec<(DeviceIdx, Vec<Stretch>)>, names: &mut Vec<String>) -> PhaseIndex {
+        let mut index = PhaseIndex { inferred: true, ..PhaseIndex::default() };
+        for (device, stretches) in by_device {
+            let track: Vec<OpenRange> = stretches
+                .iter()
+                .map(|stretch| {
+                    let name = stretch.phase.name();
+                    let phase = names.iter().position(|n| n == name).unwrap_or_else(|| {
+                        names.push(name.to_string());
+                        names.len() - 1
+                    }) as PhaseId;
+                    OpenRange {
+                        start_ns: stretch.start_ns,
+                        end_ns: stretch.end_ns,
+                        phase,
+                        range: stretch.instance,
+                        parent: None,
+                    }
+                })
+                .collect();
+            index.by_device.insert(device, track);
+        }
+        for track in index.by_device.values_mut() {
+            link_parents(track);
+        }
+        index.names = names.clone();
+        index
+    }
+
+    /// True when the phases were inferred from the kernels rather than recorded as ranges.
+    pub fn is_inferred(&self) -> bool {
+        self.inferred
     }
 
     /// True when the trace has no phase ranges.

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::compare::Comparison;
 use crate::kernel_summary::KernelSummaryRow;
-use crate::report::{Figures, Report};
+use crate::report::{Figures, PHASES_INFERRED, Report};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -17,19 +17,51 @@ pub enum OutputFormat {
     Csv,
 }
 
-/// Human-readable duration: `812 ns`, `45.2 µs`, `3.07 ms`, `1.204 s`.
-pub fn duration(ns: i64) -> String {
-    let abs = ns.unsigned_abs() as f64;
-    let sign = if ns < 0 { "-" } else { "" };
+/// Decimals [`format_duration`] shows in each unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationDecimals {
+    /// In µs.
+    pub us: usize,
+    /// In ms.
+    pub ms: usize,
+    /// In s.
+    pub s: usize,
+}
+
+impl DurationDecimals {
+    /// About three significant digits, for reports: `45.2 µs`, `3.07 ms`, `1.204 s`.
+    pub const REPORT: DurationDecimals = DurationDecimals { us: 1, ms: 2, s: 3 };
+    /// Three decimals in every unit, for the viewer's details: `45.213 µs`, `3.071 ms`.
+    pub const FINE: DurationDecimals = DurationDecimals { us: 3, ms: 3, s: 3 };
+}
+
+/// The one duration formatter of the analyzer and the viewer: whole ns below 1 µs, then µs, ms
+/// or s with `decimals` decimals.
+pub fn format_duration(ns: f64, decimals: DurationDecimals) -> String {
+    let abs = ns.abs();
     if abs < 1e3 {
-        format!("{ns} ns")
+        format!("{ns:.0} ns")
     } else if abs < 1e6 {
-        format!("{sign}{:.1} µs", abs / 1e3)
+        format!("{:.*} µs", decimals.us, ns / 1e3)
     } else if abs < 1e9 {
-        format!("{sign}{:.2} ms", abs / 1e6)
+        format!("{:.*} ms", decimals.ms, ns / 1e6)
     } else {
-        format!("{sign}{:.3} s", abs / 1e9)
+        format!("{:.*} s", decimals.s, ns / 1e9)
     }
+}
+
+/// A duration as reports show it: `812 ns`, `45.2 µs`, `3.07 ms`, `1.204 s`.
+pub fn duration(ns: i64) -> String {
+    format_duration(ns as f64, DurationDecimals::REPORT)
+}
+
+/// The line that says which window a subcommand applied.
+pub fn window_note(window_ns: (i64, i64)) -> String {
+    let (start, end) = window_ns;
+    format!(
+        "window: {start} .. {end} ns of the trace clock ({}); events reaching into it, clipped to it",
+        duration(end - start)
+    )
 }
 
 fn share(part: i64, whole: i64) -> f64 {
@@ -140,6 +172,13 @@ pub fn table(report: &Report, top: usize) -> String {
                 duration(r.max_ns)
             );
         }
+        if rank.phase_source == Some(PHASES_INFERRED) {
+            let _ = writeln!(
+                out,
+                "  phases (inferred): no phase ranges; prefill told apart from the repeating decode steps by its GEMM \
+                 time and larger grids"
+            );
+        }
         if rank.phases.is_empty() {
             let why = if rank.annotation_ranges == 0 {
                 "the trace has no NVTX or annotation ranges".to_string()
@@ -149,7 +188,8 @@ pub fn table(report: &Report, top: usize) -> String {
             let _ = writeln!(out, "  phases: none ({why})");
         }
         for phase in &rank.phases {
-            let _ = writeln!(out, "  -- phase {} --", phase.name);
+            let inferred = if phase.source == PHASES_INFERRED { " (inferred)" } else { "" };
+            let _ = writeln!(out, "  -- phase {}{inferred} --", phase.name);
             if let Some(instances) = &phase.figures.instances {
                 let _ = writeln!(
                     out,
@@ -187,6 +227,14 @@ pub fn collectives_table(report: &Report) -> String {
             .map(|s| format!("; median spread of ends across ranks {}", duration(s)))
             .unwrap_or_default()
     );
+    let inferred = inferred_phase_sources(report);
+    if !inferred.is_empty() {
+        let _ = writeln!(
+            out,
+            "phases inferred from the kernels (no phase ranges) in {}: the phase column is inferred there",
+            inferred.join(", ")
+        );
+    }
     if let Some(bench) = &c.bench {
         let _ = writeln!(
             out,
@@ -239,10 +287,19 @@ pub fn collectives_table(report: &Report) -> String {
 pub fn collectives_json(report: &Report) -> String {
     let value = serde_json::json!({
         "inputs": report.inputs,
+        "phases_inferred_in": inferred_phase_sources(report),
         "collectives": report.collectives,
         "instances": report.instances,
     });
     serde_json::to_string_pretty(&value).expect("collectives always serialise")
+}
+
+/// The input files whose phases were inferred from the kernels, each once.
+fn inferred_phase_sources(report: &Report) -> Vec<&str> {
+    let mut sources: Vec<&str> =
+        report.ranks.iter().filter(|r| r.phase_source == Some(PHASES_INFERRED)).map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    sources
 }
 
 /// The collective groups as CSV.
@@ -356,19 +413,19 @@ pub fn csv(report: &Report) -> String {
     categories.sort();
     categories.dedup();
     let mut out = String::from(
-        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count",
+        "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count,phase_source",
     );
     for category in &categories {
         let _ = write!(out, ",cat:{category}_ns");
     }
     out.push('\n');
     for rank in &report.ranks {
-        let rows =
-            std::iter::once(("", &rank.figures)).chain(rank.phases.iter().map(|p| (p.name.as_str(), &p.figures)));
-        for (phase, f) in rows {
+        let rows = std::iter::once(("", "", &rank.figures))
+            .chain(rank.phases.iter().map(|p| (p.name.as_str(), p.source, &p.figures)));
+        for (phase, phase_source, f) in rows {
             let _ = write!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}",
                 rank.rank,
                 csv_field(phase),
                 csv_field(&rank.source),
@@ -382,7 +439,8 @@ pub fn csv(report: &Report) -> String {
                 f.comm_wait_ns,
                 f.comm_transfer_ns,
                 f.kernel_count,
-                f.memop_count
+                f.memop_count,
+                phase_source
             );
             for category in &categories {
                 let _ = write!(out, ",{}", f.categories.get(*category).copied().unwrap_or(0));
@@ -398,10 +456,27 @@ pub fn comparison_table(c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "runs (baseline first): {}", c.runs.join(" | "));
     let _ = writeln!(out, "per-rank time = mean over the run's ranks; speedup and efficiency against the first run");
+    for (index, label) in c.runs.iter().enumerate() {
+        let window = match c.windows_ns.get(index).copied().flatten() {
+            Some(window_ns) => window_note(window_ns),
+            None => "whole trace".to_string(),
+        };
+        let inputs = c.inputs.get(index).map(|i| i.join(", ")).unwrap_or_default();
+        let _ = writeln!(out, "{label}: {inputs}; {window}");
+    }
     for phase in &c.phases {
         let title = if phase.phase.is_empty() { "whole run" } else { &phase.phase };
         let ranks: Vec<String> = phase.ranks.iter().map(|n| format!("{n} rank(s)")).collect();
-        let _ = writeln!(out, "\n== {title} ({})", ranks.join(" | "));
+        let inferred_in: Vec<&str> = c
+            .runs
+            .iter()
+            .zip(&phase.inferred)
+            .filter(|(_, inferred)| **inferred)
+            .map(|(label, _)| label.as_str())
+            .collect();
+        let inferred =
+            if inferred_in.is_empty() { String::new() } else { format!(" (inferred in {})", inferred_in.join(", ")) };
+        let _ = writeln!(out, "\n== {title}{inferred} ({})", ranks.join(" | "));
         let _ = write!(out, "{:<22}", "");
         for (index, label) in c.runs.iter().enumerate() {
             let _ = write!(out, " {:>12}", truncate(label, 12));
@@ -424,20 +499,34 @@ pub fn comparison_table(c: &Comparison) -> String {
             }
             out.push('\n');
         }
+        if let Some(throughput) = c.throughput.as_ref().filter(|_| phase.phase.is_empty()) {
+            let _ = write!(out, "{:<22}", "tokens/s");
+            for index in 0..c.runs.len() {
+                let rate = throughput.tokens_per_s[index].map(|t| format!("{t:.1}")).unwrap_or_else(|| "-".into());
+                let _ = write!(out, " {rate:>12}");
+                if index > 0 {
+                    let speedup = throughput.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
+                    let efficiency =
+                        throughput.efficiency_pct[index].map(|e| format!("{e:.0}%")).unwrap_or_else(|| "-".into());
+                    let _ = write!(out, " {speedup:>8} {efficiency:>6}");
+                }
+            }
+            out.push('\n');
+        }
     }
     out
 }
 
 /// The comparison as CSV: one row per phase, figure and run.
 pub fn comparison_csv(c: &Comparison) -> String {
-    let mut out = String::from("phase,what,run,ranks,per_rank_ns,speedup,efficiency_pct\n");
+    let mut out = String::from("phase,what,run,ranks,per_rank_ns,speedup,efficiency_pct,tokens_per_s\n");
     let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
     for phase in &c.phases {
         for row in &phase.rows {
             for (index, run) in c.runs.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},",
                     csv_field(&phase.phase),
                     csv_field(&row.what),
                     csv_field(run),
@@ -447,6 +536,21 @@ pub fn comparison_csv(c: &Comparison) -> String {
                     number(row.efficiency_pct[index])
                 );
             }
+        }
+    }
+    // Tokens per second is a rate, not a per-rank time: it has its own column, on whole-run rows of its own.
+    if let Some(throughput) = &c.throughput {
+        let ranks = c.phases.first().map(|p| p.ranks.clone()).unwrap_or_default();
+        for (index, run) in c.runs.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                ",tokens_per_s,{},{},,{},{},{}",
+                csv_field(run),
+                ranks.get(index).copied().unwrap_or(0),
+                number(throughput.speedup[index]),
+                number(throughput.efficiency_pct[index]),
+                number(throughput.tokens_per_s[index])
+            );
         }
     }
     out
@@ -533,6 +637,19 @@ mod tests {
         assert_eq!(nsys_decimal1(20959.5), "20959.5");
         assert_eq!(nsys_decimal1(0.04), "0.0");
         assert_eq!(nsys_decimal1(79.04), "79.0");
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn reports_keep_three_significant_digits_and_the_viewer_three_decimals() {
+        let report: Vec<String> = [812, 45_213, 3_071_400, 1_204_000_000, -45_213].map(duration).to_vec();
+        assert_eq!(report, ["812 ns", "45.2 µs", "3.07 ms", "1.204 s", "-45.2 µs"]);
+        let fine = |ns: f64| format_duration(ns, DurationDecimals::FINE);
+        assert_eq!([fine(812.0), fine(45_213.0), fine(1_234_567.0)], ["812 ns", "45.213 µs", "1.235 ms"]);
     }
 }
 

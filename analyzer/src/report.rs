@@ -14,6 +14,9 @@
 //!   `comm.<type>`; of collectives matched across ranks, the part spent waiting for the last rank is
 //!   `wait.<type>` instead, so that `comm.<type>` is transfer time.
 //! - `kernels`: the `cuda_gpu_kern_sum` rows of this rank.
+//!
+//! Phases come from the trace's phase ranges; a trace without any gets prefill and decode inferred from its kernels
+//! ([`inferred_phases`]), marked `inferred` in [`RankReport::phase_source`] and [`Phase::source`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -25,11 +28,13 @@ use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier, KernelClass};
 use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
 use crate::hta::{self, HtaFigures};
+use crate::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::intervals::IntervalUnion;
 use crate::kernel_summary::{self, KernelSummaryRow};
 use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
 use crate::run::{self, RunIdentity};
 use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
+use crate::window::clip;
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -148,10 +153,18 @@ pub struct GraphTotal {
 pub struct Phase {
     /// Phase name (`prefill`, `decode`, …).
     pub name: String,
+    /// Where the phase came from: `recorded` (ranges in the trace) or `inferred` (from the kernels, see
+    /// [`inferred_phases`]).
+    pub source: &'static str,
     /// Its figures.
     #[serde(flatten)]
     pub figures: Figures,
 }
+
+/// Where phases came from: ranges in the trace.
+pub const PHASES_RECORDED: &str = "recorded";
+/// Where phases came from: inferred from the kernels.
+pub const PHASES_INFERRED: &str = "inferred";
 
 /// One rank: a GPU of the job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -171,6 +184,9 @@ pub struct RankReport {
     /// Whole-rank figures.
     #[serde(flatten)]
     pub figures: Figures,
+    /// Where the phases came from: `recorded`, `inferred` (no phase ranges; prefill and decode told apart by the
+    /// kernels), or `None` without phases.
+    pub phase_source: Option<&'static str>,
     /// Per-phase figures, in order of first appearance.
     #[serde(serialize_with = "phases_as_map")]
     pub phases: Vec<Phase>,
@@ -185,7 +201,13 @@ pub struct RankReport {
 }
 
 fn phases_as_map<S: Serializer>(phases: &[Phase], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_map(phases.iter().map(|p| (&p.name, &p.figures)))
+    #[derive(Serialize)]
+    struct PhaseEntry<'a> {
+        phase_source: &'static str,
+        #[serde(flatten)]
+        figures: &'a Figures,
+    }
+    serializer.collect_map(phases.iter().map(|p| (&p.name, PhaseEntry { phase_source: p.source, figures: &p.figures })))
 }
 
 /// The whole report.
@@ -248,10 +270,19 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let mut phase_names: Vec<String> = Vec::new();
     let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| options.classifier.classify_names(&t.names)).collect();
-    let phase_indexes: Vec<PhaseIndex> =
+    let mut phase_indexes: Vec<PhaseIndex> =
         traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
     let ranks_in_input = assign_ranks(traces);
     let by_device: Vec<ByDevice> = traces.iter().map(ByDevice::build).collect();
+    // Without phase ranges, prefill and decode are inferred from each GPU's kernels (never over recorded phases).
+    for (trace_index, trace) in traces.iter().enumerate() {
+        if phase_indexes[trace_index].is_empty() {
+            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], &options.classifier);
+            if !inferred.is_empty() {
+                phase_indexes[trace_index] = PhaseIndex::inferred(inferred, &mut phase_names);
+            }
+        }
+    }
 
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
     let phase_closures: Vec<Box<dyn Fn(u32) -> Option<String> + '_>> = ranks_in_input
@@ -363,6 +394,47 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     }
 }
 
+/// Inferred prefill and decode stretches of each GPU of `trace` that shows them (see [`inferred_phases`]).
+fn infer_phases(
+    trace: &Trace,
+    by_device: &ByDevice,
+    classes: &[KernelClass],
+    classifier: &Classifier,
+) -> Vec<(DeviceIdx, Vec<Stretch>)> {
+    let kind_of: Vec<ComputeKind> = classifier
+        .categories()
+        .iter()
+        .map(|name| match name.as_str() {
+            "gemm" => ComputeKind::Gemm,
+            "attention" => ComputeKind::Attention,
+            _ => ComputeKind::Other,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (device, kernel_indices) in by_device.kernels.iter().enumerate() {
+        let kernels: Vec<KernelShape> = kernel_indices
+            .iter()
+            .map(|&i| {
+                let kernel = &trace.kernels[i as usize];
+                let category = Classifier::lookup(classes, kernel.name).category;
+                KernelShape {
+                    start_ns: kernel.start_ns,
+                    end_ns: kernel.end_ns,
+                    name: kernel.name,
+                    // Three u32 dimensions can exceed u64: saturate rather than overflow.
+                    grid_blocks: kernel.grid.iter().fold(1u64, |blocks, &d| blocks.saturating_mul(u64::from(d))),
+                    kind: kind_of.get(category.0 as usize).copied().unwrap_or(ComputeKind::Other),
+                }
+            })
+            .collect();
+        let stretches = inferred_phases::infer(&kernels);
+        if !stretches.is_empty() {
+            out.push((DeviceIdx(device as u32), stretches));
+        }
+    }
+    out
+}
+
 /// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
 pub fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
     let recorded: BTreeSet<u32> =
@@ -444,16 +516,6 @@ fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
         (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
     devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
     devices
-}
-
-/// Clips `[start, end)` to the window; `None` when nothing is left.
-fn clip(start_ns: i64, end_ns: i64, window_ns: Option<(i64, i64)>) -> Option<(i64, i64)> {
-    let (start, end) = match window_ns {
-        Some((w0, w1)) => (start_ns.max(w0), end_ns.min(w1)),
-        None => (start_ns, end_ns),
-    };
-    (end > start || (end == start && window_ns.is_none_or(|(w0, w1)| start >= w0 && start < w1)))
-        .then_some((start, end))
 }
 
 /// One kernel of a rank after clipping.
@@ -547,6 +609,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             note_instance(hit, start, end);
         }
     }
+    let phase_source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
     let mut phase_order: Vec<(i64, PhaseId)> = first_seen.into_iter().map(|(p, t)| (t, p)).collect();
     phase_order.sort();
     let phases: Vec<Phase> = phase_order
@@ -561,7 +624,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
             figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
             figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
-            Phase { name: phase_index.names()[phase as usize].clone(), figures }
+            Phase { name: phase_index.names()[phase as usize].clone(), source: phase_source, figures }
         })
         .collect();
     let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
@@ -577,6 +640,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         gpu_name: info.name.clone(),
         pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
         figures: figures(&whole, trace, &options.classifier),
+        phase_source: (!phases.is_empty()).then_some(phase_source),
         phases,
         annotation_ranges: trace.ranges.len() as u64,
         steps,
@@ -601,6 +665,10 @@ fn phase_of(
 ) -> Option<PhaseHit> {
     if index.is_empty() {
         return None;
+    }
+    // Inferred phases are stretches of GPU time: the launch thread has nothing to say about them.
+    if index.is_inferred() {
+        return index.hit_on_device(device, start_ns);
     }
     match launch.and_then(|l| trace.api_calls.get(l as usize)) {
         Some(call) => index.hit_on_thread(call.process, call.tid, call.start_ns),

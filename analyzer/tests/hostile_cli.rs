@@ -138,6 +138,7 @@ fn folder_members_that_are_skipped_are_warned_about() {
 
 /// Peak resident memory of a child run under an address-space limit, in bytes, and its exit code.
 fn run_bounded(args: &[&str], address_space_bytes: u64) -> (u64, Option<i32>, String) {
+    // SAFETY: the closure run between fork and exec only calls setrlimit, which is async-signal-safe.
     let child = unsafe {
         Command::new(env!("CARGO_BIN_EXE_analyzer"))
             .args(args)
@@ -159,6 +160,7 @@ fn run_bounded(args: &[&str], address_space_bytes: u64) -> (u64, Option<i32>, St
     let mut status = 0;
     // SAFETY: zeroed rusage is a valid out-parameter; the pid is our child's, reaped here once.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: `status` and `usage` are valid out-parameters.
     let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
     assert_eq!(pid, child.id() as libc::pid_t);
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));

@@ -130,7 +130,7 @@ fn user_rules_and_phase_pattern_change_the_report() {
 }
 
 /// The Kineto traces of the same workload give per-rank reports with all-reduce collectives. torch.profiler does
-/// not record `torch.cuda.nvtx` ranges, so these traces have no phases.
+/// not record `torch.cuda.nvtx` ranges, so these traces have no phase ranges: prefill and decode are inferred.
 #[test]
 fn kineto_sample_folder_is_two_ranks() {
     let dir = repo_root().join("sample-traces/kineto_tp2");
@@ -142,7 +142,10 @@ fn kineto_sample_folder_is_two_ranks() {
         assert_eq!(rank["rank_recorded"], true);
         assert_eq!(rank["kernel_count"], 285);
         assert!(rank["categories"]["comm.all_reduce"].as_i64().unwrap() > 0);
-        assert!(rank["phases"].as_object().unwrap().is_empty());
+        assert_eq!(rank["phase_source"], "inferred");
+        let phases: Vec<&String> = rank["phases"].as_object().unwrap().keys().collect();
+        assert_eq!(phases, ["prefill", "decode"]);
+        assert_eq!(rank["phases"]["prefill"]["phase_source"], "inferred");
     }
 }
 

@@ -47,6 +47,7 @@ impl Communicators {
         let mut comms = vec![std::ptr::null_mut(); gpus.len()];
         // SAFETY: `comms` has one slot per ordinal.
         check(
+            // SAFETY: `comms` has one slot per ordinal.
             unsafe { nccl::ncclCommInitAll(comms.as_mut_ptr(), ordinals.len() as i32, ordinals.as_ptr()) },
             "ncclCommInitAll",
         )?;

@@ -187,6 +187,7 @@ fn timed_pass(gpus: &[&Gpu], iterations: u32, launch: &mut impl FnMut() -> Resul
     for gpu in gpus {
         // SAFETY: both events were recorded on this GPU's stream above.
         unsafe { cu::event::synchronize(gpu.end_event) }?;
+        // SAFETY: both events were recorded on this GPU's stream above and are still alive.
         let elapsed_ms = unsafe { cu::event::elapsed(gpu.start_event, gpu.end_event) }
             .with_context(|| format!("GPU {}: cuEventElapsedTime", gpu.ordinal))?;
         slowest_ms = slowest_ms.max(f64::from(elapsed_ms));

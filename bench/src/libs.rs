@@ -63,6 +63,7 @@ fn loader_path_of(soname: &str, symbol: &CStr) -> Option<PathBuf> {
     let library = unsafe { libloading::Library::new(soname) }.ok()?;
     // SAFETY: the symbol is only used as an address, never called.
     let address: *mut c_void = unsafe { library.get::<*mut c_void>(symbol.to_bytes_with_nul()) }.ok().map(|s| *s)?;
+    // SAFETY: `Dl_info` is plain data (pointers and integers); all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: `address` lies inside a loaded object; `info` is a valid out-parameter.
     if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {

@@ -2,7 +2,7 @@
 //!
 //! Every added microsecond on a rank's launch path shows up in a sharded run as GPU idle time and as
 //! "waiting for the late rank", so each capture says what it added. The figures come from inside the
-//! workload ([`shardscope_inject::record::CaptureCost`], the NCCL plugin's callback timer) and from the
+//! workload ([`shardscope_spool::cupti::CaptureCost`], the NCCL plugin's callback timer) and from the
 //! records themselves:
 //!
 //! ```text
@@ -15,8 +15,8 @@
 //! written by CUPTI's own threads from GPU timestamps) and are not in the estimate.
 
 use serde::Serialize;
+use shardscope_io::nccl::NcclProcess;
 use shardscope_model::Trace;
-use shardscope_nccl_profiler::NcclProcess;
 
 use crate::merge::{CaptureExtras, RecordCounts};
 

@@ -89,12 +89,15 @@ pub fn run(command: &[OsString], env: &[(String, OsString)], group_grace: Durati
         // SAFETY: tcsetpgrp takes plain integers.
         unsafe { with_sigttou_ignored(|| libc::tcsetpgrp(fd, group)) };
     }
-    let forwarder = std::thread::spawn(move || {
-        for signal in signals.forever() {
-            // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
-            unsafe { libc::kill(-group, signal) };
-        }
-    });
+    let forwarder = std::thread::Builder::new()
+        .name("capture-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
+                unsafe { libc::kill(-group, signal) };
+            }
+        })
+        .expect("cannot start the signal-forwarding thread");
     let status = child.wait();
     let deadline = Instant::now() + group_grace;
     // SAFETY: signal 0 only checks whether any process of the group still exists.

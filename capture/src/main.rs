@@ -1,5 +1,6 @@
 //! `capture [options] -- command args…`: run a CUDA workload and record it (see the library docs).
 
+use shardscope_io::error_text::one_line;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,7 +11,8 @@ use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
 use shardscope_capture::{names, nvml, redact, sqlite};
-use shardscope_inject::config::{self, TraceKinds};
+use shardscope_io::nccl::{self, NcclProcess};
+use shardscope_spool::config::{self, TraceKinds};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
 const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
@@ -107,33 +109,9 @@ fn main() {
     }
 }
 
-/// The chain of causes joined by ': ', each cause once (errors that name their source in their
-/// own message would otherwise print it twice).
+/// The chain of causes on one line (see [`shardscope_io::error_text::causes`]).
 fn causes(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&cause);
-        }
-    }
-    text
-}
-
-/// `text` on one line, control characters (from paths or spooled text) written as escapes.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    shardscope_io::error_text::causes(error.chain())
 }
 
 fn seconds_to_ns(seconds: Option<f64>, what: &str) -> anyhow::Result<Option<i64>> {
@@ -322,27 +300,24 @@ fn run(args: Args) -> anyhow::Result<i32> {
     Ok(exit.exit_code())
 }
 
-/// Reads the NCCL profiler plugin's spools and links each recorded collective to the kernel that ran it.
-fn attach_nccl_operations(
-    trace: &mut shardscope_model::Trace,
-    spool_dir: &Path,
-) -> anyhow::Result<Vec<shardscope_nccl_profiler::NcclProcess>> {
-    let nccl = shardscope_nccl_profiler::read_spool_dir(spool_dir)
+/// Reads the NCCL profiler plugin's spools and links each recorded collective to the kernel that ran it;
+/// the links are kept in each process's `kernel_links`, which the capture file stores.
+fn attach_nccl_operations(trace: &mut shardscope_model::Trace, spool_dir: &Path) -> anyhow::Result<Vec<NcclProcess>> {
+    let mut processes = nccl::read_spool_dir(spool_dir)
         .map_err(|e| anyhow::anyhow!("{}: NCCL profiler spools: {e}", spool_dir.display()))?;
     let offset = trace.clock_offset_ns.unwrap_or(0);
     let (mut linked, mut unlinked) = (0u64, 0u64);
-    for process in &nccl {
+    for process in &mut processes {
         let Some(index) = trace.processes.iter().position(|p| p.pid == process.pid) else { continue };
+        let process_idx = shardscope_model::ProcessIdx(index as u32);
+        let first_collective = trace.collectives.len() as u32;
         let to_trace_ns = |t: i64| Some(process.realtime_ns(t)? - offset);
-        let stats = shardscope_nccl_profiler::attach_to_kernels(
-            trace,
-            shardscope_model::ProcessIdx(index as u32),
-            &process.operations,
-            &to_trace_ns,
-        );
+        let stats = nccl::attach_to_kernels(trace, process_idx, &process.operations, &to_trace_ns);
+        process.kernel_links = nccl::kernel_links(trace, process_idx, first_collective, process.operations.len());
         linked += stats.launches_linked;
         unlinked += stats.launches_unlinked;
     }
+    let nccl = processes;
     if unlinked > 0 {
         trace.warn_n("NCCL operation not linked to a kernel", unlinked);
     }
@@ -424,21 +399,10 @@ fn merge_and_write(
     }
     meta.push(("sessionStartUtcNs".into(), extras.session_start_utc_ns.to_string()));
     meta.push(("captureRange".into(), format!("{range:?}")));
-    let facts = sqlite::RunFacts { meta, links };
+    let facts = sqlite::RunFacts { meta, links, nccl };
 
     let partial = output.with_extension("sqlite.partial");
     sqlite::write_capture(&partial, &trace, &extras, &facts)?;
-    if !nccl.is_empty() {
-        let conn = rusqlite::Connection::open(&partial)
-            .with_context(|| format!("{}: cannot reopen to add NCCL tables", partial.display()))?;
-        let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
-        let table_options = shardscope_nccl_profiler::TableOptions {
-            session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0),
-            global_pid: &global_pid,
-        };
-        shardscope_nccl_profiler::write_tables(&conn, &nccl, &table_options)
-            .with_context(|| format!("{}: cannot write NCCL tables", partial.display()))?;
-    }
     std::fs::rename(&partial, output).with_context(|| format!("{}: cannot move into place", output.display()))?;
 
     let dropped: u64 = extras.processes.iter().map(|p| p.records_dropped).sum();

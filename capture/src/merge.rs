@@ -1,6 +1,6 @@
 //! Merging the spool files of every process of a job into one [`Trace`].
 //!
-//! Each process wrote its own spool (see `shardscope_inject::spool`). Merging puts all of them
+//! Each process wrote its own spool (see `shardscope_spool::cupti`). Merging puts all of them
 //! on one timeline (ns since the session start, nsys' convention), turns kernel names into the
 //! demangled and short forms nsys shows, pairs NVTX start/end markers into ranges, maps each
 //! process's CUDA device ordinals to GPUs by UUID, and applies the capture range the user
@@ -11,12 +11,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
-use shardscope_inject::record::{ApiSelection, CaptureCost, KernelRecord, MarkerRecord, ProcessInfo, SpoolRecord};
-use shardscope_inject::spool::{MAGIC, SpoolContents};
+use anyhow::Context;
 use shardscope_model::{
     ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
+    kernel_names,
 };
+use shardscope_spool::cupti::{
+    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord,
+    ProcessInfo, SpoolRecord, SyncRecord,
+};
+use shardscope_spool::{SpoolContents, read_spool};
 
 use crate::names::{self, Demangler};
 
@@ -26,7 +30,7 @@ pub struct ProcessSpool {
     /// The file.
     pub path: PathBuf,
     /// Its records and what was cut off.
-    pub contents: SpoolContents,
+    pub contents: SpoolContents<SpoolRecord>,
     /// Bytes skipped between valid frames (damage in the middle of the file).
     pub damaged_bytes: u64,
 }
@@ -60,7 +64,7 @@ pub fn read_spool_folder(dir: &Path) -> anyhow::Result<SpoolFolder> {
     for entry in entries {
         let path = entry.with_context(|| format!("{}: cannot list spool folder", dir.display()))?.path();
         let is_spool = path.extension().is_some_and(|e| e == "spool");
-        let is_nccl_spool = shardscope_nccl_profiler::spool::pid_from_file_name(&path).is_some();
+        let is_nccl_spool = shardscope_spool::nccl::pid_from_file_name(&path).is_some();
         if !is_spool && !is_nccl_spool {
             continue;
         }
@@ -77,41 +81,11 @@ pub fn read_spool_folder(dir: &Path) -> anyhow::Result<SpoolFolder> {
     Ok(folder)
 }
 
-/// Frames larger than this are corrupt: the injection library's own bound.
-const MAX_SPOOL_FRAME_BYTES: u32 = 256 << 20;
-
-/// Reads one spool file: the records of every frame whose checksum holds, including those after
-/// a damaged stretch, which is measured rather than ending the read.
+/// Reads one spool file (see [`shardscope_spool::read_spool`]: frames after a damaged stretch
+/// are read too, and the stretch measured).
 fn read_process_spool(path: &Path) -> anyhow::Result<ProcessSpool> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Non-blocking, so that a pipe put in place of the file cannot hang the merge.
-    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    if !file.metadata()?.is_file() {
-        bail!("not a regular file");
-    }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    let Some(mut frames) = shardscope_spool_frame::Frames::new(&bytes, MAGIC, MAX_SPOOL_FRAME_BYTES) else {
-        bail!("not a shardscope spool file (bad magic)");
-    };
-    let mut contents = SpoolContents::default();
-    for mut payload in frames.by_ref() {
-        while !payload.is_empty() {
-            match SpoolRecord::decode(&mut payload) {
-                Some(record) => contents.records.push(record),
-                None => {
-                    // The checksum held, so the writer's version differs: the rest of the frame
-                    // cannot be delimited.
-                    contents.bad_records += 1;
-                    break;
-                }
-            }
-        }
-        contents.frames += 1;
-    }
-    contents.truncated_bytes = frames.leftover_bytes();
-    Ok(ProcessSpool { path: path.to_path_buf(), contents, damaged_bytes: frames.skipped_bytes() })
+    let contents = read_spool::<SpoolRecord>(path)?;
+    Ok(ProcessSpool { path: path.to_path_buf(), damaged_bytes: contents.damaged_bytes, contents })
 }
 
 /// Which part of the run to keep.
@@ -262,58 +236,131 @@ pub fn uuid_text(uuid: &[u8; 16]) -> String {
 }
 
 /// Merges the spools into one trace (not yet [`Trace::finish`]ed, see [`KernelDetail`]).
+///
+/// Three steps, as an importer's tokenizer, parser and tracker would split them: the job-wide
+/// state (session clock, per-host clock offsets, kernel names demangled in one batch, GPUs by
+/// UUID) is set up first ([`JobMerge::new`]); then each process's records go, one record kind
+/// per method, through a [`ProcessMerge`]; last, GPUs used by one process only are marked as
+/// its own and the capture range is applied.
 pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, CaptureExtras) {
-    let mut trace = Trace::default();
-    let mut extras = CaptureExtras::default();
-    trace.source.producer = Some(format!("shardscope-capture {}", env!("CARGO_PKG_VERSION")));
-
     let infos: Vec<Option<&ProcessInfo>> = spools.iter().map(|s| s.info()).collect();
-    let earliest = infos.iter().flatten().map(|i| i.realtime_ns as i64).min().unwrap_or(0);
-    let session_start = options.session_start_utc_ns.unwrap_or(earliest);
-    extras.session_start_utc_ns = session_start;
-    trace.clock_offset_ns = Some(session_start);
-    // One CUPTI→wall offset per host, from its earliest process: CUPTI times of processes on
-    // one host share a clock, and per-process offsets would add their measurement jitter.
-    let mut host_offsets: HashMap<&str, i128> = HashMap::new();
-    for info in infos.iter().flatten() {
-        host_offsets.entry(info.hostname.as_str()).or_insert(info.realtime_ns as i128 - info.cupti_clock_ns as i128);
-    }
-    let mut host_index: HashMap<String, u64> = HashMap::new();
-
-    // Kernel names: collect every distinct mangled name first, demangle in one batch.
-    let mut mangled_names: Vec<String> = Vec::new();
-    for spool in spools {
-        let texts = spool_names(&spool.contents.records);
-        for record in &spool.contents.records {
-            if let SpoolRecord::Kernel(k) = record
-                && let Some(text) = texts.get(&k.name_id)
-            {
-                mangled_names.push((*text).to_string());
-            }
-        }
-    }
-    mangled_names.sort();
-    mangled_names.dedup();
-    let (demangled, demangler) = names::demangle_all(&mangled_names, options.cufilt.as_deref());
-    extras.demangler = Some(demangler);
-
-    let mut devices_by_uuid: HashMap<(String, [u8; 16]), DeviceIdx> = HashMap::new();
-    let mut device_users: HashMap<DeviceIdx, Vec<ProcessIdx>> = HashMap::new();
-
+    let mut job = JobMerge::new(spools, &infos, options);
     for (spool, info) in spools.iter().zip(&infos) {
         let Some(info) = info else {
-            trace.warn("spool file without a process header (skipped)");
+            job.trace.warn("spool file without a process header (skipped)");
             continue;
         };
-        let offset = host_offsets[info.hostname.as_str()];
-        // Saturating: a damaged record's time must not wrap into a plausible one.
-        let to_session = |t: u64| -> i64 {
-            (t as i128 + offset - session_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
-        };
-        let hosts = host_index.len() as u64;
-        let hw = *host_index.entry(info.hostname.clone()).or_insert(hosts);
+        ProcessMerge::new(&mut job, spool, info).merge_records(&mut job, &spool.contents.records);
+    }
+    job.finish(&options.range)
+}
+
+/// What the whole job shares while its processes are merged.
+struct JobMerge<'s> {
+    trace: Trace,
+    extras: CaptureExtras,
+    /// Session start, ns since the Unix epoch: times in the trace count from it.
+    session_start_utc_ns: i64,
+    /// Per host: wall clock minus CUPTI clock, ns.
+    host_offsets: HashMap<&'s str, i128>,
+    /// Per host: its index, the hardware-id bits of its processes' `globalPid`s.
+    host_index: HashMap<String, u64>,
+    /// Mangled kernel name → demangled.
+    demangled: HashMap<String, String>,
+    devices_by_uuid: HashMap<(String, [u8; 16]), DeviceIdx>,
+    /// Processes that ran kernels on each GPU.
+    device_users: HashMap<DeviceIdx, Vec<ProcessIdx>>,
+}
+
+impl<'s> JobMerge<'s> {
+    fn new(spools: &'s [ProcessSpool], infos: &[Option<&'s ProcessInfo>], options: &MergeOptions) -> JobMerge<'s> {
+        let mut trace = Trace::default();
+        let mut extras = CaptureExtras::default();
+        trace.source.producer = Some(format!("shardscope-capture {}", env!("CARGO_PKG_VERSION")));
+
+        let earliest = infos.iter().flatten().map(|i| i.realtime_ns as i64).min().unwrap_or(0);
+        let session_start_utc_ns = options.session_start_utc_ns.unwrap_or(earliest);
+        extras.session_start_utc_ns = session_start_utc_ns;
+        trace.clock_offset_ns = Some(session_start_utc_ns);
+        // One CUPTI→wall offset per host, from its earliest process: CUPTI times of processes on
+        // one host share a clock, and per-process offsets would add their measurement jitter.
+        let mut host_offsets: HashMap<&str, i128> = HashMap::new();
+        for info in infos.iter().flatten() {
+            host_offsets
+                .entry(info.hostname.as_str())
+                .or_insert(info.realtime_ns as i128 - info.cupti_clock_ns as i128);
+        }
+
+        // Kernel names: collect every distinct mangled name first, demangle in one batch.
+        let mut mangled_names: Vec<String> = Vec::new();
+        for spool in spools {
+            let texts = spool_names(&spool.contents.records);
+            for record in &spool.contents.records {
+                if let SpoolRecord::Kernel(k) = record
+                    && let Some(text) = texts.get(&k.name_id)
+                {
+                    mangled_names.push((*text).to_string());
+                }
+            }
+        }
+        mangled_names.sort();
+        mangled_names.dedup();
+        let (demangled, demangler) = names::demangle_all(&mangled_names, options.cufilt.as_deref());
+        extras.demangler = Some(demangler);
+
+        JobMerge {
+            trace,
+            extras,
+            session_start_utc_ns,
+            host_offsets,
+            host_index: HashMap::new(),
+            demangled,
+            devices_by_uuid: HashMap::new(),
+            device_users: HashMap::new(),
+        }
+    }
+
+    fn finish(mut self, range: &CaptureRange) -> (Trace, CaptureExtras) {
+        for (device, users) in self.device_users {
+            if let [only] = users.as_slice() {
+                self.trace.devices[device.0 as usize].process = Some(*only);
+            }
+        }
+        apply_range(&mut self.trace, &mut self.extras, range);
+        (self.trace, self.extras)
+    }
+}
+
+/// One process's records on their way into the job's trace.
+struct ProcessMerge<'a> {
+    process: ProcessIdx,
+    extra: ProcessExtra,
+    /// `Name` records of the spool by id.
+    texts: HashMap<u32, &'a str>,
+    /// This host's wall clock minus CUPTI clock, and the session start, for [`Self::to_session`].
+    clock_offset_ns: i128,
+    session_start_utc_ns: i64,
+    /// CUDA device ordinal in this process → GPU of the trace.
+    ordinals: HashMap<u32, DeviceIdx>,
+    /// Open NVTX starts by marker id. Ids can repeat among ranges open at the same time (seen
+    /// with NCCL's domain), so each id keeps a list and an end takes the latest start of its own
+    /// thread first: push/pop ranges nest per thread.
+    open_markers: HashMap<u32, Vec<MarkerRecord>>,
+    threads: ThreadIds,
+    /// End of the last thing the process recorded, session ns.
+    last_ns: i64,
+    /// Where this process's API calls and kernels start in the job's lists.
+    first_api_call: usize,
+    first_kernel: usize,
+}
+
+impl<'a> ProcessMerge<'a> {
+    /// Adds the process and its GPUs to the job.
+    fn new(job: &mut JobMerge, spool: &'a ProcessSpool, info: &ProcessInfo) -> ProcessMerge<'a> {
+        let hosts = job.host_index.len() as u64;
+        let hw = *job.host_index.entry(info.hostname.clone()).or_insert(hosts);
         let global_pid = (hw << 56) | ((info.pid as u64 & 0xFF_FFFF) << 24);
-        let process = trace.add_process(Process {
+        let process = job.trace.add_process(Process {
             pid: info.pid,
             global_pid,
             name: info.command_line.join(" "),
@@ -321,7 +368,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             rank: info.rank,
             world_size: info.world_size,
         });
-        let mut extra = ProcessExtra {
+        let extra = ProcessExtra {
             ppid: info.ppid,
             command_line: info.command_line.clone(),
             local_rank: info.local_rank,
@@ -332,269 +379,318 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
             ..ProcessExtra::default()
         };
         if spool.contents.truncated_bytes > 0 {
-            trace.warn("spool file cut off (process killed?): last partial frame ignored");
+            job.trace.warn("spool file cut off (process killed?): last partial frame ignored");
         }
         if spool.contents.bad_records > 0 {
-            trace.warn_n("undecodable spool record", spool.contents.bad_records);
+            job.trace.warn_n("undecodable spool record", spool.contents.bad_records);
         }
         if spool.damaged_bytes > 0 {
-            trace.warn_n(
+            job.trace.warn_n(
                 "damaged spool bytes skipped between valid frames (their records are lost)",
                 spool.damaged_bytes,
             );
         }
-
-        let texts = spool_names(&spool.contents.records);
-        let text = |id: u32| texts.get(&id).copied().unwrap_or("");
-        // Device ordinal in this process → trace device.
-        let mut ordinals: HashMap<u32, DeviceIdx> = HashMap::new();
+        let mut merge = ProcessMerge {
+            process,
+            extra,
+            texts: spool_names(&spool.contents.records),
+            clock_offset_ns: job.host_offsets[info.hostname.as_str()],
+            session_start_utc_ns: job.session_start_utc_ns,
+            ordinals: HashMap::new(),
+            open_markers: HashMap::new(),
+            threads: ThreadIds::new(info.pid),
+            last_ns: 0,
+            first_api_call: job.trace.api_calls.len(),
+            first_kernel: job.extras.kernels.len(),
+        };
         for record in &spool.contents.records {
             if let SpoolRecord::Device(d) = record {
-                let key = (info.hostname.clone(), d.uuid);
-                let index = *devices_by_uuid.entry(key).or_insert_with(|| {
-                    extras.devices.push(DeviceExtra {
-                        uuid: d.uuid,
-                        compute_capability: (d.cc_major, d.cc_minor),
-                        l2_cache_bytes: d.l2_cache_bytes,
-                        copy_engines: d.copy_engines,
-                    });
-                    trace.add_device(Device {
-                        ordinal: d.device_id,
-                        process: None,
-                        name: d.name.clone(),
-                        sm_count: Some(d.sm_count),
-                        memory_bytes: Some(d.memory_bytes),
-                        // CUPTI reports kB/s (10^3): 4_814_304_000 for an H200, which nsys
-                        // stores as 4_814_304_000_000 B/s.
-                        memory_bandwidth_bytes_per_s: Some(d.memory_bandwidth_kib_per_s * 1000),
-                        clock_rate_khz: Some(d.clock_rate_khz),
-                        bus_location: None,
-                    })
-                });
-                ordinals.insert(d.device_id, index);
+                merge.add_device(job, &info.hostname, d);
             }
         }
-        let mut device_of = |trace: &mut Trace, extras: &mut CaptureExtras, ordinal: u32| -> DeviceIdx {
-            *ordinals.entry(ordinal).or_insert_with(|| {
-                // No device record (device kind refused): one anonymous device per ordinal.
-                trace.warn("GPU without a CUPTI device record");
-                extras.devices.push(DeviceExtra::default());
-                trace.add_device(Device { ordinal, ..Device::default() })
-            })
-        };
+        merge
+    }
 
-        // Open NVTX starts by marker id. Ids can repeat among ranges open at the same time
-        // (seen with NCCL's domain), so each id keeps a list and an end takes the latest
-        // start of its own thread first: push/pop ranges nest per thread.
-        let mut open_markers: HashMap<u32, Vec<MarkerRecord>> = HashMap::new();
-        let (first_api_call, first_kernel) = (trace.api_calls.len(), extras.kernels.len());
-        let mut threads = ThreadIds::new(info.pid);
-        let mut last_ns = 0i64;
-        for record in &spool.contents.records {
+    /// Every record of the spool, in file order, then the ranges left open.
+    fn merge_records(mut self, job: &mut JobMerge, records: &[SpoolRecord]) {
+        for record in records {
             match record {
-                SpoolRecord::Kernel(k) => {
-                    let device = device_of(&mut trace, &mut extras, k.device_id);
-                    let users = device_users.entry(device).or_default();
-                    if !users.contains(&process) {
-                        users.push(process);
-                    }
-                    let mangled = text(k.name_id);
-                    let full = demangled.get(mangled).map(String::as_str).unwrap_or(mangled);
-                    let name = trace.names.intern(full);
-                    let short_name = trace.names.intern(&names::short_name(full));
-                    let mangled_name = trace.names.intern(mangled);
-                    let (start_ns, end_ns) = (to_session(k.start_ns), to_session(k.end_ns));
-                    last_ns = last_ns.max(end_ns);
-                    trace.kernels.push(Kernel {
-                        start_ns,
-                        end_ns,
-                        name,
-                        short_name,
-                        device,
-                        process,
-                        stream: k.stream_id,
-                        correlation_id: k.correlation_id,
-                        grid: k.grid.map(|v| v.max(0) as u32),
-                        block: k.block.map(|v| v.max(0) as u32),
-                        launch: None,
-                        collective: None,
-                    });
-                    extras.kernels.push(KernelDetail { record: *k, mangled_name });
-                    extra.record_counts.kernels += 1;
-                }
-                SpoolRecord::Memcpy(m) => {
-                    let device = device_of(&mut trace, &mut extras, m.device_id);
-                    trace.memops.push(MemOp {
-                        start_ns: to_session(m.start_ns),
-                        end_ns: to_session(m.end_ns),
-                        copy_kind: Some(CopyKind::from_cupti(i64::from(m.copy_kind))),
-                        bytes: m.bytes,
-                        device,
-                        process,
-                        stream: m.stream_id,
-                        correlation_id: m.correlation_id,
-                        src_device: None,
-                        dst_device: None,
-                        launch: None,
-                    });
-                    extras.memops.push((m.context_id, m.src_kind, m.dst_kind));
-                    extra.record_counts.memops += 1;
-                    last_ns = last_ns.max(to_session(m.end_ns));
-                }
-                SpoolRecord::Memset(m) => {
-                    let device = device_of(&mut trace, &mut extras, m.device_id);
-                    trace.memops.push(MemOp {
-                        start_ns: to_session(m.start_ns),
-                        end_ns: to_session(m.end_ns),
-                        copy_kind: None,
-                        bytes: m.bytes,
-                        device,
-                        process,
-                        stream: m.stream_id,
-                        correlation_id: m.correlation_id,
-                        src_device: None,
-                        dst_device: None,
-                        launch: None,
-                    });
-                    extras.memops.push((m.context_id, m.memory_kind as u8, 0));
-                    extra.record_counts.memops += 1;
-                    last_ns = last_ns.max(to_session(m.end_ns));
-                }
-                SpoolRecord::Api(a) => {
-                    let name = if a.name_id == 0 {
-                        trace.names.intern(&format!("{}_cbid_{}", if a.driver { "driver" } else { "runtime" }, a.cbid))
-                    } else {
-                        trace.names.intern(text(a.name_id))
-                    };
-                    extra.record_counts.api_calls += 1;
-                    if is_launch_call(trace.names.get(name)) {
-                        extra.record_counts.launch_calls += 1;
-                    }
-                    trace.api_calls.push(ApiCall {
-                        start_ns: to_session(a.start_ns),
-                        end_ns: to_session(a.end_ns),
-                        name,
-                        kind: if a.driver { ApiKind::Driver } else { ApiKind::Runtime },
-                        process,
-                        tid: threads.map(a.tid),
-                        correlation_id: a.correlation_id,
-                    });
-                    last_ns = last_ns.max(to_session(a.end_ns));
-                }
-                SpoolRecord::Marker(m) => {
-                    extra.record_counts.markers += 1;
-                    const START: u32 = 2;
-                    const END: u32 = 4;
-                    const INSTANT: u32 = 1;
-                    last_ns = last_ns.max(to_session(m.timestamp_ns));
-                    if m.flags & START != 0 {
-                        let mut start = *m;
-                        start.tid = threads.map(m.tid);
-                        open_markers.entry(m.id).or_default().push(start);
-                    } else if m.flags & END != 0 {
-                        let end_tid = threads.map(m.tid);
-                        let candidates = open_markers.get_mut(&m.id);
-                        let taken = candidates.and_then(|list| {
-                            let at = list.iter().rposition(|s| s.tid == end_tid).or(list.len().checked_sub(1))?;
-                            Some(list.remove(at))
-                        });
-                        match taken {
-                            Some(start) => {
-                                let range = marker_range(
-                                    &mut trace,
-                                    process,
-                                    &start,
-                                    end_tid,
-                                    &text,
-                                    &to_session,
-                                    m.timestamp_ns,
-                                );
-                                trace.ranges.push(range);
-                            }
-                            None => trace.warn("NVTX range end without its start"),
-                        }
-                    } else if m.flags & INSTANT != 0 {
-                        trace.warn("NVTX mark (instant event) not kept");
-                    }
-                }
-                SpoolRecord::Sync(s) => {
-                    extra.record_counts.syncs += 1;
-                    extras.syncs.push(SyncEvent {
-                        process,
-                        start_ns: to_session(s.start_ns),
-                        end_ns: to_session(s.end_ns),
-                        sync_type: s.sync_type,
-                        context_id: s.context_id,
-                        stream_id: s.stream_id,
-                        event_id: s.event_id,
-                        correlation_id: s.correlation_id,
-                    })
-                }
-                SpoolRecord::ApiSelection(selection) => extra.api_selection = Some(*selection),
-                SpoolRecord::Cost(cost) => extra.cost = Some(*cost),
+                SpoolRecord::Kernel(k) => self.kernel(job, k),
+                SpoolRecord::Memcpy(m) => self.memcpy(job, m),
+                SpoolRecord::Memset(m) => self.memset(job, m),
+                SpoolRecord::Api(a) => self.api_call(job, a),
+                SpoolRecord::Marker(m) => self.marker(job, m),
+                SpoolRecord::Sync(s) => self.sync(job, s),
+                SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
+                SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
-                    extra.refused_cupti_clients = extra.refused_cupti_clients.max(*count)
+                    self.extra.refused_cupti_clients = self.extra.refused_cupti_clients.max(*count)
                 }
-                SpoolRecord::Dropped(d) => extra.records_dropped += d.count,
-                SpoolRecord::BuffersRefused { count } => extra.buffers_refused = *count,
+                SpoolRecord::Dropped(d) => self.extra.records_dropped += d.count,
+                SpoolRecord::BuffersRefused { count } => self.extra.buffers_refused = *count,
                 SpoolRecord::End { undecoded, .. } => {
-                    extra.clean_exit = true;
-                    extra.records_undecoded = *undecoded;
+                    self.extra.clean_exit = true;
+                    self.extra.records_undecoded = *undecoded;
                 }
                 SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
             }
         }
-        if extra.record_counts.syncs == 0 {
-            // CUPTI's synchronisation records are opt-in (they lengthen the launch path of every stream wait);
-            // the synchronising calls' own API records hold the same host waits.
-            let context_id = extras.kernels[first_kernel..].first().map_or(0, |k| k.record.context_id);
-            let derived = syncs_from_api_calls(&trace, &trace.api_calls[first_api_call..], context_id);
-            extras.syncs.extend(derived);
+        if self.extra.record_counts.syncs == 0 {
+            self.derive_syncs(job);
         }
-        // Ranges with no end: the process was killed, or CUPTI never delivered the end (seen
-        // for NCCL's `ncclCommInitRankConfig` and `ncclCommFinalize` ranges with CUDA 13.0
-        // CUPTI and NCCL 2.28, which nsys shows closed). Push/pop ranges nest per thread, so
-        // such a range ends no later than the enclosing range of its thread; without one, it
-        // ends at the last thing the process recorded.
-        let closed_ranges = trace.ranges.len();
-        let mut unclosed: Vec<MarkerRecord> = open_markers.into_values().flatten().collect();
+        self.close_open_ranges(job);
+        job.trace.warn_n("CUPTI records dropped (buffers full)", self.extra.records_dropped);
+        job.trace.warn_n(
+            "the workload's own CUPTI profiler (torch.profiler, …) was refused: capture holds the process's CUPTI \
+             subscription, so that profiler got no GPU events",
+            u64::from(self.extra.refused_cupti_clients),
+        );
+        job.extras.processes.push(self.extra);
+    }
+
+    /// A CUPTI time of this process as session ns; saturating, so that a damaged record's time
+    /// cannot wrap into a plausible one.
+    fn to_session(&self, cupti_ns: u64) -> i64 {
+        (cupti_ns as i128 + self.clock_offset_ns - self.session_start_utc_ns as i128)
+            .clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+
+    fn text(&self, id: u32) -> &'a str {
+        self.texts.get(&id).copied().unwrap_or("")
+    }
+
+    /// A GPU this process saw: the job's GPU of the same UUID on the same host, or a new one.
+    fn add_device(&mut self, job: &mut JobMerge, hostname: &str, d: &DeviceRecord) {
+        let key = (hostname.to_string(), d.uuid);
+        let index = *job.devices_by_uuid.entry(key).or_insert_with(|| {
+            job.extras.devices.push(DeviceExtra {
+                uuid: d.uuid,
+                compute_capability: (d.cc_major, d.cc_minor),
+                l2_cache_bytes: d.l2_cache_bytes,
+                copy_engines: d.copy_engines,
+            });
+            job.trace.add_device(Device {
+                ordinal: d.device_id,
+                process: None,
+                name: d.name.clone(),
+                sm_count: Some(d.sm_count),
+                memory_bytes: Some(d.memory_bytes),
+                // CUPTI reports kB/s (10^3): 4_814_304_000 for an H200, which nsys
+                // stores as 4_814_304_000_000 B/s.
+                memory_bandwidth_bytes_per_s: Some(d.memory_bandwidth_kib_per_s * 1000),
+                clock_rate_khz: Some(d.clock_rate_khz),
+                bus_location: None,
+            })
+        });
+        self.ordinals.insert(d.device_id, index);
+    }
+
+    /// The GPU of a device ordinal of this process.
+    fn device(&mut self, job: &mut JobMerge, ordinal: u32) -> DeviceIdx {
+        *self.ordinals.entry(ordinal).or_insert_with(|| {
+            // No device record (device kind refused): one anonymous device per ordinal.
+            job.trace.warn("GPU without a CUPTI device record");
+            job.extras.devices.push(DeviceExtra::default());
+            job.trace.add_device(Device { ordinal, ..Device::default() })
+        })
+    }
+
+    fn kernel(&mut self, job: &mut JobMerge, k: &KernelRecord) {
+        let device = self.device(job, k.device_id);
+        let users = job.device_users.entry(device).or_default();
+        if !users.contains(&self.process) {
+            users.push(self.process);
+        }
+        let mangled = self.text(k.name_id);
+        let full = job.demangled.get(mangled).map(String::as_str).unwrap_or(mangled);
+        let name = job.trace.names.intern(full);
+        let short_name = job.trace.names.intern(kernel_names::short_name(full));
+        let mangled_name = job.trace.names.intern(mangled);
+        let (start_ns, end_ns) = (self.to_session(k.start_ns), self.to_session(k.end_ns));
+        self.last_ns = self.last_ns.max(end_ns);
+        job.trace.kernels.push(Kernel {
+            start_ns,
+            end_ns,
+            name,
+            short_name,
+            device,
+            process: self.process,
+            stream: k.stream_id,
+            correlation_id: k.correlation_id,
+            grid: k.grid.map(|v| v.max(0) as u32),
+            block: k.block.map(|v| v.max(0) as u32),
+            launch: None,
+            collective: None,
+        });
+        job.extras.kernels.push(KernelDetail { record: *k, mangled_name });
+        self.extra.record_counts.kernels += 1;
+    }
+
+    fn memcpy(&mut self, job: &mut JobMerge, m: &MemcpyRecord) {
+        let device = self.device(job, m.device_id);
+        let copy_kind = Some(CopyKind::from_cupti(i64::from(m.copy_kind)));
+        self.memop(job, device, copy_kind, (m.start_ns, m.end_ns), m.bytes, m.stream_id, m.correlation_id);
+        job.extras.memops.push((m.context_id, m.src_kind, m.dst_kind));
+    }
+
+    fn memset(&mut self, job: &mut JobMerge, m: &MemsetRecord) {
+        let device = self.device(job, m.device_id);
+        self.memop(job, device, None, (m.start_ns, m.end_ns), m.bytes, m.stream_id, m.correlation_id);
+        job.extras.memops.push((m.context_id, m.memory_kind as u8, 0));
+    }
+
+    /// A copy (`copy_kind` set) or a set; `cupti_ns` is (start, end) on the CUPTI clock.
+    #[allow(clippy::too_many_arguments)]
+    fn memop(
+        &mut self,
+        job: &mut JobMerge,
+        device: DeviceIdx,
+        copy_kind: Option<CopyKind>,
+        cupti_ns: (u64, u64),
+        bytes: u64,
+        stream: u32,
+        correlation_id: u32,
+    ) {
+        let (start_ns, end_ns) = (self.to_session(cupti_ns.0), self.to_session(cupti_ns.1));
+        job.trace.memops.push(MemOp {
+            start_ns,
+            end_ns,
+            copy_kind,
+            bytes,
+            device,
+            process: self.process,
+            stream,
+            correlation_id,
+            src_device: None,
+            dst_device: None,
+            launch: None,
+        });
+        self.extra.record_counts.memops += 1;
+        self.last_ns = self.last_ns.max(end_ns);
+    }
+
+    fn api_call(&mut self, job: &mut JobMerge, a: &ApiRecord) {
+        let name = if a.name_id == 0 {
+            job.trace.names.intern(&format!("{}_cbid_{}", if a.driver { "driver" } else { "runtime" }, a.cbid))
+        } else {
+            job.trace.names.intern(self.text(a.name_id))
+        };
+        self.extra.record_counts.api_calls += 1;
+        if is_launch_call(job.trace.names.get(name)) {
+            self.extra.record_counts.launch_calls += 1;
+        }
+        let end_ns = self.to_session(a.end_ns);
+        job.trace.api_calls.push(ApiCall {
+            start_ns: self.to_session(a.start_ns),
+            end_ns,
+            name,
+            kind: if a.driver { ApiKind::Driver } else { ApiKind::Runtime },
+            process: self.process,
+            tid: self.threads.map(a.tid),
+            correlation_id: a.correlation_id,
+        });
+        self.last_ns = self.last_ns.max(end_ns);
+    }
+
+    /// An NVTX marker: a start is kept open, an end closes the start it pairs with.
+    fn marker(&mut self, job: &mut JobMerge, m: &MarkerRecord) {
+        // CUPTI's `CUpti_ActivityFlag` bits of a marker.
+        const INSTANT: u32 = 1;
+        const START: u32 = 2;
+        const END: u32 = 4;
+        self.extra.record_counts.markers += 1;
+        self.last_ns = self.last_ns.max(self.to_session(m.timestamp_ns));
+        if m.flags & START != 0 {
+            let mut start = *m;
+            start.tid = self.threads.map(m.tid);
+            self.open_markers.entry(m.id).or_default().push(start);
+        } else if m.flags & END != 0 {
+            let end_tid = self.threads.map(m.tid);
+            let taken = self.open_markers.get_mut(&m.id).and_then(|list| {
+                let at = list.iter().rposition(|s| s.tid == end_tid).or(list.len().checked_sub(1))?;
+                Some(list.remove(at))
+            });
+            match taken {
+                Some(start) => {
+                    let range = self.marker_range(job, &start, end_tid, m.timestamp_ns);
+                    job.trace.ranges.push(range);
+                }
+                None => job.trace.warn("NVTX range end without its start"),
+            }
+        } else if m.flags & INSTANT != 0 {
+            job.trace.warn("NVTX mark (instant event) not kept");
+        }
+    }
+
+    fn sync(&mut self, job: &mut JobMerge, s: &SyncRecord) {
+        self.extra.record_counts.syncs += 1;
+        job.extras.syncs.push(SyncEvent {
+            process: self.process,
+            start_ns: self.to_session(s.start_ns),
+            end_ns: self.to_session(s.end_ns),
+            sync_type: s.sync_type,
+            context_id: s.context_id,
+            stream_id: s.stream_id,
+            event_id: s.event_id,
+            correlation_id: s.correlation_id,
+        })
+    }
+
+    /// CUPTI's synchronisation records are opt-in (they lengthen the launch path of every stream wait);
+    /// without them, the synchronising calls' own API records hold the same host waits.
+    fn derive_syncs(&self, job: &mut JobMerge) {
+        let context_id = job.extras.kernels[self.first_kernel..].first().map_or(0, |k| k.record.context_id);
+        let derived = syncs_from_api_calls(&job.trace, &job.trace.api_calls[self.first_api_call..], context_id);
+        job.extras.syncs.extend(derived);
+    }
+
+    /// Ranges with no end: the process was killed, or CUPTI never delivered the end (seen for
+    /// NCCL's `ncclCommInitRankConfig` and `ncclCommFinalize` ranges with CUDA 13.0 CUPTI and
+    /// NCCL 2.28, which nsys shows closed). Push/pop ranges nest per thread, so such a range ends
+    /// no later than the enclosing range of its thread; without one, it ends at the last thing
+    /// the process recorded.
+    fn close_open_ranges(&mut self, job: &mut JobMerge) {
+        let closed_ranges = job.trace.ranges.len();
+        let mut unclosed: Vec<MarkerRecord> = std::mem::take(&mut self.open_markers).into_values().flatten().collect();
         unclosed.sort_by_key(|m| m.timestamp_ns);
         for start in unclosed {
-            let mut range =
-                marker_range(&mut trace, process, &start, start.tid, &text, &to_session, start.timestamp_ns);
-            let enclosing_end = trace.ranges[..closed_ranges]
+            let mut range = self.marker_range(job, &start, start.tid, start.timestamp_ns);
+            let enclosing_end = job.trace.ranges[..closed_ranges]
                 .iter()
-                .filter(|r| r.process == process && r.tid == range.tid)
+                .filter(|r| r.process == self.process && r.tid == range.tid)
                 .filter(|r| r.start_ns < range.start_ns && r.end_ns > range.start_ns)
                 .map(|r| r.end_ns)
                 .min();
             match enclosing_end {
                 Some(end_ns) => {
-                    trace.warn("NVTX range without an end (ended with its enclosing range)");
+                    job.trace.warn("NVTX range without an end (ended with its enclosing range)");
                     range.end_ns = end_ns;
                 }
                 None => {
-                    trace.warn("NVTX range without an end (ended at the process's last event)");
-                    range.end_ns = last_ns.max(range.start_ns);
+                    job.trace.warn("NVTX range without an end (ended at the process's last event)");
+                    range.end_ns = self.last_ns.max(range.start_ns);
                 }
             }
-            trace.ranges.push(range);
-        }
-        trace.warn_n("CUPTI records dropped (buffers full)", extra.records_dropped);
-        trace.warn_n(
-            "the workload's own CUPTI profiler (torch.profiler, …) was refused: capture holds the process's CUPTI \
-             subscription, so that profiler got no GPU events",
-            u64::from(extra.refused_cupti_clients),
-        );
-        extras.processes.push(extra);
-    }
-    for (device, users) in device_users {
-        if let [only] = users.as_slice() {
-            trace.devices[device.0 as usize].process = Some(*only);
+            job.trace.ranges.push(range);
         }
     }
-    apply_range(&mut trace, &mut extras, &options.range);
-    (trace, extras)
+
+    fn marker_range(&self, job: &mut JobMerge, start: &MarkerRecord, end_tid: u32, end_timestamp_ns: u64) -> Range {
+        Range {
+            start_ns: self.to_session(start.timestamp_ns),
+            end_ns: self.to_session(end_timestamp_ns),
+            name: job.trace.names.intern(self.text(start.name_id)),
+            domain: job.trace.names.intern(self.text(start.domain_id)),
+            // CUPTI marks push/pop and start/end ranges alike; a range that ends on another
+            // thread can only be a start/end range.
+            kind: if end_tid == start.tid { RangeKind::PushPop } else { RangeKind::StartEnd },
+            process: self.process,
+            tid: start.tid,
+            device: None,
+            stream: None,
+            depth: 0,
+        }
+    }
 }
 
 /// Thread ids for one process that fit nsys' 24-bit `globalTid` field.
@@ -682,31 +778,6 @@ fn spool_names(records: &[SpoolRecord]) -> HashMap<u32, &str> {
         .iter()
         .filter_map(|r| if let SpoolRecord::Name { id, text } = r { Some((*id, text.as_str())) } else { None })
         .collect()
-}
-
-fn marker_range<'a>(
-    trace: &mut Trace,
-    process: ProcessIdx,
-    start: &MarkerRecord,
-    end_tid: u32,
-    text: &dyn Fn(u32) -> &'a str,
-    to_session: &dyn Fn(u64) -> i64,
-    end_timestamp_ns: u64,
-) -> Range {
-    Range {
-        start_ns: to_session(start.timestamp_ns),
-        end_ns: to_session(end_timestamp_ns),
-        name: trace.names.intern(text(start.name_id)),
-        domain: trace.names.intern(text(start.domain_id)),
-        // CUPTI marks push/pop and start/end ranges alike; a range that ends on another
-        // thread can only be a start/end range.
-        kind: if end_tid == start.tid { RangeKind::PushPop } else { RangeKind::StartEnd },
-        process,
-        tid: start.tid,
-        device: None,
-        stream: None,
-        depth: 0,
-    }
 }
 
 /// Keeps only events that start inside the capture range (ranges: that overlap it).

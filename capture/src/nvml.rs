@@ -56,7 +56,7 @@ pub fn query() -> Option<(Vec<GpuInfo>, Vec<GpuLink>)> {
     // SAFETY: loading NVML only runs its initialisers; the handle is leaked so the function
     // pointers below stay valid (and NVML is never unloaded while in use).
     let library = Box::leak(Box::new(unsafe { libloading::Library::new("libnvidia-ml.so.1") }.ok()?));
-    // SAFETY (all symbol lookups): the signatures are those of nvml.h.
+    // SAFETY: every symbol below is looked up with its signature in nvml.h.
     unsafe {
         let init = library.get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2\0").ok()?;
         let count_fn = library.get::<unsafe extern "C" fn(*mut c_uint) -> c_int>(b"nvmlDeviceGetCount_v2\0").ok()?;

@@ -24,7 +24,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use rusqlite::{Connection, params};
-use shardscope_io::nsys_writer::{WriteOptions, Writer};
+use shardscope_io::nccl::{self, NcclProcess};
+use shardscope_io::nsys_writer::{CuptiColumns, GpuColumns, KernelColumns, WriteOptions, Writer};
 use shardscope_model::Trace;
 
 use crate::merge::{CaptureExtras, uuid_text};
@@ -37,18 +38,68 @@ pub struct RunFacts {
     pub meta: Vec<(String, String)>,
     /// GPU pairs and their links.
     pub links: Vec<GpuLink>,
+    /// The NCCL profiler plugin's operations per process, linked to their kernels, for the
+    /// `SHARDSCOPE_NCCL_*` tables (none when the plugin did not run).
+    pub nccl: Vec<NcclProcess>,
 }
 
-/// Writes `trace` with `extras` to `path` (replacing it).
+/// Writes `trace` with `extras` to `path` (replacing it), in one pass and one transaction: the nsys
+/// tables with the CUPTI columns the model lacks in the same rows, then the capture's own tables and
+/// the NCCL tables.
 pub fn write_capture(path: &Path, trace: &Trace, extras: &CaptureExtras, facts: &RunFacts) -> anyhow::Result<()> {
     let options =
         WriteOptions { producer_name: "shardscope-capture".into(), producer_version: env!("CARGO_PKG_VERSION").into() };
     let mut writer = Writer::create_with(path, &options)?;
-    writer.write_trace(trace)?;
+    writer.write_trace_with(trace, &cupti_columns(extras))?;
     write_extras(writer.connection(), trace, extras, facts)
         .with_context(|| format!("{}: cannot write SQLite", path.display()))?;
+    if !facts.nccl.is_empty() {
+        let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
+        let table_options =
+            nccl::TableOptions { session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0), global_pid: &global_pid };
+        nccl::write_tables(writer.connection(), &facts.nccl, &table_options)
+            .with_context(|| format!("{}: cannot write NCCL tables", path.display()))?;
+    }
     writer.finish()?;
     Ok(())
+}
+
+/// The kernel and GPU columns CUPTI gave that the model has no field for.
+fn cupti_columns(extras: &CaptureExtras) -> CuptiColumns {
+    let kernels = extras
+        .kernels
+        .iter()
+        .map(|detail| {
+            let k = &detail.record;
+            KernelColumns {
+                context_id: k.context_id,
+                mangled_name: detail.mangled_name,
+                launch_type: k.launch_type,
+                cache_config: k.cache_config,
+                registers_per_thread: k.registers_per_thread,
+                static_shared_bytes: k.static_shared_bytes,
+                dynamic_shared_bytes: k.dynamic_shared_bytes,
+                local_bytes_per_thread: k.local_bytes_per_thread,
+                local_bytes_total: k.local_bytes_total,
+                grid_id: k.grid_id,
+                shared_executed_bytes: k.shared_executed_bytes,
+                graph_node_id: (k.graph_node_id != 0).then_some(k.graph_node_id as i64),
+            }
+        })
+        .collect();
+    let devices = extras
+        .devices
+        .iter()
+        .map(|extra| {
+            (extra.uuid != [0; 16]).then(|| GpuColumns {
+                uuid: uuid_text(&extra.uuid),
+                l2_cache_bytes: extra.l2_cache_bytes,
+                copy_engines: extra.copy_engines,
+                compute_capability: extra.compute_capability,
+            })
+        })
+        .collect();
+    CuptiColumns { kernels, devices }
 }
 
 fn json_string(text: &str) -> String {
@@ -67,71 +118,6 @@ fn json_string(text: &str) -> String {
 }
 
 fn write_extras(conn: &Connection, trace: &Trace, extras: &CaptureExtras, facts: &RunFacts) -> rusqlite::Result<()> {
-    // Mangled names are new strings: append them after the writer's ids.
-    let mut next_string_id: i64 =
-        conn.query_row("SELECT COALESCE(MAX(id), -1) + 1 FROM StringIds", [], |r| r.get(0))?;
-    let mut string_ids: HashMap<&str, i64> = HashMap::new();
-    {
-        let mut find = conn.prepare("SELECT id FROM StringIds WHERE value = ?1")?;
-        let mut insert = conn.prepare("INSERT INTO StringIds (id, value) VALUES (?1, ?2)")?;
-        for detail in &extras.kernels {
-            let text = trace.names.get(detail.mangled_name);
-            if string_ids.contains_key(text) {
-                continue;
-            }
-            let id = match find.query_row([text], |r| r.get::<_, i64>(0)) {
-                Ok(id) => id,
-                Err(rusqlite::Error::QueryReturnedNoRows) => {
-                    insert.execute(params![next_string_id, text])?;
-                    next_string_id += 1;
-                    next_string_id - 1
-                }
-                Err(e) => return Err(e),
-            };
-            string_ids.insert(text, id);
-        }
-    }
-    let mut update = conn.prepare(
-        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET contextId = ?2, mangledName = ?3, launchType = ?4, cacheConfig = ?5, \
-         registersPerThread = ?6, staticSharedMemory = ?7, dynamicSharedMemory = ?8, localMemoryPerThread = ?9, \
-         localMemoryTotal = ?10, gridId = ?11, sharedMemoryExecuted = ?12, graphNodeId = ?13 WHERE rowid = ?1",
-    )?;
-    for (index, detail) in extras.kernels.iter().enumerate() {
-        let k = &detail.record;
-        update.execute(params![
-            index as i64 + 1,
-            k.context_id,
-            string_ids[trace.names.get(detail.mangled_name)],
-            k.launch_type,
-            k.cache_config,
-            k.registers_per_thread,
-            k.static_shared_bytes,
-            k.dynamic_shared_bytes,
-            k.local_bytes_per_thread,
-            k.local_bytes_total,
-            k.grid_id,
-            k.shared_executed_bytes,
-            (k.graph_node_id != 0).then_some(k.graph_node_id as i64),
-        ])?;
-    }
-
-    let mut gpu = conn.prepare(
-        "UPDATE TARGET_INFO_GPU SET uuid = ?2, l2CacheSize = ?3, asyncEngines = ?4, computeMajor = ?5, \
-         computeMinor = ?6, smMajor = ?5, smMinor = ?6, isDiscrete = 1 WHERE id = ?1",
-    )?;
-    for (device, extra) in trace.devices.iter().zip(&extras.devices) {
-        if extra.uuid != [0; 16] {
-            gpu.execute(params![
-                device.ordinal,
-                uuid_text(&extra.uuid),
-                extra.l2_cache_bytes,
-                extra.copy_engines,
-                extra.compute_capability.0,
-                extra.compute_capability.1
-            ])?;
-        }
-    }
-
     conn.execute_batch(
         "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER NOT NULL, end INTEGER NOT NULL, \
          deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, \

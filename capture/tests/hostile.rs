@@ -8,8 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use shardscope_capture::merge::{self, MergeOptions};
-use shardscope_inject::record::{DeviceRecord, KernelRecord, ProcessInfo, SpoolRecord};
-use shardscope_inject::spool::SpoolWriter;
+use shardscope_spool::cupti::{DeviceRecord, KernelRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 
 fn capture_bin() -> &'static str {
     env!("CARGO_BIN_EXE_capture")

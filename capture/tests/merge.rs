@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use shardscope_capture::merge::{self, MergeOptions};
 use shardscope_capture::sqlite::{self, RunFacts};
-use shardscope_inject::record::{
-    ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, ProcessInfo, SpoolRecord, SyncRecord,
+use shardscope_spool::cupti::{
+    ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, ProcessInfo, SpoolRecord, SpoolWriter,
+    SyncRecord,
 };
-use shardscope_inject::spool::SpoolWriter;
 
 /// Wall clock of the first process's CUPTI clock reading.
 const T0_UTC_NS: u64 = 1_800_000_000_000_000_000;

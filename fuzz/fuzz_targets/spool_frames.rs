@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shardscope_spool_frame::{Frames, HEADER_BYTES};
+use shardscope_spool::frame::{Frames, HEADER_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     let mut file = b"FUZZSPL1".to_vec();

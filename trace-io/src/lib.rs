@@ -4,6 +4,8 @@
 //! reader: SQLite files go to [`nsys`], JSON (plain or gzipped) to [`kineto`]. A folder is
 //! read as one trace per file inside it, which is how PyTorch writes one file per rank, unless it
 //! is a Parquet dataset written by `analyzer export --format parquet` ([`parquet`]).
+//! [`nsys_writer`] writes the nsys schema; [`nccl`] reads the NCCL profiler plugin's spools into
+//! operations, links them to kernels and keeps them in a capture file's `SHARDSCOPE_NCCL_*` tables.
 //!
 //! Readers never panic on bad input: they return an [`Error`] that names the file and the
 //! cause, and they count (in [`shardscope_model::Trace::warnings`]) individual events they
@@ -17,8 +19,10 @@
 
 pub mod detect;
 mod error;
+pub mod error_text;
 pub mod kineto;
 pub mod limits;
+pub mod nccl;
 pub mod nsys;
 pub mod nsys_writer;
 pub mod parquet;

@@ -13,6 +13,10 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 //!
+//! A capture knows more per kernel and GPU than the model holds (context, mangled name, launch
+//! type, memory sizes; UUID, L2 size, compute capability): [`Writer::write_trace_with`] writes
+//! those [`CuptiColumns`] into the same rows, so the file is written in one pass.
+//!
 //! What the schema cannot hold is lost on the way: a range's GPU and stream (GPU annotations
 //! become start/end ranges), and copy kinds other than the five [`CopyKind`] names. The
 //! process rank, world size and host go to a table of our own, `SHARDSCOPE_PROCESS_INFO`.
@@ -50,6 +54,57 @@ impl Default for WriteOptions {
     fn default() -> Self {
         WriteOptions { producer_name: "shardscope".into(), producer_version: env!("CARGO_PKG_VERSION").into() }
     }
+}
+
+/// CUPTI columns of `CUPTI_ACTIVITY_KIND_KERNEL` that the model has no field for, for one kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelColumns {
+    /// CUDA context id.
+    pub context_id: u32,
+    /// The mangled name, as CUPTI reported it.
+    pub mangled_name: NameId,
+    /// CUPTI's launch type (regular, cooperative single- or multi-device).
+    pub launch_type: u8,
+    /// Requested cache configuration (CUPTI's packed byte).
+    pub cache_config: u8,
+    /// Registers per thread.
+    pub registers_per_thread: u16,
+    /// Static shared memory, bytes.
+    pub static_shared_bytes: i32,
+    /// Dynamic shared memory, bytes.
+    pub dynamic_shared_bytes: i32,
+    /// Local memory per thread, bytes.
+    pub local_bytes_per_thread: u32,
+    /// Local memory of the whole kernel, bytes.
+    pub local_bytes_total: u32,
+    /// CUPTI's grid id.
+    pub grid_id: i64,
+    /// Shared memory the driver configured, bytes.
+    pub shared_executed_bytes: u32,
+    /// Graph node that launched it; `None` outside graphs.
+    pub graph_node_id: Option<i64>,
+}
+
+/// `TARGET_INFO_GPU` columns that the model has no field for, for one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuColumns {
+    /// Device UUID as nsys writes it (`GPU-xxxxxxxx-…`).
+    pub uuid: String,
+    /// L2 cache, bytes.
+    pub l2_cache_bytes: u32,
+    /// Copy engines.
+    pub copy_engines: u32,
+    /// Compute capability, major and minor.
+    pub compute_capability: (u32, u32),
+}
+
+/// Columns beyond the model, written into the rows of the trace they belong to.
+#[derive(Debug, Clone, Default)]
+pub struct CuptiColumns {
+    /// Parallel to `trace.kernels`, or empty (columns left at nsys' defaults).
+    pub kernels: Vec<KernelColumns>,
+    /// Parallel to `trace.devices`, or empty; `None` for a GPU without them.
+    pub devices: Vec<Option<GpuColumns>>,
 }
 
 /// Writes `trace` to a new SQLite file at `path` (replacing any file there).
@@ -155,195 +210,38 @@ impl Writer {
     /// Appends one trace: its processes, threads, GPUs and every event. May be called once per
     /// trace of a multi-file job; processes and GPUs already written are not repeated.
     pub fn write_trace(&mut self, trace: &Trace) -> Result<(), Error> {
-        self.write_trace_inner(trace).map_err(|e| self.error(e))
+        self.write_trace_with(trace, &CuptiColumns::default())
     }
 
-    fn write_trace_inner(&mut self, trace: &Trace) -> rusqlite::Result<()> {
+    /// Like [`Writer::write_trace`], with the `columns` a capture has beyond the model in the
+    /// same rows.
+    pub fn write_trace_with(&mut self, trace: &Trace, columns: &CuptiColumns) -> Result<(), Error> {
+        self.write_trace_inner(trace, columns).map_err(|e| self.error(e))
+    }
+
+    fn write_trace_inner(&mut self, trace: &Trace, columns: &CuptiColumns) -> rusqlite::Result<()> {
         let global_pids = self.global_pids(trace);
-        let conn = &self.conn;
+        let r = TraceRows { conn: &self.conn, trace, columns, global_pids };
         let mut strings = StringWriter {
-            insert: conn.prepare("INSERT INTO StringIds (id, value) VALUES (?1, ?2)")?,
+            insert: r.conn.prepare("INSERT INTO StringIds (id, value) VALUES (?1, ?2)")?,
             ids: &mut self.string_ids,
             by_name: vec![-1; trace.names.len()],
             names: &trace.names,
         };
-
         if !self.session_start_written
             && let Some(offset) = trace.clock_offset_ns
         {
-            conn.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME (utcEpochNs) VALUES (?1)", [offset])?;
+            r.conn.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME (utcEpochNs) VALUES (?1)", [offset])?;
             self.session_start_written = true;
         }
-
-        let mut process_row = conn.prepare("INSERT INTO PROCESSES (globalPid, pid, name) VALUES (?1, ?2, ?3)")?;
-        let mut info_row = conn.prepare(&format!(
-            "INSERT INTO {PROCESS_INFO_TABLE} (globalPid, rank, worldSize, host) VALUES (?1, ?2, ?3, ?4)"
-        ))?;
-        for (process, &global_pid) in trace.processes.iter().zip(&global_pids) {
-            if !self.written_processes.insert(global_pid) {
-                continue;
-            }
-            process_row.execute(params![global_pid as i64, process.pid, process.name])?;
-            if process.rank.is_some() || process.world_size.is_some() || process.host.is_some() {
-                info_row.execute(params![global_pid as i64, process.rank, process.world_size, process.host])?;
-            }
-        }
-
-        let mut thread_row =
-            conn.prepare("INSERT INTO ThreadNames (nameId, priority, globalTid) VALUES (?1, NULL, ?2)")?;
-        for thread in &trace.threads {
-            let name_id = strings.id_of_str(&thread.name)?;
-            let global_tid = global_pids[thread.process.0 as usize] | u64::from(thread.tid);
-            thread_row.execute(params![name_id, global_tid as i64])?;
-        }
-
-        let mut gpu_row = conn.prepare(
-            "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, memoryBandwidth, clockRate, \
-             smCount, cuDevice) VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?1)",
-        )?;
-        for device in &trace.devices {
-            if !self.written_devices.insert(device.ordinal) {
-                continue;
-            }
-            gpu_row.execute(params![
-                device.ordinal,
-                device.name,
-                device.bus_location,
-                device.memory_bytes.map(|b| b as i64),
-                device.memory_bandwidth_bytes_per_s.map(|b| b as i64),
-                // nsys stores Hz.
-                device.clock_rate_khz.map(|khz| i64::from(khz) * 1000),
-                device.sm_count,
-            ])?;
-        }
-
-        let ordinal =
-            |device: shardscope_model::DeviceIdx| trace.devices.get(device.0 as usize).map_or(0, |d| d.ordinal);
-        let global_pid = |process: ProcessIdx| global_pids.get(process.0 as usize).copied().unwrap_or(0) as i64;
-
-        // Constant columns are literals; the NOT NULL ones nsys has and the model lacks get 0.
-        let mut kernel_row = conn.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, \
-             globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, \
-             staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId, \
-             tensorSizeMinusOneElements) \
-             VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?13, ?14, 0, 0, 0, 0, 0, '[]')",
-        )?;
-        for kernel in &trace.kernels {
-            let name = strings.id_of(kernel.name)?;
-            let short_name = strings.id_of(kernel.short_name)?;
-            let stmt = &mut kernel_row;
-            stmt.raw_bind_parameter(1, kernel.start_ns)?;
-            stmt.raw_bind_parameter(2, kernel.end_ns)?;
-            stmt.raw_bind_parameter(3, ordinal(kernel.device))?;
-            stmt.raw_bind_parameter(4, kernel.stream)?;
-            stmt.raw_bind_parameter(5, kernel.correlation_id)?;
-            stmt.raw_bind_parameter(6, global_pid(kernel.process))?;
-            stmt.raw_bind_parameter(7, name)?;
-            stmt.raw_bind_parameter(8, short_name)?;
-            for (i, value) in kernel.grid.iter().chain(&kernel.block).enumerate() {
-                stmt.raw_bind_parameter(9 + i, value)?;
-            }
-            stmt.raw_execute()?;
-        }
-
-        let mut memcpy_row = conn.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, correlationId, \
-             globalPid, bytes, copyKind, srcDeviceId, dstDeviceId) \
-             VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?;
-        let mut memset_row = conn.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId, correlationId, \
-             globalPid, value, bytes) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, 0, ?7)",
-        )?;
-        for memop in &trace.memops {
-            let common = params![
-                memop.start_ns,
-                memop.end_ns,
-                ordinal(memop.device),
-                memop.stream,
-                memop.correlation_id,
-                global_pid(memop.process),
-                memop.bytes as i64,
-            ];
-            match memop.copy_kind {
-                None => {
-                    memset_row.execute(common)?;
-                }
-                Some(kind) => {
-                    for (i, value) in common.iter().enumerate() {
-                        memcpy_row.raw_bind_parameter(i + 1, value)?;
-                    }
-                    memcpy_row.raw_bind_parameter(8, cupti_copy_kind(kind))?;
-                    memcpy_row.raw_bind_parameter(9, memop.src_device)?;
-                    memcpy_row.raw_bind_parameter(10, memop.dst_device)?;
-                    memcpy_row.raw_execute()?;
-                }
-            }
-        }
-
-        let mut api_row = conn.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, \
-             returnValue) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
-        )?;
-        for call in &trace.api_calls {
-            let class = match call.kind {
-                ApiKind::Runtime => EVENT_CLASS_CUDA_RUNTIME,
-                ApiKind::Driver => EVENT_CLASS_CUDA_DRIVER,
-            };
-            let global_tid = global_pid(call.process) | i64::from(call.tid);
-            let name = strings.id_of(call.name)?;
-            api_row.execute(params![call.start_ns, call.end_ns, class, global_tid, call.correlation_id, name])?;
-        }
-
-        let mut range_row = conn.prepare(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, endGlobalTid, textId, domainId) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        let mut domain_row = conn.prepare(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?1, NULL, ?2, ?3, ?4, ?5)",
-        )?;
-        for range in &trace.ranges {
-            let process_gpid = global_pid(range.process);
-            let global_tid = process_gpid | i64::from(range.tid);
-            let domain_name = trace.names.get(range.domain);
-            let domain_id = if domain_name.is_empty() {
-                0
-            } else {
-                let key = (process_gpid as u64, Box::<str>::from(domain_name));
-                match self.domain_ids.get(&key) {
-                    Some(&id) => id,
-                    None => {
-                        // NVTX numbers domains per process from 1; nsys records the creation.
-                        let id = 1 + self.domain_ids.keys().filter(|(p, _)| *p == key.0).count() as i64;
-                        domain_row.execute(params![
-                            range.start_ns,
-                            EVENT_TYPE_DOMAIN_CREATE,
-                            domain_name,
-                            global_tid,
-                            id
-                        ])?;
-                        self.domain_ids.insert(key, id);
-                        id
-                    }
-                }
-            };
-            let (event_type, end_tid) = match range.kind {
-                RangeKind::PushPop | RangeKind::CpuAnnotation => (EVENT_TYPE_PUSH_POP, None),
-                RangeKind::StartEnd | RangeKind::GpuAnnotation => (EVENT_TYPE_START_END, Some(global_tid)),
-            };
-            let text_id = strings.id_of(range.name)?;
-            range_row.execute(params![
-                range.start_ns,
-                range.end_ns,
-                event_type,
-                global_tid,
-                end_tid,
-                text_id,
-                domain_id
-            ])?;
-        }
-        Ok(())
+        // One step per table, in the order nsys' own exports fill them.
+        write_processes(&r, &mut self.written_processes)?;
+        write_threads(&r, &mut strings)?;
+        write_gpus(&r, &mut self.written_devices)?;
+        write_kernels(&r, &mut strings)?;
+        write_memops(&r)?;
+        write_api_calls(&r, &mut strings)?;
+        write_ranges(&r, &mut strings, &mut self.domain_ids)
     }
 
     /// The `globalPid` of each process: its own, or one made from its pid (kept unique by
@@ -366,6 +264,257 @@ impl Writer {
             })
             .collect()
     }
+}
+
+/// The trace being written and what every table step needs of it.
+struct TraceRows<'a> {
+    conn: &'a Connection,
+    trace: &'a Trace,
+    columns: &'a CuptiColumns,
+    /// `globalPid` of each process of `trace`.
+    global_pids: Vec<u64>,
+}
+
+impl TraceRows<'_> {
+    /// nsys' `deviceId` of a GPU: its ordinal.
+    fn ordinal(&self, device: shardscope_model::DeviceIdx) -> u32 {
+        self.trace.devices.get(device.0 as usize).map_or(0, |d| d.ordinal)
+    }
+
+    fn global_pid(&self, process: ProcessIdx) -> i64 {
+        self.global_pids.get(process.0 as usize).copied().unwrap_or(0) as i64
+    }
+}
+
+/// `PROCESSES` and our `SHARDSCOPE_PROCESS_INFO`, for processes not yet in the file.
+fn write_processes(r: &TraceRows, written: &mut HashSet<u64>) -> rusqlite::Result<()> {
+    let mut process_row = r.conn.prepare("INSERT INTO PROCESSES (globalPid, pid, name) VALUES (?1, ?2, ?3)")?;
+    let mut info_row = r.conn.prepare(&format!(
+        "INSERT INTO {PROCESS_INFO_TABLE} (globalPid, rank, worldSize, host) VALUES (?1, ?2, ?3, ?4)"
+    ))?;
+    for (process, &global_pid) in r.trace.processes.iter().zip(&r.global_pids) {
+        if !written.insert(global_pid) {
+            continue;
+        }
+        process_row.execute(params![global_pid as i64, process.pid, process.name])?;
+        if process.rank.is_some() || process.world_size.is_some() || process.host.is_some() {
+            info_row.execute(params![global_pid as i64, process.rank, process.world_size, process.host])?;
+        }
+    }
+    Ok(())
+}
+
+/// `ThreadNames`.
+fn write_threads(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<()> {
+    let mut thread_row =
+        r.conn.prepare("INSERT INTO ThreadNames (nameId, priority, globalTid) VALUES (?1, NULL, ?2)")?;
+    for thread in &r.trace.threads {
+        let name_id = strings.id_of_str(&thread.name)?;
+        let global_tid = r.global_pids[thread.process.0 as usize] | u64::from(thread.tid);
+        thread_row.execute(params![name_id, global_tid as i64])?;
+    }
+    Ok(())
+}
+
+/// `TARGET_INFO_GPU`, with the capture's columns where given, for GPUs not yet in the file.
+fn write_gpus(r: &TraceRows, written: &mut HashSet<u32>) -> rusqlite::Result<()> {
+    let mut gpu_row = r.conn.prepare(
+        "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, memoryBandwidth, clockRate, \
+         smCount, cuDevice, uuid, l2CacheSize, asyncEngines, computeMajor, computeMinor, smMajor, smMinor, \
+         isDiscrete) VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?1, ?8, ?9, ?10, ?11, ?12, ?11, ?12, ?13)",
+    )?;
+    for (index, device) in r.trace.devices.iter().enumerate() {
+        if !written.insert(device.ordinal) {
+            continue;
+        }
+        let gpu = r.columns.devices.get(index).and_then(Option::as_ref);
+        gpu_row.execute(params![
+            device.ordinal,
+            device.name,
+            device.bus_location,
+            device.memory_bytes.map(|b| b as i64),
+            device.memory_bandwidth_bytes_per_s.map(|b| b as i64),
+            // nsys stores Hz.
+            device.clock_rate_khz.map(|khz| i64::from(khz) * 1000),
+            device.sm_count,
+            gpu.map(|g| &g.uuid),
+            gpu.map(|g| g.l2_cache_bytes),
+            gpu.map(|g| g.copy_engines),
+            gpu.map(|g| g.compute_capability.0),
+            gpu.map(|g| g.compute_capability.1),
+            gpu.map(|_| 1),
+        ])?;
+    }
+    Ok(())
+}
+
+/// `CUPTI_ACTIVITY_KIND_KERNEL`, with the capture's columns in the same rows.
+fn write_kernels(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<()> {
+    // Without capture columns, the NOT NULL ones nsys has and the model lacks get 0, the others NULL.
+    let mut kernel_row = r.conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, \
+         globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, \
+         staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId, \
+         tensorSizeMinusOneElements, mangledName, launchType, cacheConfig, sharedMemoryExecuted, graphNodeId) \
+         VALUES (?1, ?2, ?3, ?15, ?4, ?5, ?6, ?7, ?8, ?16, ?9, ?10, ?11, ?12, ?13, ?14, ?17, ?18, ?19, ?20, ?21, \
+         '[]', ?22, ?23, ?24, ?25, ?26)",
+    )?;
+    for (index, kernel) in r.trace.kernels.iter().enumerate() {
+        let name = strings.id_of(kernel.name)?;
+        let short_name = strings.id_of(kernel.short_name)?;
+        let stmt = &mut kernel_row;
+        stmt.raw_bind_parameter(1, kernel.start_ns)?;
+        stmt.raw_bind_parameter(2, kernel.end_ns)?;
+        stmt.raw_bind_parameter(3, r.ordinal(kernel.device))?;
+        stmt.raw_bind_parameter(4, kernel.stream)?;
+        stmt.raw_bind_parameter(5, kernel.correlation_id)?;
+        stmt.raw_bind_parameter(6, r.global_pid(kernel.process))?;
+        stmt.raw_bind_parameter(7, name)?;
+        stmt.raw_bind_parameter(8, short_name)?;
+        for (i, value) in kernel.grid.iter().chain(&kernel.block).enumerate() {
+            stmt.raw_bind_parameter(9 + i, value)?;
+        }
+        match r.columns.kernels.get(index) {
+            Some(c) => {
+                let mangled_name = strings.id_of(c.mangled_name)?;
+                stmt.raw_bind_parameter(15, c.context_id)?;
+                stmt.raw_bind_parameter(16, c.registers_per_thread)?;
+                stmt.raw_bind_parameter(17, c.static_shared_bytes)?;
+                stmt.raw_bind_parameter(18, c.dynamic_shared_bytes)?;
+                stmt.raw_bind_parameter(19, c.local_bytes_per_thread)?;
+                stmt.raw_bind_parameter(20, c.local_bytes_total)?;
+                stmt.raw_bind_parameter(21, c.grid_id)?;
+                stmt.raw_bind_parameter(22, mangled_name)?;
+                stmt.raw_bind_parameter(23, c.launch_type)?;
+                stmt.raw_bind_parameter(24, c.cache_config)?;
+                stmt.raw_bind_parameter(25, c.shared_executed_bytes)?;
+                stmt.raw_bind_parameter(26, c.graph_node_id)?;
+            }
+            None => {
+                for i in 15..=21 {
+                    stmt.raw_bind_parameter(i, 0)?;
+                }
+                for i in 22..=26 {
+                    stmt.raw_bind_parameter(i, rusqlite::types::Null)?;
+                }
+            }
+        }
+        stmt.raw_execute()?;
+    }
+    Ok(())
+}
+
+/// `CUPTI_ACTIVITY_KIND_MEMCPY` and `CUPTI_ACTIVITY_KIND_MEMSET`.
+fn write_memops(r: &TraceRows) -> rusqlite::Result<()> {
+    let mut memcpy_row = r.conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, correlationId, \
+         globalPid, bytes, copyKind, srcDeviceId, dstDeviceId) \
+         VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    let mut memset_row = r.conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId, correlationId, \
+         globalPid, value, bytes) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, 0, ?7)",
+    )?;
+    for memop in &r.trace.memops {
+        let common = params![
+            memop.start_ns,
+            memop.end_ns,
+            r.ordinal(memop.device),
+            memop.stream,
+            memop.correlation_id,
+            r.global_pid(memop.process),
+            memop.bytes as i64,
+        ];
+        match memop.copy_kind {
+            None => {
+                memset_row.execute(common)?;
+            }
+            Some(kind) => {
+                for (i, value) in common.iter().enumerate() {
+                    memcpy_row.raw_bind_parameter(i + 1, value)?;
+                }
+                memcpy_row.raw_bind_parameter(8, cupti_copy_kind(kind))?;
+                memcpy_row.raw_bind_parameter(9, memop.src_device)?;
+                memcpy_row.raw_bind_parameter(10, memop.dst_device)?;
+                memcpy_row.raw_execute()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `CUPTI_ACTIVITY_KIND_RUNTIME` (runtime and driver calls alike, told apart by `eventClass`).
+fn write_api_calls(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<()> {
+    let mut api_row = r.conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, \
+         returnValue) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
+    )?;
+    for call in &r.trace.api_calls {
+        let class = match call.kind {
+            ApiKind::Runtime => EVENT_CLASS_CUDA_RUNTIME,
+            ApiKind::Driver => EVENT_CLASS_CUDA_DRIVER,
+        };
+        let global_tid = r.global_pid(call.process) | i64::from(call.tid);
+        let name = strings.id_of(call.name)?;
+        api_row.execute(params![call.start_ns, call.end_ns, class, global_tid, call.correlation_id, name])?;
+    }
+    Ok(())
+}
+
+/// `NVTX_EVENTS`: each range, and a domain-creation row the first time a process names a domain.
+fn write_ranges(
+    r: &TraceRows,
+    strings: &mut StringWriter,
+    domain_ids: &mut HashMap<(u64, Box<str>), i64>,
+) -> rusqlite::Result<()> {
+    let mut range_row = r.conn.prepare(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, endGlobalTid, textId, domainId) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    let mut domain_row = r.conn.prepare(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?1, NULL, ?2, ?3, ?4, ?5)",
+    )?;
+    for range in &r.trace.ranges {
+        let process_gpid = r.global_pid(range.process);
+        let global_tid = process_gpid | i64::from(range.tid);
+        let domain_name = r.trace.names.get(range.domain);
+        let domain_id = if domain_name.is_empty() {
+            0
+        } else {
+            let key = (process_gpid as u64, Box::<str>::from(domain_name));
+            match domain_ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    // NVTX numbers domains per process from 1; nsys records the creation.
+                    let id = 1 + domain_ids.keys().filter(|(p, _)| *p == key.0).count() as i64;
+                    domain_row.execute(params![
+                        range.start_ns,
+                        EVENT_TYPE_DOMAIN_CREATE,
+                        domain_name,
+                        global_tid,
+                        id
+                    ])?;
+                    domain_ids.insert(key, id);
+                    id
+                }
+            }
+        };
+        let (event_type, end_tid) = match range.kind {
+            RangeKind::PushPop | RangeKind::CpuAnnotation => (EVENT_TYPE_PUSH_POP, None),
+            RangeKind::StartEnd | RangeKind::GpuAnnotation => (EVENT_TYPE_START_END, Some(global_tid)),
+        };
+        let text_id = strings.id_of(range.name)?;
+        range_row.execute(params![
+            range.start_ns,
+            range.end_ns,
+            event_type,
+            global_tid,
+            end_tid,
+            text_id,
+            domain_id
+        ])?;
+    }
+    Ok(())
 }
 
 /// CUPTI's `copyKind` value for a copy direction (`ENUM_CUDA_MEMCPY_OPER`).

@@ -229,7 +229,7 @@ fn a_pipe_is_read_once() {
     let bytes = gzip(&std::fs::read(&file).unwrap());
     let writer = {
         let fifo = fifo.clone();
-        std::thread::spawn(move || std::fs::write(fifo, bytes))
+        std::thread::Builder::new().name("pipe-writer".into()).spawn(move || std::fs::write(fifo, bytes)).unwrap()
     };
     let traces = load(&fifo).unwrap();
     writer.join().unwrap().unwrap();

@@ -21,6 +21,7 @@
 //! assert_eq!(trace.kernels[0].duration_ns(), 250);
 //! ```
 
+pub mod kernel_names;
 mod names;
 mod types;
 

@@ -3,25 +3,58 @@
 //! Panels never call `shardscope_analyzer` directly: they use [`Categories`] to colour and
 //! label kernels and [`analyze_window`] for the figures of a time range, so the figures the
 //! viewer shows are by construction the ones `analyzer report` prints (same classifier, same
-//! phase pattern, same definitions of busy, communication and exposed time).
+//! phase pattern, same definitions of busy, communication and exposed time). The viewer's
+//! `--rules` and `--phase-pattern` are the analyzer's, and reach it through [`Categories`].
 
+use std::path::Path;
+
+use regex::Regex;
 use shardscope_analyzer::categories::{CategoryId as AnalyzerCategoryId, Classifier};
-use shardscope_analyzer::report::{Figures, Options, analyze};
+use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::report::{Figures, Options, PHASES_INFERRED, analyze};
 use shardscope_model::Trace;
 
 /// Index of an op category in [`Categories::names`].
 pub type CategoryId = u16;
 
-/// Classifies kernel names into the analyzer's op categories.
+/// The analyzer's settings the viewer shows figures with: the op-category rules (which also
+/// give each category its colour) and the phase pattern.
 #[derive(Debug, Clone)]
 pub struct Categories {
     classifier: Classifier,
+    phase_pattern: Regex,
 }
 
 impl Categories {
-    /// The analyzer's built-in rules.
+    /// The analyzer's built-in rules and default phase pattern.
     pub fn builtin() -> Categories {
-        Categories { classifier: Classifier::builtin() }
+        Categories {
+            classifier: Classifier::builtin(),
+            phase_pattern: Regex::new(DEFAULT_PHASE_PATTERN).expect("the default phase pattern is valid"),
+        }
+    }
+
+    /// A rules file (the built-in rules when `None`) and a phase pattern, as `analyzer report
+    /// --rules FILE --phase-pattern REGEX` takes them; the error is one line.
+    pub fn from_options(rules: Option<&Path>, phase_pattern: &str) -> Result<Categories, String> {
+        let classifier = match rules {
+            Some(path) => Classifier::load(path).map_err(|e| e.to_string())?,
+            None => Classifier::builtin(),
+        };
+        let phase_pattern = Regex::new(phase_pattern)
+            .map_err(|e| format!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
+        Ok(Categories { classifier, phase_pattern })
+    }
+
+    /// The colour of a category or of a report label (`comm.<type>` takes communication's): the
+    /// rules file's, else one derived from the name.
+    pub fn color_rgb(&self, label: &str) -> Option<[u8; 3]> {
+        let id = if label.starts_with("comm.") {
+            self.classifier.communication()?
+        } else {
+            AnalyzerCategoryId(self.classifier.categories().iter().position(|c| c == label)? as u16)
+        };
+        self.classifier.color(id)
     }
 
     /// The category of a kernel name.
@@ -92,7 +125,12 @@ fn sorted_categories(figures: &Figures) -> Vec<(String, i64)> {
 /// Per-rank figures of `traces`, limited to `window_ns` (start, end) when given, computed by
 /// `shardscope_analyzer::report::analyze` with its default options and `categories`' rules.
 pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Option<(i64, i64)>) -> Vec<RankFigures> {
-    let options = Options { classifier: categories.classifier().clone(), window_ns, ..Options::default() };
+    let options = Options {
+        classifier: categories.classifier().clone(),
+        phase_pattern: categories.phase_pattern.clone(),
+        window_ns,
+        ..Options::default()
+    };
     let report = analyze(traces, &options);
     report
         .ranks
@@ -115,11 +153,62 @@ pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Opti
                     .phases
                     .iter()
                     .map(|phase| PhaseFigures {
-                        name: phase.name.clone(),
+                        // Phases found from the kernel pattern, not recorded ranges, say so as the report does.
+                        name: if phase.source == PHASES_INFERRED {
+                            format!("{} (inferred)", phase.name)
+                        } else {
+                            phase.name.clone()
+                        },
                         categories: sorted_categories(&phase.figures),
                     })
                     .collect(),
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{SyntheticSpec, generate};
+
+    #[test]
+    fn figures_follow_the_rules_and_phase_pattern_given() {
+        let traces = generate(SyntheticSpec::default());
+        let phase_names = |categories: &Categories| -> Vec<String> {
+            analyze_window(&traces, categories, None)[0].phases.iter().map(|p| p.name.clone()).collect()
+        };
+        assert_eq!(phase_names(&Categories::builtin()), ["prefill", "decode"]);
+        let decode_only = Categories::from_options(None, "^(decode)$").unwrap();
+        assert_eq!(phase_names(&decode_only), ["decode"]);
+
+        // A rules file of one category: every kernel that is not NCCL's is `other`, coloured as given.
+        let dir = std::env::temp_dir().join(format!("viewer-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = dir.join("rules.toml");
+        std::fs::write(
+            &rules,
+            "[[rule]]\ncategory = \"communication\"\npattern = '^nccl'\n\n[[category]]\nname = \"other\"\ncolor = \"#010203\"\n",
+        )
+        .unwrap();
+        let mine = Categories::from_options(Some(&rules), "^(decode)$").unwrap();
+        let figures = &analyze_window(&traces, &mine, None)[0];
+        let labels: Vec<&str> = figures.categories.iter().map(|(label, _)| label.as_str()).collect();
+        assert!(labels.iter().all(|l| *l == "other" || l.starts_with("comm.") || l.starts_with("wait.")), "{labels:?}");
+        assert_eq!(mine.color_rgb("other"), Some([1, 2, 3]));
+        assert_eq!(mine.color_rgb("comm.all_reduce"), None, "no colour given for communication");
+        assert_eq!(Categories::builtin().color_rgb("comm.all_reduce"), Some([0xe1, 0x57, 0x59]));
+        assert!(Categories::from_options(None, "(").unwrap_err().starts_with("--phase-pattern"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn phases_found_without_ranges_are_labelled_inferred() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/kineto_tp2");
+        let traces = shardscope_io::load(&path).expect("the bundled Kineto sample loads");
+        let names: Vec<String> =
+            analyze_window(&traces, &Categories::builtin(), None)[0].phases.iter().map(|p| p.name.clone()).collect();
+        assert!(!names.is_empty(), "the sample's phases are inferred");
+        assert!(names.iter().all(|n| n.ends_with(" (inferred)")), "{names:?}");
+    }
 }

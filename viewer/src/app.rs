@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use egui::{Color32, Key, RichText};
 
+use crate::analysis::Categories;
 use crate::collectives::CollectiveIndex;
 use crate::load::{Loaded, Loader};
 use crate::panels::details::{DetailsAction, details_ui, launch_of, launched_by};
@@ -61,6 +62,8 @@ pub struct ViewerApp {
     pub path_input: String,
     /// Cached launched event of a selected API call (search is linear, so once per selection).
     flow_cache: Option<(Selected, Option<Selected>)>,
+    /// The analyzer settings (rules, phase pattern) every load uses.
+    categories: Categories,
 }
 
 impl Default for ViewerApp {
@@ -76,14 +79,16 @@ impl Default for ViewerApp {
             tab: SideTab::Details,
             path_input: String::new(),
             flow_cache: None,
+            categories: Categories::builtin(),
         }
     }
 }
 
 impl ViewerApp {
-    /// An app that starts loading `paths` at once.
-    pub fn new(paths: Vec<PathBuf>, ctx: &egui::Context) -> ViewerApp {
-        let mut app = ViewerApp::default();
+    /// An app that starts loading `paths` at once, and shows every file it opens with the
+    /// analyzer settings `categories`.
+    pub fn new(paths: Vec<PathBuf>, categories: Categories, ctx: &egui::Context) -> ViewerApp {
+        let mut app = ViewerApp { categories, ..ViewerApp::default() };
         if !paths.is_empty() {
             app.open(paths, ctx);
         }
@@ -100,7 +105,7 @@ impl ViewerApp {
     /// Starts loading `paths` in the background.
     pub fn open(&mut self, paths: Vec<PathBuf>, ctx: &egui::Context) {
         self.path_input = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ");
-        self.loader = Some(Loader::start(paths, ctx.clone()));
+        self.loader = Some(Loader::start(paths, self.categories.clone(), ctx.clone()));
     }
 
     fn install(&mut self, loaded: Loaded) {
@@ -213,7 +218,7 @@ impl ViewerApp {
             ui.horizontal_wrapped(|ui| {
                 for name in session.data.categories.names() {
                     let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
-                    ui.painter().rect_filled(rect, 2.0, category_color(name));
+                    ui.painter().rect_filled(rect, 2.0, category_color(&session.data.categories, name));
                     ui.label(name);
                 }
                 ui.separator();
@@ -269,7 +274,7 @@ impl ViewerApp {
                 if self.summary_stats.is_computing() {
                     ui.spinner();
                 }
-                summary_ui(ui, &self.summary_stats.ranks);
+                summary_ui(ui, &session.data.categories, &self.summary_stats.ranks);
             }
         });
         if let Some(DetailsAction::Select(selected)) = action {

@@ -53,7 +53,16 @@ pub struct Loader {
 
 /// Reads `paths` and builds everything the viewer shows, synchronously; the background
 /// loader and the headless screenshot mode both use it.
-pub fn load_paths(paths: &[PathBuf], mut on_file: impl FnMut(usize, &str)) -> Result<Loaded, Vec<String>> {
+pub fn load_paths(paths: &[PathBuf], on_file: impl FnMut(usize, &str)) -> Result<Loaded, Vec<String>> {
+    load_paths_with(paths, Categories::builtin(), on_file)
+}
+
+/// Like [`load_paths`], with the analyzer settings (rules, phase pattern) the figures use.
+pub fn load_paths_with(
+    paths: &[PathBuf],
+    categories: Categories,
+    mut on_file: impl FnMut(usize, &str),
+) -> Result<Loaded, Vec<String>> {
     let started = Instant::now();
     let mut traces: Vec<Trace> = Vec::new();
     let mut errors = Vec::new();
@@ -71,12 +80,17 @@ pub fn load_paths(paths: &[PathBuf], mut on_file: impl FnMut(usize, &str)) -> Re
         return Err(errors);
     }
     on_file(paths.len(), "building tracks");
-    Ok(prepare(traces, errors, started))
+    Ok(prepare_with(traces, categories, errors, started))
 }
 
-/// Builds the timeline and collective index of already-loaded traces.
+/// Builds the timeline and collective index of already-loaded traces, with the built-in rules.
 pub fn prepare(traces: Vec<Trace>, errors: Vec<String>, started: Instant) -> Loaded {
-    let mut data = TimelineData::build(traces, Categories::builtin());
+    prepare_with(traces, Categories::builtin(), errors, started)
+}
+
+/// Like [`prepare`], with the analyzer settings the figures use.
+pub fn prepare_with(traces: Vec<Trace>, categories: Categories, errors: Vec<String>, started: Instant) -> Loaded {
+    let mut data = TimelineData::build(traces, categories);
     let collectives = CollectiveIndex::build(&data);
     data.collective_wait_ns = collectives.wait_ns().clone();
     Loaded { data, collectives, errors, seconds: started.elapsed().as_secs_f64() }
@@ -84,24 +98,27 @@ pub fn prepare(traces: Vec<Trace>, errors: Vec<String>, started: Instant) -> Loa
 
 impl Loader {
     /// Starts reading `paths` on a new thread; `ctx` is asked to repaint when it is done.
-    pub fn start(paths: Vec<PathBuf>, ctx: egui::Context) -> Loader {
+    pub fn start(paths: Vec<PathBuf>, categories: Categories, ctx: egui::Context) -> Loader {
         let (sender, receiver) = channel();
         let files_done = Arc::new(AtomicUsize::new(0));
         let stage = Arc::new(Mutex::new(String::from("starting")));
         let files_total = paths.len();
         let (done, stage_out) = (files_done.clone(), stage.clone());
-        std::thread::spawn(move || {
-            let result = load_paths(&paths, |i, what| {
-                done.store(i, Ordering::Relaxed);
-                if let Ok(mut s) = stage_out.lock() {
-                    *s = what.to_string();
-                }
+        std::thread::Builder::new()
+            .name("viewer-load".into())
+            .spawn(move || {
+                let result = load_paths_with(&paths, categories, |i, what| {
+                    done.store(i, Ordering::Relaxed);
+                    if let Ok(mut s) = stage_out.lock() {
+                        *s = what.to_string();
+                    }
+                    ctx.request_repaint();
+                });
+                // The receiver may be gone if the user started another load; nothing to do then.
+                let _ = sender.send(result);
                 ctx.request_repaint();
-            });
-            // The receiver may be gone if the user started another load; nothing to do then.
-            let _ = sender.send(result);
-            ctx.request_repaint();
-        });
+            })
+            .expect("cannot start the loading thread");
         Loader { receiver, files_done, files_total, stage, started: Instant::now() }
     }
 

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
+use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_viewer::analysis::Categories;
 use shardscope_viewer::app::ViewerApp;
 
 /// Timeline of every rank, GPU and stream of nsys SQLite and Kineto JSON traces.
@@ -21,6 +23,13 @@ struct Args {
     /// Window or screenshot size in points, `WIDTHxHEIGHT`.
     #[arg(long, default_value = "1600x1000", value_parser = parse_size)]
     size: (f32, f32),
+    /// Op-category rules file replacing the built-in rules, as `analyzer report --rules` takes it
+    /// (its `[[category]]` tables also give the colours).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// Regex selecting phase ranges, as `analyzer report --phase-pattern` takes it.
+    #[arg(long, value_name = "REGEX", default_value = DEFAULT_PHASE_PATTERN)]
+    phase_pattern: String,
 }
 
 fn parse_size(text: &str) -> Result<(f32, f32), String> {
@@ -32,19 +41,21 @@ fn parse_size(text: &str) -> Result<(f32, f32), String> {
     }
 }
 
-fn screenshot(args: &Args, out: &std::path::Path) -> Result<()> {
+fn screenshot(args: &Args, categories: Categories, out: &std::path::Path) -> Result<()> {
     if args.traces.is_empty() {
         bail!("--screenshot needs at least one trace");
     }
-    let loaded = shardscope_viewer::load::load_paths(&args.traces, |_, _| {})
+    let loaded = shardscope_viewer::load::load_paths_with(&args.traces, categories, |_, _| {})
         .map_err(|errors| anyhow::anyhow!(errors.join("; ")))?;
     let app = ViewerApp::with_loaded(loaded);
     shardscope_viewer::screenshot::render_png(app, egui::vec2(args.size.0, args.size.1), out)
 }
 
 fn run(args: Args) -> Result<()> {
+    let categories =
+        Categories::from_options(args.rules.as_deref(), &args.phase_pattern).map_err(anyhow::Error::msg)?;
     if let Some(out) = &args.screenshot {
-        return screenshot(&args, out);
+        return screenshot(&args, categories, out);
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_inner_size([args.size.0, args.size.1]).with_drag_and_drop(true),
@@ -54,7 +65,7 @@ fn run(args: Args) -> Result<()> {
     eframe::run_native(
         "shardscope viewer",
         options,
-        Box::new(move |cc| Ok(Box::new(ViewerApp::new(paths, &cc.egui_ctx)))),
+        Box::new(move |cc| Ok(Box::new(ViewerApp::new(paths, categories, &cc.egui_ctx)))),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
     .context("cannot open the window")

@@ -48,3 +48,23 @@ fn a_missing_trace_is_one_line_and_exit_code_2() {
     assert!(!dir.join("out.png").exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn bad_rules_or_phase_pattern_are_one_line_and_exit_code_2() {
+    let dir = temp_dir("options");
+    let rules = dir.join("rules.toml");
+    std::fs::write(&rules, "[[rule]]\ncategory = \"gemm\"\npattern = '('\n").unwrap();
+    for args in [vec!["--rules", rules.to_str().unwrap()], vec!["--phase-pattern", "("]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+            .args(&args)
+            .args(["--screenshot", dir.join("out.png").to_str().unwrap(), "trace.sqlite"])
+            .output()
+            .expect("runs viewer");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].contains(if args[0] == "--rules" { "rules.toml" } else { "--phase-pattern" }), "{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

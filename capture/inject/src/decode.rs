@@ -12,7 +12,7 @@ use std::ffi::{CStr, c_char};
 
 use shardscope_cupti_sys::{v12, v13};
 
-use crate::record::{
+use shardscope_spool::cupti::{
     ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord, SyncRecord,
 };
 
@@ -152,20 +152,24 @@ impl Decoder {
     /// `record` points to a complete, readable CUPTI activity record written in this decoder's
     /// layout, and every string pointer inside it is null or valid for the duration of the call.
     pub unsafe fn decode(&mut self, record: *const v13::CUpti_Activity, out: &mut Vec<SpoolRecord>) {
-        // SAFETY (for every read below): the caller guarantees a whole record of the kind
-        // stated in its first field; `read_unaligned` makes no alignment assumption.
+        // SAFETY: the caller guarantees a whole record of the kind stated in its first field (this
+        // holds for every read below); `read_unaligned` makes no alignment assumption.
         let kind = unsafe { std::ptr::read_unaligned(record) }.kind;
         match kind {
             v13::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | v13::CUPTI_ACTIVITY_KIND_KERNEL => match self.layout {
                 Layout::Cuda12 => {
+                    // SAFETY: the record is a kernel record (its kind says so) of the loaded CUPTI's layout.
                     let k = unsafe { std::ptr::read_unaligned(record as *const v12::CUpti_ActivityKernel9) };
+                    // SAFETY: `k.name` is CUPTI's NUL-terminated name, valid while the buffer is.
                     let name_id = unsafe { self.kernel_name_id(k.name, out) };
                     // SAFETY: the union's both views are one byte; `both` is always initialised.
                     let cache_config = unsafe { k.cacheConfig.both };
                     out.push(kernel_record!(k, name_id, cache_config));
                 }
                 Layout::Cuda13 => {
+                    // SAFETY: as for the CUDA 12 layout above.
                     let k = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityKernel10) };
+                    // SAFETY: as above.
                     let name_id = unsafe { self.kernel_name_id(k.name, out) };
                     // SAFETY: as above.
                     let cache_config = unsafe { k.cacheConfig.both };
@@ -174,6 +178,7 @@ impl Decoder {
             },
             v13::CUPTI_ACTIVITY_KIND_MEMCPY => {
                 // Memcpy6 is the same up to `channelType` in both majors; 13 only names a pad byte.
+                // SAFETY: the record is a memcpy record (its kind says so).
                 let m = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityMemcpy6) };
                 out.push(SpoolRecord::Memcpy(MemcpyRecord {
                     start_ns: m.start,
@@ -190,6 +195,7 @@ impl Decoder {
                 }));
             }
             v13::CUPTI_ACTIVITY_KIND_MEMSET => {
+                // SAFETY: the record is a memset record (its kind says so).
                 let m = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityMemset4) };
                 out.push(SpoolRecord::Memset(MemsetRecord {
                     start_ns: m.start,
@@ -205,6 +211,7 @@ impl Decoder {
                 }));
             }
             v13::CUPTI_ACTIVITY_KIND_RUNTIME | v13::CUPTI_ACTIVITY_KIND_DRIVER => {
+                // SAFETY: the record is an API record (its kind says so).
                 let a = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityAPI) };
                 let driver = kind == v13::CUPTI_ACTIVITY_KIND_DRIVER;
                 if driver && self.calibration_driver_cbid == Some(a.cbid) {
@@ -225,10 +232,13 @@ impl Decoder {
                 }));
             }
             v13::CUPTI_ACTIVITY_KIND_MARKER => {
+                // SAFETY: the record is a marker record (its kind says so).
                 let m = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityMarker2) };
                 // SAFETY: markers name a thread (process and thread id view of the union).
                 let thread = unsafe { m.objectId.pt };
+                // SAFETY: `m.name` is null or CUPTI's NUL-terminated message, valid while the buffer is.
                 let name_id = unsafe { self.intern_c(m.name, out) };
+                // SAFETY: `m.domain` is null or CUPTI's NUL-terminated domain name, valid while the buffer is.
                 let domain_id = unsafe { self.intern_c(m.domain, out) };
                 out.push(SpoolRecord::Marker(MarkerRecord {
                     flags: m.flags,
@@ -241,6 +251,7 @@ impl Decoder {
                 }));
             }
             v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => {
+                // SAFETY: the record is a synchronisation record (its kind says so).
                 let s = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivitySynchronization2) };
                 out.push(SpoolRecord::Sync(SyncRecord {
                     sync_type: s.type_,
@@ -253,6 +264,7 @@ impl Decoder {
                 }));
             }
             v13::CUPTI_ACTIVITY_KIND_DEVICE => {
+                // SAFETY: the record is a device record (its kind says so).
                 let d = unsafe { std::ptr::read_unaligned(record as *const v13::CUpti_ActivityDevice5) };
                 let name = if d.name.is_null() {
                     String::new()

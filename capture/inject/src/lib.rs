@@ -1,14 +1,15 @@
-//! The CUDA injection library of shardscope, and the spool format it writes.
+//! The CUDA injection library of shardscope.
 //!
 //! The CUDA driver loads this library into every process that initialises CUDA when
 //! `CUDA_INJECTION64_PATH` names it, and calls [`InitializeInjection`]. The library then loads
 //! CUPTI at run time (it never links it), subscribes, enables the activity kinds that
-//! `capture` asked for ([`config`]), and streams decoded records to one spool file per
-//! process ([`spool`]), from which `capture` builds the final trace.
+//! `capture` asked for (`shardscope_spool::config`), and streams decoded records to one spool
+//! file per process (`shardscope_spool::cupti`), from which `capture` builds the final trace.
+//! The launcher reads those files through `shardscope-spool` alone and never links this crate.
 //!
 //! ```text
 //! CUPTI buffer callbacks ──(queue, bounded pool)──▶ background thread
-//!     decode (decode.rs) ──▶ encode (record.rs) ──▶ append a frame (spool.rs) ──▶ <host>.<pid>.spool
+//!     decode (decode.rs) ──▶ encode and append a frame (shardscope-spool: cupti.rs) ──▶ <host>.<pid>.spool
 //! ```
 //!
 //! The same library, named by `NVTX_INJECTION64_PATH`, forwards NVTX's injection call to
@@ -17,10 +18,7 @@
 //! Nothing here may hurt the workload: every exported function catches panics, and any
 //! failure switches recording off with one line on stderr.
 
-pub mod config;
 pub mod decode;
 mod live;
-pub mod record;
-pub mod spool;
 
 pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 
-use crate::config::{self, TraceKinds};
+use shardscope_spool::config::{self, TraceKinds};
+use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
+use shardscope_spool::hostname;
+
 use crate::decode::{Decoder, Layout};
-use crate::record::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord};
-use crate::spool::SpoolWriter;
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -147,6 +148,7 @@ fn load_cupti() -> Option<&'static Loaded> {
                 // SAFETY: loading libcupti runs its initialisers, which are safe to run in any
                 // CUDA process; the handles are leaked so the library is never unloaded.
                 let Ok(library) = (unsafe { libloading::Library::new(&path) }) else { continue };
+                // SAFETY: as for the library above; the bindings load the same file.
                 let Ok(api) = (unsafe { cupti::Cupti::new(&path) }) else { continue };
                 let essential_present = api.cuptiGetVersion.is_ok()
                     && api.cuptiGetTimestamp.is_ok()
@@ -171,6 +173,7 @@ fn result_text(api: &cupti::Cupti, result: cupti::CUptiResult) -> String {
     let mut text: *const c_char = std::ptr::null();
     // SAFETY: cuptiGetResultString only writes the out pointer; on failure it stays null.
     if api.cuptiGetResultString.is_ok()
+        // SAFETY: as above: an out pointer only.
         && unsafe { api.cuptiGetResultString(result, &mut text) } == 0
         && !text.is_null()
     {
@@ -486,6 +489,15 @@ fn note_refused_client() {
     }
 }
 
+/// Passes a forwarded subscription's result through, noting it when CUPTI refused the workload's client
+/// because this library holds the subscription.
+fn noted_if_refused(result: cupti::CUptiResult) -> cupti::CUptiResult {
+    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
+        guarded((), note_refused_client);
+    }
+    result
+}
+
 /// The next `name` in the symbol search order after this library (the workload's libcupti, when `capture`
 /// preloads this library), else ours.
 fn next_cupti_symbol(name: &CStr) -> *mut c_void {
@@ -530,10 +542,7 @@ pub unsafe extern "C" fn cuptiSubscribe(
     }
     // SAFETY: the symbol is libcupti's cuptiSubscribe, with this signature; the arguments are the caller's.
     let result = unsafe { std::mem::transmute::<*mut c_void, Subscribe>(real)(subscriber, callback, userdata) };
-    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
-        guarded((), note_refused_client);
-    }
-    result
+    noted_if_refused(result)
 }
 
 /// `cuptiSubscribe_v2` (CUDA 13), forwarded and watched like [`cuptiSubscribe`].
@@ -560,10 +569,7 @@ pub unsafe extern "C" fn cuptiSubscribe_v2(
     // SAFETY: the symbol is libcupti's cuptiSubscribe_v2, with this signature; the arguments are the caller's.
     let result =
         unsafe { std::mem::transmute::<*mut c_void, SubscribeV2>(real)(subscriber, callback, userdata, params) };
-    if result == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && SESSION.get().is_some() {
-        guarded((), note_refused_client);
-    }
-    result
+    noted_if_refused(result)
 }
 
 /// Set once at start: how to measure the cost of a recorded call at exit (`None`: cannot).
@@ -589,10 +595,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime writes only into `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into())
 }
 
 fn first_env_u32(names: &[&str]) -> Option<u32> {

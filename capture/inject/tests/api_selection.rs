@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardscope_cupti_sys::v13 as cupti;
-use shardscope_inject::record::{ApiSelection, SpoolRecord};
+use shardscope_spool::cupti::{ApiSelection, SpoolRecord};
 
 const CHILD_ENV: &str = "SHARDSCOPE_TEST_FAKE_CUPTI_CHILD";
 
@@ -110,7 +110,7 @@ fn run_child_with(name: &str, trace: Option<&str>, compiler_flags: &[&str], seco
         }
     }
     let spool = std::fs::read_dir(&spool_dir).unwrap().next().expect("no spool written").unwrap().path();
-    let contents = shardscope_inject::spool::read_spool(&spool).unwrap();
+    let contents = shardscope_spool::read_spool::<SpoolRecord>(&spool).unwrap();
     enabled.selection = contents.records.iter().find_map(|r| match r {
         SpoolRecord::ApiSelection(s) => Some(*s),
         _ => None,

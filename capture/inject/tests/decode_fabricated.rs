@@ -6,7 +6,7 @@ use std::ffi::CString;
 use shardscope_cupti_sys::v12::CUpti_ActivityKernel9;
 use shardscope_cupti_sys::v13::{self, CUpti_ActivityKernel10};
 use shardscope_inject::decode::{Decoder, Layout, walk_records};
-use shardscope_inject::record::{ApiRecord, KernelRecord, MarkerRecord, SpoolRecord};
+use shardscope_spool::cupti::{ApiRecord, KernelRecord, MarkerRecord, SpoolRecord};
 
 /// Appends a record's bytes at the next 8-byte boundary, as CUPTI packs its buffers.
 fn push<T: Copy>(buffer: &mut Vec<u8>, record: &T) {

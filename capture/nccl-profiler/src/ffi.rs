@@ -513,8 +513,11 @@ pub struct ProfilerV3 {
 
 // The tables hold only function pointers and a pointer to a static string, so sharing them
 // between threads is sound.
+// SAFETY: function pointers and a pointer to a static string only (see above).
 unsafe impl Sync for ProfilerV5 {}
+// SAFETY: as above.
 unsafe impl Sync for ProfilerV4 {}
+// SAFETY: as above.
 unsafe impl Sync for ProfilerV3 {}
 
 #[cfg(all(test, target_pointer_width = "64"))]

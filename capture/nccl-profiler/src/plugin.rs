@@ -33,15 +33,13 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::ffi::{self, NCCL_SUCCESS, NcclDebugLogger, NcclResult, event};
-use crate::record::{CollStart, CommunicatorRecord, FixedName, NcclRecord, P2pStart, ProcessRecord, ShortName};
-use crate::spool;
-
-/// Folder for the spool files; the same variable the CUDA injection library reads.
-pub const SPOOL_DIR_ENV: &str = "SHARDSCOPE_SPOOL_DIR";
-/// `1` turns kernel-channel events (GPU timers) on.
-pub const KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
-/// Milliseconds between background flushes.
-pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
+/// The environment names both libraries share: the spool folder, the flush interval, and `1` to turn
+/// kernel-channel events (GPU timers) on.
+pub use shardscope_spool::config::{FLUSH_MS_ENV, NCCL_KERNEL_TIMERS_ENV as KERNEL_TIMERS_ENV, SPOOL_DIR_ENV};
+use shardscope_spool::hostname;
+use shardscope_spool::nccl::{
+    self as spool, CollStart, CommunicatorRecord, FixedName, NcclRecord, P2pStart, ProcessRecord, ShortName,
+};
 
 /// Longest the pending buffer may grow before records are dropped (a stalled disk must not
 /// make the workload run out of memory).
@@ -205,16 +203,6 @@ fn process_record(pid: u32) -> ProcessRecord {
     }
 }
 
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 /// The version (`ncclGetVersion`) and path of the `libnccl` loaded in this process, where found.
 fn loaded_nccl() -> (u32, String) {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
@@ -268,6 +256,7 @@ fn loaded_nccl() -> (u32, String) {
 
 /// Keeps this library mapped after NCCL's `dlclose`.
 fn pin_library() {
+    // SAFETY: `Dl_info` is plain data (pointers and integers); all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let here = pin_library as *const c_void;
     // SAFETY: dladdr fills `info` for an address inside a loaded object.
@@ -496,7 +485,7 @@ struct CollFields {
 /// The string pointers are null or C strings.
 unsafe fn start_coll(recorder: &Recorder, context: *mut c_void, f: CollFields) -> *mut c_void {
     let (event, handle) = new_handle(tag::COLL);
-    // SAFETY (all four names): forwarded from the caller.
+    // SAFETY: the four name pointers are the caller's, null or C strings (this function's contract).
     let record = unsafe {
         CollStart {
             event,

@@ -4,9 +4,9 @@
 
 use std::ffi::{c_int, c_void};
 
+use shardscope_io::nccl::{OpKind, read_process};
 use shardscope_nccl_profiler::ffi::{self, EventDescrV3, EventDescrV4, StateArgsV4, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v3, ncclProfiler_v4};
-use shardscope_nccl_profiler::{OpKind, read_process};
 
 #[test]
 fn v4_and_v3_calls_are_recorded() {

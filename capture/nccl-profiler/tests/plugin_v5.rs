@@ -7,10 +7,15 @@
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 
+use shardscope_io::nccl::{KernelLink, OpKind, TableOptions, read_process, read_tables, write_tables};
 use shardscope_nccl_profiler::ffi::{self, EventDescrV5, StateArgsV4, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v5};
-use shardscope_nccl_profiler::spool::parse_spool;
-use shardscope_nccl_profiler::{NcclRecord, OpKind, TableOptions, read_process, read_tables, write_tables};
+use shardscope_spool::nccl::NcclRecord;
+use shardscope_spool::{SpoolContents, SpoolError};
+
+fn parse_spool(bytes: &[u8]) -> Result<SpoolContents<NcclRecord>, SpoolError> {
+    shardscope_spool::parse_spool(bytes)
+}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("shardscope-nccl-{name}-{}", std::process::id()));
@@ -190,6 +195,10 @@ fn v5_calls_produce_a_readable_spool_and_tables() {
     // Tables: write, read back, compare.
     let conn = rusqlite::Connection::open_in_memory().unwrap();
     assert!(read_tables(&conn).unwrap().is_empty(), "no table: no rows, no error");
+    // The kernel capture linked the second operation to, stored with it.
+    let mut process = process;
+    process.kernel_links = vec![None; process.operations.len()];
+    process.kernel_links[1] = Some(KernelLink { correlation_id: 7, start_ns: 123_456 });
     // Inside a transaction the caller holds, as a writer of the whole file would call it.
     conn.execute_batch("BEGIN").unwrap();
     let start_utc = process.realtime_ns(process.operations[0].cpu_start_ns).unwrap() - 1_000;
@@ -206,6 +215,7 @@ fn v5_calls_produce_a_readable_spool_and_tables() {
         assert_eq!(row.operation, expected);
     }
     assert_eq!(stored[0].operation.cpu_start_ns, 1_000);
+    assert_eq!(stored.iter().map(|r| r.kernel).collect::<Vec<_>>(), process.kernel_links);
     let (version, comm_rows): (i64, i64) = conn
         .query_row(
             "SELECT (SELECT ncclVersion FROM SHARDSCOPE_NCCL_PROCESSES), (SELECT count(*) FROM SHARDSCOPE_NCCL_COMMUNICATORS)",

@@ -6,9 +6,11 @@ use std::ffi::{c_int, c_void};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use shardscope_io::nccl::read_process;
 use shardscope_nccl_profiler::ffi::{EventDescrV5, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v5};
-use shardscope_nccl_profiler::{NcclRecord, read_process, read_spool};
+use shardscope_spool::nccl::NcclRecord;
+use shardscope_spool::read_spool;
 
 const CHILD_ENV: &str = "SHARDSCOPE_NCCL_TEST_CHILD";
 
@@ -65,7 +67,7 @@ fn sigkill_leaves_every_complete_frame_readable() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
-    let contents = read_spool(&path).unwrap();
+    let contents = read_spool::<NcclRecord>(&path).unwrap();
     assert!(contents.frames >= 3, "frames: {}", contents.frames);
     assert_eq!(contents.bad_records, 0);
     // Sequence numbers in the readable part run 0, 1, 2, … without a gap: no frame was lost

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use shardscope_model::{
     ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, Kernel, MemOp, NameId, Process,
-    ProcessIdx, Range, RangeKind, SourceFormat, ThreadName, Trace,
+    ProcessIdx, Range, RangeKind, SourceFormat, ThreadName, Trace, kernel_names,
 };
 
 use super::collective::{self, CommInfo};
@@ -329,7 +329,7 @@ impl Builder {
             Some(&short) => short,
             None => {
                 let full_name = self.trace.names.get(name).to_owned();
-                let short = self.trace.names.intern(short_kernel_name(&full_name));
+                let short = self.trace.names.intern(kernel_names::short_name(&full_name));
                 self.short_names.insert(name, short);
                 short
             }
@@ -338,7 +338,7 @@ impl Builder {
         let collective = match collective::from_args(args) {
             Some(info) => Some(self.add_collective(info)),
             None => {
-                if is_nccl_kernel(self.trace.names.get(name)) {
+                if kernel_names::is_nccl_kernel(self.trace.names.get(name)) {
                     self.nccl_kernels_without_args.push(index);
                 }
                 None
@@ -692,11 +692,6 @@ fn stream_of(args: &RawArgs, event: &RawEvent) -> u32 {
     u32_of(args.stream).or_else(|| u32_of(event.tid)).unwrap_or(0)
 }
 
-/// NCCL (and RCCL, which keeps NCCL's kernel names) kernels: `ncclKernel_…`, `ncclDevKernel_…`.
-fn is_nccl_kernel(name: &str) -> bool {
-    name.get(..4).is_some_and(|head| head.eq_ignore_ascii_case("nccl"))
-}
-
 /// A kernel name without its parameter list, for matching the operation in it.
 fn kernel_base_name(name: &str) -> &str {
     name.split('(').next().unwrap_or(name)
@@ -716,60 +711,9 @@ fn copy_kind_of(text: &str) -> Option<CopyKind> {
     .map(|(_, kind)| kind)
 }
 
-/// The function name of a demangled kernel signature, like nsys' `shortName`:
-/// `void at::native::elementwise_kernel<128, 2, …>(int, …)` → `elementwise_kernel`.
-pub fn short_kernel_name(name: &str) -> &str {
-    let mut rest = name.trim();
-    rest = strip_trailing_group(rest, '(', ')');
-    rest = strip_trailing_group(rest, '<', '>');
-    // The last `::` component, then the last word (a return type such as `void` may precede it).
-    let last_component = rest.rsplit("::").next().unwrap_or(rest);
-    let last_word = last_component.rsplit(' ').next().unwrap_or(last_component);
-    if last_word.is_empty() { name } else { last_word }
-}
-
-/// Removes a balanced `open … close` group at the end of `text`, if it ends with `close`.
-fn strip_trailing_group(text: &str, open: char, close: char) -> &str {
-    if !text.ends_with(close) {
-        return text;
-    }
-    let mut depth = 0usize;
-    for (index, c) in text.char_indices().rev() {
-        if c == close {
-            depth += 1;
-        } else if c == open {
-            depth -= 1;
-            if depth == 0 {
-                return text[..index].trim_end();
-            }
-        }
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_names_drop_signature_templates_and_namespaces() {
-        assert_eq!(
-            short_kernel_name(
-                "void at::native::elementwise_kernel<128, 2, at::native::f<{lambda(float)#1}>>(int, at::X)"
-            ),
-            "elementwise_kernel"
-        );
-        assert_eq!(
-            short_kernel_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"),
-            "ncclKernel_AllReduce_RING_LL_Sum_float"
-        );
-        assert_eq!(short_kernel_name("triton_poi_fused_add_cos_sin_0"), "triton_poi_fused_add_cos_sin_0");
-        assert_eq!(
-            short_kernel_name("void (anonymous namespace)::softmax_warp_forward<float>(float*)"),
-            "softmax_warp_forward"
-        );
-        assert_eq!(short_kernel_name("Memset (Device)"), "Memset");
-    }
 
     #[test]
     fn copy_kinds_come_from_the_name() {

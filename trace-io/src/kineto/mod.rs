@@ -31,7 +31,6 @@ use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 use flate2::read::MultiGzDecoder;
 use shardscope_model::Trace;
 
-pub use builder::short_kernel_name;
 pub use time::micros_text_to_ns;
 
 use crate::{Error, limits};

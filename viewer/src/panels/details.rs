@@ -6,6 +6,7 @@ use shardscope_model::{ProcessIdx, Trace};
 
 use crate::collectives::CollectiveIndex;
 use crate::timeline::Selected;
+use crate::timeline::events::{EventKindInfo, dispatch};
 use crate::timeline::layout::{EventKind, EventRef, TimelineData};
 use crate::timeline::paint::format_duration;
 
@@ -69,13 +70,13 @@ pub fn ranges_around(data: &TimelineData, trace: usize, process: ProcessIdx, tid
         .collect()
 }
 
-fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
+pub(crate) fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
     ui.label(RichText::new(key).weak());
     ui.label(value.into());
     ui.end_row();
 }
 
-fn process_text(trace: &Trace, process: ProcessIdx) -> String {
+pub(crate) fn process_text(trace: &Trace, process: ProcessIdx) -> String {
     match trace.processes.get(process.0 as usize) {
         Some(p) => match p.rank {
             Some(rank) => format!("rank {rank} (pid {})", p.pid),
@@ -96,61 +97,31 @@ pub fn details_ui(
         ui.label("Click an event in the timeline to see its details.");
         return None;
     };
-    let mut action = None;
     let trace = &data.traces[selected.trace];
     let (start, end) = data.event_span(selected.trace, selected.event);
     ui.label(RichText::new(data.event_full_name(selected.trace, selected.event)).strong().monospace());
     ui.add_space(4.0);
     Grid::new("details_grid").num_columns(2).striped(true).show(ui, |ui| {
-        let kind = match selected.event.kind() {
-            EventKind::Kernel => "kernel",
-            EventKind::MemOp => "memory operation",
-            EventKind::Api => "CUDA API call",
-            EventKind::Range => "range",
-        };
-        row(ui, "kind", kind);
+        row(ui, "kind", selected.event.kind().label());
         row(ui, "start", format!("{} (ts {start} ns)", format_duration((start - data.t0_ns) as f64)));
         row(ui, "duration", format_duration((end - start) as f64));
         row(ui, "file", trace.source.path.clone());
-        match selected.event.kind() {
-            EventKind::Kernel => {
-                let k = &trace.kernels[selected.event.index()];
-                row(ui, "process", process_text(trace, k.process));
-                let device = trace.devices.get(k.device.0 as usize).map_or(0, |d| d.ordinal);
-                row(ui, "GPU / stream", format!("GPU {device} / stream {}", k.stream));
-                row(ui, "grid", format!("{} × {} × {}", k.grid[0], k.grid[1], k.grid[2]));
-                row(ui, "block", format!("{} × {} × {}", k.block[0], k.block[1], k.block[2]));
-                row(ui, "correlation id", k.correlation_id.to_string());
-                let category = data.name_categories[selected.trace].get(k.name.0 as usize).copied().unwrap_or(0);
-                row(ui, "category", data.categories.name(category));
-            }
-            EventKind::MemOp => {
-                let m = &trace.memops[selected.event.index()];
-                row(ui, "process", process_text(trace, m.process));
-                row(ui, "stream", m.stream.to_string());
-                row(ui, "bytes", m.bytes.to_string());
-                row(ui, "correlation id", m.correlation_id.to_string());
-            }
-            EventKind::Api => {
-                let a = &trace.api_calls[selected.event.index()];
-                row(ui, "process", process_text(trace, a.process));
-                row(ui, "thread", a.tid.to_string());
-                row(ui, "correlation id", a.correlation_id.to_string());
-            }
-            EventKind::Range => {
-                let r = &trace.ranges[selected.event.index()];
-                row(ui, "process", process_text(trace, r.process));
-                row(ui, "thread", r.tid.to_string());
-                row(ui, "depth", r.depth.to_string());
-                let domain = trace.names.get(r.domain);
-                if !domain.is_empty() {
-                    row(ui, "domain", domain);
-                }
-            }
-        }
+        dispatch!(selected.event.kind(), Info => Info::details_ui(ui, data, selected.trace, selected.event.index()));
     });
+    // Each section returns the event the user clicked in it, if any; the last click wins.
+    let clicked = [
+        launch_relation_ui(ui, data, selected),
+        ranges_around_ui(ui, data, selected),
+        collective_ui(ui, data, collectives, selected),
+    ];
+    clicked.into_iter().flatten().last().map(DetailsAction::Select)
+}
 
-    // Launch relation, both directions.
+/// The launch relation, both directions: the call that launched the event, the work a call launched.
+fn launch_relation_ui(ui: &mut egui::Ui, data: &TimelineData, selected: Selected) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
+    let (start, _) = data.event_span(selected.trace, selected.event);
     if let Some(launch) = launch_of(data, &selected) {
         let (a_start, a_end) = data.event_span(launch.trace, launch.event);
         let call = &trace.api_calls[launch.event.index()];
@@ -166,7 +137,7 @@ pub fn details_ui(
             ))
             .clicked()
         {
-            action = Some(DetailsAction::Select(launch));
+            clicked = Some(launch);
         }
         ui.label(format!("launch latency {}", format_duration((start - a_start) as f64)));
     }
@@ -182,11 +153,16 @@ pub fn details_ui(
             ))
             .clicked()
         {
-            action = Some(DetailsAction::Select(kernel));
+            clicked = Some(kernel);
         }
     }
+    clicked
+}
 
-    // NVTX ranges around the host side of the event.
+/// The NVTX ranges around the host side of the event (the event itself, or its launching call).
+fn ranges_around_ui(ui: &mut egui::Ui, data: &TimelineData, selected: Selected) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
     let host_side = match selected.event.kind() {
         EventKind::Api | EventKind::Range => Some(selected),
         _ => launch_of(data, &selected),
@@ -209,13 +185,24 @@ pub fn details_ui(
             ui.label(RichText::new("Ranges around it").strong());
             for range in around {
                 if ui.link(data.event_name(range.trace, range.event)).clicked() {
-                    action = Some(DetailsAction::Select(range));
+                    clicked = Some(range);
                 }
             }
         }
     }
+    clicked
+}
 
-    // Collective.
+/// For a collective kernel: its instance across ranks, wait and transfer time, metadata, and the
+/// same instance on every other rank.
+fn collective_ui(
+    ui: &mut egui::Ui,
+    data: &TimelineData,
+    collectives: &CollectiveIndex,
+    selected: Selected,
+) -> Option<Selected> {
+    let mut clicked = None;
+    let trace = &data.traces[selected.trace];
     if selected.event.kind() == EventKind::Kernel {
         let k = &trace.kernels[selected.event.index()];
         let meta = k.collective.and_then(|c| trace.collectives.get(c as usize));
@@ -262,10 +249,10 @@ pub fn details_ui(
                     format_duration((p_start - data.t0_ns) as f64)
                 );
                 if ui.link(text).clicked() {
-                    action = Some(DetailsAction::Select(*peer));
+                    clicked = Some(*peer);
                 }
             }
         }
     }
-    action
+    clicked
 }

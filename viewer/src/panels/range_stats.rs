@@ -37,12 +37,15 @@ impl RangeStats {
         let (sender, receiver) = channel();
         let data = Arc::clone(data);
         let ctx = ctx.clone();
-        std::thread::spawn(move || {
-            let figures = analyze_window(&data.traces, &data.categories, window_ns);
-            // The receiver is gone when the user picked another range meanwhile: drop the result.
-            let _ = sender.send(figures);
-            ctx.request_repaint();
-        });
+        std::thread::Builder::new()
+            .name("viewer-range-stats".into())
+            .spawn(move || {
+                let figures = analyze_window(&data.traces, &data.categories, window_ns);
+                // The receiver is gone when the user picked another range meanwhile: drop the result.
+                let _ = sender.send(figures);
+                ctx.request_repaint();
+            })
+            .expect("cannot start the range statistics thread");
         self.pending = Some((window_ns, receiver));
     }
 

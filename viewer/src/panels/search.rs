@@ -115,11 +115,14 @@ impl SearchState {
         }
         let (sender, receiver) = channel();
         let (data, query, ctx) = (Arc::clone(data), self.query.clone(), ctx.clone());
-        std::thread::spawn(move || {
-            // The receiver is gone when a newer query replaced this one: nothing to do then.
-            let _ = sender.send(search(&data, &query));
-            ctx.request_repaint();
-        });
+        std::thread::Builder::new()
+            .name("viewer-search".into())
+            .spawn(move || {
+                // The receiver is gone when a newer query replaced this one: nothing to do then.
+                let _ = sender.send(search(&data, &query));
+                ctx.request_repaint();
+            })
+            .expect("cannot start the search thread");
         self.pending = Some((self.query.clone(), receiver, step));
     }
 

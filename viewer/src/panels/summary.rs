@@ -2,12 +2,18 @@
 
 use egui_plot::{Bar, BarChart, Legend, Plot};
 
-use crate::analysis::RankFigures;
+use crate::analysis::{Categories, RankFigures};
 use crate::timeline::paint::category_color;
 
 /// Stacked bars: one bar per group (rank or phase), one segment per category, in percent of
 /// that group's kernel time so ranks with different spans compare directly.
-fn stacked_chart(ui: &mut egui::Ui, id: &str, groups: &[(String, Vec<(String, i64)>)], height: f32) {
+fn stacked_chart(
+    ui: &mut egui::Ui,
+    categories: &Categories,
+    id: &str,
+    groups: &[(String, Vec<(String, i64)>)],
+    height: f32,
+) {
     let mut category_order: Vec<String> = Vec::new();
     for (_, categories) in groups {
         for (name, _) in categories {
@@ -22,14 +28,14 @@ fn stacked_chart(ui: &mut egui::Ui, id: &str, groups: &[(String, Vec<(String, i6
         let bars: Vec<Bar> = groups
             .iter()
             .enumerate()
-            .map(|(x, (_, categories))| {
-                let total: i64 = categories.iter().map(|(_, ns)| ns).sum();
-                let ns = categories.iter().find(|(n, _)| n == category).map_or(0, |(_, ns)| *ns);
+            .map(|(x, (_, time_by_category))| {
+                let total: i64 = time_by_category.iter().map(|(_, ns)| ns).sum();
+                let ns = time_by_category.iter().find(|(n, _)| n == category).map_or(0, |(_, ns)| *ns);
                 let share = if total > 0 { 100.0 * ns as f64 / total as f64 } else { 0.0 };
-                Bar::new(x as f64, share).width(0.7).fill(category_color(category))
+                Bar::new(x as f64, share).width(0.7).fill(category_color(categories, category))
             })
             .collect();
-        let mut chart = BarChart::new(category.clone(), bars).color(category_color(category));
+        let mut chart = BarChart::new(category.clone(), bars).color(category_color(categories, category));
         {
             let below: Vec<&BarChart> = charts.iter().collect();
             chart = chart.stack_on(&below);
@@ -61,11 +67,11 @@ fn stacked_chart(ui: &mut egui::Ui, id: &str, groups: &[(String, Vec<(String, i6
 }
 
 /// The summary view over `ranks` (whole-trace figures).
-pub fn summary_ui(ui: &mut egui::Ui, ranks: &[RankFigures]) {
+pub fn summary_ui(ui: &mut egui::Ui, categories: &Categories, ranks: &[RankFigures]) {
     ui.heading("Op-category share per rank");
     let per_rank: Vec<(String, Vec<(String, i64)>)> =
         ranks.iter().map(|r| (r.label.clone(), r.categories.clone())).collect();
-    stacked_chart(ui, "summary_per_rank", &per_rank, 260.0);
+    stacked_chart(ui, categories, "summary_per_rank", &per_rank, 260.0);
     ui.add_space(8.0);
     ui.heading("Op-category share per phase");
     let mut per_phase: Vec<(String, Vec<(String, i64)>)> = Vec::new();
@@ -89,6 +95,6 @@ pub fn summary_ui(ui: &mut egui::Ui, ranks: &[RankFigures]) {
     if per_phase.is_empty() {
         ui.label("No phases found in these traces.");
     } else {
-        stacked_chart(ui, "summary_per_phase", &per_phase, 260.0);
+        stacked_chart(ui, categories, "summary_per_phase", &per_phase, 260.0);
     }
 }

@@ -10,57 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
+use super::events::{EventKindInfo, dispatch};
 use crate::analysis::{Categories, CategoryId};
 
-/// What kind of record an [`EventRef`] points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// `Trace::kernels`.
-    Kernel,
-    /// `Trace::memops`.
-    MemOp,
-    /// `Trace::api_calls`.
-    Api,
-    /// `Trace::ranges`.
-    Range,
-}
-
-/// A kind and an index into the matching list of one trace, packed into 32 bits because a
-/// track holds one per event (10 million events: 40 MB rather than 80).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EventRef(u32);
-
-impl EventRef {
-    const INDEX_BITS: u32 = 30;
-    const INDEX_MASK: u32 = (1 << Self::INDEX_BITS) - 1;
-
-    /// Packs `kind` and `index`; indices must stay below 2^30.
-    pub fn new(kind: EventKind, index: usize) -> EventRef {
-        debug_assert!(index <= Self::INDEX_MASK as usize);
-        let tag = match kind {
-            EventKind::Kernel => 0,
-            EventKind::MemOp => 1,
-            EventKind::Api => 2,
-            EventKind::Range => 3,
-        };
-        EventRef((tag << Self::INDEX_BITS) | (index as u32 & Self::INDEX_MASK))
-    }
-
-    /// The record kind.
-    pub fn kind(self) -> EventKind {
-        match self.0 >> Self::INDEX_BITS {
-            0 => EventKind::Kernel,
-            1 => EventKind::MemOp,
-            2 => EventKind::Api,
-            _ => EventKind::Range,
-        }
-    }
-
-    /// Index into the kind's list.
-    pub fn index(self) -> usize {
-        (self.0 & Self::INDEX_MASK) as usize
-    }
-}
+pub use super::events::{EventKind, EventRef};
 
 /// What a track shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -326,8 +279,121 @@ struct ProcessTracks {
     ranges: BTreeMap<u32, BTreeMap<u16, Track>>,
 }
 
+impl ProcessTracks {
+    fn is_empty(&self) -> bool {
+        self.streams.is_empty() && self.api.is_empty() && self.ranges.is_empty() && self.gpu_ranges.is_empty()
+    }
+}
+
+/// First start and last end of everything filed on tracks, trace ns.
+struct Span {
+    t0_ns: i64,
+    t1_ns: i64,
+}
+
+impl Span {
+    fn cover(&mut self, start_ns: i64, end_ns: i64) {
+        self.t0_ns = self.t0_ns.min(start_ns);
+        self.t1_ns = self.t1_ns.max(end_ns);
+    }
+}
+
+/// Every event of trace `ti` on its track, grouped per process index (cheap vector indexing per
+/// event); one step per kind of event.
+fn file_events(trace: &Trace, ti: usize, span: &mut Span) -> Vec<ProcessTracks> {
+    let mut per_process: Vec<ProcessTracks> =
+        (0..trace.processes.len().max(1)).map(|_| ProcessTracks::default()).collect();
+    file_kernels(trace, ti, &mut per_process, span);
+    file_memops(trace, ti, &mut per_process, span);
+    file_api_calls(trace, ti, &mut per_process, span);
+    file_ranges(trace, ti, &mut per_process, span);
+    per_process
+}
+
+/// The slot of `process` in the per-process groups of `trace`.
+fn slot(trace: &Trace, process: ProcessIdx) -> usize {
+    (process.0 as usize).min(per_process_len(trace) - 1)
+}
+
+/// The track of one CUDA stream, made on first use.
+fn stream_track(
+    tracks: &mut ProcessTracks,
+    ti: usize,
+    process: ProcessIdx,
+    device: DeviceIdx,
+    stream: u32,
+) -> &mut Track {
+    tracks
+        .streams
+        .entry(device.0)
+        .or_default()
+        .entry(stream)
+        .or_insert_with(|| Track::new(format!("stream {stream}"), ti, process, TrackKind::Stream { device, stream }))
+}
+
+fn file_kernels(trace: &Trace, ti: usize, per_process: &mut [ProcessTracks], span: &mut Span) {
+    for (i, k) in trace.kernels.iter().enumerate() {
+        let track = stream_track(&mut per_process[slot(trace, k.process)], ti, k.process, k.device, k.stream);
+        track.push(k.start_ns, k.end_ns, EventRef::new(EventKind::Kernel, i));
+        span.cover(k.start_ns, k.end_ns);
+    }
+}
+
+fn file_memops(trace: &Trace, ti: usize, per_process: &mut [ProcessTracks], span: &mut Span) {
+    for (i, m) in trace.memops.iter().enumerate() {
+        let track = stream_track(&mut per_process[slot(trace, m.process)], ti, m.process, m.device, m.stream);
+        track.push(m.start_ns, m.end_ns, EventRef::new(EventKind::MemOp, i));
+        span.cover(m.start_ns, m.end_ns);
+    }
+}
+
+fn file_api_calls(trace: &Trace, ti: usize, per_process: &mut [ProcessTracks], span: &mut Span) {
+    for (i, a) in trace.api_calls.iter().enumerate() {
+        let track = per_process[slot(trace, a.process)]
+            .api
+            .entry(a.tid)
+            .or_insert_with(|| Track::new("CUDA API".to_string(), ti, a.process, TrackKind::Api { tid: a.tid }));
+        track.push(a.start_ns, a.end_ns, EventRef::new(EventKind::Api, i));
+        span.cover(a.start_ns, a.end_ns);
+    }
+}
+
+/// Ranges on a GPU stream (annotations) go under the GPU, the others under their thread; one
+/// track per nesting depth.
+fn file_ranges(trace: &Trace, ti: usize, per_process: &mut [ProcessTracks], span: &mut Span) {
+    for (i, r) in trace.ranges.iter().enumerate() {
+        let event = EventRef::new(EventKind::Range, i);
+        let tracks = &mut per_process[slot(trace, r.process)];
+        let track = match (r.device, r.stream) {
+            (Some(device), Some(stream)) => {
+                tracks.gpu_ranges.entry(device.0).or_default().entry(stream).or_default().entry(r.depth).or_insert_with(
+                    || {
+                        Track::new(
+                            format!("annotations {stream} · {}", r.depth),
+                            ti,
+                            r.process,
+                            TrackKind::GpuRanges { device, stream, depth: r.depth },
+                        )
+                    },
+                )
+            }
+            _ => tracks.ranges.entry(r.tid).or_default().entry(r.depth).or_insert_with(|| {
+                Track::new(
+                    format!("ranges · {}", r.depth),
+                    ti,
+                    r.process,
+                    TrackKind::Ranges { tid: r.tid, depth: r.depth },
+                )
+            }),
+        };
+        track.push(r.start_ns, r.end_ns, event);
+        span.cover(r.start_ns, r.end_ns);
+    }
+}
+
 impl TimelineData {
-    /// Builds the track tree of `traces`.
+    /// Builds the track tree of `traces`: every event filed on its track, then the tracks
+    /// arranged host → process → GPU → stream and thread.
     pub fn build(traces: Vec<Trace>, categories: Categories) -> TimelineData {
         let trace_count = traces.len();
         let name_categories: Vec<Vec<CategoryId>> =
@@ -336,98 +402,11 @@ impl TimelineData {
         // host → (rank sort key, trace, process) → tracks
         type ProcessKey = (u64, usize, ProcessIdx);
         let mut hosts: BTreeMap<String, BTreeMap<ProcessKey, ProcessTracks>> = BTreeMap::new();
-        let mut t0_ns = i64::MAX;
-        let mut t1_ns = i64::MIN;
+        let mut span = Span { t0_ns: i64::MAX, t1_ns: i64::MIN };
         for (ti, trace) in traces.iter().enumerate() {
-            // Group per process index first (cheap vector indexing per event), then file the
-            // groups under their host and rank once per process.
-            let mut per_process: Vec<ProcessTracks> =
-                (0..trace.processes.len().max(1)).map(|_| ProcessTracks::default()).collect();
-            let slot = |process: ProcessIdx| (process.0 as usize).min(per_process_len(trace) - 1);
-            for (i, k) in trace.kernels.iter().enumerate() {
-                let ordinal = k.device.0;
-                let track =
-                    per_process[slot(k.process)].streams.entry(ordinal).or_default().entry(k.stream).or_insert_with(
-                        || {
-                            Track::new(
-                                format!("stream {}", k.stream),
-                                ti,
-                                k.process,
-                                TrackKind::Stream { device: k.device, stream: k.stream },
-                            )
-                        },
-                    );
-                track.push(k.start_ns, k.end_ns, EventRef::new(EventKind::Kernel, i));
-                t0_ns = t0_ns.min(k.start_ns);
-                t1_ns = t1_ns.max(k.end_ns);
-            }
-            for (i, m) in trace.memops.iter().enumerate() {
-                let track =
-                    per_process[slot(m.process)].streams.entry(m.device.0).or_default().entry(m.stream).or_insert_with(
-                        || {
-                            Track::new(
-                                format!("stream {}", m.stream),
-                                ti,
-                                m.process,
-                                TrackKind::Stream { device: m.device, stream: m.stream },
-                            )
-                        },
-                    );
-                track.push(m.start_ns, m.end_ns, EventRef::new(EventKind::MemOp, i));
-                t0_ns = t0_ns.min(m.start_ns);
-                t1_ns = t1_ns.max(m.end_ns);
-            }
-            for (i, a) in trace.api_calls.iter().enumerate() {
-                let track = per_process[slot(a.process)].api.entry(a.tid).or_insert_with(|| {
-                    Track::new("CUDA API".to_string(), ti, a.process, TrackKind::Api { tid: a.tid })
-                });
-                track.push(a.start_ns, a.end_ns, EventRef::new(EventKind::Api, i));
-                t0_ns = t0_ns.min(a.start_ns);
-                t1_ns = t1_ns.max(a.end_ns);
-            }
-            for (i, r) in trace.ranges.iter().enumerate() {
-                let event = EventRef::new(EventKind::Range, i);
-                let tracks = &mut per_process[slot(r.process)];
-                match (r.device, r.stream) {
-                    (Some(device), Some(stream)) => {
-                        let track = tracks
-                            .gpu_ranges
-                            .entry(device.0)
-                            .or_default()
-                            .entry(stream)
-                            .or_default()
-                            .entry(r.depth)
-                            .or_insert_with(|| {
-                                Track::new(
-                                    format!("annotations {stream} · {}", r.depth),
-                                    ti,
-                                    r.process,
-                                    TrackKind::GpuRanges { device, stream, depth: r.depth },
-                                )
-                            });
-                        track.push(r.start_ns, r.end_ns, event);
-                    }
-                    _ => {
-                        let track = tracks.ranges.entry(r.tid).or_default().entry(r.depth).or_insert_with(|| {
-                            Track::new(
-                                format!("ranges · {}", r.depth),
-                                ti,
-                                r.process,
-                                TrackKind::Ranges { tid: r.tid, depth: r.depth },
-                            )
-                        });
-                        track.push(r.start_ns, r.end_ns, event);
-                    }
-                }
-                t0_ns = t0_ns.min(r.start_ns);
-                t1_ns = t1_ns.max(r.end_ns);
-            }
-            for (process_index, tracks) in per_process.into_iter().enumerate() {
-                if tracks.streams.is_empty()
-                    && tracks.api.is_empty()
-                    && tracks.ranges.is_empty()
-                    && tracks.gpu_ranges.is_empty()
-                {
+            // File the groups under their host and rank once per process.
+            for (process_index, tracks) in file_events(trace, ti, &mut span).into_iter().enumerate() {
+                if tracks.is_empty() {
                     continue;
                 }
                 let process = ProcessIdx(process_index as u32);
@@ -437,8 +416,8 @@ impl TimelineData {
                 hosts.entry(host).or_default().insert((rank_key, ti, process), tracks);
             }
         }
-        if t0_ns > t1_ns {
-            (t0_ns, t1_ns) = (0, 1_000_000);
+        if span.t0_ns > span.t1_ns {
+            span = Span { t0_ns: 0, t1_ns: 1_000_000 };
         }
 
         let mut data = TimelineData {
@@ -446,8 +425,8 @@ impl TimelineData {
             rows: Vec::new(),
             name_categories,
             categories,
-            t0_ns,
-            t1_ns,
+            t0_ns: span.t0_ns,
+            t1_ns: span.t1_ns,
             api_track: HashMap::new(),
             stream_track: HashMap::new(),
             range_tracks: HashMap::new(),
@@ -468,67 +447,77 @@ impl TimelineData {
                         label: process_label(trace, process, ti, trace_count),
                     },
                 });
-                let device_ordinals: Vec<u32> = tracks
-                    .streams
-                    .keys()
-                    .chain(tracks.gpu_ranges.keys())
-                    .copied()
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
-                for device in device_ordinals {
-                    let info = trace.devices.get(device as usize);
-                    let label = match info {
-                        Some(d) if !d.name.is_empty() => format!("GPU {} · {}", d.ordinal, d.name),
-                        Some(d) => format!("GPU {}", d.ordinal),
-                        None => format!("GPU #{device}"),
-                    };
-                    data.rows.push(Row {
-                        indent: 2,
-                        content: RowContent::Header { id: header_id(&[process_id, 1, u64::from(device)]), label },
-                    });
-                    let mut streams = tracks.streams.remove(&device).unwrap_or_default();
-                    let mut annotations = tracks.gpu_ranges.remove(&device).unwrap_or_default();
-                    let stream_ids: std::collections::BTreeSet<u32> =
-                        streams.keys().chain(annotations.keys()).copied().collect();
-                    for stream in stream_ids {
-                        if let Some(depths) = annotations.remove(&stream) {
-                            for (_, track) in depths {
-                                data.push_track(3, track);
-                            }
-                        }
-                        if let Some(track) = streams.remove(&stream) {
-                            let index = data.push_track(3, track);
-                            data.stream_track.insert((ti, DeviceIdx(device), stream), index);
-                        }
-                    }
-                }
-                let tids: std::collections::BTreeSet<u32> =
-                    tracks.api.keys().chain(tracks.ranges.keys()).copied().collect();
-                for tid in tids {
-                    data.rows.push(Row {
-                        indent: 2,
-                        content: RowContent::Header {
-                            id: header_id(&[process_id, 2, u64::from(tid)]),
-                            label: thread_label(trace, process, tid),
-                        },
-                    });
-                    if let Some(depths) = tracks.ranges.remove(&tid) {
-                        let mut indices = Vec::new();
-                        for (_, track) in depths {
-                            indices.push(data.push_track(3, track));
-                        }
-                        data.range_tracks.insert((ti, process, tid), indices);
-                    }
-                    if let Some(track) = tracks.api.remove(&tid) {
-                        let index = data.push_track(3, track);
-                        data.api_track.insert((ti, process, tid), index);
-                    }
-                }
+                data.add_gpu_rows(trace, ti, process_id, &mut tracks);
+                data.add_thread_rows(trace, ti, process, process_id, &mut tracks);
             }
         }
         data.traces = traces;
         data
+    }
+
+    /// Under a process: one header per GPU, then per stream its annotation tracks and its track.
+    fn add_gpu_rows(&mut self, trace: &Trace, ti: usize, process_id: u64, tracks: &mut ProcessTracks) {
+        let device_ordinals: std::collections::BTreeSet<u32> =
+            tracks.streams.keys().chain(tracks.gpu_ranges.keys()).copied().collect();
+        for device in device_ordinals {
+            let info = trace.devices.get(device as usize);
+            let label = match info {
+                Some(d) if !d.name.is_empty() => format!("GPU {} · {}", d.ordinal, d.name),
+                Some(d) => format!("GPU {}", d.ordinal),
+                None => format!("GPU #{device}"),
+            };
+            self.rows.push(Row {
+                indent: 2,
+                content: RowContent::Header { id: header_id(&[process_id, 1, u64::from(device)]), label },
+            });
+            let mut streams = tracks.streams.remove(&device).unwrap_or_default();
+            let mut annotations = tracks.gpu_ranges.remove(&device).unwrap_or_default();
+            let stream_ids: std::collections::BTreeSet<u32> =
+                streams.keys().chain(annotations.keys()).copied().collect();
+            for stream in stream_ids {
+                if let Some(depths) = annotations.remove(&stream) {
+                    for (_, track) in depths {
+                        self.push_track(3, track);
+                    }
+                }
+                if let Some(track) = streams.remove(&stream) {
+                    let index = self.push_track(3, track);
+                    self.stream_track.insert((ti, DeviceIdx(device), stream), index);
+                }
+            }
+        }
+    }
+
+    /// Under a process: one header per thread, then its range tracks (one per depth) and its API track.
+    fn add_thread_rows(
+        &mut self,
+        trace: &Trace,
+        ti: usize,
+        process: ProcessIdx,
+        process_id: u64,
+        tracks: &mut ProcessTracks,
+    ) {
+        let tids: std::collections::BTreeSet<u32> = tracks.api.keys().chain(tracks.ranges.keys()).copied().collect();
+        for tid in tids {
+            self.rows.push(Row {
+                indent: 2,
+                content: RowContent::Header {
+                    id: header_id(&[process_id, 2, u64::from(tid)]),
+                    label: thread_label(trace, process, tid),
+                },
+            });
+            if let Some(depths) = tracks.ranges.remove(&tid) {
+                let mut indices = Vec::new();
+                for (_, track) in depths {
+                    indices.push(self.push_track(3, track));
+                }
+                self.range_tracks.insert((ti, process, tid), indices);
+            }
+            if let Some(track) = tracks.api.remove(&tid) {
+                let index = self.push_track(3, track);
+                self.api_track.insert((ti, process, tid), index);
+            }
+        }
     }
 
     fn push_track(&mut self, indent: u8, mut track: Track) -> usize {
@@ -542,71 +531,22 @@ impl TimelineData {
 
     /// The text shown for an event.
     pub fn event_name(&self, trace: usize, event: EventRef) -> &str {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => t.names.get(t.kernels[event.index()].short_name).trim(),
-            EventKind::MemOp => {
-                let m = &t.memops[event.index()];
-                match m.copy_kind {
-                    Some(kind) => kind.label(),
-                    None => "memset",
-                }
-            }
-            EventKind::Api => t.names.get(t.api_calls[event.index()].name),
-            EventKind::Range => t.names.get(t.ranges[event.index()].name),
-        }
+        dispatch!(event.kind(), Info => Info::name(&self.traces[trace], event.index()))
     }
 
     /// The full (demangled) name, for details and search.
     pub fn event_full_name(&self, trace: usize, event: EventRef) -> &str {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => t.names.get(t.kernels[event.index()].name),
-            _ => self.event_name(trace, event),
-        }
+        dispatch!(event.kind(), Info => Info::full_name(&self.traces[trace], event.index()))
     }
 
     /// Start and end of an event.
     pub fn event_span(&self, trace: usize, event: EventRef) -> (i64, i64) {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => (t.kernels[event.index()].start_ns, t.kernels[event.index()].end_ns),
-            EventKind::MemOp => (t.memops[event.index()].start_ns, t.memops[event.index()].end_ns),
-            EventKind::Api => (t.api_calls[event.index()].start_ns, t.api_calls[event.index()].end_ns),
-            EventKind::Range => (t.ranges[event.index()].start_ns, t.ranges[event.index()].end_ns),
-        }
+        dispatch!(event.kind(), Info => Info::span(&self.traces[trace], event.index()))
     }
 
     /// The track that shows an event.
     pub fn track_of(&self, trace: usize, event: EventRef) -> Option<usize> {
-        let t = &self.traces[trace];
-        match event.kind() {
-            EventKind::Kernel => {
-                let k = &t.kernels[event.index()];
-                self.stream_track.get(&(trace, k.device, k.stream)).copied()
-            }
-            EventKind::MemOp => {
-                let m = &t.memops[event.index()];
-                self.stream_track.get(&(trace, m.device, m.stream)).copied()
-            }
-            EventKind::Api => {
-                let a = &t.api_calls[event.index()];
-                self.api_track.get(&(trace, a.process, a.tid)).copied()
-            }
-            EventKind::Range => {
-                let r = &t.ranges[event.index()];
-                let key_matches = |track: &Track| match track.kind {
-                    TrackKind::Ranges { tid, depth } => {
-                        r.device.is_none() && tid == r.tid && depth == r.depth && track.process == r.process
-                    }
-                    TrackKind::GpuRanges { device, stream, depth } => {
-                        Some(device) == r.device && Some(stream) == r.stream && depth == r.depth
-                    }
-                    _ => false,
-                };
-                self.tracks.iter().position(|track| track.trace == trace && key_matches(track))
-            }
-        }
+        dispatch!(event.kind(), Info => Info::track_of(self, trace, event.index()))
     }
 }
 

@@ -5,6 +5,7 @@
 //! a frame walks all events: rows off screen are skipped and each visible track costs a few
 //! binary searches per pixel.
 
+pub mod events;
 pub mod layout;
 pub mod lod;
 pub mod paint;
@@ -271,18 +272,53 @@ pub fn timeline_ui(
     );
     let rows_rect = Rect::from_min_max(Pos2::new(rect.left(), rect.top() + AXIS_HEIGHT), rect.max);
     let plot_rect = Rect::from_min_max(Pos2::new(rect.left() + LABEL_WIDTH, rows_rect.top()), rect.max);
+    let areas = Areas { axis_rect, rows_rect, plot_rect };
     view.last_plot_width = plot_rect.width();
     view.last_plot_rect = plot_rect;
-
     let hover = response.hover_pos();
-    let width = f64::from(plot_rect.width().max(1.0));
 
-    // Wheel: zoom around the pointer; with shift, scroll rows; sideways wheel pans.
+    wheel_input(ui, view, &areas, hover);
+    key_input(ui, view, &areas, hover);
+    if drag_input(ui, &response, view, &areas) {
+        output.range_changed = true;
+    }
+
+    let plan = prepare_frame(data, view, plot_rect.size());
+    view.scroll_y = view.scroll_y.clamp(0.0, (plan.content_height - plot_rect.height() + TRACK_HEIGHT).max(0.0));
+    view.last_item_count = plan.items.len();
+    if response.clicked()
+        && let Some(pos) = response.interact_pointer_pos()
+    {
+        output.clicked = click_input(data, view, &plan, &areas, pos);
+    }
+
+    paint::paint_timeline(ui, data, view, &plan, highlights, rect, axis_rect, rows_rect, plot_rect, hover);
+    tooltip_ui(data, &plan, &areas, &response, hover);
+    output
+}
+
+/// The parts of the timeline widget: the time axis, the rows (labels and events), the events only.
+struct Areas {
+    axis_rect: Rect,
+    rows_rect: Rect,
+    plot_rect: Rect,
+}
+
+impl Areas {
+    /// Width of the events area, points (at least 1).
+    fn plot_width(&self) -> f64 {
+        f64::from(self.plot_rect.width().max(1.0))
+    }
+}
+
+/// Wheel: zoom around the pointer; with shift, scroll rows; sideways wheel pans.
+fn wheel_input(ui: &egui::Ui, view: &mut TimelineView, areas: &Areas, hover: Option<Pos2>) {
+    let width = areas.plot_width();
     if let Some(pos) = hover {
         let events = ui.input(|i| i.events.clone());
         for event in events {
             if let Event::MouseWheel { unit, delta, modifiers, .. } = event {
-                let points = wheel_points(unit, delta, rows_rect.height());
+                let points = wheel_points(unit, delta, areas.rows_rect.height());
                 if modifiers.shift {
                     view.scroll_y -= points.y + points.x;
                 } else {
@@ -290,19 +326,22 @@ pub fn timeline_ui(
                         view.pan(-f64::from(points.x) * view.span_ns() / width);
                     }
                     if points.y != 0.0 {
-                        let anchor = (f64::from(pos.x - plot_rect.left()) / width).clamp(0.0, 1.0);
+                        let anchor = (f64::from(pos.x - areas.plot_rect.left()) / width).clamp(0.0, 1.0);
                         view.zoom((-f64::from(points.y) * WHEEL_ZOOM_PER_POINT).exp(), anchor);
                     }
                 }
             }
         }
     }
+}
 
-    // Keys: W/S zoom, A/D pan, F fit to selection, Home fit all (handled by the app).
+/// Keys: W/S zoom, A/D pan (F and Home are the app's).
+fn key_input(ui: &egui::Ui, view: &mut TimelineView, areas: &Areas, hover: Option<Pos2>) {
+    let width = areas.plot_width();
     if !ui.ctx().egui_wants_keyboard_input() {
         let anchor = hover
-            .filter(|p| plot_rect.contains(*p))
-            .map_or(0.5, |p| (f64::from(p.x - plot_rect.left()) / width).clamp(0.0, 1.0));
+            .filter(|p| areas.plot_rect.contains(*p))
+            .map_or(0.5, |p| (f64::from(p.x - areas.plot_rect.left()) / width).clamp(0.0, 1.0));
         let (zoom_in, zoom_out, left, right) =
             ui.input(|i| (i.num_presses(Key::W), i.num_presses(Key::S), i.num_presses(Key::A), i.num_presses(Key::D)));
         for _ in 0..zoom_in {
@@ -316,18 +355,22 @@ pub fn timeline_ui(
             view.pan(pan);
         }
     }
+}
 
-    // Dragging: on the axis selects a range; elsewhere pans (both directions).
+/// Dragging: on the axis selects a range; elsewhere pans (both directions). True when a range
+/// selection just ended.
+fn drag_input(ui: &egui::Ui, response: &egui::Response, view: &mut TimelineView, areas: &Areas) -> bool {
+    let width = areas.plot_width();
     let press_origin = ui.input(|i| i.pointer.press_origin());
-    let drag_on_axis = press_origin.is_some_and(|p| axis_rect.contains(p));
+    let drag_on_axis = press_origin.is_some_and(|p| areas.axis_rect.contains(p));
     if response.dragged() {
         if drag_on_axis {
             if let Some(pos) = response.interact_pointer_pos() {
-                let screen = view.to_screen(plot_rect.width());
+                let screen = view.to_screen(areas.plot_rect.width());
                 let origin = *view
                     .range_drag_origin_ns
-                    .get_or_insert_with(|| screen.t(press_origin.unwrap_or(pos).x - plot_rect.left()));
-                let here = screen.t(pos.x - plot_rect.left());
+                    .get_or_insert_with(|| screen.t(press_origin.unwrap_or(pos).x - areas.plot_rect.left()));
+                let here = screen.t(pos.x - areas.plot_rect.left());
                 let (a, b) = if here < origin { (here, origin) } else { (origin, here) };
                 view.range_ns = Some((a.round() as i64, b.round() as i64));
             }
@@ -337,55 +380,59 @@ pub fn timeline_ui(
             view.scroll_y -= delta.y;
         }
     }
-    if response.drag_stopped() && view.range_drag_origin_ns.take().is_some() {
-        output.range_changed = true;
-    }
+    response.drag_stopped() && view.range_drag_origin_ns.take().is_some()
+}
 
-    let plan = prepare_frame(data, view, plot_rect.size());
-    view.scroll_y = view.scroll_y.clamp(0.0, (plan.content_height - plot_rect.height() + TRACK_HEIGHT).max(0.0));
-    view.last_item_count = plan.items.len();
-
-    // Clicks: a header toggles its group; a click in the plot picks the event under it.
-    if response.clicked()
-        && let Some(pos) = response.interact_pointer_pos()
-    {
-        let row_at =
-            plan.rows.iter().find(|r| pos.y >= rows_rect.top() + r.y && pos.y < rows_rect.top() + r.y + r.height);
-        if let Some(placed) = row_at {
-            match &data.rows[placed.row].content {
-                RowContent::Header { id, .. } => {
-                    if !view.collapsed.remove(id) {
-                        view.collapsed.insert(*id);
-                    }
+/// A click at `pos`: a header toggles its group; in the plot, the event under it (`Some(None)`:
+/// a click on nothing, which clears the selection).
+fn click_input(
+    data: &TimelineData,
+    view: &mut TimelineView,
+    plan: &FramePlan,
+    areas: &Areas,
+    pos: Pos2,
+) -> Option<Option<Selected>> {
+    let row_at = plan
+        .rows
+        .iter()
+        .find(|r| pos.y >= areas.rows_rect.top() + r.y && pos.y < areas.rows_rect.top() + r.y + r.height);
+    if let Some(placed) = row_at {
+        match &data.rows[placed.row].content {
+            RowContent::Header { id, .. } => {
+                if !view.collapsed.remove(id) {
+                    view.collapsed.insert(*id);
                 }
-                RowContent::Track(track_index) if plot_rect.contains(pos) => {
-                    let screen = view.to_screen(plot_rect.width());
-                    let t = screen.t(pos.x - plot_rect.left());
-                    let tolerance = (3.0 * screen.ns_per_px) as i64;
-                    let track = &data.tracks[*track_index];
-                    let picked = track
-                        .event_at(t.round() as i64, tolerance)
-                        .map(|i| Selected { trace: track.trace, event: track.events[i] });
-                    output.clicked = Some(picked);
-                }
-                RowContent::Track(_) => {}
             }
-        } else if plot_rect.contains(pos) {
-            output.clicked = Some(None);
+            RowContent::Track(track_index) if areas.plot_rect.contains(pos) => {
+                let screen = view.to_screen(areas.plot_rect.width());
+                let t = screen.t(pos.x - areas.plot_rect.left());
+                let tolerance = (3.0 * screen.ns_per_px) as i64;
+                let track = &data.tracks[*track_index];
+                let picked = track
+                    .event_at(t.round() as i64, tolerance)
+                    .map(|i| Selected { trace: track.trace, event: track.events[i] });
+                return Some(picked);
+            }
+            RowContent::Track(_) => {}
         }
+    } else if areas.plot_rect.contains(pos) {
+        return Some(None);
     }
+    None
+}
 
-    paint::paint_timeline(ui, data, view, &plan, highlights, rect, axis_rect, rows_rect, plot_rect, hover);
-
-    // Tooltip: what is under the pointer, or how many events a folded block holds.
-    if let Some(pos) = hover.filter(|p| plot_rect.contains(*p))
+/// Tooltip: what is under the pointer, or how many events a folded block holds.
+fn tooltip_ui(data: &TimelineData, plan: &FramePlan, areas: &Areas, response: &egui::Response, hover: Option<Pos2>) {
+    if let Some(pos) = hover.filter(|p| areas.plot_rect.contains(*p))
         && !response.dragged()
-        && let Some(placed) =
-            plan.rows.iter().find(|r| pos.y >= rows_rect.top() + r.y && pos.y < rows_rect.top() + r.y + r.height)
+        && let Some(placed) = plan
+            .rows
+            .iter()
+            .find(|r| pos.y >= areas.rows_rect.top() + r.y && pos.y < areas.rows_rect.top() + r.y + r.height)
         && let RowContent::Track(track_index) = data.rows[placed.row].content
     {
         let placed_index = plan.rows.iter().position(|r| r.row == placed.row).unwrap_or(0) as u32;
-        let x = pos.x - plot_rect.left();
+        let x = pos.x - areas.plot_rect.left();
         let item =
             plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
         if let Some((_, item)) = item {
@@ -404,5 +451,4 @@ pub fn timeline_ui(
             });
         }
     }
-    output
 }

@@ -5,14 +5,18 @@
 use egui::epaint::text::{LayoutJob, TextFormat, TextWrapping};
 use egui::{Align2, Color32, FontId, Mesh, Pos2, Rect, Shape, Stroke, Vec2};
 
+use super::events::{EventKindInfo, dispatch};
 use super::layout::{EventKind, EventRef, RowContent, TimelineData};
 use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
+use shardscope_analyzer::render::{self, DurationDecimals};
+
+use crate::analysis::Categories;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
 const MIN_TEXT_WIDTH: f32 = 30.0;
-/// Distinct colours for categories (Tableau 10), readable on a dark background.
-const PALETTE: [Color32; 10] = [
+/// Colours for categories the rules file gives none (Tableau 10, readable on a dark background).
+pub(crate) const PALETTE: [Color32; 10] = [
     Color32::from_rgb(0x4e, 0x79, 0xa7),
     Color32::from_rgb(0xf2, 0x8e, 0x2b),
     Color32::from_rgb(0xe1, 0x57, 0x59),
@@ -25,60 +29,25 @@ const PALETTE: [Color32; 10] = [
     Color32::from_rgb(0xba, 0xb0, 0xac),
 ];
 
-/// The colour of an op category, by name so it stays the same whatever the category order.
-pub fn category_color(name: &str) -> Color32 {
-    if name.starts_with("comm") || name == "nccl" {
-        // `communication` and the report's `comm.<type>` labels.
-        return PALETTE[2];
+/// The colour of an op category or report label (`comm.<type>`): the one the rules file gives it
+/// (`[[category]]` tables), else one derived from its name, so it stays the same whatever the
+/// category order.
+pub fn category_color(categories: &Categories, name: &str) -> Color32 {
+    if let Some([r, g, b]) = categories.color_rgb(name) {
+        return Color32::from_rgb(r, g, b);
     }
-    match name {
-        "gemm" | "matmul" => PALETTE[0],
-        "embedding_sampling" | "reduction" => PALETTE[1],
-        "elementwise" => PALETTE[3],
-        "norm" | "normalization" => PALETTE[4],
-        "memcpy" | "memory" => PALETTE[5],
-        "attention" => PALETTE[6],
-        "memset" => PALETTE[8],
-        "other" => PALETTE[9],
-        _ => {
-            let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-            PALETTE[(hash % PALETTE.len() as u32) as usize]
-        }
-    }
+    let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    PALETTE[(hash % PALETTE.len() as u32) as usize]
 }
 
 /// The fill colour of an event.
 pub fn event_color(data: &TimelineData, trace: usize, event: EventRef) -> Color32 {
-    let t = &data.traces[trace];
-    match event.kind() {
-        EventKind::Kernel => {
-            let name = t.kernels[event.index()].name;
-            let category = data.name_categories[trace].get(name.0 as usize).copied().unwrap_or(0);
-            category_color(data.categories.name(category))
-        }
-        EventKind::MemOp => category_color(if t.memops[event.index()].is_memset() { "memset" } else { "memcpy" }),
-        EventKind::Api => Color32::from_rgb(0x6b, 0x7f, 0x99),
-        EventKind::Range => {
-            let name = t.ranges[event.index()].name;
-            // Ranges take muted colours by name so the same phase looks the same on every rank.
-            let base = PALETTE[(name.0 as usize * 7 + 3) % PALETTE.len()];
-            base.linear_multiply(0.75)
-        }
-    }
+    dispatch!(event.kind(), Info => Info::color(data, trace, event.index()))
 }
 
-/// Formats a duration with a unit that keeps 3–4 significant digits.
+/// A duration as the viewer shows it: the analyzer's formatter with three decimals in every unit.
 pub fn format_duration(ns: f64) -> String {
-    let abs = ns.abs();
-    if abs < 1e3 {
-        format!("{ns:.0} ns")
-    } else if abs < 1e6 {
-        format!("{:.3} µs", ns / 1e3)
-    } else if abs < 1e9 {
-        format!("{:.3} ms", ns / 1e6)
-    } else {
-        format!("{:.3} s", ns / 1e9)
-    }
+    render::format_duration(ns, DurationDecimals::FINE)
 }
 
 /// A tick label: as many decimals as the tick step needs.
@@ -132,7 +101,21 @@ fn wait_fraction(data: &TimelineData, trace: usize, item: &DrawItem) -> Option<f
     (duration_ns > 0).then(|| (wait_ns as f64 / duration_ns as f64) as f32)
 }
 
-/// Paints everything `plan` says; `rect` is the whole widget.
+/// The widget being painted: its painter and visuals, the whole rectangle and its parts.
+struct Canvas<'a> {
+    painter: egui::Painter,
+    visuals: &'a egui::Visuals,
+    /// The whole widget.
+    rect: Rect,
+    /// The time axis along the top.
+    axis_rect: Rect,
+    /// Labels and events, below the axis.
+    rows_rect: Rect,
+    /// Events only: right of the labels.
+    plot_rect: Rect,
+}
+
+/// Paints everything `plan` says; `rect` is the whole widget. One step per layer, back to front.
 #[allow(clippy::too_many_arguments)]
 pub fn paint_timeline(
     ui: &egui::Ui,
@@ -146,25 +129,32 @@ pub fn paint_timeline(
     plot_rect: Rect,
     hover: Option<Pos2>,
 ) {
-    let painter = ui.painter_at(rect);
-    let visuals = ui.visuals();
-    painter.rect_filled(rect, 0.0, visuals.extreme_bg_color);
-    let screen = view.to_screen(plot_rect.width());
-    let text_color = visuals.text_color();
-    let strong_text = visuals.strong_text_color();
+    let c = Canvas { painter: ui.painter_at(rect), visuals: ui.visuals(), rect, axis_rect, rows_rect, plot_rect };
+    c.painter.rect_filled(rect, 0.0, c.visuals.extreme_bg_color);
+    paint_rows(&c, data, view, plan);
+    paint_events(&c, data, plan);
+    paint_highlights(&c, data, view, plan, highlights);
+    paint_selected_range(&c, view);
+    paint_time_axis(&c, data, view);
+    paint_scroll_thumb(&c, view, plan);
+    paint_hover_line(&c, hover);
+}
 
-    // Rows: backgrounds and labels.
-    let rows_painter = painter.with_clip_rect(rows_rect);
+/// Row backgrounds and labels: headers with their fold triangle, tracks with their name.
+fn paint_rows(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &FramePlan) {
+    let text_color = c.visuals.text_color();
+    let strong_text = c.visuals.strong_text_color();
+    let rows_painter = c.painter.with_clip_rect(c.rows_rect);
     for (i, placed) in plan.rows.iter().enumerate() {
-        let top = rows_rect.top() + placed.y;
-        let row_rect = Rect::from_min_size(Pos2::new(rect.left(), top), Vec2::new(rect.width(), placed.height));
+        let top = c.rows_rect.top() + placed.y;
+        let row_rect = Rect::from_min_size(Pos2::new(c.rect.left(), top), Vec2::new(c.rect.width(), placed.height));
         let row = &data.rows[placed.row];
         let indent = f32::from(row.indent) * 12.0 + 4.0;
         match &row.content {
             RowContent::Header { id, label } => {
-                rows_painter.rect_filled(row_rect, 0.0, visuals.faint_bg_color.gamma_multiply(2.0));
+                rows_painter.rect_filled(row_rect, 0.0, c.visuals.faint_bg_color.gamma_multiply(2.0));
                 // A drawn triangle rather than a glyph: the default fonts have no arrows.
-                let centre = Pos2::new(rect.left() + indent + 4.0, top + placed.height / 2.0);
+                let centre = Pos2::new(c.rect.left() + indent + 4.0, top + placed.height / 2.0);
                 let points = if view.collapsed.contains(id) {
                     vec![centre + Vec2::new(-3.0, -4.0), centre + Vec2::new(3.0, 0.0), centre + Vec2::new(-3.0, 4.0)]
                 } else {
@@ -172,7 +162,7 @@ pub fn paint_timeline(
                 };
                 rows_painter.add(Shape::convex_polygon(points, strong_text, Stroke::NONE));
                 rows_painter.text(
-                    Pos2::new(rect.left() + indent + 12.0, top + placed.height / 2.0),
+                    Pos2::new(c.rect.left() + indent + 12.0, top + placed.height / 2.0),
                     Align2::LEFT_CENTER,
                     label,
                     FontId::proportional(12.0),
@@ -181,11 +171,11 @@ pub fn paint_timeline(
             }
             RowContent::Track(track) => {
                 if i % 2 == 0 {
-                    rows_painter.rect_filled(row_rect, 0.0, visuals.faint_bg_color);
+                    rows_painter.rect_filled(row_rect, 0.0, c.visuals.faint_bg_color);
                 }
                 let label_rect = Rect::from_min_max(
-                    Pos2::new(rect.left() + indent + 12.0, top),
-                    Pos2::new(rect.left() + super::LABEL_WIDTH - 4.0, top + placed.height),
+                    Pos2::new(c.rect.left() + indent + 12.0, top),
+                    Pos2::new(c.rect.left() + super::LABEL_WIDTH - 4.0, top + placed.height),
                 );
                 let galley = elided_text(&rows_painter, &data.tracks[*track].label, label_rect.width(), text_color);
                 rows_painter.galley(
@@ -196,19 +186,21 @@ pub fn paint_timeline(
             }
         }
     }
+}
 
-    // Events: one mesh of rectangles, then text on the wide ones.
-    let plot_painter = painter.with_clip_rect(plot_rect);
+/// Events: one mesh of rectangles (a collective's wait darker), then names on the wide ones.
+fn paint_events(c: &Canvas, data: &TimelineData, plan: &FramePlan) {
+    let plot_painter = c.painter.with_clip_rect(c.plot_rect);
     let mut mesh = Mesh::default();
     let mut texts = Vec::new();
-    let left = plot_rect.left();
+    let left = c.plot_rect.left();
     for (placed_index, item) in &plan.items {
         let placed = plan.rows[*placed_index as usize];
         let RowContent::Track(track_index) = data.rows[placed.row].content else { continue };
         let trace = data.tracks[track_index].trace;
-        let top = rows_rect.top() + placed.y + 1.0;
+        let top = c.rows_rect.top() + placed.y + 1.0;
         let x0 = (left + item.x0).max(left - 1.0);
-        let x1 = (left + item.x1).min(plot_rect.right() + 1.0);
+        let x1 = (left + item.x1).min(c.plot_rect.right() + 1.0);
         let event_rect = Rect::from_min_max(Pos2::new(x0, top), Pos2::new(x1.max(x0 + 1.0), top + placed.height - 2.0));
         let mut color = event_color(data, trace, item.event);
         if item.count > 1 {
@@ -231,7 +223,7 @@ pub fn paint_timeline(
     }
     plot_painter.add(Shape::mesh(mesh));
     for (event_rect, trace, event) in texts {
-        let visible = event_rect.intersect(plot_rect);
+        let visible = event_rect.intersect(c.plot_rect);
         let galley = elided_text(&plot_painter, data.event_name(trace, event), visible.width() - 4.0, Color32::BLACK);
         plot_painter.galley(
             Pos2::new(visible.left() + 2.0, event_rect.center().y - galley.size().y / 2.0),
@@ -239,7 +231,13 @@ pub fn paint_timeline(
             Color32::BLACK,
         );
     }
+}
 
+/// Outlines of the selected event and its peers, and the launch → kernel arrow.
+fn paint_highlights(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &FramePlan, highlights: &Highlights) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let left = c.plot_rect.left();
+    let plot_painter = c.painter.with_clip_rect(c.plot_rect);
     // Where is an event on screen (if its track is visible)?
     let event_rect = |selected: &Selected| -> Option<Rect> {
         let track = data.track_of(selected.trace, selected.event)?;
@@ -248,7 +246,7 @@ pub fn paint_timeline(
         let (start, end) = data.event_span(selected.trace, selected.event);
         let x0 = left + screen.x(start);
         let x1 = (left + screen.x(end)).max(x0 + 2.0);
-        let top = rows_rect.top() + placed.y;
+        let top = c.rows_rect.top() + placed.y;
         Some(Rect::from_min_max(Pos2::new(x0, top), Pos2::new(x1, top + placed.height)))
     };
     for peer in &highlights.peers {
@@ -273,41 +271,50 @@ pub fn paint_timeline(
         let end = Pos2::new(b.left(), b.center().y);
         plot_painter.arrow(start, end - start, Stroke::new(1.5, Color32::from_rgb(255, 200, 0)));
     }
+}
 
-    // Selected time range.
+/// The selected time range: a band over the axis and the rows, with its length.
+fn paint_selected_range(c: &Canvas, view: &TimelineView) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let left = c.plot_rect.left();
     if let Some((a, b)) = view.range_ns {
         let x0 = left + screen.x(a);
         let x1 = left + screen.x(b);
-        let band = Rect::from_min_max(Pos2::new(x0, axis_rect.top()), Pos2::new(x1.max(x0 + 1.0), rect.bottom()));
-        painter.with_clip_rect(Rect::from_min_max(axis_rect.min, plot_rect.max)).rect_filled(
+        let band = Rect::from_min_max(Pos2::new(x0, c.axis_rect.top()), Pos2::new(x1.max(x0 + 1.0), c.rect.bottom()));
+        c.painter.with_clip_rect(Rect::from_min_max(c.axis_rect.min, c.plot_rect.max)).rect_filled(
             band,
             0.0,
             Color32::from_rgba_unmultiplied(120, 170, 255, 40),
         );
-        painter.text(
-            Pos2::new((x0 + x1) / 2.0, axis_rect.bottom() - 2.0),
+        c.painter.text(
+            Pos2::new((x0 + x1) / 2.0, c.axis_rect.bottom() - 2.0),
             Align2::CENTER_BOTTOM,
             format_duration((b - a) as f64),
             FontId::proportional(11.0),
-            strong_text,
+            c.visuals.strong_text_color(),
         );
     }
+}
 
-    // Time axis, counted from the first event of all traces.
-    painter.rect_filled(axis_rect, 0.0, visuals.panel_fill);
+/// The time axis, counted from the first event of all traces, and the window's length.
+fn paint_time_axis(c: &Canvas, data: &TimelineData, view: &TimelineView) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let left = c.plot_rect.left();
+    let text_color = c.visuals.text_color();
+    c.painter.rect_filled(c.axis_rect, 0.0, c.visuals.panel_fill);
     let step = tick_step(screen.ns_per_px * 90.0);
     let relative_start = screen.start_ns - data.t0_ns as f64;
     let mut tick = (relative_start / step).ceil() * step;
-    let relative_end = relative_start + screen.ns_per_px * f64::from(plot_rect.width());
-    let axis_painter = painter.with_clip_rect(axis_rect.union(plot_rect));
+    let relative_end = relative_start + screen.ns_per_px * f64::from(c.plot_rect.width());
+    let axis_painter = c.painter.with_clip_rect(c.axis_rect.union(c.plot_rect));
     while tick <= relative_end {
         let x = left + ((tick - relative_start) / screen.ns_per_px) as f32;
         axis_painter.line_segment(
-            [Pos2::new(x, axis_rect.bottom() - 6.0), Pos2::new(x, plot_rect.bottom())],
-            Stroke::new(1.0, visuals.weak_text_color().gamma_multiply(0.25)),
+            [Pos2::new(x, c.axis_rect.bottom() - 6.0), Pos2::new(x, c.plot_rect.bottom())],
+            Stroke::new(1.0, c.visuals.weak_text_color().gamma_multiply(0.25)),
         );
         axis_painter.text(
-            Pos2::new(x + 3.0, axis_rect.top() + 3.0),
+            Pos2::new(x + 3.0, c.axis_rect.top() + 3.0),
             Align2::LEFT_TOP,
             format_tick(tick, step),
             FontId::proportional(11.0),
@@ -315,29 +322,33 @@ pub fn paint_timeline(
         );
         tick += step;
     }
-    painter.text(
-        Pos2::new(rect.left() + 4.0, axis_rect.center().y),
+    c.painter.text(
+        Pos2::new(c.rect.left() + 4.0, c.axis_rect.center().y),
         Align2::LEFT_CENTER,
         format!("window {}", format_duration(view.span_ns())),
         FontId::proportional(11.0),
         text_color,
     );
+}
 
-    // Vertical scroll position, when the rows do not fit.
-    if plan.content_height > rows_rect.height() {
-        let visible = rows_rect.height() / plan.content_height;
-        let top = rows_rect.top() + rows_rect.height() * (view.scroll_y / plan.content_height);
+/// The vertical scroll position, when the rows do not fit.
+fn paint_scroll_thumb(c: &Canvas, view: &TimelineView, plan: &FramePlan) {
+    if plan.content_height > c.rows_rect.height() {
+        let visible = c.rows_rect.height() / plan.content_height;
+        let top = c.rows_rect.top() + c.rows_rect.height() * (view.scroll_y / plan.content_height);
         let thumb = Rect::from_min_size(
-            Pos2::new(rect.right() - 5.0, top),
-            Vec2::new(4.0, (rows_rect.height() * visible).max(12.0)),
+            Pos2::new(c.rect.right() - 5.0, top),
+            Vec2::new(4.0, (c.rows_rect.height() * visible).max(12.0)),
         );
-        painter.rect_filled(thumb, 2.0, Color32::from_white_alpha(70));
+        c.painter.rect_filled(thumb, 2.0, Color32::from_white_alpha(70));
     }
+}
 
-    // Hover cursor line.
-    if let Some(pos) = hover.filter(|p| plot_rect.contains(*p)) {
-        painter.line_segment(
-            [Pos2::new(pos.x, axis_rect.top()), Pos2::new(pos.x, plot_rect.bottom())],
+/// The hover cursor line.
+fn paint_hover_line(c: &Canvas, hover: Option<Pos2>) {
+    if let Some(pos) = hover.filter(|p| c.plot_rect.contains(*p)) {
+        c.painter.line_segment(
+            [Pos2::new(pos.x, c.axis_rect.top()), Pos2::new(pos.x, c.plot_rect.bottom())],
             Stroke::new(1.0, Color32::from_white_alpha(60)),
         );
     }

@@ -17,12 +17,12 @@
 //!
 //! ```
 //! let mut file = b"EXAMPLE1".to_vec();
-//! let mut frame = shardscope_spool_frame::begin_frame();
+//! let mut frame = shardscope_spool::frame::begin_frame();
 //! frame.extend_from_slice(b"payload");
-//! shardscope_spool_frame::seal_frame(&mut frame);
+//! shardscope_spool::frame::seal_frame(&mut frame);
 //! file.extend_from_slice(&frame);
 //! file.extend_from_slice(&frame[..5]); // a frame cut short by a crash
-//! let mut frames = shardscope_spool_frame::Frames::new(&file, b"EXAMPLE1", 1 << 20).unwrap();
+//! let mut frames = shardscope_spool::frame::Frames::new(&file, b"EXAMPLE1", 1 << 20).unwrap();
 //! assert_eq!(frames.next(), Some(&b"payload"[..]));
 //! assert_eq!(frames.next(), None);
 //! assert_eq!(frames.leftover_bytes(), 5);

@@ -1,8 +1,16 @@
 //! The spool file survives being cut off anywhere: complete frames read back exactly, a torn
 //! last frame is reported, not fatal.
 
-use shardscope_inject::record::{ApiRecord, KernelRecord, ProcessInfo, SpoolRecord};
-use shardscope_inject::spool::{MAGIC, SpoolError, SpoolWriter, parse_spool, read_spool};
+use shardscope_spool::cupti::{ApiRecord, KernelRecord, MAGIC, ProcessInfo, SpoolRecord, SpoolWriter};
+use shardscope_spool::{SpoolContents, SpoolError};
+
+fn read_spool(path: &std::path::Path) -> Result<SpoolContents<SpoolRecord>, SpoolError> {
+    shardscope_spool::read_spool(path)
+}
+
+fn parse_spool(bytes: &[u8]) -> Result<SpoolContents<SpoolRecord>, SpoolError> {
+    shardscope_spool::parse_spool(bytes)
+}
 
 fn sample_batches() -> Vec<Vec<SpoolRecord>> {
     let process = SpoolRecord::Process(ProcessInfo {
@@ -100,6 +108,6 @@ fn corrupt_frame_stops_reading_and_bad_magic_is_an_error() {
     let contents = parse_spool(&bytes).unwrap();
     assert_eq!(contents.frames, 2);
     assert!(contents.truncated_bytes > 0);
-    assert!(matches!(parse_spool(b"PK\x03\x04not a spool"), Err(SpoolError::NotASpool)));
+    assert!(matches!(parse_spool(b"PK\x03\x04not a spool"), Err(SpoolError::NotASpool { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,8 +1,8 @@
 //! Linking operations to NCCL kernels in a fabricated trace: two communicators on two streams,
 //! a grouped send/receive that ran as one kernel, and a cropped capture that lost a kernel.
 
+use shardscope_io::nccl::{NcclOperation, OpKind, attach_to_kernels, to_collectives};
 use shardscope_model::{ApiCall, CollectiveOp, Kernel, Process, Trace};
-use shardscope_nccl_profiler::{NcclOperation, OpKind, attach_to_kernels, to_collectives};
 
 fn op(comm_id: u64, func: &str, group: u64, cpu_start_ns: i64, seq: Option<u64>) -> NcclOperation {
     NcclOperation {

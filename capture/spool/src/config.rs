@@ -1,9 +1,10 @@
-//! The environment variables through which `capture` configures the injection library.
+//! The environment variables through which `capture` configures the injection library and the
+//! NCCL profiler plugin, and the activity groups (`--trace`) they carry.
 //!
-//! Configuration passes only through these names, so the library also works when a user
-//! sets `CUDA_INJECTION64_PATH` by hand.
+//! Configuration passes only through these names, so the libraries also work when a user sets
+//! `CUDA_INJECTION64_PATH` or `NCCL_PROFILER_PLUGIN` by hand.
 
-/// Folder where each process writes its spool file. Without it the library records nothing.
+/// Folder where each process writes its spool files. Without it neither library records anything.
 pub const SPOOL_DIR_ENV: &str = "SHARDSCOPE_SPOOL_DIR";
 /// Comma-separated activity groups to record (see [`TraceKinds::parse`]); all when unset.
 pub const TRACE_ENV: &str = "SHARDSCOPE_TRACE";

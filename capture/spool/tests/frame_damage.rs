@@ -3,7 +3,7 @@
 //! written intact and is not touched by the damage is read back.
 
 use proptest::prelude::*;
-use shardscope_spool_frame::{Frames, HEADER_BYTES, begin_frame, seal_frame};
+use shardscope_spool::frame::{Frames, HEADER_BYTES, begin_frame, seal_frame};
 
 const MAGIC: &[u8; 8] = b"TESTSPL1";
 

@@ -26,6 +26,7 @@
 //! | `gpuStart`, `gpuEnd` | INTEGER | earliest start / latest end over the kernel's channels: the GPU's `%globaltimer` in ns, as NCCL's kernel read it, not shifted (its offset to trace time differs per GPU: see `AttachStats::gpu_timer_minus_trace_ns`); NULL without kernel-channel events |
 //! | `kernelChannels` | INTEGER | kernel-channel events seen |
 //! | `interfaceVersion` | INTEGER | profiler interface NCCL used (3–5) |
+//! | `kernelCorrelationId`, `kernelStart` | INTEGER | the kernel this operation's launch ran in (its `correlationId` and `start` in `CUPTI_ACTIVITY_KIND_KERNEL`, same `globalPid`), on the first operation of each launch that capture linked; NULL otherwise. Files written before these columns existed are linked again on reading |
 //!
 //! `SHARDSCOPE_NCCL_COMMUNICATORS(globalPid, pid, commId, commName, rank, nRanks, nNodes,
 //! interfaceVersion, initTime)`: one row per communicator a process initialised (`initTime` in
@@ -37,7 +38,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::ops::{NcclOperation, NcclProcess, OpKind};
+use super::attach::KernelLink;
+use super::ops::{NcclOperation, NcclProcess, OpKind};
 
 /// Name of the operations table.
 pub const COLLECTIVES_TABLE: &str = "SHARDSCOPE_NCCL_COLLECTIVES";
@@ -76,7 +78,8 @@ fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
             elementBytes INTEGER, bytes INTEGER, root INTEGER, peer INTEGER, algo TEXT NOT NULL,
             proto TEXT NOT NULL, nChannels INTEGER NOT NULL, nWarps INTEGER NOT NULL, groupId INTEGER NOT NULL,
             cpuStart INTEGER, cpuEnd INTEGER, gpuStart INTEGER, gpuEnd INTEGER,
-            kernelChannels INTEGER NOT NULL, interfaceVersion INTEGER NOT NULL);
+            kernelChannels INTEGER NOT NULL, interfaceVersion INTEGER NOT NULL,
+            kernelCorrelationId INTEGER, kernelStart INTEGER);
          CREATE TABLE IF NOT EXISTS {COMMUNICATORS_TABLE} (
             globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, commId INTEGER NOT NULL, commName TEXT NOT NULL,
             rank INTEGER NOT NULL, nRanks INTEGER NOT NULL, nNodes INTEGER NOT NULL,
@@ -92,7 +95,7 @@ fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOpti
     let mut insert_op = conn.prepare(&format!(
         "INSERT INTO {COLLECTIVES_TABLE} VALUES
          (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
-          ?24, ?25, ?26, ?27)"
+          ?24, ?25, ?26, ?27, ?28, ?29)"
     ))?;
     let mut insert_comm =
         conn.prepare(&format!("INSERT INTO {COMMUNICATORS_TABLE} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"))?;
@@ -126,7 +129,8 @@ fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOpti
                 session(c.cpu_ns as i64),
             ])?;
         }
-        for o in &process.operations {
+        for (index, o) in process.operations.iter().enumerate() {
+            let kernel = process.kernel_links.get(index).copied().flatten();
             insert_op.execute(params![
                 global_pid,
                 process.pid,
@@ -155,6 +159,8 @@ fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOpti
                 o.gpu_end_ns,
                 o.kernel_channels,
                 o.interface_version,
+                kernel.map(|k| k.correlation_id),
+                kernel.map(|k| k.start_ns),
             ])?;
         }
     }
@@ -170,6 +176,19 @@ pub struct StoredOperation {
     pub pid: u32,
     /// The operation; its CPU times are trace ns (since the session start).
     pub operation: NcclOperation,
+    /// The kernel capture linked it to (see [`stores_kernel_links`]).
+    pub kernel: Option<KernelLink>,
+}
+
+/// Whether the file's operations table has the kernel link columns (files written before they
+/// existed must be linked by matching again).
+pub fn stores_kernel_links(conn: &Connection) -> rusqlite::Result<bool> {
+    let count: i64 = conn.query_row(
+        &format!("SELECT count(*) FROM pragma_table_info('{COLLECTIVES_TABLE}') WHERE name = 'kernelCorrelationId'"),
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(count > 0)
 }
 
 /// Reads [`COLLECTIVES_TABLE`] in process and start order; empty when the file has no such table.
@@ -182,10 +201,11 @@ pub fn read_tables(conn: &Connection) -> rusqlite::Result<Vec<StoredOperation>> 
     if exists.is_none() {
         return Ok(Vec::new());
     }
+    let link_columns = if stores_kernel_links(conn)? { "kernelCorrelationId, kernelStart" } else { "NULL, NULL" };
     let mut statement = conn.prepare(&format!(
         "SELECT globalPid, pid, event, kind, commId, commName, rank, nRanks, seqNumber, func, count, datatype,
                 elementBytes, bytes, root, peer, algo, proto, nChannels, nWarps, groupId, cpuStart, cpuEnd,
-                gpuStart, gpuEnd, kernelChannels, interfaceVersion
+                gpuStart, gpuEnd, kernelChannels, interfaceVersion, {link_columns}
          FROM {COLLECTIVES_TABLE} ORDER BY globalPid, cpuStart, event"
     ))?;
     let rows = statement.query_map([], |r| {
@@ -219,6 +239,10 @@ pub fn read_tables(conn: &Connection) -> rusqlite::Result<Vec<StoredOperation>> 
                 gpu_end_ns: r.get(24)?,
                 kernel_channels: r.get(25)?,
                 interface_version: r.get(26)?,
+            },
+            kernel: match (r.get::<_, Option<u32>>(27)?, r.get::<_, Option<i64>>(28)?) {
+                (Some(correlation_id), Some(start_ns)) => Some(KernelLink { correlation_id, start_ns }),
+                _ => None,
             },
         })
     })?;

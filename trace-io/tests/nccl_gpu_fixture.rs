@@ -1,4 +1,4 @@
-//! Spools the plugin recorded on two H200 GPUs (see `tests/data/README.md`): their content, and
+//! Spools the plugin recorded on two H200 GPUs (see `capture/nccl-profiler/tests/data/README.md`): their content, and
 //! linking them to the NCCL kernels of the Kineto traces recorded in the same processes.
 //!
 //! The expected numbers were counted from the raw files with an independent Python decoder and
@@ -6,11 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
+use shardscope_io::nccl::{
+    NcclProcess, OpKind, attach_linked, attach_to_kernels, kernel_links, read_process, read_spool_dir,
+};
 use shardscope_model::{CollectiveOp, ProcessIdx};
-use shardscope_nccl_profiler::{NcclProcess, OpKind, attach_to_kernels, read_process, read_spool_dir};
 
 fn data(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(path)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../capture/nccl-profiler/tests/data").join(path)
 }
 
 const COMM_ID: u64 = 0x0929_271c_ebe3_241d;
@@ -88,8 +90,19 @@ fn link_rank(rank: usize, spool: &str, expected_offset_us: f64) {
     trace.collectives.clear();
 
     let offset = trace.clock_offset_ns.unwrap();
+    let unlinked_trace = trace.clone();
     let stats =
         attach_to_kernels(&mut trace, nccl_process, &process.operations, &|t| Some(process.realtime_ns(t)? - offset));
+
+    // What a capture file stores of the match, applied to the same kernels, links them alike.
+    let links = kernel_links(&trace, nccl_process, 0, process.operations.len());
+    assert_eq!(links.iter().flatten().count(), 36);
+    let mut relinked = unlinked_trace;
+    let unlinked = attach_linked(&mut relinked, nccl_process, &process.operations, &links);
+    assert_eq!(unlinked, stats.launches_unlinked);
+    assert_eq!(relinked.collectives, trace.collectives);
+    assert!(relinked.kernels.iter().zip(&trace.kernels).all(|(a, b)| a.collective == b.collective));
+
     trace.finish();
     assert_eq!((stats.launches_linked, stats.launches_unlinked, stats.kernels_unlinked), (36, 37, 0));
     let linked: Vec<_> = trace.kernels.iter().filter(|k| k.collective.is_some()).collect();

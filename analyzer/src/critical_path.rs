@@ -1,0 +1,401 @@
+//! The cross-rank critical path of one step or window, from the dependency model of [`crate::depgraph`].
+//!
+//! The path ends at the end of the GPU operation that ends last (over all ranks) and is walked back along each
+//! vertex's binding dependency (the predecessor that finished last) to the window start; it crosses to another
+//! rank where a collective waited for that rank's arrival. It is listed as segments in time order:
+//! - `run`: an operation's own time (a matched collective's transfer, a blocking call's return after the GPU
+//!   work it waited for);
+//! - `delay`: time before an operation starts that no modelled dependency explains: host work between two calls
+//!   on a thread (category `host_gap`) or a GPU delay (launch latency, contention, unrecorded waits: `gpu_delay`).
+//!
+//! Each segment names the edge that made it wait (`stream order`, `launch`, `host order`, `host sync on GPU
+//! work`, `cross-stream (inferred)`, `collective wait` with the rank that arrived last). The segments add up to
+//! the measured time: the last GPU end minus the window start (less any overlap where the record contradicts an
+//! edge by a few ns, reported as `overlap`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use shardscope_model::Trace;
+
+use crate::collectives::{self, RankKey};
+use crate::depgraph::{BEFORE_WINDOW, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex};
+use crate::report::{self, Options};
+
+/// A model ready for analysis: the graph and how its window was chosen.
+pub struct Model {
+    /// The dependency graph.
+    pub graph: Graph,
+    /// The analysed window: `[start, end)` of the trace clock (`None`: the whole trace).
+    pub window_ns: Option<(i64, i64)>,
+    /// The step, when the window is one.
+    pub step: Option<usize>,
+    /// The input files.
+    pub inputs: Vec<String>,
+    /// Notes on the model as a whole.
+    pub notes: Vec<String>,
+}
+
+/// Builds the model of `traces` for `window_ns`, or for step `step` (0 = the first step found on each rank; each
+/// rank contributes the work of its own step, and the window runs from the earliest start of that step on any
+/// rank to the latest end).
+pub fn build_model(
+    traces: &[Trace],
+    options: &Options,
+    window_ns: Option<(i64, i64)>,
+    step: Option<usize>,
+) -> Result<Model, String> {
+    // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
+    let mut whole = options.clone();
+    whole.window_ns = None;
+    let report = report::analyze(traces, &whole);
+    let mut ranks = Vec::new();
+    let mut step_window: Option<(i64, i64)> = None;
+    let mut rank_windows: Vec<Option<(i64, i64)>> = Vec::new();
+    for rank in &report.ranks {
+        let Some(trace_index) = traces.iter().position(|t| t.source.path == rank.source) else { continue };
+        let trace = &traces[trace_index];
+        let Some(device) = (0..trace.devices.len()).find(|&d| trace.devices[d].ordinal == rank.device) else {
+            continue;
+        };
+        ranks.push(RankSpec {
+            key: RankKey { trace: trace_index, device: shardscope_model::DeviceIdx(device as u32) },
+            rank: rank.rank,
+        });
+        if let Some(n) = step {
+            let intervals = rank.steps.as_ref().map(|s| s.intervals.as_slice()).unwrap_or_default();
+            let Some(&(start, end)) = intervals.get(n) else {
+                return Err(format!(
+                    "--step {n}: rank {} has {} step(s) (counted from 0, after --skip-steps)",
+                    rank.rank,
+                    intervals.len()
+                ));
+            };
+            step_window = Some(step_window.map_or((start, end), |(a, b)| (a.min(start), b.max(end))));
+            rank_windows.push(Some((start, end)));
+        } else {
+            rank_windows.push(window_ns);
+        }
+    }
+    if ranks.is_empty() {
+        return Err("no GPU with kernels or memory operations in the input".into());
+    }
+    let window_ns = step_window.or(window_ns);
+    let matching = collectives::match_traces(traces, &options.classifier);
+    let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
+    if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
+        return Err(match window_ns {
+            Some((a, b)) => format!("no GPU work launched in the window {a}:{b}"),
+            None => "no GPU work in the input".into(),
+        });
+    }
+    let mut notes = report.notes.clone();
+    if graph.stats.clocks_not_aligned {
+        notes.push(
+            "ranks ran on different hosts: cross-rank edges use the recorded clocks as they are, so waits across \
+             hosts include the clock difference"
+                .into(),
+        );
+    }
+    Ok(Model { graph, window_ns, step, inputs: traces.iter().map(|t| t.source.path.clone()).collect(), notes })
+}
+
+/// One segment of the critical path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Segment {
+    /// Rank it ran on.
+    pub rank: u32,
+    /// `stream N` or `thread N`.
+    pub lane: String,
+    /// The operation: kernel name, API call name, `[CUDA memcpy]`, ...
+    pub op: String,
+    /// `run` (the operation's own time) or `delay` (before it starts).
+    pub part: &'static str,
+    /// Op category of a run (`gemm`, `comm.all_reduce`, `host`, ...); `host_gap` or `gpu_delay` of a delay.
+    pub category: String,
+    /// Start on the trace clock.
+    pub start_ns: i64,
+    /// End on the trace clock.
+    pub end_ns: i64,
+    /// Length.
+    pub duration_ns: i64,
+    /// The edge that made it wait: its binding dependency.
+    pub after: String,
+    /// For a collective wait: the rank that arrived last; for other edges from another rank, that rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_rank: Option<u32>,
+}
+
+/// Time on the path of one category or rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Share {
+    /// Category name or `rank N`.
+    pub name: String,
+    /// Time on the path.
+    pub ns: i64,
+    /// Share of the path, percent.
+    pub pct: f64,
+}
+
+/// The critical path of one window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CriticalPath {
+    /// The input files.
+    pub inputs: Vec<String>,
+    /// The analysed window (`null`: the whole trace).
+    pub window_ns: Option<(i64, i64)>,
+    /// The step, when the window is one.
+    pub step: Option<usize>,
+    /// Where the path's time is measured from: the window start (or the first operation).
+    pub start_ns: i64,
+    /// Last GPU end minus `start_ns`.
+    pub measured_ns: i64,
+    /// Sum of the segments (equals `measured_ns` unless the record contradicts an edge: see `overlap`).
+    pub path_ns: i64,
+    /// The path, in time order.
+    pub segments: Vec<Segment>,
+    /// Time on the path per category, most first.
+    pub by_category: Vec<Share>,
+    /// Time on the path per rank, most first.
+    pub by_rank: Vec<Share>,
+    /// What was modelled and what could not be.
+    pub model: ModelStats,
+    /// Notes on the inputs.
+    pub notes: Vec<String>,
+}
+
+/// The name of an operation.
+pub fn op_name(traces: &[Trace], graph: &Graph, op: u32) -> String {
+    let o = &graph.ops[op as usize];
+    let trace = &traces[o.trace as usize];
+    match o.kind {
+        OpKind::Kernel => trace.names.get(trace.kernels[o.index as usize].name).to_string(),
+        OpKind::Copy => {
+            let m = &trace.memops[o.index as usize];
+            format!("[CUDA memcpy {}]", m.copy_kind.map_or("", |k| k.label()))
+        }
+        OpKind::Set => "[CUDA memset]".into(),
+        OpKind::Graph => format!("[CUDA graph {}]", trace.graph_launches[o.index as usize].graph_id),
+        OpKind::HostCall => trace.names.get(trace.api_calls[o.index as usize].name).to_string(),
+    }
+}
+
+fn lane(graph: &Graph, op: u32) -> String {
+    let o = &graph.ops[op as usize];
+    if o.kind.on_gpu() { format!("stream {}", o.lane) } else { format!("thread {}", o.lane) }
+}
+
+/// The critical path of `model`.
+pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
+    let graph = &model.graph;
+    let steps = graph.critical_path();
+    let start_ns = graph.window_start_ns;
+    let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(start_ns));
+    let mut segments = Vec::new();
+    let mut by_category: BTreeMap<String, i64> = BTreeMap::new();
+    let mut by_rank: BTreeMap<u32, i64> = BTreeMap::new();
+    if let Some(first) = steps.first()
+        && first.from_ns > start_ns
+    {
+        *by_category.entry(BEFORE_WINDOW.into()).or_default() += first.from_ns - start_ns;
+    }
+    let mut overlap_ns = 0;
+    for (position, step) in steps.iter().enumerate() {
+        if position > 0 {
+            overlap_ns += (step.from_ns - steps[position - 1].to_ns).min(0);
+        }
+        let Some(op) = graph.op_of_vertex(step.vertex) else { continue };
+        let duration_ns = step.to_ns - step.from_ns;
+        if duration_ns == 0 {
+            continue;
+        }
+        let o = &graph.ops[op as usize];
+        let is_run = step.vertex == end_vertex(op);
+        let category = if is_run {
+            graph.categories[o.category as usize].clone()
+        } else if o.kind.on_gpu() {
+            GPU_DELAY.to_string()
+        } else {
+            HOST_GAP.to_string()
+        };
+        // The edge that made it wait: a run entered from its own start waited for whatever its start waited for.
+        let mut entered = position;
+        while entered > 0 && steps[entered].after == EdgeKind::Run {
+            entered -= 1;
+        }
+        let edge = steps[entered].after;
+        // The rank the path came from: for a collective wait, the member that arrived last (two steps back, before
+        // the barrier); otherwise the previous vertex's operation.
+        let came_from = match edge {
+            EdgeKind::CollectiveRelease => entered.checked_sub(2).map(|p| steps[p].vertex),
+            _ => entered.checked_sub(1).map(|p| steps[p].vertex),
+        };
+        let from_rank = came_from
+            .and_then(|v| graph.op_of_vertex(v))
+            .map(|p| graph.ranks[graph.ops[p as usize].rank_index as usize].rank);
+        let rank = graph.ranks[o.rank_index as usize].rank;
+        let after = match edge {
+            EdgeKind::Dropped if entered == 0 => "window start".to_string(),
+            EdgeKind::Dropped => "work before the window".to_string(),
+            EdgeKind::CollectiveRelease => match from_rank {
+                Some(r) => format!("collective wait on rank {r}"),
+                None => "collective wait".to_string(),
+            },
+            kind => kind.describe().to_string(),
+        };
+        *by_category.entry(category.clone()).or_default() += duration_ns;
+        *by_rank.entry(rank).or_default() += duration_ns;
+        segments.push(Segment {
+            rank,
+            lane: lane(graph, op),
+            op: op_name(traces, graph, op),
+            part: if is_run { "run" } else { "delay" },
+            category,
+            start_ns: step.from_ns,
+            end_ns: step.to_ns,
+            duration_ns,
+            after,
+            after_rank: from_rank.filter(|&r| r != rank),
+        });
+    }
+    if overlap_ns != 0 {
+        by_category.insert("overlap".into(), overlap_ns);
+    }
+    let path_ns: i64 = by_category.values().sum();
+    let share = |name: String, ns: i64| Share {
+        name,
+        ns,
+        pct: if path_ns > 0 { ns as f64 * 100.0 / path_ns as f64 } else { 0.0 },
+    };
+    let mut categories: Vec<Share> = by_category.into_iter().map(|(name, ns)| share(name, ns)).collect();
+    categories.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    let mut ranks: Vec<Share> = by_rank.into_iter().map(|(rank, ns)| share(format!("rank {rank}"), ns)).collect();
+    ranks.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    CriticalPath {
+        inputs: model.inputs.clone(),
+        window_ns: model.window_ns,
+        step: model.step,
+        start_ns,
+        measured_ns,
+        path_ns,
+        segments,
+        by_category: categories,
+        by_rank: ranks,
+        model: graph.stats.clone(),
+        notes: model.notes.clone(),
+    }
+}
+
+/// Nanoseconds for people: `1.25 ms`, `830.0 µs`, `12 ns`.
+pub fn human_ns(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let sign = if ns < 0 { "-" } else { "" };
+    if a >= 1e9 {
+        format!("{sign}{:.3} s", a / 1e9)
+    } else if a >= 1e6 {
+        format!("{sign}{:.2} ms", a / 1e6)
+    } else if a >= 1e3 {
+        format!("{sign}{:.1} µs", a / 1e3)
+    } else {
+        format!("{sign}{a} ns")
+    }
+}
+
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut out: String = text.chars().take(width - 1).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// The model's counts as table lines.
+pub fn model_lines(stats: &ModelStats, notes: &[String]) -> String {
+    let mut out = String::new();
+    let edges: Vec<String> = stats.edges.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    out.push_str(&format!(
+        "model: {} operations ({} GPU, {} host calls), {} collective instances; edges: {}\n",
+        stats.ops,
+        stats.gpu_ops,
+        stats.host_calls,
+        stats.collective_instances,
+        edges.join(", ")
+    ));
+    let mut unmodelled = Vec::new();
+    for (count, what) in [
+        (stats.unmatched_comm_kernels, "communication kernels not matched on another rank (plain kernels)"),
+        (stats.gpu_ops_without_launch, "GPU operations without a recorded launch call"),
+        (stats.blocking_calls_without_gpu_work, "blocking calls with no GPU work found ending during them"),
+        (
+            stats.stream_wait_calls_not_followed,
+            "stream-wait calls not followed (no event ids in the trace model; cross-stream waits inferred from timing)",
+        ),
+        (stats.host_calls_without_rank, "host calls of processes that drive no analysed GPU (left out)"),
+        (stats.edges_dropped_for_cycles, "edges dropped to break cycles (inconsistent input)"),
+        (stats.inconsistent_vertices, "recorded times the model cannot reproduce"),
+    ] {
+        if count > 0 {
+            unmodelled.push(format!("{count} {what}"));
+        }
+    }
+    if !unmodelled.is_empty() {
+        out.push_str(&format!("not modelled: {}\n", unmodelled.join("; ")));
+    }
+    for note in notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out
+}
+
+/// The path as a table: the `limit` longest segments in time order (0: all), then the totals.
+pub fn table(path: &CriticalPath, limit: usize) -> String {
+    let mut out = String::new();
+    let what = match (path.step, path.window_ns) {
+        (Some(n), Some((a, b))) => format!("step {n} ({a}..{b} ns)"),
+        (_, Some((a, b))) => format!("window {a}..{b} ns"),
+        _ => "whole trace".to_string(),
+    };
+    out.push_str(&format!(
+        "critical path of {what}: {} from {} ns to the last GPU end; {} segments\n",
+        human_ns(path.measured_ns),
+        path.start_ns,
+        path.segments.len()
+    ));
+    let mut shown: Vec<usize> = (0..path.segments.len()).collect();
+    if limit > 0 && shown.len() > limit {
+        shown.sort_by_key(|&i| (std::cmp::Reverse(path.segments[i].duration_ns), i));
+        shown.truncate(limit);
+        shown.sort_unstable();
+        out.push_str(&format!("the {limit} longest segments, in time order (--limit 0 shows all):\n"));
+    }
+    out.push_str(&format!(
+        "  {:>14} {:>10}  {:>4}  {:<12} {:<6} {:<16} {:<28} {}\n",
+        "start_ns", "duration", "rank", "lane", "part", "category", "after", "operation"
+    ));
+    for &i in &shown {
+        let s = &path.segments[i];
+        out.push_str(&format!(
+            "  {:>14} {:>10}  {:>4}  {:<12} {:<6} {:<16} {:<28} {}\n",
+            s.start_ns,
+            human_ns(s.duration_ns),
+            s.rank,
+            s.lane,
+            s.part,
+            shorten(&s.category, 16),
+            shorten(&s.after, 28),
+            shorten(&s.op, 70)
+        ));
+    }
+    out.push_str("time on the path per category:\n");
+    for s in &path.by_category {
+        out.push_str(&format!("  {:<20} {:>10} {:>6.1}%\n", s.name, human_ns(s.ns), s.pct));
+    }
+    out.push_str("time on the path per rank:\n");
+    for s in &path.by_rank {
+        out.push_str(&format!("  {:<20} {:>10} {:>6.1}%\n", s.name, human_ns(s.ns), s.pct));
+    }
+    out.push_str(&model_lines(&path.model, &path.notes));
+    out
+}

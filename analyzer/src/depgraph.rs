@@ -1,0 +1,1054 @@
+//! The dependency model of a sharded run: which recorded operation had to wait for which, on every rank, and a
+//! replay of it with changed durations.
+//!
+//! **Operations.** Every GPU kernel, copy, set and whole-graph execution of a rank, and every CUDA API call of the
+//! host process that drives the rank's GPU. An operation is two vertices: its *start* and its *end*.
+//!
+//! **Edges** (each from the start or end of one operation to the start or end of another):
+//! - *stream order*: a GPU operation starts after the previous one on its stream ends;
+//! - *launch*: a GPU operation starts after its launching call (linked by correlation id) starts;
+//! - *host order*: a call starts after the previous call on its thread ends (a call nested in another starts
+//!   after its parent starts);
+//! - *host sync*: a blocking call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize`,
+//!   synchronous `cudaMemcpy`, their driver forms) ends after the GPU operation it waited for: the operation of
+//!   its rank, issued before the call, that ended last while the call was blocked;
+//! - *collective*: every matched instance of a collective or point-to-point operation (see
+//!   [`crate::collectives`]) gets one barrier vertex that is reached when the last member starts; each member's
+//!   transfer begins at the later of its own start and the barrier, so a collective cannot finish before the
+//!   last rank arrives. The time a member spends before its transfer begins is its wait; it is not a duration;
+//! - *cross-stream (inferred)*: the trace model keeps no event handles, so `cudaEventRecord` /
+//!   `cudaStreamWaitEvent` pairs cannot be followed. A GPU operation that started later than all its modelled
+//!   dependencies allow and within [`CROSS_STREAM_SLACK_NS`] of the end of an operation on another stream of the
+//!   same GPU is taken to have waited for that operation.
+//!
+//! **Timing.** A vertex's time is the latest of its predecessors' times (each plus a lag) plus its *own* time.
+//! For an end vertex the own time is the operation's duration (for a matched collective, its transfer time; for a
+//! blocking call, the time from the awaited GPU work's end to the call's return). For a start vertex it is the
+//! delay nothing in the model explains: on a host thread, host work between two calls (a *host gap*); on a GPU,
+//! launch latency, contention, or waits the trace does not record (a *GPU delay*). Lags are zero except where the
+//! trace contradicts an edge (an operation that starts slightly before its predecessor ends): then the lag is the
+//! (negative) measured difference, so that replaying the model with the measured own times reproduces every
+//! recorded time exactly. Work outside the analysed window keeps its measured times.
+//!
+//! **Replay.** Earliest-start simulation in topological order with changed own times: [`Graph::simulate`].
+//!
+//! **Critical path.** From the end of the GPU operation that ends last, walk back along the *binding*
+//! dependency of each vertex (the predecessor whose time plus lag is latest; on ties the operation's own start,
+//! then the first recorded edge) until the window start. The walk crosses ranks at collectives: the barrier's
+//! binding predecessor is the start of the member that arrived last. [`Graph::critical_path`].
+//!
+//! Memory is linear in the number of events: two vertices per operation, one per collective instance, and a
+//! bounded number of edges per vertex.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
+
+use crate::categories::{COMM_PREFIX, Classifier, KernelClass};
+use crate::collectives::{Matching, RankKey};
+
+/// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
+/// taken as an (inferred) cross-stream wait.
+pub const CROSS_STREAM_SLACK_NS: i64 = 10_000;
+
+/// Category of host calls (their own time on the host).
+pub const HOST: &str = "host";
+/// Category of host gaps on the critical path (host work between two calls).
+pub const HOST_GAP: &str = "host_gap";
+/// Category of unexplained GPU delays on the critical path (launch latency, contention, unrecorded waits).
+pub const GPU_DELAY: &str = "gpu_delay";
+/// Category of the critical path's time before its first operation: waiting for work before the window.
+pub const BEFORE_WINDOW: &str = "before_window";
+
+/// How far back [`Graph::build`] looks among the ends of a rank's GPU operations for the one a blocking call or a
+/// late GPU operation waited for.
+const SEARCH_BACK: usize = 64;
+
+/// What an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A GPU kernel.
+    Kernel,
+    /// A memory copy.
+    Copy,
+    /// A memory set.
+    Set,
+    /// A CUDA graph recorded as one execution.
+    Graph,
+    /// A CUDA API call on a host thread.
+    HostCall,
+}
+
+impl OpKind {
+    /// True for work on the GPU.
+    pub fn on_gpu(self) -> bool {
+        self != OpKind::HostCall
+    }
+}
+
+/// One operation of the model.
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    /// What it is.
+    pub kind: OpKind,
+    /// Index of its rank in [`Graph::ranks`].
+    pub rank_index: u32,
+    /// Index of its trace in the input list.
+    pub trace: u32,
+    /// Index in that trace's kernels, memops, graph launches or API calls.
+    pub index: u32,
+    /// CUDA stream (GPU work) or OS thread id (host calls).
+    pub lane: u32,
+    /// Index in [`Graph::categories`].
+    pub category: u16,
+    /// True for communication kernels.
+    pub comm: bool,
+    /// True for a communication kernel matched across ranks (its end waits for the collective's barrier).
+    pub matched: bool,
+    /// Measured start.
+    pub start_ns: i64,
+    /// Measured end.
+    pub end_ns: i64,
+    /// Index of the same operation's instance across ranks (name and occurrence on its rank), for the
+    /// no-straggler what-if.
+    pub instance: u32,
+}
+
+/// Why one vertex waited for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EdgeKind {
+    /// An operation's end after its own start.
+    Run,
+    /// Previous operation on the same GPU stream.
+    StreamOrder,
+    /// The launching call.
+    Launch,
+    /// Previous call on the same host thread.
+    HostOrder,
+    /// The call this call is nested in.
+    NestedCall,
+    /// A blocking call waiting for GPU work.
+    HostSync,
+    /// An operation on another stream of the same GPU (inferred from timing).
+    CrossStream,
+    /// A member's arrival at a collective's barrier.
+    CollectiveArrival,
+    /// A collective's barrier releasing a member's transfer.
+    CollectiveRelease,
+    /// Removed to break a cycle (inconsistent input); ignored everywhere.
+    Dropped,
+}
+
+impl EdgeKind {
+    /// Words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            EdgeKind::Run => "own start",
+            EdgeKind::StreamOrder => "stream order",
+            EdgeKind::Launch => "launch",
+            EdgeKind::HostOrder => "host order",
+            EdgeKind::NestedCall => "enclosing call",
+            EdgeKind::HostSync => "host sync on GPU work",
+            EdgeKind::CrossStream => "cross-stream (inferred)",
+            EdgeKind::CollectiveArrival => "collective arrival",
+            EdgeKind::CollectiveRelease => "collective wait",
+            EdgeKind::Dropped => "dropped",
+        }
+    }
+}
+
+/// An incoming edge of a vertex.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    source: u32,
+    lag_ns: i64,
+    kind: EdgeKind,
+}
+
+/// One rank of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankSpec {
+    /// Which GPU of which trace.
+    pub key: RankKey,
+    /// Its rank number.
+    pub rank: u32,
+}
+
+/// What could not be modelled, and what was inferred, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ModelStats {
+    /// Operations in the model.
+    pub ops: u64,
+    /// Of them on GPUs.
+    pub gpu_ops: u64,
+    /// Of them host calls.
+    pub host_calls: u64,
+    /// Edges per kind (without the one from each operation's start to its end).
+    pub edges: std::collections::BTreeMap<String, u64>,
+    /// Matched collective instances with a member in the model (one barrier each).
+    pub collective_instances: u64,
+    /// Communication kernels in the model not matched on another rank: plain kernels, their wait not separable.
+    pub unmatched_comm_kernels: u64,
+    /// GPU operations without a recorded launching call (no launch edge).
+    pub gpu_ops_without_launch: u64,
+    /// Blocking calls for which no GPU operation ending during the call was found (modelled as plain calls).
+    pub blocking_calls_without_gpu_work: u64,
+    /// `cudaStreamWaitEvent` / `cuStreamWaitEvent` calls: their cross-stream edges are not recorded in the trace
+    /// model and are only inferred from timing.
+    pub stream_wait_calls_not_followed: u64,
+    /// Host calls of processes that drive no analysed GPU (left out).
+    pub host_calls_without_rank: u64,
+    /// Edges removed because the input's dependencies formed a cycle.
+    pub edges_dropped_for_cycles: u64,
+    /// Vertices whose recorded time contradicts the model beyond its lags (replay differs from the record).
+    pub inconsistent_vertices: u64,
+    /// True when ranks ran on different hosts: cross-rank edges use the raw clocks.
+    pub clocks_not_aligned: bool,
+}
+
+/// The dependency model of one window of a run.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// The operations.
+    pub ops: Vec<Op>,
+    /// The ranks, in input order.
+    pub ranks: Vec<RankSpec>,
+    /// Category names.
+    pub categories: Vec<String>,
+    /// Start of the analysed window (or of the first operation).
+    pub window_start_ns: i64,
+    /// Counts of what was and was not modelled.
+    pub stats: ModelStats,
+    /// Incoming edges of vertex v: `edges[offsets[v]..offsets[v + 1]]`.
+    offsets: Vec<u32>,
+    edges: Vec<Edge>,
+    /// Per vertex: the earliest time given from outside the model (window start, work before the window).
+    external_ns: Vec<i64>,
+    /// Per vertex: its own time, as measured.
+    own_ns: Vec<i64>,
+    /// Per vertex: its measured time.
+    measured_ns: Vec<i64>,
+    /// Vertices in topological order.
+    order: Vec<u32>,
+    /// Number of collective barriers (vertices after the operations' two each).
+    barriers: u32,
+    /// Instances across ranks: number of distinct (kind, name, occurrence) keys.
+    instances: u32,
+}
+
+/// Vertex of an operation's start.
+pub fn start_vertex(op: u32) -> u32 {
+    2 * op
+}
+
+/// Vertex of an operation's end.
+pub fn end_vertex(op: u32) -> u32 {
+    2 * op + 1
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Calls that block the host until GPU work completes (names without the `_vNNNN` version suffix).
+fn is_blocking_call(name: &str) -> bool {
+    let base = strip_version(name);
+    matches!(
+        base,
+        "cudaDeviceSynchronize"
+            | "cudaStreamSynchronize"
+            | "cudaEventSynchronize"
+            | "cudaThreadSynchronize"
+            | "cudaMemcpy"
+            | "cudaMemcpy2D"
+            | "cudaMemcpyToSymbol"
+            | "cudaMemcpyFromSymbol"
+            | "cuCtxSynchronize"
+            | "cuStreamSynchronize"
+            | "cuEventSynchronize"
+            | "cuMemcpy"
+            | "cuMemcpyDtoH"
+            | "cuMemcpyHtoD"
+            | "cuMemcpyDtoD"
+    )
+}
+
+/// `cudaStreamSynchronize_v3020` → `cudaStreamSynchronize`.
+fn strip_version(name: &str) -> &str {
+    match name.rfind("_v") {
+        Some(at) if at + 2 < name.len() && name[at + 2..].bytes().all(|b| b.is_ascii_digit()) => &name[..at],
+        _ => name,
+    }
+}
+
+/// Collects operations and edges while the model is built.
+struct Builder {
+    ops: Vec<Op>,
+    /// (target vertex, edge).
+    edges: Vec<(u32, Edge)>,
+    external_ns: Vec<i64>,
+    stats: ModelStats,
+}
+
+impl Builder {
+    /// Adds an edge whose lag makes the measured times satisfy it: `min(0, target_ref − source_time)`.
+    fn edge(&mut self, source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) {
+        let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
+        self.edges.push((target, Edge { source, lag_ns, kind }));
+    }
+
+    /// A dependency on work outside the model: a constant time for `target`.
+    fn external(&mut self, target: u32, source_ns: i64, target_ref_ns: i64) {
+        let at = source_ns.min(target_ref_ns);
+        let slot = &mut self.external_ns[target as usize];
+        *slot = (*slot).max(at);
+    }
+}
+
+/// Index maps from a trace's event lists to operation ids (`NONE` when the event is not in the model).
+struct TraceMaps {
+    kernels: Vec<u32>,
+    memops: Vec<u32>,
+    graphs: Vec<u32>,
+    calls: Vec<u32>,
+}
+
+/// A GPU event of a rank before it becomes an operation.
+struct GpuEvent {
+    kind: OpKind,
+    index: u32,
+    stream: u32,
+    start_ns: i64,
+    end_ns: i64,
+    launch: Option<u32>,
+}
+
+impl Graph {
+    /// Builds the model of `ranks` of `traces`, each rank within its window in `windows_ns` (`[start, end)` of
+    /// the trace clock; `None`: everything): host calls that start in it, and GPU operations whose launching call
+    /// starts in it, or that start in it when no call is recorded. The collective instances come from `matching`
+    /// ([`crate::collectives::match_traces`] over the same traces).
+    pub fn build(
+        traces: &[Trace],
+        ranks: &[RankSpec],
+        matching: &Matching,
+        classifier: &Classifier,
+        windows_ns: &[Option<(i64, i64)>],
+    ) -> Graph {
+        let in_window = |rank_index: u32, t: i64| windows_ns[rank_index as usize].is_none_or(|(a, b)| t >= a && t < b);
+        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
+        let mut categories: Vec<String> = classifier.categories().to_vec();
+        let category_id = |name: &str, categories: &mut Vec<String>| -> u16 {
+            match categories.iter().position(|c| c == name) {
+                Some(i) => i as u16,
+                None => {
+                    categories.push(name.to_string());
+                    (categories.len() - 1) as u16
+                }
+            }
+        };
+        let host_category = category_id(HOST, &mut categories);
+        let graph_category = category_id(crate::categories::CUDA_GRAPH, &mut categories);
+        let memcpy_category = category_id(crate::categories::MEMCPY, &mut categories);
+        let memset_category = category_id(crate::categories::MEMSET, &mut categories);
+
+        let mut maps: Vec<TraceMaps> = traces
+            .iter()
+            .map(|t| TraceMaps {
+                kernels: vec![NONE; t.kernels.len()],
+                memops: vec![NONE; t.memops.len()],
+                graphs: vec![NONE; t.graph_launches.len()],
+                calls: vec![NONE; t.api_calls.len()],
+            })
+            .collect();
+        let mut b =
+            Builder { ops: Vec::new(), edges: Vec::new(), external_ns: Vec::new(), stats: ModelStats::default() };
+        b.stats.clocks_not_aligned = matching.clocks_aligned;
+
+        // The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
+        let mut process_rank: HashMap<(usize, ProcessIdx), u32> = HashMap::new();
+        for (rank_index, spec) in ranks.iter().enumerate() {
+            let trace = &traces[spec.key.trace];
+            if let Some(process) = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process) {
+                process_rank.entry((spec.key.trace, process)).or_insert(rank_index as u32);
+            }
+        }
+
+        // Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The
+        // lane of a host call is its thread's ordinal on the rank (threads numbered by their first call), so that
+        // a helper thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may
+        // differ between ranks).
+        let mut global_names: HashMap<String, u32> = HashMap::new();
+        let mut instance_ids: HashMap<(u8, u32, u32, u32), u32> = HashMap::new();
+        let mut occurrences: HashMap<(u32, u8, u32, u32), u32> = HashMap::new();
+        let mut thread_ordinals: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut threads_per_rank: Vec<u32> = vec![0; ranks.len()];
+        // Occurrences count from the start of the trace, inside the window or not, so that the windows of
+        // different ranks (their own step N) still pair the same instances.
+        let mut instance_of = |rank_index: u32, kind: OpKind, lane: u32, name: &str, in_model: bool| -> u32 {
+            let name_id = match global_names.get(name) {
+                Some(&id) => id,
+                None => {
+                    let id = global_names.len() as u32;
+                    global_names.insert(name.to_string(), id);
+                    id
+                }
+            };
+            let kind_code = kind as u8;
+            let occurrence = occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
+            let key = (kind_code, lane, name_id, *occurrence);
+            *occurrence += 1;
+            if !in_model {
+                return NONE;
+            }
+            let next = instance_ids.len() as u32;
+            *instance_ids.entry(key).or_insert(next)
+        };
+
+        // Host calls first: GPU operations refer to them.
+        for (trace_index, trace) in traces.iter().enumerate() {
+            for (index, call) in trace.api_calls.iter().enumerate() {
+                let Some(&rank_index) = process_rank.get(&(trace_index, call.process)) else {
+                    let counted =
+                        windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
+                    b.stats.host_calls_without_rank += u64::from(counted);
+                    continue;
+                };
+                let name = trace.names.get(call.name);
+                let base = strip_version(name);
+                let thread = *thread_ordinals.entry((rank_index, call.tid)).or_insert_with(|| {
+                    threads_per_rank[rank_index as usize] += 1;
+                    threads_per_rank[rank_index as usize] - 1
+                });
+                if !in_window(rank_index, call.start_ns) {
+                    instance_of(rank_index, OpKind::HostCall, thread, base, false);
+                    continue;
+                }
+                if base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent" {
+                    b.stats.stream_wait_calls_not_followed += 1;
+                }
+                maps[trace_index].calls[index] = b.ops.len() as u32;
+                b.ops.push(Op {
+                    kind: OpKind::HostCall,
+                    rank_index,
+                    trace: trace_index as u32,
+                    index: index as u32,
+                    lane: call.tid,
+                    category: host_category,
+                    comm: false,
+                    matched: false,
+                    start_ns: call.start_ns,
+                    end_ns: call.end_ns,
+                    instance: instance_of(rank_index, OpKind::HostCall, thread, base, true),
+                });
+            }
+        }
+
+        // GPU work of each rank, per stream in start order.
+        let mut rank_gpu_events: Vec<Vec<GpuEvent>> = Vec::with_capacity(ranks.len());
+        for spec in ranks {
+            let trace = &traces[spec.key.trace];
+            let device: DeviceIdx = spec.key.device;
+            let mut events: Vec<GpuEvent> = Vec::new();
+            for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+                events.push(GpuEvent {
+                    kind: OpKind::Kernel,
+                    index: index as u32,
+                    stream: k.stream,
+                    start_ns: k.start_ns,
+                    end_ns: k.end_ns,
+                    launch: k.launch,
+                });
+            }
+            for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
+                events.push(GpuEvent {
+                    kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
+                    index: index as u32,
+                    stream: m.stream,
+                    start_ns: m.start_ns,
+                    end_ns: m.end_ns,
+                    launch: m.launch,
+                });
+            }
+            for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
+                events.push(GpuEvent {
+                    kind: OpKind::Graph,
+                    index: index as u32,
+                    stream: g.stream,
+                    start_ns: g.start_ns,
+                    end_ns: g.end_ns,
+                    launch: g.launch,
+                });
+            }
+            events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
+            rank_gpu_events.push(events);
+        }
+        for (rank_index, spec) in ranks.iter().enumerate() {
+            let trace_index = spec.key.trace;
+            let trace = &traces[trace_index];
+            let mut by_start: Vec<usize> = (0..rank_gpu_events[rank_index].len()).collect();
+            by_start.sort_by_key(|&i| (rank_gpu_events[rank_index][i].start_ns, i));
+            for i in by_start {
+                let event = &rank_gpu_events[rank_index][i];
+                let anchor = match event.launch.and_then(|l| trace.api_calls.get(l as usize)) {
+                    Some(call) => call.start_ns,
+                    None => event.start_ns,
+                };
+                let (category, comm, name) = match event.kind {
+                    OpKind::Kernel => {
+                        let kernel = &trace.kernels[event.index as usize];
+                        let class = Classifier::lookup(&classes[trace_index], kernel.name);
+                        let name = trace.names.get(kernel.name);
+                        if classifier.is_communication(class.category) {
+                            let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
+                            let op = class.collective.or(meta.map(|m| m.op)).unwrap_or_default();
+                            (category_id(&format!("{COMM_PREFIX}{}", op.label()), &mut categories), true, name)
+                        } else {
+                            (class.category.0, false, name)
+                        }
+                    }
+                    OpKind::Copy => (memcpy_category, false, "[CUDA memcpy]"),
+                    OpKind::Set => (memset_category, false, "[CUDA memset]"),
+                    OpKind::Graph => (graph_category, false, "[CUDA graph]"),
+                    OpKind::HostCall => unreachable!("GPU events only"),
+                };
+                if !in_window(rank_index as u32, anchor) {
+                    instance_of(rank_index as u32, event.kind, 0, name, false);
+                    continue;
+                }
+                let map = match event.kind {
+                    OpKind::Kernel => &mut maps[trace_index].kernels,
+                    OpKind::Graph => &mut maps[trace_index].graphs,
+                    _ => &mut maps[trace_index].memops,
+                };
+                map[event.index as usize] = b.ops.len() as u32;
+                let matched = event.kind == OpKind::Kernel && matching.shares.contains_key(&(trace_index, event.index));
+                b.ops.push(Op {
+                    kind: event.kind,
+                    rank_index: rank_index as u32,
+                    trace: trace_index as u32,
+                    index: event.index,
+                    lane: event.stream,
+                    category,
+                    comm,
+                    matched,
+                    start_ns: event.start_ns,
+                    end_ns: event.end_ns,
+                    instance: instance_of(rank_index as u32, event.kind, 0, name, true),
+                });
+            }
+        }
+        let op_count = b.ops.len();
+        let window_start_ns = windows_ns
+            .iter()
+            .map(|w| w.map(|(a, _)| a))
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|starts| starts.into_iter().min())
+            .or_else(|| b.ops.iter().map(|o| o.start_ns).min())
+            .unwrap_or(0);
+        // Barrier vertices come after the operations' vertices; their count is known once instances are seen.
+        let instances_in_model: Vec<usize> = matching
+            .instances
+            .iter()
+            .enumerate()
+            .filter(|(_, inst)| {
+                inst.members.iter().any(|&(t, k)| maps.get(t).is_some_and(|m| m.kernels[k as usize] != NONE))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let vertex_count = 2 * op_count + instances_in_model.len();
+        b.external_ns = vec![i64::MIN; vertex_count];
+        for op in 0..op_count as u32 {
+            b.external_ns[start_vertex(op) as usize] = window_start_ns.min(b.ops[op as usize].start_ns);
+        }
+
+        // The measured release of each operation: when its own time (duration) begins.
+        let mut release_ns: Vec<i64> = b.ops.iter().map(|o| o.start_ns).collect();
+        for (op_id, op) in b.ops.iter().enumerate() {
+            if op.matched
+                && let Some(share) = matching.shares.get(&(op.trace as usize, op.index))
+            {
+                release_ns[op_id] = (op.start_ns + share.wait_ns).min(op.end_ns);
+            }
+        }
+
+        // Run edges.
+        for op in 0..op_count as u32 {
+            let o = b.ops[op as usize];
+            b.edge(start_vertex(op), end_vertex(op), o.start_ns, release_ns[op as usize], EdgeKind::Run);
+        }
+
+        // Stream order and launch edges.
+        for (rank_index, spec) in ranks.iter().enumerate() {
+            let trace_index = spec.key.trace;
+            let trace = &traces[trace_index];
+            let events = &rank_gpu_events[rank_index];
+            for (position, event) in events.iter().enumerate() {
+                let op = op_of(&maps[trace_index], event.kind, event.index);
+                if op == NONE {
+                    continue;
+                }
+                let target = start_vertex(op);
+                if position > 0 && events[position - 1].stream == event.stream {
+                    let previous = &events[position - 1];
+                    let source = op_of(&maps[trace_index], previous.kind, previous.index);
+                    if source == NONE {
+                        b.external(target, previous.end_ns, event.start_ns);
+                    } else {
+                        b.edge(end_vertex(source), target, previous.end_ns, event.start_ns, EdgeKind::StreamOrder);
+                    }
+                }
+                match event.launch {
+                    Some(call_index) => {
+                        let call_start = trace.api_calls[call_index as usize].start_ns;
+                        let source = maps[trace_index].calls[call_index as usize];
+                        if source == NONE {
+                            b.external(target, call_start, event.start_ns);
+                        } else {
+                            b.edge(start_vertex(source), target, call_start, event.start_ns, EdgeKind::Launch);
+                        }
+                    }
+                    None => b.stats.gpu_ops_without_launch += 1,
+                }
+            }
+        }
+
+        // Host order per thread; nested calls after their parent's start.
+        let mut host_ops: Vec<u32> =
+            (0..op_count as u32).filter(|&o| b.ops[o as usize].kind == OpKind::HostCall).collect();
+        host_ops.sort_by_key(|&o| {
+            let op = &b.ops[o as usize];
+            (op.trace, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
+        });
+        let mut open: Vec<u32> = Vec::new();
+        for (position, &op) in host_ops.iter().enumerate() {
+            let o = b.ops[op as usize];
+            let same_thread = position > 0 && {
+                let p = &b.ops[host_ops[position - 1] as usize];
+                (p.trace, p.rank_index, p.lane) == (o.trace, o.rank_index, o.lane)
+            };
+            if !same_thread {
+                open.clear();
+            }
+            let mut closed = None;
+            while let Some(&top) = open.last() {
+                if b.ops[top as usize].end_ns <= o.start_ns {
+                    closed = Some(top);
+                    open.pop();
+                } else {
+                    break;
+                }
+            }
+            match (closed, open.last()) {
+                (Some(previous), _) => {
+                    let p = b.ops[previous as usize];
+                    b.edge(end_vertex(previous), start_vertex(op), p.end_ns, o.start_ns, EdgeKind::HostOrder);
+                }
+                (None, Some(&parent)) => {
+                    let p = b.ops[parent as usize];
+                    b.edge(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, EdgeKind::NestedCall);
+                }
+                (None, None) => {}
+            }
+            open.push(op);
+        }
+
+        // Per rank, GPU operations in the model by end time: for host sync and cross-stream searches.
+        let mut gpu_by_end: Vec<Vec<u32>> = vec![Vec::new(); ranks.len()];
+        for (op_id, op) in b.ops.iter().enumerate() {
+            if op.kind.on_gpu() {
+                gpu_by_end[op.rank_index as usize].push(op_id as u32);
+            }
+        }
+        for list in &mut gpu_by_end {
+            list.sort_by_key(|&o| (b.ops[o as usize].end_ns, o));
+        }
+        let launch_start = |op: &Op| -> Option<(i64, u32)> {
+            let trace = &traces[op.trace as usize];
+            let launch = match op.kind {
+                OpKind::Kernel => trace.kernels[op.index as usize].launch,
+                OpKind::Copy | OpKind::Set => trace.memops[op.index as usize].launch,
+                OpKind::Graph => trace.graph_launches[op.index as usize].launch,
+                OpKind::HostCall => None,
+            }?;
+            Some((trace.api_calls[launch as usize].start_ns, launch))
+        };
+
+        // Host sync: a blocking call's end waits for the GPU operation it was blocked on.
+        for op in 0..op_count as u32 {
+            let o = b.ops[op as usize];
+            if o.kind != OpKind::HostCall {
+                continue;
+            }
+            let trace = &traces[o.trace as usize];
+            if !is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name)) {
+                continue;
+            }
+            let list = &gpu_by_end[o.rank_index as usize];
+            let upto = list.partition_point(|&g| b.ops[g as usize].end_ns <= o.end_ns);
+            let awaited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
+                let gpu = &b.ops[g as usize];
+                gpu.end_ns > o.start_ns
+                    && launch_start(gpu).is_some_and(|(start, call)| start < o.start_ns || call == o.index)
+            });
+            match awaited {
+                Some(g) => {
+                    let release = o.start_ns.max(b.ops[g as usize].end_ns);
+                    release_ns[op as usize] = release;
+                    b.edge(end_vertex(g), end_vertex(op), b.ops[g as usize].end_ns, release, EdgeKind::HostSync);
+                }
+                None => b.stats.blocking_calls_without_gpu_work += 1,
+            }
+        }
+        // The run edge of a blocking call was added with release = start; its lag is 0 either way.
+
+        // Collective barriers.
+        for (barrier, &instance_index) in instances_in_model.iter().enumerate() {
+            let instance = &matching.instances[instance_index];
+            let vertex = (2 * op_count + barrier) as u32;
+            let starts: Vec<(u32, i64)> = instance
+                .members
+                .iter()
+                .map(|&(t, k)| (maps[t].kernels[k as usize], traces[t].kernels[k as usize].start_ns))
+                .collect();
+            let latest_ns = starts.iter().map(|s| s.1).max().unwrap_or(0);
+            for &(op, start_ns) in &starts {
+                if op == NONE {
+                    b.external(vertex, start_ns, latest_ns);
+                } else {
+                    b.edge(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);
+                    b.edge(vertex, end_vertex(op), latest_ns, release_ns[op as usize], EdgeKind::CollectiveRelease);
+                }
+            }
+        }
+        b.stats.collective_instances = instances_in_model.len() as u64;
+        b.stats.unmatched_comm_kernels = b.ops.iter().filter(|o| o.comm && !o.matched).count() as u64;
+
+        // Inferred cross-stream waits: a GPU operation that started later than its modelled dependencies allow,
+        // just after an operation on another stream of its GPU ended.
+        let mut ready_ns: Vec<i64> = (0..op_count).map(|o| b.external_ns[start_vertex(o as u32) as usize]).collect();
+        for &(target, edge) in &b.edges {
+            if target % 2 == 0 && (target as usize) < 2 * op_count {
+                let source_ns = vertex_measured(&b.ops, op_count, &instances_in_model, matching, traces, edge.source);
+                let slot = &mut ready_ns[(target / 2) as usize];
+                *slot = (*slot).max(source_ns.saturating_add(edge.lag_ns));
+            }
+        }
+        for op in 0..op_count as u32 {
+            let o = b.ops[op as usize];
+            if !o.kind.on_gpu() || o.start_ns <= ready_ns[op as usize] {
+                continue;
+            }
+            let list = &gpu_by_end[o.rank_index as usize];
+            let upto = list.partition_point(|&g| b.ops[g as usize].end_ns <= o.start_ns);
+            let waited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
+                let other = &b.ops[g as usize];
+                other.lane != o.lane
+            });
+            if let Some(g) = waited {
+                let end_ns = b.ops[g as usize].end_ns;
+                if end_ns > ready_ns[op as usize] && o.start_ns - end_ns <= CROSS_STREAM_SLACK_NS {
+                    b.edge(end_vertex(g), start_vertex(op), end_ns, o.start_ns, EdgeKind::CrossStream);
+                }
+            }
+        }
+
+        // Measured vertex times.
+        let mut measured_ns = vec![0i64; vertex_count];
+        for (op_id, op) in b.ops.iter().enumerate() {
+            measured_ns[2 * op_id] = op.start_ns;
+            measured_ns[2 * op_id + 1] = op.end_ns;
+        }
+        for (v, slot) in measured_ns.iter_mut().enumerate().skip(2 * op_count) {
+            *slot = vertex_measured(&b.ops, op_count, &instances_in_model, matching, traces, v as u32);
+        }
+
+        for &(_, edge) in &b.edges {
+            if edge.kind != EdgeKind::Run {
+                *b.stats.edges.entry(edge.kind.describe().to_string()).or_default() += 1;
+            }
+        }
+        b.stats.ops = op_count as u64;
+        b.stats.host_calls = b.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
+        b.stats.gpu_ops = b.stats.ops - b.stats.host_calls;
+
+        // Incoming edges per vertex (CSR), in insertion order within a vertex.
+        let mut offsets = vec![0u32; vertex_count + 1];
+        for &(target, _) in &b.edges {
+            offsets[target as usize + 1] += 1;
+        }
+        for v in 0..vertex_count {
+            offsets[v + 1] += offsets[v];
+        }
+        let mut fill = offsets.clone();
+        let placeholder = Edge { source: 0, lag_ns: 0, kind: EdgeKind::Dropped };
+        let mut edges = vec![placeholder; b.edges.len()];
+        for &(target, edge) in &b.edges {
+            edges[fill[target as usize] as usize] = edge;
+            fill[target as usize] += 1;
+        }
+        drop(b.edges);
+
+        let mut graph = Graph {
+            ops: b.ops,
+            ranks: ranks.to_vec(),
+            categories,
+            window_start_ns,
+            stats: b.stats,
+            offsets,
+            edges,
+            external_ns: b.external_ns,
+            own_ns: Vec::new(),
+            measured_ns,
+            order: Vec::new(),
+            barriers: instances_in_model.len() as u32,
+            instances: instance_ids.len() as u32,
+        };
+        graph.order = graph.topological_order();
+        graph.own_ns = graph.measured_own();
+        graph
+    }
+
+    /// Number of vertices.
+    fn vertex_count(&self) -> usize {
+        2 * self.ops.len() + self.barriers as usize
+    }
+
+    fn incoming(&self, vertex: u32) -> &[Edge] {
+        &self.edges[self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize]
+    }
+
+    /// Kahn's algorithm, earliest measured time first; where the input's edges form a cycle, the remaining vertex
+    /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
+    fn topological_order(&mut self) -> Vec<u32> {
+        let n = self.vertex_count();
+        let mut outgoing_offsets = vec![0u32; n + 1];
+        let mut indegree = vec![0u32; n];
+        for (v, degree) in indegree.iter_mut().enumerate() {
+            for edge in self.incoming(v as u32) {
+                outgoing_offsets[edge.source as usize + 1] += 1;
+                *degree += 1;
+            }
+        }
+        for v in 0..n {
+            outgoing_offsets[v + 1] += outgoing_offsets[v];
+        }
+        let mut fill = outgoing_offsets.clone();
+        let mut outgoing = vec![0u32; self.edges.len()];
+        for v in 0..n {
+            for edge in self.incoming(v as u32) {
+                outgoing[fill[edge.source as usize] as usize] = v as u32;
+                fill[edge.source as usize] += 1;
+            }
+        }
+        let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
+            .filter(|&v| indegree[v as usize] == 0)
+            .map(|v| Reverse((self.measured_ns[v as usize], v)))
+            .collect();
+        let mut done = vec![false; n];
+        let mut order = Vec::with_capacity(n);
+        let mut by_time: Vec<u32> = Vec::new();
+        let mut cursor = 0;
+        while order.len() < n {
+            let Some(Reverse((_, v))) = heap.pop() else {
+                // A cycle: force the earliest remaining vertex.
+                if by_time.is_empty() {
+                    by_time = (0..n as u32).collect();
+                    by_time.sort_by_key(|&v| (self.measured_ns[v as usize], v));
+                }
+                while done[by_time[cursor] as usize] || indegree[by_time[cursor] as usize] == 0 {
+                    cursor += 1;
+                }
+                let v = by_time[cursor];
+                let range = self.offsets[v as usize] as usize..self.offsets[v as usize + 1] as usize;
+                for edge in &mut self.edges[range] {
+                    if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
+                        edge.kind = EdgeKind::Dropped;
+                        self.stats.edges_dropped_for_cycles += 1;
+                    }
+                }
+                indegree[v as usize] = 0;
+                heap.push(Reverse((self.measured_ns[v as usize], v)));
+                continue;
+            };
+            if done[v as usize] {
+                continue;
+            }
+            done[v as usize] = true;
+            order.push(v);
+            for &w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
+                let slot = &mut indegree[w as usize];
+                if *slot > 0 {
+                    *slot -= 1;
+                    if *slot == 0 && !done[w as usize] {
+                        heap.push(Reverse((self.measured_ns[w as usize], w)));
+                    }
+                }
+            }
+        }
+        order
+    }
+
+    /// The latest time the predecessors of `vertex` allow, from vertex times `times`.
+    fn ready(&self, vertex: u32, times: &[i64], skip_collectives: bool) -> i64 {
+        let mut ready = self.external_ns[vertex as usize];
+        for edge in self.incoming(vertex) {
+            if edge.kind == EdgeKind::Dropped || (skip_collectives && edge.kind == EdgeKind::CollectiveRelease) {
+                continue;
+            }
+            ready = ready.max(times[edge.source as usize].saturating_add(edge.lag_ns));
+        }
+        ready
+    }
+
+    /// Own times from the measured times; negative ones (the record contradicts the model) are counted and zeroed.
+    fn measured_own(&mut self) -> Vec<i64> {
+        let mut own = vec![0i64; self.vertex_count()];
+        let mut inconsistent = 0;
+        for &v in &self.order {
+            let ready = self.ready(v, &self.measured_ns, false);
+            let value = self.measured_ns[v as usize].saturating_sub(ready);
+            if value < 0 {
+                inconsistent += 1;
+            }
+            own[v as usize] = value.max(0);
+        }
+        self.stats.inconsistent_vertices = inconsistent;
+        own
+    }
+
+    /// The measured own time of each vertex: delays at start vertices, durations at end vertices, 0 at barriers.
+    pub fn own_ns(&self) -> &[i64] {
+        &self.own_ns
+    }
+
+    /// The measured time of each vertex.
+    pub fn measured_ns(&self) -> &[i64] {
+        &self.measured_ns
+    }
+
+    /// Number of distinct operation instances (kind, name, occurrence on a rank) across ranks.
+    pub fn instance_count(&self) -> usize {
+        self.instances as usize
+    }
+
+    /// Replays the model with own times `own_ns` (one per vertex); with `comm_free`, matched collectives no longer
+    /// wait for their barrier. Returns every vertex's simulated time.
+    pub fn simulate(&self, own_ns: &[i64], comm_free: bool) -> Vec<i64> {
+        let mut times = vec![0i64; self.vertex_count()];
+        for &v in &self.order {
+            times[v as usize] = self.ready(v, &times, comm_free).saturating_add(own_ns[v as usize]);
+        }
+        times
+    }
+
+    /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
+    pub fn last_end(&self, times: &[i64]) -> Option<(u32, i64)> {
+        let gpu = (0..self.ops.len() as u32)
+            .filter(|&o| self.ops[o as usize].kind.on_gpu())
+            .map(|o| (o, times[end_vertex(o) as usize]))
+            .max_by_key(|&(o, t)| (t, Reverse(o)));
+        gpu.or_else(|| {
+            (0..self.ops.len() as u32).map(|o| (o, times[end_vertex(o) as usize])).max_by_key(|&(o, t)| (t, Reverse(o)))
+        })
+    }
+
+    /// The critical path through the measured times: see the module documentation.
+    pub fn critical_path(&self) -> Vec<PathStep> {
+        let times = &self.measured_ns;
+        let Some((last, _)) = self.last_end(times) else { return Vec::new() };
+        let mut steps = Vec::new();
+        let mut vertex = end_vertex(last);
+        loop {
+            let external = self.external_ns[vertex as usize];
+            let mut best: Option<(i64, Edge)> = None;
+            for edge in self.incoming(vertex) {
+                if edge.kind == EdgeKind::Dropped {
+                    continue;
+                }
+                let at = times[edge.source as usize].saturating_add(edge.lag_ns);
+                // Strictly later wins, so that on ties the first recorded edge (the run edge of an end) is kept.
+                if best.is_none_or(|(t, _)| at > t) {
+                    best = Some((at, *edge));
+                }
+            }
+            let own = self.own_ns[vertex as usize];
+            match best {
+                Some((at, edge)) if at >= external => {
+                    steps.push(PathStep {
+                        vertex,
+                        from_ns: at,
+                        to_ns: times[vertex as usize],
+                        own_ns: own,
+                        after: edge.kind,
+                    });
+                    vertex = edge.source;
+                }
+                _ => {
+                    steps.push(PathStep {
+                        vertex,
+                        from_ns: external,
+                        to_ns: times[vertex as usize],
+                        own_ns: own,
+                        after: EdgeKind::Dropped,
+                    });
+                    break;
+                }
+            }
+        }
+        steps.reverse();
+        steps
+    }
+
+    /// The operation a vertex belongs to (`None` for barriers).
+    pub fn op_of_vertex(&self, vertex: u32) -> Option<u32> {
+        ((vertex as usize) < 2 * self.ops.len()).then_some(vertex / 2)
+    }
+
+    /// True for a collective barrier vertex.
+    pub fn is_barrier(&self, vertex: u32) -> bool {
+        (vertex as usize) >= 2 * self.ops.len()
+    }
+}
+
+/// One vertex on the critical path, in time order: the path reached it at `from_ns` through `after` (`Dropped`:
+/// from the window start or work before the window) and left it at `to_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathStep {
+    /// The vertex.
+    pub vertex: u32,
+    /// When its binding predecessor allowed it.
+    pub from_ns: i64,
+    /// Its time.
+    pub to_ns: i64,
+    /// Its own time (delay or duration).
+    pub own_ns: i64,
+    /// The kind of its binding edge.
+    pub after: EdgeKind,
+}
+
+fn op_of(maps: &TraceMaps, kind: OpKind, index: u32) -> u32 {
+    match kind {
+        OpKind::Kernel => maps.kernels[index as usize],
+        OpKind::Copy | OpKind::Set => maps.memops[index as usize],
+        OpKind::Graph => maps.graphs[index as usize],
+        OpKind::HostCall => maps.calls[index as usize],
+    }
+}
+
+/// The measured time of a vertex during the build: start, end, or a barrier's latest member start.
+fn vertex_measured(
+    ops: &[Op],
+    op_count: usize,
+    instances_in_model: &[usize],
+    matching: &Matching,
+    traces: &[Trace],
+    vertex: u32,
+) -> i64 {
+    let v = vertex as usize;
+    if v < 2 * op_count {
+        let op = &ops[v / 2];
+        return if v.is_multiple_of(2) { op.start_ns } else { op.end_ns };
+    }
+    let instance = &matching.instances[instances_in_model[v - 2 * op_count]];
+    instance.members.iter().map(|&(t, k)| traces[t].kernels[k as usize].start_ns).max().unwrap_or(0)
+}

@@ -1,0 +1,424 @@
+//! What-if: replay the dependency model of [`crate::depgraph`] with changed own times and compare the simulated
+//! time of the window (last GPU end minus window start) with the measured one.
+//!
+//! Scenarios:
+//! - *no straggler*: every operation takes the typical own time of the same operation instance across ranks (the
+//!   same kind and name, the same occurrence on its rank, for calls on the same thread ordinal): the nearest-rank
+//!   median (of two ranks, the smaller),
+//!   for its duration and for the delay before it (host gaps included). A matched collective keeps its own
+//!   transfer time; its wait is not an own time, so it shrinks by itself once the ranks arrive together.
+//!   Operations without a peer instance keep their own times (counted).
+//! - *communication overlapped*: communication kernels take no time and nothing waits at a collective's barrier.
+//! - `--scale CATEGORY=F`: durations of that op category (`gemm`, `comm` for all communication, `host`, ...)
+//!   times F; `--scale rankN=F`: rank N's operations take F times their typical (median across ranks) own times,
+//!   so `rank3=1.0` removes rank 3's straggling and `rank3=1.2` makes it 20 % slower than typical.
+//!
+//! Slowdown, after the definitions of "Understanding Stragglers in Large Model Training Using What-if Analysis"
+//! (OSDI 2025): `S = measured / ideal`, with ideal the no-straggler replay. Per op category t, `S_t = measured /
+//! T_t` where `T_t` replays with only category t idealised; per rank w likewise (`S_w`). `removed_pct` is the share
+//! of the slowdown (`measured − ideal`) that idealising only t (or w) removes.
+
+use serde::Serialize;
+
+use crate::critical_path::{Model, human_ns, model_lines};
+use crate::depgraph::{Graph, Op, end_vertex, start_vertex};
+
+/// What a `--scale` rule applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScaleTarget {
+    /// An op category (`comm` / `communication`: every `comm.*` category).
+    Category(String),
+    /// A rank number: its operations relative to their typical own times.
+    Rank(u32),
+}
+
+/// One `--scale KEY=FACTOR` rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleRule {
+    /// What it applies to.
+    pub target: ScaleTarget,
+    /// The factor.
+    pub factor: f64,
+}
+
+/// Parses `gemm=0.8` or `rank1=1.0`.
+pub fn parse_scale(text: &str) -> Result<ScaleRule, String> {
+    let (key, factor) = text.split_once('=').ok_or_else(|| format!("--scale {text}: expected KEY=FACTOR"))?;
+    let factor: f64 = factor.trim().parse().map_err(|e| format!("--scale {text}: factor: {e}"))?;
+    if !factor.is_finite() || factor < 0.0 {
+        return Err(format!("--scale {text}: the factor must be a finite number ≥ 0"));
+    }
+    let key = key.trim();
+    let target = match key.strip_prefix("rank").map(str::parse::<u32>) {
+        Some(Ok(rank)) => ScaleTarget::Rank(rank),
+        _ if key.is_empty() => return Err(format!("--scale {text}: empty key")),
+        _ => ScaleTarget::Category(key.to_string()),
+    };
+    Ok(ScaleRule { target, factor })
+}
+
+/// A scenario: the changes to replay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scenario {
+    /// Every operation at its typical own time.
+    pub no_straggler: bool,
+    /// Communication costs nothing.
+    pub comm_overlapped: bool,
+    /// Scale rules, applied after the above.
+    pub scales: Vec<ScaleRule>,
+}
+
+impl Scenario {
+    /// Words for the report.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.no_straggler {
+            out.push("no straggler (typical own times)".into());
+        }
+        if self.comm_overlapped {
+            out.push("communication overlapped (costs nothing)".into());
+        }
+        for rule in &self.scales {
+            out.push(match &rule.target {
+                ScaleTarget::Category(c) => format!("{c} durations × {}", rule.factor),
+                ScaleTarget::Rank(r) => format!("rank {r} at {} × typical", rule.factor),
+            });
+        }
+        out
+    }
+}
+
+/// Typical own times per operation instance.
+struct Typical {
+    start_ns: Vec<i64>,
+    end_ns: Vec<i64>,
+    members: Vec<u32>,
+}
+
+/// Nearest-rank median: the smallest value with at least half of the values at or below it.
+fn lower_median(values: &mut [i64]) -> i64 {
+    values.sort_unstable();
+    values[(values.len() - 1) / 2]
+}
+
+fn typical(graph: &Graph) -> Typical {
+    let own = graph.own_ns();
+    let n = graph.instance_count();
+    let mut by_instance: Vec<u32> = (0..graph.ops.len() as u32).collect();
+    by_instance.sort_by_key(|&o| (graph.ops[o as usize].instance, o));
+    let mut typical = Typical { start_ns: vec![0; n], end_ns: vec![0; n], members: vec![0; n] };
+    let mut starts = Vec::new();
+    let mut ends = Vec::new();
+    let mut i = 0;
+    while i < by_instance.len() {
+        let instance = graph.ops[by_instance[i] as usize].instance;
+        starts.clear();
+        ends.clear();
+        while i < by_instance.len() && graph.ops[by_instance[i] as usize].instance == instance {
+            let o = by_instance[i];
+            starts.push(own[start_vertex(o) as usize]);
+            ends.push(own[end_vertex(o) as usize]);
+            i += 1;
+        }
+        let slot = instance as usize;
+        typical.members[slot] = starts.len() as u32;
+        typical.start_ns[slot] = lower_median(&mut starts);
+        typical.end_ns[slot] = lower_median(&mut ends);
+    }
+    typical
+}
+
+fn category_matches(graph: &Graph, op: &Op, key: &str) -> bool {
+    let name = &graph.categories[op.category as usize];
+    let key = if key == "communication" { "comm" } else { key };
+    name == key || (name.starts_with(key) && name[key.len()..].starts_with('.'))
+}
+
+/// Own times with the operations `idealise` selects at `factor` × their typical own times.
+fn own_with(graph: &Graph, typical: &Typical, base: &[i64], idealise: impl Fn(&Op) -> Option<f64>) -> (Vec<i64>, u64) {
+    let mut own = base.to_vec();
+    let mut without_peer = 0;
+    for (op_id, op) in graph.ops.iter().enumerate() {
+        let Some(factor) = idealise(op) else { continue };
+        let instance = op.instance as usize;
+        let (s, e) = (start_vertex(op_id as u32) as usize, end_vertex(op_id as u32) as usize);
+        if typical.members[instance] < 2 {
+            without_peer += 1;
+            own[s] = scale(base[s], factor);
+            own[e] = scale(base[e], factor);
+            continue;
+        }
+        own[s] = scale(typical.start_ns[instance], factor);
+        // A matched collective keeps its own transfer: its wait is not an own time.
+        own[e] = if op.matched { scale(base[e], factor) } else { scale(typical.end_ns[instance], factor) };
+    }
+    (own, without_peer)
+}
+
+fn scale(ns: i64, factor: f64) -> i64 {
+    (ns as f64 * factor).round() as i64
+}
+
+/// Simulated time of one variant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Attribution {
+    /// The op category or `rank N` idealised alone.
+    pub name: String,
+    /// Simulated time with only it idealised.
+    pub simulated_ns: i64,
+    /// measured / simulated.
+    pub slowdown: f64,
+    /// Share of (measured − ideal) removed, percent.
+    pub removed_pct: f64,
+}
+
+/// A rank's collective waiting, measured and in the scenario.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankWait {
+    /// The rank.
+    pub rank: u32,
+    /// Summed wait of its matched collectives, measured.
+    pub measured_wait_ns: i64,
+    /// The same in the scenario.
+    pub simulated_wait_ns: i64,
+}
+
+/// The what-if report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhatIf {
+    /// The input files.
+    pub inputs: Vec<String>,
+    /// The analysed window (`null`: the whole trace).
+    pub window_ns: Option<(i64, i64)>,
+    /// The step, when the window is one.
+    pub step: Option<usize>,
+    /// Last GPU end minus window start, as recorded.
+    pub measured_ns: i64,
+    /// The model replayed unchanged (equals `measured_ns` unless `model.inconsistent_vertices` > 0).
+    pub replay_ns: i64,
+    /// The changes replayed.
+    pub scenario: Vec<String>,
+    /// Last GPU end minus window start in the scenario.
+    pub simulated_ns: i64,
+    /// measured / simulated.
+    pub speedup: f64,
+    /// Per rank: collective wait, measured and in the scenario.
+    pub rank_waits: Vec<RankWait>,
+    /// The no-straggler replay.
+    pub ideal_ns: i64,
+    /// S = measured / ideal.
+    pub slowdown: f64,
+    /// Per op category: only it idealised.
+    pub by_category: Vec<Attribution>,
+    /// Per rank: only it idealised.
+    pub by_rank: Vec<Attribution>,
+    /// Operations without a peer instance on another rank (keep their own times when idealised).
+    pub ops_without_peer: u64,
+    /// What was modelled and what could not be.
+    pub model: crate::depgraph::ModelStats,
+    /// Notes on the inputs.
+    pub notes: Vec<String>,
+}
+
+/// Checks the scale rules against the model: a category or rank nothing in the window has is an error.
+pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), String> {
+    for rule in scales {
+        match &rule.target {
+            ScaleTarget::Category(key) => {
+                if !graph.ops.iter().any(|o| category_matches(graph, o, key)) {
+                    let mut present: Vec<&str> =
+                        graph.ops.iter().map(|o| graph.categories[o.category as usize].as_str()).collect();
+                    present.sort_unstable();
+                    present.dedup();
+                    return Err(format!(
+                        "--scale {key}={}: no operation of category '{key}' in the window (present: {}, or rankN)",
+                        rule.factor,
+                        present.join(", ")
+                    ));
+                }
+            }
+            ScaleTarget::Rank(rank) => {
+                if !graph.ranks.iter().any(|r| r.rank == *rank) {
+                    let ranks: Vec<String> = graph.ranks.iter().map(|r| r.rank.to_string()).collect();
+                    return Err(format!("--scale rank{rank}: no rank {rank} (ranks: {})", ranks.join(", ")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `scenario` on `model`, with the slowdown decomposition.
+pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
+    let graph = &model.graph;
+    let base = graph.own_ns();
+    let typical = typical(graph);
+    let origin = graph.window_start_ns;
+    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(origin));
+    let measured_ns = span(graph.measured_ns());
+    let replay_ns = span(&graph.simulate(base, false));
+
+    // The scenario's own times.
+    let rank_of = |op: &Op| graph.ranks[op.rank_index as usize].rank;
+    let (mut own, mut without_peer) =
+        if scenario.no_straggler { own_with(graph, &typical, base, |_| Some(1.0)) } else { (base.to_vec(), 0) };
+    for rule in &scenario.scales {
+        match &rule.target {
+            ScaleTarget::Rank(rank) => {
+                let (scaled, missing) =
+                    own_with(graph, &typical, &own, |o| (rank_of(o) == *rank).then_some(rule.factor));
+                own = scaled;
+                without_peer = without_peer.max(missing);
+            }
+            ScaleTarget::Category(key) => {
+                for (op_id, op) in graph.ops.iter().enumerate() {
+                    if category_matches(graph, op, key) {
+                        let e = end_vertex(op_id as u32) as usize;
+                        own[e] = scale(own[e], rule.factor);
+                    }
+                }
+            }
+        }
+    }
+    if scenario.comm_overlapped {
+        for (op_id, op) in graph.ops.iter().enumerate() {
+            if op.comm {
+                own[end_vertex(op_id as u32) as usize] = 0;
+            }
+        }
+    }
+    let times = graph.simulate(&own, scenario.comm_overlapped);
+    let simulated_ns = span(&times);
+
+    // Collective waits per rank: release − start, where release = end − own duration.
+    let wait = |times: &[i64], own: &[i64], op_id: usize| -> i64 {
+        let (s, e) = (start_vertex(op_id as u32) as usize, end_vertex(op_id as u32) as usize);
+        times[e].saturating_sub(own[e]).saturating_sub(times[s]).max(0)
+    };
+    let mut rank_waits: Vec<RankWait> =
+        graph.ranks.iter().map(|r| RankWait { rank: r.rank, measured_wait_ns: 0, simulated_wait_ns: 0 }).collect();
+    for (op_id, op) in graph.ops.iter().enumerate() {
+        if op.matched {
+            let slot = &mut rank_waits[op.rank_index as usize];
+            slot.measured_wait_ns = slot.measured_wait_ns.saturating_add(wait(graph.measured_ns(), base, op_id));
+            slot.simulated_wait_ns = slot.simulated_wait_ns.saturating_add(wait(&times, &own, op_id));
+        }
+    }
+    rank_waits.sort_by_key(|r| r.rank);
+
+    // Slowdown and its decomposition.
+    let (ideal_own, ideal_missing) = own_with(graph, &typical, base, |_| Some(1.0));
+    let ideal_ns = span(&graph.simulate(&ideal_own, false));
+    let attribution = |name: String, select: &dyn Fn(&Op) -> bool| -> Attribution {
+        let (own, _) = own_with(graph, &typical, base, |o| select(o).then_some(1.0));
+        let simulated_ns = span(&graph.simulate(&own, false));
+        let excess = measured_ns.saturating_sub(ideal_ns);
+        Attribution {
+            name,
+            simulated_ns,
+            slowdown: ratio(measured_ns, simulated_ns),
+            removed_pct: if excess != 0 {
+                measured_ns.saturating_sub(simulated_ns) as f64 * 100.0 / excess as f64
+            } else {
+                0.0
+            },
+        }
+    };
+    let mut categories: Vec<u16> = graph.ops.iter().map(|o| o.category).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    let mut by_category: Vec<Attribution> = categories
+        .iter()
+        .map(|&c| attribution(graph.categories[c as usize].clone(), &|o: &Op| o.category == c))
+        .collect();
+    by_category.sort_by(|a, b| b.removed_pct.total_cmp(&a.removed_pct).then(a.name.cmp(&b.name)));
+    let mut by_rank: Vec<Attribution> = graph
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(index, r)| attribution(format!("rank {}", r.rank), &|o: &Op| o.rank_index as usize == index))
+        .collect();
+    by_rank.sort_by(|a, b| b.removed_pct.total_cmp(&a.removed_pct).then(a.name.cmp(&b.name)));
+
+    WhatIf {
+        inputs: model.inputs.clone(),
+        window_ns: model.window_ns,
+        step: model.step,
+        measured_ns,
+        replay_ns,
+        scenario: scenario.describe(),
+        simulated_ns,
+        speedup: ratio(measured_ns, simulated_ns),
+        rank_waits,
+        ideal_ns,
+        slowdown: ratio(measured_ns, ideal_ns),
+        by_category,
+        by_rank,
+        ops_without_peer: without_peer.max(ideal_missing),
+        model: graph.stats.clone(),
+        notes: model.notes.clone(),
+    }
+}
+
+fn ratio(a: i64, b: i64) -> f64 {
+    if b > 0 { a as f64 / b as f64 } else { 0.0 }
+}
+
+/// The report as a table.
+pub fn table(report: &WhatIf) -> String {
+    let mut out = String::new();
+    let what = match (report.step, report.window_ns) {
+        (Some(n), Some((a, b))) => format!("step {n} ({a}..{b} ns)"),
+        (_, Some((a, b))) => format!("window {a}..{b} ns"),
+        _ => "whole trace".to_string(),
+    };
+    out.push_str(&format!("what-if for {what}\n"));
+    out.push_str(&format!(
+        "  measured {}   replayed unchanged {}\n",
+        human_ns(report.measured_ns),
+        human_ns(report.replay_ns)
+    ));
+    out.push_str(&format!(
+        "  scenario: {}\n  simulated {}   ({:.3}× faster, {} saved)\n",
+        report.scenario.join(", "),
+        human_ns(report.simulated_ns),
+        report.speedup,
+        human_ns(report.measured_ns.saturating_sub(report.simulated_ns))
+    ));
+    out.push_str("  collective wait per rank (measured -> scenario):\n");
+    for w in &report.rank_waits {
+        out.push_str(&format!(
+            "    rank {:<4} {:>10} -> {:>10}\n",
+            w.rank,
+            human_ns(w.measured_wait_ns),
+            human_ns(w.simulated_wait_ns)
+        ));
+    }
+    out.push_str(&format!(
+        "slowdown S = measured / ideal (no straggler) = {} / {} = {:.3}\n",
+        human_ns(report.measured_ns),
+        human_ns(report.ideal_ns),
+        report.slowdown
+    ));
+    for (title, rows) in [("per op category", &report.by_category), ("per rank", &report.by_rank)] {
+        out.push_str(&format!("  {title}, only it idealised:\n"));
+        out.push_str(&format!("    {:<50} {:>10} {:>8} {:>9}\n", "", "simulated", "S", "removed"));
+        for a in rows {
+            out.push_str(&format!(
+                "    {:<50} {:>10} {:>8.3} {:>8.1}%\n",
+                a.name,
+                human_ns(a.simulated_ns),
+                a.slowdown,
+                a.removed_pct
+            ));
+        }
+    }
+    if report.ops_without_peer > 0 {
+        out.push_str(&format!(
+            "{} operations have no peer instance on another rank and keep their own times when idealised\n",
+            report.ops_without_peer
+        ));
+    }
+    out.push_str(&model_lines(&report.model, &report.notes));
+    out
+}

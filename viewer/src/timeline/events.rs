@@ -1,0 +1,284 @@
+//! One type per kind of timeline event, each saying in one place what the timeline, the painter
+//! and the details panel need of it: its label, its text, its span, its colour, its track and its
+//! details rows ([`EventKindInfo`]). [`EventKind`] names the kinds and `dispatch!` hands a kind
+//! to its type, so the rest of the viewer asks the kind instead of matching on it.
+//!
+//! Adding a kind of event: its type and [`EventKindInfo`] implementation here, its line in
+//! [`EventKind`], [`EventKind::ALL`] and `dispatch!`; then the tracks that show it in
+//! `layout.rs`. An [`EventRef`] whose tag names no kind is rejected ([`EventRef::from_bits`]).
+
+use egui::Color32;
+use shardscope_model::Trace;
+
+use super::layout::{TimelineData, TrackKind};
+use super::paint::{PALETTE, category_color};
+use crate::panels::details::{process_text, row};
+
+/// What the viewer needs of one kind of event; `index` is into the kind's list of `trace`.
+pub trait EventKindInfo {
+    /// The kind, as the details panel names it.
+    const LABEL: &'static str;
+    /// The text drawn on the event.
+    fn name(trace: &Trace, index: usize) -> &str;
+    /// The full name, for details and search.
+    fn full_name(trace: &Trace, index: usize) -> &str {
+        Self::name(trace, index)
+    }
+    /// Start and end, trace ns.
+    fn span(trace: &Trace, index: usize) -> (i64, i64);
+    /// Fill colour.
+    fn color(data: &TimelineData, trace: usize, index: usize) -> Color32;
+    /// The track that shows the event.
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize>;
+    /// The kind's own rows of the details grid.
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize);
+}
+
+/// Kernels (`Trace::kernels`), on their stream's track.
+pub struct Kernels;
+/// Memory copies and sets (`Trace::memops`), on their stream's track.
+pub struct MemOps;
+/// CUDA API calls (`Trace::api_calls`), on their thread's track.
+pub struct ApiCalls;
+/// NVTX and annotation ranges (`Trace::ranges`), on one track per thread (or stream) and depth.
+pub struct Ranges;
+
+impl EventKindInfo for Kernels {
+    const LABEL: &'static str = "kernel";
+    fn name(trace: &Trace, index: usize) -> &str {
+        trace.names.get(trace.kernels[index].short_name).trim()
+    }
+    fn full_name(trace: &Trace, index: usize) -> &str {
+        trace.names.get(trace.kernels[index].name)
+    }
+    fn span(trace: &Trace, index: usize) -> (i64, i64) {
+        (trace.kernels[index].start_ns, trace.kernels[index].end_ns)
+    }
+    fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
+        let name = data.traces[trace].kernels[index].name;
+        let category = data.name_categories[trace].get(name.0 as usize).copied().unwrap_or(0);
+        category_color(&data.categories, data.categories.name(category))
+    }
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
+        let k = &data.traces[trace].kernels[index];
+        data.stream_track.get(&(trace, k.device, k.stream)).copied()
+    }
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
+        let t = &data.traces[trace];
+        let k = &t.kernels[index];
+        row(ui, "process", process_text(t, k.process));
+        let device = t.devices.get(k.device.0 as usize).map_or(0, |d| d.ordinal);
+        row(ui, "GPU / stream", format!("GPU {device} / stream {}", k.stream));
+        row(ui, "grid", format!("{} × {} × {}", k.grid[0], k.grid[1], k.grid[2]));
+        row(ui, "block", format!("{} × {} × {}", k.block[0], k.block[1], k.block[2]));
+        row(ui, "correlation id", k.correlation_id.to_string());
+        let category = data.name_categories[trace].get(k.name.0 as usize).copied().unwrap_or(0);
+        row(ui, "category", data.categories.name(category));
+    }
+}
+
+impl EventKindInfo for MemOps {
+    const LABEL: &'static str = "memory operation";
+    fn name(trace: &Trace, index: usize) -> &str {
+        match trace.memops[index].copy_kind {
+            Some(kind) => kind.label(),
+            None => "memset",
+        }
+    }
+    fn span(trace: &Trace, index: usize) -> (i64, i64) {
+        (trace.memops[index].start_ns, trace.memops[index].end_ns)
+    }
+    fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
+        let category = if data.traces[trace].memops[index].is_memset() { "memset" } else { "memcpy" };
+        category_color(&data.categories, category)
+    }
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
+        let m = &data.traces[trace].memops[index];
+        data.stream_track.get(&(trace, m.device, m.stream)).copied()
+    }
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
+        let t = &data.traces[trace];
+        let m = &t.memops[index];
+        row(ui, "process", process_text(t, m.process));
+        row(ui, "stream", m.stream.to_string());
+        row(ui, "bytes", m.bytes.to_string());
+        row(ui, "correlation id", m.correlation_id.to_string());
+    }
+}
+
+impl EventKindInfo for ApiCalls {
+    const LABEL: &'static str = "CUDA API call";
+    fn name(trace: &Trace, index: usize) -> &str {
+        trace.names.get(trace.api_calls[index].name)
+    }
+    fn span(trace: &Trace, index: usize) -> (i64, i64) {
+        (trace.api_calls[index].start_ns, trace.api_calls[index].end_ns)
+    }
+    fn color(_data: &TimelineData, _trace: usize, _index: usize) -> Color32 {
+        Color32::from_rgb(0x6b, 0x7f, 0x99)
+    }
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
+        let a = &data.traces[trace].api_calls[index];
+        data.api_track.get(&(trace, a.process, a.tid)).copied()
+    }
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
+        let t = &data.traces[trace];
+        let a = &t.api_calls[index];
+        row(ui, "process", process_text(t, a.process));
+        row(ui, "thread", a.tid.to_string());
+        row(ui, "correlation id", a.correlation_id.to_string());
+    }
+}
+
+impl EventKindInfo for Ranges {
+    const LABEL: &'static str = "range";
+    fn name(trace: &Trace, index: usize) -> &str {
+        trace.names.get(trace.ranges[index].name)
+    }
+    fn span(trace: &Trace, index: usize) -> (i64, i64) {
+        (trace.ranges[index].start_ns, trace.ranges[index].end_ns)
+    }
+    fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
+        let name = data.traces[trace].ranges[index].name;
+        // Ranges take muted colours by name so the same phase looks the same on every rank.
+        let base = PALETTE[(name.0 as usize * 7 + 3) % PALETTE.len()];
+        base.linear_multiply(0.75)
+    }
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
+        let r = &data.traces[trace].ranges[index];
+        let key_matches = |track: &super::layout::Track| match track.kind {
+            TrackKind::Ranges { tid, depth } => {
+                r.device.is_none() && tid == r.tid && depth == r.depth && track.process == r.process
+            }
+            TrackKind::GpuRanges { device, stream, depth } => {
+                Some(device) == r.device && Some(stream) == r.stream && depth == r.depth
+            }
+            _ => false,
+        };
+        data.tracks.iter().position(|track| track.trace == trace && key_matches(track))
+    }
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
+        let t = &data.traces[trace];
+        let r = &t.ranges[index];
+        row(ui, "process", process_text(t, r.process));
+        row(ui, "thread", r.tid.to_string());
+        row(ui, "depth", r.depth.to_string());
+        let domain = t.names.get(r.domain);
+        if !domain.is_empty() {
+            row(ui, "domain", domain);
+        }
+    }
+}
+
+/// What kind of record an [`EventRef`] points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// [`Kernels`].
+    Kernel,
+    /// [`MemOps`].
+    MemOp,
+    /// [`ApiCalls`].
+    Api,
+    /// [`Ranges`].
+    Range,
+}
+
+/// Runs `$body` with `$info` naming the [`EventKindInfo`] type of `$kind`.
+macro_rules! dispatch {
+    ($kind:expr, $info:ident => $body:expr) => {
+        match $kind {
+            $crate::timeline::events::EventKind::Kernel => {
+                type $info = $crate::timeline::events::Kernels;
+                $body
+            }
+            $crate::timeline::events::EventKind::MemOp => {
+                type $info = $crate::timeline::events::MemOps;
+                $body
+            }
+            $crate::timeline::events::EventKind::Api => {
+                type $info = $crate::timeline::events::ApiCalls;
+                $body
+            }
+            $crate::timeline::events::EventKind::Range => {
+                type $info = $crate::timeline::events::Ranges;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use dispatch;
+
+impl EventKind {
+    /// Every kind; a kind's position is its tag in an [`EventRef`].
+    pub const ALL: [EventKind; 4] = [EventKind::Kernel, EventKind::MemOp, EventKind::Api, EventKind::Range];
+
+    /// The kind, as the details panel names it.
+    pub fn label(self) -> &'static str {
+        dispatch!(self, Info => Info::LABEL)
+    }
+
+    fn tag(self) -> u32 {
+        EventKind::ALL.iter().position(|&k| k == self).expect("every kind is in ALL") as u32
+    }
+}
+
+/// A kind and an index into the matching list of one trace, packed into 32 bits because a
+/// track holds one per event (10 million events: 40 MB rather than 80).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventRef(u32);
+
+impl EventRef {
+    /// Bits of the index; the rest hold the kind's tag.
+    const INDEX_BITS: u32 = 30;
+    const INDEX_MASK: u32 = (1 << Self::INDEX_BITS) - 1;
+    /// Every tag must fit in the bits above the index.
+    const _TAGS_FIT: () = assert!(EventKind::ALL.len() <= 1 << (32 - Self::INDEX_BITS));
+
+    /// Packs `kind` and `index`; indices must stay below 2^30.
+    pub fn new(kind: EventKind, index: usize) -> EventRef {
+        debug_assert!(index <= Self::INDEX_MASK as usize);
+        EventRef((kind.tag() << Self::INDEX_BITS) | (index as u32 & Self::INDEX_MASK))
+    }
+
+    /// An event from its packed bits; `None` when the tag names no kind.
+    pub fn from_bits(bits: u32) -> Option<EventRef> {
+        EventKind::ALL.get((bits >> Self::INDEX_BITS) as usize).map(|_| EventRef(bits))
+    }
+
+    /// The packed bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// The record kind. Every `EventRef` is made by [`EventRef::new`] or checked by
+    /// [`EventRef::from_bits`], so its tag always names one.
+    pub fn kind(self) -> EventKind {
+        EventKind::ALL[(self.0 >> Self::INDEX_BITS) as usize]
+    }
+
+    /// Index into the kind's list.
+    pub fn index(self) -> usize {
+        (self.0 & Self::INDEX_MASK) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_and_unknown_tags_are_rejected() {
+        for kind in EventKind::ALL {
+            let event = EventRef::new(kind, 12_345);
+            assert_eq!((event.kind(), event.index()), (kind, 12_345));
+            assert_eq!(EventRef::from_bits(event.bits()), Some(event));
+        }
+        // With four kinds every 2-bit tag is taken; a fifth kind would need a bit from the index,
+        // and a tag beyond the kinds never reads back as some other kind.
+        let past_the_kinds = (EventKind::ALL.len() as u64) << EventRef::INDEX_BITS;
+        if let Ok(bits) = u32::try_from(past_the_kinds) {
+            assert_eq!(EventRef::from_bits(bits), None);
+        }
+        assert_eq!(EventKind::Range.label(), "range");
+    }
+}
