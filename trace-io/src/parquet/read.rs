@@ -537,8 +537,7 @@ fn for_each_batch(
             Error::format(&file, format!("not a readable Parquet file: {}", e.to_string().replace('\n', " ")))
         };
         let handle = File::open(&file).map_err(|e| Error::io(&file, e))?;
-        let builder =
-            guarded(&file, || ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error))?;
+        let builder = guarded(&file, || ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error))?;
         let version = builder
             .metadata()
             .file_metadata()
