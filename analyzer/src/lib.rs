@@ -17,9 +17,11 @@
 
 pub mod bench_peaks;
 pub mod categories;
+pub mod charts;
 pub mod collectives;
 pub mod compare;
 pub mod hta;
+pub mod html;
 pub mod intervals;
 pub mod kernel_summary;
 pub mod phases;

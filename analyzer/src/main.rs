@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, hta};
+use shardscope_analyzer::{compare, hta, html};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -66,6 +66,17 @@ struct AnalysisArgs {
     allow_mixed: bool,
 }
 
+/// Charts of a report (`report --html`, `--charts`).
+#[derive(clap::Args)]
+struct ChartArgs {
+    /// Also write a self-contained HTML report (charts as inline SVG, nothing fetched) to this file.
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+    /// Also write each chart as SVG and PNG into this folder.
+    #[arg(long, value_name = "DIR")]
+    charts: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Per rank and per phase: span, busy, op-category shares, communication (wait and transfer), exposed
@@ -79,6 +90,8 @@ enum Command {
         /// Kernels shown per rank in the table.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        #[command(flatten)]
+        pictures: ChartArgs,
     },
     /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
     /// message size and phase.
@@ -176,8 +189,13 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top } => {
-            let report = run_analysis(analysis, false)?;
+        Command::Report { analysis, format, top, pictures } => {
+            let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+            let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
+            let report = run_analysis(analysis, wants_charts)?;
+            if let Some((rules, bench)) = chart_inputs {
+                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures)?;
+            }
             let text = match format {
                 OutputFormat::Table => render::table(&report, top),
                 OutputFormat::Json => render::json(&report) + "\n",
@@ -239,6 +257,31 @@ fn run(cli: Cli) -> Result<()> {
             let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
+    }
+    Ok(())
+}
+
+/// Draws the report's charts into the HTML page and the chart folder asked for.
+fn write_report_charts(
+    report: &report::Report,
+    rules: Option<&Path>,
+    bench: Option<&Path>,
+    pictures: &ChartArgs,
+) -> Result<()> {
+    let classifier = match rules {
+        Some(path) => Classifier::load(path)?,
+        None => Classifier::builtin(),
+    };
+    let bench = bench.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
+    let drawn = html::report_charts(report, &classifier, bench.as_ref());
+    if let Some(dir) = &pictures.charts {
+        let files = html::write_chart_files(dir, &drawn.sections).map_err(anyhow::Error::msg)?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {} chart files into {}", files.len(), dir.display());
+    }
+    if let Some(path) = &pictures.html {
+        let page = html::report_page(report, &drawn).map_err(anyhow::Error::msg)?;
+        std::fs::write(path, page).with_context(|| path.display().to_string())?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", path.display());
     }
     Ok(())
 }
