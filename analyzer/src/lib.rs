@@ -29,3 +29,4 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod steps;
+pub mod study;

@@ -141,6 +141,24 @@ enum Command {
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
+    /// Run a workload over a grid of configurations (each run under `capture`), then analyse every run into
+    /// `study.json`, `study.html` and charts. Finished points are kept when run again.
+    Study {
+        /// The study file (TOML: command template, grid, repetitions, environment, …).
+        study: PathBuf,
+        /// The command writes its own trace to `{out}`: run it as is, not under `capture`.
+        #[arg(long)]
+        no_capture: bool,
+        /// The `capture` program (default: the one beside `analyzer`, else `capture` on PATH).
+        #[arg(long, value_name = "PATH")]
+        capture: Option<PathBuf>,
+        /// The study's folder (default: `output` of the study file, else `<name>-study` beside it).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Run nothing: analyse the points already recorded.
+        #[arg(long)]
+        analyse_only: bool,
+    },
 }
 
 fn parse_window(text: &str) -> Result<(i64, i64), String> {
@@ -257,6 +275,16 @@ fn run(cli: Cli) -> Result<()> {
             let _ = writeln!(std::io::stderr(), "analyzer: wrote {} ({stats:?})", output.display());
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
+        Command::Study { study, no_capture, capture, out, analyse_only } => {
+            let study = shardscope_analyzer::study::Study::load(&study, out.as_deref()).map_err(anyhow::Error::msg)?;
+            let capture = capture.unwrap_or_else(|| {
+                let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("capture")));
+                beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("capture"))
+            });
+            let options = shardscope_analyzer::study::RunOptions { no_capture, capture };
+            shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
+                .map_err(anyhow::Error::msg)?;
+        }
     }
     Ok(())
 }
