@@ -273,9 +273,19 @@ impl Study {
 
     /// The command line of a point (without `capture`).
     pub fn command_line(&self, point: &Point) -> String {
-        let out = absolute(&self.trace_path(point));
+        let out = self.trace_path_for_command(point);
         let values = |name: &str| self.placeholder(point, name, &out).map(|v| shell_word(&v));
         expand(&self.file.command, &values).unwrap_or_default()
+    }
+
+    /// `{out}` as the command sees it: relative to the folder it runs in when the study's folder is inside it (so
+    /// that recorded command lines do not depend on where the checkout is), else absolute.
+    pub fn trace_path_for_command(&self, point: &Point) -> PathBuf {
+        let trace = absolute(&self.trace_path(point));
+        match trace.strip_prefix(absolute(&self.base_dir)) {
+            Ok(relative) => relative.to_path_buf(),
+            Err(_) => trace,
+        }
     }
 
     fn placeholder(&self, point: &Point, name: &str, out: &Path) -> Option<String> {
@@ -289,7 +299,7 @@ impl Study {
 
     /// The environment of a point's run.
     pub fn environment(&self, point: &Point) -> BTreeMap<String, String> {
-        let out = absolute(&self.trace_path(point));
+        let out = self.trace_path_for_command(point);
         let values = |name: &str| self.placeholder(point, name, &out);
         self.file.env.iter().map(|(k, v)| (k.clone(), expand(v, &values).unwrap_or_default())).collect()
     }
@@ -368,7 +378,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         let command = study.command_line(point);
         let _ = writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep);
         let log_path = dir.join(format!("{}.log", point.id));
-        let status = run_one(study, point, &command, options, &trace, &log_path);
+        let status = run_one(study, point, &command, options, &log_path);
         let _ = writeln!(
             log,
             "study: [{}/{total}] {} r{}: {} ({:.1} s)",
@@ -389,14 +399,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
     Ok(statuses)
 }
 
-fn run_one(
-    study: &Study,
-    point: &Point,
-    command: &str,
-    options: &RunOptions,
-    trace: &Path,
-    log_path: &Path,
-) -> RunStatus {
+fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, log_path: &Path) -> RunStatus {
     let started = Instant::now();
     let mut status = RunStatus {
         point: point.id.clone(),
@@ -426,7 +429,7 @@ fn run_one(
         c
     } else {
         let mut c = Command::new(&options.capture);
-        c.arg("-o").arg(absolute(trace)).arg("--force").arg("--").arg("sh").arg("-c").arg(command);
+        c.arg("-o").arg(study.trace_path_for_command(point)).arg("--force").arg("--").arg("sh").arg("-c").arg(command);
         c
     };
     child.current_dir(&study.base_dir).envs(study.environment(point)).stdin(Stdio::null()).stdout(log).stderr(log_err);
