@@ -129,7 +129,10 @@ fn point_figures_are_the_reports_figures_and_the_charts_draw_them() {
     let svg = std::fs::read_to_string(dir.path().join("fake-study/charts/scaling_efficiency.svg")).unwrap();
     for s in results["scaling"].as_array().unwrap() {
         let series = s["config"].as_str().unwrap();
-        let found = mark.captures_iter(&svg).find(|c| &c[1] == series && c[2] == s["gpus"].to_string()).unwrap();
+        let found = mark
+            .captures_iter(&svg)
+            .find(|c| &c[1] == series && c[2].parse::<u64>().ok() == s["gpus"].as_u64())
+            .unwrap();
         assert!((found[3].parse::<f64>().unwrap() - s["efficiency_pct"].as_f64().unwrap()).abs() < 1e-9);
     }
     let html = std::fs::read_to_string(dir.path().join("fake-study/study.html")).unwrap();
