@@ -25,6 +25,7 @@ pub mod html;
 pub mod intervals;
 pub mod kernel_summary;
 pub mod phases;
+pub mod progress;
 pub mod render;
 pub mod report;
 pub mod run;

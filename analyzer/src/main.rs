@@ -358,7 +358,8 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     }
     let mut traces = Vec::new();
     for path in paths {
-        traces.extend(shardscope_io::load(path)?);
+        let loaded = shardscope_analyzer::progress::loading(&path.display().to_string(), || shardscope_io::load(path));
+        traces.extend(loaded?);
     }
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));

@@ -357,37 +357,47 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let total = study.points.len();
     let mut statuses = Vec::new();
+    // The bar (on a terminal only) stands under the log lines, which are written with it lifted.
+    let bar = crate::progress::points(total as u64);
     for (index, point) in study.points.iter().enumerate() {
+        bar.set_position(index as u64);
+        bar.set_message(format!("{} r{}", point.config(), point.rep));
         let trace = study.trace_path(point);
         let status_path = study.status_path(point);
         let previous: Option<RunStatus> =
             std::fs::read(&status_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
         if let Some(previous) = previous.filter(|s| s.succeeded() && trace.is_file()) {
-            let _ = writeln!(
-                log,
-                "study: [{}/{total}] {} r{}: kept (finished before)",
-                index + 1,
-                point.config(),
-                point.rep
-            );
+            bar.suspend(|| {
+                writeln!(
+                    log,
+                    "study: [{}/{total}] {} r{}: kept (finished before)",
+                    index + 1,
+                    point.config(),
+                    point.rep
+                )
+            })
+            .ok();
             statuses.push(previous);
             continue;
         }
         // A trace left by an unfinished run is not this run's.
         let _ = std::fs::remove_file(&trace);
         let command = study.command_line(point);
-        let _ = writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep);
+        bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep)).ok();
         let log_path = dir.join(format!("{}.log", point.id));
         let status = run_one(study, point, &command, options, &log_path);
-        let _ = writeln!(
-            log,
-            "study: [{}/{total}] {} r{}: {} ({:.1} s)",
-            index + 1,
-            point.config(),
-            point.rep,
-            status.describe(),
-            status.wall_s
-        );
+        bar.suspend(|| {
+            writeln!(
+                log,
+                "study: [{}/{total}] {} r{}: {} ({:.1} s)",
+                index + 1,
+                point.config(),
+                point.rep,
+                status.describe(),
+                status.wall_s
+            )
+        })
+        .ok();
         let mut status = status;
         if status.succeeded() && !trace.is_file() {
             status.error = Some(format!("the run wrote no trace to {}", trace.display()));
@@ -396,6 +406,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         std::fs::write(&status_path, json).map_err(|e| format!("{}: {e}", status_path.display()))?;
         statuses.push(status);
     }
+    bar.finish_and_clear();
     Ok(statuses)
 }
 
@@ -590,8 +601,8 @@ pub fn analyse(
             None => {}
             Some(s) if !s.succeeded() => result.status = "failed",
             Some(_) => {
-                result.trace = Some(relative);
-                match shardscope_io::load(&trace) {
+                result.trace = Some(relative.clone());
+                match crate::progress::loading(&relative, || shardscope_io::load(&trace)) {
                     Ok(traces) => {
                         let options = Options {
                             classifier: classifier.clone(),

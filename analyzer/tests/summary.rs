@@ -52,3 +52,13 @@ fn a_single_rank_has_no_late_rank() {
     assert!(summary.contains("late rank: one rank only"), "{summary}");
     assert!(summary.contains("prefill") && summary.contains("decode"), "{summary}");
 }
+
+#[test]
+fn no_progress_is_drawn_when_stderr_is_not_a_terminal() {
+    // The tests' standard error is a pipe: the loading spinner must leave no trace in it.
+    let trace = repo_root().join("sample-traces/tp2_nsys.sqlite.gz");
+    let output = analyzer(&["report", trace.to_str().unwrap()]);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains('\u{1b}') && !stderr.contains("loading"), "{stderr:?}");
+}
