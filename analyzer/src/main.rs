@@ -210,9 +210,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Report { analysis, format, top, pictures } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
             let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
-            let report = run_analysis(analysis, wants_charts)?;
+            let mut report = run_analysis(analysis, wants_charts)?;
             if let Some((rules, bench)) = chart_inputs {
                 write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures)?;
+                // The instances were kept for the charts only: the printed report is the same with or without them.
+                report.instances.clear();
             }
             let text = match format {
                 // The one-screen summary first, the details after it.

@@ -280,3 +280,14 @@ fn png_charts_match_the_committed_images() {
         }
     }
 }
+
+#[test]
+fn drawing_charts_leaves_the_printed_report_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let plain = analyzer(&["report", "--format", "json", &path(SAMPLE)]);
+    let with_html = analyzer(&["report", "--format", "json", "--html", html.to_str().unwrap(), &path(SAMPLE)]);
+    assert!(plain.status.success() && with_html.status.success());
+    assert_eq!(plain.stdout, with_html.stdout);
+    assert!(html.is_file());
+}
