@@ -218,6 +218,12 @@ impl Study {
                 }
             }
         }
+        if let Some(bench) = &file.bench {
+            let resolved = path.parent().unwrap_or(Path::new(".")).join(bench);
+            if !resolved.is_file() {
+                return Err(fail(format!("bench results {} not found", resolved.display())));
+            }
+        }
         let name = file.name.clone().unwrap_or_else(|| {
             let stem = path.file_name().map_or("study".into(), |n| n.to_string_lossy().into_owned());
             stem.strip_suffix(".toml").unwrap_or(&stem).to_string()
@@ -334,7 +340,8 @@ impl RunStatus {
 
     fn describe(&self) -> String {
         match (&self.error, self.exit_code, self.signal) {
-            (Some(error), _, _) => format!("not started: {error}"),
+            (Some(error), Some(code), _) => format!("exit status {code}, but {error}"),
+            (Some(error), None, _) => format!("not started: {error}"),
             (None, Some(code), _) => format!("exit status {code}"),
             (None, None, Some(signal)) => format!("killed by signal {signal}"),
             (None, None, None) => "ended without a status".into(),
@@ -366,7 +373,8 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         let status_path = study.status_path(point);
         let previous: Option<RunStatus> =
             std::fs::read(&status_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        if let Some(previous) = previous.filter(|s| s.succeeded() && trace.is_file()) {
+        // A trace is a file, or a folder of per-rank files (Kineto) when the command writes its own.
+        if let Some(previous) = previous.filter(|s| s.succeeded() && trace.exists()) {
             bar.suspend(|| {
                 writeln!(
                     log,
@@ -381,7 +389,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
             continue;
         }
         // A trace left by an unfinished run is not this run's.
-        let _ = std::fs::remove_file(&trace);
+        let _ = if trace.is_dir() { std::fs::remove_dir_all(&trace) } else { std::fs::remove_file(&trace) };
         let command = study.command_line(point);
         bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep)).ok();
         let log_path = dir.join(format!("{}.log", point.id));
@@ -399,7 +407,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         })
         .ok();
         let mut status = status;
-        if status.succeeded() && !trace.is_file() {
+        if status.succeeded() && !trace.exists() {
             status.error = Some(format!("the run wrote no trace to {}", trace.display()));
         }
         let json = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;

@@ -172,7 +172,8 @@ fn points_run_under_capture_by_default() {
 #[test]
 fn bad_study_files_are_one_line_naming_the_file_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str); 7] = [
+    let cases: [(&str, &str); 8] = [
+        ("command = \"run\"\nbench = \"nowhere.json\"\n[grid]\nSEQ = [1]\n", "nowhere.json not found"),
         ("command = \"run {SEQ} {BATCH}\"\n[grid]\nSEQ = [1]\n", "unknown parameter {BATCH}"),
         ("command = \"run {SEQ\"\n[grid]\nSEQ = [1]\n", "unclosed"),
         ("command = \"run\"\n[grid]\n", "names no parameter"),
@@ -206,4 +207,19 @@ fn the_committed_example_study_of_the_reference_workload_is_valid() {
     assert_eq!(points.len(), 2 * 2 * 3, "nproc × SEQ × repetitions");
     assert!(points.iter().all(|p| p["status"] == "not_run"));
     assert_eq!(results["file"]["model"]["layers"], 8);
+}
+
+#[test]
+fn a_run_that_exits_0_without_a_trace_is_a_failed_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.toml");
+    std::fs::write(&path, "command = \"echo no trace for {SEQ}\"\n[grid]\nSEQ = [1]\n").unwrap();
+    run(&["study", "--no-capture", path.to_str().unwrap()]);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("empty-study/study.json")).unwrap()).unwrap();
+    let point = &results["points"][0];
+    assert_eq!(point["status"], "failed");
+    assert!(point["run"]["error"].as_str().unwrap().contains("wrote no trace"), "{point}");
+    let log = std::fs::read_to_string(dir.path().join("empty-study/points/SEQ-1_r0.log")).unwrap();
+    assert_eq!(log, "no trace for 1\n", "the run's output is kept in its log");
 }
