@@ -41,4 +41,18 @@ impl BenchPeaks {
     pub fn at_size(&self, op: CollectiveOp, nranks: u32, bytes: u64) -> Option<f64> {
         self.results.busbw_gbps(bench_op(op)?, nranks, bytes)
     }
+
+    /// The bus bandwidth bench measured for this type and rank count over its size sweep: (bytes, GB/s), by size.
+    pub fn curve(&self, op: CollectiveOp, nranks: u32) -> Vec<(u64, f64)> {
+        let Some(op) = bench_op(op) else { return Vec::new() };
+        let mut points: Vec<(u64, f64)> = self
+            .results
+            .collectives
+            .iter()
+            .filter(|c| c.op == op && c.nranks == nranks)
+            .map(|c| (c.bytes, c.busbw_gbps))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        points
+    }
 }

@@ -75,6 +75,8 @@ pub struct Instance {
     pub busbw_gbps: Option<f64>,
     /// Phase of the instance (the phase most of its ranks launched it in), if any.
     pub phase: Option<String>,
+    /// Each taking rank's wait for the last rank, by rank number (the heatmap of waiting is drawn from these).
+    pub rank_wait_ns: BTreeMap<u32, i64>,
     /// Its kernels: (index of the trace in the input, index of the kernel in that trace).
     #[serde(skip)]
     pub members: Vec<(usize, u32)>,
@@ -264,6 +266,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
             let late_member = shifted.iter().enumerate().max_by_key(|(_, s)| s.0).map_or(0, |(m, _)| m);
             let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
             let mut shares = Vec::with_capacity(members.len());
+            let mut rank_wait_ns = BTreeMap::new();
             for (member, &(start, end)) in shifted.iter().enumerate() {
                 let arrival_done = latest.min(end);
                 let share = RankShare {
@@ -274,6 +277,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
                 max_wait_ns = max_wait_ns.max(share.wait_ns);
                 wait_total_ns += share.wait_ns;
                 let (input_index, kernel) = &members[member];
+                rank_wait_ns.insert(inputs[*input_index].rank, share.wait_ns);
                 matching.shares.insert((inputs[*input_index].key.trace, kernel.kernel), share);
                 shares.push(share);
             }
@@ -297,6 +301,7 @@ pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_di
                 algbw_gbps,
                 busbw_gbps: algbw_gbps.map(|a| a * bus_factor(*op, nranks)),
                 phase,
+                rank_wait_ns,
                 members: members.iter().map(|(i, k)| (inputs[*i].key.trace, k.kernel)).collect(),
                 shares,
             });

@@ -17,19 +17,24 @@
 
 pub mod bench_peaks;
 pub mod categories;
+pub mod charts;
 pub mod collectives;
 pub mod compare;
 pub mod critical_path;
 pub mod depgraph;
 pub mod hta;
+pub mod html;
 pub mod inferred_phases;
 pub mod intervals;
 pub mod kernel_summary;
 pub mod parquet_export;
 pub mod phases;
+pub mod progress;
 pub mod render;
 pub mod report;
 pub mod run;
 pub mod steps;
+pub mod study;
+pub mod summary;
 pub mod whatif;
 pub mod window;

@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, whatif, window};
+use shardscope_analyzer::{compare, critical_path, hta, html, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -66,6 +66,17 @@ struct AnalysisArgs {
     allow_mixed: bool,
 }
 
+/// Charts of a report (`report --html`, `--charts`).
+#[derive(clap::Args)]
+struct ChartArgs {
+    /// Also write a self-contained HTML report (charts as inline SVG, nothing fetched) to this file.
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+    /// Also write each chart as SVG and PNG into this folder.
+    #[arg(long, value_name = "DIR")]
+    charts: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Per rank and per phase: span, busy, op-category shares, communication (wait and transfer), exposed
@@ -79,6 +90,8 @@ enum Command {
         /// Kernels shown per rank in the table.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        #[command(flatten)]
+        pictures: ChartArgs,
     },
     /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
     /// message size and phase.
@@ -178,6 +191,24 @@ enum Command {
         #[arg(long = "scale", value_name = "KEY=F")]
         scales: Vec<String>,
     },
+    /// Run a workload over a grid of configurations (each run under `capture`), then analyse every run into
+    /// `study.json`, `study.html` and charts. Finished points are kept when run again.
+    Study {
+        /// The study file (TOML: command template, grid, repetitions, environment, …).
+        study: PathBuf,
+        /// The command writes its own trace to `{out}`: run it as is, not under `capture`.
+        #[arg(long)]
+        no_capture: bool,
+        /// The `capture` program (default: the one beside `analyzer`, else `capture` on PATH).
+        #[arg(long, value_name = "PATH")]
+        capture: Option<PathBuf>,
+        /// The study's folder (default: `output` of the study file, else `<name>-study` beside it).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Run nothing: analyse the points already recorded.
+        #[arg(long)]
+        analyse_only: bool,
+    },
 }
 
 /// What `export` writes.
@@ -244,10 +275,20 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top } => {
-            let report = run_analysis(analysis, false)?;
+        Command::Report { analysis, format, top, pictures } => {
+            let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+            let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
+            let mut report = run_analysis(analysis, wants_charts)?;
+            if let Some((rules, bench)) = chart_inputs {
+                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures)?;
+                // The instances were kept for the charts only: the printed report is the same with or without them.
+                report.instances.clear();
+            }
             let text = match format {
-                OutputFormat::Table => render::table(&report, top),
+                // The one-screen summary first, the details after it.
+                OutputFormat::Table => {
+                    shardscope_analyzer::summary::summary(&report) + "\n" + &render::table(&report, top)
+                }
                 OutputFormat::Json => render::json(&report) + "\n",
                 OutputFormat::Csv => render::csv(&report),
             };
@@ -421,6 +462,41 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&whatif::table(&report))?,
             }
         }
+        Command::Study { study, no_capture, capture, out, analyse_only } => {
+            let study = shardscope_analyzer::study::Study::load(&study, out.as_deref()).map_err(anyhow::Error::msg)?;
+            let capture = capture.unwrap_or_else(|| {
+                let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("capture")));
+                beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("capture"))
+            });
+            let options = shardscope_analyzer::study::RunOptions { no_capture, capture };
+            shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Draws the report's charts into the HTML page and the chart folder asked for.
+fn write_report_charts(
+    report: &report::Report,
+    rules: Option<&Path>,
+    bench: Option<&Path>,
+    pictures: &ChartArgs,
+) -> Result<()> {
+    let classifier = match rules {
+        Some(path) => Classifier::load(path)?,
+        None => Classifier::builtin(),
+    };
+    let bench = bench.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
+    let drawn = html::report_charts(report, &classifier, bench.as_ref());
+    if let Some(dir) = &pictures.charts {
+        let files = html::write_chart_files(dir, &drawn.sections).map_err(anyhow::Error::msg)?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {} chart files into {}", files.len(), dir.display());
+    }
+    if let Some(path) = &pictures.html {
+        let page = html::report_page(report, &drawn).map_err(anyhow::Error::msg)?;
+        std::fs::write(path, page).with_context(|| path.display().to_string())?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", path.display());
     }
     Ok(())
 }
@@ -518,7 +594,8 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     }
     let mut traces = Vec::new();
     for path in paths {
-        traces.extend(shardscope_io::load(path)?);
+        let loaded = shardscope_analyzer::progress::loading(&path.display().to_string(), || shardscope_io::load(path));
+        traces.extend(loaded?);
     }
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(paths));

@@ -1,0 +1,676 @@
+//! Charts of a report or a study, drawn with `plotters` as SVG (inline in the HTML report, or files) and PNG.
+//!
+//! A chart is described as data first ([`Chart`]): what is drawn is exactly the numbers in that description,
+//! which the callers take from the report's figures. Every bar, point and cell is also written into the SVG as
+//! an invisible overlay element with `data-*` attributes and a `<title>` (the browser shows it on hover), so that
+//! a program — the tests — can read back each number a chart draws and compare it with the JSON report.
+//!
+//! The look follows the viewer: its dark panel colour, its proportional font (Ubuntu Light, embedded so that a
+//! PNG renders the same on every machine), the category colours of the rules file, and a collective's waiting
+//! time drawn darker than its transfer.
+
+use std::fmt::Write as _;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+
+use crate::categories::{self, Classifier};
+
+/// Background: the viewer's dark panel fill.
+pub const BACKGROUND: RGBColor = RGBColor(27, 27, 27);
+/// Text and axes.
+pub const FOREGROUND: RGBColor = RGBColor(200, 200, 200);
+/// Grid lines.
+const GRID: RGBColor = RGBColor(60, 60, 60);
+/// How much of a colour a collective's waiting part keeps (the viewer draws waiting at 40 %).
+const WAIT_SHADE: f64 = 0.4;
+/// Colours for categories and series the rules file gives none (Tableau 10, as the viewer uses).
+const PALETTE: [[u8; 3]; 10] = [
+    [0x4e, 0x79, 0xa7],
+    [0xf2, 0x8e, 0x2b],
+    [0xe1, 0x57, 0x59],
+    [0x76, 0xb7, 0xb2],
+    [0x59, 0xa1, 0x4f],
+    [0xed, 0xc9, 0x48],
+    [0xb0, 0x7a, 0xa1],
+    [0xff, 0x9d, 0xa7],
+    [0x9c, 0x75, 0x5f],
+    [0xba, 0xb0, 0xac],
+];
+/// The font family name the charts use; registered once with the embedded font.
+const FONT: &str = "sans-serif";
+/// Width of the legend column right of a chart, pixels.
+const LEGEND_WIDTH_PX: u32 = 190;
+
+/// One chart, as data.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// File stem and HTML id (`shares`, `step_times`, …).
+    pub name: String,
+    /// Title drawn above the chart.
+    pub title: String,
+    /// Size in pixels.
+    pub size_px: (u32, u32),
+    /// What is drawn.
+    pub kind: ChartKind,
+}
+
+/// The kinds of charts.
+#[derive(Debug, Clone)]
+pub enum ChartKind {
+    /// One bar per column, split into coloured segments stacked from zero.
+    Stacked {
+        /// Column labels.
+        columns: Vec<String>,
+        /// The segments of each column, bottom first.
+        segments: Vec<Vec<Segment>>,
+        /// Unit of the y axis.
+        y_label: String,
+    },
+    /// Lines over categorical x positions, each point with a spread (low to high).
+    Series {
+        /// x labels, in order.
+        x_labels: Vec<String>,
+        /// Name of the x axis.
+        x_label: String,
+        /// Name of the y axis.
+        y_label: String,
+        /// The lines.
+        lines: Vec<Line>,
+    },
+    /// Points over a logarithmic x axis, with reference curves.
+    Scatter {
+        /// Name of the x axis.
+        x_label: String,
+        /// Name of the y axis.
+        y_label: String,
+        /// Point sets, each in its own colour.
+        sets: Vec<PointSet>,
+        /// Reference curves (drawn as lines), each in its own colour.
+        curves: Vec<PointSet>,
+    },
+    /// A grid of cells coloured by value, rows top to bottom.
+    Heatmap {
+        /// Row labels.
+        rows: Vec<String>,
+        /// Name of the x axis (columns are numbered from 0).
+        x_label: String,
+        /// Cell values per row (all rows the same length); `None` is drawn empty.
+        cells: Vec<Vec<Option<f64>>>,
+        /// Unit of the values, for the colour scale.
+        unit: String,
+    },
+}
+
+/// One segment of a stacked bar.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// Legend label (the report's category label).
+    pub label: String,
+    /// Its height.
+    pub value: f64,
+    /// The integer figure of the report it was computed from (e.g. nanoseconds), written beside the value.
+    pub source_ns: Option<i64>,
+    /// Fill colour.
+    pub color: [u8; 3],
+}
+
+/// One line of a [`ChartKind::Series`].
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// Legend label.
+    pub label: String,
+    /// Colour.
+    pub color: [u8; 3],
+    /// Per x position: the value and its spread (low, high), or nothing.
+    pub points: Vec<Option<SeriesPoint>>,
+}
+
+/// One point of a line with its spread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeriesPoint {
+    /// The value drawn as the point.
+    pub value: f64,
+    /// Bottom of the spread bar.
+    pub low: f64,
+    /// Top of the spread bar.
+    pub high: f64,
+}
+
+/// Points of a scatter chart or a reference curve.
+#[derive(Debug, Clone)]
+pub struct PointSet {
+    /// Legend label.
+    pub label: String,
+    /// Colour.
+    pub color: [u8; 3],
+    /// (x, y) pairs; x must be positive (logarithmic axis).
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A drawn element's place and numbers, written into the SVG as an overlay.
+#[derive(Debug, Clone)]
+struct Mark {
+    /// `bar`, `point`, `cell` or `curve`.
+    kind: &'static str,
+    /// Pixel rectangle (x0, y0, x1, y1).
+    rect_px: (i32, i32, i32, i32),
+    /// What it is (series, column, row…), as `data-*` attributes, in order.
+    attributes: Vec<(&'static str, String)>,
+    /// Hover text.
+    title: String,
+}
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is a valid TrueType file compiled in; failing to read it would be a build defect.
+        if plotters::style::register_font(FONT, FontStyle::Normal, epaint_default_fonts::UBUNTU_LIGHT).is_err() {
+            unreachable!("the embedded font is valid");
+        }
+    });
+}
+
+fn rgb(color: [u8; 3]) -> RGBColor {
+    RGBColor(color[0], color[1], color[2])
+}
+
+/// The colour of a report label (`gemm`, `comm.all_reduce`, `wait.all_reduce`): the rules file's colour of its
+/// category (communication for `comm.`/`wait.`), waiting darker; else one derived from the name, as the viewer
+/// does, so that it stays the same whatever the category order.
+pub fn category_color(classifier: &Classifier, label: &str) -> [u8; 3] {
+    let (category, waiting) = if let Some(op) = label.strip_prefix(categories::WAIT_PREFIX) {
+        let _ = op;
+        (categories::COMMUNICATION, true)
+    } else if label.starts_with(categories::COMM_PREFIX) {
+        (categories::COMMUNICATION, false)
+    } else {
+        (label, false)
+    };
+    let id = classifier.categories().iter().position(|c| c == category);
+    let base = id.and_then(|i| classifier.color(categories::CategoryId(i as u16))).unwrap_or_else(|| palette(category));
+    if waiting { shade(base) } else { base }
+}
+
+/// A colour from the palette chosen by the name (the viewer's rule for categories without a colour).
+pub fn palette(name: &str) -> [u8; 3] {
+    let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    PALETTE[(hash % PALETTE.len() as u32) as usize]
+}
+
+/// The n-th palette colour, for series.
+pub fn series_color(index: usize) -> [u8; 3] {
+    PALETTE[index % PALETTE.len()]
+}
+
+/// The colour blended towards the background: a collective's waiting part.
+fn shade(color: [u8; 3]) -> [u8; 3] {
+    let bg = [BACKGROUND.0, BACKGROUND.1, BACKGROUND.2];
+    std::array::from_fn(|i| (f64::from(color[i]) * WAIT_SHADE + f64::from(bg[i]) * (1.0 - WAIT_SHADE)).round() as u8)
+}
+
+/// A sequential colour scale for heatmaps (dark blue → teal → yellow), readable on the dark background.
+fn heat_color(fraction: f64) -> [u8; 3] {
+    const STOPS: [[f64; 3]; 5] =
+        [[48.0, 18.0, 90.0], [59.0, 82.0, 139.0], [33.0, 145.0, 140.0], [94.0, 201.0, 98.0], [253.0, 231.0, 37.0]];
+    let f = fraction.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (f.floor() as usize).min(STOPS.len() - 2);
+    let t = f - i as f64;
+    std::array::from_fn(|c| (STOPS[i][c] + (STOPS[i + 1][c] - STOPS[i][c]) * t).round() as u8)
+}
+
+/// A number as a chart label: at most 4 significant figures, no exponent for ordinary sizes.
+pub fn short_number(value: f64) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return "0".into();
+    }
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (3 - magnitude).clamp(0, 6) as usize;
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_string() } else { text }
+}
+
+/// A byte count with a binary unit (`32 KiB`).
+pub fn format_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{} {}", short_number(value), UNITS[unit])
+}
+
+fn escape_xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes text for HTML and XML.
+pub fn escape(text: &str) -> String {
+    escape_xml(text)
+}
+
+type DrawResult<T> = Result<T, String>;
+
+fn err<E: std::fmt::Display>(error: E) -> String {
+    error.to_string()
+}
+
+/// Draws `chart` on any plotters drawing area and says where each element went.
+fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> DrawResult<Vec<Mark>> {
+    register_font();
+    root.fill(&BACKGROUND).map_err(err)?;
+    let (width, _) = root.dim_in_pixel();
+    let (plot_area, legend_area) = root.split_horizontally(width.saturating_sub(LEGEND_WIDTH_PX));
+    let title_font = (FONT, 18).into_font().color(&FOREGROUND);
+    let mut builder = ChartBuilder::on(&plot_area);
+    builder.caption(&chart.title, title_font).margin(12).x_label_area_size(44).y_label_area_size(70);
+    match &chart.kind {
+        ChartKind::Stacked { columns, segments, y_label } => {
+            draw_stacked(&mut builder, &legend_area, columns, segments, y_label)
+        }
+        ChartKind::Series { x_labels, x_label, y_label, lines } => {
+            draw_series(&mut builder, &legend_area, x_labels, x_label, y_label, lines)
+        }
+        ChartKind::Scatter { x_label, y_label, sets, curves } => {
+            draw_scatter(&mut builder, &legend_area, x_label, y_label, sets, curves)
+        }
+        ChartKind::Heatmap { rows, x_label, cells, unit } => {
+            draw_heatmap(&mut builder, &legend_area, rows, x_label, cells, unit)
+        }
+    }
+}
+
+fn label_style() -> TextStyle<'static> {
+    (FONT, 13).into_font().color(&FOREGROUND)
+}
+
+/// The legend: a swatch and a label per entry, top to bottom.
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, [u8; 3])]) -> DrawResult<()> {
+    let (_, height) = area.dim_in_pixel();
+    let rows = ((height as i32 - 40) / 18).max(1) as usize;
+    for (index, (label, color)) in entries.iter().enumerate() {
+        if index + 1 == rows && entries.len() > rows {
+            let more = format!("… {} more", entries.len() - index);
+            area.draw(&Text::new(more, (10, 40 + 18 * index as i32), label_style())).map_err(err)?;
+            break;
+        }
+        let y = 40 + 18 * index as i32;
+        area.draw(&Rectangle::new([(10, y), (22, y + 12)], rgb(*color).filled())).map_err(err)?;
+        area.draw(&Text::new(label.clone(), (28, y - 1), label_style())).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn legend_entries<'a>(items: impl Iterator<Item = (&'a str, [u8; 3])>) -> Vec<(String, [u8; 3])> {
+    let mut entries: Vec<(String, [u8; 3])> = Vec::new();
+    for (label, color) in items {
+        if !entries.iter().any(|(l, _)| l == label) {
+            entries.push((label.to_string(), color));
+        }
+    }
+    entries
+}
+
+fn nice_max(max: f64) -> f64 {
+    if max > 0.0 && max.is_finite() { max * 1.08 } else { 1.0 }
+}
+
+/// The discrete range of `n` slots: plotters' discrete ranges include their end.
+fn slots(n: usize) -> std::ops::Range<usize> {
+    0..n.saturating_sub(1)
+}
+
+fn segment_label(labels: &[String], value: &SegmentValue<usize>) -> String {
+    match value {
+        SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+fn draw_stacked<DB: DrawingBackend>(
+    builder: &mut ChartBuilder<DB>,
+    legend: &DrawingArea<DB, Shift>,
+    columns: &[String],
+    segments: &[Vec<Segment>],
+    y_label: &str,
+) -> DrawResult<Vec<Mark>> {
+    let max = segments.iter().map(|s| s.iter().map(|g| g.value).sum::<f64>()).fold(0.0, f64::max);
+    let mut chart =
+        builder.build_cartesian_2d(slots(columns.len()).into_segmented(), 0.0..nice_max(max)).map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(FOREGROUND)
+        .label_style(label_style())
+        .x_labels(columns.len())
+        .x_label_formatter(&|v| segment_label(columns, v))
+        .y_desc(y_label)
+        .draw()
+        .map_err(err)?;
+    let mut marks = Vec::new();
+    // Bars leave a fifth of their slot free; the overlays take the same pixels.
+    let slot_px = {
+        let a = chart.backend_coord(&(SegmentValue::Exact(0), 0.0));
+        let b = chart.backend_coord(&(SegmentValue::Exact(1), 0.0));
+        (b.0 - a.0).abs()
+    };
+    let inset_px = (slot_px / 10).max(1);
+    for (column, stack) in segments.iter().enumerate() {
+        let mut bottom = 0.0;
+        for segment in stack {
+            let top = bottom + segment.value;
+            let mut rect = Rectangle::new(
+                [(SegmentValue::Exact(column), bottom), (SegmentValue::Exact(column + 1), top)],
+                rgb(segment.color).filled(),
+            );
+            rect.set_margin(0, 0, inset_px as u32, inset_px as u32);
+            chart.draw_series(std::iter::once(rect)).map_err(err)?;
+            let p0 = chart.backend_coord(&(SegmentValue::Exact(column), bottom));
+            let p1 = chart.backend_coord(&(SegmentValue::Exact(column + 1), top));
+            let mut attributes = vec![
+                ("column", columns[column].clone()),
+                ("series", segment.label.clone()),
+                ("value", format!("{}", segment.value)),
+            ];
+            if let Some(ns) = segment.source_ns {
+                attributes.push(("ns", ns.to_string()));
+            }
+            marks.push(Mark {
+                kind: "bar",
+                rect_px: (p0.0 + inset_px, p1.1, p1.0 - inset_px, p0.1),
+                attributes,
+                title: format!("{} · {}: {} {y_label}", columns[column], segment.label, short_number(segment.value)),
+            });
+            bottom = top;
+        }
+    }
+    let entries = legend_entries(segments.iter().flatten().map(|s| (s.label.as_str(), s.color)));
+    draw_legend(legend, &entries)?;
+    Ok(marks)
+}
+
+fn draw_series<DB: DrawingBackend>(
+    builder: &mut ChartBuilder<DB>,
+    legend: &DrawingArea<DB, Shift>,
+    x_labels: &[String],
+    x_label: &str,
+    y_label: &str,
+    lines: &[Line],
+) -> DrawResult<Vec<Mark>> {
+    let max = lines.iter().flat_map(|l| l.points.iter().flatten()).map(|p| p.high.max(p.value)).fold(0.0, f64::max);
+    let mut chart =
+        builder.build_cartesian_2d(slots(x_labels.len()).into_segmented(), 0.0..nice_max(max)).map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(FOREGROUND)
+        .label_style(label_style())
+        .x_labels(x_labels.len())
+        .x_label_formatter(&|v| segment_label(x_labels, v))
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(err)?;
+    let mut marks = Vec::new();
+    for line in lines {
+        let color = rgb(line.color);
+        // A line joins consecutive points only; a missing point breaks it.
+        let mut run: Vec<(SegmentValue<usize>, f64)> = Vec::new();
+        let mut runs = Vec::new();
+        for (x, point) in line.points.iter().enumerate() {
+            match point {
+                Some(p) => run.push((SegmentValue::CenterOf(x), p.value)),
+                None => runs.push(std::mem::take(&mut run)),
+            }
+        }
+        runs.push(run);
+        for run in runs.into_iter().filter(|r| r.len() > 1) {
+            chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(err)?;
+        }
+        for (x, point) in line.points.iter().enumerate() {
+            let Some(p) = point else { continue };
+            let at = |y: f64| (SegmentValue::CenterOf(x), y);
+            if p.high > p.low {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(vec![at(p.low), at(p.high)], color)))
+                    .map_err(err)?;
+            }
+            chart.draw_series(std::iter::once(Circle::new(at(p.value), 4, color.filled()))).map_err(err)?;
+            let c = chart.backend_coord(&at(p.value));
+            marks.push(Mark {
+                kind: "point",
+                rect_px: (c.0 - 5, c.1 - 5, c.0 + 5, c.1 + 5),
+                attributes: vec![
+                    ("series", line.label.clone()),
+                    ("x", x_labels[x].clone()),
+                    ("value", format!("{}", p.value)),
+                    ("low", format!("{}", p.low)),
+                    ("high", format!("{}", p.high)),
+                ],
+                title: format!(
+                    "{} at {}: {} (spread {} – {}) {y_label}",
+                    line.label,
+                    x_labels[x],
+                    short_number(p.value),
+                    short_number(p.low),
+                    short_number(p.high)
+                ),
+            });
+        }
+    }
+    draw_legend(legend, &legend_entries(lines.iter().map(|l| (l.label.as_str(), l.color))))?;
+    Ok(marks)
+}
+
+fn draw_scatter<DB: DrawingBackend>(
+    builder: &mut ChartBuilder<DB>,
+    legend: &DrawingArea<DB, Shift>,
+    x_label: &str,
+    y_label: &str,
+    sets: &[PointSet],
+    curves: &[PointSet],
+) -> DrawResult<Vec<Mark>> {
+    let all = || sets.iter().chain(curves).flat_map(|s| s.points.iter()).filter(|p| p.0 > 0.0);
+    let x_min = all().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_max = all().map(|p| p.0).fold(0.0, f64::max);
+    let (x_min, x_max) = if x_min.is_finite() && x_max > x_min { (x_min / 1.5, x_max * 1.5) } else { (1.0, 1e9) };
+    let y_max = nice_max(all().map(|p| p.1).fold(0.0, f64::max));
+    let mut chart = builder.build_cartesian_2d((x_min..x_max).log_scale(), 0.0..y_max).map_err(err)?;
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(FOREGROUND)
+        .label_style(label_style())
+        .x_label_formatter(&|v| format_bytes(*v))
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(err)?;
+    let mut marks = Vec::new();
+    for curve in curves {
+        let points: Vec<(f64, f64)> = curve.points.iter().copied().filter(|p| p.0 > 0.0).collect();
+        chart.draw_series(LineSeries::new(points.clone(), rgb(curve.color).stroke_width(2))).map_err(err)?;
+        for (x, y) in points {
+            let c = chart.backend_coord(&(x, y));
+            marks.push(Mark {
+                kind: "curve",
+                rect_px: (c.0 - 3, c.1 - 3, c.0 + 3, c.1 + 3),
+                attributes: vec![("series", curve.label.clone()), ("x", format!("{x}")), ("value", format!("{y}"))],
+                title: format!("{}: {} at {}", curve.label, short_number(y), format_bytes(x)),
+            });
+        }
+    }
+    for set in sets {
+        let color = rgb(set.color);
+        let points: Vec<(f64, f64)> = set.points.iter().copied().filter(|p| p.0 > 0.0).collect();
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.mix(0.8).filled()))).map_err(err)?;
+        for (x, y) in points {
+            let c = chart.backend_coord(&(x, y));
+            marks.push(Mark {
+                kind: "point",
+                rect_px: (c.0 - 4, c.1 - 4, c.0 + 4, c.1 + 4),
+                attributes: vec![("series", set.label.clone()), ("x", format!("{x}")), ("value", format!("{y}"))],
+                title: format!("{}: {} {y_label} at {}", set.label, short_number(y), format_bytes(x)),
+            });
+        }
+    }
+    let entries = legend_entries(sets.iter().chain(curves).map(|s| (s.label.as_str(), s.color)));
+    draw_legend(legend, &entries)?;
+    Ok(marks)
+}
+
+fn draw_heatmap<DB: DrawingBackend>(
+    builder: &mut ChartBuilder<DB>,
+    legend: &DrawingArea<DB, Shift>,
+    rows: &[String],
+    x_label: &str,
+    cells: &[Vec<Option<f64>>],
+    unit: &str,
+) -> DrawResult<Vec<Mark>> {
+    let columns = cells.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let max = cells.iter().flatten().flatten().copied().fold(0.0, f64::max);
+    let mut chart = builder.build_cartesian_2d(0.0..columns as f64, slots(rows.len()).into_segmented()).map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .axis_style(FOREGROUND)
+        .label_style(label_style())
+        .y_labels(rows.len())
+        .y_label_formatter(&|v| segment_label(rows, v))
+        .x_label_formatter(&|v| format!("{}", *v as i64))
+        .x_desc(x_label)
+        .draw()
+        .map_err(err)?;
+    let mut marks = Vec::new();
+    for (row, values) in cells.iter().enumerate() {
+        for (column, value) in values.iter().enumerate() {
+            let Some(value) = *value else { continue };
+            let fraction = if max > 0.0 { value / max } else { 0.0 };
+            let corners =
+                [(column as f64, SegmentValue::Exact(row)), ((column + 1) as f64, SegmentValue::Exact(row + 1))];
+            chart
+                .draw_series(std::iter::once(Rectangle::new(corners.clone(), rgb(heat_color(fraction)).filled())))
+                .map_err(err)?;
+            let p0 = chart.backend_coord(&corners[0]);
+            let p1 = chart.backend_coord(&corners[1]);
+            marks.push(Mark {
+                kind: "cell",
+                rect_px: (p0.0.min(p1.0), p0.1.min(p1.1), p0.0.max(p1.0), p0.1.max(p1.1)),
+                attributes: vec![
+                    ("row", rows[row].clone()),
+                    ("column", column.to_string()),
+                    ("value", format!("{value}")),
+                ],
+                title: format!("{} · #{column}: {} {unit}", rows[row], short_number(value)),
+            });
+        }
+    }
+    // Colour scale: a bar from 0 to the largest value.
+    let steps = 20;
+    for step in 0..steps {
+        let y = 60 + (steps - 1 - step) * 8;
+        let color = heat_color(step as f64 / (steps - 1) as f64);
+        legend.draw(&Rectangle::new([(10, y), (26, y + 8)], rgb(color).filled())).map_err(err)?;
+    }
+    legend.draw(&Text::new(format!("{} {unit}", short_number(max)), (32, 56), label_style())).map_err(err)?;
+    legend.draw(&Text::new(format!("0 {unit}"), (32, 60 + steps * 8 - 12), label_style())).map_err(err)?;
+    Ok(marks)
+}
+
+/// The chart as an SVG document, with the overlay elements that carry its numbers.
+pub fn render_svg(chart: &Chart) -> DrawResult<String> {
+    let mut svg = String::new();
+    let marks = {
+        let root = SVGBackend::with_string(&mut svg, chart.size_px).into_drawing_area();
+        let marks = draw(chart, &root)?;
+        root.present().map_err(err)?;
+        marks
+    };
+    let mut overlay = format!(r#"<g class="marks" data-chart="{}">"#, escape_xml(&chart.name));
+    for mark in &marks {
+        let (x0, y0, x1, y1) = mark.rect_px;
+        let _ = write!(
+            overlay,
+            r#"<rect class="mark" data-kind="{}" x="{x0}" y="{y0}" width="{}" height="{}" fill="transparent""#,
+            mark.kind,
+            (x1 - x0).max(1),
+            (y1 - y0).max(1)
+        );
+        for (key, value) in &mark.attributes {
+            let _ = write!(overlay, r#" data-{key}="{}""#, escape_xml(value));
+        }
+        let _ = write!(overlay, "><title>{}</title></rect>", escape_xml(&mark.title));
+    }
+    overlay.push_str("</g>");
+    match svg.rfind("</svg>") {
+        Some(end) => svg.insert_str(end, &overlay),
+        None => return Err("the SVG backend wrote no closing tag".into()),
+    }
+    Ok(svg)
+}
+
+/// The chart as a PNG file's bytes (8-bit RGB).
+pub fn render_png(chart: &Chart) -> DrawResult<Vec<u8>> {
+    let (width, height) = chart.size_px;
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, chart.size_px).into_drawing_area();
+        draw(chart, &root)?;
+        root.present().map_err(err)?;
+    }
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(err)?;
+        writer.write_image_data(&pixels).map_err(err)?;
+        writer.finish().map_err(err)?;
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_is_drawn_darker_than_transfer_in_the_communication_colour() {
+        let c = Classifier::builtin();
+        let transfer = category_color(&c, "comm.all_reduce");
+        let wait = category_color(&c, "wait.all_reduce");
+        assert_eq!(transfer, [0xe1, 0x57, 0x59]);
+        assert!(wait.iter().zip(transfer).all(|(w, t)| *w < t));
+        assert_eq!(category_color(&c, "gemm"), [0x4e, 0x79, 0xa7]);
+    }
+
+    #[test]
+    fn numbers_and_sizes_read_short() {
+        assert_eq!(short_number(12.3456), "12.35");
+        assert_eq!(short_number(1234.6), "1235");
+        assert_eq!(short_number(0.5), "0.5");
+        assert_eq!(format_bytes(32768.0), "32 KiB");
+        assert_eq!(format_bytes(3.0 * 1024.0 * 1024.0), "3 MiB");
+    }
+}

@@ -1,0 +1,432 @@
+//! The charts of one run's report and the self-contained HTML page that holds them
+//! (`analyzer report --html OUT.html`, `--charts DIR`).
+//!
+//! Every number a chart draws is read from the [`Report`] — the same figures `report --format json` writes
+//! (matched collective instances: `collectives --format json`) — never recomputed from the trace, so a chart
+//! cannot disagree with the JSON. The page fetches nothing: its charts are inline SVG, its style is inline, and a
+//! Content-Security-Policy forbids any load, so it opens offline and from an e-mail attachment alike.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::bench_peaks::BenchPeaks;
+use crate::categories::Classifier;
+use crate::charts::{self, Chart, ChartKind, Line, PointSet, Segment, SeriesPoint, escape};
+use crate::render;
+use crate::report::{Figures, Report};
+
+/// Matched collective instances drawn in the waiting heatmap at most (more would make an unreadable, huge SVG).
+pub const HEATMAP_MAX_INSTANCES: usize = 1000;
+
+/// A chart with what it shows, for the page.
+#[derive(Debug, Clone)]
+pub struct Section {
+    /// The chart.
+    pub chart: Chart,
+    /// One or two sentences under the title: what is drawn and from which figures.
+    pub caption: String,
+}
+
+/// The charts of one report, and notes on charts that could not be drawn (and why).
+#[derive(Debug, Clone, Default)]
+pub struct ReportCharts {
+    /// Drawn charts, in page order.
+    pub sections: Vec<Section>,
+    /// Why a chart is missing (no steps, no message sizes, …).
+    pub notes: Vec<String>,
+}
+
+/// Column label of a rank, or of one of its phases.
+pub fn column_label(rank: u32, phase: Option<&str>) -> String {
+    match phase {
+        None => format!("r{rank}"),
+        Some(phase) => format!("r{rank} {phase}"),
+    }
+}
+
+/// The category stack of one set of figures: each category's share of the summed category time, in percent.
+fn share_segments(figures: &Figures, order: &[String], classifier: &Classifier) -> Vec<Segment> {
+    let total = figures.category_total_ns();
+    order
+        .iter()
+        .filter_map(|label| {
+            let ns = *figures.categories.get(label)?;
+            (ns > 0 && total > 0).then(|| Segment {
+                label: label.clone(),
+                value: 100.0 * ns as f64 / total as f64,
+                source_ns: Some(ns),
+                color: charts::category_color(classifier, label),
+            })
+        })
+        .collect()
+}
+
+/// Category labels of all figures, largest summed time first, so that every bar stacks in the same order.
+pub fn category_order<'a>(all: impl Iterator<Item = &'a Figures>) -> Vec<String> {
+    let mut totals: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for figures in all {
+        for (label, ns) in &figures.categories {
+            *totals.entry(label).or_default() += ns;
+        }
+    }
+    let mut order: Vec<(&str, i64)> = totals.into_iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    order.into_iter().map(|(label, _)| label.to_string()).collect()
+}
+
+fn bar_chart_width_px(columns: usize) -> u32 {
+    (300 + 56 * columns as u32).clamp(900, 4000)
+}
+
+/// Milliseconds from nanoseconds, for axes.
+fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The charts of a report. `report.instances` must have been kept (see `Options::keep_instances`) for the bus
+/// bandwidth and waiting charts.
+pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&BenchPeaks>) -> ReportCharts {
+    let mut out = ReportCharts::default();
+
+    // Op-category shares: per rank, the whole rank, then each phase.
+    let order = category_order(
+        report.ranks.iter().flat_map(|r| std::iter::once(&r.figures).chain(r.phases.iter().map(|p| &p.figures))),
+    );
+    let mut columns = Vec::new();
+    let mut segments = Vec::new();
+    for rank in &report.ranks {
+        columns.push(column_label(rank.rank, None));
+        segments.push(share_segments(&rank.figures, &order, classifier));
+        for phase in &rank.phases {
+            columns.push(column_label(rank.rank, Some(&phase.name)));
+            segments.push(share_segments(&phase.figures, &order, classifier));
+        }
+    }
+    if !columns.is_empty() {
+        out.sections.push(Section {
+            caption: "Share of summed GPU time per op category, per rank (rN) and per phase. A collective's \
+                      waiting for the last rank (wait.*, darker) is apart from its transfer (comm.*). From the \
+                      report's `categories`."
+                .into(),
+            chart: Chart {
+                name: "shares".into(),
+                title: "Op-category shares per rank and phase".into(),
+                size_px: (bar_chart_width_px(columns.len()), 460),
+                kind: ChartKind::Stacked { columns, segments, y_label: "% of GPU time".into() },
+            },
+        });
+    }
+
+    // Step times per rank: median, with the min–max spread.
+    let labels: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+    let step_points: Vec<Option<SeriesPoint>> = report
+        .ranks
+        .iter()
+        .map(|r| {
+            r.steps.as_ref().filter(|s| s.time.count > 0).map(|s| SeriesPoint {
+                value: ms(s.time.p50_ns),
+                low: ms(s.time.min_ns),
+                high: ms(s.time.max_ns),
+            })
+        })
+        .collect();
+    if step_points.iter().any(Option::is_some) {
+        let mut lines =
+            vec![Line { label: "step p50 (min–max)".into(), color: charts::series_color(0), points: step_points }];
+        let p90: Vec<Option<SeriesPoint>> = report
+            .ranks
+            .iter()
+            .map(|r| {
+                r.steps.as_ref().filter(|s| s.time.count > 0).map(|s| SeriesPoint {
+                    value: ms(s.time.p90_ns),
+                    low: ms(s.time.p90_ns),
+                    high: ms(s.time.p90_ns),
+                })
+            })
+            .collect();
+        lines.push(Line { label: "step p90".into(), color: charts::series_color(1), points: p90 });
+        out.sections.push(Section {
+            caption: "Step (iteration) time per rank: median with the min–max spread, and the 90th percentile. \
+                      From the report's `steps.time`."
+                .into(),
+            chart: Chart {
+                name: "step_times".into(),
+                title: "Step time per rank".into(),
+                size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
+                kind: ChartKind::Series {
+                    x_labels: labels.clone(),
+                    x_label: "rank".into(),
+                    y_label: "ms".into(),
+                    lines,
+                },
+            },
+        });
+    } else {
+        out.notes.push(
+            "Step times: no steps were found in the traces (no step or phase ranges, no repeating \
+                        kernel sequence)."
+                .into(),
+        );
+    }
+
+    // Phase instance times per rank (time to first token for prefill, per output token for decode).
+    let mut phase_names: Vec<&str> = Vec::new();
+    for rank in &report.ranks {
+        for phase in &rank.phases {
+            if !phase_names.contains(&phase.name.as_str()) {
+                phase_names.push(&phase.name);
+            }
+        }
+    }
+    if !phase_names.is_empty() {
+        let lines: Vec<Line> = phase_names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| Line {
+                label: format!("{name} p50 (min–max)"),
+                color: charts::series_color(index + 2),
+                points: report
+                    .ranks
+                    .iter()
+                    .map(|r| {
+                        let instances = r.phases.iter().find(|p| p.name == *name)?.figures.instances.as_ref()?;
+                        (instances.count > 0).then(|| SeriesPoint {
+                            value: ms(instances.p50_ns),
+                            low: ms(instances.min_ns),
+                            high: ms(instances.max_ns),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sections.push(Section {
+            caption: "Time of one instance of each phase per rank (prefill: time to first token of a batch; \
+                      decode: time per output token): median with the min–max spread. From the report's \
+                      `phases.*.instances`."
+                .into(),
+            chart: Chart {
+                name: "phase_times".into(),
+                title: "Phase instance time per rank".into(),
+                size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
+                kind: ChartKind::Series {
+                    x_labels: labels.clone(),
+                    x_label: "rank".into(),
+                    y_label: "ms".into(),
+                    lines,
+                },
+            },
+        });
+    }
+
+    // Bus bandwidth against message size, beside bench's curve.
+    let mut sets: Vec<PointSet> = Vec::new();
+    for instance in &report.instances {
+        let (Some(bytes), Some(busbw)) = (instance.bytes, instance.busbw_gbps) else { continue };
+        let label = format!("{} ×{}", instance.op.label(), instance.nranks);
+        let index = match sets.iter().position(|s| s.label == label) {
+            Some(index) => index,
+            None => {
+                sets.push(PointSet { label, color: charts::series_color(sets.len()), points: Vec::new() });
+                sets.len() - 1
+            }
+        };
+        sets[index].points.push((bytes as f64, busbw));
+    }
+    if sets.is_empty() {
+        out.notes.push(
+            "Bus bandwidth: no matched collective with a known message size (sizes come from the NCCL \
+                        profiler plugin of `capture` or from Kineto's NCCL metadata)."
+                .into(),
+        );
+    } else {
+        let mut curves = Vec::new();
+        if let Some(bench) = bench {
+            let mut seen = Vec::new();
+            for instance in report.instances.iter().filter(|i| i.bytes.is_some()) {
+                if seen.contains(&(instance.op, instance.nranks)) {
+                    continue;
+                }
+                seen.push((instance.op, instance.nranks));
+                let curve = bench.curve(instance.op, instance.nranks);
+                if !curve.is_empty() {
+                    curves.push(PointSet {
+                        label: format!("bench {} ×{}", instance.op.label(), instance.nranks),
+                        color: charts::series_color(5 + curves.len()),
+                        points: curve.into_iter().map(|(b, g)| (b as f64, g)).collect(),
+                    });
+                }
+            }
+        }
+        out.sections.push(Section {
+            caption: format!(
+                "Bus bandwidth (nccl-tests' convention) of each matched collective against its message size{}. \
+                 From `collectives --format json` `instances`.",
+                if curves.is_empty() { String::new() } else { ", beside what `bench` measured on the machine".into() }
+            ),
+            chart: Chart {
+                name: "busbw".into(),
+                title: "Collective bus bandwidth against message size".into(),
+                size_px: (1000, 460),
+                kind: ChartKind::Scatter { x_label: "message size".into(), y_label: "busbw GB/s".into(), sets, curves },
+            },
+        });
+    }
+
+    // Waiting per rank and collective instance.
+    if report.instances.is_empty() {
+        out.notes.push("Waiting heatmap: no collective was matched across two or more ranks.".into());
+    } else {
+        let shown = &report.instances[..report.instances.len().min(HEATMAP_MAX_INSTANCES)];
+        if shown.len() < report.instances.len() {
+            out.notes.push(format!(
+                "Waiting heatmap: the first {} of {} matched instances are drawn.",
+                shown.len(),
+                report.instances.len()
+            ));
+        }
+        let rows: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+        let cells: Vec<Vec<Option<f64>>> = report
+            .ranks
+            .iter()
+            .map(|r| shown.iter().map(|i| i.rank_wait_ns.get(&r.rank).map(|&ns| ns as f64 / 1e3)).collect())
+            .collect();
+        out.sections.push(Section {
+            caption: "Time each rank waited for the last rank to arrive, per matched collective instance (in the \
+                      order of their communicator, type and sequence). From `collectives --format json` \
+                      `instances[].rank_wait_ns`."
+                .into(),
+            chart: Chart {
+                name: "wait_heatmap".into(),
+                title: "Waiting for the last rank, per collective instance".into(),
+                size_px: (1100, (140 + 36 * rows.len() as u32).clamp(260, 2400)),
+                kind: ChartKind::Heatmap { rows, x_label: "collective instance".into(), cells, unit: "µs".into() },
+            },
+        });
+    }
+    out
+}
+
+/// Writes each chart as `<name>.svg` and `<name>.png` into `dir` (created if needed); returns the files written.
+pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::path::PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    for section in sections {
+        let svg = charts::render_svg(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
+        let png = charts::render_png(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
+        for (extension, bytes) in [("svg", svg.as_bytes()), ("png", png.as_slice())] {
+            let path = dir.join(format!("{}.{extension}", section.chart.name));
+            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+/// The page's head and style: dark like the viewer; nothing is loaded from anywhere.
+pub fn page_start(title: &str) -> String {
+    format!(
+        r#"<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{}</title>
+<style>
+body {{ background: #1b1b1b; color: #c8c8c8; font: 14px/1.45 "Ubuntu", system-ui, sans-serif; margin: 24px; }}
+h1, h2 {{ color: #e6e6e6; font-weight: 500; }}
+table {{ border-collapse: collapse; margin: 8px 0 20px; }}
+th, td {{ border-bottom: 1px solid #3c3c3c; padding: 3px 10px; text-align: right; white-space: nowrap; }}
+th {{ color: #e6e6e6; font-weight: 500; }}
+td.l, th.l {{ text-align: left; }}
+section.chart svg {{ max-width: 100%; height: auto; }}
+p.caption, p.note {{ max-width: 110ch; }}
+p.note {{ color: #9a9a9a; }}
+code {{ color: #e6e6e6; }}
+</style>
+</head>
+<body>
+"#,
+        escape(title)
+    )
+}
+
+/// The end of the page.
+pub fn page_end() -> &'static str {
+    "</body>\n</html>\n"
+}
+
+/// A chart section: title, caption and the inline SVG.
+pub fn chart_section(section: &Section) -> Result<String, String> {
+    let svg = charts::render_svg(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
+    // The XML declaration plotters writes is not allowed inside HTML.
+    let svg = match svg.find("<svg") {
+        Some(start) => &svg[start..],
+        None => svg.as_str(),
+    };
+    Ok(format!(
+        "<section class=\"chart\" id=\"chart-{}\">\n<h2>{}</h2>\n<p class=\"caption\">{}</p>\n{svg}\n</section>\n",
+        escape(&section.chart.name),
+        escape(&section.chart.title),
+        escape(&section.caption),
+    ))
+}
+
+fn duration(ns: i64) -> String {
+    render::duration(ns)
+}
+
+/// The HTML page of one report.
+pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, String> {
+    let mut page = page_start("shardscope report");
+    page.push_str("<h1>shardscope report</h1>\n<p>Inputs: ");
+    let inputs: Vec<String> = report.inputs.iter().map(|i| format!("<code>{}</code>", escape(i))).collect();
+    page.push_str(&inputs.join(", "));
+    page.push_str("</p>\n");
+    for note in &report.notes {
+        let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
+    }
+    page.push_str(
+        "<h2>Per rank</h2>\n<table>\n<tr><th class=\"l\">rank</th><th class=\"l\">GPU</th><th>span</th><th>busy</th>\
+         <th>comm</th><th>transfer</th><th>wait</th><th>exposed comm</th><th>late</th><th>step p50</th>\
+         <th class=\"l\">top categories</th></tr>\n",
+    );
+    for rank in &report.ranks {
+        let f = &rank.figures;
+        let total = f.category_total_ns();
+        let mut top: Vec<(&String, &i64)> = f.categories.iter().collect();
+        top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let top: Vec<String> = top
+            .iter()
+            .take(5)
+            .map(|(label, ns)| format!("{} {:.1} %", escape(label), 100.0 * **ns as f64 / total.max(1) as f64))
+            .collect();
+        let step =
+            rank.steps.as_ref().filter(|s| s.time.count > 0).map_or("–".to_string(), |s| duration(s.time.p50_ns));
+        let _ = writeln!(
+            page,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            rank.rank,
+            escape(&rank.gpu_name),
+            duration(f.span_ns),
+            duration(f.gpu_busy_ns),
+            duration(f.comm_ns),
+            duration(f.comm_transfer_ns),
+            duration(f.comm_wait_ns),
+            duration(f.exposed_comm_ns),
+            f.late_count,
+            step,
+            top.join(", ")
+        );
+    }
+    page.push_str("</table>\n");
+    for section in &charts.sections {
+        page.push_str(&chart_section(section)?);
+    }
+    for note in &charts.notes {
+        let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
+    }
+    page.push_str(page_end());
+    Ok(page)
+}

@@ -1,0 +1,1068 @@
+//! Studies (`analyzer study STUDY.toml`): run one workload over a grid of configurations, record each run, and
+//! analyse them all into one JSON file and one HTML page with charts against each swept parameter.
+//!
+//! The study file names a command template with `{param}` placeholders and the grid of parameter values; every
+//! point of the grid (and each repetition of it) is run once, by default under `capture`, its trace kept in the
+//! study's folder. A point whose trace and exit status 0 are already there is kept when the study is run again,
+//! so an interrupted or partly failed study resumes where it stopped; a point that fails is recorded with its exit
+//! status and the study goes on. The analysis then reads every finished point with the same options as
+//! `analyzer report`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench_peaks::BenchPeaks;
+use crate::categories::{self, Classifier};
+use crate::charts::{self, Chart, ChartKind, Line, Segment, SeriesPoint, escape};
+use crate::html::{self, Section};
+use crate::report::{self, Options, Report};
+
+/// Placeholders every template knows besides the grid's parameters.
+const BUILTIN_PLACEHOLDERS: [&str; 3] = ["out", "rep", "point"];
+
+/// The study file, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyFile {
+    /// Name of the study (default: the file's name without `.toml`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Shell command line with `{param}` placeholders, `{out}` (the trace path), `{rep}` and `{point}`.
+    pub command: String,
+    /// Parameter → its values; every combination is one point.
+    pub grid: BTreeMap<String, Vec<toml::Value>>,
+    /// Runs per point.
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Leading steps of each rank left out of the step times (warm-up), as `report --skip-steps`.
+    #[serde(default)]
+    pub warmup_steps: usize,
+    /// Environment of every run; values may hold placeholders.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The parameter that is the GPU count, for scaling efficiency (default: `nproc` when the grid has it).
+    #[serde(default)]
+    pub gpus: Option<String>,
+    /// The study's folder (relative to the study file's folder; default `<name>-study`).
+    #[serde(default)]
+    pub output: Option<PathBuf>,
+    /// `bench` results of the machine (relative to the study file's folder).
+    #[serde(default)]
+    pub bench: Option<PathBuf>,
+    /// The model's shape, kept in the study's JSON for readers of the results.
+    #[serde(default)]
+    pub model: Option<ModelShape>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A model's shape.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelShape {
+    /// Parameters.
+    pub parameters: Option<f64>,
+    /// Layers.
+    pub layers: Option<u32>,
+    /// Hidden size.
+    pub hidden: Option<u32>,
+    /// Attention heads.
+    pub heads: Option<u32>,
+    /// Data type (`bf16`, …).
+    pub dtype: Option<String>,
+}
+
+/// A study ready to run: the file checked, paths resolved, points listed.
+#[derive(Debug, Clone)]
+pub struct Study {
+    /// The study file's path, for messages.
+    pub path: PathBuf,
+    /// Its contents.
+    pub file: StudyFile,
+    /// Its name.
+    pub name: String,
+    /// Where the commands run and relative paths start: the study file's folder.
+    pub base_dir: PathBuf,
+    /// The study's folder.
+    pub out_dir: PathBuf,
+    /// Every point, in grid order.
+    pub points: Vec<Point>,
+    /// The parameter that counts GPUs, if any.
+    pub gpus: Option<String>,
+}
+
+/// One run of the study: a combination of parameter values and a repetition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// File-name-safe identifier (`SEQ-128_nproc-2_r0`).
+    pub id: String,
+    /// Parameter values, as text.
+    pub params: BTreeMap<String, String>,
+    /// Repetition, from 0.
+    pub rep: u32,
+}
+
+impl Point {
+    /// The configuration, without the repetition (`SEQ=128 nproc=2`).
+    pub fn config(&self) -> String {
+        self.params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// Expands `{name}` placeholders; `{{` and `}}` are literal braces. Unknown names and unclosed braces are errors.
+pub fn expand(template: &str, values: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut chars = template.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|p| p.1) == Some('{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek().map(|p| p.1) == Some('}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let rest = &template[at + 1..];
+                let end = rest.find('}').ok_or_else(|| format!("unclosed '{{' at byte {at}"))?;
+                let name = &rest[..end];
+                let value = values(name).ok_or_else(|| format!("unknown parameter {{{name}}}"))?;
+                out.push_str(&value);
+                for _ in 0..name.chars().count() + 1 {
+                    chars.next();
+                }
+            }
+            '}' => return Err(format!("'}}' without '{{' at byte {at}")),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// A value as a shell word: unchanged when it is plainly safe, else single-quoted.
+pub fn shell_word(value: &str) -> String {
+    let plain = !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "._/:=+-,@%".contains(c));
+    if plain { value.to_string() } else { format!("'{}'", value.replace('\'', r"'\''")) }
+}
+
+fn value_text(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn safe_id(text: &str) -> String {
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
+}
+
+impl Study {
+    /// Reads and checks a study file. Errors are one line naming the file and the cause.
+    pub fn load(path: &Path, out_override: Option<&Path>) -> Result<Study, String> {
+        let fail = |cause: String| format!("{}: {cause}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let file: StudyFile = toml::from_str(&text).map_err(|e| fail(e.message().replace('\n', " ")))?;
+        if file.command.trim().is_empty() {
+            return Err(fail("`command` is empty".into()));
+        }
+        if file.grid.is_empty() {
+            return Err(fail("`[grid]` names no parameter".into()));
+        }
+        if file.repetitions == 0 {
+            return Err(fail("`repetitions` must be at least 1".into()));
+        }
+        let mut values: Vec<(String, Vec<String>)> = Vec::new();
+        for (name, list) in &file.grid {
+            if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+                return Err(fail(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)")));
+            }
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(fail(format!("parameter name '{name}' is not made of letters, digits and '_'")));
+            }
+            if list.is_empty() {
+                return Err(fail(format!("parameter '{name}' has no values")));
+            }
+            let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
+            let texts = texts.ok_or_else(|| fail(format!("parameter '{name}': values must be numbers or strings")))?;
+            values.push((name.clone(), texts));
+        }
+        let known = |name: &str| {
+            (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string())
+        };
+        expand(&file.command, &known).map_err(|e| fail(format!("command: {e}")))?;
+        for (key, value) in &file.env {
+            expand(value, &known).map_err(|e| fail(format!("env {key}: {e}")))?;
+        }
+        let gpus = match &file.gpus {
+            Some(name) if !file.grid.contains_key(name) => {
+                return Err(fail(format!("gpus = '{name}' is not a parameter of the grid")));
+            }
+            Some(name) => Some(name.clone()),
+            None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
+        };
+        if let Some(name) = &gpus {
+            for value in &file.grid[name] {
+                if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
+                    return Err(fail(format!("parameter '{name}' counts GPUs: its values must be positive integers")));
+                }
+            }
+        }
+        if let Some(bench) = &file.bench {
+            let resolved = path.parent().unwrap_or(Path::new(".")).join(bench);
+            if !resolved.is_file() {
+                return Err(fail(format!("bench results {} not found", resolved.display())));
+            }
+        }
+        let name = file.name.clone().unwrap_or_else(|| {
+            let stem = path.file_name().map_or("study".into(), |n| n.to_string_lossy().into_owned());
+            stem.strip_suffix(".toml").unwrap_or(&stem).to_string()
+        });
+        let base_dir = path.parent().map_or(PathBuf::from("."), Path::to_path_buf);
+        let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
+        let out_dir = match out_override {
+            Some(dir) => dir.to_path_buf(),
+            None => base_dir.join(file.output.clone().unwrap_or_else(|| PathBuf::from(format!("{name}-study")))),
+        };
+        // The grid's points, the last parameter varying fastest.
+        let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
+        for (name, texts) in &values {
+            combos = combos
+                .into_iter()
+                .flat_map(|combo| {
+                    texts.iter().map(move |t| {
+                        let mut next = combo.clone();
+                        next.insert(name.clone(), t.clone());
+                        next
+                    })
+                })
+                .collect();
+        }
+        let mut points = Vec::new();
+        for params in combos {
+            for rep in 0..file.repetitions {
+                let stem = params.iter().map(|(k, v)| format!("{k}-{v}")).collect::<Vec<_>>().join("_");
+                points.push(Point { id: safe_id(&format!("{stem}_r{rep}")), params: params.clone(), rep });
+            }
+        }
+        let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(fail(format!("two points have the same file name '{}'", pair[0])));
+        }
+        Ok(Study { path: path.to_path_buf(), file, name, base_dir, out_dir, points, gpus })
+    }
+
+    /// The folder of the points' traces, logs and status records.
+    pub fn points_dir(&self) -> PathBuf {
+        self.out_dir.join("points")
+    }
+
+    /// A point's trace file.
+    pub fn trace_path(&self, point: &Point) -> PathBuf {
+        self.points_dir().join(format!("{}.sqlite", point.id))
+    }
+
+    fn status_path(&self, point: &Point) -> PathBuf {
+        self.points_dir().join(format!("{}.status.json", point.id))
+    }
+
+    /// The command line of a point (without `capture`).
+    pub fn command_line(&self, point: &Point) -> String {
+        let out = self.trace_path_for_command(point);
+        let values = |name: &str| self.placeholder(point, name, &out).map(|v| shell_word(&v));
+        expand(&self.file.command, &values).unwrap_or_default()
+    }
+
+    /// `{out}` as the command sees it: relative to the folder it runs in when the study's folder is inside it (so
+    /// that recorded command lines do not depend on where the checkout is), else absolute.
+    pub fn trace_path_for_command(&self, point: &Point) -> PathBuf {
+        let trace = absolute(&self.trace_path(point));
+        match trace.strip_prefix(absolute(&self.base_dir)) {
+            Ok(relative) => relative.to_path_buf(),
+            Err(_) => trace,
+        }
+    }
+
+    fn placeholder(&self, point: &Point, name: &str, out: &Path) -> Option<String> {
+        match name {
+            "out" => Some(out.display().to_string()),
+            "rep" => Some(point.rep.to_string()),
+            "point" => Some(point.id.clone()),
+            _ => point.params.get(name).cloned(),
+        }
+    }
+
+    /// The environment of a point's run.
+    pub fn environment(&self, point: &Point) -> BTreeMap<String, String> {
+        let out = self.trace_path_for_command(point);
+        let values = |name: &str| self.placeholder(point, name, &out);
+        self.file.env.iter().map(|(k, v)| (k.clone(), expand(v, &values).unwrap_or_default())).collect()
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// How a point's run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStatus {
+    /// The point.
+    pub point: String,
+    /// The command line that ran.
+    pub command: String,
+    /// Exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// Wall time of the run, seconds.
+    pub wall_s: f64,
+    /// Why it could not be started, if it could not.
+    pub error: Option<String>,
+}
+
+impl RunStatus {
+    /// True for a run that exited with status 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0) && self.error.is_none()
+    }
+
+    fn describe(&self) -> String {
+        match (&self.error, self.exit_code, self.signal) {
+            (Some(error), Some(code), _) => format!("exit status {code}, but {error}"),
+            (Some(error), None, _) => format!("not started: {error}"),
+            (None, Some(code), _) => format!("exit status {code}"),
+            (None, None, Some(signal)) => format!("killed by signal {signal}"),
+            (None, None, None) => "ended without a status".into(),
+        }
+    }
+}
+
+/// How to run the points.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The command writes its own trace to `{out}`: run it as is, not under `capture`.
+    pub no_capture: bool,
+    /// The `capture` program.
+    pub capture: PathBuf,
+}
+
+/// Runs every point that has not finished yet; returns each point's status. Progress goes to `log` (stderr).
+pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Write) -> Result<Vec<RunStatus>, String> {
+    let dir = study.points_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let total = study.points.len();
+    let mut statuses = Vec::new();
+    // The bar (on a terminal only) stands under the log lines, which are written with it lifted.
+    let bar = crate::progress::points(total as u64);
+    for (index, point) in study.points.iter().enumerate() {
+        bar.set_position(index as u64);
+        bar.set_message(format!("{} r{}", point.config(), point.rep));
+        let trace = study.trace_path(point);
+        let status_path = study.status_path(point);
+        let previous: Option<RunStatus> =
+            std::fs::read(&status_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        // A trace is a file, or a folder of per-rank files (Kineto) when the command writes its own.
+        if let Some(previous) = previous.filter(|s| s.succeeded() && trace.exists()) {
+            bar.suspend(|| {
+                writeln!(
+                    log,
+                    "study: [{}/{total}] {} r{}: kept (finished before)",
+                    index + 1,
+                    point.config(),
+                    point.rep
+                )
+            })
+            .ok();
+            statuses.push(previous);
+            continue;
+        }
+        // A trace left by an unfinished run is not this run's.
+        let _ = if trace.is_dir() { std::fs::remove_dir_all(&trace) } else { std::fs::remove_file(&trace) };
+        let command = study.command_line(point);
+        bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep)).ok();
+        let log_path = dir.join(format!("{}.log", point.id));
+        let status = run_one(study, point, &command, options, &log_path);
+        bar.suspend(|| {
+            writeln!(
+                log,
+                "study: [{}/{total}] {} r{}: {} ({:.1} s)",
+                index + 1,
+                point.config(),
+                point.rep,
+                status.describe(),
+                status.wall_s
+            )
+        })
+        .ok();
+        let mut status = status;
+        if status.succeeded() && !trace.exists() {
+            status.error = Some(format!("the run wrote no trace to {}", trace.display()));
+        }
+        let json = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
+        std::fs::write(&status_path, json).map_err(|e| format!("{}: {e}", status_path.display()))?;
+        statuses.push(status);
+    }
+    bar.finish_and_clear();
+    Ok(statuses)
+}
+
+fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, log_path: &Path) -> RunStatus {
+    let started = Instant::now();
+    let mut status = RunStatus {
+        point: point.id.clone(),
+        command: command.to_string(),
+        exit_code: None,
+        signal: None,
+        wall_s: 0.0,
+        error: None,
+    };
+    let log = match std::fs::File::create(log_path) {
+        Ok(file) => file,
+        Err(e) => {
+            status.error = Some(format!("{}: {e}", log_path.display()));
+            return status;
+        }
+    };
+    let log_err = match log.try_clone() {
+        Ok(file) => file,
+        Err(e) => {
+            status.error = Some(e.to_string());
+            return status;
+        }
+    };
+    let mut child = if options.no_capture {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(command);
+        c
+    } else {
+        let mut c = Command::new(&options.capture);
+        c.arg("-o").arg(study.trace_path_for_command(point)).arg("--force").arg("--").arg("sh").arg("-c").arg(command);
+        c
+    };
+    child.current_dir(&study.base_dir).envs(study.environment(point)).stdin(Stdio::null()).stdout(log).stderr(log_err);
+    match child.status() {
+        Ok(exit) => {
+            status.exit_code = exit.code();
+            #[cfg(unix)]
+            {
+                use std::os::unix::process::ExitStatusExt;
+                status.signal = exit.signal();
+            }
+        }
+        Err(e) => {
+            status.error = Some(format!(
+                "{}: {e}",
+                if options.no_capture { "sh".into() } else { options.capture.display().to_string() }
+            ))
+        }
+    }
+    status.wall_s = started.elapsed().as_secs_f64();
+    status
+}
+
+/// The figures of one analysed point (all ranks of the run).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointFigures {
+    /// Ranks (GPUs) in the trace.
+    pub ranks: u32,
+    /// The slowest rank's median step time: the pace of the run.
+    pub step_p50_ns: Option<i64>,
+    /// Shortest step of any rank.
+    pub step_min_ns: Option<i64>,
+    /// Longest step of any rank.
+    pub step_max_ns: Option<i64>,
+    /// Per phase: the slowest rank's median instance time, and the shortest and longest instance of any rank.
+    pub phases: BTreeMap<String, [i64; 3]>,
+    /// Summed time per category over the ranks.
+    pub categories_ns: BTreeMap<String, i64>,
+    /// All-reduce time (waiting and transfer) ÷ summed category time, percent.
+    pub all_reduce_pct: f64,
+    /// Summed over ranks: waiting for the last rank, and moving data, in matched collectives.
+    pub comm_wait_ns: i64,
+    /// See `comm_wait_ns`.
+    pub comm_transfer_ns: i64,
+    /// Summed over ranks: communication not overlapped by computation.
+    pub exposed_comm_ns: i64,
+}
+
+/// Figures of a report, as the study compares them.
+pub fn point_figures(report: &Report) -> PointFigures {
+    let steps: Vec<&crate::steps::Distribution> =
+        report.ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| &s.time).filter(|t| t.count > 0).collect();
+    let mut phases: BTreeMap<String, [i64; 3]> = BTreeMap::new();
+    for rank in &report.ranks {
+        for phase in &rank.phases {
+            let Some(d) = phase.figures.instances.as_ref().filter(|d| d.count > 0) else { continue };
+            let entry = phases.entry(phase.name.clone()).or_insert([d.p50_ns, d.min_ns, d.max_ns]);
+            *entry = [entry[0].max(d.p50_ns), entry[1].min(d.min_ns), entry[2].max(d.max_ns)];
+        }
+    }
+    let mut categories_ns: BTreeMap<String, i64> = BTreeMap::new();
+    for rank in &report.ranks {
+        for (label, ns) in &rank.figures.categories {
+            *categories_ns.entry(label.clone()).or_default() += ns;
+        }
+    }
+    let total: i64 = categories_ns.values().sum();
+    let all_reduce: i64 = ["all_reduce"]
+        .iter()
+        .flat_map(|op| [format!("{}{op}", categories::COMM_PREFIX), format!("{}{op}", categories::WAIT_PREFIX)])
+        .filter_map(|label| categories_ns.get(&label))
+        .sum();
+    let sum = |f: &dyn Fn(&report::Figures) -> i64| report.ranks.iter().map(|r| f(&r.figures)).sum::<i64>();
+    PointFigures {
+        ranks: report.ranks.len() as u32,
+        step_p50_ns: steps.iter().map(|d| d.p50_ns).max(),
+        step_min_ns: steps.iter().map(|d| d.min_ns).min(),
+        step_max_ns: steps.iter().map(|d| d.max_ns).max(),
+        phases,
+        all_reduce_pct: if total > 0 { 100.0 * all_reduce as f64 / total as f64 } else { 0.0 },
+        categories_ns,
+        comm_wait_ns: sum(&|f| f.comm_wait_ns),
+        comm_transfer_ns: sum(&|f| f.comm_transfer_ns),
+        exposed_comm_ns: sum(&|f| f.exposed_comm_ns),
+    }
+}
+
+/// One point in the study's results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointResult {
+    /// The point.
+    #[serde(flatten)]
+    pub point: Point,
+    /// `ok`, `failed` (the run), `unreadable` (the trace could not be analysed) or `not_run`.
+    pub status: &'static str,
+    /// How the run ended.
+    pub run: Option<RunStatus>,
+    /// The trace, relative to the study's folder.
+    pub trace: Option<String>,
+    /// Why the trace could not be analysed.
+    pub error: Option<String>,
+    /// Figures, for analysed points.
+    pub figures: Option<PointFigures>,
+}
+
+/// Scaling from the smallest GPU count to each larger one, for one configuration of the other parameters.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scaling {
+    /// The other parameters (`SEQ=128`).
+    pub config: String,
+    /// GPU count of the baseline.
+    pub base_gpus: u32,
+    /// GPU count.
+    pub gpus: u32,
+    /// Median over repetitions of the step p50, baseline and this count.
+    pub base_step_ns: i64,
+    /// See `base_step_ns`.
+    pub step_ns: i64,
+    /// base_step_ns ÷ step_ns.
+    pub speedup: f64,
+    /// speedup ÷ (gpus ÷ base_gpus), percent.
+    pub efficiency_pct: f64,
+}
+
+/// The study's results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyResults {
+    /// Name.
+    pub study: String,
+    /// The study file as read.
+    pub file: StudyFile,
+    /// Every point.
+    pub points: Vec<PointResult>,
+    /// Scaling between GPU counts (empty without a GPU parameter with two or more values).
+    pub scaling: Vec<Scaling>,
+}
+
+/// Analyses every point whose run succeeded. A trace that cannot be read makes its point `unreadable`.
+pub fn analyse(
+    study: &Study,
+    statuses: &[Option<RunStatus>],
+    classifier: &Classifier,
+    bench: Option<&BenchPeaks>,
+) -> StudyResults {
+    let mut points = Vec::new();
+    for (point, status) in study.points.iter().zip(statuses) {
+        let trace = study.trace_path(point);
+        let relative = trace.strip_prefix(&study.out_dir).unwrap_or(&trace).display().to_string();
+        let mut result = PointResult {
+            point: point.clone(),
+            status: "not_run",
+            run: status.clone(),
+            trace: None,
+            error: None,
+            figures: None,
+        };
+        match status {
+            None => {}
+            Some(s) if !s.succeeded() => result.status = "failed",
+            Some(_) => {
+                result.trace = Some(relative.clone());
+                match crate::progress::loading(&relative, || shardscope_io::load(&trace)) {
+                    Ok(traces) => {
+                        let options = Options {
+                            classifier: classifier.clone(),
+                            skip_steps: study.file.warmup_steps,
+                            bench_peaks: bench.cloned(),
+                            ..Options::default()
+                        };
+                        let report = report::analyze(&traces, &options);
+                        result.status = "ok";
+                        result.figures = Some(point_figures(&report));
+                    }
+                    Err(error) => {
+                        result.status = "unreadable";
+                        result.error = Some(error.to_string().replace('\n', " "));
+                    }
+                }
+            }
+        }
+        points.push(result);
+    }
+    let scaling = scaling(study, &points);
+    StudyResults { study: study.name.clone(), file: study.file.clone(), points, scaling }
+}
+
+fn median(mut values: Vec<i64>) -> Option<i64> {
+    values.sort_unstable();
+    values.get(values.len().checked_sub(1)? / 2).copied()
+}
+
+/// Configurations (parameters without repetition) in grid order, with their analysed points.
+fn configurations(points: &[PointResult]) -> Vec<(BTreeMap<String, String>, Vec<&PointResult>)> {
+    let mut configs: Vec<(BTreeMap<String, String>, Vec<&PointResult>)> = Vec::new();
+    for point in points {
+        match configs.iter_mut().find(|(params, _)| *params == point.point.params) {
+            Some((_, list)) => list.push(point),
+            None => configs.push((point.point.params.clone(), vec![point])),
+        }
+    }
+    configs
+}
+
+fn config_label(params: &BTreeMap<String, String>, without: Option<&str>) -> String {
+    let text: Vec<String> =
+        params.iter().filter(|(k, _)| Some(k.as_str()) != without).map(|(k, v)| format!("{k}={v}")).collect();
+    if text.is_empty() { "all".into() } else { text.join(" ") }
+}
+
+fn step_median(points: &[&PointResult]) -> Option<i64> {
+    median(points.iter().filter_map(|p| p.figures.as_ref()?.step_p50_ns).collect())
+}
+
+fn scaling(study: &Study, points: &[PointResult]) -> Vec<Scaling> {
+    let Some(gpus) = &study.gpus else { return Vec::new() };
+    let mut groups: BTreeMap<String, Vec<(u32, i64)>> = BTreeMap::new();
+    for (params, list) in configurations(points) {
+        let Some(count) = params.get(gpus).and_then(|v| v.parse::<u32>().ok()) else { continue };
+        let Some(step) = step_median(&list) else { continue };
+        groups.entry(config_label(&params, Some(gpus))).or_default().push((count, step));
+    }
+    let mut out = Vec::new();
+    for (config, mut list) in groups {
+        list.sort_unstable();
+        let Some(&(base_gpus, base_step_ns)) = list.first() else { continue };
+        for &(count, step_ns) in &list[1..] {
+            if step_ns <= 0 {
+                continue;
+            }
+            let speedup = base_step_ns as f64 / step_ns as f64;
+            out.push(Scaling {
+                config: config.clone(),
+                base_gpus,
+                gpus: count,
+                base_step_ns,
+                step_ns,
+                speedup,
+                efficiency_pct: 100.0 * speedup / (f64::from(count) / f64::from(base_gpus)),
+            });
+        }
+    }
+    out
+}
+
+/// The study's charts: against each swept parameter, op shares per configuration, all-reduce share, scaling.
+pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifier) -> Vec<Section> {
+    let configs = configurations(&results.points);
+    let mut sections = Vec::new();
+    let swept: Vec<(&String, Vec<String>)> = study
+        .file
+        .grid
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, v)| (k, v.iter().filter_map(value_text).collect()))
+        .collect();
+    let mut phase_names: Vec<String> = Vec::new();
+    for point in &results.points {
+        for name in point.figures.iter().flat_map(|f| f.phases.keys()) {
+            if !phase_names.contains(name) {
+                phase_names.push(name.clone());
+            }
+        }
+    }
+    let ms = |ns: i64| ns as f64 / 1e6;
+    for (param, values) in &swept {
+        // One line per configuration of the other parameters.
+        let mut others: Vec<String> = Vec::new();
+        for (params, _) in &configs {
+            let label = config_label(params, Some(param));
+            if !others.contains(&label) {
+                others.push(label);
+            }
+        }
+        let measure = |pick: &dyn Fn(&PointFigures) -> Option<[i64; 3]>| -> Vec<Line> {
+            others
+                .iter()
+                .enumerate()
+                .map(|(index, other)| Line {
+                    label: other.clone(),
+                    color: charts::series_color(index),
+                    points: values
+                        .iter()
+                        .map(|value| {
+                            let (_, list) = configs.iter().find(|(params, _)| {
+                                params.get(*param) == Some(value) && config_label(params, Some(param)) == *other
+                            })?;
+                            let picked: Vec<[i64; 3]> = list.iter().filter_map(|p| pick(p.figures.as_ref()?)).collect();
+                            let value = median(picked.iter().map(|v| v[0]).collect())?;
+                            Some(SeriesPoint {
+                                value: ms(value),
+                                low: ms(picked.iter().map(|v| v[1]).min()?),
+                                high: ms(picked.iter().map(|v| v[2]).max()?),
+                            })
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
+        let step_lines = measure(&|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
+        if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
+            sections.push(Section {
+                caption: format!(
+                    "Step time against {param}: the slowest rank's median step (median over repetitions), with \
+                     the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
+                    study.file.warmup_steps
+                ),
+                chart: Chart {
+                    name: format!("step_time_vs_{}", safe_id(param)),
+                    title: format!("Step time against {param}"),
+                    size_px: (1000, 440),
+                    kind: ChartKind::Series {
+                        x_labels: values.clone(),
+                        x_label: param.to_string(),
+                        y_label: "ms".into(),
+                        lines: step_lines,
+                    },
+                },
+            });
+        }
+        for phase in &phase_names {
+            let lines = measure(&|f| f.phases.get(phase).copied());
+            sections.push(Section {
+                caption: format!(
+                    "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
+                     to longest instance."
+                ),
+                chart: Chart {
+                    name: format!("{}_vs_{}", safe_id(phase), safe_id(param)),
+                    title: format!("{phase} time against {param}"),
+                    size_px: (1000, 440),
+                    kind: ChartKind::Series {
+                        x_labels: values.clone(),
+                        x_label: param.to_string(),
+                        y_label: "ms".into(),
+                        lines,
+                    },
+                },
+            });
+        }
+    }
+
+    // Op shares and all-reduce share per configuration (summed over ranks and repetitions).
+    let analysed: Vec<(String, BTreeMap<String, i64>, Vec<f64>)> = configs
+        .iter()
+        .filter_map(|(params, list)| {
+            let figures: Vec<&PointFigures> = list.iter().filter_map(|p| p.figures.as_ref()).collect();
+            if figures.is_empty() {
+                return None;
+            }
+            let mut categories: BTreeMap<String, i64> = BTreeMap::new();
+            for f in &figures {
+                for (label, ns) in &f.categories_ns {
+                    *categories.entry(label.clone()).or_default() += ns;
+                }
+            }
+            Some((config_label(params, None), categories, figures.iter().map(|f| f.all_reduce_pct).collect()))
+        })
+        .collect();
+    if !analysed.is_empty() {
+        let as_figures: Vec<report::Figures> = analysed
+            .iter()
+            .map(|(_, categories, _)| report::Figures { categories: categories.clone(), ..Default::default() })
+            .collect();
+        let order = html::category_order(as_figures.iter());
+        let segments: Vec<Vec<Segment>> = analysed
+            .iter()
+            .map(|(_, categories, _)| {
+                let total: i64 = categories.values().sum();
+                order
+                    .iter()
+                    .filter_map(|label| {
+                        let ns = *categories.get(label)?;
+                        (ns > 0 && total > 0).then(|| Segment {
+                            label: label.clone(),
+                            value: 100.0 * ns as f64 / total as f64,
+                            source_ns: Some(ns),
+                            color: charts::category_color(classifier, label),
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let columns: Vec<String> = analysed.iter().map(|(label, _, _)| label.clone()).collect();
+        sections.push(Section {
+            caption: "Share of summed GPU time per op category for each configuration (all ranks and repetitions); \
+                      waiting for the last rank (wait.*) apart from transfer (comm.*)."
+                .into(),
+            chart: Chart {
+                name: "shares".into(),
+                title: "Op-category shares per configuration".into(),
+                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 480),
+                kind: ChartKind::Stacked { columns: columns.clone(), segments, y_label: "% of GPU time".into() },
+            },
+        });
+        let line = Line {
+            label: "all-reduce (wait + transfer)".into(),
+            color: category_rgb(classifier),
+            points: analysed
+                .iter()
+                .map(|(_, _, pcts)| {
+                    let mut sorted = pcts.clone();
+                    sorted.sort_by(f64::total_cmp);
+                    Some(SeriesPoint {
+                        value: sorted[(sorted.len() - 1) / 2],
+                        low: sorted[0],
+                        high: sorted[sorted.len() - 1],
+                    })
+                })
+                .collect(),
+        };
+        sections.push(Section {
+            caption: "All-reduce time (waiting and transfer) as a share of summed GPU time, per configuration: \
+                      median over repetitions, with their range."
+                .into(),
+            chart: Chart {
+                name: "all_reduce_share".into(),
+                title: "All-reduce share per configuration".into(),
+                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 420),
+                kind: ChartKind::Series {
+                    x_labels: columns,
+                    x_label: "configuration".into(),
+                    y_label: "% of GPU time".into(),
+                    lines: vec![line],
+                },
+            },
+        });
+    }
+
+    if !results.scaling.is_empty() {
+        let mut counts: Vec<u32> = results.scaling.iter().flat_map(|s| [s.base_gpus, s.gpus]).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let mut labels: Vec<&str> = results.scaling.iter().map(|s| s.config.as_str()).collect();
+        labels.dedup();
+        let lines = labels
+            .iter()
+            .enumerate()
+            .map(|(index, config)| Line {
+                label: config.to_string(),
+                color: charts::series_color(index),
+                points: counts
+                    .iter()
+                    .map(|&n| {
+                        let base = results.scaling.iter().find(|s| s.config == *config && s.base_gpus == n);
+                        if base.is_some() {
+                            return Some(SeriesPoint { value: 100.0, low: 100.0, high: 100.0 });
+                        }
+                        let s = results.scaling.iter().find(|s| s.config == *config && s.gpus == n)?;
+                        Some(SeriesPoint { value: s.efficiency_pct, low: s.efficiency_pct, high: s.efficiency_pct })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let gpus = study.gpus.clone().unwrap_or_default();
+        sections.push(Section {
+            caption: format!(
+                "Scaling efficiency: speedup of the step time over the smallest {gpus} ÷ the ratio of GPU counts \
+                 (100 % = linear)."
+            ),
+            chart: Chart {
+                name: "scaling_efficiency".into(),
+                title: format!("Scaling efficiency against {gpus}"),
+                size_px: (1000, 420),
+                kind: ChartKind::Series {
+                    x_labels: counts.iter().map(u32::to_string).collect(),
+                    x_label: gpus,
+                    y_label: "% of linear".into(),
+                    lines,
+                },
+            },
+        });
+    }
+    sections
+}
+
+fn category_rgb(classifier: &Classifier) -> [u8; 3] {
+    charts::category_color(classifier, "comm.all_reduce")
+}
+
+/// The study's HTML page.
+pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -> Result<String, String> {
+    let mut page = html::page_start(&format!("shardscope study {}", study.name));
+    let _ = writeln!(page, "<h1>Study {}</h1>", escape(&study.name));
+    let _ = writeln!(page, "<p>Command: <code>{}</code></p>", escape(&study.file.command));
+    let grid: Vec<String> = study
+        .file
+        .grid
+        .iter()
+        .map(|(k, v)| format!("{k} = [{}]", v.iter().filter_map(value_text).collect::<Vec<_>>().join(", ")))
+        .collect();
+    let _ = writeln!(
+        page,
+        "<p>Grid: <code>{}</code>; repetitions: {}; warm-up steps left out: {}</p>",
+        escape(&grid.join("; ")),
+        study.file.repetitions,
+        study.file.warmup_steps
+    );
+    page.push_str(
+        "<h2>Points</h2>\n<table>\n<tr><th class=\"l\">configuration</th><th>rep</th><th class=\"l\">status</th>\
+         <th>ranks</th><th>step p50</th><th>all-reduce</th><th>wait</th><th>transfer</th></tr>\n",
+    );
+    for point in &results.points {
+        let status = match (&point.run, point.status) {
+            (Some(run), "failed") => format!("failed: {}", run.describe()),
+            (_, "unreadable") => format!("unreadable: {}", point.error.clone().unwrap_or_default()),
+            (_, status) => status.to_string(),
+        };
+        let f = point.figures.as_ref();
+        let cell = |v: Option<String>| v.unwrap_or_else(|| "–".into());
+        let _ = writeln!(
+            page,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            escape(&point.point.config()),
+            point.point.rep,
+            escape(&status),
+            cell(f.map(|f| f.ranks.to_string())),
+            cell(f.and_then(|f| f.step_p50_ns).map(crate::render::duration)),
+            cell(f.map(|f| format!("{:.1} %", f.all_reduce_pct))),
+            cell(f.map(|f| crate::render::duration(f.comm_wait_ns))),
+            cell(f.map(|f| crate::render::duration(f.comm_transfer_ns))),
+        );
+    }
+    page.push_str("</table>\n");
+    if !results.scaling.is_empty() {
+        page.push_str(
+            "<h2>Scaling</h2>\n<table>\n<tr><th class=\"l\">configuration</th><th>GPUs</th><th>step p50</th>\
+             <th>speedup</th><th>efficiency</th></tr>\n",
+        );
+        for s in &results.scaling {
+            let _ = writeln!(
+                page,
+                "<tr><td class=\"l\">{}</td><td>{} → {}</td><td>{} → {}</td><td>{:.2}×</td><td>{:.1} %</td></tr>",
+                escape(&s.config),
+                s.base_gpus,
+                s.gpus,
+                crate::render::duration(s.base_step_ns),
+                crate::render::duration(s.step_ns),
+                s.speedup,
+                s.efficiency_pct
+            );
+        }
+        page.push_str("</table>\n");
+    }
+    for section in sections {
+        page.push_str(&html::chart_section(section)?);
+    }
+    page.push_str(html::page_end());
+    Ok(page)
+}
+
+/// Runs (unless `analyse_only`) and analyses a study; writes `study.json`, `study.html` and `charts/`.
+pub fn run_study(
+    study: &Study,
+    options: &RunOptions,
+    analyse_only: bool,
+    log: &mut dyn std::io::Write,
+) -> Result<StudyResults, String> {
+    let statuses: Vec<Option<RunStatus>> = if analyse_only {
+        study
+            .points
+            .iter()
+            .map(|p| std::fs::read(study.status_path(p)).ok().and_then(|b| serde_json::from_slice(&b).ok()))
+            .collect()
+    } else {
+        run_points(study, options, log)?.into_iter().map(Some).collect()
+    };
+    let classifier = Classifier::builtin();
+    let bench = match &study.file.bench {
+        Some(path) => Some(
+            BenchPeaks::load(&study.base_dir.join(path))
+                .map_err(|e| format!("{}: bench: {e}", study.path.display()))?,
+        ),
+        None => None,
+    };
+    let results = analyse(study, &statuses, &classifier, bench.as_ref());
+    let sections = study_charts(study, &results, &classifier);
+    let write =
+        |path: PathBuf, bytes: &[u8]| std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()));
+    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
+    std::fs::create_dir_all(&study.out_dir).map_err(|e| format!("{}: {e}", study.out_dir.display()))?;
+    write(study.out_dir.join("study.json"), json.as_bytes())?;
+    html::write_chart_files(&study.out_dir.join("charts"), &sections)?;
+    write(study.out_dir.join("study.html"), study_page(study, &results, &sections)?.as_bytes())?;
+    let failed = results.points.iter().filter(|p| p.status != "ok").count();
+    let _ = writeln!(
+        log,
+        "study: {} of {} points analysed{}; wrote {}",
+        results.points.len() - failed,
+        results.points.len(),
+        if failed > 0 { format!(", {failed} failed or not run") } else { String::new() },
+        study.out_dir.join("study.html").display()
+    );
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_expand_and_unknown_ones_are_refused() {
+        let values = |name: &str| (name == "SEQ").then(|| "128".to_string());
+        assert_eq!(expand("run --seq {SEQ} {{literal}}", &values).unwrap(), "run --seq 128 {literal}");
+        assert_eq!(expand("x {NOPE}", &values).unwrap_err(), "unknown parameter {NOPE}");
+        assert!(expand("x {SEQ", &values).unwrap_err().starts_with("unclosed"));
+        assert!(expand("x }", &values).is_err());
+    }
+
+    #[test]
+    fn values_that_are_not_plain_words_are_quoted_for_the_shell() {
+        assert_eq!(shell_word("128"), "128");
+        assert_eq!(shell_word("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word("$(rm -rf x)"), "'$(rm -rf x)'");
+    }
+}

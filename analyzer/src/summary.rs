@@ -1,0 +1,124 @@
+//! The one-screen summary that opens `analyzer report`'s table: per rank and phase the step (or phase instance)
+//! time, GPU busy time, communication transfer against waiting and the top five categories, then a verdict on
+//! whether one rank keeps the others waiting. At most [`MAX_COLUMNS`] columns, so it reads in an ordinary
+//! terminal; the details follow it.
+
+use std::fmt::Write as _;
+
+use crate::render::duration;
+use crate::report::{Figures, Report};
+
+/// The widest line of the summary, in characters.
+pub const MAX_COLUMNS: usize = 100;
+/// Categories named per row.
+const TOP_CATEGORIES: usize = 5;
+/// A rank that arrived last at this share of the matched collectives (or more) is called the late rank.
+const LATE_RANK_SHARE_PCT: f64 = 60.0;
+
+fn pct(part: i64, whole: i64) -> f64 {
+    if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 }
+}
+
+/// Cuts a line to [`MAX_COLUMNS`] characters, ending it with `…` when cut.
+fn fit(line: &str) -> String {
+    if line.chars().count() <= MAX_COLUMNS {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(MAX_COLUMNS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The top categories of a set of figures with their share of the summed category time.
+pub fn top_categories(figures: &Figures) -> Vec<(String, f64)> {
+    let total = figures.category_total_ns();
+    let mut list: Vec<(&String, &i64)> = figures.categories.iter().filter(|(_, ns)| **ns > 0).collect();
+    list.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    list.into_iter().take(TOP_CATEGORIES).map(|(label, ns)| (label.clone(), pct(*ns, total))).collect()
+}
+
+fn row(out: &mut String, rank: &str, phase: &str, step_ns: Option<i64>, f: &Figures) {
+    let step = step_ns.map_or("–".to_string(), duration);
+    let line = format!(
+        "{rank:<5} {phase:<10} {step:>10} {:>10} {:>6.1} {:>10} {:>10} {:>5}",
+        duration(f.gpu_busy_ns),
+        pct(f.gpu_busy_ns, f.span_ns),
+        duration(f.comm_transfer_ns),
+        duration(f.comm_wait_ns),
+        f.late_count
+    );
+    let _ = writeln!(out, "{}", fit(line.trim_end()));
+    // Whole percents, so that five categories fit on one line; the details give one decimal.
+    let top: Vec<String> = top_categories(f)
+        .iter()
+        .map(|(label, share)| if *share < 1.0 { format!("{label} <1%") } else { format!("{label} {share:.0}%") })
+        .collect();
+    if !top.is_empty() {
+        let _ = writeln!(out, "{}", fit(&format!("      top: {}", top.join(", "))));
+    }
+}
+
+/// Who kept the others waiting, in one or two lines.
+pub fn late_rank_verdict(report: &Report) -> String {
+    let matched = report.collectives.matched_instances;
+    if matched == 0 {
+        return if report.ranks.len() < 2 {
+            "late rank: one rank only, no collective to wait in".into()
+        } else {
+            "late rank: no collective was matched across ranks".into()
+        };
+    }
+    let Some(latest) = report.ranks.iter().max_by_key(|r| (r.figures.late_count, std::cmp::Reverse(r.rank))) else {
+        return String::new();
+    };
+    let share = pct(latest.figures.late_count as i64, matched as i64);
+    let waited: i64 = report.ranks.iter().filter(|r| r.rank != latest.rank).map(|r| r.figures.comm_wait_ns).sum();
+    if share >= LATE_RANK_SHARE_PCT {
+        format!(
+            "late rank: rank {} arrived last at {} of {} matched collectives ({share:.0} %); others waited {}",
+            latest.rank,
+            latest.figures.late_count,
+            matched,
+            duration(waited)
+        )
+    } else {
+        let counts: Vec<String> =
+            report.ranks.iter().map(|r| format!("rank {} {}", r.rank, r.figures.late_count)).collect();
+        format!("late rank: none stands out; last arrivals per rank of {matched}: {}", counts.join(", "))
+    }
+}
+
+/// The summary: a table of ranks and phases, then the late-rank verdict; every line at most [`MAX_COLUMNS`].
+pub fn summary(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", fit(&format!("summary: {} rank(s), {}", report.ranks.len(), report.inputs.join(", "))));
+    let _ = writeln!(
+        out,
+        "{:<5} {:<10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>5}",
+        "rank", "phase", "step p50", "busy", "busy%", "transfer", "wait", "late"
+    );
+    for rank in &report.ranks {
+        let step = rank.steps.as_ref().filter(|s| s.time.count > 0).map(|s| s.time.p50_ns);
+        row(&mut out, &format!("r{}", rank.rank), "all", step, &rank.figures);
+        for phase in &rank.phases {
+            let instance = phase.figures.instances.as_ref().filter(|d| d.count > 0).map(|d| d.p50_ns);
+            row(&mut out, "", &phase.name, instance, &phase.figures);
+        }
+    }
+    let verdict = late_rank_verdict(report);
+    // The verdict may be longer than a line: wrapped at word boundaries.
+    let mut line = String::new();
+    for word in verdict.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > MAX_COLUMNS {
+            let _ = writeln!(out, "{line}");
+            line = "  ".into();
+        }
+        if !line.is_empty() && !line.ends_with("  ") {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    let _ = writeln!(out, "{}", fit(&line));
+    let _ = writeln!(out, "(step p50 of a phase: its instance time; busy% of span; details below)");
+    out
+}

@@ -1,0 +1,293 @@
+//! The charts of `report --html` / `--charts`: every number drawn equals the JSON report's figure it comes from,
+//! the HTML page loads nothing from anywhere, and the PNG charts of a bundled sample match committed images.
+//!
+//! After an intended change of the charts' look: `UPDATE_SNAPSHOTS=1 cargo test -p shardscope-analyzer --test
+//! charts` rewrites `analyzer/tests/snapshots/charts/*.png` (look at them before committing).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use common::{analyzer, assert_one_line_error, repo_root};
+use regex::Regex;
+use serde_json::Value;
+
+/// The bundled two-rank capture with the NCCL plugin's message sizes: every chart kind has data.
+const SAMPLE: &str = "sample-traces/tp2_full_capture.sqlite.gz";
+const BENCH: &str = "bench/results/h200x2.json";
+const CHARTS: [&str; 5] = ["shares", "step_times", "phase_times", "busbw", "wait_heatmap"];
+
+fn path(relative: &str) -> String {
+    repo_root().join(relative).display().to_string()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let output = analyzer(args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
+/// The charts of the sample, drawn once into a temporary folder (SVG, PNG and the HTML page).
+fn draw_sample(dir: &Path) -> PathBuf {
+    let html = dir.join("report.html");
+    let output = analyzer(&[
+        "report",
+        "--bench",
+        &path(BENCH),
+        "--html",
+        html.to_str().unwrap(),
+        "--charts",
+        dir.to_str().unwrap(),
+        &path(SAMPLE),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    html
+}
+
+/// One overlay element of a chart: its `data-*` attributes.
+type Mark = BTreeMap<String, String>;
+
+/// The overlay marks of an SVG document, by kind.
+fn marks(svg: &str) -> Vec<Mark> {
+    let element = Regex::new(r#"<rect class="mark"([^>]*)>"#).unwrap();
+    let attribute = Regex::new(r#"data-([a-z_]+)="([^"]*)""#).unwrap();
+    element
+        .captures_iter(svg)
+        .map(|c| {
+            attribute.captures_iter(&c[1]).map(|a| (a[1].to_string(), unescape(&a[2]))).collect::<BTreeMap<_, _>>()
+        })
+        .collect()
+}
+
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&")
+}
+
+fn number(mark: &Mark, key: &str) -> f64 {
+    mark[key].parse().unwrap_or_else(|_| panic!("{key} of {mark:?} is a number"))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every figure of a set (whole rank or phase) and column label, from the JSON report.
+fn figure_sets(report: &Value) -> Vec<(String, &Value)> {
+    let mut sets = Vec::new();
+    for rank in report["ranks"].as_array().unwrap() {
+        let n = rank["rank"].as_u64().unwrap();
+        sets.push((format!("r{n}"), rank));
+        for (phase, figures) in rank["phases"].as_object().unwrap() {
+            sets.push((format!("r{n} {phase}"), figures));
+        }
+    }
+    sets
+}
+
+#[test]
+fn every_number_drawn_equals_the_json_report() {
+    let dir = tempfile::tempdir().unwrap();
+    draw_sample(dir.path());
+    let report = json_of(&["report", "--format", "json", "--bench", &path(BENCH), &path(SAMPLE)]);
+    let collectives = json_of(&["collectives", "--format", "json", "--bench", &path(BENCH), &path(SAMPLE)]);
+
+    // Shares: one bar segment per non-zero category of every rank and phase, with the report's nanoseconds, and
+    // its height that category's share of the summed category time.
+    let bars = marks(&read(dir.path(), "shares.svg"));
+    let mut expected = BTreeSet::new();
+    for (column, figures) in figure_sets(&report) {
+        let categories = figures["categories"].as_object().unwrap();
+        let total: i64 = categories.values().map(|v| v.as_i64().unwrap()).sum();
+        for (label, ns) in categories {
+            let ns = ns.as_i64().unwrap();
+            if ns > 0 {
+                expected.insert((column.clone(), label.clone()));
+            }
+            let Some(bar) = bars.iter().find(|m| m["column"] == column && m["series"] == *label) else { continue };
+            assert_eq!(bar["ns"].parse::<i64>().unwrap(), ns, "{column} {label}");
+            assert!(close(number(bar, "value"), 100.0 * ns as f64 / total as f64), "{column} {label}: {bar:?}");
+        }
+    }
+    let drawn: BTreeSet<(String, String)> = bars.iter().map(|m| (m["column"].clone(), m["series"].clone())).collect();
+    assert_eq!(drawn, expected, "one segment per non-zero category");
+    assert!(drawn.iter().any(|(_, s)| s.starts_with("wait.")) && drawn.iter().any(|(_, s)| s.starts_with("comm.")));
+
+    // Step times: p50 with the min–max spread, and p90, per rank, in ms.
+    let points = marks(&read(dir.path(), "step_times.svg"));
+    for rank in report["ranks"].as_array().unwrap() {
+        let x = format!("r{}", rank["rank"]);
+        let time = &rank["steps"]["time"];
+        let ms = |key: &str| time[key].as_i64().unwrap() as f64 / 1e6;
+        let p50 = points.iter().find(|m| m["x"] == x && m["series"].starts_with("step p50")).expect("p50 point");
+        assert!(close(number(p50, "value"), ms("p50_ns")) && close(number(p50, "low"), ms("min_ns")));
+        assert!(close(number(p50, "high"), ms("max_ns")), "{p50:?}");
+        let p90 = points.iter().find(|m| m["x"] == x && m["series"] == "step p90").expect("p90 point");
+        assert!(close(number(p90, "value"), ms("p90_ns")));
+    }
+
+    // Phase instance times.
+    let points = marks(&read(dir.path(), "phase_times.svg"));
+    let mut phase_points = 0;
+    for rank in report["ranks"].as_array().unwrap() {
+        let x = format!("r{}", rank["rank"]);
+        for (phase, figures) in rank["phases"].as_object().unwrap() {
+            let instances = &figures["instances"];
+            let point = points.iter().find(|m| m["x"] == x && m["series"].starts_with(&format!("{phase} p50")));
+            let point = point.unwrap_or_else(|| panic!("{x} {phase}"));
+            assert!(close(number(point, "value"), instances["p50_ns"].as_i64().unwrap() as f64 / 1e6));
+            assert!(close(number(point, "low"), instances["min_ns"].as_i64().unwrap() as f64 / 1e6));
+            assert!(close(number(point, "high"), instances["max_ns"].as_i64().unwrap() as f64 / 1e6));
+            phase_points += 1;
+        }
+    }
+    assert_eq!(points.len(), phase_points);
+
+    // Bus bandwidth: one point per matched instance with a size, at (bytes, busbw); bench's curve beside it.
+    let marks_busbw = marks(&read(dir.path(), "busbw.svg"));
+    let instances = collectives["instances"].as_array().unwrap();
+    let mut expected: Vec<(u64, f64)> = instances
+        .iter()
+        .filter(|i| i["bytes"].is_u64() && i["busbw_gbps"].is_f64())
+        .map(|i| (i["bytes"].as_u64().unwrap(), i["busbw_gbps"].as_f64().unwrap()))
+        .collect();
+    let mut drawn: Vec<(u64, f64)> = marks_busbw
+        .iter()
+        .filter(|m| m["kind"] == "point")
+        .map(|m| (number(m, "x") as u64, number(m, "value")))
+        .collect();
+    expected.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    drawn.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert!(!expected.is_empty());
+    assert_eq!(drawn.len(), expected.len());
+    for (d, e) in drawn.iter().zip(&expected) {
+        assert!(d.0 == e.0 && close(d.1, e.1), "{d:?} vs {e:?}");
+    }
+    let bench: Value = serde_json::from_str(&std::fs::read_to_string(path(BENCH)).unwrap()).unwrap();
+    let curve: Vec<&Mark> = marks_busbw.iter().filter(|m| m["kind"] == "curve").collect();
+    assert!(!curve.is_empty(), "bench's curve is drawn");
+    for point in curve {
+        let found = bench["collectives"].as_array().unwrap().iter().any(|c| {
+            c["op"] == "all_reduce"
+                && c["nranks"] == 2
+                && c["bytes"].as_f64() == Some(number(point, "x"))
+                && close(c["busbw_gbps"].as_f64().unwrap(), number(point, "value"))
+        });
+        assert!(found, "curve point {point:?} is a bench result");
+    }
+
+    // Waiting heatmap: rank × instance, the rank's wait in µs.
+    let cells = marks(&read(dir.path(), "wait_heatmap.svg"));
+    let ranks: Vec<u64> = report["ranks"].as_array().unwrap().iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    let shown = instances.len().min(1000);
+    assert_eq!(cells.len(), shown * ranks.len());
+    for cell in &cells {
+        let column: usize = cell["column"].parse().unwrap();
+        let rank = cell["row"].trim_start_matches('r');
+        let wait_ns = instances[column]["rank_wait_ns"][rank].as_i64().unwrap();
+        assert!(close(number(cell, "value"), wait_ns as f64 / 1e3), "{cell:?} vs {wait_ns} ns");
+    }
+    // The JSON's own consistency: each instance's largest rank wait is its max_wait_ns.
+    for instance in instances {
+        let waits = instance["rank_wait_ns"].as_object().unwrap();
+        assert_eq!(waits.values().map(|v| v.as_i64().unwrap()).max(), instance["max_wait_ns"].as_i64());
+    }
+}
+
+#[test]
+fn html_page_is_self_contained_and_holds_every_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = std::fs::read_to_string(draw_sample(dir.path())).unwrap();
+    for name in CHARTS {
+        let start = html.find(&format!("<section class=\"chart\" id=\"chart-{name}\">")).expect(name);
+        let section = &html[start..start + html[start..].find("</section>").unwrap()];
+        assert!(section.contains("<svg"), "{name} is inline SVG");
+        assert!(!marks(section).is_empty(), "{name} draws something");
+    }
+    // Nothing to fetch: no scripts, no external references, no URLs other than the SVG namespace.
+    let without_namespaces = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for forbidden in ["<script", " src=", "href=", "url(", "@import", "http://", "https://", "<?xml"] {
+        assert!(!without_namespaces.contains(forbidden), "the page contains {forbidden}");
+    }
+    assert!(html.contains("Content-Security-Policy"));
+}
+
+#[test]
+fn a_single_rank_gets_no_collective_charts_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("one.html");
+    let output = analyzer(&["report", "--html", html.to_str().unwrap(), &path("sample-traces/tp1_nsys.sqlite.gz")]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let page = std::fs::read_to_string(html).unwrap();
+    assert!(page.contains("id=\"chart-shares\"") && !page.contains("id=\"chart-wait_heatmap\""));
+    assert!(page.contains("no collective was matched"));
+}
+
+#[test]
+fn an_unwritable_chart_folder_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let output = analyzer(&["report", "--charts", file.to_str().unwrap(), &path("sample-traces/tp1_nsys.sqlite.gz")]);
+    // Charts are drawn before the report is printed: nothing on stdout, one line naming the folder.
+    assert_one_line_error(&output, "a-file");
+}
+
+/// Decoded 8-bit RGB pixels and size.
+fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut pixels = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut pixels).expect("a frame");
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    pixels.truncate(info.buffer_size());
+    (info.width, info.height, pixels)
+}
+
+#[test]
+fn png_charts_match_the_committed_images() {
+    let dir = tempfile::tempdir().unwrap();
+    draw_sample(dir.path());
+    let snapshots = repo_root().join("analyzer/tests/snapshots/charts");
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| !v.is_empty() && v != "0");
+    for name in CHARTS {
+        let drawn = std::fs::read(dir.path().join(format!("{name}.png"))).unwrap();
+        let golden_path = snapshots.join(format!("{name}.png"));
+        if update {
+            std::fs::create_dir_all(&snapshots).unwrap();
+            std::fs::write(&golden_path, &drawn).unwrap();
+            continue;
+        }
+        let golden = std::fs::read(&golden_path).unwrap_or_else(|e| {
+            panic!("{}: {e} (UPDATE_SNAPSHOTS=1 writes it)", golden_path.display());
+        });
+        let (w0, h0, a) = decode(&drawn);
+        let (w1, h1, b) = decode(&golden);
+        assert_eq!((w0, h0), (w1, h1), "{name}: size");
+        // Anti-aliasing may differ by a few levels between builds; a pixel counts as changed beyond 24 levels,
+        // and at most 0.5 % of pixels may change.
+        let changed = a.chunks(3).zip(b.chunks(3)).filter(|(p, q)| p.iter().zip(*q).any(|(x, y)| x.abs_diff(*y) > 24));
+        let changed = changed.count();
+        let allowed = (w0 * h0) as usize / 200;
+        if changed > allowed {
+            let out = std::env::temp_dir().join(format!("shardscope-chart-{name}.png"));
+            let _ = std::fs::write(&out, &drawn);
+            panic!("{name}: {changed} pixels differ (at most {allowed}); drawn: {}", out.display());
+        }
+    }
+}
+
+#[test]
+fn drawing_charts_leaves_the_printed_report_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let plain = analyzer(&["report", "--format", "json", &path(SAMPLE)]);
+    let with_html = analyzer(&["report", "--format", "json", "--html", html.to_str().unwrap(), &path(SAMPLE)]);
+    assert!(plain.status.success() && with_html.status.success());
+    assert_eq!(plain.stdout, with_html.stdout);
+    assert!(html.is_file());
+}

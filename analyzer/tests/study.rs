@@ -1,0 +1,225 @@
+//! `analyzer study` with a stand-in workload: a shell command that copies the bundled one- or two-GPU sample trace
+//! to `{out}` depending on `nproc`. Checks the grid, a failing point and resumption, the run under a stand-in
+//! `capture`, the figures against `analyzer report`, the charts against `study.json`, and bad study files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{analyzer, assert_one_line_error, repo_root};
+use regex::Regex;
+use serde_json::Value;
+
+/// The stand-in workload: appends its point to `runs.log`, fails with status 3 for nproc=2 SEQ=512 unless the
+/// file `fixed` exists, and otherwise writes the sample trace of its GPU count to `{out}`.
+fn study_text(dir: &Path, extra: &str) -> String {
+    let samples = repo_root().join("sample-traces");
+    format!(
+        r#"command = "echo {{point}} >> {log}; if [ {{nproc}} = 2 ] && [ {{SEQ}} = 512 ] && [ ! -e {fixed} ]; then exit 3; fi; cp {samples}/tp{{nproc}}_nsys.sqlite.gz {{out}}"
+warmup_steps = 2
+{extra}
+[grid]
+nproc = [1, 2]
+SEQ = [128, 512]
+
+[env]
+SEQ = "{{SEQ}}"
+"#,
+        log = dir.join("runs.log").display(),
+        fixed = dir.join("fixed").display(),
+        samples = samples.display(),
+    )
+}
+
+fn write_study(dir: &Path, extra: &str) -> PathBuf {
+    let path = dir.join("fake.toml");
+    std::fs::write(&path, study_text(dir, extra)).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    let output = analyzer(args);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+fn study_json(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("fake-study/study.json")).unwrap()).unwrap()
+}
+
+fn runs_logged(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("runs.log")).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn point<'a>(study: &'a Value, id: &str) -> &'a Value {
+    study["points"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap_or_else(|| panic!("point {id}"))
+}
+
+#[test]
+fn a_failed_point_is_recorded_the_study_goes_on_and_a_second_run_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = write_study(dir.path(), "");
+    run(&["study", "--no-capture", study.to_str().unwrap()]);
+    assert_eq!(runs_logged(dir.path()).len(), 4, "every point ran once");
+    let results = study_json(dir.path());
+    let failed = point(&results, "SEQ-512_nproc-2_r0");
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["run"]["exit_code"], 3);
+    assert!(failed["figures"].is_null());
+    for id in ["SEQ-128_nproc-1_r0", "SEQ-128_nproc-2_r0", "SEQ-512_nproc-1_r0"] {
+        assert_eq!(point(&results, id)["status"], "ok", "{id}");
+    }
+    assert_eq!(point(&results, "SEQ-128_nproc-2_r0")["figures"]["ranks"], 2);
+    let html = std::fs::read_to_string(dir.path().join("fake-study/study.html")).unwrap();
+    assert!(html.contains("failed: exit status 3"));
+
+    // Second run: only the failed point runs again; the finished ones are kept.
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    run(&["study", "--no-capture", study.to_str().unwrap()]);
+    let runs = runs_logged(dir.path());
+    assert_eq!(runs.len(), 5, "{runs:?}");
+    assert_eq!(runs[4], "SEQ-512_nproc-2_r0");
+    let results = study_json(dir.path());
+    assert!(results["points"].as_array().unwrap().iter().all(|p| p["status"] == "ok"));
+    // Scaling from 1 to 2 GPUs for each SEQ, from the medians of the step times.
+    let scaling = results["scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), 2);
+    for s in scaling {
+        let base = s["base_step_ns"].as_f64().unwrap();
+        let step = s["step_ns"].as_f64().unwrap();
+        assert!((s["speedup"].as_f64().unwrap() - base / step).abs() < 1e-9);
+        assert!((s["efficiency_pct"].as_f64().unwrap() - 100.0 * base / step / 2.0).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn point_figures_are_the_reports_figures_and_the_charts_draw_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    let study = write_study(dir.path(), "");
+    run(&["study", "--no-capture", study.to_str().unwrap()]);
+    let results = study_json(dir.path());
+    let trace = repo_root().join("sample-traces/tp2_nsys.sqlite.gz");
+    let report = analyzer(&["report", "--format", "json", "--skip-steps", "2", trace.to_str().unwrap()]);
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let figures = &point(&results, "SEQ-128_nproc-2_r0")["figures"];
+    let ranks = report["ranks"].as_array().unwrap();
+    let slowest_p50 = ranks.iter().map(|r| r["steps"]["time"]["p50_ns"].as_i64().unwrap()).max();
+    assert_eq!(figures["step_p50_ns"].as_i64(), slowest_p50);
+    let wait: i64 = ranks.iter().map(|r| r["comm_wait_ns"].as_i64().unwrap()).sum();
+    assert_eq!(figures["comm_wait_ns"].as_i64(), Some(wait));
+    for (label, ns) in figures["categories_ns"].as_object().unwrap() {
+        let summed: i64 = ranks.iter().map(|r| r["categories"][label].as_i64().unwrap_or(0)).sum();
+        assert_eq!(ns.as_i64(), Some(summed), "{label}");
+    }
+
+    // The step time chart against nproc draws, per SEQ, the step p50 of each point in ms.
+    let svg = std::fs::read_to_string(dir.path().join("fake-study/charts/step_time_vs_nproc.svg")).unwrap();
+    let mark = Regex::new(r#"data-series="([^"]*)" data-x="([^"]*)" data-value="([^"]*)""#).unwrap();
+    let mut drawn = 0;
+    for c in mark.captures_iter(&svg) {
+        let seq = c[1].strip_prefix("SEQ=").unwrap();
+        let id = format!("SEQ-{seq}_nproc-{}_r0", &c[2]);
+        let p50 = point(&results, &id)["figures"]["step_p50_ns"].as_f64().unwrap();
+        assert!((c[3].parse::<f64>().unwrap() - p50 / 1e6).abs() < 1e-9, "{id}");
+        drawn += 1;
+    }
+    assert_eq!(drawn, 4);
+    // Scaling efficiency: the baseline at 100 %, the larger count at study.json's figure.
+    let svg = std::fs::read_to_string(dir.path().join("fake-study/charts/scaling_efficiency.svg")).unwrap();
+    for s in results["scaling"].as_array().unwrap() {
+        let series = s["config"].as_str().unwrap();
+        let found = mark
+            .captures_iter(&svg)
+            .find(|c| &c[1] == series && c[2].parse::<u64>().ok() == s["gpus"].as_u64())
+            .unwrap();
+        assert!((found[3].parse::<f64>().unwrap() - s["efficiency_pct"].as_f64().unwrap()).abs() < 1e-9);
+    }
+    let html = std::fs::read_to_string(dir.path().join("fake-study/study.html")).unwrap();
+    for chart in ["step_time_vs_nproc", "step_time_vs_SEQ", "shares", "all_reduce_share", "scaling_efficiency"] {
+        assert!(html.contains(&format!("id=\"chart-{chart}\"")), "{chart}");
+        assert!(dir.path().join(format!("fake-study/charts/{chart}.png")).is_file(), "{chart}.png");
+    }
+    assert!(!html.contains("<script") && !html.contains("src="));
+}
+
+#[test]
+fn points_run_under_capture_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    // A stand-in for `capture -o OUT --force -- COMMAND…`: runs the command, then writes the trace itself, as the
+    // real one would; the workload's `{out}` is then not used.
+    let capture = dir.path().join("capture");
+    std::fs::write(
+        &capture,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -o ] || exit 64\nout=$2\nshift 2\n[ \"$1\" = --force ] && shift\n[ \"$1\" = -- ] || exit 65\n\
+             shift\n\"$@\" || exit $?\necho \"$out\" >> {}\n",
+            dir.path().join("captured.log").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&capture, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let study = write_study(dir.path(), "");
+    run(&["study", "--capture", capture.to_str().unwrap(), study.to_str().unwrap()]);
+    let captured = std::fs::read_to_string(dir.path().join("captured.log")).unwrap();
+    assert_eq!(captured.lines().count(), 4);
+    assert!(captured.lines().all(|l| l.ends_with(".sqlite") && l.contains("fake-study/points/")));
+    let results = study_json(dir.path());
+    assert!(results["points"].as_array().unwrap().iter().all(|p| p["status"] == "ok"));
+}
+
+#[test]
+fn bad_study_files_are_one_line_naming_the_file_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str); 8] = [
+        ("command = \"run\"\nbench = \"nowhere.json\"\n[grid]\nSEQ = [1]\n", "nowhere.json not found"),
+        ("command = \"run {SEQ} {BATCH}\"\n[grid]\nSEQ = [1]\n", "unknown parameter {BATCH}"),
+        ("command = \"run {SEQ\"\n[grid]\nSEQ = [1]\n", "unclosed"),
+        ("command = \"run\"\n[grid]\n", "names no parameter"),
+        ("command = \"run\"\n[grid]\nSEQ = []\n", "has no values"),
+        ("command = \"run\"\ncolour = 1\n[grid]\nSEQ = [1]\n", "colour"),
+        ("command = \"run\"\n[grid]\nnproc = [0, 2]\n", "positive integers"),
+        ("command = \"run\"\n[env]\nX = \"{NOPE}\"\n[grid]\nSEQ = [1]\n", "env X: unknown parameter {NOPE}"),
+    ];
+    for (index, (text, cause)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{index}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let output = analyzer(&["study", "--no-capture", path.to_str().unwrap()]);
+        assert_one_line_error(&output, &format!("bad{index}.toml"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(cause), "{cause}: {stderr}");
+    }
+    let missing = dir.path().join("missing.toml");
+    assert_one_line_error(&analyzer(&["study", missing.to_str().unwrap()]), "missing.toml");
+    assert!(!dir.path().join("bad0-study").exists(), "nothing runs for a bad file");
+}
+
+#[test]
+fn the_committed_example_study_of_the_reference_workload_is_valid() {
+    // Nothing is run (`--analyse-only`): the file is checked and every point is listed as not run.
+    let dir = tempfile::tempdir().unwrap();
+    let example = repo_root().join("workloads/tp_llm.study.toml");
+    run(&["study", "--analyse-only", "--out", dir.path().to_str().unwrap(), example.to_str().unwrap()]);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("study.json")).unwrap()).unwrap();
+    let points = results["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2 * 2 * 3, "nproc × SEQ × repetitions");
+    assert!(points.iter().all(|p| p["status"] == "not_run"));
+    assert_eq!(results["file"]["model"]["layers"], 8);
+}
+
+#[test]
+fn a_run_that_exits_0_without_a_trace_is_a_failed_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.toml");
+    std::fs::write(&path, "command = \"echo no trace for {SEQ}\"\n[grid]\nSEQ = [1]\n").unwrap();
+    run(&["study", "--no-capture", path.to_str().unwrap()]);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("empty-study/study.json")).unwrap()).unwrap();
+    let point = &results["points"][0];
+    assert_eq!(point["status"], "failed");
+    assert!(point["run"]["error"].as_str().unwrap().contains("wrote no trace"), "{point}");
+    let log = std::fs::read_to_string(dir.path().join("empty-study/points/SEQ-1_r0.log")).unwrap();
+    assert_eq!(log, "no trace for 1\n", "the run's output is kept in its log");
+}
