@@ -214,7 +214,7 @@ fn write_instances(
                 column("rank", u32s(rows.iter().map(|r| r.rank)), false),
                 column("deviceId", u32s(rows.iter().map(|r| r.device)), false),
                 column("communicator", strs(rows.iter().map(|r| i(r).communicator.as_str())), false),
-                column("op", strs(rows.iter().map(|r| op_label(i(r).op))), false),
+                column("op", strs(rows.iter().map(|r| i(r).op.name())), false),
                 column("seq", u64s(rows.iter().map(|r| i(r).seq)), false),
                 column("bytes", opt_u64s(rows.iter().map(|r| i(r).bytes)), true),
                 column("nRanks", u32s(rows.iter().map(|r| i(r).nranks)), false),
@@ -235,21 +235,4 @@ fn write_instances(
         note(stats, COLLECTIVE_INSTANCES, written);
     }
     Ok(())
-}
-
-/// The collective type as the report's JSON writes it.
-fn op_label(op: shardscope_model::CollectiveOp) -> &'static str {
-    use shardscope_model::CollectiveOp::*;
-    match op {
-        AllReduce => "AllReduce",
-        AllGather => "AllGather",
-        ReduceScatter => "ReduceScatter",
-        Broadcast => "Broadcast",
-        Reduce => "Reduce",
-        AllToAll => "AllToAll",
-        SendRecv => "SendRecv",
-        Send => "Send",
-        Recv => "Recv",
-        Other => "Other",
-    }
 }

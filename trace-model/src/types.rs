@@ -354,6 +354,22 @@ impl CollectiveOp {
         }
     }
 
+    /// The variant's name as the report's JSON writes it (`AllReduce`, …): what `Serialize` writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce => "AllReduce",
+            CollectiveOp::AllGather => "AllGather",
+            CollectiveOp::ReduceScatter => "ReduceScatter",
+            CollectiveOp::Broadcast => "Broadcast",
+            CollectiveOp::Reduce => "Reduce",
+            CollectiveOp::AllToAll => "AllToAll",
+            CollectiveOp::SendRecv => "SendRecv",
+            CollectiveOp::Send => "Send",
+            CollectiveOp::Recv => "Recv",
+            CollectiveOp::Other => "Other",
+        }
+    }
+
     /// A stable lower-case label, used as a category suffix and in JSON.
     pub fn label(self) -> &'static str {
         match self {
@@ -642,6 +658,16 @@ impl LaunchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn collective_op_names_are_the_variant_names_and_parse_back() {
+        use CollectiveOp::*;
+        for op in [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv, Send, Recv, Other] {
+            // The unit variant's name is what `Serialize` writes into the report's JSON.
+            assert_eq!(op.name(), format!("{op:?}"));
+            assert_eq!(CollectiveOp::parse(op.name()), op);
+        }
+    }
 
     #[test]
     fn collective_names_parse() {

@@ -21,7 +21,7 @@ use shardscope_model::{
     ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
 };
 
-use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, op_name, range_kind_name};
+use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, range_kind_name};
 use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
 
@@ -303,7 +303,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     read_rows(root, tables::COLLECTIVES, &run, &mut traces, |b, r, row, trace_id| {
         let (Some(id), Some(op), Some(dtype), Some(group_name)) = (
             value(b.u32("collectiveId")?, row),
-            text(b.str("op")?, row).and_then(|o| ops.into_iter().find(|op| op_name(*op) == o)),
+            text(b.str("op")?, row).and_then(|o| ops.into_iter().find(|op| op.name() == o)),
             text(b.str("datatype")?, row),
             text(b.str("commName")?, row),
         ) else {

@@ -383,7 +383,7 @@ impl DatasetWriter {
                 vec![
                     column("traceId", trace_ids(rows.len()), false),
                     column("collectiveId", u32s(rows.iter().map(|&i| i as u32)), false),
-                    column("op", strs(rows.iter().map(|i| op_name(c(i).op))), false),
+                    column("op", strs(rows.iter().map(|i| c(i).op.name())), false),
                     column("bytes", opt_u64s(rows.iter().map(|i| c(i).bytes)), true),
                     column("inElems", opt_u64s(rows.iter().map(|i| c(i).in_elems)), true),
                     column("outElems", opt_u64s(rows.iter().map(|i| c(i).out_elems)), true),
@@ -546,23 +546,6 @@ pub(super) fn range_kind_name(kind: RangeKind) -> &'static str {
         RangeKind::StartEnd => "start_end",
         RangeKind::CpuAnnotation => "cpu_annotation",
         RangeKind::GpuAnnotation => "gpu_annotation",
-    }
-}
-
-/// The collective type as the report writes it (`AllReduce`, …).
-pub(super) fn op_name(op: shardscope_model::CollectiveOp) -> &'static str {
-    use shardscope_model::CollectiveOp::*;
-    match op {
-        AllReduce => "AllReduce",
-        AllGather => "AllGather",
-        ReduceScatter => "ReduceScatter",
-        Broadcast => "Broadcast",
-        Reduce => "Reduce",
-        AllToAll => "AllToAll",
-        SendRecv => "SendRecv",
-        Send => "Send",
-        Recv => "Recv",
-        Other => "Other",
     }
 }
 
