@@ -573,11 +573,26 @@ const BATCH_ROWS: usize = 64 * 1024;
 /// bounds while decoding a page) instead of returning an error: that panic is caught and becomes the file's
 /// one-line error, and the panic message is kept off stderr meanwhile. Only the decoder runs under the guard, so
 /// a fault of this reader's own is never disguised as a damaged file.
+///
+/// The panic hook is installed once for the process and stays quiet only on a thread inside `guarded`:
+/// swapping the process-wide hook around each step would race with other threads (a panic elsewhere printed
+/// nothing, and two readers restoring each other's hooks could leave the quiet one installed for good).
 fn guarded<T>(file: &Path, step: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    thread_local! {
+        static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.get() {
+                previous(info);
+            }
+        }));
+    });
+    let was_quiet = QUIET.replace(true);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(step));
-    std::panic::set_hook(previous);
+    QUIET.set(was_quiet);
     result.unwrap_or_else(|_| Err(Error::format(file, "damaged Parquet file: its data cannot be decoded")))
 }
 
