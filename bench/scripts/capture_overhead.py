@@ -15,7 +15,8 @@ Configurations (the reference workload's environment):
   tp2-launch  2 GPUs, launch-bound (BATCH=1 SEQ=128 DECODE=64)
   tp1         1 GPU, default size
 
-Modes: uncaptured, capture (defaults), capture-kernel (kernels only, no NCCL plugin: the floor of any
+Modes: uncaptured, capture (defaults), capture-no-guard (defaults without preloading the injection library, which
+only notes a profiler the workload starts itself), capture-kernel (kernels only, no NCCL plugin: the floor of any
 CUPTI recorder), capture-no-sync (defaults without synchronisation records), capture-no-plugin (defaults
 without the NCCL profiler plugin), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
 nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`), torch-profiler (CPU+CUDA activities,
@@ -37,7 +38,7 @@ CONFIGS = {
     "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
     "tp1": {"nproc": 1, "env": {}},
 }
-MODES = ["uncaptured", "capture", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
+MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
          "torch-profiler"]
 GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
@@ -54,6 +55,8 @@ def mode_command(args, mode, base, scratch):
         return base
     if mode == "capture":
         return [args.capture, "--force", "-o", out, "--"] + base
+    if mode == "capture-no-guard":
+        return [args.capture, "--force", "--no-client-guard", "-o", out, "--"] + base
     if mode == "capture-kernel":
         return [args.capture, "--force", "--trace", "kernel", "--no-nccl-plugin", "-o", out, "--"] + base
     if mode == "capture-no-sync":
