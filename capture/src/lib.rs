@@ -20,4 +20,5 @@ pub mod merge;
 pub mod names;
 pub mod nvml;
 pub mod redact;
+pub mod side_records;
 pub mod sqlite;

@@ -4,7 +4,7 @@
 //! on one timeline (ns since the session start, nsys' convention), turns kernel names into the
 //! demangled and short forms nsys shows, pairs NVTX start/end markers into ranges, maps each
 //! process's CUDA device ordinals to GPUs by UUID, and applies the capture range the user
-//! asked for. What the trace model has no field for (synchronisation events, per-kernel
+//! asked for. What the trace model has no field for (records only the capture file keeps, per-kernel
 //! resource usage, per-process environment and losses) is returned beside it in
 //! [`CaptureExtras`], index-aligned where noted, for the SQLite writer.
 
@@ -18,11 +18,12 @@ use shardscope_model::{
 };
 use shardscope_spool::cupti::{
     ApiRecord, ApiSelection, CaptureCost, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord,
-    ProcessInfo, SpoolRecord, SyncRecord,
+    ProcessInfo, SpoolRecord,
 };
 use shardscope_spool::{SpoolContents, read_spool};
 
 use crate::names::{self, Demangler};
+use crate::side_records::{ProcessClock, SideRecords, TakenCounts};
 
 /// One process's spool file, read.
 #[derive(Debug)]
@@ -123,27 +124,6 @@ pub struct KernelDetail {
     pub mangled_name: shardscope_model::NameId,
 }
 
-/// A CUDA synchronisation call's effect, on the session timeline.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SyncEvent {
-    /// Process that synchronised.
-    pub process: ProcessIdx,
-    /// Start, ns since session start.
-    pub start_ns: i64,
-    /// End, ns since session start.
-    pub end_ns: i64,
-    /// CUPTI synchronisation type.
-    pub sync_type: u32,
-    /// CUDA context id.
-    pub context_id: u32,
-    /// CUDA stream id (`u32::MAX` when none).
-    pub stream_id: u32,
-    /// CUDA event id (`u32::MAX` when none).
-    pub event_id: u32,
-    /// Correlation id of the API call.
-    pub correlation_id: u32,
-}
-
 /// What the merge knows about one process beyond [`Process`]; aligned with `Trace::processes`.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessExtra {
@@ -221,8 +201,8 @@ pub struct CaptureExtras {
     pub kernels: Vec<KernelDetail>,
     /// Per memory operation: (context id, CUPTI memory kinds source/destination or memset kind).
     pub memops: Vec<(u32, u8, u8)>,
-    /// Synchronisation events.
-    pub syncs: Vec<SyncEvent>,
+    /// Records only the capture file keeps (synchronisations), see [`crate::side_records`].
+    pub side: SideRecords,
     /// Which demangler named the kernels.
     pub demangler: Option<Demangler>,
     /// The session start, ns since the Unix epoch.
@@ -352,6 +332,8 @@ struct ProcessMerge<'a> {
     /// Where this process's API calls and kernels start in the job's lists.
     first_api_call: usize,
     first_kernel: usize,
+    /// Records of this process that [`SideRecords`] took, per kind.
+    side_counts: TakenCounts,
 }
 
 impl<'a> ProcessMerge<'a> {
@@ -402,6 +384,7 @@ impl<'a> ProcessMerge<'a> {
             last_ns: 0,
             first_api_call: job.trace.api_calls.len(),
             first_kernel: job.extras.kernels.len(),
+            side_counts: TakenCounts::default(),
         };
         for record in &spool.contents.records {
             if let SpoolRecord::Device(d) = record {
@@ -420,7 +403,6 @@ impl<'a> ProcessMerge<'a> {
                 SpoolRecord::Memset(m) => self.memset(job, m),
                 SpoolRecord::Api(a) => self.api_call(job, a),
                 SpoolRecord::Marker(m) => self.marker(job, m),
-                SpoolRecord::Sync(s) => self.sync(job, s),
                 SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
@@ -433,11 +415,20 @@ impl<'a> ProcessMerge<'a> {
                     self.extra.records_undecoded = *undecoded;
                 }
                 SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
+                other => {
+                    let (offset_ns, session_start_utc_ns) = (self.clock_offset_ns, self.session_start_utc_ns);
+                    let to_session = |ns: u64| session_ns(ns, offset_ns, session_start_utc_ns);
+                    let at = ProcessClock { process: self.process, to_session: &to_session };
+                    if !job.extras.side.take(&at, other, &mut self.side_counts) {
+                        job.trace.warn("spool record of a kind this capture cannot merge");
+                    }
+                }
             }
         }
-        if self.extra.record_counts.syncs == 0 {
-            self.derive_syncs(job);
-        }
+        let context_id = job.extras.kernels[self.first_kernel..].first().map_or(0, |k| k.record.context_id);
+        let calls = &job.trace.api_calls[self.first_api_call..];
+        job.extras.side.end_of_process(&job.trace, calls, context_id, &self.side_counts);
+        self.extra.record_counts.syncs = self.side_counts.syncs;
         self.close_open_ranges(job);
         job.trace.warn_n("CUPTI records dropped (buffers full)", self.extra.records_dropped);
         job.trace.warn_n(
@@ -451,8 +442,7 @@ impl<'a> ProcessMerge<'a> {
     /// A CUPTI time of this process as session ns; saturating, so that a damaged record's time
     /// cannot wrap into a plausible one.
     fn to_session(&self, cupti_ns: u64) -> i64 {
-        (cupti_ns as i128 + self.clock_offset_ns - self.session_start_utc_ns as i128)
-            .clamp(i64::MIN as i128, i64::MAX as i128) as i64
+        session_ns(cupti_ns, self.clock_offset_ns, self.session_start_utc_ns)
     }
 
     fn text(&self, id: u32) -> &'a str {
@@ -622,28 +612,6 @@ impl<'a> ProcessMerge<'a> {
         }
     }
 
-    fn sync(&mut self, job: &mut JobMerge, s: &SyncRecord) {
-        self.extra.record_counts.syncs += 1;
-        job.extras.syncs.push(SyncEvent {
-            process: self.process,
-            start_ns: self.to_session(s.start_ns),
-            end_ns: self.to_session(s.end_ns),
-            sync_type: s.sync_type,
-            context_id: s.context_id,
-            stream_id: s.stream_id,
-            event_id: s.event_id,
-            correlation_id: s.correlation_id,
-        })
-    }
-
-    /// CUPTI's synchronisation records are opt-in (they lengthen the launch path of every stream wait);
-    /// without them, the synchronising calls' own API records hold the same host waits.
-    fn derive_syncs(&self, job: &mut JobMerge) {
-        let context_id = job.extras.kernels[self.first_kernel..].first().map_or(0, |k| k.record.context_id);
-        let derived = syncs_from_api_calls(&job.trace, &job.trace.api_calls[self.first_api_call..], context_id);
-        job.extras.syncs.extend(derived);
-    }
-
     /// Ranges with no end: the process was killed, or CUPTI never delivered the end (seen for
     /// NCCL's `ncclCommInitRankConfig` and `ncclCommFinalize` ranges with CUDA 13.0 CUPTI and
     /// NCCL 2.28, which nsys shows closed). Push/pop ranges nest per thread, so such a range ends
@@ -722,47 +690,10 @@ impl ThreadIds {
     }
 }
 
-/// CUPTI's synchronisation types (`CUpti_ActivitySynchronizationType`), as nsys' `syncType` column holds them.
-mod sync_type {
-    pub const EVENT_SYNCHRONIZE: u32 = 1;
-    pub const STREAM_WAIT_EVENT: u32 = 2;
-    pub const STREAM_SYNCHRONIZE: u32 = 3;
-    pub const CONTEXT_SYNCHRONIZE: u32 = 4;
-}
-
-/// The synchronisation type of a runtime or driver call that synchronises, if it is one.
-fn sync_type_of_call(name: &str) -> Option<u32> {
-    const CALLS: &[(&str, u32)] = &[
-        ("cudaEventSynchronize", sync_type::EVENT_SYNCHRONIZE),
-        ("cuEventSynchronize", sync_type::EVENT_SYNCHRONIZE),
-        ("cudaStreamWaitEvent", sync_type::STREAM_WAIT_EVENT),
-        ("cuStreamWaitEvent", sync_type::STREAM_WAIT_EVENT),
-        ("cudaStreamSynchronize", sync_type::STREAM_SYNCHRONIZE),
-        ("cuStreamSynchronize", sync_type::STREAM_SYNCHRONIZE),
-        ("cudaDeviceSynchronize", sync_type::CONTEXT_SYNCHRONIZE),
-        ("cuCtxSynchronize", sync_type::CONTEXT_SYNCHRONIZE),
-    ];
-    CALLS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, kind)| kind)
-}
-
-/// Synchronisation events derived from the API records of synchronising calls: the call's own span is the
-/// host's wait. The stream and event are not in an API record (`u32::MAX`, as for "none").
-fn syncs_from_api_calls(trace: &Trace, calls: &[ApiCall], context_id: u32) -> Vec<SyncEvent> {
-    calls
-        .iter()
-        .filter_map(|call| {
-            Some(SyncEvent {
-                process: call.process,
-                start_ns: call.start_ns,
-                end_ns: call.end_ns,
-                sync_type: sync_type_of_call(trace.names.get(call.name))?,
-                context_id,
-                stream_id: u32::MAX,
-                event_id: u32::MAX,
-                correlation_id: call.correlation_id,
-            })
-        })
-        .collect()
+/// A CUPTI time of a process whose clock is `clock_offset_ns` from the Unix epoch's, as ns since the session
+/// start; saturating, so that a damaged record's time cannot wrap into a plausible one.
+fn session_ns(cupti_ns: u64, clock_offset_ns: i128, session_start_utc_ns: i64) -> i64 {
+    (cupti_ns as i128 + clock_offset_ns - session_start_utc_ns as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 /// Runtime or driver calls that launch a kernel or a graph (`cudaLaunchKernel_v7000`, `cuLaunchKernelEx`,
@@ -841,48 +772,13 @@ fn apply_range(trace: &mut Trace, extras: &mut CaptureExtras, range: &CaptureRan
     let mut flags = keep.iter();
     extras.memops.retain(|_| *flags.next().unwrap());
     trace.api_calls.retain(|a| inside(a.process, a.start_ns));
-    extras.syncs.retain(|s| inside(s.process, s.start_ns));
+    extras.side.retain_inside(&inside);
     trace.ranges.retain(|r| overlaps(r.process, r.start_ns, r.end_ns));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn synchronising_calls_become_synchronisation_events_and_others_do_not() {
-        let mut trace = Trace::default();
-        let call = |trace: &mut Trace, name: &str, start_ns: i64, correlation_id: u32| ApiCall {
-            start_ns,
-            end_ns: start_ns + 500,
-            name: trace.names.intern(name),
-            kind: ApiKind::Runtime,
-            process: ProcessIdx(0),
-            tid: 1,
-            correlation_id,
-        };
-        let calls = vec![
-            call(&mut trace, "cudaLaunchKernel_v7000", 10, 1),
-            call(&mut trace, "cudaStreamSynchronize_v3020", 20, 2),
-            call(&mut trace, "cudaStreamWaitEvent_v3020", 30, 3),
-            call(&mut trace, "cuCtxSynchronize", 40, 4),
-            call(&mut trace, "cudaEventSynchronize_v3020", 50, 5),
-            call(&mut trace, "cudaEventRecord_v3020", 60, 6),
-        ];
-        let syncs = syncs_from_api_calls(&trace, &calls, 7);
-        let seen: Vec<(i64, i64, u32, u32)> =
-            syncs.iter().map(|s| (s.start_ns, s.end_ns, s.sync_type, s.correlation_id)).collect();
-        assert_eq!(
-            seen,
-            [
-                (20, 520, sync_type::STREAM_SYNCHRONIZE, 2),
-                (30, 530, sync_type::STREAM_WAIT_EVENT, 3),
-                (40, 540, sync_type::CONTEXT_SYNCHRONIZE, 4),
-                (50, 550, sync_type::EVENT_SYNCHRONIZE, 5),
-            ]
-        );
-        assert!(syncs.iter().all(|s| s.context_id == 7 && s.stream_id == u32::MAX && s.event_id == u32::MAX));
-    }
 
     #[test]
     fn launch_calls_are_kernel_and_graph_launches() {

@@ -1,15 +1,12 @@
 //! Writing the merged capture: nsys' tables through `shardscope_io::nsys_writer`, then what
 //! only a capture knows.
 //!
-//! After the shared writer has written the trace, this module
-//! - fills the kernel columns the trace model lacks (`contextId`, `mangledName`, `launchType`,
-//!   `cacheConfig`, `registersPerThread`, shared and local memory, `gridId`, `graphNodeId`,
-//!   `sharedMemoryExecuted`) row by row: the writer inserts kernels in `Trace::kernels` order
-//!   into an empty table, so kernel `i` is `rowid i + 1`;
-//! - adds each GPU's `uuid`, `l2CacheSize`, `asyncEngines`, `computeMajor/Minor` to
-//!   `TARGET_INFO_GPU`;
-//! - writes `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` with nsys' columns;
-//! - writes the capture-only tables below.
+//! In one pass and one transaction: the shared writer writes the trace with the kernel columns the
+//! model lacks (`contextId`, `mangledName`, `launchType`, `cacheConfig`, `registersPerThread`, shared
+//! and local memory, `gridId`, `graphNodeId`, `sharedMemoryExecuted`) in the same rows, and each GPU's
+//! `uuid`, `l2CacheSize`, `asyncEngines`, `computeMajor/Minor` in `TARGET_INFO_GPU`; then this module
+//! writes the tables of the records only a capture keeps (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` with
+//! nsys' columns, through [`crate::side_records`]), the capture-only tables below and the NCCL tables.
 //!
 //! | table | columns | one row per |
 //! | --- | --- | --- |
@@ -119,11 +116,7 @@ fn json_string(text: &str) -> String {
 
 fn write_extras(conn: &Connection, trace: &Trace, extras: &CaptureExtras, facts: &RunFacts) -> rusqlite::Result<()> {
     conn.execute_batch(
-        "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER NOT NULL, end INTEGER NOT NULL, \
-         deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, \
-         correlationId INTEGER, globalPid INTEGER, deprecatedSyncType INTEGER, syncType INTEGER NOT NULL, \
-         eventId INTEGER NOT NULL, eventSyncId INTEGER);
-         CREATE TABLE SHARDSCOPE_CAPTURE_PROCESS (globalPid INTEGER, pid INTEGER, ppid INTEGER, commandLine TEXT, \
+        "CREATE TABLE SHARDSCOPE_CAPTURE_PROCESS (globalPid INTEGER, pid INTEGER, ppid INTEGER, commandLine TEXT, \
          localRank INTEGER, cuptiVersion INTEGER, recordsDropped INTEGER, buffersRefused INTEGER, \
          recordsUndecoded INTEGER, cleanExit INTEGER, truncatedBytes INTEGER);
          CREATE TABLE SHARDSCOPE_CAPTURE_ENV (globalPid INTEGER, name TEXT, value TEXT);
@@ -132,32 +125,14 @@ fn write_extras(conn: &Connection, trace: &Trace, extras: &CaptureExtras, facts:
          CREATE TABLE SHARDSCOPE_CAPTURE_META (name TEXT NOT NULL, value TEXT);
          CREATE TABLE SHARDSCOPE_CAPTURE_WARNINGS (what TEXT NOT NULL, count INTEGER NOT NULL);",
     )?;
-    // A synchronisation names a context; its GPU is the one the process's kernels in that
-    // context ran on.
+    // Records of the capture-only kinds name a CUDA context; its GPU is the one the process's kernels in
+    // that context ran on.
     let mut context_device: HashMap<(u32, u32), u32> = HashMap::new();
     for (kernel, detail) in trace.kernels.iter().zip(&extras.kernels) {
         let ordinal = trace.devices.get(kernel.device.0 as usize).map_or(0, |d| d.ordinal);
         context_device.entry((kernel.process.0, detail.record.context_id)).or_insert(ordinal);
     }
-    let mut sync = conn.prepare(
-        "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, streamId, correlationId, \
-         globalPid, syncType, eventId) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    for s in &extras.syncs {
-        let global_pid = trace.processes.get(s.process.0 as usize).map_or(0, |p| p.global_pid) as i64;
-        let device = context_device.get(&(s.process.0, s.context_id)).copied().unwrap_or(0);
-        sync.execute(params![
-            s.start_ns,
-            s.end_ns,
-            device,
-            s.context_id,
-            s.stream_id,
-            s.correlation_id,
-            global_pid,
-            s.sync_type,
-            s.event_id
-        ])?;
-    }
+    extras.side.write_tables(conn, trace, &context_device)?;
 
     let mut process_row =
         conn.prepare("INSERT INTO SHARDSCOPE_CAPTURE_PROCESS VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?;

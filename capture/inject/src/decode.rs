@@ -12,6 +12,7 @@ use std::ffi::{CStr, c_char};
 
 use shardscope_cupti_sys::{v12, v13};
 
+use shardscope_spool::config::TraceKinds;
 use shardscope_spool::cupti::{
     ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord, SyncRecord,
 };
@@ -41,6 +42,30 @@ macro_rules! kernel_record {
             name_id: $name_id,
         })
     };
+}
+
+/// The activity kinds to enable for `kinds`, beside the decoders that read them, so that a new kind is
+/// switched on and read in this one file. The runtime and driver API kinds are not here: the injection
+/// library selects those one callback id at a time (`live.rs`).
+pub fn activity_kinds(kinds: &TraceKinds) -> Vec<v13::CUpti_ActivityKind> {
+    let mut wanted = vec![v13::CUPTI_ACTIVITY_KIND_DEVICE];
+    if kinds.kernel {
+        // Never KERNEL: it serialises kernels and changes what we measure.
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    if kinds.memcpy {
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_MEMCPY);
+    }
+    if kinds.memset {
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_MEMSET);
+    }
+    if kinds.nvtx {
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_MARKER);
+    }
+    if kinds.sync {
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+    }
+    wanted
 }
 
 /// Which CUPTI major's struct layouts a buffer holds.

@@ -23,7 +23,7 @@ use shardscope_spool::config::{self, TraceKinds};
 use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 use shardscope_spool::hostname;
 
-use crate::decode::{Decoder, Layout};
+use crate::decode::{self, Decoder, Layout};
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -267,17 +267,7 @@ fn start() -> Result<(), String> {
     if registered != 0 {
         return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
     }
-    let mut wanted = vec![cupti::CUPTI_ACTIVITY_KIND_DEVICE];
-    if kinds.kernel {
-        // Never KERNEL: it serialises kernels and changes what we measure.
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    }
-    if kinds.memcpy {
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MEMCPY);
-    }
-    if kinds.memset {
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MEMSET);
-    }
+    let mut wanted = decode::activity_kinds(&kinds);
     let mut selection = ApiSelection { every_call: kinds.api && kinds.api_all, ..ApiSelection::default() };
     if kinds.api {
         // Each recorded call lengthens the workload's launch path, and PyTorch makes about fifteen runtime
@@ -299,12 +289,6 @@ fn start() -> Result<(), String> {
             }
             CALIBRATION.get_or_init(|| selector.calibration());
         }
-    }
-    if kinds.nvtx {
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_MARKER);
-    }
-    if kinds.sync {
-        wanted.push(cupti::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
     }
     for kind in wanted {
         // SAFETY: plain call with a valid kind constant.
