@@ -160,7 +160,16 @@ pub fn table(report: &Report, top: usize) -> String {
                 .by_graph
                 .iter()
                 .take(5)
-                .map(|g| format!("graph {}: {} × {}", g.graph_id, g.replays, duration(g.total_ns)))
+                .map(|g| {
+                    let name = match (g.graph_id, g.first_node_id) {
+                        (Some(id), _) => format!("graph {id}"),
+                        (None, Some(node)) => format!("graph of node {node}"),
+                        (None, None) => "graph ?".to_string(),
+                    };
+                    let nodes =
+                        if g.nodes_per_replay > 0 { format!(" ({} nodes)", g.nodes_per_replay) } else { String::new() };
+                    format!("{name}{nodes}: {} × {}", g.replays, duration(g.total_ns))
+                })
                 .collect();
             let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };
             let _ = writeln!(

@@ -133,15 +133,21 @@ pub struct GraphReplays {
     pub node_activities: u64,
     /// Per replay, first GPU start to last GPU end.
     pub replay_ns: Distribution,
-    /// Per graph (CUPTI graph id, known for `graph_records`): replays and their summed time, most time first.
+    /// Per graph: replays and their summed time, most time first. A graph is its CUPTI graph id where the trace
+    /// records one (graph records; node kernels of nsys exports), else the smallest node id of its kernels
+    /// (captures keep node ids only; replays of one executable graph repeat the same node ids).
     pub by_graph: Vec<GraphTotal>,
 }
 
 /// The replays of one graph.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GraphTotal {
-    /// CUPTI graph id.
-    pub graph_id: u32,
+    /// CUPTI graph id; `null` when the trace records node ids only.
+    pub graph_id: Option<u32>,
+    /// The smallest CUPTI node id among the graph's kernels (`null` for whole-graph records, which have none).
+    pub first_node_id: Option<u64>,
+    /// Kernels and copies per replay, most often seen (0 for whole-graph records).
+    pub nodes_per_replay: u64,
     /// Replays.
     pub replays: u64,
     /// Summed replay time.
@@ -752,7 +758,13 @@ fn graph_replays(
     if !records.is_empty() {
         let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
         for &(start, end, graph_id) in &records {
-            let total = by_graph.entry(graph_id).or_insert(GraphTotal { graph_id, replays: 0, total_ns: 0 });
+            let total = by_graph.entry(graph_id).or_insert(GraphTotal {
+                graph_id: Some(graph_id),
+                first_node_id: None,
+                nodes_per_replay: 0,
+                replays: 0,
+                total_ns: 0,
+            });
             total.replays += 1;
             total.total_ns += end - start;
         }
@@ -767,17 +779,17 @@ fn graph_replays(
     }
     // Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph.
     let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
-    let mut replays: HashMap<u32, (i64, i64)> = HashMap::new();
+    let mut replays: HashMap<u32, Replay> = HashMap::new();
     let mut node_activities = 0u64;
     let kernels = kernel_indices.iter().map(|&i| {
         let k = &trace.kernels[i as usize];
-        (k.launch, k.start_ns, k.end_ns)
+        (k.launch, k.start_ns, k.end_ns, k.graph_id, k.graph_node_id)
     });
     let memops = memop_indices.iter().map(|&i| {
         let m = &trace.memops[i as usize];
-        (m.launch, m.start_ns, m.end_ns)
+        (m.launch, m.start_ns, m.end_ns, None, None)
     });
-    for (launch, start, end) in kernels.chain(memops) {
+    for (launch, start, end, graph_id, node_id) in kernels.chain(memops) {
         let Some(call) = launch.and_then(|l| trace.api_calls.get(l as usize).map(|c| (l, c))) else { continue };
         let graph = *is_graph_launch.entry(call.1.name).or_insert_with(|| {
             let name = trace.names.get(call.1.name);
@@ -785,15 +797,75 @@ fn graph_replays(
         });
         let Some((start, end)) = clip(start, end, window_ns).filter(|_| graph) else { continue };
         node_activities += 1;
-        let replay = replays.entry(call.0).or_insert((start, end));
-        *replay = (replay.0.min(start), replay.1.max(end));
+        let replay = replays.entry(call.0).or_insert(Replay { start_ns: start, end_ns: end, ..Replay::default() });
+        replay.start_ns = replay.start_ns.min(start);
+        replay.end_ns = replay.end_ns.max(end);
+        replay.nodes += 1;
+        replay.graph_id = replay.graph_id.or(graph_id);
+        replay.first_node_id = match (replay.first_node_id, node_id) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
-    (!replays.is_empty()).then(|| GraphReplays {
+    if replays.is_empty() {
+        return None;
+    }
+    // Graph identity: the recorded graph id, else the node ids. Replays with neither are left out of `by_graph`.
+    let mut by_graph: BTreeMap<(Option<u32>, Option<u64>), (GraphTotal, BTreeMap<u64, u64>)> = BTreeMap::new();
+    for replay in replays.values() {
+        let key = match replay.graph_id {
+            Some(id) => (Some(id), None),
+            None => (None, replay.first_node_id),
+        };
+        if key == (None, None) {
+            continue;
+        }
+        let (total, sizes) = by_graph.entry(key).or_insert_with(|| {
+            let graph = GraphTotal {
+                graph_id: replay.graph_id,
+                first_node_id: replay.first_node_id,
+                nodes_per_replay: 0,
+                replays: 0,
+                total_ns: 0,
+            };
+            (graph, BTreeMap::new())
+        });
+        total.replays += 1;
+        total.total_ns += replay.end_ns - replay.start_ns;
+        total.first_node_id = match (total.first_node_id, replay.first_node_id) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        *sizes.entry(replay.nodes).or_default() += 1;
+    }
+    let mut by_graph: Vec<GraphTotal> = by_graph
+        .into_values()
+        .map(|(mut total, sizes)| {
+            // The most frequent size; ties to the larger (a replay cut by the window is the smaller one).
+            total.nodes_per_replay = sizes.iter().max_by_key(|&(size, count)| (*count, *size)).map_or(0, |(s, _)| *s);
+            total
+        })
+        .collect();
+    by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id, g.first_node_id));
+    Some(GraphReplays {
         source: "node_kernels",
         node_activities,
-        replay_ns: Distribution::of(replays.values().map(|(start, end)| end - start).collect()),
-        by_graph: Vec::new(),
+        replay_ns: Distribution::of(replays.values().map(|r| r.end_ns - r.start_ns).collect()),
+        by_graph,
     })
+}
+
+/// One launch of a graph recorded node by node.
+#[derive(Debug, Clone, Copy, Default)]
+struct Replay {
+    start_ns: i64,
+    end_ns: i64,
+    /// Kernels and copies.
+    nodes: u64,
+    /// The graph id its kernels carry, if any.
+    graph_id: Option<u32>,
+    /// The smallest node id of its kernels.
+    first_node_id: Option<u64>,
 }
 
 fn pct(part: i64, whole: i64) -> f64 {

@@ -150,15 +150,66 @@ fn node_level_graph_kernels_are_grouped_by_replay() {
         [correlation],
     )
     .unwrap();
+    // Node ids as CUPTI gives them (64-bit handles, here above 2^32), numbered in start order from FIRST_NODE.
+    const FIRST_NODE: i64 = 0x1_0000_0000;
+    conn.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = ?3 + (SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL \
+         AS k WHERE k.deviceId = 0 AND k.start >= ?1 AND k.start < CUPTI_ACTIVITY_KIND_KERNEL.start) \
+         WHERE deviceId = 0 AND start >= ?1 AND start < ?2",
+        [w0, w1, FIRST_NODE],
+    )
+    .unwrap();
     drop(conn);
-    let output = analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&path);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report_of = |path: &PathBuf| -> Value {
+        let output = analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+
+    // Node ids only, as a capture keeps them: the graph is named by its smallest node id.
+    let report = report_of(&path);
     let replays = &report["ranks"][0]["graph_replays"];
     assert_eq!(replays["source"], "node_kernels");
     assert_eq!(replays["node_activities"], count);
     assert_eq!(replays["replay_ns"]["count"], 1);
     assert_eq!(replays["replay_ns"]["max_ns"], end - start);
+    assert_eq!(replays["by_graph"][0]["graph_id"], Value::Null);
+    assert_eq!(replays["by_graph"][0]["first_node_id"], FIRST_NODE);
+    assert_eq!(replays["by_graph"][0]["nodes_per_replay"], count);
+    assert_eq!(replays["by_graph"][0]["total_ns"], end - start);
     assert_eq!(report["ranks"][1]["graph_replays"], Value::Null);
+    let table = String::from_utf8(analyzer(&["report", path.to_str().unwrap()]).stdout).unwrap();
+    assert!(table.contains(&format!("graph of node {FIRST_NODE} ({count} nodes): 1 ×")), "{table}");
+
+    // With nsys' graph id as well, the graph is named by it (the sample's nsys version has no such column: the
+    // versions that write it add it to the same table).
+    let conn = Connection::open(&path).unwrap();
+    let has_graph_id: bool = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('CUPTI_ACTIVITY_KIND_KERNEL') WHERE name = 'graphId'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+        .unwrap();
+    if !has_graph_id {
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN graphId INTEGER", []).unwrap();
+    }
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphId = 7 WHERE graphNodeId IS NOT NULL", []).unwrap();
+    drop(conn);
+    let report = report_of(&path);
+    let by_graph = &report["ranks"][0]["graph_replays"]["by_graph"];
+    assert_eq!(by_graph[0]["graph_id"], 7);
+    assert_eq!(by_graph[0]["first_node_id"], FIRST_NODE);
+    assert_eq!(by_graph.as_array().unwrap().len(), 1);
+
+    // The Parquet dataset keeps the graph and node ids: the same figures read back.
+    let dataset = std::env::temp_dir().join(format!("shardscope-graph-nodes-{}.parquet.d", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dataset);
+    let export = analyzer(&["export", "--format", "parquet", dataset.to_str().unwrap(), path.to_str().unwrap()]);
+    assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
+    let back = report_of(&dataset);
+    assert_eq!(back["ranks"][0]["graph_replays"], report["ranks"][0]["graph_replays"]);
+    let _ = std::fs::remove_dir_all(&dataset);
+    let _ = std::fs::remove_file(&path);
 }

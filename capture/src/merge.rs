@@ -511,6 +511,10 @@ impl<'a> ProcessMerge<'a> {
             block: k.block.map(|v| v.max(0) as u32),
             launch: None,
             collective: None,
+            // The spooled record keeps CUPTI's node id but not its graph id (the graph is found from the
+            // launching call and the node ids).
+            graph_id: None,
+            graph_node_id: (k.graph_node_id != 0).then_some(k.graph_node_id),
         });
         job.extras.kernels.push(KernelDetail { record: *k, mangled_name });
         self.extra.record_counts.kernels += 1;

@@ -80,7 +80,6 @@ fn cupti_columns(extras: &CaptureExtras) -> CuptiColumns {
                 local_bytes_total: k.local_bytes_total,
                 grid_id: k.grid_id,
                 shared_executed_bytes: k.shared_executed_bytes,
-                graph_node_id: (k.graph_node_id != 0).then_some(k.graph_node_id as i64),
             }
         })
         .collect();

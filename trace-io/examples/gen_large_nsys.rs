@@ -378,6 +378,8 @@ fn add_step(
             block: kind.block,
             launch: None,
             collective: None,
+            graph_id: None,
+            graph_node_id: None,
         });
         added += 1;
     }

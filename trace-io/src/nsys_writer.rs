@@ -81,8 +81,6 @@ pub struct KernelColumns {
     pub grid_id: i64,
     /// Shared memory the driver configured, bytes.
     pub shared_executed_bytes: u32,
-    /// Graph node that launched it; `None` outside graphs.
-    pub graph_node_id: Option<i64>,
 }
 
 /// `TARGET_INFO_GPU` columns that the model has no field for, for one GPU.
@@ -355,9 +353,10 @@ fn write_kernels(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<
         "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, \
          globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, \
          staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId, \
-         tensorSizeMinusOneElements, mangledName, launchType, cacheConfig, sharedMemoryExecuted, graphNodeId) \
+         tensorSizeMinusOneElements, mangledName, launchType, cacheConfig, sharedMemoryExecuted, graphNodeId, \
+         graphId) \
          VALUES (?1, ?2, ?3, ?15, ?4, ?5, ?6, ?7, ?8, ?16, ?9, ?10, ?11, ?12, ?13, ?14, ?17, ?18, ?19, ?20, ?21, \
-         '[]', ?22, ?23, ?24, ?25, ?26)",
+         '[]', ?22, ?23, ?24, ?25, ?26, ?27)",
     )?;
     for (index, kernel) in r.trace.kernels.iter().enumerate() {
         let name = strings.id_of(kernel.name)?;
@@ -388,17 +387,19 @@ fn write_kernels(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<
                 stmt.raw_bind_parameter(23, c.launch_type)?;
                 stmt.raw_bind_parameter(24, c.cache_config)?;
                 stmt.raw_bind_parameter(25, c.shared_executed_bytes)?;
-                stmt.raw_bind_parameter(26, c.graph_node_id)?;
             }
             None => {
                 for i in 15..=21 {
                     stmt.raw_bind_parameter(i, 0)?;
                 }
-                for i in 22..=26 {
+                for i in 22..=25 {
                     stmt.raw_bind_parameter(i, rusqlite::types::Null)?;
                 }
             }
         }
+        // Node ids are CUPTI's 64-bit handles; SQLite integers are signed, and nsys stores them as they are.
+        stmt.raw_bind_parameter(26, kernel.graph_node_id.map(|id| id as i64))?;
+        stmt.raw_bind_parameter(27, kernel.graph_id)?;
         stmt.raw_execute()?;
     }
     Ok(())

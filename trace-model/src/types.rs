@@ -103,6 +103,11 @@ pub struct Kernel {
     pub launch: Option<u32>,
     /// Index in [`Trace::collectives`] when this kernel ran a collective.
     pub collective: Option<u32>,
+    /// The CUDA graph it ran in as a node (CUPTI's `graphId`), when the source records it; `None` for a kernel
+    /// launched on its own.
+    pub graph_id: Option<u32>,
+    /// Its node in that graph (CUPTI's `graphNodeId`); `None` for a kernel launched on its own.
+    pub graph_node_id: Option<u64>,
 }
 
 impl Kernel {

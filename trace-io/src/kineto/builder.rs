@@ -362,6 +362,8 @@ impl Builder {
             block: args.block.0.unwrap_or([0; 3]),
             launch: None,
             collective,
+            graph_id: None,
+            graph_node_id: None,
         });
     }
 

@@ -147,6 +147,8 @@ pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) 
         "blockX",
         "blockY",
         "blockZ",
+        "graphId",
+        "graphNodeId",
     ];
     scan.rows.reserve(db.row_hint(TABLE, rowids));
     let (mut no_time, mut unknown_name) = (0u64, 0u64);
@@ -179,6 +181,9 @@ pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) 
             block: [dim(11), dim(12), dim(13)],
             launch: None,
             collective: None,
+            // 0 (or no column) outside a graph; node ids are 64-bit handles stored as signed integers.
+            graph_id: int(row, 14).filter(|&id| id != 0).map(|id| id as u32),
+            graph_node_id: int(row, 15).filter(|&id| id != 0).map(|id| id as u64),
         });
         Ok(())
     })?;

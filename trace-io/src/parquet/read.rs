@@ -152,6 +152,8 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         let (name, short_name, collective) = (b.str("demangledName")?, b.str("shortName")?, b.u32("collectiveId")?);
         let grid = [b.u32("gridX")?, b.u32("gridY")?, b.u32("gridZ")?];
         let block = [b.u32("blockX")?, b.u32("blockY")?, b.u32("blockZ")?];
+        // Added in schema 1.1: absent from files of 1.0.
+        let (graph_id, graph_node_id) = (b.optional_u32("graphId")?, b.optional_u64("graphNodeId")?);
         for row in 0..batch.num_rows() {
             let r = b.reading(&mut traces, row)?;
             let dims =
@@ -167,6 +169,8 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
                     grid: dims(grid)?,
                     block: dims(block)?,
                     collective: value(collective, row),
+                    graph_id: graph_id.and_then(|a| value(a, row)),
+                    graph_node_id: graph_node_id.and_then(|a| value(a, row)),
                     ..Kernel::default()
                 };
                 Some((kernel, text(name, row)?, text(short_name, row)?))
@@ -649,6 +653,16 @@ impl Columns<'_> {
 
     fn u64(&self, name: &str) -> Result<&PrimitiveArray<UInt64Type>, Error> {
         self.typed(name, "UInt64")
+    }
+
+    /// A column a later minor version added: `None` in files written before it, an error when mistyped.
+    fn optional_u32(&self, name: &str) -> Result<Option<&PrimitiveArray<UInt32Type>>, Error> {
+        if self.batch.column_by_name(name).is_none() { Ok(None) } else { self.u32(name).map(Some) }
+    }
+
+    /// As [`Columns::optional_u32`].
+    fn optional_u64(&self, name: &str) -> Result<Option<&PrimitiveArray<UInt64Type>>, Error> {
+        if self.batch.column_by_name(name).is_none() { Ok(None) } else { self.u64(name).map(Some) }
     }
 
     fn str(&self, name: &str) -> Result<&StringArray, Error> {

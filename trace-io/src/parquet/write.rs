@@ -299,6 +299,8 @@ impl DatasetWriter {
                     column("blockY", dims(|k| k.block[1]), false),
                     column("blockZ", dims(|k| k.block[2]), false),
                     column("collectiveId", opt_u32s(rows.iter().map(|i| k(i).collective)), true),
+                    column("graphId", opt_u32s(rows.iter().map(|i| k(i).graph_id)), true),
+                    column("graphNodeId", opt_u64s(rows.iter().map(|i| k(i).graph_node_id)), true),
                 ]
             })?;
             note(tables::KERNELS, rows);
