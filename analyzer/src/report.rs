@@ -811,7 +811,9 @@ fn graph_replays(
         return None;
     }
     // Graph identity: the recorded graph id, else the node ids. Replays with neither are left out of `by_graph`.
-    let mut by_graph: BTreeMap<(Option<u32>, Option<u64>), (GraphTotal, BTreeMap<u64, u64>)> = BTreeMap::new();
+    // (graph id, first node id) → the graph's totals and its replays counted by size.
+    type GraphKey = (Option<u32>, Option<u64>);
+    let mut by_graph: BTreeMap<GraphKey, (GraphTotal, BTreeMap<u64, u64>)> = BTreeMap::new();
     for replay in replays.values() {
         let key = match replay.graph_id {
             Some(id) => (Some(id), None),
