@@ -126,6 +126,9 @@ pub struct Line {
     pub color: [u8; 3],
     /// Per x position: the value and its spread (low, high), or nothing.
     pub points: Vec<Option<SeriesPoint>>,
+    /// Whether consecutive points are joined: true where the x positions are ordered (a swept parameter, ranks),
+    /// false where they are only names (phases, configurations).
+    pub joined: bool,
 }
 
 /// One point of a line with its spread.
@@ -444,7 +447,7 @@ fn draw_series<DB: DrawingBackend>(
             }
         }
         runs.push(run);
-        for run in runs.into_iter().filter(|r| r.len() > 1) {
+        for run in runs.into_iter().filter(|r| r.len() > 1 && line.joined) {
             chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(err)?;
         }
         for (x, point) in line.points.iter().enumerate() {

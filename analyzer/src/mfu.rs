@@ -281,8 +281,15 @@ pub fn utilisation(
     Ok(pct)
 }
 
-/// Per phase with known tokens (prefill, decode): achieved FLOP/s and MFU from the report's instance times.
-pub fn phase_mfu(report: &Report, shape: &ModelShape, tokens: &Tokens, peak: Option<&Peak>) -> Vec<PhaseMfu> {
+/// Per phase with known tokens (prefill, decode): achieved FLOP/s and MFU from the report's instance times, or
+/// from `instance_p50_ns` where it names the phase (the slowest rank's median after the warm-up).
+pub fn phase_mfu(
+    report: &Report,
+    shape: &ModelShape,
+    tokens: &Tokens,
+    peak: Option<&Peak>,
+    instance_p50_ns: &BTreeMap<String, i64>,
+) -> Vec<PhaseMfu> {
     let mut names: Vec<&str> = Vec::new();
     for rank in &report.ranks {
         for phase in &rank.phases {
@@ -305,7 +312,8 @@ pub fn phase_mfu(report: &Report, shape: &ModelShape, tokens: &Tokens, peak: Opt
                 Some((d.p50_ns, d.count, phase.figures.gpu_busy_ns))
             })
             .collect();
-        let Some(instance_p50_ns) = per_rank.iter().map(|r| r.0).max().filter(|&ns| ns > 0) else { continue };
+        let measured = instance_p50_ns.get(name).copied().or_else(|| per_rank.iter().map(|r| r.0).max());
+        let Some(instance_p50_ns) = measured.filter(|&ns| ns > 0) else { continue };
         let flops_per_instance = tokens_per_instance * flops_per_token;
         let achieved_tflops = flops_per_instance / (instance_p50_ns as f64 * 1e-9) / 1e12;
         // Each rank does its share of every instance it ran; the GPUs together did count × FLOPs.

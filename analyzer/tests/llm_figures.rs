@@ -52,7 +52,7 @@ fn mfu_of_every_sample_trace_is_below_the_measured_gemm_peak() {
         let shape = shape(layer_count);
         let peak = mfu::peak(Some(Path::new(&bench)), &shape, "datasheet").unwrap().expect("bench has a bf16 GEMM");
         assert_eq!(peak.kind, "bench");
-        let phases = mfu::phase_mfu(&report, &shape, &tokens, Some(&peak));
+        let phases = mfu::phase_mfu(&report, &shape, &tokens, Some(&peak), &Default::default());
         let names: Vec<&str> = phases.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(names, ["prefill", "decode"], "{file}");
         for phase in &phases {
@@ -74,7 +74,8 @@ fn a_shape_that_claims_too_many_flops_is_called_inconsistent() {
     too_big.parameters = Some(100.0 * too_big.weights().unwrap());
     let peak = mfu::peak(Some(&repo_root().join(BENCH)), &too_big, "datasheet").unwrap().unwrap();
     let tokens = Tokens::parse("batch=4,seq=1024,decode_steps=32").unwrap();
-    let prefill = mfu::phase_mfu(&report, &too_big, &tokens, Some(&peak)).into_iter().next().unwrap();
+    let prefill =
+        mfu::phase_mfu(&report, &too_big, &tokens, Some(&peak), &Default::default()).into_iter().next().unwrap();
     assert_eq!(prefill.mfu_pct, None);
     assert!(prefill.inconsistent.unwrap().contains("do not describe this run"));
 }
