@@ -40,7 +40,8 @@ pub struct ReportCharts {
 
 /// The LLM figures of one run, computed from its traces beside the report: instance times after the warm-up
 /// (time to first token, time per output token), layers, and FLOP/s and MFU when the model and tokens are given.
-#[derive(Debug, Clone, Default)]
+/// `--charts DIR` writes them as `DIR/llm.json`: the figures the latency, MFU and layer charts draw.
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LlmFigures {
     /// Instances of each rank left out as warm-up (`--skip-steps`).
     pub skipped: usize,

@@ -533,6 +533,13 @@ fn write_report_charts(
     );
     html::add_llm_charts(&mut drawn, &llm);
     if let Some(dir) = &pictures.charts {
+        // The figures the latency, MFU and layer charts draw (the report's JSON has the rest).
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        let path = dir.join("llm.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&llm)? + "\n")
+            .with_context(|| path.display().to_string())?;
+    }
+    if let Some(dir) = &pictures.charts {
         let files = html::write_chart_files(dir, &drawn.sections).map_err(anyhow::Error::msg)?;
         let _ = writeln!(std::io::stderr(), "analyzer: wrote {} chart files into {}", files.len(), dir.display());
     }

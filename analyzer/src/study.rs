@@ -951,7 +951,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             chart: Chart {
                 name: "shares".into(),
                 title: "Op-category shares per configuration".into(),
-                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 480),
+                size_px: (columns_width_px(&columns), 480),
                 kind: ChartKind::Stacked { columns: columns.clone(), segments, y_label: "% of GPU time".into() },
             },
         });
@@ -979,7 +979,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             chart: Chart {
                 name: "all_reduce_share".into(),
                 title: "All-reduce share per configuration".into(),
-                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 420),
+                size_px: (columns_width_px(&columns), 420),
                 kind: ChartKind::Series {
                     x_labels: columns,
                     x_label: "configuration".into(),
@@ -1122,7 +1122,7 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             chart: Chart {
                 name: "phase_shares".into(),
                 title: "Op-category shares per configuration and phase".into(),
-                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 480),
+                size_px: (columns_width_px(&columns), 480),
                 kind: ChartKind::Stacked { columns, segments, y_label: "% of GPU time".into() },
             },
         });
@@ -1157,7 +1157,7 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             chart: Chart {
                 name: "mfu".into(),
                 title: "MFU per configuration and phase".into(),
-                size_px: ((300 + 90 * x_labels.len() as u32).clamp(900, 4000), 420),
+                size_px: (columns_width_px(&x_labels), 420),
                 kind: ChartKind::Series {
                     x_labels: x_labels.clone(),
                     x_label: "configuration".into(),
@@ -1213,6 +1213,12 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
         });
     }
     sections
+}
+
+/// Width of a chart with one slot per label: wide enough for the longest label (about 7 px a character).
+fn columns_width_px(labels: &[String]) -> u32 {
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+    (300 + (7 * longest + 16).max(90) * labels.len() as u32).clamp(900, 6000)
 }
 
 fn category_rgb(classifier: &Classifier) -> [u8; 3] {
