@@ -134,15 +134,18 @@ pub fn instances(
     out
 }
 
+/// A range's start, end and index in [`Trace::ranges`].
+type RangeSpan = (i64, i64, u32);
+
 /// Layer ranges per thread, for the lookup of a launch call.
 struct LayerRanges {
-    /// (process, tid) → (start, end, range index), outermost first among equal starts.
-    by_thread: HashMap<(u32, u32), Vec<(i64, i64, u32)>>,
+    /// (process, tid) → layer ranges, outermost first among equal starts.
+    by_thread: HashMap<(u32, u32), Vec<RangeSpan>>,
 }
 
 impl LayerRanges {
     fn build(trace: &Trace, pattern: &Regex) -> LayerRanges {
-        let mut by_thread: HashMap<(u32, u32), Vec<(i64, i64, u32)>> = HashMap::new();
+        let mut by_thread: HashMap<(u32, u32), Vec<RangeSpan>> = HashMap::new();
         for (i, range) in trace.ranges.iter().enumerate() {
             if range.kind == RangeKind::GpuAnnotation || !pattern.is_match(trace.names.get(range.name)) {
                 continue;
@@ -230,8 +233,19 @@ pub struct PhaseLayers {
     pub outside_ns: i64,
 }
 
-/// How the kernels of one instance split into layers: per kernel its layer, or `None` outside the layers.
-fn split_instance(instance: &Instance) -> Option<(&'static str, usize, Option<usize>, Vec<Option<usize>>)> {
+/// How the kernels of one instance split into layers.
+struct LayerSplit {
+    /// `recorded` or `inferred`.
+    source: &'static str,
+    /// Layers found.
+    layers: usize,
+    /// Kernels per layer (inferred only).
+    kernels_per_layer: Option<usize>,
+    /// Per kernel its layer, or `None` outside the layers.
+    assigned: Vec<Option<usize>>,
+}
+
+fn split_instance(instance: &Instance) -> Option<LayerSplit> {
     if instance.kernels.iter().any(|k| k.layer_range.is_some()) {
         let mut order: Vec<u32> = Vec::new();
         let assigned = instance
@@ -248,7 +262,7 @@ fn split_instance(instance: &Instance) -> Option<(&'static str, usize, Option<us
                 })
             })
             .collect();
-        return Some(("recorded", order.len(), None, assigned));
+        return Some(LayerSplit { source: "recorded", layers: order.len(), kernels_per_layer: None, assigned });
     }
     let names: Vec<NameId> = instance.kernels.iter().map(|k| k.name).collect();
     let period = find_period(&names)?;
@@ -258,7 +272,7 @@ fn split_instance(instance: &Instance) -> Option<(&'static str, usize, Option<us
                 .then(|| (i - period.offset) / period.length)
         })
         .collect();
-    Some(("inferred", period.repeats, Some(period.length), assigned))
+    Some(LayerSplit { source: "inferred", layers: period.repeats, kernels_per_layer: Some(period.length), assigned })
 }
 
 /// A repeating stretch of a sequence.
@@ -306,19 +320,14 @@ pub fn find_period<T: PartialEq>(sequence: &[T]) -> Option<Period> {
 pub fn phase_layers(ranks: &[RankInstances], skip: usize) -> Vec<PhaseLayers> {
     struct Split<'a> {
         instance: &'a Instance,
-        source: &'static str,
-        layers: usize,
-        kernels_per_layer: Option<usize>,
-        assigned: Vec<Option<usize>>,
+        split: LayerSplit,
     }
     let mut by_phase: BTreeMap<&str, (Vec<Split>, usize)> = BTreeMap::new();
     for rank in ranks {
         for instance in rank.instances.iter().skip(skip) {
             let entry = by_phase.entry(&instance.phase).or_default();
             match split_instance(instance) {
-                Some((source, layers, kernels_per_layer, assigned)) if layers > 0 => {
-                    entry.0.push(Split { instance, source, layers, kernels_per_layer, assigned })
-                }
+                Some(split) if split.layers > 0 => entry.0.push(Split { instance, split }),
                 _ => entry.1 += 1,
             }
         }
@@ -328,15 +337,16 @@ pub fn phase_layers(ranks: &[RankInstances], skip: usize) -> Vec<PhaseLayers> {
         // The most common (source, layer count), the larger count on a tie.
         let mut counts: BTreeMap<(&str, usize), usize> = BTreeMap::new();
         for s in &splits {
-            *counts.entry((s.source, s.layers)).or_default() += 1;
+            *counts.entry((s.split.source, s.split.layers)).or_default() += 1;
         }
         let Some((&(source, layers), _)) = counts.iter().max_by_key(|(k, n)| (**n, k.1)) else { continue };
-        let used: Vec<&Split> = splits.iter().filter(|s| s.source == source && s.layers == layers).collect();
+        let used: Vec<&Split> =
+            splits.iter().filter(|s| s.split.source == source && s.split.layers == layers).collect();
         let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
         let mut cells: Vec<BTreeMap<&str, i64>> = vec![BTreeMap::new(); layers];
         let mut outside: i64 = 0;
         for s in &used {
-            for (kernel, layer) in s.instance.kernels.iter().zip(&s.assigned) {
+            for (kernel, layer) in s.instance.kernels.iter().zip(&s.split.assigned) {
                 let ns = kernel.end_ns - kernel.start_ns;
                 match layer {
                     Some(l) => {
@@ -350,7 +360,7 @@ pub fn phase_layers(ranks: &[RankInstances], skip: usize) -> Vec<PhaseLayers> {
         let mut ops: Vec<(&str, i64)> = totals.into_iter().collect();
         ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let n = used.len() as i64;
-        let kernels_per_layer = used.iter().find_map(|s| s.kernels_per_layer).filter(|_| source == "inferred");
+        let kernels_per_layer = used.iter().find_map(|s| s.split.kernels_per_layer).filter(|_| source == "inferred");
         out.push(PhaseLayers {
             phase: phase.to_string(),
             source,

@@ -124,10 +124,10 @@ fn a_headless_browser_renders_the_html_report_with_every_chart() {
     }
 
     // Each chart on its own: not a blank panel.
+    let size = regex::Regex::new(r#"<svg[^>]*width="(\d+)"[^>]*height="(\d+)""#).unwrap();
     for name in CHARTS {
         let svg = charts.join(format!("{name}.svg"));
         let text = std::fs::read_to_string(&svg).unwrap();
-        let size = regex::Regex::new(r#"<svg[^>]*width="(\d+)"[^>]*height="(\d+)""#).unwrap();
         let c = size.captures(&text).unwrap_or_else(|| panic!("{name}: size"));
         let shot = dir.path().join(format!("{name}.png"));
         let shot_arg = format!("--screenshot={}", shot.display());
