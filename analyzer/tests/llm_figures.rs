@@ -192,3 +192,69 @@ fn instances_and_layers_agree_with_the_report() {
         }
     }
 }
+
+/// Layer ranges recorded around each layer's launches (NVTX `model.layers.N` added to a real nsys export at the
+/// boundaries the kernel sequence gives) split the instances exactly as the inferred period does.
+#[test]
+fn recorded_layer_ranges_split_the_instances_as_the_kernel_sequence_does() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = Vec::new();
+    let gz = std::fs::File::open(repo_root().join("sample-traces/tp1_nsys.sqlite.gz")).unwrap();
+    flate2::read::GzDecoder::new(gz).read_to_end(&mut bytes).unwrap();
+    let file = dir.path().join("layers.sqlite");
+    std::fs::write(&file, &bytes).unwrap();
+    let db = rusqlite::Connection::open(&file).unwrap();
+    let phases: Vec<(i64, i64, i64)> = db
+        .prepare("SELECT start, end, globalTid FROM NVTX_EVENTS WHERE text IN ('prefill', 'decode')")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(phases.len(), 18, "2 passes of 1 prefill and 8 decode steps");
+    for (start, end, tid) in phases {
+        // The launch calls of the instance's kernels and the kernels' names, in the kernels' order.
+        let launches: Vec<(i64, i64)> = db
+            .prepare(
+                "SELECT r.start, k.shortName FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r \
+                 ON r.correlationId = k.correlationId WHERE r.globalTid = ?1 AND r.start >= ?2 AND r.start <= ?3 \
+                 ORDER BY k.start",
+            )
+            .unwrap()
+            .query_map([tid, start, end], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let names: Vec<i64> = launches.iter().map(|l| l.1).collect();
+        // The first decode step of a pass starts from a strided slice of the prefill's output (a copy before the
+        // first layer, another add kernel in it): no period, no layer ranges; its instance is left out either way.
+        let Some(period) = layers::find_period(&names) else { continue };
+        assert_eq!(period.repeats, 2, "LAYERS=2");
+        for layer in 0..period.repeats {
+            let first = period.offset + layer * period.length;
+            let next = first + period.length;
+            let to = if next < launches.len() { launches[next].0 - 1 } else { end - 1 };
+            db.execute(
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?1, ?2, 59, ?3, ?4, 0)",
+                rusqlite::params![launches[first].0, to, format!("model.layers.{layer}"), tid],
+            )
+            .unwrap();
+        }
+    }
+    drop(db);
+    let pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
+    let classifier = Classifier::builtin();
+    let inferred = layers::phase_layers(
+        &layers::instances(&load("sample-traces/tp1_nsys.sqlite.gz"), &classifier, &pattern, None),
+        0,
+    );
+    let traces = shardscope_io::load(&file).unwrap();
+    let recorded = layers::phase_layers(&layers::instances(&traces, &classifier, &pattern, None), 0);
+    assert_eq!(recorded.len(), 2);
+    for (r, i) in recorded.iter().zip(&inferred) {
+        assert_eq!((r.source, i.source), ("recorded", "inferred"), "{}", r.phase);
+        assert_eq!((r.layers, r.instances, r.instances_left_out), (i.layers, i.instances, i.instances_left_out));
+        assert_eq!((&r.ops, &r.time_ns, r.outside_ns), (&i.ops, &i.time_ns, i.outside_ns), "{}", r.phase);
+    }
+}
