@@ -634,6 +634,22 @@ pub struct Scaling {
     pub speedup: f64,
     /// speedup ÷ (gpus ÷ base_gpus), percent.
     pub efficiency_pct: f64,
+    /// The same for each phase's instance time after the warm-up (`prefill`: time to first token, `decode`: time
+    /// per output token), from the medians over repetitions of the slowest rank's p50.
+    pub phases: BTreeMap<String, PhaseScaling>,
+}
+
+/// Scaling of one phase's instance time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseScaling {
+    /// Median over repetitions of the instance p50, baseline and this count.
+    pub base_ns: i64,
+    /// See `base_ns`.
+    pub ns: i64,
+    /// base_ns ÷ ns.
+    pub speedup: f64,
+    /// speedup ÷ (gpus ÷ base_gpus), percent.
+    pub efficiency_pct: f64,
 }
 
 /// The study's results.
@@ -748,29 +764,51 @@ fn step_median(points: &[&PointResult]) -> Option<i64> {
 
 fn scaling(study: &Study, points: &[PointResult]) -> Vec<Scaling> {
     let Some(gpus) = &study.gpus else { return Vec::new() };
-    let mut groups: BTreeMap<String, Vec<(u32, i64)>> = BTreeMap::new();
+    // Per configuration of the other parameters: (GPU count, step median, per phase the instance median).
+    type Row = (u32, i64, BTreeMap<String, i64>);
+    let mut groups: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (params, list) in configurations(points) {
         let Some(count) = params.get(gpus).and_then(|v| v.parse::<u32>().ok()) else { continue };
         let Some(step) = step_median(&list) else { continue };
-        groups.entry(config_label(&params, Some(gpus))).or_default().push((count, step));
+        let mut phases: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for latency in list.iter().filter_map(|p| p.figures.as_ref()).flat_map(|f| &f.latency) {
+            if latency.time.count > 0 {
+                phases.entry(latency.phase.clone()).or_default().push(latency.time.p50_ns);
+            }
+        }
+        let phases = phases.into_iter().filter_map(|(phase, values)| Some((phase, median(values)?))).collect();
+        groups.entry(config_label(&params, Some(gpus))).or_default().push((count, step, phases));
     }
+    let ratio = |base: i64, ns: i64, count: u32, base_gpus: u32| {
+        let speedup = base as f64 / ns as f64;
+        (speedup, 100.0 * speedup / (f64::from(count) / f64::from(base_gpus)))
+    };
     let mut out = Vec::new();
     for (config, mut list) in groups {
-        list.sort_unstable();
-        let Some(&(base_gpus, base_step_ns)) = list.first() else { continue };
-        for &(count, step_ns) in &list[1..] {
-            if step_ns <= 0 {
+        list.sort_by_key(|row| (row.0, row.1));
+        let Some((base_gpus, base_step_ns, base_phases)) = list.first().cloned() else { continue };
+        for (count, step_ns, phases) in &list[1..] {
+            if *step_ns <= 0 {
                 continue;
             }
-            let speedup = base_step_ns as f64 / step_ns as f64;
+            let (speedup, efficiency_pct) = ratio(base_step_ns, *step_ns, *count, base_gpus);
+            let phases = phases
+                .iter()
+                .filter_map(|(phase, &ns)| {
+                    let base_ns = *base_phases.get(phase)?;
+                    let (speedup, efficiency_pct) = (ns > 0).then(|| ratio(base_ns, ns, *count, base_gpus))?;
+                    Some((phase.clone(), PhaseScaling { base_ns, ns, speedup, efficiency_pct }))
+                })
+                .collect();
             out.push(Scaling {
                 config: config.clone(),
                 base_gpus,
-                gpus: count,
+                gpus: *count,
                 base_step_ns,
-                step_ns,
+                step_ns: *step_ns,
                 speedup,
-                efficiency_pct: 100.0 * speedup / (f64::from(count) / f64::from(base_gpus)),
+                efficiency_pct,
+                phases,
             });
         }
     }
@@ -1310,18 +1348,46 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
 
     if !results.scaling.is_empty() {
         tables.push(Table {
-            title: "Scaling of the step time from the smallest GPU count".into(),
-            header: ["configuration", "GPUs", "step p50", "speedup", "efficiency"].map(String::from).to_vec(),
+            title:
+                "Scaling from the smallest GPU count: speedup and efficiency of the step time, of the time to first \
+                    token and of the time per output token"
+                    .into(),
+            header: [
+                "configuration",
+                "GPUs",
+                "step p50",
+                "speedup",
+                "efficiency",
+                "TTFT",
+                "TTFT eff.",
+                "TPOT",
+                "TPOT eff.",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows: results
                 .scaling
                 .iter()
                 .map(|s| {
+                    let phase = |name: &str, efficiency: bool| {
+                        s.phases.get(name).map_or("–".into(), |p| {
+                            if efficiency {
+                                format!("{:.1} %", p.efficiency_pct)
+                            } else {
+                                format!("{:.2}×", p.speedup)
+                            }
+                        })
+                    };
                     vec![
                         s.config.clone(),
                         format!("{} → {}", s.base_gpus, s.gpus),
                         format!("{} → {}", crate::render::duration(s.base_step_ns), crate::render::duration(s.step_ns)),
                         format!("{:.2}×", s.speedup),
                         format!("{:.1} %", s.efficiency_pct),
+                        phase("prefill", false),
+                        phase("prefill", true),
+                        phase("decode", false),
+                        phase("decode", true),
                     ]
                 })
                 .collect(),
@@ -1457,27 +1523,7 @@ pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -
         );
     }
     page.push_str("</table>\n");
-    if !results.scaling.is_empty() {
-        page.push_str(
-            "<h2>Scaling</h2>\n<table>\n<tr><th class=\"l\">configuration</th><th>GPUs</th><th>step p50</th>\
-             <th>speedup</th><th>efficiency</th></tr>\n",
-        );
-        for s in &results.scaling {
-            let _ = writeln!(
-                page,
-                "<tr><td class=\"l\">{}</td><td>{} → {}</td><td>{} → {}</td><td>{:.2}×</td><td>{:.1} %</td></tr>",
-                escape(&s.config),
-                s.base_gpus,
-                s.gpus,
-                crate::render::duration(s.base_step_ns),
-                crate::render::duration(s.step_ns),
-                s.speedup,
-                s.efficiency_pct
-            );
-        }
-        page.push_str("</table>\n");
-    }
-    for table in study_tables(results).iter().filter(|t| !t.title.starts_with("Scaling")) {
+    for table in study_tables(results) {
         page.push_str(&table.html());
     }
     for section in sections {

@@ -267,6 +267,22 @@ fn latency_mfu_shares_and_layers_are_in_study_json_and_drawn_from_it() {
     for title in ["Latency per configuration", "Op shares per configuration and phase", "Scaling", "MFU per phase"] {
         assert!(txt.contains(title), "{title}: {txt}");
     }
+    // Scaling of the time to first token and per output token: from the single repetition's p50 on 1 and 2 GPUs.
+    for s in results["scaling"].as_array().unwrap() {
+        let seq = s["config"].as_str().unwrap().strip_prefix("SEQ=").unwrap();
+        for phase in ["prefill", "decode"] {
+            let p50 = |nproc: u32| {
+                let f = &point(&results, &format!("SEQ-{seq}_nproc-{nproc}_r0"))["figures"];
+                let l = f["latency"].as_array().unwrap().iter().find(|l| l["phase"] == phase).unwrap();
+                l["time"]["p50_ns"].as_f64().unwrap()
+            };
+            let scaled = &s["phases"][phase];
+            assert_eq!(scaled["base_ns"].as_f64(), Some(p50(1)), "{phase}");
+            assert_eq!(scaled["ns"].as_f64(), Some(p50(2)), "{phase}");
+            assert!(close(scaled["speedup"].as_f64().unwrap(), p50(1) / p50(2)));
+            assert!(close(scaled["efficiency_pct"].as_f64().unwrap(), 100.0 * p50(1) / p50(2) / 2.0));
+        }
+    }
     let charts = dir.path().join("fake-study/charts");
     let svg = |name: &str| marks_of(&std::fs::read_to_string(charts.join(format!("{name}.svg"))).unwrap());
     let (layers, hidden, ffn) = (2.0, 4096.0, 11008.0);
