@@ -152,41 +152,44 @@ pub fn add_llm_charts(out: &mut ReportCharts, llm: &LlmFigures) {
         });
     }
     if !llm.mfu.is_empty() {
-        out.tables.push(Table {
-            title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its p50 time)".into(),
-            header: [
-                "phase",
-                "tokens",
-                "context",
-                "GFLOP",
-                "time p50",
-                "TFLOP/s",
-                "GPUs",
-                "peak TFLOP/s",
-                "MFU",
-                "why no MFU",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: llm
-                .mfu
-                .iter()
-                .map(|m| {
-                    vec![
-                        m.phase.clone(),
-                        format!("{}", m.tokens_per_instance),
-                        m.context_per_token.map_or("–".into(), |c| format!("{c}")),
-                        format!("{:.2}", m.flops_per_instance / 1e9),
-                        duration(m.instance_p50_ns),
-                        format!("{:.1}", m.achieved_tflops),
-                        m.gpus.to_string(),
-                        m.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
-                        m.mfu_pct.map_or("–".into(), |p| format!("{p:.1} %")),
-                        m.inconsistent.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect(),
-        });
+        out.tables.push(
+            Table {
+                title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its p50 time)".into(),
+                header: [
+                    "phase",
+                    "tokens",
+                    "context",
+                    "GFLOP",
+                    "time p50",
+                    "TFLOP/s",
+                    "GPUs",
+                    "peak TFLOP/s",
+                    "MFU",
+                    "why no MFU",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: llm
+                    .mfu
+                    .iter()
+                    .map(|m| {
+                        vec![
+                            m.phase.clone(),
+                            format!("{}", m.tokens_per_instance),
+                            m.context_per_token.map_or("–".into(), |c| format!("{c}")),
+                            format!("{:.2}", m.flops_per_instance / 1e9),
+                            duration(m.instance_p50_ns),
+                            format!("{:.1}", m.achieved_tflops),
+                            m.gpus.to_string(),
+                            m.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
+                            m.mfu_pct.map_or("–".into(), |p| format!("{p:.1} %")),
+                            m.inconsistent.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect(),
+            }
+            .without_empty_last_column(),
+        );
         let with_mfu: Vec<&crate::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
         if with_mfu.is_empty() {
             out.notes.push(
@@ -565,6 +568,17 @@ pub struct Table {
 impl Table {
     fn left(&self, column: usize) -> bool {
         column == 0 || ["configuration", "phase", "top", "why"].iter().any(|h| self.header[column].starts_with(h))
+    }
+
+    /// The table without its last column when every row leaves it empty (a "why not" column with nothing to say).
+    pub fn without_empty_last_column(mut self) -> Table {
+        if self.header.len() > 1 && self.rows.iter().all(|r| r.last().is_none_or(String::is_empty)) {
+            self.header.pop();
+            for row in &mut self.rows {
+                row.pop();
+            }
+        }
+        self
     }
 
     /// Aligned columns under the title.

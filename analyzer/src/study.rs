@@ -1416,25 +1416,29 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
         }
     }
     if !mfu_rows.is_empty() {
-        tables.push(Table {
-            title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its time; MFU against the peak \
+        tables.push(
+            Table {
+                title:
+                    "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its time; MFU against the peak \
                     of one GPU × GPUs; median over repetitions)"
-                .into(),
-            header: [
-                "configuration",
-                "phase",
-                "tokens",
-                "GFLOP",
-                "time p50",
-                "TFLOP/s",
-                "MFU",
-                "peak TFLOP/s",
-                "why no MFU",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: mfu_rows,
-        });
+                        .into(),
+                header: [
+                    "configuration",
+                    "phase",
+                    "tokens",
+                    "GFLOP",
+                    "time p50",
+                    "TFLOP/s",
+                    "MFU",
+                    "peak TFLOP/s",
+                    "why no MFU",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: mfu_rows,
+            }
+            .without_empty_last_column(),
+        );
     }
 
     let mut layer_rows = Vec::new();
