@@ -29,8 +29,9 @@ use crate::steps::Distribution;
 /// Names of layer ranges (module paths ending in a layer index, or a decoder-layer class name).
 pub const LAYER_PATTERN: &str = r"(?i)(^|[.:/ ])(layers?|h|blocks?)[._ ]?\d+$|(decoderlayer|transformerblock|transformerlayer|encoderlayer|decoderblock)(_\d+)?$";
 
-/// Instances longer than this many kernels are not searched for a period (the search is quadratic).
-pub const MAX_KERNELS_FOR_PERIOD: usize = 20_000;
+/// Instances longer than this many kernels are not searched for a period (the search tries every length and
+/// offset; 5,000 kernels is 250 layers of 20).
+pub const MAX_KERNELS_FOR_PERIOD: usize = 5_000;
 
 /// The fewest kernels one inferred layer may have: shorter periods are element-wise repetition, not layers.
 pub const MIN_KERNELS_PER_LAYER: usize = 3;
@@ -297,6 +298,10 @@ pub fn find_period<T: PartialEq>(sequence: &[T]) -> Option<Period> {
         let mut best: Option<Period> = None;
         // The first repetition starts within one period of the start (a prefix shorter than a layer).
         for offset in 0..length.min(n - 2 * length + 1) {
+            // The cheap test first: the next repetition starts with the same element.
+            if sequence[offset] != sequence[offset + length] {
+                continue;
+            }
             let mut repeats = 1;
             while offset + (repeats + 1) * length <= n
                 && sequence[offset..offset + length]
