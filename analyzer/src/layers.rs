@@ -6,7 +6,7 @@
 //! `skip` instances of a rank (its warm-up, counted in time order over all phases as `--skip-steps` counts steps)
 //! can be left out and the kernels of one instance can be split into layers:
 //!
-//! 1. **recorded**: ranges named like a layer (`layers.3`, `model.layers.3`, `h.3`, `blocks.3`,
+//! 1. **recorded**: ranges named like a layer (`layer`, `layers.3`, `model.layers.3`, `h.3`, `blocks.3`,
 //!    `LlamaDecoderLayer`, `nn.Module: DecoderLayer_3`, `TransformerBlock`, `layer 3`) open on the launching thread:
 //!    each kernel belongs to the outermost such range, and the layers are numbered in their order in the instance;
 //! 2. **inferred**: without such ranges, the kernel-name sequence of an instance is searched for its shortest
@@ -27,7 +27,7 @@ use crate::phases::PhaseIndex;
 use crate::steps::Distribution;
 
 /// Names of layer ranges (module paths ending in a layer index, or a decoder-layer class name).
-pub const LAYER_PATTERN: &str = r"(?i)(^|[.:/ ])(layers?|h|blocks?)[._ ]?\d+$|(decoderlayer|transformerblock|transformerlayer|encoderlayer|decoderblock)(_\d+)?$";
+pub const LAYER_PATTERN: &str = r"(?i)^layer$|(^|[.:/ ])(layers?|h|blocks?)[._ ]?\d+$|(decoderlayer|transformerblock|transformerlayer|encoderlayer|decoderblock)(_\d+)?$";
 
 /// Instances longer than this many kernels are not searched for a period (the search tries every length and
 /// offset; 5,000 kernels is 250 layers of 20).
@@ -417,7 +417,8 @@ mod tests {
         ] {
             assert!(p.is_match(name), "{name}");
         }
-        for name in ["model.layers.3.self_attn", "layers.3.mlp", "prefill", "decode", "layernorm", "aten::linear"] {
+        for name in ["model.layers.3.self_attn", "layers.3.mlp", "prefill", "decode", "layernorm", "aten::linear", "h"]
+        {
             assert!(!p.is_match(name), "{name}");
         }
     }
