@@ -126,6 +126,9 @@ pub struct Line {
     pub color: [u8; 3],
     /// Per x position: the value and its spread (low, high), or nothing.
     pub points: Vec<Option<SeriesPoint>>,
+    /// Whether consecutive points are joined: true where the x positions are ordered (a swept parameter, ranks),
+    /// false where they are only names (phases, configurations).
+    pub joined: bool,
 }
 
 /// One point of a line with its spread.
@@ -279,7 +282,14 @@ fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Dra
     let (plot_area, legend_area) = root.split_horizontally(width.saturating_sub(LEGEND_WIDTH_PX));
     let title_font = (FONT, 18).into_font().color(&FOREGROUND);
     let mut builder = ChartBuilder::on(&plot_area);
-    builder.caption(&chart.title, title_font).margin(12).x_label_area_size(44).y_label_area_size(70);
+    // Heatmap rows are named on the y axis: room for the longest name (about 7 px a character).
+    let y_label_px = match &chart.kind {
+        ChartKind::Heatmap { rows, .. } => {
+            (rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 7 + 14).clamp(70, 400)
+        }
+        _ => 70,
+    };
+    builder.caption(&chart.title, title_font).margin(12).x_label_area_size(44).y_label_area_size(y_label_px);
     match &chart.kind {
         ChartKind::Stacked { columns, segments, y_label } => {
             draw_stacked(&mut builder, &legend_area, columns, segments, y_label)
@@ -444,7 +454,7 @@ fn draw_series<DB: DrawingBackend>(
             }
         }
         runs.push(run);
-        for run in runs.into_iter().filter(|r| r.len() > 1) {
+        for run in runs.into_iter().filter(|r| r.len() > 1 && line.joined) {
             chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(err)?;
         }
         for (x, point) in line.points.iter().enumerate() {
@@ -558,7 +568,11 @@ fn draw_heatmap<DB: DrawingBackend>(
         .label_style(label_style())
         .y_labels(rows.len())
         .y_label_formatter(&|v| segment_label(rows, v))
-        .x_label_formatter(&|v| format!("{}", *v as i64))
+        // A few columns: a tick at every column's left edge; many: plotters' round numbers. Never a fraction.
+        .x_labels(if columns <= 40 { columns + 1 } else { 10 })
+        .x_label_formatter(&|v| {
+            if (v - v.round()).abs() < 1e-9 { format!("{}", v.round() as i64) } else { String::new() }
+        })
         .x_desc(x_label)
         .draw()
         .map_err(err)?;

@@ -34,6 +34,249 @@ pub struct ReportCharts {
     pub sections: Vec<Section>,
     /// Why a chart is missing (no steps, no message sizes, …).
     pub notes: Vec<String>,
+    /// Tables shown before the charts.
+    pub tables: Vec<Table>,
+}
+
+/// The LLM figures of one run, computed from its traces beside the report: instance times after the warm-up
+/// (time to first token, time per output token), layers, and FLOP/s and MFU when the model and tokens are given.
+/// `--charts DIR` writes them as `DIR/llm.json`: the figures the latency, MFU and layer charts draw.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LlmFigures {
+    /// Instances of each rank left out as warm-up (`--skip-steps`).
+    pub skipped: usize,
+    /// Per phase, the slowest rank's instance times.
+    pub latency: Vec<crate::layers::PhaseLatency>,
+    /// Per phase, time per layer and op category.
+    pub layers: Vec<crate::layers::PhaseLayers>,
+    /// Per phase, model FLOPs, achieved FLOP/s and MFU.
+    pub mfu: Vec<crate::mfu::PhaseMfu>,
+}
+
+impl LlmFigures {
+    /// The figures of a run; `model` and `tokens` (with the peak, if any) for FLOP/s and MFU.
+    pub fn of(
+        report: &Report,
+        traces: &[shardscope_model::Trace],
+        classifier: &Classifier,
+        phase_pattern: &regex::Regex,
+        skip: usize,
+        model: Option<(&crate::mfu::ModelShape, &crate::mfu::Tokens, Option<&crate::mfu::Peak>)>,
+    ) -> LlmFigures {
+        let instances = crate::layers::instances(traces, classifier, phase_pattern, report.window_ns);
+        let latency = crate::layers::latencies(&instances, skip);
+        let layers = crate::layers::phase_layers(&instances, skip);
+        let mfu = match model {
+            Some((shape, tokens, peak)) => {
+                let times =
+                    latency.iter().filter(|l| l.time.count > 0).map(|l| (l.phase.clone(), l.time.p50_ns)).collect();
+                crate::mfu::phase_mfu(report, shape, tokens, peak, &times)
+            }
+            None => Vec::new(),
+        };
+        LlmFigures { skipped: skip, latency, layers, mfu }
+    }
+}
+
+/// The chart and table name of a phase's latency.
+fn latency_title(phase: &str) -> String {
+    match phase {
+        "prefill" => "TTFT (prefill)".into(),
+        "decode" => "TPOT (decode)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Adds the LLM figures' tables and charts: latency, MFU, layers per phase.
+pub fn add_llm_charts(out: &mut ReportCharts, llm: &LlmFigures) {
+    if !llm.latency.is_empty() {
+        let x_labels: Vec<String> = llm.latency.iter().map(|l| latency_title(&l.phase)).collect();
+        let p50 = llm
+            .latency
+            .iter()
+            .map(|l| Some(SeriesPoint { value: ms(l.time.p50_ns), low: ms(l.time.min_ns), high: ms(l.time.max_ns) }));
+        let p90 = llm
+            .latency
+            .iter()
+            .map(|l| Some(SeriesPoint { value: ms(l.time.p90_ns), low: ms(l.time.p90_ns), high: ms(l.time.p90_ns) }));
+        out.sections.push(Section {
+            caption: format!(
+                "Time to first token (one prefill instance) and time per output token (one decode step) on the \
+                 slowest rank, after leaving out each rank's first {} instances: p50 with the min–max spread, \
+                 and p90.",
+                llm.skipped
+            ),
+            chart: Chart {
+                name: "latency".into(),
+                title: "Time to first token and per output token".into(),
+                size_px: (900, 420),
+                kind: ChartKind::Series {
+                    x_labels,
+                    x_label: "phase".into(),
+                    y_label: "ms".into(),
+                    lines: vec![
+                        Line {
+                            joined: false,
+                            label: "p50 (min–max)".into(),
+                            color: charts::series_color(0),
+                            points: p50.collect(),
+                        },
+                        Line {
+                            joined: false,
+                            label: "p90".into(),
+                            color: charts::series_color(1),
+                            points: p90.collect(),
+                        },
+                    ],
+                },
+            },
+        });
+        out.tables.push(Table {
+            title: format!("Latency per phase (slowest rank; first {} instances of each rank left out)", llm.skipped),
+            header: ["phase", "rank", "instances", "p50", "p90", "min", "max"].map(String::from).to_vec(),
+            rows: llm
+                .latency
+                .iter()
+                .map(|l| {
+                    vec![
+                        latency_title(&l.phase),
+                        l.rank.to_string(),
+                        l.time.count.to_string(),
+                        duration(l.time.p50_ns),
+                        duration(l.time.p90_ns),
+                        duration(l.time.min_ns),
+                        duration(l.time.max_ns),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    if !llm.mfu.is_empty() {
+        out.tables.push(
+            Table {
+                title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its p50 time)".into(),
+                header: [
+                    "phase",
+                    "tokens",
+                    "context",
+                    "GFLOP",
+                    "time p50",
+                    "TFLOP/s",
+                    "GPUs",
+                    "peak TFLOP/s",
+                    "MFU",
+                    "why no MFU",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: llm
+                    .mfu
+                    .iter()
+                    .map(|m| {
+                        vec![
+                            m.phase.clone(),
+                            format!("{}", m.tokens_per_instance),
+                            m.context_per_token.map_or("–".into(), |c| format!("{c}")),
+                            format!("{:.2}", m.flops_per_instance / 1e9),
+                            duration(m.instance_p50_ns),
+                            format!("{:.1}", m.achieved_tflops),
+                            m.gpus.to_string(),
+                            m.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
+                            m.mfu_pct.map_or("–".into(), |p| format!("{p:.1} %")),
+                            m.inconsistent.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect(),
+            }
+            .without_empty_last_column(),
+        );
+        let with_mfu: Vec<&crate::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
+        if with_mfu.is_empty() {
+            out.notes.push(
+                "MFU: no peak to divide by (give --bench results or peak_tflops in --model), or the model \
+                            FLOPs were inconsistent with the trace (see the table)."
+                    .into(),
+            );
+        } else {
+            out.sections.push(Section {
+                caption: "Model FLOPs utilisation per phase: model FLOPs of one instance ÷ the slowest rank's median \
+                          instance time ÷ (peak of one GPU × GPUs). The peak is bench's measured GEMM peak when \
+                          --bench is given, else the datasheet figure of --model peak_tflops."
+                    .into(),
+                chart: Chart {
+                    name: "mfu".into(),
+                    title: "MFU per phase".into(),
+                    size_px: (900, 420),
+                    kind: ChartKind::Series {
+                        x_labels: with_mfu.iter().map(|m| m.phase.clone()).collect(),
+                        x_label: "phase".into(),
+                        y_label: "% of peak".into(),
+                        lines: vec![Line {
+                            joined: false,
+                            label: "MFU".into(),
+                            color: charts::series_color(2),
+                            points: with_mfu
+                                .iter()
+                                .map(|m| m.mfu_pct.map(|v| SeriesPoint { value: v, low: v, high: v }))
+                                .collect(),
+                        }],
+                    },
+                },
+            });
+        }
+    }
+    for table in &llm.layers {
+        let mut header = vec!["layer".to_string()];
+        header.extend(table.ops.iter().cloned());
+        out.tables.push(Table {
+            title: format!(
+                "Kernel time per layer in one {} instance ({} layers, {}{}; mean over {} rank-instances)",
+                table.phase,
+                table.layers,
+                table.source,
+                table.kernels_per_layer.map_or(String::new(), |k| format!(", {k} kernels each")),
+                table.instances
+            ),
+            header,
+            rows: table
+                .time_ns
+                .iter()
+                .enumerate()
+                .map(|(layer, row)| {
+                    std::iter::once(format!("L{layer}")).chain(row.iter().map(|&ns| duration(ns))).collect()
+                })
+                .collect(),
+        });
+        out.sections.push(Section {
+            caption: format!(
+                "Kernel time of each op category in each layer of one {} instance, mean over ranks and instances \
+                 ({} layers {}).",
+                table.phase,
+                table.layers,
+                if table.source == "inferred" {
+                    "inferred from the repeating kernel sequence"
+                } else {
+                    "from layer ranges"
+                }
+            ),
+            chart: Chart {
+                name: format!("layers_{}", table.phase.replace(|c: char| !c.is_ascii_alphanumeric(), "_")),
+                title: format!("Time per layer and op in {}", table.phase),
+                size_px: (
+                    (400 + 40 * table.layers as u32).clamp(800, 2400),
+                    (140 + 36 * table.ops.len() as u32).clamp(260, 2400),
+                ),
+                kind: ChartKind::Heatmap {
+                    rows: table.ops.clone(),
+                    x_label: "layer".into(),
+                    cells: (0..table.ops.len())
+                        .map(|op| table.time_ns.iter().map(|row| Some(row[op] as f64 / 1e3)).collect())
+                        .collect(),
+                    unit: "µs".into(),
+                },
+            },
+        });
+    }
 }
 
 /// Column label of a rank, or of one of its phases.
@@ -131,8 +374,12 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
         })
         .collect();
     if step_points.iter().any(Option::is_some) {
-        let mut lines =
-            vec![Line { label: "step p50 (min–max)".into(), color: charts::series_color(0), points: step_points }];
+        let mut lines = vec![Line {
+            joined: true,
+            label: "step p50 (min–max)".into(),
+            color: charts::series_color(0),
+            points: step_points,
+        }];
         let p90: Vec<Option<SeriesPoint>> = report
             .ranks
             .iter()
@@ -144,7 +391,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 })
             })
             .collect();
-        lines.push(Line { label: "step p90".into(), color: charts::series_color(1), points: p90 });
+        lines.push(Line { joined: true, label: "step p90".into(), color: charts::series_color(1), points: p90 });
         out.sections.push(Section {
             caption: "Step (iteration) time per rank: median with the min–max spread, and the 90th percentile. \
                       From the report's `steps.time`."
@@ -183,6 +430,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             .iter()
             .enumerate()
             .map(|(index, name)| Line {
+                joined: true,
                 label: format!("{name} p50 (min–max)"),
                 color: charts::series_color(index + 2),
                 points: report
@@ -306,6 +554,78 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
     out
 }
 
+/// A table of figures, as text (the terminal, `study.txt`) and as HTML.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Title.
+    pub title: String,
+    /// Column names; the first is left-aligned, like every column whose name starts with `configuration`.
+    pub header: Vec<String>,
+    /// Cells.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn left(&self, column: usize) -> bool {
+        column == 0 || ["configuration", "phase", "top", "why"].iter().any(|h| self.header[column].starts_with(h))
+    }
+
+    /// The table without its last column when every row leaves it empty (a "why not" column with nothing to say).
+    pub fn without_empty_last_column(mut self) -> Table {
+        if self.header.len() > 1 && self.rows.iter().all(|r| r.last().is_none_or(String::is_empty)) {
+            self.header.pop();
+            for row in &mut self.rows {
+                row.pop();
+            }
+        }
+        self
+    }
+
+    /// Aligned columns under the title.
+    pub fn text(&self) -> String {
+        let width = |c: usize| {
+            self.rows.iter().map(|r| r[c].chars().count()).chain([self.header[c].chars().count()]).max().unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..self.header.len()).map(width).collect();
+        let line = |cells: &[String]| {
+            let parts: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| {
+                    let pad = " ".repeat(widths[c].saturating_sub(cell.chars().count()));
+                    if self.left(c) { format!("{cell}{pad}") } else { format!("{pad}{cell}") }
+                })
+                .collect();
+            parts.join("  ").trim_end().to_string()
+        };
+        let mut out = format!("{}\n{}\n", self.title, line(&self.header));
+        for row in &self.rows {
+            out += &line(row);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// An HTML table under an `<h2>` title.
+    pub fn html(&self) -> String {
+        let class = |c: usize| if self.left(c) { " class=\"l\"" } else { "" };
+        let mut out = format!("<h2>{}</h2>\n<table>\n<tr>", escape(&self.title));
+        for (c, h) in self.header.iter().enumerate() {
+            let _ = write!(out, "<th{}>{}</th>", class(c), escape(h));
+        }
+        out.push_str("</tr>\n");
+        for row in &self.rows {
+            out.push_str("<tr>");
+            for (c, cell) in row.iter().enumerate() {
+                let _ = write!(out, "<td{}>{}</td>", class(c), escape(cell));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table>\n");
+        out
+    }
+}
+
 /// Writes each chart as `<name>.svg` and `<name>.png` into `dir` (created if needed); returns the files written.
 pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::path::PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -421,6 +741,9 @@ pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, Str
         );
     }
     page.push_str("</table>\n");
+    for table in &charts.tables {
+        page.push_str(&table.html());
+    }
     for section in &charts.sections {
         page.push_str(&chart_section(section)?);
     }

@@ -27,6 +27,8 @@ pub mod html;
 pub mod inferred_phases;
 pub mod intervals;
 pub mod kernel_summary;
+pub mod layers;
+pub mod mfu;
 pub mod parquet_export;
 pub mod phases;
 pub mod progress;

@@ -75,6 +75,21 @@ struct ChartArgs {
     /// Also write each chart as SVG and PNG into this folder.
     #[arg(long, value_name = "DIR")]
     charts: Option<PathBuf>,
+    /// The model's shape, for each phase's FLOP/s and MFU in the charts:
+    /// `layers=8,hidden=4096,ffn=11008[,vocab=V][,heads=H][,dtype=bf16][,peak_tflops=989]` or `parameters=N,…`.
+    #[arg(long, value_name = "KEY=VALUE,…", requires = "tokens", value_parser = parse_model)]
+    model: Option<shardscope_analyzer::mfu::ModelShape>,
+    /// Tokens per phase instance: `batch=B[,seq=S][,decode_steps=D]` (prefill: B × S tokens, decode: B per step).
+    #[arg(long, value_name = "KEY=VALUE,…", requires = "model", value_parser = parse_tokens)]
+    tokens: Option<shardscope_analyzer::mfu::Tokens>,
+}
+
+fn parse_model(text: &str) -> Result<shardscope_analyzer::mfu::ModelShape, String> {
+    shardscope_analyzer::mfu::ModelShape::parse(text)
+}
+
+fn parse_tokens(text: &str) -> Result<shardscope_analyzer::mfu::Tokens, String> {
+    shardscope_analyzer::mfu::Tokens::parse(text)
 }
 
 #[derive(Subcommand)]
@@ -277,10 +292,14 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Report { analysis, format, top, pictures } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+            if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
+                bail!("--model and --tokens are figures of the charts: give --html or --charts too");
+            }
             let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
-            let mut report = run_analysis(analysis, wants_charts)?;
+            let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
             if let Some((rules, bench)) = chart_inputs {
-                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures)?;
+                let inputs = ChartInputs { traces: &traces, options: &options };
+                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
                 // The instances were kept for the charts only: the printed report is the same with or without them.
                 report.instances.clear();
             }
@@ -469,26 +488,57 @@ fn run(cli: Cli) -> Result<()> {
                 beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("capture"))
             });
             let options = shardscope_analyzer::study::RunOptions { no_capture, capture };
-            shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
+            let results = shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
                 .map_err(anyhow::Error::msg)?;
+            // The tables LLM scaling studies show (also in study.txt).
+            emit(&shardscope_analyzer::study::study_text(&results))?;
         }
     }
     Ok(())
+}
+
+/// The traces and options a report was made from, for the charts' per-instance figures.
+struct ChartInputs<'a> {
+    traces: &'a [Trace],
+    options: &'a Options,
 }
 
 /// Draws the report's charts into the HTML page and the chart folder asked for.
 fn write_report_charts(
     report: &report::Report,
     rules: Option<&Path>,
-    bench: Option<&Path>,
+    bench_path: Option<&Path>,
     pictures: &ChartArgs,
+    inputs: ChartInputs,
 ) -> Result<()> {
     let classifier = match rules {
         Some(path) => Classifier::load(path)?,
         None => Classifier::builtin(),
     };
-    let bench = bench.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
-    let drawn = html::report_charts(report, &classifier, bench.as_ref());
+    let bench = bench_path.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
+    let mut drawn = html::report_charts(report, &classifier, bench.as_ref());
+    let peak = match &pictures.model {
+        Some(model) => shardscope_analyzer::mfu::peak(bench_path, model, "--model peak_tflops")
+            .map_err(|e| anyhow::anyhow!("--bench: {e}"))?,
+        None => None,
+    };
+    let model = pictures.model.as_ref().zip(pictures.tokens.as_ref()).map(|(m, t)| (m, t, peak.as_ref()));
+    let llm = html::LlmFigures::of(
+        report,
+        inputs.traces,
+        &inputs.options.classifier,
+        &inputs.options.phase_pattern,
+        inputs.options.skip_steps,
+        model,
+    );
+    html::add_llm_charts(&mut drawn, &llm);
+    if let Some(dir) = &pictures.charts {
+        // The figures the latency, MFU and layer charts draw (the report's JSON has the rest).
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        let path = dir.join("llm.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&llm)? + "\n")
+            .with_context(|| path.display().to_string())?;
+    }
     if let Some(dir) = &pictures.charts {
         let files = html::write_chart_files(dir, &drawn.sections).map_err(anyhow::Error::msg)?;
         let _ = writeln!(std::io::stderr(), "analyzer: wrote {} chart files into {}", files.len(), dir.display());
@@ -554,6 +604,11 @@ fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
 }
 
 fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Report> {
+    analyse_keeping_traces(args, keep_instances).map(|(report, _, _)| report)
+}
+
+/// The report with the traces and options it was made from.
+fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(report::Report, Vec<Trace>, Options)> {
     let classifier = match args.rules {
         Some(path) => Classifier::load(&path)?,
         None => Classifier::builtin(),
@@ -584,7 +639,8 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
         skip_steps: args.skip_steps,
         allow_mixed: args.allow_mixed,
     };
-    Ok(report::analyze(&traces, &options))
+    let report = report::analyze(&traces, &options);
+    Ok((report, traces, options))
 }
 
 /// Loads every named trace, or the built-in sample when none is named.

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier};
 use crate::charts::{self, Chart, ChartKind, Line, Segment, SeriesPoint, escape};
-use crate::html::{self, Section};
+use crate::html::{self, Section, Table};
 use crate::report::{self, Options, Report};
 
 /// Placeholders every template knows besides the grid's parameters.
@@ -54,29 +54,33 @@ pub struct StudyFile {
     /// `bench` results of the machine (relative to the study file's folder).
     #[serde(default)]
     pub bench: Option<PathBuf>,
-    /// The model's shape, kept in the study's JSON for readers of the results.
+    /// The model's shape: with `[tokens]`, each phase's achieved FLOP/s and MFU.
     #[serde(default)]
     pub model: Option<ModelShape>,
+    /// Tokens per phase instance (`batch`, `seq`, `decode_steps`).
+    #[serde(default)]
+    pub tokens: Option<TokensTemplate>,
 }
 
 fn one() -> u32 {
     1
 }
 
-/// A model's shape.
+pub use crate::mfu::ModelShape;
+
+/// The tokens of one phase instance, for FLOP/s and MFU: values may hold placeholders (grid parameters and the
+/// names of `[env]`), and must then read as positive numbers.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelShape {
-    /// Parameters.
-    pub parameters: Option<f64>,
-    /// Layers.
-    pub layers: Option<u32>,
-    /// Hidden size.
-    pub hidden: Option<u32>,
-    /// Attention heads.
-    pub heads: Option<u32>,
-    /// Data type (`bf16`, …).
-    pub dtype: Option<String>,
+pub struct TokensTemplate {
+    /// Sequences per batch: prefill processes batch × seq tokens per instance, decode batch tokens per step.
+    pub batch: String,
+    /// Prompt length, tokens.
+    #[serde(default)]
+    pub seq: Option<String>,
+    /// Decode steps after each prefill (the decode context grows by one each step).
+    #[serde(default)]
+    pub decode_steps: Option<String>,
 }
 
 /// A study ready to run: the file checked, paths resolved, points listed.
@@ -204,6 +208,23 @@ impl Study {
         for (key, value) in &file.env {
             expand(value, &known).map_err(|e| fail(format!("env {key}: {e}")))?;
         }
+        let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
+        if let Some(tokens) = &file.tokens {
+            let fields = [
+                ("batch", Some(&tokens.batch)),
+                ("seq", tokens.seq.as_ref()),
+                ("decode_steps", tokens.decode_steps.as_ref()),
+            ];
+            for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
+                expand(value, &known_or_env).map_err(|e| fail(format!("tokens {key}: {e}")))?;
+            }
+            if file.model.is_none() {
+                return Err(fail("`[tokens]` without `[model]`: FLOPs need the model's shape".into()));
+            }
+        }
+        if let Some(model) = &file.model {
+            model.check().map_err(|e| fail(format!("model: {e}")))?;
+        }
         let gpus = match &file.gpus {
             Some(name) if !file.grid.contains_key(name) => {
                 return Err(fail(format!("gpus = '{name}' is not a parameter of the grid")));
@@ -313,6 +334,24 @@ impl Study {
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+impl Study {
+    /// The tokens of a point's phase instances, from `[tokens]` with its placeholders filled in.
+    pub fn tokens(&self, point: &Point) -> Result<Option<crate::mfu::Tokens>, String> {
+        let Some(template) = &self.file.tokens else { return Ok(None) };
+        let out = self.trace_path_for_command(point);
+        let env = self.environment(point);
+        let values = |name: &str| self.placeholder(point, name, &out).or_else(|| env.get(name).cloned());
+        let mut text = format!("batch={}", expand(&template.batch, &values)?);
+        if let Some(seq) = &template.seq {
+            text += &format!(",seq={}", expand(seq, &values)?);
+        }
+        if let Some(steps) = &template.decode_steps {
+            text += &format!(",decode_steps={}", expand(steps, &values)?);
+        }
+        crate::mfu::Tokens::parse(&text).map(Some).map_err(|e| format!("tokens: {e}"))
+    }
 }
 
 /// How a point's run ended.
@@ -495,6 +534,18 @@ pub struct PointFigures {
     pub comm_transfer_ns: i64,
     /// Summed over ranks: communication not overlapped by computation.
     pub exposed_comm_ns: i64,
+    /// Per phase: summed time per category over the ranks.
+    pub phase_categories_ns: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Per phase, the instance times after the warm-up on the slowest rank: prefill gives the time to first
+    /// token, decode the time per output token (recorded phase ranges only).
+    pub latency: Vec<crate::layers::PhaseLatency>,
+    /// Per phase: model FLOPs, achieved FLOP/s and MFU (with `[model]` and `[tokens]`).
+    pub mfu: Vec<crate::mfu::PhaseMfu>,
+    /// Why there is no MFU (tokens that do not read as numbers), if so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mfu_error: Option<String>,
+    /// Per phase: kernel time per layer and op category, after the warm-up.
+    pub layers: Vec<crate::layers::PhaseLayers>,
 }
 
 /// Figures of a report, as the study compares them.
@@ -522,6 +573,13 @@ pub fn point_figures(report: &Report) -> PointFigures {
         .filter_map(|label| categories_ns.get(&label))
         .sum();
     let sum = |f: &dyn Fn(&report::Figures) -> i64| report.ranks.iter().map(|r| f(&r.figures)).sum::<i64>();
+    let mut phase_categories_ns: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for phase in report.ranks.iter().flat_map(|r| &r.phases) {
+        let entry = phase_categories_ns.entry(phase.name.clone()).or_default();
+        for (label, ns) in &phase.figures.categories {
+            *entry.entry(label.clone()).or_default() += ns;
+        }
+    }
     PointFigures {
         ranks: report.ranks.len() as u32,
         step_p50_ns: steps.iter().map(|d| d.p50_ns).max(),
@@ -533,6 +591,11 @@ pub fn point_figures(report: &Report) -> PointFigures {
         comm_wait_ns: sum(&|f| f.comm_wait_ns),
         comm_transfer_ns: sum(&|f| f.comm_transfer_ns),
         exposed_comm_ns: sum(&|f| f.exposed_comm_ns),
+        phase_categories_ns,
+        latency: Vec::new(),
+        mfu: Vec::new(),
+        mfu_error: None,
+        layers: Vec::new(),
     }
 }
 
@@ -571,6 +634,22 @@ pub struct Scaling {
     pub speedup: f64,
     /// speedup ÷ (gpus ÷ base_gpus), percent.
     pub efficiency_pct: f64,
+    /// The same for each phase's instance time after the warm-up (`prefill`: time to first token, `decode`: time
+    /// per output token), from the medians over repetitions of the slowest rank's p50.
+    pub phases: BTreeMap<String, PhaseScaling>,
+}
+
+/// Scaling of one phase's instance time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseScaling {
+    /// Median over repetitions of the instance p50, baseline and this count.
+    pub base_ns: i64,
+    /// See `base_ns`.
+    pub ns: i64,
+    /// base_ns ÷ ns.
+    pub speedup: f64,
+    /// speedup ÷ (gpus ÷ base_gpus), percent.
+    pub efficiency_pct: f64,
 }
 
 /// The study's results.
@@ -592,6 +671,7 @@ pub fn analyse(
     statuses: &[Option<RunStatus>],
     classifier: &Classifier,
     bench: Option<&BenchPeaks>,
+    peak: Option<&crate::mfu::Peak>,
 ) -> StudyResults {
     let mut points = Vec::new();
     for (point, status) in study.points.iter().zip(statuses) {
@@ -620,7 +700,22 @@ pub fn analyse(
                         };
                         let report = report::analyze(&traces, &options);
                         result.status = "ok";
-                        result.figures = Some(point_figures(&report));
+                        let mut figures = point_figures(&report);
+                        let skip = study.file.warmup_steps;
+                        let instances = crate::layers::instances(&traces, classifier, &options.phase_pattern, None);
+                        figures.latency = crate::layers::latencies(&instances, skip);
+                        figures.layers = crate::layers::phase_layers(&instances, skip);
+                        if let Some(model) = &study.file.model {
+                            match study.tokens(point) {
+                                Ok(Some(tokens)) => {
+                                    let times = latency_p50(&figures.latency);
+                                    figures.mfu = crate::mfu::phase_mfu(&report, model, &tokens, peak, &times);
+                                }
+                                Ok(None) => {}
+                                Err(e) => figures.mfu_error = Some(e),
+                            }
+                        }
+                        result.figures = Some(figures);
                     }
                     Err(error) => {
                         result.status = "unreadable";
@@ -633,6 +728,11 @@ pub fn analyse(
     }
     let scaling = scaling(study, &points);
     StudyResults { study: study.name.clone(), file: study.file.clone(), points, scaling }
+}
+
+/// Per phase, the slowest rank's median instance time after the warm-up.
+fn latency_p50(latency: &[crate::layers::PhaseLatency]) -> BTreeMap<String, i64> {
+    latency.iter().filter(|l| l.time.count > 0).map(|l| (l.phase.clone(), l.time.p50_ns)).collect()
 }
 
 fn median(mut values: Vec<i64>) -> Option<i64> {
@@ -664,29 +764,51 @@ fn step_median(points: &[&PointResult]) -> Option<i64> {
 
 fn scaling(study: &Study, points: &[PointResult]) -> Vec<Scaling> {
     let Some(gpus) = &study.gpus else { return Vec::new() };
-    let mut groups: BTreeMap<String, Vec<(u32, i64)>> = BTreeMap::new();
+    // Per configuration of the other parameters: (GPU count, step median, per phase the instance median).
+    type Row = (u32, i64, BTreeMap<String, i64>);
+    let mut groups: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (params, list) in configurations(points) {
         let Some(count) = params.get(gpus).and_then(|v| v.parse::<u32>().ok()) else { continue };
         let Some(step) = step_median(&list) else { continue };
-        groups.entry(config_label(&params, Some(gpus))).or_default().push((count, step));
+        let mut phases: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for latency in list.iter().filter_map(|p| p.figures.as_ref()).flat_map(|f| &f.latency) {
+            if latency.time.count > 0 {
+                phases.entry(latency.phase.clone()).or_default().push(latency.time.p50_ns);
+            }
+        }
+        let phases = phases.into_iter().filter_map(|(phase, values)| Some((phase, median(values)?))).collect();
+        groups.entry(config_label(&params, Some(gpus))).or_default().push((count, step, phases));
     }
+    let ratio = |base: i64, ns: i64, count: u32, base_gpus: u32| {
+        let speedup = base as f64 / ns as f64;
+        (speedup, 100.0 * speedup / (f64::from(count) / f64::from(base_gpus)))
+    };
     let mut out = Vec::new();
     for (config, mut list) in groups {
-        list.sort_unstable();
-        let Some(&(base_gpus, base_step_ns)) = list.first() else { continue };
-        for &(count, step_ns) in &list[1..] {
-            if step_ns <= 0 {
+        list.sort_by_key(|row| (row.0, row.1));
+        let Some((base_gpus, base_step_ns, base_phases)) = list.first().cloned() else { continue };
+        for (count, step_ns, phases) in &list[1..] {
+            if *step_ns <= 0 {
                 continue;
             }
-            let speedup = base_step_ns as f64 / step_ns as f64;
+            let (speedup, efficiency_pct) = ratio(base_step_ns, *step_ns, *count, base_gpus);
+            let phases = phases
+                .iter()
+                .filter_map(|(phase, &ns)| {
+                    let base_ns = *base_phases.get(phase)?;
+                    let (speedup, efficiency_pct) = (ns > 0).then(|| ratio(base_ns, ns, *count, base_gpus))?;
+                    Some((phase.clone(), PhaseScaling { base_ns, ns, speedup, efficiency_pct }))
+                })
+                .collect();
             out.push(Scaling {
                 config: config.clone(),
                 base_gpus,
-                gpus: count,
+                gpus: *count,
                 base_step_ns,
-                step_ns,
+                step_ns: *step_ns,
                 speedup,
-                efficiency_pct: 100.0 * speedup / (f64::from(count) / f64::from(base_gpus)),
+                efficiency_pct,
+                phases,
             });
         }
     }
@@ -727,6 +849,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
                 .iter()
                 .enumerate()
                 .map(|(index, other)| Line {
+                    joined: true,
                     label: other.clone(),
                     color: charts::series_color(index),
                     points: values
@@ -788,7 +911,34 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
                 },
             });
         }
+        for (phase, title) in LATENCY_PHASES {
+            let lines = measure(&|f| {
+                let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
+                Some([t.p50_ns, t.p50_ns, t.p90_ns])
+            });
+            if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
+                continue;
+            }
+            sections.push(Section {
+                caption: format!(
+                    "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
+                     median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
+                ),
+                chart: Chart {
+                    name: format!("{}_vs_{}", latency_name(phase), safe_id(param)),
+                    title: format!("{title} against {param}"),
+                    size_px: (1000, 440),
+                    kind: ChartKind::Series {
+                        x_labels: values.clone(),
+                        x_label: param.to_string(),
+                        y_label: "ms".into(),
+                        lines,
+                    },
+                },
+            });
+        }
     }
+    sections.extend(llm_charts(&configs, classifier));
 
     // Op shares and all-reduce share per configuration (summed over ranks and repetitions).
     let analysed: Vec<(String, BTreeMap<String, i64>, Vec<f64>)> = configs
@@ -839,11 +989,12 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             chart: Chart {
                 name: "shares".into(),
                 title: "Op-category shares per configuration".into(),
-                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 480),
+                size_px: (columns_width_px(&columns), 480),
                 kind: ChartKind::Stacked { columns: columns.clone(), segments, y_label: "% of GPU time".into() },
             },
         });
         let line = Line {
+            joined: false,
             label: "all-reduce (wait + transfer)".into(),
             color: category_rgb(classifier),
             points: analysed
@@ -866,7 +1017,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             chart: Chart {
                 name: "all_reduce_share".into(),
                 title: "All-reduce share per configuration".into(),
-                size_px: ((300 + 90 * columns.len() as u32).clamp(900, 4000), 420),
+                size_px: (columns_width_px(&columns), 420),
                 kind: ChartKind::Series {
                     x_labels: columns,
                     x_label: "configuration".into(),
@@ -887,6 +1038,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             .iter()
             .enumerate()
             .map(|(index, config)| Line {
+                joined: true,
                 label: config.to_string(),
                 color: charts::series_color(index),
                 points: counts
@@ -924,8 +1076,410 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
     sections
 }
 
+/// The phases whose instance times are a latency an LLM server is judged by, with the latency's name.
+pub const LATENCY_PHASES: [(&str, &str); 2] = [("prefill", "Time to first token"), ("decode", "Time per output token")];
+
+/// The chart and JSON name of a phase's latency (`ttft`, `tpot`).
+pub fn latency_name(phase: &str) -> &'static str {
+    if phase == "prefill" { "ttft" } else { "tpot" }
+}
+
+fn median_f64(mut values: Vec<f64>) -> Option<SeriesPoint> {
+    values.sort_by(f64::total_cmp);
+    let value = *values.get(values.len().checked_sub(1)? / 2)?;
+    Some(SeriesPoint { value, low: values[0], high: values[values.len() - 1] })
+}
+
+/// Phase names of the analysed points, in first-seen order (prefill before decode).
+fn phases_of<'a>(points: impl Iterator<Item = &'a PointFigures>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for f in points {
+        for name in f.phase_categories_ns.keys().chain(f.mfu.iter().map(|m| &m.phase)) {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+    }
+    names.sort_by_key(|n| (n != "prefill", n != "decode", n.clone()));
+    names
+}
+
+/// Per configuration: op shares per phase, MFU per phase, and the time of each layer per phase.
+fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classifier: &Classifier) -> Vec<Section> {
+    let mut sections = Vec::new();
+    let analysed: Vec<(String, Vec<&PointFigures>)> = configs
+        .iter()
+        .map(|(params, list)| (config_label(params, None), list.iter().filter_map(|p| p.figures.as_ref()).collect()))
+        .filter(|(_, f): &(String, Vec<&PointFigures>)| !f.is_empty())
+        .collect();
+    let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
+
+    // Op shares per configuration and phase.
+    let mut columns = Vec::new();
+    let mut summed: Vec<BTreeMap<String, i64>> = Vec::new();
+    for (label, figures) in &analysed {
+        for phase in &phases {
+            let mut categories: BTreeMap<String, i64> = BTreeMap::new();
+            for f in figures {
+                for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
+                    *categories.entry(category.clone()).or_default() += ns;
+                }
+            }
+            if !categories.is_empty() {
+                columns.push(format!("{label} · {phase}"));
+                summed.push(categories);
+            }
+        }
+    }
+    if !columns.is_empty() {
+        let as_figures: Vec<report::Figures> =
+            summed.iter().map(|c| report::Figures { categories: c.clone(), ..Default::default() }).collect();
+        let order = html::category_order(as_figures.iter());
+        let segments = summed
+            .iter()
+            .map(|categories| {
+                let total: i64 = categories.values().sum();
+                order
+                    .iter()
+                    .filter_map(|label| {
+                        let ns = *categories.get(label)?;
+                        (ns > 0 && total > 0).then(|| Segment {
+                            label: label.clone(),
+                            value: 100.0 * ns as f64 / total as f64,
+                            source_ns: Some(ns),
+                            color: charts::category_color(classifier, label),
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        sections.push(Section {
+            caption: "Share of summed GPU time per op category in each phase of each configuration (all ranks and \
+                      repetitions): what prefill and decode spend their time on as the configuration changes."
+                .into(),
+            chart: Chart {
+                name: "phase_shares".into(),
+                title: "Op-category shares per configuration and phase".into(),
+                size_px: (columns_width_px(&columns), 480),
+                kind: ChartKind::Stacked { columns, segments, y_label: "% of GPU time".into() },
+            },
+        });
+    }
+
+    // MFU per configuration, one line per phase.
+    let x_labels: Vec<String> = analysed.iter().map(|(label, _)| label.clone()).collect();
+    let lines: Vec<Line> = phases
+        .iter()
+        .enumerate()
+        .map(|(index, phase)| Line {
+            joined: false,
+            label: format!("{phase} MFU"),
+            color: charts::series_color(index + 2),
+            points: analysed
+                .iter()
+                .map(|(_, figures)| {
+                    median_f64(
+                        figures.iter().filter_map(|f| f.mfu.iter().find(|m| m.phase == *phase)?.mfu_pct).collect(),
+                    )
+                })
+                .collect(),
+        })
+        .filter(|l: &Line| l.points.iter().any(Option::is_some))
+        .collect();
+    if !lines.is_empty() {
+        sections.push(Section {
+            caption: "Model FLOPs utilisation per phase: the model FLOPs of one instance ÷ its time (slowest rank, \
+                      after the warm-up) ÷ (the GPU's peak × GPUs); median over repetitions with their range. The \
+                      peak is bench's measured GEMM peak where given, else the datasheet figure of the study file."
+                .into(),
+            chart: Chart {
+                name: "mfu".into(),
+                title: "MFU per configuration and phase".into(),
+                size_px: (columns_width_px(&x_labels), 420),
+                kind: ChartKind::Series {
+                    x_labels: x_labels.clone(),
+                    x_label: "configuration".into(),
+                    y_label: "% of peak".into(),
+                    lines,
+                },
+            },
+        });
+    }
+
+    // Time per layer: rows are configurations, columns layers.
+    for phase in &phases {
+        let rows: Vec<(String, Vec<Option<f64>>)> = analysed
+            .iter()
+            .filter_map(|(label, figures)| {
+                let tables: Vec<&crate::layers::PhaseLayers> =
+                    figures.iter().filter_map(|f| f.layers.iter().find(|l| l.phase == *phase)).collect();
+                let layers = tables.first()?.layers;
+                let cells = (0..layers)
+                    .map(|layer| {
+                        let totals: Vec<i64> = tables
+                            .iter()
+                            .filter(|t| t.layers == layers)
+                            .map(|t| t.time_ns[layer].iter().sum())
+                            .collect();
+                        median(totals).map(|ns| ns as f64 / 1e3)
+                    })
+                    .collect();
+                Some((label.clone(), cells))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let width = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+        sections.push(Section {
+            caption: format!(
+                "Kernel time of each layer in one {phase} instance (all op categories; mean over ranks and \
+                 instances after the warm-up, median over repetitions). Layers come from layer ranges, or else \
+                 from the repeating kernel sequence (inferred); the per-category split is in study.json `layers`."
+            ),
+            chart: Chart {
+                name: format!("layers_{}", safe_id(phase)),
+                title: format!("Time per layer in {phase}"),
+                size_px: ((400 + 40 * width as u32).clamp(800, 2400), (140 + 36 * rows.len() as u32).clamp(260, 2400)),
+                kind: ChartKind::Heatmap {
+                    rows: rows.iter().map(|r| r.0.clone()).collect(),
+                    x_label: "layer".into(),
+                    cells: rows.into_iter().map(|r| r.1).collect(),
+                    unit: "µs".into(),
+                },
+            },
+        });
+    }
+    sections
+}
+
+/// Width of a chart with one slot per label: wide enough for the longest label (about 7 px a character).
+fn columns_width_px(labels: &[String]) -> u32 {
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+    (300 + (7 * longest + 16).max(90) * labels.len() as u32).clamp(900, 6000)
+}
+
 fn category_rgb(classifier: &Classifier) -> [u8; 3] {
     charts::category_color(classifier, "comm.all_reduce")
+}
+
+fn median_of(values: Vec<f64>) -> Option<f64> {
+    median_f64(values).map(|p| p.value)
+}
+
+fn ms_text(ns: Option<i64>) -> String {
+    ns.map_or_else(|| "–".into(), crate::render::duration)
+}
+
+/// The tables LLM scaling studies show, per configuration (medians over repetitions): latency (step, time to first
+/// token, time per output token) and all-reduce share; op shares per phase; scaling; MFU per phase; layers.
+pub fn study_tables(results: &StudyResults) -> Vec<Table> {
+    let configs = configurations(&results.points);
+    let analysed: Vec<(String, Vec<&PointFigures>)> = configs
+        .iter()
+        .map(|(params, list)| (config_label(params, None), list.iter().filter_map(|p| p.figures.as_ref()).collect()))
+        .collect();
+    let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
+    let mut tables = Vec::new();
+
+    let latency = |figures: &[&PointFigures], phase: &str, p90: bool| {
+        median(
+            figures
+                .iter()
+                .filter_map(|f| {
+                    let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
+                    Some(if p90 { t.p90_ns } else { t.p50_ns })
+                })
+                .collect(),
+        )
+    };
+    tables.push(Table {
+        title: "Latency per configuration (median over repetitions; TTFT = prefill, TPOT = decode instance time \
+                after the warm-up, slowest rank)"
+            .into(),
+        header: ["configuration", "runs", "step p50", "TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "all-reduce"]
+            .map(String::from)
+            .to_vec(),
+        rows: analysed
+            .iter()
+            .map(|(label, figures)| {
+                vec![
+                    label.clone(),
+                    figures.len().to_string(),
+                    ms_text(median(figures.iter().filter_map(|f| f.step_p50_ns).collect())),
+                    ms_text(latency(figures, "prefill", false)),
+                    ms_text(latency(figures, "prefill", true)),
+                    ms_text(latency(figures, "decode", false)),
+                    ms_text(latency(figures, "decode", true)),
+                    median_of(figures.iter().map(|f| f.all_reduce_pct).collect())
+                        .map_or_else(|| "–".into(), |p| format!("{p:.1} %")),
+                ]
+            })
+            .collect(),
+    });
+
+    let mut shares = Vec::new();
+    for (label, figures) in &analysed {
+        for phase in &phases {
+            let mut categories: BTreeMap<&str, i64> = BTreeMap::new();
+            for f in figures {
+                for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
+                    *categories.entry(category).or_default() += ns;
+                }
+            }
+            let total: i64 = categories.values().sum();
+            if total <= 0 {
+                continue;
+            }
+            let mut list: Vec<(&str, i64)> = categories.into_iter().filter(|c| c.1 > 0).collect();
+            list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> =
+                list.iter().take(5).map(|(c, ns)| format!("{c} {:.1} %", 100.0 * *ns as f64 / total as f64)).collect();
+            shares.push(vec![label.clone(), phase.clone(), top.join(", ")]);
+        }
+    }
+    if !shares.is_empty() {
+        tables.push(Table {
+            title: "Op shares per configuration and phase (summed GPU time of all ranks and repetitions)".into(),
+            header: ["configuration", "phase", "top categories"].map(String::from).to_vec(),
+            rows: shares,
+        });
+    }
+
+    if !results.scaling.is_empty() {
+        tables.push(Table {
+            title:
+                "Scaling from the smallest GPU count: speedup and efficiency of the step time, of the time to first \
+                    token and of the time per output token"
+                    .into(),
+            header: [
+                "configuration",
+                "GPUs",
+                "step p50",
+                "speedup",
+                "efficiency",
+                "TTFT",
+                "TTFT eff.",
+                "TPOT",
+                "TPOT eff.",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: results
+                .scaling
+                .iter()
+                .map(|s| {
+                    let phase = |name: &str, efficiency: bool| {
+                        s.phases.get(name).map_or("–".into(), |p| {
+                            if efficiency {
+                                format!("{:.1} %", p.efficiency_pct)
+                            } else {
+                                format!("{:.2}×", p.speedup)
+                            }
+                        })
+                    };
+                    vec![
+                        s.config.clone(),
+                        format!("{} → {}", s.base_gpus, s.gpus),
+                        format!("{} → {}", crate::render::duration(s.base_step_ns), crate::render::duration(s.step_ns)),
+                        format!("{:.2}×", s.speedup),
+                        format!("{:.1} %", s.efficiency_pct),
+                        phase("prefill", false),
+                        phase("prefill", true),
+                        phase("decode", false),
+                        phase("decode", true),
+                    ]
+                })
+                .collect(),
+        });
+    }
+
+    let mut mfu_rows = Vec::new();
+    for (label, figures) in &analysed {
+        for phase in &phases {
+            let list: Vec<&crate::mfu::PhaseMfu> =
+                figures.iter().filter_map(|f| f.mfu.iter().find(|m| m.phase == *phase)).collect();
+            let Some(first) = list.first() else { continue };
+            let why = list.iter().find_map(|m| m.inconsistent.clone());
+            mfu_rows.push(vec![
+                label.clone(),
+                phase.clone(),
+                format!("{}", first.tokens_per_instance),
+                format!("{:.1}", first.flops_per_instance / 1e9),
+                ms_text(median(list.iter().map(|m| m.instance_p50_ns).collect())),
+                median_of(list.iter().map(|m| m.achieved_tflops).collect()).map_or("–".into(), |t| format!("{t:.1}")),
+                median_of(list.iter().filter_map(|m| m.mfu_pct).collect())
+                    .map_or("–".into(), |p| format!("{p:.1} %")),
+                first.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
+                why.unwrap_or_default(),
+            ]);
+        }
+    }
+    if !mfu_rows.is_empty() {
+        tables.push(
+            Table {
+                title:
+                    "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its time; MFU against the peak \
+                    of one GPU × GPUs; median over repetitions)"
+                        .into(),
+                header: [
+                    "configuration",
+                    "phase",
+                    "tokens",
+                    "GFLOP",
+                    "time p50",
+                    "TFLOP/s",
+                    "MFU",
+                    "peak TFLOP/s",
+                    "why no MFU",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: mfu_rows,
+            }
+            .without_empty_last_column(),
+        );
+    }
+
+    let mut layer_rows = Vec::new();
+    for (label, figures) in &analysed {
+        for phase in &phases {
+            let Some(table) = figures.iter().find_map(|f| f.layers.iter().find(|l| l.phase == *phase)) else {
+                continue;
+            };
+            let totals: Vec<i64> = table.time_ns.iter().map(|row| row.iter().sum()).collect();
+            let mean = totals.iter().sum::<i64>() / totals.len().max(1) as i64;
+            let (min, max) = (totals.iter().min().copied(), totals.iter().max().copied());
+            layer_rows.push(vec![
+                label.clone(),
+                phase.clone(),
+                format!("{} ({})", table.layers, table.source),
+                crate::render::duration(mean),
+                format!("{} – {}", ms_text(min), ms_text(max)),
+                table.ops.first().cloned().unwrap_or_default(),
+            ]);
+        }
+    }
+    if !layer_rows.is_empty() {
+        tables.push(Table {
+            title: "Layers per phase instance (first analysed repetition; kernel time per layer)".into(),
+            header: ["configuration", "phase", "layers", "per layer", "range", "top category"]
+                .map(String::from)
+                .to_vec(),
+            rows: layer_rows,
+        });
+    }
+    tables
+}
+
+/// The study's tables as text, for the terminal and `study.txt`.
+pub fn study_text(results: &StudyResults) -> String {
+    let mut out = format!("study {}\n\n", results.study);
+    for table in study_tables(results) {
+        out += &table.text();
+        out.push('\n');
+    }
+    out
 }
 
 /// The study's HTML page.
@@ -973,25 +1527,8 @@ pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -
         );
     }
     page.push_str("</table>\n");
-    if !results.scaling.is_empty() {
-        page.push_str(
-            "<h2>Scaling</h2>\n<table>\n<tr><th class=\"l\">configuration</th><th>GPUs</th><th>step p50</th>\
-             <th>speedup</th><th>efficiency</th></tr>\n",
-        );
-        for s in &results.scaling {
-            let _ = writeln!(
-                page,
-                "<tr><td class=\"l\">{}</td><td>{} → {}</td><td>{} → {}</td><td>{:.2}×</td><td>{:.1} %</td></tr>",
-                escape(&s.config),
-                s.base_gpus,
-                s.gpus,
-                crate::render::duration(s.base_step_ns),
-                crate::render::duration(s.step_ns),
-                s.speedup,
-                s.efficiency_pct
-            );
-        }
-        page.push_str("</table>\n");
+    for table in study_tables(results) {
+        page.push_str(&table.html());
     }
     for section in sections {
         page.push_str(&html::chart_section(section)?);
@@ -1024,7 +1561,16 @@ pub fn run_study(
         ),
         None => None,
     };
-    let results = analyse(study, &statuses, &classifier, bench.as_ref());
+    let peak = match &study.file.model {
+        Some(model) => crate::mfu::peak(
+            study.file.bench.as_ref().map(|b| study.base_dir.join(b)).as_deref(),
+            model,
+            &format!("datasheet peak_tflops of {}", study.path.display()),
+        )
+        .map_err(|e| format!("{}: bench: {e}", study.path.display()))?,
+        None => None,
+    };
+    let results = analyse(study, &statuses, &classifier, bench.as_ref(), peak.as_ref());
     let sections = study_charts(study, &results, &classifier);
     let write =
         |path: PathBuf, bytes: &[u8]| std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()));
@@ -1033,6 +1579,7 @@ pub fn run_study(
     write(study.out_dir.join("study.json"), json.as_bytes())?;
     html::write_chart_files(&study.out_dir.join("charts"), &sections)?;
     write(study.out_dir.join("study.html"), study_page(study, &results, &sections)?.as_bytes())?;
+    write(study.out_dir.join("study.txt"), study_text(&results).as_bytes())?;
     let failed = results.points.iter().filter(|p| p.status != "ok").count();
     let _ = writeln!(
         log,

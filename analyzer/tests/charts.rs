@@ -291,3 +291,140 @@ fn drawing_charts_leaves_the_printed_report_unchanged() {
     assert_eq!(plain.stdout, with_html.stdout);
     assert!(html.is_file());
 }
+
+/// `--model` and `--tokens` with the shape and configuration the full sample was recorded with.
+const FULL_MODEL: &str = "layers=8,hidden=4096,ffn=11008,heads=32,dtype=bf16";
+const FULL_TOKENS: &str = "batch=4,seq=1024,decode_steps=32";
+
+fn draw_llm(dir: &Path, skip: &str) -> Value {
+    let output = analyzer(&[
+        "report",
+        "--skip-steps",
+        skip,
+        "--bench",
+        &path(BENCH),
+        "--model",
+        FULL_MODEL,
+        "--tokens",
+        FULL_TOKENS,
+        "--html",
+        dir.join("report.html").to_str().unwrap(),
+        "--charts",
+        dir.to_str().unwrap(),
+        &path(SAMPLE),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(&read(dir, "llm.json")).unwrap()
+}
+
+#[test]
+fn latency_mfu_and_layer_charts_draw_the_figures_of_llm_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = draw_llm(dir.path(), "33");
+    let ms = |v: &Value| v.as_i64().unwrap() as f64 / 1e6;
+
+    // Latency: per phase, p50 with the min–max spread and p90, of the slowest rank after the warm-up.
+    let points = marks(&read(dir.path(), "latency.svg"));
+    let latency = llm["latency"].as_array().unwrap();
+    assert_eq!(latency.len(), 2);
+    assert_eq!(points.len(), 2 * latency.len());
+    for l in latency {
+        let x = if l["phase"] == "prefill" { "TTFT (prefill)" } else { "TPOT (decode)" };
+        let t = &l["time"];
+        let p50 = points.iter().find(|m| m["x"] == x && m["series"].starts_with("p50")).unwrap();
+        assert!(close(number(p50, "value"), ms(&t["p50_ns"])) && close(number(p50, "low"), ms(&t["min_ns"])));
+        assert!(close(number(p50, "high"), ms(&t["max_ns"])));
+        let p90 = points.iter().find(|m| m["x"] == x && m["series"] == "p90").unwrap();
+        assert!(close(number(p90, "value"), ms(&t["p90_ns"])));
+        // 3 timed passes of 1 prefill and 32 decode steps each, on every rank.
+        assert_eq!(t["count"], if l["phase"] == "prefill" { 3 } else { 96 });
+    }
+
+    // MFU: one point per phase at llm.json's figure, which is achieved ÷ (peak × GPUs) of its own numbers.
+    let points = marks(&read(dir.path(), "mfu.svg"));
+    let mfu = llm["mfu"].as_array().unwrap();
+    assert_eq!(points.len(), mfu.len());
+    for m in mfu {
+        let phase = m["phase"].as_str().unwrap();
+        let point = points.iter().find(|p| p["x"] == phase).unwrap();
+        let pct = m["mfu_pct"].as_f64().unwrap();
+        assert!(close(number(point, "value"), pct));
+        assert!(pct > 0.0 && pct <= 100.0, "{phase}: {pct}");
+        let time_s = m["instance_p50_ns"].as_f64().unwrap() * 1e-9;
+        let achieved = m["flops_per_instance"].as_f64().unwrap() / time_s / 1e12;
+        assert!(close(achieved, m["achieved_tflops"].as_f64().unwrap()));
+        let peak = m["peak"]["tflops"].as_f64().unwrap();
+        assert!(close(pct, 100.0 * achieved / (peak * m["gpus"].as_f64().unwrap())));
+        // The time is the latency chart's p50 of the phase.
+        let l = latency.iter().find(|l| l["phase"] == phase).unwrap();
+        assert_eq!(m["instance_p50_ns"], l["time"]["p50_ns"]);
+    }
+    let bench: Value = serde_json::from_str(&std::fs::read_to_string(path(BENCH)).unwrap()).unwrap();
+    assert_eq!(mfu[0]["peak"]["tflops"], bench["peaks"]["gemm_bf16_tflops"], "bench's measured bf16 GEMM peak");
+
+    // Layers: one heatmap per phase, op × layer, the mean kernel time in µs.
+    for table in llm["layers"].as_array().unwrap() {
+        let phase = table["phase"].as_str().unwrap();
+        let cells = marks(&read(dir.path(), &format!("layers_{phase}.svg")));
+        let ops: Vec<&str> = table["ops"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+        let rows = table["time_ns"].as_array().unwrap();
+        assert_eq!(rows.len(), 8, "{phase}: the reference workload's 8 layers");
+        assert_eq!(cells.len(), 8 * ops.len());
+        for cell in &cells {
+            let layer: usize = cell["column"].parse().unwrap();
+            let op = ops.iter().position(|o| *o == cell["row"]).unwrap();
+            assert!(close(number(cell, "value"), rows[layer][op].as_i64().unwrap() as f64 / 1e3), "{cell:?}");
+        }
+    }
+}
+
+#[test]
+fn without_warm_up_left_out_the_llm_figures_are_the_json_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = draw_llm(dir.path(), "0");
+    let report = json_of(&["report", "--format", "json", &path(SAMPLE)]);
+    for l in llm["latency"].as_array().unwrap() {
+        let phase = l["phase"].as_str().unwrap();
+        // The slowest rank's instance distribution is the report's `phases.<phase>.instances` of that rank.
+        let rank = report["ranks"].as_array().unwrap().iter().find(|r| r["rank"] == l["rank"]).unwrap();
+        assert_eq!(l["time"], rank["phases"][phase]["instances"], "{phase}");
+        let slowest = report["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["phases"][phase]["instances"]["p50_ns"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(l["time"]["p50_ns"].as_i64(), Some(slowest));
+    }
+    // The layers' GEMM time adds up to the phase's GEMM time in the report (per instance, all ranks).
+    for table in llm["layers"].as_array().unwrap() {
+        if table["instances_left_out"] != 0 {
+            continue;
+        }
+        let phase = table["phase"].as_str().unwrap();
+        let gemm = table["ops"].as_array().unwrap().iter().position(|o| o == "gemm").unwrap();
+        let per_instance: i64 = table["time_ns"].as_array().unwrap().iter().map(|r| r[gemm].as_i64().unwrap()).sum();
+        let summed: i64 = report["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["phases"][phase]["categories"]["gemm"].as_i64().unwrap())
+            .sum();
+        let expected = summed as f64 / table["instances"].as_f64().unwrap();
+        assert!((per_instance as f64 - expected).abs() <= 8.0, "{phase}: {per_instance} vs {expected}");
+    }
+}
+
+#[test]
+fn model_options_without_charts_or_with_a_bad_shape_are_refused() {
+    let sample = path("sample-traces/tp1_nsys.sqlite.gz");
+    let output = analyzer(&["report", "--model", FULL_MODEL, "--tokens", FULL_TOKENS, &sample]);
+    assert_one_line_error(&output, "--html or --charts");
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let output =
+        analyzer(&["report", "--html", html.to_str().unwrap(), "--model", "layers=8", "--tokens", "batch=1", &sample]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("parameters"));
+}

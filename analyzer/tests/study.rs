@@ -204,7 +204,7 @@ fn the_committed_example_study_of_the_reference_workload_is_valid() {
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("study.json")).unwrap()).unwrap();
     let points = results["points"].as_array().unwrap();
-    assert_eq!(points.len(), 2 * 2 * 3, "nproc × SEQ × repetitions");
+    assert_eq!(points.len(), 2 * 2 * 2, "nproc × SEQ × repetitions");
     assert!(points.iter().all(|p| p["status"] == "not_run"));
     assert_eq!(results["file"]["model"]["layers"], 8);
 }
@@ -222,4 +222,162 @@ fn a_run_that_exits_0_without_a_trace_is_a_failed_point() {
     assert!(point["run"]["error"].as_str().unwrap().contains("wrote no trace"), "{point}");
     let log = std::fs::read_to_string(dir.path().join("empty-study/points/SEQ-1_r0.log")).unwrap();
     assert_eq!(log, "no trace for 1\n", "the run's output is kept in its log");
+}
+
+/// The shape and tokens of the bundled samples (LAYERS=2 BATCH=2 SEQ=256 DECODE=8), with a datasheet peak.
+const SAMPLE_MODEL: &str = r#"
+[model]
+layers = 2
+hidden = 4096
+ffn = 11008
+heads = 32
+peak_tflops = 989
+
+[tokens]
+batch = "{BATCH}"
+seq = "256"
+decode_steps = "8"
+"#;
+
+fn marks_of(svg: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let element = Regex::new(r#"<rect class="mark"([^>]*)>"#).unwrap();
+    let attribute = Regex::new(r#"data-([a-z_]+)="([^"]*)""#).unwrap();
+    element
+        .captures_iter(svg)
+        .map(|c| attribute.captures_iter(&c[1]).map(|a| (a[1].to_string(), a[2].replace("&amp;", "&"))).collect())
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn latency_mfu_shares_and_layers_are_in_study_json_and_drawn_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    let study = dir.path().join("fake.toml");
+    // BATCH comes from [env]: [tokens] may name it.
+    let text = study_text(dir.path(), "").replace("[env]\n", "[env]\nBATCH = \"2\"\n") + SAMPLE_MODEL;
+    std::fs::write(&study, text).unwrap();
+    let output = run(&["study", "--no-capture", study.to_str().unwrap()]);
+    let results = study_json(dir.path());
+    let txt = std::fs::read_to_string(dir.path().join("fake-study/study.txt")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), txt, "the tables printed are study.txt");
+    for title in ["Latency per configuration", "Op shares per configuration and phase", "Scaling", "MFU per phase"] {
+        assert!(txt.contains(title), "{title}: {txt}");
+    }
+    // Scaling of the time to first token and per output token: from the single repetition's p50 on 1 and 2 GPUs.
+    for s in results["scaling"].as_array().unwrap() {
+        let seq = s["config"].as_str().unwrap().strip_prefix("SEQ=").unwrap();
+        for phase in ["prefill", "decode"] {
+            let p50 = |nproc: u32| {
+                let f = &point(&results, &format!("SEQ-{seq}_nproc-{nproc}_r0"))["figures"];
+                let l = f["latency"].as_array().unwrap().iter().find(|l| l["phase"] == phase).unwrap();
+                l["time"]["p50_ns"].as_f64().unwrap()
+            };
+            let scaled = &s["phases"][phase];
+            assert_eq!(scaled["base_ns"].as_f64(), Some(p50(1)), "{phase}");
+            assert_eq!(scaled["ns"].as_f64(), Some(p50(2)), "{phase}");
+            assert!(close(scaled["speedup"].as_f64().unwrap(), p50(1) / p50(2)));
+            assert!(close(scaled["efficiency_pct"].as_f64().unwrap(), 100.0 * p50(1) / p50(2) / 2.0));
+        }
+    }
+    let charts = dir.path().join("fake-study/charts");
+    let svg = |name: &str| marks_of(&std::fs::read_to_string(charts.join(format!("{name}.svg"))).unwrap());
+    let (layers, hidden, ffn) = (2.0, 4096.0, 11008.0);
+    let weights = layers * (4.0 * hidden * hidden + 3.0 * hidden * ffn);
+    let ttft = svg("ttft_vs_nproc");
+    let tpot = svg("tpot_vs_SEQ");
+    let mfu_marks = svg("mfu");
+    let layer_marks = svg("layers_prefill");
+    let share_marks = svg("phase_shares");
+    for p in results["points"].as_array().unwrap() {
+        let f = &p["figures"];
+        let (seq, nproc) = (p["params"]["SEQ"].as_str().unwrap(), p["params"]["nproc"].as_str().unwrap());
+        let config = format!("SEQ={seq} nproc={nproc}");
+        let latency = |phase: &str| f["latency"].as_array().unwrap().iter().find(|l| l["phase"] == phase).unwrap();
+        let ms = |v: &Value| v.as_f64().unwrap() / 1e6;
+        // Time to first token against nproc (one line per SEQ) and per output token against SEQ (one per nproc).
+        let prefill = &latency("prefill")["time"];
+        let point = ttft.iter().find(|m| m["series"] == format!("SEQ={seq}") && m["x"] == nproc).unwrap();
+        assert!(close(point["value"].parse().unwrap(), ms(&prefill["p50_ns"])), "{point:?}");
+        assert!(close(point["high"].parse().unwrap(), ms(&prefill["p90_ns"])));
+        let decode = &latency("decode")["time"];
+        let point = tpot.iter().find(|m| m["series"] == format!("nproc={nproc}") && m["x"] == seq).unwrap();
+        assert!(close(point["value"].parse().unwrap(), ms(&decode["p50_ns"])));
+        assert!(decode["count"].as_u64().unwrap() > 0);
+
+        // MFU: the formula of the README on this point's own numbers, and the chart's point.
+        for m in f["mfu"].as_array().unwrap() {
+            let phase = m["phase"].as_str().unwrap();
+            let (tokens, context) = if phase == "prefill" { (512.0, 128.5) } else { (2.0, 256.0 + 4.5) };
+            let flops = tokens * (2.0 * weights + 4.0 * layers * hidden * context);
+            assert!(close(m["flops_per_instance"].as_f64().unwrap(), flops), "{phase}");
+            assert_eq!(m["instance_p50_ns"], latency(phase)["time"]["p50_ns"]);
+            let achieved = flops / ms(&m["instance_p50_ns"]) / 1e9;
+            let gpus: f64 = nproc.parse().unwrap();
+            let pct = m["mfu_pct"].as_f64().unwrap();
+            assert!(close(pct, 100.0 * achieved / (989.0 * gpus)) && pct <= 100.0, "{phase}: {pct}");
+            assert_eq!(m["peak"]["kind"], "datasheet");
+            let point = mfu_marks.iter().find(|k| k["x"] == config && k["series"] == format!("{phase} MFU")).unwrap();
+            assert!(close(point["value"].parse().unwrap(), pct));
+        }
+        assert_eq!(f["mfu"].as_array().unwrap().len(), 2);
+
+        // Layers: 2 per instance; the heatmap draws each layer's summed op time, µs.
+        let table = f["layers"].as_array().unwrap().iter().find(|l| l["phase"] == "prefill").unwrap();
+        assert_eq!(table["layers"], 2);
+        for (layer, row) in table["time_ns"].as_array().unwrap().iter().enumerate() {
+            let total: i64 = row.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).sum();
+            let cell = layer_marks.iter().find(|m| m["row"] == config && m["column"] == layer.to_string()).unwrap();
+            assert!(close(cell["value"].parse().unwrap(), total as f64 / 1e3), "{cell:?}");
+        }
+
+        // Op shares per phase: each bar carries the phase's summed nanoseconds.
+        for (phase, categories) in f["phase_categories_ns"].as_object().unwrap() {
+            for (label, ns) in categories.as_object().unwrap() {
+                let column = format!("{config} · {phase}");
+                let bar = share_marks.iter().find(|m| m["column"] == column && m["series"] == *label);
+                if ns.as_i64().unwrap() > 0 {
+                    assert_eq!(bar.unwrap()["ns"], ns.to_string(), "{column} {label}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tokens_need_a_model_and_known_placeholders() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("command = \"run\"\n[grid]\nSEQ = [1]\n[tokens]\nbatch = \"4\"\n", "without `[model]`"),
+        (
+            "command = \"run\"\n[grid]\nSEQ = [1]\n[model]\nparameters = 1e9\n[tokens]\nbatch = \"{B}\"\n",
+            "tokens batch",
+        ),
+        ("command = \"run\"\n[grid]\nSEQ = [1]\n[model]\nlayers = 8\n", "model: the model needs"),
+    ];
+    for (index, (text, cause)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("tokens{index}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let output = analyzer(&["study", "--no-capture", path.to_str().unwrap()]);
+        assert_one_line_error(&output, &format!("tokens{index}.toml"));
+        assert!(String::from_utf8_lossy(&output.stderr).contains(cause), "{cause}");
+    }
+}
+
+#[test]
+fn the_example_studys_tokens_follow_each_points_sequence_length() {
+    let example = repo_root().join("workloads/tp_llm.study.toml");
+    let study = shardscope_analyzer::study::Study::load(&example, None).unwrap();
+    assert_eq!(study.points.len(), 8, "2 GPU counts × 2 sequence lengths × 2 repetitions: within the time budget");
+    for point in &study.points {
+        let tokens = study.tokens(point).unwrap().expect("[tokens]");
+        let seq: f64 = point.params["SEQ"].parse().unwrap();
+        assert_eq!((tokens.batch, tokens.seq, tokens.decode_steps), (4.0, Some(seq), Some(32.0)), "{}", point.id);
+    }
+    let model = study.file.model.as_ref().unwrap();
+    // tp_llm.py's defaults: 8 × (4·4096² + 3·4096·11008) weights.
+    assert_eq!(model.weights(), Some(8.0 * (4.0 * 4096.0f64.powi(2) + 3.0 * 4096.0 * 11008.0)));
 }
