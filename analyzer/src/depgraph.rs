@@ -237,6 +237,57 @@ pub struct Graph {
     instances: u32,
 }
 
+/// What [`Graph::assemble`] needs from either constructor.
+struct Parts {
+    ops: Vec<Op>,
+    ranks: Vec<RankSpec>,
+    categories: Vec<String>,
+    window_start_ns: i64,
+    stats: ModelStats,
+    /// (target vertex, edge).
+    edges: Vec<(u32, Edge)>,
+    external_ns: Vec<i64>,
+    measured_ns: Vec<i64>,
+    barriers: u32,
+    instances: u32,
+}
+
+/// A dependency edge of an [`ExplicitModel`], between two vertices ([`start_vertex`], [`end_vertex`], or a barrier:
+/// `2 × ops + k`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExplicitEdge {
+    /// The vertex waited for.
+    pub source: u32,
+    /// The vertex that waits.
+    pub target: u32,
+    /// Why.
+    pub kind: EdgeKind,
+}
+
+/// A model given in full, for [`Graph::from_explicit`]: the operations, `barriers` barrier vertices after their
+/// `2 × ops` vertices, and the edges between them (each operation's end after its own start is implied).
+#[derive(Debug, Clone, Default)]
+pub struct ExplicitModel {
+    /// The operations (their `start_ns`/`end_ns` are the measured times of their vertices).
+    pub ops: Vec<Op>,
+    /// The ranks the operations' `rank_index` refers to.
+    pub ranks: Vec<RankSpec>,
+    /// Names for the operations' `category`.
+    pub categories: Vec<String>,
+    /// Where the analysed time starts.
+    pub window_start_ns: i64,
+    /// Number of barrier vertices.
+    pub barriers: u32,
+    /// The edges.
+    pub edges: Vec<ExplicitEdge>,
+    /// Per vertex, the earliest time given from outside the model (`i64::MIN`: none).
+    pub external_ns: Vec<i64>,
+    /// Per vertex, its measured time (own times are measured against it).
+    pub measured_ns: Vec<i64>,
+    /// Number of distinct [`Op::instance`] values.
+    pub instances: u32,
+}
+
 /// Vertex of an operation's start.
 pub fn start_vertex(op: u32) -> u32 {
     2 * op
@@ -762,18 +813,72 @@ impl Graph {
             *slot = vertex_measured(&b.ops, op_count, &instances_in_model, matching, traces, v as u32);
         }
 
-        for &(_, edge) in &b.edges {
-            if edge.kind != EdgeKind::Run {
-                *b.stats.edges.entry(edge.kind.describe().to_string()).or_default() += 1;
-            }
-        }
         b.stats.ops = op_count as u64;
         b.stats.host_calls = b.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
         b.stats.gpu_ops = b.stats.ops - b.stats.host_calls;
+        Graph::assemble(Parts {
+            ops: b.ops,
+            ranks: ranks.to_vec(),
+            categories,
+            window_start_ns,
+            stats: b.stats,
+            edges: b.edges,
+            external_ns: b.external_ns,
+            measured_ns,
+            barriers: instances_in_model.len() as u32,
+            instances: instance_ids.len() as u32,
+        })
+    }
 
+    /// Builds a model whose operations and dependencies are given rather than inferred from a trace (a dataset
+    /// that records its own dependency structure, or a synthetic case): every edge has lag 0, and the measured own
+    /// times follow from `measured_ns` as in [`Graph::build`].
+    pub fn from_explicit(model: ExplicitModel) -> Graph {
+        let vertex_count = 2 * model.ops.len() + model.barriers as usize;
+        assert_eq!(model.external_ns.len(), vertex_count, "one external time per vertex");
+        assert_eq!(model.measured_ns.len(), vertex_count, "one measured time per vertex");
+        let mut edges = Vec::with_capacity(model.edges.len() + model.ops.len());
+        // The run edge of every operation comes first among its end's edges, as in `build`, so that the critical
+        // path prefers it on ties.
+        for op in 0..model.ops.len() as u32 {
+            edges.push((end_vertex(op), Edge { source: start_vertex(op), lag_ns: 0, kind: EdgeKind::Run }));
+        }
+        edges.extend(model.edges.iter().map(|e| (e.target, Edge { source: e.source, lag_ns: 0, kind: e.kind })));
+        let ops_count = model.ops.len() as u64;
+        let stats = ModelStats {
+            ops: ops_count,
+            gpu_ops: model.ops.iter().filter(|o| o.kind.on_gpu()).count() as u64,
+            host_calls: model.ops.iter().filter(|o| !o.kind.on_gpu()).count() as u64,
+            collective_instances: u64::from(model.barriers),
+            ..ModelStats::default()
+        };
+        Graph::assemble(Parts {
+            ops: model.ops,
+            ranks: model.ranks,
+            categories: model.categories,
+            window_start_ns: model.window_start_ns,
+            stats,
+            edges,
+            external_ns: model.external_ns,
+            measured_ns: model.measured_ns,
+            barriers: model.barriers,
+            instances: model.instances,
+        })
+    }
+
+    /// The common end of both constructors: incoming edges per vertex, topological order, measured own times.
+    fn assemble(parts: Parts) -> Graph {
+        let Parts { ops, ranks, categories, window_start_ns, mut stats, edges: list, external_ns, measured_ns, barriers, instances } =
+            parts;
+        let vertex_count = 2 * ops.len() + barriers as usize;
+        for &(_, edge) in &list {
+            if edge.kind != EdgeKind::Run {
+                *stats.edges.entry(edge.kind.describe().to_string()).or_default() += 1;
+            }
+        }
         // Incoming edges per vertex (CSR), in insertion order within a vertex.
         let mut offsets = vec![0u32; vertex_count + 1];
-        for &(target, _) in &b.edges {
+        for &(target, _) in &list {
             offsets[target as usize + 1] += 1;
         }
         for v in 0..vertex_count {
@@ -781,27 +886,26 @@ impl Graph {
         }
         let mut fill = offsets.clone();
         let placeholder = Edge { source: 0, lag_ns: 0, kind: EdgeKind::Dropped };
-        let mut edges = vec![placeholder; b.edges.len()];
-        for &(target, edge) in &b.edges {
+        let mut edges = vec![placeholder; list.len()];
+        for &(target, edge) in &list {
             edges[fill[target as usize] as usize] = edge;
             fill[target as usize] += 1;
         }
-        drop(b.edges);
-
+        drop(list);
         let mut graph = Graph {
-            ops: b.ops,
-            ranks: ranks.to_vec(),
+            ops,
+            ranks,
             categories,
             window_start_ns,
-            stats: b.stats,
+            stats,
             offsets,
             edges,
-            external_ns: b.external_ns,
+            external_ns,
             own_ns: Vec::new(),
             measured_ns,
             order: Vec::new(),
-            barriers: instances_in_model.len() as u32,
-            instances: instance_ids.len() as u32,
+            barriers,
+            instances,
         };
         graph.order = graph.topological_order();
         graph.own_ns = graph.measured_own();

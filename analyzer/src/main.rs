@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, html, whatif, window};
+use shardscope_analyzer::{compare, critical_path, hta, html, straggler_artifact, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -190,6 +190,13 @@ enum Command {
         /// rank N take F × its typical times (`rank1=1.0` removes rank 1's straggling). Repeatable.
         #[arg(long = "scale", value_name = "KEY=F")]
         scales: Vec<String>,
+        /// Instead of GPU traces: a training-operation trace in the format of the OSDI'25 straggler paper's
+        /// artifact (Parquet, one row per operation); prints S, S_t, S_w per DP rank and stage, M_W and M_S.
+        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales"])]
+        straggler_artifact: Option<PathBuf>,
+        /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
+        #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
+        artifact_meta: Option<PathBuf>,
     },
     /// Run a workload over a grid of configurations (each run under `capture`), then analyse every run into
     /// `study.json`, `study.html` and charts. Finished points are kept when run again.
@@ -446,7 +453,23 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&critical_path::table(&path, limit))?,
             }
         }
-        Command::WhatIf { model, no_straggler, comm_overlapped, scales } => {
+        Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, .. } => {
+            let format = model_format(model.format)?;
+            if !model.analysis.traces.is_empty() {
+                bail!("--straggler-artifact analyses its own trace: name no other input");
+            }
+            let meta = artifact_meta
+                .map(|path| straggler_artifact::JobMeta::load(&path))
+                .transpose()
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or_default();
+            let report = straggler_artifact::run(&trace, &meta).map_err(anyhow::Error::msg)?;
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                _ => emit(&straggler_artifact::table(&report))?,
+            }
+        }
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales, .. } => {
             let format = model_format(model.format)?;
             let scales = scales
                 .iter()
