@@ -231,10 +231,34 @@ pub struct Graph {
     measured_ns: Vec<i64>,
     /// Vertices in topological order.
     order: Vec<u32>,
+    /// The replay's copy of the edges, laid out in topological order (see [`ReplayPlan`]).
+    plan: ReplayPlan,
     /// Number of collective barriers (vertices after the operations' two each).
     barriers: u32,
     /// Instances across ranks: number of distinct (kind, name, occurrence) keys.
     instances: u32,
+}
+
+/// The model laid out for replay: vertices in topological order, each one's incoming edges (without dropped
+/// ones) next to those of the vertex before it, and sources named by their position. A replay then reads its
+/// edges in sequence and its predecessors' times from a short way back, instead of hopping through the vertex
+/// numbering; on the largest models this more than halves its time.
+#[derive(Debug, Clone, Default)]
+struct ReplayPlan {
+    /// Incoming edges of the vertex at position p: `edges[offsets[p]..offsets[p + 1]]`.
+    offsets: Vec<u32>,
+    edges: Vec<PlanEdge>,
+    /// Per position: the earliest time given from outside the model.
+    external_ns: Vec<i64>,
+}
+
+/// An incoming edge in a [`ReplayPlan`].
+#[derive(Debug, Clone, Copy)]
+struct PlanEdge {
+    source_position: u32,
+    /// A collective's barrier releasing a member (skipped when communication is free).
+    release: bool,
+    lag_ns: i64,
 }
 
 /// What [`Graph::assemble`] needs from either constructor.
@@ -868,8 +892,18 @@ impl Graph {
 
     /// The common end of both constructors: incoming edges per vertex, topological order, measured own times.
     fn assemble(parts: Parts) -> Graph {
-        let Parts { ops, ranks, categories, window_start_ns, mut stats, edges: list, external_ns, measured_ns, barriers, instances } =
-            parts;
+        let Parts {
+            ops,
+            ranks,
+            categories,
+            window_start_ns,
+            mut stats,
+            edges: list,
+            external_ns,
+            measured_ns,
+            barriers,
+            instances,
+        } = parts;
         let vertex_count = 2 * ops.len() + barriers as usize;
         for &(_, edge) in &list {
             if edge.kind != EdgeKind::Run {
@@ -904,10 +938,12 @@ impl Graph {
             own_ns: Vec::new(),
             measured_ns,
             order: Vec::new(),
+            plan: ReplayPlan::default(),
             barriers,
             instances,
         };
         graph.order = graph.topological_order();
+        graph.plan = graph.replay_plan();
         graph.own_ns = graph.measured_own();
         graph
     }
@@ -1038,11 +1074,50 @@ impl Graph {
     /// Replays the model with own times `own_ns` (one per vertex); with `comm_free`, matched collectives no longer
     /// wait for their barrier. Returns every vertex's simulated time.
     pub fn simulate(&self, own_ns: &[i64], comm_free: bool) -> Vec<i64> {
+        let plan = &self.plan;
+        // Times by position in the order: written in sequence, and the predecessors read are recent ones.
+        let mut at = vec![0i64; self.order.len()];
+        for (position, &vertex) in self.order.iter().enumerate() {
+            let mut ready = plan.external_ns[position];
+            for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {
+                if comm_free && edge.release {
+                    continue;
+                }
+                ready = ready.max(at[edge.source_position as usize].saturating_add(edge.lag_ns));
+            }
+            at[position] = ready.saturating_add(own_ns[vertex as usize]);
+        }
         let mut times = vec![0i64; self.vertex_count()];
-        for &v in &self.order {
-            times[v as usize] = self.ready(v, &times, comm_free).saturating_add(own_ns[v as usize]);
+        for (position, &vertex) in self.order.iter().enumerate() {
+            times[vertex as usize] = at[position];
         }
         times
+    }
+
+    /// The edges again, by the topological position of their target, with their sources as positions too.
+    fn replay_plan(&self) -> ReplayPlan {
+        let mut position_of = vec![0u32; self.vertex_count()];
+        for (position, &vertex) in self.order.iter().enumerate() {
+            position_of[vertex as usize] = position as u32;
+        }
+        let mut plan = ReplayPlan {
+            offsets: Vec::with_capacity(self.order.len() + 1),
+            edges: Vec::with_capacity(self.edges.len()),
+            external_ns: Vec::with_capacity(self.order.len()),
+        };
+        plan.offsets.push(0);
+        for &vertex in &self.order {
+            plan.external_ns.push(self.external_ns[vertex as usize]);
+            for edge in self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped) {
+                plan.edges.push(PlanEdge {
+                    source_position: position_of[edge.source as usize],
+                    release: edge.kind == EdgeKind::CollectiveRelease,
+                    lag_ns: edge.lag_ns,
+                });
+            }
+            plan.offsets.push(plan.edges.len() as u32);
+        }
+        plan
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.

@@ -56,8 +56,7 @@ use std::path::Path;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
@@ -66,9 +65,7 @@ use serde::Serialize;
 use shardscope_model::DeviceIdx;
 
 use crate::collectives::RankKey;
-use crate::depgraph::{
-    EdgeKind, ExplicitEdge, ExplicitModel, Graph, Op, OpKind, RankSpec, end_vertex, start_vertex,
-};
+use crate::depgraph::{EdgeKind, ExplicitEdge, ExplicitModel, Graph, Op, OpKind, RankSpec, end_vertex, start_vertex};
 
 /// Operation types the model knows (the artifact's `OpType`).
 pub mod optype {
@@ -211,7 +208,9 @@ impl JobMeta {
             let Some((key, value)) = line.split_once(':') else { continue };
             let value = value.trim().trim_matches(['"', '\'']);
             let number = || -> Result<u32, String> {
-                value.parse().map_err(|_| format!("{}: {}: expected a whole number, got {value:?}", path.display(), key.trim()))
+                value
+                    .parse()
+                    .map_err(|_| format!("{}: {}: expected a whole number, got {value:?}", path.display(), key.trim()))
             };
             match key.trim() {
                 "trial_name" => meta.trial = Some(value.to_string()),
@@ -266,7 +265,9 @@ fn column<'a>(batch: &'a RecordBatch, file: &Path, name: &str) -> Result<Column<
             };
             let keys = dictionary.normalized_keys();
             Ok(Column::Text(
-                (0..array.len()).map(|i| if array.is_null(i) { None } else { words.get(keys[i]).copied().flatten() }).collect(),
+                (0..array.len())
+                    .map(|i| if array.is_null(i) { None } else { words.get(keys[i]).copied().flatten() })
+                    .collect(),
             ))
         }
         other => Err(format!("{}: column {name} is {other}, expected numbers or text", file.display())),
@@ -303,11 +304,17 @@ impl ArtifactTrace {
     /// operation type are skipped and counted.
     pub fn load(path: &Path) -> Result<ArtifactTrace, String> {
         let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let not_parquet =
-            |e: parquet::errors::ParquetError| format!("{}: not a readable Parquet file: {}", path.display(), e.to_string().replace('\n', " "));
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?.build().map_err(not_parquet)?;
-        let mut trace =
-            ArtifactTrace { source: path.display().to_string(), rows: Vec::new(), optypes: Vec::new(), skipped: BTreeMap::new() };
+        let not_parquet = |e: parquet::errors::ParquetError| {
+            format!("{}: not a readable Parquet file: {}", path.display(), e.to_string().replace('\n', " "))
+        };
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?.build().map_err(not_parquet)?;
+        let mut trace = ArtifactTrace {
+            source: path.display().to_string(),
+            rows: Vec::new(),
+            optypes: Vec::new(),
+            skipped: BTreeMap::new(),
+        };
         let mut optype_ids: HashMap<String, u16> = HashMap::new();
         for batch in reader {
             let batch = batch.map_err(|e| format!("{}: not a readable Parquet file: {e}", path.display()))?;
@@ -334,7 +341,8 @@ impl ArtifactTrace {
                     duration.real(row),
                     unsigned(&seq, row),
                 );
-                let (Some(dp), Some(stage), Some(rank), Some(step), Some(start_s), Some(duration_s), Some(seq)) = fields
+                let (Some(dp), Some(stage), Some(rank), Some(step), Some(start_s), Some(duration_s), Some(seq)) =
+                    fields
                 else {
                     *trace.skipped.entry(format!("{name} (missing or negative value)")).or_default() += 1;
                     continue;
@@ -503,8 +511,10 @@ impl Template {
             let mut no_op: HashMap<u32, bool> = comm.iter().map(|&o| (o, true)).collect();
             for (direction, compute_name) in [("forward", ot::FORWARD_COMPUTE), ("backward", ot::BACKWARD_COMPUTE)] {
                 let passes: Vec<u32> = comp.iter().copied().filter(|&o| is(o, compute_name)).collect();
-                let last_start = passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
-                let first_end = passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
+                let last_start =
+                    passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
+                let first_end =
+                    passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
                 for receive in [false, true] {
                     let name = match (direction, receive) {
                         ("forward", false) => ot::FORWARD_SEND,
@@ -622,8 +632,12 @@ impl Template {
                 return Err(format!("{file}: stage {stage} has no {} in step {first_step}", ot::BACKWARD_COMPUTE));
             };
             if first_backward >= 2 {
-                if !is(comp[first_backward - 1], ot::FORWARD_COMPUTE) || !is(comp[first_backward - 2], ot::FORWARD_COMPUTE) {
-                    return Err(format!("{file}: stage {stage}: the two passes before the first backward are not forward"));
+                if !is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
+                    || !is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
+                {
+                    return Err(format!(
+                        "{file}: stage {stage}: the two passes before the first backward are not forward"
+                    ));
                 }
                 let anchor = comp[first_backward - 2];
                 for name in [ot::BACKWARD_RECV, ot::BACKWARD_SEND] {
@@ -635,10 +649,16 @@ impl Template {
         }
 
         let use_dp = dp * meta.dsp_size > 1;
-        let overlapped_dp = trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
+        let overlapped_dp =
+            trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
         if use_dp {
             for stage in 0..pp {
-                chain(&mut t, &mut in_model, &sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]), &[]);
+                chain(
+                    &mut t,
+                    &mut in_model,
+                    &sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]),
+                    &[],
+                );
             }
             for stage in 0..pp {
                 let comp = sorted_of(stage, &computes);
@@ -687,8 +707,10 @@ impl Template {
         // After the last compute of each stage.
         for stage in 0..pp {
             let comp = sorted_of(stage, &computes);
-            let Some(last) =
-                comp.iter().copied().reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a })
+            let Some(last) = comp
+                .iter()
+                .copied()
+                .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a })
             else {
                 return Err(format!("{file}: stage {stage} has no compute in step {first_step}"));
             };
@@ -720,7 +742,10 @@ impl Template {
         // all-reduce of the first and last stage, gradient clipping of all stages.
         if use_dp {
             let collective_ids: Vec<u16> =
-                [ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER, ot::SEPARATE_GRADS_ALL_REDUCE].iter().filter_map(|n| id(n)).collect();
+                [ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER, ot::SEPARATE_GRADS_ALL_REDUCE]
+                    .iter()
+                    .filter_map(|n| id(n))
+                    .collect();
             for op in 0..n as u32 {
                 if collective_ids.contains(&rows_of[op as usize].optype) {
                     t.groups.push(vec![op]);
@@ -739,11 +764,15 @@ impl Template {
                 t.group_of[op as usize] = Some(g as u32);
             }
         }
-        let synced: Vec<u16> =
-            [ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER, ot::SEPARATE_GRADS_ALL_REDUCE, ot::OPTIMIZER_CLIP_MAIN_GRAD]
-                .iter()
-                .filter_map(|n| id(n))
-                .collect();
+        let synced: Vec<u16> = [
+            ot::PARAMS_ALL_GATHER,
+            ot::GRADS_REDUCE_SCATTER,
+            ot::SEPARATE_GRADS_ALL_REDUCE,
+            ot::OPTIMIZER_CLIP_MAIN_GRAD,
+        ]
+        .iter()
+        .filter_map(|n| id(n))
+        .collect();
         for op in 0..n {
             t.dp_sync[op] = t.group_of[op].is_some() && synced.contains(&rows_of[op].optype);
             if t.group_of[op].is_some() {
@@ -778,7 +807,8 @@ impl StragglerModel {
         let lanes = steps.len() * dp_size as usize;
         let names = template.names.len();
         let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
-        // Operation id = name × lanes + lane, lane = step index × DP size + DP rank.
+        // Operation id = lane × names + name, lane = step index × DP size + DP rank: a lane's operations lie
+        // together, and so do the lanes of a step, which the replay visits together.
         let mut row_of: Vec<u32> = vec![u32::MAX; names * lanes];
         for (r, row) in trace.rows.iter().enumerate() {
             let Some(&name) = template.index.get(&(row.optype, row.seq, row.stage)) else {
@@ -788,7 +818,7 @@ impl StragglerModel {
                 ));
             };
             let lane = step_index[&row.step] as usize * dp_size as usize + row.dp as usize;
-            let slot = &mut row_of[name as usize * lanes + lane];
+            let slot = &mut row_of[lane * names + name as usize];
             if *slot != u32::MAX {
                 return Err(format!(
                     "{file}: {} #{} on stage {} appears twice in step {}, DP rank {}",
@@ -798,8 +828,8 @@ impl StragglerModel {
             *slot = r as u32;
         }
         if let Some(missing) = row_of.iter().position(|&r| r == u32::MAX) {
-            let (kind, seq, stage) = template.names[missing / lanes];
-            let lane = missing % lanes;
+            let (kind, seq, stage) = template.names[missing % names];
+            let lane = missing / names;
             return Err(format!(
                 "{file}: {} #{seq} on stage {stage} is missing in step {}, DP rank {} (every step and DP rank must \
                  run the same operations)",
@@ -808,8 +838,8 @@ impl StragglerModel {
                 lane % dp_size as usize
             ));
         }
-        let row_at = |name: u32, lane: usize| &trace.rows[row_of[name as usize * lanes + lane] as usize];
-        let op_id = |name: u32, lane: usize| (name as usize * lanes + lane) as u32;
+        let row_at = |name: u32, lane: usize| &trace.rows[row_of[lane * names + name as usize] as usize];
+        let op_id = |name: u32, lane: usize| (lane * names + name as usize) as u32;
 
         // Workers (global ranks) in order.
         let mut workers: Vec<(u32, u32, u32)> = trace.rows.iter().map(|r| (r.rank, r.dp, r.stage)).collect();
@@ -836,15 +866,15 @@ impl StragglerModel {
         let mut launch_delay_ns = vec![0i64; op_count];
         let mut ops: Vec<Op> = Vec::with_capacity(op_count);
         let mut placement = Vec::with_capacity(op_count);
-        for name in 0..names as u32 {
-            for lane in 0..lanes {
+        for lane in 0..lanes {
+            for name in 0..names as u32 {
                 let row = row_at(name, lane);
                 let comm = template.group_of[name as usize].is_some();
                 ops.push(Op {
                     kind: OpKind::Kernel,
                     rank_index: worker_index[&row.rank],
                     trace: 0,
-                    index: row_of[name as usize * lanes + lane],
+                    index: row_of[lane * names + name as usize],
                     lane: 0,
                     category: row.optype,
                     comm,
@@ -873,8 +903,10 @@ impl StragglerModel {
                     let list: Vec<u32> =
                         members.iter().flat_map(|&m| lane_set.iter().map(move |&l| op_id(m, l))).collect();
                     // The transfer: end minus the latest start of the group, as recorded.
-                    let latest_start_s =
-                        list.iter().map(|&o| trace.rows[ops[o as usize].index as usize].start_s).fold(f32::NEG_INFINITY, f32::max);
+                    let latest_start_s = list
+                        .iter()
+                        .map(|&o| trace.rows[ops[o as usize].index as usize].start_s)
+                        .fold(f32::NEG_INFINITY, f32::max);
                     for &o in &list {
                         let row = &trace.rows[ops[o as usize].index as usize];
                         let transfer_s = f64::from(row.end_s - latest_start_s);
@@ -889,7 +921,11 @@ impl StragglerModel {
         for (b, list) in barrier_members.iter().enumerate() {
             let barrier = barrier_base + b as u32;
             for &o in list {
-                edges.push(ExplicitEdge { source: start_vertex(o), target: barrier, kind: EdgeKind::CollectiveArrival });
+                edges.push(ExplicitEdge {
+                    source: start_vertex(o),
+                    target: barrier,
+                    kind: EdgeKind::CollectiveArrival,
+                });
                 edges.push(ExplicitEdge { source: barrier, target: end_vertex(o), kind: EdgeKind::CollectiveRelease });
             }
         }
@@ -911,7 +947,11 @@ impl StragglerModel {
                 let delay_s = f64::from(row.start_s - ready_s);
                 launch_delay_ns[o as usize] = if delay_s <= -NEGATIVE_LIMIT_S { 0 } else { seconds_to_ns(delay_s) };
                 for &d in deps {
-                    edges.push(ExplicitEdge { source: end_vertex(op_id(d, lane)), target: start_vertex(o), kind: EdgeKind::StreamOrder });
+                    edges.push(ExplicitEdge {
+                        source: end_vertex(op_id(d, lane)),
+                        target: start_vertex(o),
+                        kind: EdgeKind::StreamOrder,
+                    });
                 }
             }
         }
@@ -1100,8 +1140,6 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
     let graph = &model.graph;
     let op_count = graph.ops.len();
     let recorded = &model.recorded_own_ns;
-    let measured_steps = model.step_times(recorded, Some(&model.launch_delay_ns));
-    let no_delay_steps = model.step_times(recorded, None);
 
     // The ideal: per operation type, the mean (compute) or median (communication) of the no-delay replay's
     // own times over the whole trace. Communication synchronised in a group is idealised by its transfer.
@@ -1113,16 +1151,19 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
         .iter_mut()
         .enumerate()
         .map(|(t, values)| {
-            let value = if ot::COMMUNICATION.contains(&model.optypes[t].as_str()) {
-                median(values)
-            } else {
-                mean_ns(values)
-            };
+            let value =
+                if ot::COMMUNICATION.contains(&model.optypes[t].as_str()) { median(values) } else { mean_ns(values) };
             value.round() as i64
         })
         .collect();
     let ideal: Vec<i64> = graph.ops.iter().map(|op| centre[op.category as usize]).collect();
-    let ideal_steps = model.step_times(&ideal, None);
+    let mut base = parallel_map(&[0, 1, 2], |&which| match which {
+        0 => model.step_times(recorded, Some(&model.launch_delay_ns)),
+        1 => model.step_times(recorded, None),
+        _ => model.step_times(&ideal, None),
+    });
+    let (ideal_steps, no_delay_steps, measured_steps) =
+        (base.pop().unwrap_or_default(), base.pop().unwrap_or_default(), base.pop().unwrap_or_default());
     let (t_measured, t_no_delay, t_ideal) = (mean_ns(&measured_steps), mean_ns(&no_delay_steps), mean_ns(&ideal_steps));
 
     let per_step = (0..model.steps.len())
@@ -1136,10 +1177,10 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
         .collect();
 
     // Own times with `select`ed operations taken from `chosen` and the rest from `base`.
-    let mix = |base: &[i64], chosen: &[i64], select: &dyn Fn(usize) -> bool| -> Vec<i64> {
+    let mix = |base: &[i64], chosen: &[i64], select: &(dyn Fn(usize) -> bool + Sync)| -> Vec<i64> {
         (0..op_count).map(|o| if select(o) { chosen[o] } else { base[o] }).collect()
     };
-    let group = |name: String, select: &dyn Fn(usize) -> bool| -> GroupSlowdown {
+    let group = |name: String, select: &(dyn Fn(usize) -> bool + Sync)| -> GroupSlowdown {
         let steps = model.step_times(&mix(&ideal, recorded, select), None);
         let mean = mean_ns(&steps);
         GroupSlowdown {
@@ -1156,24 +1197,44 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
     let mut attribution_groups: Vec<&str> = model.optypes.iter().map(|t| ot::attribution_group(t)).collect();
     attribution_groups.sort_unstable();
     attribution_groups.dedup();
-    let by_optype = sort(
-        attribution_groups
-            .iter()
-            .map(|&g| {
-                group(g.to_string(), &|o: usize| ot::attribution_group(&model.optypes[graph.ops[o].category as usize]) == g)
-            })
-            .collect(),
-    );
-    let by_dp_rank = sort(
-        (0..model.dp_size).map(|d| group(d.to_string(), &|o: usize| model.placement[o].1 == d)).collect(),
-    );
-    let by_stage = sort(
-        (0..model.pp_size).map(|s| group(s.to_string(), &|o: usize| model.placement[o].2 == s)).collect(),
-    );
+    // The decompositions: one replay per operation type group, DP rank and stage, spread over the cores.
+    #[derive(Clone, Copy)]
+    enum Dimension {
+        Optype,
+        DpRank,
+        Stage,
+    }
+    let optype_group: Vec<u32> = model
+        .optypes
+        .iter()
+        .map(|t| attribution_groups.iter().position(|g| *g == ot::attribution_group(t)).unwrap_or(0) as u32)
+        .collect();
+    let key = |dimension: Dimension, o: usize| match dimension {
+        Dimension::Optype => optype_group[graph.ops[o].category as usize],
+        Dimension::DpRank => model.placement[o].1,
+        Dimension::Stage => model.placement[o].2,
+    };
+    let mut jobs: Vec<(Dimension, String, u32)> = Vec::new();
+    jobs.extend(attribution_groups.iter().enumerate().map(|(i, g)| (Dimension::Optype, g.to_string(), i as u32)));
+    jobs.extend((0..model.dp_size).map(|d| (Dimension::DpRank, d.to_string(), d)));
+    jobs.extend((0..model.pp_size).map(|s| (Dimension::Stage, s.to_string(), s)));
+    let results = parallel_map(&jobs, |(dimension, name, value)| {
+        (*dimension, group(name.clone(), &|o: usize| key(*dimension, o) == *value))
+    });
+    let pick = |wanted: fn(Dimension) -> bool| -> Vec<GroupSlowdown> {
+        sort(results.iter().filter(|(d, _)| wanted(*d)).map(|(_, g)| g.clone()).collect())
+    };
+    let by_optype = pick(|d| matches!(d, Dimension::Optype));
+    let by_dp_rank = pick(|d| matches!(d, Dimension::DpRank));
+    let by_stage = pick(|d| matches!(d, Dimension::Stage));
 
-    let explain = |selection: String, ranks: Vec<u32>, select: &dyn Fn(usize) -> bool| -> Explained {
-        let removed = mean_ns(&model.step_times(&mix(recorded, &ideal, select), None));
-        let added = mean_ns(&model.step_times(&mix(&ideal, recorded, select), None));
+    // Removing the selection from the original, and adding it to the ideal.
+    let explain = |selection: String, ranks: Vec<u32>, select: &(dyn Fn(usize) -> bool + Sync)| -> Explained {
+        let replays = parallel_map(&[false, true], |&add| {
+            let own = if add { mix(&ideal, recorded, select) } else { mix(recorded, &ideal, select) };
+            mean_ns(&model.step_times(&own, None))
+        });
+        let (removed, added) = (replays[0], replays[1]);
         let excess = t_no_delay - t_ideal;
         Explained {
             selection,
@@ -1234,6 +1295,34 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
     }
 }
 
+/// `f` over `items`, on as many named threads as there are cores (the replays are independent), in order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
+    if threads <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                std::thread::Builder::new().name(format!("straggler-replay-{t}")).spawn_scoped(scope, move || {
+                    (t..items.len()).step_by(threads).map(|i| (i, f(&items[i]))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            // A replay thread that could not start, or panicked, leaves its items to this thread.
+            if let Ok(Ok(done)) = handle.map(|h| h.join()) {
+                for (i, r) in done {
+                    results[i] = Some(r);
+                }
+            }
+        }
+    });
+    results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|| f(&items[i]))).collect()
+}
+
 fn ratio(a: f64, b: f64) -> f64 {
     if b != 0.0 { a / b } else { 0.0 }
 }
@@ -1261,13 +1350,12 @@ pub fn table(report: &StragglerReport) -> String {
         "mean step time: measured {:.4} s, without launch delays {:.4} s, ideal {:.4} s\n",
         report.step_time_measured_s, report.step_time_no_delay_s, report.step_time_ideal_s
     ));
-    out.push_str(&format!(
-        "slowdown S = {:.4}   (launch delays: {:.4})\n",
-        report.slowdown, report.launch_slowdown
-    ));
-    for (title, rows) in
-        [("S_t per operation type", &report.by_optype), ("S_w per DP rank", &report.by_dp_rank), ("S_w per stage", &report.by_stage)]
-    {
+    out.push_str(&format!("slowdown S = {:.4}   (launch delays: {:.4})\n", report.slowdown, report.launch_slowdown));
+    for (title, rows) in [
+        ("S_t per operation type", &report.by_optype),
+        ("S_w per DP rank", &report.by_dp_rank),
+        ("S_w per stage", &report.by_stage),
+    ] {
         out.push_str(&format!("{title} (only it at recorded times, over the ideal):\n"));
         for g in rows.iter() {
             out.push_str(&format!("  {:<28} {:>8.4}   {:>9.4} s\n", g.name, g.slowdown, g.step_time_s));

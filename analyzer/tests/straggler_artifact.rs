@@ -23,7 +23,13 @@ fn analyse(trial: &str) -> StragglerReport {
 /// Compares one decomposition with the expected `{name: slowdown}` object, every key present on both sides.
 fn check_groups(trial: &str, what: &str, ours: &[GroupSlowdown], expected: &Value, failures: &mut Vec<String>) {
     let expected = expected.as_object().unwrap_or_else(|| panic!("{trial}: {what} is not an object"));
-    assert_eq!(ours.len(), expected.len(), "{trial}: {what}: groups {:?} vs {:?}", ours.iter().map(|g| &g.name).collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    assert_eq!(
+        ours.len(),
+        expected.len(),
+        "{trial}: {what}: groups {:?} vs {:?}",
+        ours.iter().map(|g| &g.name).collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
     for (name, value) in expected {
         let want = value.as_f64().unwrap();
         let Some(got) = ours.iter().find(|g| &g.name == name) else {
@@ -32,7 +38,11 @@ fn check_groups(trial: &str, what: &str, ours: &[GroupSlowdown], expected: &Valu
         };
         let error = (got.slowdown - want).abs() / want;
         if error > 0.01 {
-            failures.push(format!("{trial}: {what} {name}: {:.5} vs expected {want:.5} ({:.2} %)", got.slowdown, error * 100.0));
+            failures.push(format!(
+                "{trial}: {what} {name}: {:.5} vs expected {want:.5} ({:.2} %)",
+                got.slowdown,
+                error * 100.0
+            ));
         }
     }
 }
@@ -63,7 +73,12 @@ fn check(trial: &str) {
     assert_eq!(per_step.len(), report.per_step.len(), "{trial}: steps");
     for step in &report.per_step {
         let want = per_step[&step.step.to_string()].as_f64().unwrap();
-        assert!((step.slowdown - want).abs() / want <= 0.01, "{trial}: step {}: {} vs {want}", step.step, step.slowdown);
+        assert!(
+            (step.slowdown - want).abs() / want <= 0.01,
+            "{trial}: step {}: {} vs {want}",
+            step.step,
+            step.slowdown
+        );
     }
 }
 
