@@ -197,6 +197,9 @@ enum Command {
         /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
         #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
         artifact_meta: Option<PathBuf>,
+        /// With --straggler-artifact: draw the slowdown per worker and step as OUT.png and OUT.svg.
+        #[arg(long, value_name = "OUT.png", requires = "straggler_artifact")]
+        heatmap: Option<PathBuf>,
     },
     /// Run a workload over a grid of configurations (each run under `capture`), then analyse every run into
     /// `study.json`, `study.html` and charts. Finished points are kept when run again.
@@ -453,7 +456,7 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&critical_path::table(&path, limit))?,
             }
         }
-        Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, .. } => {
+        Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, heatmap, .. } => {
             let format = model_format(model.format)?;
             if !model.analysis.traces.is_empty() {
                 bail!("--straggler-artifact analyses its own trace: name no other input");
@@ -464,6 +467,10 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(anyhow::Error::msg)?
                 .unwrap_or_default();
             let report = straggler_artifact::run(&trace, &meta).map_err(anyhow::Error::msg)?;
+            if let Some(path) = heatmap {
+                let [png, svg] = straggler_artifact::write_heatmap(&report, &path).map_err(anyhow::Error::msg)?;
+                let _ = writeln!(std::io::stderr(), "analyzer: wrote {} and {}", png.display(), svg.display());
+            }
             match format {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
                 _ => emit(&straggler_artifact::table(&report))?,

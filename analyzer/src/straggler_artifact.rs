@@ -1069,6 +1069,17 @@ pub struct Explained {
     pub added: f64,
 }
 
+/// Where a worker sits in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WorkerPlace {
+    /// Global rank.
+    pub rank: u32,
+    /// DP rank.
+    pub dp_rank: u32,
+    /// Pipeline stage.
+    pub stage: u32,
+}
+
 /// One step's times.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepTimes {
@@ -1097,6 +1108,8 @@ pub struct StragglerReport {
     pub pp_size: u32,
     /// Workers (global ranks) in the trace.
     pub workers: usize,
+    /// Each worker's place, by global rank.
+    pub worker_places: Vec<WorkerPlace>,
     /// Steps in the trace.
     pub steps: usize,
     /// Rows read.
@@ -1275,6 +1288,7 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
         dp_size: model.dp_size,
         pp_size: model.pp_size,
         workers: workers.len(),
+        worker_places: workers.iter().map(|&(rank, dp_rank, stage)| WorkerPlace { rank, dp_rank, stage }).collect(),
         steps: model.steps.len(),
         rows: trace.rows.len(),
         skipped_rows: trace.skipped.clone(),
@@ -1332,6 +1346,59 @@ pub fn run(path: &Path, meta: &JobMeta) -> Result<StragglerReport, String> {
     let trace = ArtifactTrace::load(path)?;
     let model = StragglerModel::build(&trace, meta)?;
     Ok(analyze(&trace, meta, &model))
+}
+
+/// Per worker (rows `DP<d> PP<s>`, by global rank) and step (columns, in step order): the slowdown the worker's DP rank and stage
+/// both carry in that step, `min(S_dp, S_stage) − 1`, percent. This is the paper's worker heatmap spread over the
+/// steps: a worker that straggles stands out as a row, a slow stage as a band of rows, and a slow step as a column.
+pub fn heatmap_cells(report: &StragglerReport) -> (Vec<String>, Vec<Vec<Option<f64>>>) {
+    let per_step = |groups: &[GroupSlowdown], name: u32| -> Vec<f64> {
+        groups.iter().find(|g| g.name == name.to_string()).map(|g| g.per_step.clone()).unwrap_or_default()
+    };
+    let rows = report.worker_places.iter().map(|w| format!("DP{} PP{}", w.dp_rank, w.stage)).collect();
+    let cells = report
+        .worker_places
+        .iter()
+        .map(|w| {
+            let (dp, stage) = (per_step(&report.by_dp_rank, w.dp_rank), per_step(&report.by_stage, w.stage));
+            (0..report.per_step.len()).map(|s| Some((dp.get(s)?.min(*stage.get(s)?) - 1.0) * 100.0)).collect()
+        })
+        .collect();
+    (rows, cells)
+}
+
+/// The heatmap of [`heatmap_cells`] as a chart.
+pub fn heatmap_chart(report: &StragglerReport) -> crate::charts::Chart {
+    let (rows, cells) = heatmap_cells(report);
+    let first = report.per_step.first().map_or(0, |s| s.step);
+    let last = report.per_step.last().map_or(0, |s| s.step);
+    let height_px = (150 + 16 * rows.len() as u32).clamp(300, 2400);
+    let width_px = (420 + 18 * report.per_step.len() as u32).clamp(700, 2400);
+    crate::charts::Chart {
+        name: "straggler_heatmap".into(),
+        title: format!(
+            "Slowdown per worker and step, min(S_dp, S_stage) − 1 (S = {:.3}; steps {first}–{last})",
+            report.slowdown
+        ),
+        size_px: (width_px, height_px),
+        kind: crate::charts::ChartKind::Heatmap {
+            rows,
+            x_label: format!("step (index of {} recorded steps)", report.per_step.len()),
+            cells,
+            unit: "%".into(),
+        },
+    }
+}
+
+/// Draws the heatmap into `png_path` and the same path with the extension `svg`; returns both paths.
+pub fn write_heatmap(report: &StragglerReport, png_path: &Path) -> Result<[std::path::PathBuf; 2], String> {
+    let chart = heatmap_chart(report);
+    let png = crate::charts::render_png(&chart).map_err(|e| format!("heatmap: {e}"))?;
+    let svg = crate::charts::render_svg(&chart).map_err(|e| format!("heatmap: {e}"))?;
+    let svg_path = png_path.with_extension("svg");
+    std::fs::write(png_path, png).map_err(|e| format!("{}: {e}", png_path.display()))?;
+    std::fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+    Ok([png_path.to_path_buf(), svg_path])
 }
 
 /// The report as a table.
