@@ -123,7 +123,12 @@ fn heatmap_cells_are_the_reports_figures_and_the_png_matches_its_snapshot() {
 
     // Expected cells from the JSON report: per worker, per step index.
     let per_step = |key: &str, name: u64| -> Vec<f64> {
-        let group = report[key].as_array().unwrap().iter().find(|g| g["name"] == name.to_string()).unwrap();
+        let group = report[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"].as_str().and_then(|n| n.parse::<u64>().ok()) == Some(name))
+            .unwrap();
         group["per_step"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
     };
     let svg = std::fs::read_to_string(dir.path().join("heatmap.svg")).unwrap();
