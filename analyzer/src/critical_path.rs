@@ -34,6 +34,8 @@ pub struct Model {
     pub inputs: Vec<String>,
     /// Notes on the model as a whole.
     pub notes: Vec<String>,
+    /// The collectives matched across ranks; the graph's barriers refer to its instances.
+    pub matching: collectives::Matching,
 }
 
 /// Builds the model of `traces` for `window_ns`, or for step `step` (0 = the first step found on each rank; each
@@ -97,7 +99,14 @@ pub fn build_model(
                 .into(),
         );
     }
-    Ok(Model { graph, window_ns, step, inputs: traces.iter().map(|t| t.source.path.clone()).collect(), notes })
+    Ok(Model {
+        graph,
+        window_ns,
+        step,
+        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+        notes,
+        matching,
+    })
 }
 
 /// One segment of the critical path.

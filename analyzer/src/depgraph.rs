@@ -235,6 +235,9 @@ pub struct Graph {
     plan: ReplayPlan,
     /// Number of collective barriers (vertices after the operations' two each).
     barriers: u32,
+    /// Per barrier: the index of its instance in the [`Matching`] the model was built from (empty for an
+    /// [`ExplicitModel`]).
+    barrier_instances: Vec<u32>,
     /// Instances across ranks: number of distinct (kind, name, occurrence) keys.
     instances: u32,
 }
@@ -273,6 +276,7 @@ struct Parts {
     external_ns: Vec<i64>,
     measured_ns: Vec<i64>,
     barriers: u32,
+    barrier_instances: Vec<u32>,
     instances: u32,
 }
 
@@ -850,6 +854,7 @@ impl Graph {
             external_ns: b.external_ns,
             measured_ns,
             barriers: instances_in_model.len() as u32,
+            barrier_instances: instances_in_model.iter().map(|&i| i as u32).collect(),
             instances: instance_ids.len() as u32,
         })
     }
@@ -886,6 +891,7 @@ impl Graph {
             external_ns: model.external_ns,
             measured_ns: model.measured_ns,
             barriers: model.barriers,
+            barrier_instances: Vec::new(),
             instances: model.instances,
         })
     }
@@ -902,6 +908,7 @@ impl Graph {
             external_ns,
             measured_ns,
             barriers,
+            barrier_instances,
             instances,
         } = parts;
         let vertex_count = 2 * ops.len() + barriers as usize;
@@ -940,6 +947,7 @@ impl Graph {
             order: Vec::new(),
             plan: ReplayPlan::default(),
             barriers,
+            barrier_instances,
             instances,
         };
         graph.order = graph.topological_order();
@@ -1181,6 +1189,17 @@ impl Graph {
     /// The operation a vertex belongs to (`None` for barriers).
     pub fn op_of_vertex(&self, vertex: u32) -> Option<u32> {
         ((vertex as usize) < 2 * self.ops.len()).then_some(vertex / 2)
+    }
+
+    /// The barrier vertex whose release a matched collective operation waits for.
+    pub fn barrier_of(&self, op: u32) -> Option<u32> {
+        self.incoming(end_vertex(op)).iter().find(|e| e.kind == EdgeKind::CollectiveRelease).map(|e| e.source)
+    }
+
+    /// The index in the model's [`Matching`] of a barrier vertex's collective instance.
+    pub fn barrier_instance(&self, vertex: u32) -> Option<usize> {
+        let barrier = (vertex as usize).checked_sub(2 * self.ops.len())?;
+        self.barrier_instances.get(barrier).map(|&i| i as usize)
     }
 
     /// True for a collective barrier vertex.

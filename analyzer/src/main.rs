@@ -190,9 +190,13 @@ enum Command {
         /// rank N take F × its typical times (`rank1=1.0` removes rank 1's straggling). Repeatable.
         #[arg(long = "scale", value_name = "KEY=F")]
         scales: Vec<String>,
+        /// Collectives transfer at the bus bandwidth that `bench` measured for their type, rank count and size
+        /// (its results JSON).
+        #[arg(long, value_name = "BENCH.json")]
+        comm_at_peak: Option<PathBuf>,
         /// Instead of GPU traces: a training-operation trace in the format of the OSDI'25 straggler paper's
         /// artifact (Parquet, one row per operation); prints S, S_t, S_w per DP rank and stage, M_W and M_S.
-        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales"])]
+        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak"])]
         straggler_artifact: Option<PathBuf>,
         /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
         #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
@@ -476,17 +480,20 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&straggler_artifact::table(&report))?,
             }
         }
-        Command::WhatIf { model, no_straggler, comm_overlapped, scales, .. } => {
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, .. } => {
             let format = model_format(model.format)?;
             let scales = scales
                 .iter()
                 .map(|s| whatif::parse_scale(s))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(anyhow::Error::msg)?;
-            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
+            let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
             let (_, model) = load_model(model)?;
             whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
-            let report = whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales });
+            let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
+            let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
+            let report = whatif::what_if(&model, &scenario);
             match format {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
                 _ => emit(&whatif::table(&report))?,
