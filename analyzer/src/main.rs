@@ -173,6 +173,10 @@ enum Command {
         /// Segments listed in the table: the longest N, in time order (0: all; JSON has all).
         #[arg(long, default_value_t = 40, value_name = "N")]
         limit: usize,
+        /// Also write a Perfetto trace: the traces' own tracks, the path as a track of its own with arrows across
+        /// ranks, and each rank's no-straggler replay beside its real timeline.
+        #[arg(long, value_name = "OUT.pftrace")]
+        perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
     /// attribution to op categories and ranks.
@@ -451,10 +455,20 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
-        Command::CriticalPath { model, limit } => {
+        Command::CriticalPath { model, limit, perfetto } => {
             let format = model_format(model.format)?;
             let (traces, model) = load_model(model)?;
             let path = critical_path::critical_path(&traces, &model);
+            if let Some(out) = perfetto {
+                let ideal = whatif::no_straggler_times(&model);
+                let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
+                let file = std::fs::File::create(&out).with_context(|| out.display().to_string())?;
+                let mut file = std::io::BufWriter::new(file);
+                shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
+                    .and_then(|_| file.flush())
+                    .with_context(|| out.display().to_string())?;
+                let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
+            }
             match format {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
                 _ => emit(&critical_path::table(&path, limit))?,

@@ -289,6 +289,13 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), String> {
     Ok(())
 }
 
+/// Every vertex's time in the no-straggler replay (the ideal of the slowdown `S`).
+pub fn no_straggler_times(model: &Model) -> Vec<i64> {
+    let graph = &model.graph;
+    let (own, _) = own_with(graph, &typical(graph), graph.own_ns(), |_| Some(1.0));
+    graph.simulate(&own, false)
+}
+
 /// Runs `scenario` on `model`, with the slowdown decomposition.
 pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let graph = &model.graph;
