@@ -30,7 +30,9 @@
 //! (negative) measured difference, so that replaying the model with the measured own times reproduces every
 //! recorded time exactly. Work outside the analysed window keeps its measured times.
 //!
-//! **Replay.** Earliest-start simulation in topological order with changed own times: [`Graph::simulate`].
+//! **Replay.** Earliest-start simulation in topological order with changed own times: [`Graph::simulate`]. A model
+//! whose dependencies are known rather than inferred (the straggler paper's training-operation traces, synthetic
+//! cases) is built with [`Graph::from_explicit`] and replayed by the same code.
 //!
 //! **Critical path.** From the end of the GPU operation that ends last, walk back along the *binding*
 //! dependency of each vertex (the predecessor whose time plus lag is latest; on ties the operation's own start,
