@@ -479,6 +479,9 @@ fn run(cli: Cli) -> Result<()> {
             if !model.analysis.traces.is_empty() {
                 bail!("--straggler-artifact analyses its own trace: name no other input");
             }
+            if model.step.is_some() || model.analysis.window.is_some() {
+                bail!("--straggler-artifact analyses every step of its trace: --step and --window do not apply");
+            }
             let meta = artifact_meta
                 .map(|path| straggler_artifact::JobMeta::load(&path))
                 .transpose()

@@ -197,4 +197,7 @@ fn a_file_that_is_not_an_artifact_trace_is_one_line_and_exit_2() {
     let meta = data("meta-ST.yaml");
     let output = common::analyzer(&["what-if", "--straggler-artifact", meta.to_str().unwrap()]);
     common::assert_one_line_error(&output, "meta-ST.yaml");
+    let trace = data("trace-ST.parquet");
+    let output = common::analyzer(&["what-if", "--straggler-artifact", trace.to_str().unwrap(), "--step", "2"]);
+    common::assert_one_line_error(&output, "--step and --window do not apply");
 }
