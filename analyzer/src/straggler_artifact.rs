@@ -722,13 +722,14 @@ impl Template {
             }
             let scatters = sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]).len() as u32;
             let mut first_after = vec![gc];
-            if !use_dp {
-            } else if overlapped_dp {
+            // Without data parallelism nothing more; with an overlapped separate all-reduce, it follows the
+            // embedding and the last reduce-scatter; otherwise the reduce-scatters follow the embedding in order.
+            if use_dp && overlapped_dp {
                 tail.push(lookup(&t, ot::SEPARATE_GRADS_ALL_REDUCE, 0, stage)?);
                 if scatters > 0 {
                     first_after.insert(0, lookup(&t, ot::GRADS_REDUCE_SCATTER, scatters - 1, stage)?);
                 }
-            } else {
+            } else if use_dp {
                 for seq in 0..scatters {
                     tail.push(lookup(&t, ot::GRADS_REDUCE_SCATTER, seq, stage)?);
                 }
