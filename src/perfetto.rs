@@ -80,6 +80,58 @@ pub struct ExportStats {
 /// flow ids are unique across the whole file, so several ranks can share one file. Timestamps
 /// are nanoseconds, shifted by [`Trace::clock_offset_ns`] where a trace has one.
 pub fn write_trace(traces: &[Trace], out: &mut impl Write) -> std::io::Result<ExportStats> {
+    write_trace_with_extra(traces, &[], out)
+}
+
+/// A timeline computed from the traces (a critical path, a replayed schedule), written as a process of its own
+/// beside theirs: one row per [`ExtraTrack`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtraProcess {
+    /// The process track's name.
+    pub name: String,
+    /// Its place among the processes (the traces' processes are ordered by rank from 0; negative: above them).
+    pub order: i32,
+    /// Its rows.
+    pub tracks: Vec<ExtraTrack>,
+}
+
+/// One row of an [`ExtraProcess`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtraTrack {
+    /// The row's name.
+    pub name: String,
+    /// Its slices. Slices on one row must nest: one that starts inside another and ends after it is written from
+    /// the end of the slice before it.
+    pub slices: Vec<ExtraSlice>,
+}
+
+/// One slice of an [`ExtraTrack`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtraSlice {
+    /// Its name.
+    pub name: String,
+    /// Start, ns (the traces' clock).
+    pub start_ns: i64,
+    /// End, ns.
+    pub end_ns: i64,
+    /// Flows leaving it: ids chosen by the caller, unique among all extra slices (the file's own flows are
+    /// numbered apart from them).
+    pub flows_out: Vec<u64>,
+    /// Flows ending at it.
+    pub flows_in: Vec<u64>,
+}
+
+/// Decodes a written Perfetto file (for checks of what an export wrote).
+pub fn decode(bytes: &[u8]) -> Result<proto::Trace, String> {
+    proto::Trace::decode(bytes).map_err(|e| format!("not a Perfetto trace: {e}"))
+}
+
+/// [`write_trace`], followed by the `extra` processes, each a packet sequence of its own.
+pub fn write_trace_with_extra(
+    traces: &[Trace],
+    extra: &[ExtraProcess],
+    out: &mut impl Write,
+) -> std::io::Result<ExportStats> {
     let mut writer =
         PacketWriter { out, buffer: Vec::with_capacity(BUFFER_BYTES + 4096), stats: ExportStats::default() };
     let mut ids = Ids::default();
@@ -97,8 +149,107 @@ pub fn write_trace(traces: &[Trace], out: &mut impl Write) -> std::io::Result<Ex
         TraceExport::new(trace, sequence_id, &mut ids).write(&mut writer, &mut ids)?;
         writer.stats.traces += 1;
     }
+    let flow_base = ids.last_flow_id;
+    for (position, process) in extra.iter().enumerate() {
+        let sequence_id = u32::try_from(traces.len() + position + 1).unwrap_or(u32::MAX);
+        write_extra_process(&mut writer, &mut ids, sequence_id, flow_base, process)?;
+    }
     writer.flush()?;
     Ok(writer.stats)
+}
+
+/// Writes one extra process: its descriptor, one row per track, and each row's slices with inline names.
+fn write_extra_process<W: Write>(
+    writer: &mut PacketWriter<'_, W>,
+    ids: &mut Ids,
+    sequence_id: u32,
+    flow_base: u64,
+    process: &ExtraProcess,
+) -> std::io::Result<()> {
+    let sequence = Some(OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(sequence_id));
+    let process_uuid = ids.track_uuid();
+    // A pid above the range of real ones (Linux pids stay below 2^22).
+    let pid = ids.pid((1 << 22) + sequence_id);
+    let mut first = true;
+    let mut descriptor = |writer: &mut PacketWriter<'_, W>, descriptor: TrackDescriptor| {
+        let packet = TracePacket {
+            data: Some(Data::TrackDescriptor(descriptor)),
+            optional_trusted_packet_sequence_id: sequence,
+            sequence_flags: std::mem::take(&mut first).then_some(SequenceFlags::SeqIncrementalStateCleared as u32),
+            ..TracePacket::default()
+        };
+        writer.stats.tracks += 1;
+        writer.write(&packet)
+    };
+    descriptor(
+        writer,
+        TrackDescriptor {
+            uuid: Some(process_uuid),
+            process: Some(ProcessDescriptor {
+                pid: Some(pid),
+                process_name: Some(process.name.clone()),
+                ..ProcessDescriptor::default()
+            }),
+            sibling_order_rank: Some(process.order),
+            ..TrackDescriptor::default()
+        },
+    )?;
+    for (position, track) in process.tracks.iter().enumerate() {
+        let uuid = ids.track_uuid();
+        descriptor(
+            writer,
+            TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(process_uuid),
+                static_or_dynamic_name: track_name(&track.name),
+                sibling_order_rank: Some(i32::try_from(position).unwrap_or(i32::MAX)),
+                ..TrackDescriptor::default()
+            },
+        )?;
+        let mut order: Vec<&ExtraSlice> = track.slices.iter().collect();
+        order.sort_by_key(|s| (s.start_ns, Reverse(s.end_ns)));
+        // Ends of the open slices, innermost last.
+        let mut open: Vec<i64> = Vec::new();
+        for slice in order {
+            while open.last().is_some_and(|&end| end <= slice.start_ns) {
+                let end = open.pop().unwrap_or_default();
+                write_end(writer, sequence_id, uuid, end)?;
+            }
+            // A slice that would end after the one it starts in is written after that one instead.
+            let mut start_ns = slice.start_ns;
+            while let Some(&end) = open.last()
+                && end < slice.end_ns
+            {
+                open.pop();
+                write_end(writer, sequence_id, uuid, end)?;
+                start_ns = start_ns.max(end);
+            }
+            let end_ns = slice.end_ns.max(start_ns);
+            let event = TrackEvent {
+                r#type: Some(EventType::SliceBegin as i32),
+                track_uuid: Some(uuid),
+                name_field: Some(NameField::Name(slice.name.clone())),
+                flow_ids: slice.flows_out.iter().map(|id| flow_base + id).collect(),
+                terminating_flow_ids: slice.flows_in.iter().map(|id| flow_base + id).collect(),
+                ..TrackEvent::default()
+            };
+            let (timestamp, clamped) = written_timestamp(start_ns);
+            writer.stats.clamped_timestamps += u64::from(clamped);
+            writer.write(&TracePacket {
+                timestamp: Some(timestamp),
+                data: Some(Data::TrackEvent(event)),
+                optional_trusted_packet_sequence_id: sequence,
+                ..TracePacket::default()
+            })?;
+            open.push(end_ns);
+        }
+        while let Some(end) = open.pop() {
+            write_end(writer, sequence_id, uuid, end)?;
+        }
+    }
+    let used = process.tracks.iter().flat_map(|t| &t.slices).flat_map(|s| s.flows_out.iter().chain(&s.flows_in));
+    ids.last_flow_id = ids.last_flow_id.max(flow_base + used.max().copied().unwrap_or(0));
+    Ok(())
 }
 
 /// Reads every input with [`shardscope_io::load`] and writes them all to one Perfetto file.

@@ -34,6 +34,8 @@ pub struct Model {
     pub inputs: Vec<String>,
     /// Notes on the model as a whole.
     pub notes: Vec<String>,
+    /// The collectives matched across ranks; the graph's barriers refer to its instances.
+    pub matching: collectives::Matching,
 }
 
 /// Builds the model of `traces` for `window_ns`, or for step `step` (0 = the first step found on each rank; each
@@ -97,7 +99,14 @@ pub fn build_model(
                 .into(),
         );
     }
-    Ok(Model { graph, window_ns, step, inputs: traces.iter().map(|t| t.source.path.clone()).collect(), notes })
+    Ok(Model {
+        graph,
+        window_ns,
+        step,
+        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+        notes,
+        matching,
+    })
 }
 
 /// One segment of the critical path.
@@ -284,6 +293,79 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
         model: graph.stats.clone(),
         notes: model.notes.clone(),
     }
+}
+
+/// The critical path and a replay as extra processes of a Perfetto export, beside the traces' own tracks:
+/// - `critical path`, above all ranks: one row per rank the path visits, each segment a slice named by its
+///   operation and category, and a flow arrow wherever the path crosses from one rank to another;
+/// - per rank, `rank N · <label>`: the operations at their `replay_ns` times (vertex times of
+///   [`Graph::simulate`]), one row per stream and host thread, for comparison with the real timeline.
+pub fn perfetto_extras(
+    traces: &[Trace],
+    model: &Model,
+    path: &CriticalPath,
+    replay_ns: &[i64],
+    label: &str,
+) -> Vec<shardscope::perfetto::ExtraProcess> {
+    use shardscope::perfetto::{ExtraProcess, ExtraSlice, ExtraTrack};
+    let graph = &model.graph;
+    let mut path_rows: BTreeMap<u32, Vec<ExtraSlice>> = BTreeMap::new();
+    let mut flow = 0u64;
+    let mut previous_rank: Option<u32> = None;
+    for segment in &path.segments {
+        let name = match segment.part {
+            "run" => format!("{} [{}]", segment.op, segment.category),
+            _ => format!("{} before {}", segment.category, segment.op),
+        };
+        let mut slice =
+            ExtraSlice { name, start_ns: segment.start_ns, end_ns: segment.end_ns, ..ExtraSlice::default() };
+        if previous_rank.is_some_and(|r| r != segment.rank) {
+            // The arrow from the previous rank's last segment: opened there, closed here.
+            if let Some(last) = path_rows.get_mut(&previous_rank.unwrap_or_default()).and_then(|row| row.last_mut()) {
+                flow += 1;
+                last.flows_out.push(flow);
+                slice.flows_in.push(flow);
+            }
+        }
+        previous_rank = Some(segment.rank);
+        path_rows.entry(segment.rank).or_default().push(slice);
+    }
+    let mut extras = vec![ExtraProcess {
+        name: format!("critical path ({} segments)", path.segments.len()),
+        order: -1,
+        tracks: path_rows
+            .into_iter()
+            .map(|(rank, slices)| ExtraTrack { name: format!("rank {rank}"), slices })
+            .collect(),
+    }];
+    // The replay: per rank, per stream or thread.
+    let mut rows: BTreeMap<(u32, bool, u32), Vec<ExtraSlice>> = BTreeMap::new();
+    for (op, o) in graph.ops.iter().enumerate() {
+        let (start_ns, end_ns) = (replay_ns[2 * op], replay_ns[2 * op + 1]);
+        rows.entry((o.rank_index, !o.kind.on_gpu(), o.lane)).or_default().push(ExtraSlice {
+            name: op_name(traces, graph, op as u32),
+            start_ns,
+            end_ns,
+            ..ExtraSlice::default()
+        });
+    }
+    for (rank_index, spec) in graph.ranks.iter().enumerate() {
+        let tracks: Vec<ExtraTrack> = rows
+            .range((rank_index as u32, false, 0)..=(rank_index as u32, true, u32::MAX))
+            .map(|(&(_, host, lane), slices)| ExtraTrack {
+                name: if host { format!("thread {lane}") } else { format!("stream {lane}") },
+                slices: slices.clone(),
+            })
+            .collect();
+        if !tracks.is_empty() {
+            extras.push(ExtraProcess {
+                name: format!("rank {} · {label}", spec.rank),
+                order: 1_000_000 + spec.rank.min(1 << 20) as i32,
+                tracks,
+            });
+        }
+    }
+    extras
 }
 
 /// Nanoseconds for people: `1.25 ms`, `830.0 µs`, `12 ns`.

@@ -36,6 +36,7 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod steps;
+pub mod straggler_artifact;
 pub mod study;
 pub mod summary;
 pub mod whatif;

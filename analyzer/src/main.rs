@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, html, whatif, window};
+use shardscope_analyzer::{compare, critical_path, hta, html, straggler_artifact, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -188,6 +188,10 @@ enum Command {
         /// Segments listed in the table: the longest N, in time order (0: all; JSON has all).
         #[arg(long, default_value_t = 40, value_name = "N")]
         limit: usize,
+        /// Also write a Perfetto trace: the traces' own tracks, the path as a track of its own with arrows across
+        /// ranks, and each rank's no-straggler replay beside its real timeline.
+        #[arg(long, value_name = "OUT.pftrace")]
+        perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
     /// attribution to op categories and ranks.
@@ -205,6 +209,20 @@ enum Command {
         /// rank N take F × its typical times (`rank1=1.0` removes rank 1's straggling). Repeatable.
         #[arg(long = "scale", value_name = "KEY=F")]
         scales: Vec<String>,
+        /// Collectives transfer at the bus bandwidth that `bench` measured for their type, rank count and size
+        /// (its results JSON).
+        #[arg(long, value_name = "BENCH.json")]
+        comm_at_peak: Option<PathBuf>,
+        /// Instead of GPU traces: a training-operation trace in the format of the OSDI'25 straggler paper's
+        /// artifact (Parquet, one row per operation); prints S, S_t, S_w per DP rank and stage, M_W and M_S.
+        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak"])]
+        straggler_artifact: Option<PathBuf>,
+        /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
+        #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
+        artifact_meta: Option<PathBuf>,
+        /// With --straggler-artifact: draw the slowdown per worker and step as OUT.png and OUT.svg.
+        #[arg(long, value_name = "OUT.png", requires = "straggler_artifact")]
+        heatmap: Option<PathBuf>,
     },
     /// Run a workload over a grid of configurations (each run under `capture`), then analyse every run into
     /// `study.json`, `study.html` and charts. Finished points are kept when run again.
@@ -456,26 +474,62 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
-        Command::CriticalPath { model, limit } => {
+        Command::CriticalPath { model, limit, perfetto } => {
             let format = model_format(model.format)?;
             let (traces, model) = load_model(model)?;
             let path = critical_path::critical_path(&traces, &model);
+            if let Some(out) = perfetto {
+                let ideal = whatif::no_straggler_times(&model);
+                let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
+                let file = std::fs::File::create(&out).with_context(|| out.display().to_string())?;
+                let mut file = std::io::BufWriter::new(file);
+                shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
+                    .and_then(|_| file.flush())
+                    .with_context(|| out.display().to_string())?;
+                let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
+            }
             match format {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
                 _ => emit(&critical_path::table(&path, limit))?,
             }
         }
-        Command::WhatIf { model, no_straggler, comm_overlapped, scales } => {
+        Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, heatmap, .. } => {
+            let format = model_format(model.format)?;
+            if !model.analysis.traces.is_empty() {
+                bail!("--straggler-artifact analyses its own trace: name no other input");
+            }
+            if model.step.is_some() || model.analysis.window.is_some() {
+                bail!("--straggler-artifact analyses every step of its trace: --step and --window do not apply");
+            }
+            let meta = artifact_meta
+                .map(|path| straggler_artifact::JobMeta::load(&path))
+                .transpose()
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or_default();
+            let report = straggler_artifact::run(&trace, &meta).map_err(anyhow::Error::msg)?;
+            if let Some(path) = heatmap {
+                let [png, svg] = straggler_artifact::write_heatmap(&report, &path).map_err(anyhow::Error::msg)?;
+                let _ = writeln!(std::io::stderr(), "analyzer: wrote {} and {}", png.display(), svg.display());
+            }
+            match format {
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                _ => emit(&straggler_artifact::table(&report))?,
+            }
+        }
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, .. } => {
             let format = model_format(model.format)?;
             let scales = scales
                 .iter()
                 .map(|s| whatif::parse_scale(s))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(anyhow::Error::msg)?;
-            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
+            let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
             let (_, model) = load_model(model)?;
             whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
-            let report = whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales });
+            let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
+            let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
+            let report = whatif::what_if(&model, &scenario);
             match format {
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
                 _ => emit(&whatif::table(&report))?,

@@ -9,6 +9,9 @@
 //!   transfer time; its wait is not an own time, so it shrinks by itself once the ranks arrive together.
 //!   Operations without a peer instance keep their own times (counted).
 //! - *communication overlapped*: communication kernels take no time and nothing waits at a collective's barrier.
+//! - *communication at peak* (`--comm-at-peak BENCH.json`): every matched collective whose type, rank count and
+//!   message size are known transfers in the time the machine's measured bus bandwidth for that size allows
+//!   (`bytes × bus factor / busbw`, busbw interpolated over `bench`'s size sweep); the others keep their own.
 //! - `--scale CATEGORY=F`: durations of that op category (`gemm`, `comm` for all communication, `host`, ...)
 //!   times F; `--scale rankN=F`: rank N's operations take F times their typical (median across ranks) own times,
 //!   so `rank3=1.0` removes rank 3's straggling and `rank3=1.2` makes it 20 % slower than typical.
@@ -20,6 +23,8 @@
 
 use serde::Serialize;
 
+use crate::bench_peaks::BenchPeaks;
+use crate::collectives::bus_factor;
 use crate::critical_path::{Model, human_ns, model_lines};
 use crate::depgraph::{Graph, Op, end_vertex, start_vertex};
 
@@ -66,6 +71,36 @@ pub struct Scenario {
     pub comm_overlapped: bool,
     /// Scale rules, applied after the above.
     pub scales: Vec<ScaleRule>,
+    /// Matched collectives at the measured bus bandwidth (applied after the scale rules).
+    pub comm_at_peak: Option<PeakTransfers>,
+}
+
+/// The transfer time of each collective instance of a model at the machine's measured bus bandwidth for its
+/// type, rank count and size.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeakTransfers {
+    /// The `bench` results file.
+    pub source: String,
+    /// Per barrier of the model (collective instance): the transfer time at the measured bus bandwidth, ns
+    /// (`None`: no size, or no measurement of that type and rank count).
+    pub per_barrier_ns: Vec<Option<i64>>,
+}
+
+/// The transfer times of `model`'s collective instances at the bus bandwidth `bench` measured for their size.
+pub fn peak_transfers(model: &Model, bench: &BenchPeaks) -> PeakTransfers {
+    let graph = &model.graph;
+    let first_barrier = 2 * graph.ops.len() as u32;
+    let barriers = graph.measured_ns().len() as u32 - first_barrier;
+    let per_barrier_ns = (first_barrier..first_barrier + barriers)
+        .map(|vertex| {
+            let instance = &model.matching.instances[graph.barrier_instance(vertex)?];
+            let bytes = instance.bytes?;
+            let busbw_gbps = bench.at_size(instance.op, instance.nranks, bytes).filter(|b| *b > 0.0)?;
+            // GB/s is bytes per ns.
+            Some((bytes as f64 * bus_factor(instance.op, instance.nranks) / busbw_gbps).round() as i64)
+        })
+        .collect();
+    PeakTransfers { source: bench.source.clone(), per_barrier_ns }
 }
 
 impl Scenario {
@@ -83,6 +118,9 @@ impl Scenario {
                 ScaleTarget::Category(c) => format!("{c} durations × {}", rule.factor),
                 ScaleTarget::Rank(r) => format!("rank {r} at {} × typical", rule.factor),
             });
+        }
+        if let Some(peak) = &self.comm_at_peak {
+            out.push(format!("collectives at the bus bandwidth measured for their size ({})", peak.source));
         }
         out
     }
@@ -214,6 +252,9 @@ pub struct WhatIf {
     pub by_rank: Vec<Attribution>,
     /// Operations without a peer instance on another rank (keep their own times when idealised).
     pub ops_without_peer: u64,
+    /// With communication at peak: matched collective operations without a bus bandwidth for their size (no size
+    /// recorded, or no measurement of their type and rank count), which keep their own transfer.
+    pub collectives_without_peak: u64,
     /// What was modelled and what could not be.
     pub model: crate::depgraph::ModelStats,
     /// Notes on the inputs.
@@ -248,6 +289,13 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), String> {
     Ok(())
 }
 
+/// Every vertex's time in the no-straggler replay (the ideal of the slowdown `S`).
+pub fn no_straggler_times(model: &Model) -> Vec<i64> {
+    let graph = &model.graph;
+    let (own, _) = own_with(graph, &typical(graph), graph.own_ns(), |_| Some(1.0));
+    graph.simulate(&own, false)
+}
+
 /// Runs `scenario` on `model`, with the slowdown decomposition.
 pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let graph = &model.graph;
@@ -277,6 +325,22 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
                         own[e] = scale(own[e], rule.factor);
                     }
                 }
+            }
+        }
+    }
+    let mut collectives_without_peak = 0;
+    if let Some(peak) = &scenario.comm_at_peak {
+        let first_barrier = 2 * graph.ops.len();
+        for (op_id, op) in graph.ops.iter().enumerate() {
+            if !op.matched {
+                continue;
+            }
+            let at_peak = graph
+                .barrier_of(op_id as u32)
+                .and_then(|b| peak.per_barrier_ns.get((b as usize).checked_sub(first_barrier)?).copied().flatten());
+            match at_peak {
+                Some(ns) => own[end_vertex(op_id as u32) as usize] = ns,
+                None => collectives_without_peak += 1,
             }
         }
     }
@@ -355,6 +419,7 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
         by_category,
         by_rank,
         ops_without_peer: without_peer.max(ideal_missing),
+        collectives_without_peak,
         model: graph.stats.clone(),
         notes: model.notes.clone(),
     }
@@ -412,6 +477,12 @@ pub fn table(report: &WhatIf) -> String {
                 a.removed_pct
             ));
         }
+    }
+    if report.collectives_without_peak > 0 {
+        out.push_str(&format!(
+            "{} collective operations have no measured bus bandwidth for their size and keep their transfer\n",
+            report.collectives_without_peak
+        ));
     }
     if report.ops_without_peer > 0 {
         out.push_str(&format!(

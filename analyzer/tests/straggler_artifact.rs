@@ -1,0 +1,203 @@
+//! The straggler what-if on the three traces published with the OSDI 2025 paper reproduces the paper artifact's
+//! expected results: `S` and its decompositions per operation type, DP rank and stage within 1 % (relative), and
+//! `M_W` / `M_S` within 1 percentage point.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use shardscope_analyzer::straggler_artifact::{self, GroupSlowdown, JobMeta, StragglerReport};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/straggler-artifact").join(name)
+}
+
+fn json(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(data(name)).unwrap()).unwrap()
+}
+
+fn analyse(trial: &str) -> StragglerReport {
+    let meta = JobMeta::load(&data(&format!("meta-{trial}.yaml"))).unwrap();
+    straggler_artifact::run(&data(&format!("trace-{trial}.parquet")), &meta).unwrap()
+}
+
+/// Compares one decomposition with the expected `{name: slowdown}` object, every key present on both sides.
+fn check_groups(trial: &str, what: &str, ours: &[GroupSlowdown], expected: &Value, failures: &mut Vec<String>) {
+    let expected = expected.as_object().unwrap_or_else(|| panic!("{trial}: {what} is not an object"));
+    assert_eq!(
+        ours.len(),
+        expected.len(),
+        "{trial}: {what}: groups {:?} vs {:?}",
+        ours.iter().map(|g| &g.name).collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (name, value) in expected {
+        let want = value.as_f64().unwrap();
+        let Some(got) = ours.iter().find(|g| &g.name == name) else {
+            failures.push(format!("{trial}: {what}: no group {name}"));
+            continue;
+        };
+        let error = (got.slowdown - want).abs() / want;
+        if error > 0.01 {
+            failures.push(format!(
+                "{trial}: {what} {name}: {:.5} vs expected {want:.5} ({:.2} %)",
+                got.slowdown,
+                error * 100.0
+            ));
+        }
+    }
+}
+
+fn check(trial: &str) {
+    let report = analyse(trial);
+    let result = json(&format!("result-{trial}.json"));
+    let mut failures = Vec::new();
+    let want = result["blocking_slowdown"].as_f64().unwrap();
+    let error = (report.slowdown - want).abs() / want;
+    if error > 0.01 {
+        failures.push(format!("{trial}: S {:.5} vs expected {want:.5}", report.slowdown));
+    }
+    check_groups(trial, "S_t", &report.by_optype, &result["blocking_decompose_by_optype"], &mut failures);
+    check_groups(trial, "S_w per DP rank", &report.by_dp_rank, &result["blocking_decompose_by_dp_rank"], &mut failures);
+    check_groups(trial, "S_w per stage", &report.by_stage, &result["blocking_decompose_by_stage"], &mut failures);
+    for (name, ours, file, key) in
+        [("M_W", &report.m_w, format!("mw-{trial}.json"), "Mw"), ("M_S", &report.m_s, format!("ms-{trial}.json"), "Ms")]
+    {
+        let want = json(&file)[key].as_f64().unwrap();
+        if (ours.removed - want).abs() > 0.01 {
+            failures.push(format!("{trial}: {name} {:.4} vs expected {want:.4}", ours.removed));
+        }
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), straggler_artifact::table(&report));
+    // The per-step slowdowns are those of the expected result too (the same keys, each within 1 %).
+    let per_step = result["blocking_step_slowdown"].as_object().unwrap();
+    assert_eq!(per_step.len(), report.per_step.len(), "{trial}: steps");
+    for step in &report.per_step {
+        let want = per_step[&step.step.to_string()].as_f64().unwrap();
+        assert!(
+            (step.slowdown - want).abs() / want <= 0.01,
+            "{trial}: step {}: {} vs {want}",
+            step.step,
+            step.slowdown
+        );
+    }
+}
+
+#[test]
+fn artifact_trace_st_stage_imbalance() {
+    check("ST");
+}
+
+#[test]
+fn artifact_trace_ar_slow_worker() {
+    check("AR");
+}
+
+#[test]
+fn artifact_trace_se_sequence_imbalance() {
+    check("SE");
+}
+
+mod common;
+
+/// `what-if --heatmap` draws the slowdown of every worker and step: the SVG's cells carry exactly the report's
+/// `min(S_dp, S_stage) − 1` per step, and the PNG matches the committed image of trace ST.
+///
+/// After an intended change of the look: `UPDATE_SNAPSHOTS=1 cargo test -p shardscope-analyzer --test
+/// straggler_artifact` rewrites `analyzer/tests/snapshots/straggler/heatmap-ST.png` (look at it before committing).
+#[test]
+fn heatmap_cells_are_the_reports_figures_and_the_png_matches_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let png_path = dir.path().join("heatmap.png");
+    let trace = data("trace-ST.parquet");
+    let output = common::analyzer(&[
+        "what-if",
+        "--straggler-artifact",
+        trace.to_str().unwrap(),
+        "--format",
+        "json",
+        "--heatmap",
+        png_path.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+
+    // Expected cells from the JSON report: per worker, per step index.
+    let per_step = |key: &str, name: u64| -> Vec<f64> {
+        let group = report[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"].as_str().and_then(|n| n.parse::<u64>().ok()) == Some(name))
+            .unwrap();
+        group["per_step"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+    };
+    let svg = std::fs::read_to_string(dir.path().join("heatmap.svg")).unwrap();
+    let cell = regex::Regex::new(r#"data-kind="cell"[^>]*data-row="([^"]*)" data-column="(\d+)" data-value="([^"]*)""#)
+        .unwrap();
+    let drawn: Vec<(String, usize, f64)> =
+        cell.captures_iter(&svg).map(|c| (c[1].to_string(), c[2].parse().unwrap(), c[3].parse().unwrap())).collect();
+    let workers = report["worker_places"].as_array().unwrap();
+    let steps = report["per_step"].as_array().unwrap().len();
+    assert_eq!(drawn.len(), workers.len() * steps, "one cell per worker and step");
+    for worker in workers {
+        let (dp, stage) = (worker["dp_rank"].as_u64().unwrap(), worker["stage"].as_u64().unwrap());
+        let row = format!("DP{dp} PP{stage}");
+        let (by_dp, by_stage) = (per_step("by_dp_rank", dp), per_step("by_stage", stage));
+        for (column, (a, b)) in by_dp.iter().zip(&by_stage).enumerate() {
+            let want = (a.min(*b) - 1.0) * 100.0;
+            let got = drawn.iter().find(|d| d.0 == row && d.1 == column).map(|d| d.2);
+            // Equal but for the last bits that JSON text parsing may round differently.
+            assert!(got.is_some_and(|g| (g - want).abs() <= 1e-9), "{row}, step index {column}: {got:?} vs {want}");
+        }
+    }
+    // ST is slowed by its last stage: averaged over the steps, each row of stage 3 shows more slowdown than any
+    // row of another stage.
+    let row_mean = |row: &str| drawn.iter().filter(|d| d.0 == row).map(|d| d.2).sum::<f64>() / steps as f64;
+    let rows: Vec<String> = workers.iter().map(|w| format!("DP{} PP{}", w["dp_rank"], w["stage"])).collect();
+    let last = rows.iter().filter(|r| r.ends_with("PP3")).map(|r| row_mean(r)).fold(f64::INFINITY, f64::min);
+    let others = rows.iter().filter(|r| !r.ends_with("PP3")).map(|r| row_mean(r)).fold(f64::NEG_INFINITY, f64::max);
+    assert!(last > others + 10.0, "last stage {last} % vs others {others} %");
+
+    let drawn_png = std::fs::read(&png_path).unwrap();
+    let golden_path = common::repo_root().join("analyzer/tests/snapshots/straggler/heatmap-ST.png");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| !v.is_empty() && v != "0") {
+        std::fs::create_dir_all(golden_path.parent().unwrap()).unwrap();
+        std::fs::write(&golden_path, &drawn_png).unwrap();
+        return;
+    }
+    let golden = std::fs::read(&golden_path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_SNAPSHOTS=1 writes it)", golden_path.display()));
+    let (w0, h0, a) = decode(&drawn_png);
+    let (w1, h1, b) = decode(&golden);
+    assert_eq!((w0, h0), (w1, h1), "size");
+    // Anti-aliasing may differ by a few levels between builds: a pixel counts as changed beyond 24 levels, and at
+    // most 0.5 % of the pixels may change.
+    let changed =
+        a.chunks(3).zip(b.chunks(3)).filter(|(p, q)| p.iter().zip(*q).any(|(x, y)| x.abs_diff(*y) > 24)).count();
+    let allowed = (w0 * h0) as usize / 200;
+    assert!(changed <= allowed, "{changed} pixels differ from the snapshot (at most {allowed})");
+}
+
+fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("a PNG");
+    let mut pixels = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut pixels).expect("a frame");
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    pixels.truncate(info.buffer_size());
+    (info.width, info.height, pixels)
+}
+
+#[test]
+fn a_file_that_is_not_an_artifact_trace_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("trace.parquet");
+    std::fs::write(&bogus, b"not parquet at all").unwrap();
+    let output = common::analyzer(&["what-if", "--straggler-artifact", bogus.to_str().unwrap()]);
+    common::assert_one_line_error(&output, "trace.parquet: not a readable Parquet file");
+    let meta = data("meta-ST.yaml");
+    let output = common::analyzer(&["what-if", "--straggler-artifact", meta.to_str().unwrap()]);
+    common::assert_one_line_error(&output, "meta-ST.yaml");
+    let trace = data("trace-ST.parquet");
+    let output = common::analyzer(&["what-if", "--straggler-artifact", trace.to_str().unwrap(), "--step", "2"]);
+    common::assert_one_line_error(&output, "--step and --window do not apply");
+}
