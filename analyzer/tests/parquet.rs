@@ -125,7 +125,9 @@ fn damaged_datasets_are_one_line_naming_the_file() {
     // A schema version this build does not know, in the marker.
     let marker = dataset.join("_shardscope_dataset.json");
     let text = std::fs::read_to_string(&marker).unwrap();
-    std::fs::write(&marker, text.replace("\"1.0\"", "\"7.0\"")).unwrap();
+    let mut unknown: serde_json::Value = serde_json::from_str(&text).unwrap();
+    unknown["schema_version"] = "7.0".into();
+    std::fs::write(&marker, unknown.to_string()).unwrap();
     assert_one_line_error(&analyzer(&["report", &dataset_arg]), "unsupported schema version 7.0");
     std::fs::write(&marker, "not json").unwrap();
     assert_one_line_error(&analyzer(&["report", &dataset_arg]), "_shardscope_dataset.json: not a dataset marker");
