@@ -252,10 +252,23 @@ fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
 fn png_charts_match_the_committed_images() {
     let dir = tempfile::tempdir().unwrap();
     draw_sample(dir.path());
+    assert_match_committed_images(dir.path(), &CHARTS);
+}
+
+#[test]
+fn llm_png_charts_match_the_committed_images() {
+    let dir = tempfile::tempdir().unwrap();
+    draw_llm(dir.path(), "33");
+    assert_match_committed_images(dir.path(), &["latency", "mfu", "layers_prefill", "layers_decode"]);
+}
+
+/// Compares each `NAME.png` drawn into `dir` with `analyzer/tests/snapshots/charts/NAME.png`
+/// (`UPDATE_SNAPSHOTS=1` rewrites them).
+fn assert_match_committed_images(dir: &Path, names: &[&str]) {
     let snapshots = repo_root().join("analyzer/tests/snapshots/charts");
     let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| !v.is_empty() && v != "0");
-    for name in CHARTS {
-        let drawn = std::fs::read(dir.path().join(format!("{name}.png"))).unwrap();
+    for name in names {
+        let drawn = std::fs::read(dir.join(format!("{name}.png"))).unwrap();
         let golden_path = snapshots.join(format!("{name}.png"));
         if update {
             std::fs::create_dir_all(&snapshots).unwrap();
