@@ -24,6 +24,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _native
 from ._native import ShardscopeError
 
+# The error is raised on Dask workers and pickled back to the client by its module and name: name the module that
+# defines it under the package, where the client finds it.
+ShardscopeError.__module__ = "shardscope._native"
+
 __all__ = ["Options", "Run", "ShardscopeError", "load", "report", "report_json"]
 
 
