@@ -31,7 +31,12 @@ use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::{critical_path, hta, render, whatif};
 use shardscope_model::{DeviceIdx, Trace};
 
-create_exception!(_native, ShardscopeError, PyValueError, "An input shardscope cannot use: one line naming it and why.");
+create_exception!(
+    _native,
+    ShardscopeError,
+    PyValueError,
+    "An input shardscope cannot use: one line naming it and why."
+);
 
 fn fail(message: impl std::fmt::Display) -> PyErr {
     ShardscopeError::new_err(message.to_string())
@@ -120,7 +125,8 @@ fn load(py: Python<'_>, paths: Vec<PathBuf>, options: &str) -> PyResult<Run> {
             return Err(fail(format!("inputs are not one run: {why} (allow_mixed=True analyses them together)")));
         }
         let report = report::analyze(&traces, &Options { keep_instances: true, ..options.clone() });
-        let ranks = report::assign_ranks(&traces).into_iter().map(|(key, rank, _)| ((key.trace, key.device), rank)).collect();
+        let ranks =
+            report::assign_ranks(&traces).into_iter().map(|(key, rank, _)| ((key.trace, key.device), rank)).collect();
         Ok(Run { traces, options, report, ranks })
     })
 }
@@ -182,7 +188,10 @@ impl Run {
     /// The report as `analyzer report --format json` prints it (without the trailing newline).
     fn report_json(&self, py: Python<'_>) -> String {
         py.detach(|| {
-            let printed = Report { instances: if self.options.keep_instances { self.report.instances.clone() } else { Vec::new() }, ..self.report.clone() };
+            let printed = Report {
+                instances: if self.options.keep_instances { self.report.instances.clone() } else { Vec::new() },
+                ..self.report.clone()
+            };
             render::json(&printed)
         })
     }
@@ -311,8 +320,13 @@ impl Run {
             .ranks
             .iter()
             .flat_map(|r| {
-                std::iter::once(FigureRow { rank: r.rank, phase: None, figures: &r.figures })
-                    .chain(r.phases.iter().map(|p| FigureRow { rank: r.rank, phase: Some(p.name.as_str()), figures: &p.figures }))
+                std::iter::once(FigureRow { rank: r.rank, phase: None, figures: &r.figures }).chain(
+                    r.phases.iter().map(|p| FigureRow {
+                        rank: r.rank,
+                        phase: Some(p.name.as_str()),
+                        figures: &p.figures,
+                    }),
+                )
             })
             .collect();
         let out = PyDict::new(py);
@@ -333,7 +347,11 @@ impl Run {
                     ("comm_transfer_ns", f(|x| x.comm_transfer_ns), false),
                     ("comm_comp_overlap_pct", f64s(rows.iter().map(|r| r.figures.comm_comp_overlap_pct)), false),
                     ("comm_over_busy_pct", f64s(rows.iter().map(|r| r.figures.comm_over_busy_pct)), false),
-                    ("exposed_comm_over_span_pct", f64s(rows.iter().map(|r| r.figures.exposed_comm_over_span_pct)), false),
+                    (
+                        "exposed_comm_over_span_pct",
+                        f64s(rows.iter().map(|r| r.figures.exposed_comm_over_span_pct)),
+                        false,
+                    ),
                     ("late_count", u64s(rows.iter().map(|r| r.figures.late_count)), false),
                     ("kernel_count", u64s(rows.iter().map(|r| r.figures.kernel_count)), false),
                     ("memop_count", u64s(rows.iter().map(|r| r.figures.memop_count)), false),
