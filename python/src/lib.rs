@@ -485,30 +485,51 @@ fn parts_from(data: &[Vec<u8>]) -> PyResult<Vec<TracePart>> {
     data.iter().map(|d| from_bytes(d, "a report part")).collect()
 }
 
-/// Reads `path` (a file, a folder or a dataset) and analyses each of its traces alone: one part per trace.
-#[pyfunction]
-fn trace_parts<'py>(py: Python<'py>, path: PathBuf, options: &str) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let options = options_from_json(options)?;
-    let encoded = py.detach(|| {
-        let traces = load_paths(std::slice::from_ref(&path))?;
-        traces
-            .iter()
-            .map(|trace| serde_json::to_vec(&partial::trace_part(trace, &options)).map_err(fail))
-            .collect::<PyResult<Vec<Vec<u8>>>>()
-    })?;
-    Ok(encoded.iter().map(|d| PyBytes::new(py, d)).collect())
-}
+/// What one trace gives the distributed merge: its part, the part's header (without rank reports and kernel rows,
+/// small enough to gather), and its keyed kernel rows hashed into `buckets` by key (communicator, type, slot), with
+/// rank inputs counted from the trace's first GPU (0).
+type Pieces = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
-/// A part without its rank reports and kernel rows: what numbering the ranks needs, small enough to gather.
-#[pyfunction]
-fn part_header<'py>(py: Python<'py>, part: Vec<u8>) -> PyResult<Bound<'py, PyBytes>> {
-    let mut part: TracePart = from_bytes(&part, "a report part")?;
-    for device in &mut part.devices {
+fn pieces(part: &TracePart, buckets: usize) -> PyResult<Pieces> {
+    let mut header = part.clone();
+    for device in &mut header.devices {
         device.report = Value::Null;
         device.hta_if_job_has_steps = None;
         device.comm.clear();
     }
-    to_bytes(py, &part)
+    let mut by_bucket: Vec<Vec<KeyedRow>> = vec![Vec::new(); buckets.max(1)];
+    for row in partial::keyed_rows(part, 0) {
+        // SipHash with fixed keys: the same key lands in the same bucket on every worker.
+        let mut hasher = DefaultHasher::new();
+        row.key().hash(&mut hasher);
+        let bucket = (hasher.finish() % by_bucket.len() as u64) as usize;
+        by_bucket[bucket].push(row);
+    }
+    Ok((
+        serde_json::to_vec(part).map_err(fail)?,
+        serde_json::to_vec(&header).map_err(fail)?,
+        by_bucket.iter().map(|rows| serde_json::to_vec(rows).map_err(fail)).collect::<PyResult<_>>()?,
+    ))
+}
+
+/// [`Pieces`] as Python bytes.
+type PyPieces<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>);
+
+/// Reads `path` (a file, a folder or a dataset) and analyses each of its traces alone: per trace, its part, the
+/// part's header and its kernel rows in `buckets` (see [`Pieces`]).
+#[pyfunction]
+fn trace_pieces<'py>(py: Python<'py>, path: PathBuf, options: &str, buckets: usize) -> PyResult<Vec<PyPieces<'py>>> {
+    let options = options_from_json(options)?;
+    let encoded = py.detach(|| {
+        let traces = load_paths(std::slice::from_ref(&path))?;
+        traces.iter().map(|trace| pieces(&partial::trace_part(trace, &options), buckets)).collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(encoded
+        .iter()
+        .map(|(part, header, rows)| {
+            (PyBytes::new(py, part), PyBytes::new(py, header), rows.iter().map(|r| PyBytes::new(py, r)).collect())
+        })
+        .collect())
 }
 
 /// The ranks of the run the parts (or their headers) make, in rank input order, as JSON.
@@ -523,37 +544,21 @@ fn hosts_differ(headers: Vec<Vec<u8>>) -> PyResult<bool> {
     Ok(partial::hosts_differ(&parts_from(&headers)?))
 }
 
-/// The part's communication kernels with their keys, hashed into `buckets` by key (communicator, type, slot).
-#[pyfunction]
-fn keyed_buckets<'py>(
-    py: Python<'py>,
-    part: Vec<u8>,
-    first_input: usize,
-    buckets: usize,
-) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let part: TracePart = from_bytes(&part, "a report part")?;
-    let buckets = buckets.max(1);
-    let mut out: Vec<Vec<KeyedRow>> = vec![Vec::new(); buckets];
-    for row in partial::keyed_rows(&part, first_input) {
-        // SipHash with fixed keys: the same key lands in the same bucket on every worker.
-        let mut hasher = DefaultHasher::new();
-        row.key().hash(&mut hasher);
-        out[(hasher.finish() % buckets as u64) as usize].push(row);
-    }
-    out.iter().map(|rows| to_bytes(py, rows)).collect()
-}
-
-fn rows_from(buckets: &[Vec<u8>]) -> PyResult<Vec<KeyedRow>> {
+/// The rows of one bucket from several traces: (rank input of the trace's first GPU, the trace's rows).
+fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
     let mut rows = Vec::new();
-    for bucket in buckets {
-        rows.extend(from_bytes::<Vec<KeyedRow>>(bucket, "keyed rows")?);
+    for (first_input, bucket) in buckets {
+        rows.extend(from_bytes::<Vec<KeyedRow>>(bucket, "keyed rows")?.into_iter().map(|mut row| {
+            row.input += first_input;
+            row
+        }));
     }
     Ok(rows)
 }
 
-/// The clock observations of the instances in one bucket (from every part), as JSON.
+/// The clock observations of the instances in one bucket (its rows from every trace, see `rows_from`), as JSON.
 #[pyfunction]
-fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyBytes>> {
+fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> PyResult<Bound<'py, PyBytes>> {
     let rows = rows_from(&buckets)?;
     to_bytes(py, &partial::row_differences(rows))
 }
@@ -568,12 +573,12 @@ fn alignment_offsets(inputs: usize, differences: Vec<Vec<u8>>) -> PyResult<Vec<i
     Ok(shardscope_analyzer::collectives::alignment_offsets(inputs, all))
 }
 
-/// Matches the rows of one bucket (its rows from every part) into collective instances.
+/// Matches the rows of one bucket (its rows from every trace, see `rows_from`) into collective instances.
 #[pyfunction]
 #[pyo3(signature = (buckets, ranks, offsets=Vec::new()))]
 fn match_bucket<'py>(
     py: Python<'py>,
-    buckets: Vec<Vec<u8>>,
+    buckets: Vec<(usize, Vec<u8>)>,
     ranks: &str,
     offsets: Vec<i64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
@@ -625,11 +630,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ShardscopeError", m.py().get_type::<ShardscopeError>())?;
     m.add_class::<Run>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
-    m.add_function(wrap_pyfunction!(trace_parts, m)?)?;
-    m.add_function(wrap_pyfunction!(part_header, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(rank_entries, m)?)?;
     m.add_function(wrap_pyfunction!(hosts_differ, m)?)?;
-    m.add_function(wrap_pyfunction!(keyed_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_differences, m)?)?;
     m.add_function(wrap_pyfunction!(alignment_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(match_bucket, m)?)?;

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import Options, ShardscopeError, _native
@@ -47,42 +48,38 @@ def expand_inputs(paths: Sequence[str]) -> List[str]:
 
 
 # --- Tasks (module-level functions, so that workers import them by name). ---
+#
+# A "pieces" value is what one input gives: per trace in it, (part, header, [rows of bucket 0, 1, …]).
 
 
-def _parts(path: str, options: str) -> List[bytes]:
-    return _native.trace_parts(path, options)
+def _pieces(path: str, options: str, buckets: int) -> List[Any]:
+    return _native.trace_pieces(path, options, buckets)
 
 
-def _headers(parts: List[bytes]) -> List[bytes]:
-    return [_native.part_header(p) for p in parts]
+def _headers(pieces: List[Any]) -> List[bytes]:
+    return [header for _, header, _ in pieces]
 
 
-def _split(parts: List[bytes], first_inputs: List[int], buckets: int) -> List[List[bytes]]:
-    """Per bucket, the keyed rows of each of the parts."""
-    per_part = [_native.keyed_buckets(p, first, buckets) for p, first in zip(parts, first_inputs)]
-    return [[rows[b] for rows in per_part] for b in range(buckets)]
+def _bucket(pieces: List[Any], bucket: int) -> List[bytes]:
+    return [rows[bucket] for _, _, rows in pieces]
 
 
-def _pick(split: List[List[bytes]], bucket: int) -> List[bytes]:
-    return split[bucket]
+def _with_inputs(first_inputs: List[List[int]], picked: Sequence[List[bytes]]) -> List[Any]:
+    """The bucket's rows of every trace, each with the rank input of the trace's first GPU."""
+    return [(first, rows) for firsts, per_trace in zip(first_inputs, picked) for first, rows in zip(firsts, per_trace)]
 
 
-def _flatten(lists: List[List[bytes]]) -> List[bytes]:
-    return [item for sub in lists for item in sub]
+def _differences(first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
+    return _native.bucket_differences(_with_inputs(first_inputs, picked))
 
 
-def _differences(*picked: List[bytes]) -> bytes:
-    return _native.bucket_differences(_flatten(list(picked)))
+def _match(ranks: str, offsets: List[int], first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
+    return _native.match_bucket(_with_inputs(first_inputs, picked), ranks, offsets)
 
 
-def _match(ranks: str, offsets: List[int], *picked: List[bytes]) -> bytes:
-    return _native.match_bucket(_flatten(list(picked)), ranks, offsets)
-
-
-def _assemble(options: str, n_inputs: int, *parts_and_instances: Any) -> str:
-    part_lists = parts_and_instances[:n_inputs]
-    instances = list(parts_and_instances[n_inputs:])
-    return _native.assemble(_flatten(list(part_lists)), instances, options)
+def _assemble(options: str, n_inputs: int, *pieces_and_instances: Any) -> str:
+    parts = [part for pieces in pieces_and_instances[:n_inputs] for part, _, _ in pieces]
+    return _native.assemble(parts, list(pieces_and_instances[n_inputs:]), options)
 
 
 def analyze(
@@ -124,13 +121,16 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
         raise ShardscopeError("no inputs")
     opts = options.to_json()
     inputs = expand_inputs(paths)
+    # Keys name the stage (as the dashboard groups tasks) and this call, so that two analyses on one client never
+    # share a result.
+    call = uuid.uuid4().hex[:12]
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     buckets = max(1, buckets or 2 * n_workers)
 
-    # Per input, on the workers: read and analyse each trace alone.
-    parts = [client.submit(_parts, path, opts, key=f"parts-{i}", pure=False) for i, path in enumerate(inputs)]
-    headers = client.gather([client.submit(_headers, p, key=f"headers-{i}") for i, p in enumerate(parts)])
-    flat_headers = _flatten(headers)
+    # Per input, on the workers: read and analyse each trace alone; its kernel rows split by key into buckets.
+    pieces = [client.submit(_pieces, path, opts, buckets, key=f"parts-{call}-{i}", pure=False) for i, path in enumerate(inputs)]
+    headers = client.gather([client.submit(_headers, p, key=f"headers-{call}-{i}") for i, p in enumerate(pieces)])
+    flat_headers = [header for per_input in headers for header in per_input]
     _native.check_one_run(flat_headers, options.allow_mixed)
     ranks_json = _native.rank_entries(flat_headers)
     ranks = json.loads(ranks_json)
@@ -138,27 +138,30 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
     for entry in ranks:
         devices_per_trace[entry["trace"]] = devices_per_trace.get(entry["trace"], 0) + 1
 
-    # Rank input of each part's first GPU: parts in input order, GPUs in order.
+    # Rank input of each trace's first GPU: traces in input order, GPUs in order.
     first_inputs: List[List[int]] = []
     trace_index = 0
     next_input = 0
-    for part_headers in headers:
+    for per_input in headers:
         firsts = []
-        for _ in part_headers:
+        for _ in per_input:
             firsts.append(next_input)
             next_input += devices_per_trace.get(trace_index, 0)
             trace_index += 1
         first_inputs.append(firsts)
 
-    # Keyed reduction: every input's rows split by key into buckets; each bucket matched on a worker.
-    splits = [client.submit(_split, p, f, buckets, key=f"split-{i}") for i, (p, f) in enumerate(zip(parts, first_inputs))]
-    picked = [[client.submit(_pick, s, b, key=f"pick-{b}-{i}") for i, s in enumerate(splits)] for b in range(buckets)]
+    # Keyed reduction: each bucket's rows from every input matched on a worker.
+    picked = [[client.submit(_bucket, p, b, key=f"bucket-{call}-{b}-{i}") for i, p in enumerate(pieces)] for b in range(buckets)]
     offsets: List[int] = []
     if _native.hosts_differ(flat_headers):
-        differences = client.gather([client.submit(_differences, *column, key=f"clocks-{b}") for b, column in enumerate(picked)])
+        differences = client.gather(
+            [client.submit(_differences, first_inputs, *column, key=f"clocks-{call}-{b}") for b, column in enumerate(picked)]
+        )
         offsets = _native.alignment_offsets(len(ranks), differences)
-    matched = [client.submit(_match, ranks_json, offsets, *column, key=f"match-{b}") for b, column in enumerate(picked)]
-    report = client.submit(_assemble, opts, len(parts), *parts, *matched, key="assemble")
+    matched = [
+        client.submit(_match, ranks_json, offsets, first_inputs, *column, key=f"match-{call}-{b}") for b, column in enumerate(picked)
+    ]
+    report = client.submit(_assemble, opts, len(pieces), *pieces, *matched, key=f"assemble-{call}")
     return client.gather(report)
 
 
