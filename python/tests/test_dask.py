@@ -68,3 +68,20 @@ def test_module_command_starts_its_own_cluster(cli, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert "missing.sqlite" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
+    # The Kineto sample with each rank on a host of its own (`host_name`, as Kineto writes it): clocks are then
+    # aligned on collective ends, which the Dask path computes in a keyed pass of its own.
+    import gzip
+
+    folder = tmp_path / "two_hosts"
+    folder.mkdir()
+    for index, name in enumerate(["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]):
+        trace = json.loads(gzip.open(REPO / "sample-traces/kineto_tp2" / name).read())
+        trace["host_name"] = f"node{index}"
+        with gzip.open(folder / name, "wt") as f:
+            json.dump(trace, f)
+    expected = cli("report", "--format", "json", str(folder)).rstrip("\n")
+    assert json.loads(expected)["collectives"]["clocks_aligned"] is True
+    assert sd.analyze([str(folder)], client=client, buckets=2) == expected
