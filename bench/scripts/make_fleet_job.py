@@ -7,7 +7,8 @@ all ranks at the end of the step. Compute times jitter per rank (seeded, so the 
 one rank in 32 is a straggler (its compute 15 % slower): its group waits for it at every all-reduce, as a late rank
 makes its peers wait on real hardware. A collective ends for everyone `transfer` after its last rank arrives.
 
-Each rank file has what the Kineto reader needs: `distributedInfo` (rank, world size), `baseTimeNanoseconds`, a
+Each rank file has what the Kineto reader needs: `distributedInfo` (rank, world size), its node's `host_name` (8
+GPUs per node, so that clocks are aligned across hosts as for a real multi-node job), `baseTimeNanoseconds`, a
 `ProfilerStep#N` range per step, a `cudaLaunchKernel` call per kernel linked by its correlation id, and on NCCL
 kernels the collective's name, message size and process group, as PyTorch writes them.
 
@@ -89,6 +90,8 @@ def rank_trace(rank, ranks, tp, kernels, step_ranges):
         "deviceProperties": [{"id": d, "name": "NVIDIA H200", "totalGlobalMem": 150109880320, "numSms": 132}
                              for d in range(8)],
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": ranks},
+        # Eight GPUs per node: the ranks ran on several hosts, so the analyzer aligns their clocks.
+        "host_name": f"node{rank // 8:03d}",
         "baseTimeNanoseconds": BASE_NS,
         "traceEvents": events,
     }
