@@ -63,10 +63,14 @@ print(what_if_tables["by_rank"].to_pandas())
 # `python -m shardscope.dask --workers 4 -o out/ traces/` writes `report.json` and the tables as Parquet.
 
 # %%
-if __name__ == "__main__":
-    from shardscope import dask as shardscope_dask
+from distributed import Client, LocalCluster
 
+from shardscope import dask as shardscope_dask
+
+# Two workers as threads of this process (the native code releases the GIL): a script or notebook that starts
+# worker processes instead is imported again by each of them, unless its code sits under `if __name__ == "__main__"`.
+with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
     # The Kineto sample: one file per rank, so each rank is read by a task of its own.
-    text = shardscope_dask.analyze(["sample-traces/kineto_tp2"], workers=2)
-    assert text == shardscope.report_json("sample-traces/kineto_tp2")
-    print(json.loads(text)["collectives"]["matched_instances"], "collective instances matched on Dask")
+    text = shardscope_dask.analyze(["sample-traces/kineto_tp2"], client=client)
+assert text == shardscope.report_json("sample-traces/kineto_tp2")
+print(json.loads(text)["collectives"]["matched_instances"], "collective instances matched on Dask")

@@ -79,3 +79,16 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path):
     assert "broken.sqlite" in message and "\n" not in message
     with pytest.raises(shardscope.ShardscopeError, match="missing.sqlite"):
         shardscope.load(str(tmp_path / "missing.sqlite"))
+
+
+def test_the_walkthrough_runs():
+    # The example is documentation: it must keep working (it checks its Dask result against the package itself).
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    done = subprocess.run([sys.executable, "python/examples/walkthrough.py"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "collective instances matched on Dask" in done.stdout
