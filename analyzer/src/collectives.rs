@@ -134,8 +134,10 @@ pub struct Matching {
 }
 
 /// A communication kernel of one rank, as the matcher sees it: small and serialisable, so that ranks analysed
-/// apart (see [`crate::report::partial`]) can be matched together.
+/// apart (see [`crate::report::partial`]) can be matched together. It is written as an array of its fields in
+/// order (a job has one per collective per rank, so field names would be most of the bytes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "CommKernelFields", try_from = "CommKernelFields")]
 pub struct CommKernel {
     /// Index of the kernel in its trace.
     pub kernel: u32,
@@ -144,7 +146,6 @@ pub struct CommKernel {
     /// Kernel end on the rank's clock.
     pub end_ns: i64,
     /// Collective type.
-    #[serde(with = "op_by_name")]
     pub op: CollectiveOp,
     /// Communicator (id or process-group name, else `default`).
     pub communicator: String,
@@ -156,6 +157,37 @@ pub struct CommKernel {
     pub group_size: Option<u32>,
     /// Phase the kernel was launched in.
     pub phase: Option<String>,
+}
+
+/// [`CommKernel`]'s fields in order, the collective type by name.
+type CommKernelFields = (u32, i64, i64, String, String, Option<u64>, Option<u64>, Option<u32>, Option<String>);
+
+impl From<CommKernel> for CommKernelFields {
+    fn from(k: CommKernel) -> CommKernelFields {
+        (k.kernel, k.start_ns, k.end_ns, format!("{:?}", k.op), k.communicator, k.seq, k.bytes, k.group_size, k.phase)
+    }
+}
+
+impl TryFrom<CommKernelFields> for CommKernel {
+    type Error = String;
+
+    fn try_from(f: CommKernelFields) -> Result<CommKernel, String> {
+        let op = ALL_OPS
+            .into_iter()
+            .find(|op| format!("{op:?}") == f.3)
+            .ok_or(format!("unknown collective type {:?}", f.3))?;
+        Ok(CommKernel {
+            kernel: f.0,
+            start_ns: f.1,
+            end_ns: f.2,
+            op,
+            communicator: f.4,
+            seq: f.5,
+            bytes: f.6,
+            group_size: f.7,
+            phase: f.8,
+        })
+    }
 }
 
 /// Every collective type, in the order the matcher sorts them.

@@ -72,8 +72,9 @@ pub struct DevicePart {
     pub comm: Vec<CommRow>,
 }
 
-/// A communication kernel of a rank, as the matcher and the merge need it.
+/// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "(CommKernel, String, bool)", from = "(CommKernel, String, bool)")]
 pub struct CommRow {
     /// What the matcher reads.
     pub kernel: CommKernel,
@@ -96,8 +97,9 @@ pub struct RankEntry {
     pub rank_recorded: bool,
 }
 
-/// A communication kernel with its place in the keyed reduction.
+/// A communication kernel with its place in the keyed reduction (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "(usize, u64, CommKernel)", from = "(usize, u64, CommKernel)")]
 pub struct KeyedRow {
     /// Its rank input (position in [`rank_entries`]).
     pub input: usize,
@@ -105,6 +107,30 @@ pub struct KeyedRow {
     pub slot: u64,
     /// The kernel.
     pub kernel: CommKernel,
+}
+
+impl From<CommRow> for (CommKernel, String, bool) {
+    fn from(row: CommRow) -> Self {
+        (row.kernel, row.label, row.clipped)
+    }
+}
+
+impl From<(CommKernel, String, bool)> for CommRow {
+    fn from((kernel, label, clipped): (CommKernel, String, bool)) -> Self {
+        CommRow { kernel, label, clipped }
+    }
+}
+
+impl From<KeyedRow> for (usize, u64, CommKernel) {
+    fn from(row: KeyedRow) -> Self {
+        (row.input, row.slot, row.kernel)
+    }
+}
+
+impl From<(usize, u64, CommKernel)> for KeyedRow {
+    fn from((input, slot, kernel): (usize, u64, CommKernel)) -> Self {
+        KeyedRow { input, slot, kernel }
+    }
 }
 
 impl KeyedRow {
