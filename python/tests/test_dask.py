@@ -85,3 +85,11 @@ def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
     expected = cli("report", "--format", "json", str(folder)).rstrip("\n")
     assert json.loads(expected)["collectives"]["clocks_aligned"] is True
     assert sd.analyze([str(folder)], client=client, buckets=2) == expected
+
+
+def test_a_scheduler_address_is_used_when_given(client, cli):
+    # As with `--scheduler tcp://…`: a client of its own to a running scheduler (here the fixture's), closed after.
+    run = "sample-traces/tp2_capture.sqlite.gz"
+    address = client.scheduler.address
+    assert sd.analyze([run], scheduler=address) == cli("report", "--format", "json", run).rstrip("\n")
+    assert client.status == "running"
