@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
 
 use crate::bench_peaks::BenchPeaks;
@@ -133,18 +133,95 @@ pub struct Matching {
     pub end_spread_median_ns: Option<i64>,
 }
 
-/// A communication kernel of one rank, as the matcher sees it.
-#[derive(Debug, Clone)]
-struct CommKernel {
-    kernel: u32,
-    start_ns: i64,
-    end_ns: i64,
-    op: CollectiveOp,
-    communicator: String,
-    seq: Option<u64>,
-    bytes: Option<u64>,
-    group_size: Option<u32>,
-    phase: Option<String>,
+/// A communication kernel of one rank, as the matcher sees it: small and serialisable, so that ranks analysed
+/// apart (see [`crate::report::partial`]) can be matched together. It is written as an array of its fields in
+/// order (a job has one per collective per rank, so field names would be most of the bytes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "CommKernelFields", try_from = "CommKernelFields")]
+pub struct CommKernel {
+    /// Index of the kernel in its trace.
+    pub kernel: u32,
+    /// Kernel start on the rank's clock.
+    pub start_ns: i64,
+    /// Kernel end on the rank's clock.
+    pub end_ns: i64,
+    /// Collective type.
+    pub op: CollectiveOp,
+    /// Communicator (id or process-group name, else `default`).
+    pub communicator: String,
+    /// Sequence number recorded by the NCCL profiler plugin, if any.
+    pub seq: Option<u64>,
+    /// Message size S (nccl-tests convention), if known.
+    pub bytes: Option<u64>,
+    /// Ranks of the communicator, if recorded.
+    pub group_size: Option<u32>,
+    /// Phase the kernel was launched in.
+    pub phase: Option<String>,
+}
+
+/// [`CommKernel`]'s fields in order, the collective type by name.
+type CommKernelFields = (u32, i64, i64, String, String, Option<u64>, Option<u64>, Option<u32>, Option<String>);
+
+impl From<CommKernel> for CommKernelFields {
+    fn from(k: CommKernel) -> CommKernelFields {
+        (k.kernel, k.start_ns, k.end_ns, format!("{:?}", k.op), k.communicator, k.seq, k.bytes, k.group_size, k.phase)
+    }
+}
+
+impl TryFrom<CommKernelFields> for CommKernel {
+    type Error = String;
+
+    fn try_from(f: CommKernelFields) -> Result<CommKernel, String> {
+        let op = ALL_OPS
+            .into_iter()
+            .find(|op| format!("{op:?}") == f.3)
+            .ok_or(format!("unknown collective type {:?}", f.3))?;
+        Ok(CommKernel {
+            kernel: f.0,
+            start_ns: f.1,
+            end_ns: f.2,
+            op,
+            communicator: f.4,
+            seq: f.5,
+            bytes: f.6,
+            group_size: f.7,
+            phase: f.8,
+        })
+    }
+}
+
+/// Every collective type, in the order the matcher sorts them.
+pub const ALL_OPS: [CollectiveOp; 10] = [
+    CollectiveOp::AllReduce,
+    CollectiveOp::AllGather,
+    CollectiveOp::ReduceScatter,
+    CollectiveOp::Broadcast,
+    CollectiveOp::Reduce,
+    CollectiveOp::AllToAll,
+    CollectiveOp::SendRecv,
+    CollectiveOp::Send,
+    CollectiveOp::Recv,
+    CollectiveOp::Other,
+];
+
+/// A [`CollectiveOp`] as its variant name (as the report writes it), read back by the same name.
+pub mod op_by_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use shardscope_model::CollectiveOp;
+
+    /// The variant's name.
+    pub fn serialize<S: Serializer>(op: &CollectiveOp, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{op:?}"))
+    }
+
+    /// The variant of that name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<CollectiveOp, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        super::ALL_OPS
+            .into_iter()
+            .find(|op| format!("{op:?}") == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown collective type {name:?}")))
+    }
 }
 
 /// Input for [`match_collectives`]: one entry per rank.
@@ -199,7 +276,8 @@ pub fn size_bucket(bytes: Option<u64>) -> &'static str {
     }
 }
 
-fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
+/// The communication kernels of one rank, in time order.
+pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
     let trace = input.trace;
     let mut out = Vec::new();
     for &index in input.kernel_indices {
@@ -232,84 +310,145 @@ fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
 
 /// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
 pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_differ: bool) -> Matching {
-    let mut groups: Groups = BTreeMap::new();
-    let mut total_comm_kernels = 0u64;
-    for (input_index, input) in inputs.iter().enumerate() {
-        let kernels = comm_kernels(input, classifier);
-        total_comm_kernels += kernels.len() as u64;
-        let mut ordinal: HashMap<(String, CollectiveOp), u64> = HashMap::new();
-        for kernel in kernels {
-            let key = (kernel.communicator.clone(), kernel.op);
-            let next = ordinal.entry(key.clone()).or_default();
+    let ranks: Vec<(RankKey, u32)> = inputs.iter().map(|input| (input.key, input.rank)).collect();
+    let kernels: Vec<Vec<CommKernel>> = inputs.iter().map(|input| comm_kernels(input, classifier)).collect();
+    match_comm_kernels(&ranks, kernels, hosts_differ)
+}
+
+/// The instance slot of each kernel of one rank: its sequence number when recorded, else its position among the
+/// rank's kernels of the same communicator and type.
+pub fn slots(kernels: &[CommKernel]) -> Vec<u64> {
+    let mut ordinal: HashMap<(&str, CollectiveOp), u64> = HashMap::new();
+    kernels
+        .iter()
+        .map(|kernel| {
+            let next = ordinal.entry((kernel.communicator.as_str(), kernel.op)).or_default();
             let slot = kernel.seq.unwrap_or(*next);
             *next += 1;
-            groups.entry(key).or_default().entry(slot).or_default().push((input_index, kernel));
+            slot
+        })
+        .collect()
+}
+
+/// [`match_collectives`] on kernels already taken from their ranks: `ranks[i]` is rank input i (its key and rank
+/// number) and `kernels[i]` its communication kernels in time order.
+pub fn match_comm_kernels(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
+    let mut groups: Groups = BTreeMap::new();
+    let mut total_comm_kernels = 0u64;
+    for (input_index, rank_kernels) in kernels.into_iter().enumerate() {
+        total_comm_kernels += rank_kernels.len() as u64;
+        for (slot, kernel) in slots(&rank_kernels).into_iter().zip(rank_kernels) {
+            groups
+                .entry((kernel.communicator.clone(), kernel.op))
+                .or_default()
+                .entry(slot)
+                .or_default()
+                .push((input_index, kernel));
         }
     }
-
-    let offsets = if hosts_differ { end_alignment_offsets(inputs.len(), &groups) } else { vec![0; inputs.len()] };
+    let offsets = if hosts_differ {
+        let differences = groups.values().flat_map(|slots| slots.values()).flat_map(|m| alignment_differences(m));
+        alignment_offsets(ranks.len(), differences)
+    } else {
+        vec![0; ranks.len()]
+    };
     let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
     let mut spreads = Vec::new();
     let mut matched_kernels = 0u64;
     for ((communicator, op), slots) in &groups {
         for (&seq, members) in slots {
-            if members.len() < 2 {
+            let Some((instance, spread_ns)) = match_instance(communicator, *op, seq, members, ranks, &offsets) else {
                 continue;
-            }
+            };
             matched_kernels += members.len() as u64;
-            let shifted: Vec<(i64, i64)> =
-                members.iter().map(|(i, k)| (k.start_ns + offsets[*i], k.end_ns + offsets[*i])).collect();
-            let latest = shifted.iter().map(|s| s.0).max().unwrap_or(0);
-            let last_end = shifted.iter().map(|s| s.1).max().unwrap_or(0);
-            let first_end = shifted.iter().map(|s| s.1).min().unwrap_or(0);
-            spreads.push(last_end - first_end);
-            let late_member = shifted.iter().enumerate().max_by_key(|(_, s)| s.0).map_or(0, |(m, _)| m);
-            let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
-            let mut shares = Vec::with_capacity(members.len());
-            let mut rank_wait_ns = BTreeMap::new();
-            for (member, &(start, end)) in shifted.iter().enumerate() {
-                let arrival_done = latest.min(end);
-                let share = RankShare {
-                    wait_ns: arrival_done - start,
-                    transfer_ns: end - arrival_done,
-                    late: member == late_member,
-                };
-                max_wait_ns = max_wait_ns.max(share.wait_ns);
-                wait_total_ns += share.wait_ns;
-                let (input_index, kernel) = &members[member];
-                rank_wait_ns.insert(inputs[*input_index].rank, share.wait_ns);
-                matching.shares.insert((inputs[*input_index].key.trace, kernel.kernel), share);
-                shares.push(share);
+            spreads.push(spread_ns);
+            for (member, share) in instance.members.iter().zip(&instance.shares) {
+                matching.shares.insert(*member, *share);
             }
-            let transfer_ns = (last_end - latest).max(0);
-            let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
-            let bytes = members.iter().find_map(|(_, k)| k.bytes);
-            let algbw_gbps = bytes.filter(|_| transfer_ns > 0).map(|b| b as f64 / transfer_ns as f64);
-            let mut phases: Vec<&String> = members.iter().filter_map(|(_, k)| k.phase.as_ref()).collect();
-            phases.sort();
-            let phase = most_common(&phases).map(|p| p.to_string());
-            matching.instances.push(Instance {
-                communicator: communicator.clone(),
-                op: *op,
-                seq,
-                bytes,
-                nranks,
-                late_rank: inputs[members[late_member].0].rank,
-                transfer_ns,
-                max_wait_ns,
-                wait_total_ns,
-                algbw_gbps,
-                busbw_gbps: algbw_gbps.map(|a| a * bus_factor(*op, nranks)),
-                phase,
-                rank_wait_ns,
-                members: members.iter().map(|(i, k)| (inputs[*i].key.trace, k.kernel)).collect(),
-                shares,
-            });
+            matching.instances.push(instance);
         }
     }
     matching.unmatched_kernels = total_comm_kernels - matched_kernels;
     matching.end_spread_median_ns = median_i64(&mut spreads);
     matching
+}
+
+/// Of one instance's kernels (rank input index, kernel), what each rank's clock differs from rank input 0's at the
+/// collective's end: the observations from which [`alignment_offsets`] shifts clocks across hosts.
+pub fn alignment_differences(members: &[(usize, CommKernel)]) -> Vec<(usize, i64)> {
+    let Some(reference_end) = members.iter().find(|(i, _)| *i == 0).map(|(_, k)| k.end_ns) else { return Vec::new() };
+    members.iter().map(|(i, kernel)| (*i, reference_end - kernel.end_ns)).collect()
+}
+
+/// Per rank input (of `n`), the clock shift that best lines up collective ends with rank input 0: the median of
+/// its [`alignment_differences`].
+pub fn alignment_offsets(n: usize, differences: impl IntoIterator<Item = (usize, i64)>) -> Vec<i64> {
+    let mut by_input: Vec<Vec<i64>> = vec![Vec::new(); n];
+    for (input, difference) in differences {
+        if let Some(list) = by_input.get_mut(input) {
+            list.push(difference);
+        }
+    }
+    by_input.iter_mut().map(|d| median_i64(d).unwrap_or(0)).collect()
+}
+
+/// One collective instance from the kernels that share its communicator, type and slot (rank input index, kernel;
+/// in rank input order), with the spread of its ends across ranks; `None` when fewer than two ranks took part.
+pub fn match_instance(
+    communicator: &str,
+    op: CollectiveOp,
+    seq: u64,
+    members: &[(usize, CommKernel)],
+    ranks: &[(RankKey, u32)],
+    offsets: &[i64],
+) -> Option<(Instance, i64)> {
+    if members.len() < 2 {
+        return None;
+    }
+    let offset = |input: usize| offsets.get(input).copied().unwrap_or(0);
+    let shifted: Vec<(i64, i64)> =
+        members.iter().map(|(i, k)| (k.start_ns + offset(*i), k.end_ns + offset(*i))).collect();
+    let latest = shifted.iter().map(|s| s.0).max().unwrap_or(0);
+    let last_end = shifted.iter().map(|s| s.1).max().unwrap_or(0);
+    let first_end = shifted.iter().map(|s| s.1).min().unwrap_or(0);
+    let late_member = shifted.iter().enumerate().max_by_key(|(_, s)| s.0).map_or(0, |(m, _)| m);
+    let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
+    let mut shares = Vec::with_capacity(members.len());
+    let mut rank_wait_ns = BTreeMap::new();
+    for (member, &(start, end)) in shifted.iter().enumerate() {
+        let arrival_done = latest.min(end);
+        let share =
+            RankShare { wait_ns: arrival_done - start, transfer_ns: end - arrival_done, late: member == late_member };
+        max_wait_ns = max_wait_ns.max(share.wait_ns);
+        wait_total_ns += share.wait_ns;
+        rank_wait_ns.insert(ranks[members[member].0].1, share.wait_ns);
+        shares.push(share);
+    }
+    let transfer_ns = (last_end - latest).max(0);
+    let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
+    let bytes = members.iter().find_map(|(_, k)| k.bytes);
+    let algbw_gbps = bytes.filter(|_| transfer_ns > 0).map(|b| b as f64 / transfer_ns as f64);
+    let mut phases: Vec<&String> = members.iter().filter_map(|(_, k)| k.phase.as_ref()).collect();
+    phases.sort();
+    let phase = most_common(&phases).map(|p| p.to_string());
+    let instance = Instance {
+        communicator: communicator.to_string(),
+        op,
+        seq,
+        bytes,
+        nranks,
+        late_rank: ranks[members[late_member].0].1,
+        transfer_ns,
+        max_wait_ns,
+        wait_total_ns,
+        algbw_gbps,
+        busbw_gbps: algbw_gbps.map(|a| a * bus_factor(op, nranks)),
+        phase,
+        rank_wait_ns,
+        members: members.iter().map(|(i, k)| (ranks[*i].0.trace, k.kernel)).collect(),
+        shares,
+    };
+    Some((instance, last_end - first_end))
 }
 
 /// Instance key (sequence number or position) → the kernels of that instance, with their rank input index.
@@ -353,21 +492,8 @@ pub fn match_traces(traces: &[Trace], classifier: &Classifier) -> Matching {
     match_collectives(&inputs, classifier, ranks_on_different_hosts(traces))
 }
 
-/// Per rank, the clock shift that best lines up collective ends with rank input 0 (median of differences).
-fn end_alignment_offsets(n: usize, groups: &Groups) -> Vec<i64> {
-    let mut differences: Vec<Vec<i64>> = vec![Vec::new(); n];
-    for slots in groups.values() {
-        for members in slots.values() {
-            let Some(reference_end) = members.iter().find(|(i, _)| *i == 0).map(|(_, k)| k.end_ns) else { continue };
-            for (i, kernel) in members {
-                differences[*i].push(reference_end - kernel.end_ns);
-            }
-        }
-    }
-    differences.iter_mut().map(|d| median_i64(d).unwrap_or(0)).collect()
-}
-
-fn median_i64(values: &mut [i64]) -> Option<i64> {
+/// The median (the mean of the middle two for an even count), `None` for no values.
+pub fn median_i64(values: &mut [i64]) -> Option<i64> {
     if values.is_empty() {
         return None;
     }

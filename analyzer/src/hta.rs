@@ -76,7 +76,8 @@ fn hta_type(name: &str) -> HtaType {
     }
 }
 
-const STEP_MARK: &str = "ProfilerStep";
+/// The mark in the names of PyTorch profiler step ranges (`ProfilerStep#12`).
+pub const STEP_MARK: &str = "ProfilerStep";
 
 /// True when the job's traces hold two or more distinct `ProfilerStep` names: only then does HTA filter steps.
 pub fn job_has_steps(traces: &[Trace]) -> bool {

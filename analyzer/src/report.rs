@@ -36,6 +36,8 @@ use crate::run::{self, RunIdentity};
 use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 use crate::window::clip;
 
+pub mod partial;
+
 /// What to analyse and how.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -261,7 +263,7 @@ pub struct CollectiveReport {
 }
 
 /// An importer warning, with its file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FileWarning {
     /// The file.
     pub source: String,

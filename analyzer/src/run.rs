@@ -17,7 +17,7 @@ use serde::Serialize;
 use shardscope_model::Trace;
 
 /// What one input file says about its run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RunIdentity {
     /// The file.
     pub source: String,

@@ -1,0 +1,593 @@
+//! The report in parts: each trace analysed on its own, the parts merged into the report of the whole run.
+//!
+//! A job of hundreds of ranks is read and analysed fastest where its files are, one trace at a time. Almost all of a
+//! rank's report needs its own trace only; what needs the other ranks is the matching of collectives (each rank's
+//! wait for the last one, and transfer) and a few run-level facts (rank numbers, whether the ranks ran on several
+//! hosts, whether the job has profiler steps, the notes on the inputs). So:
+//!
+//! - [`trace_part`] analyses one trace into a [`TracePart`]: per GPU its report before matching (collective kernels
+//!   counted whole as `comm.<type>`) and one small row per communication kernel, with what the merge needs to
+//!   move its wait from `comm.<type>` to `wait.<type>`. A part is serialisable (JSON) and, beside its trace, small.
+//! - [`merge`] puts the parts of a run together into the report [`analyze`](super::analyze) gives for all traces
+//!   at once, as JSON (`analyzer report --format json` prints the same text). The rank figures travel as JSON,
+//!   which is why the merged report is a JSON value rather than a [`Report`].
+//! - For a keyed reduction spread over machines, the same merge in steps: [`rank_entries`] numbers the ranks,
+//!   [`keyed_rows`] gives every communication kernel its key (communicator, type, sequence number or position),
+//!   [`match_rows`] matches the rows of any set of whole keys, and [`assemble`] takes the parts and the matched
+//!   instances. Clocks of ranks on several hosts are aligned first from [`row_differences`].
+//!
+//! The one thing a part cannot know: when two phases of one rank first run GPU work at the same nanosecond,
+//! `analyze` orders them by their number among the phase names of all traces, a part by its own trace's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, Trace};
+
+use super::{
+    ByDevice, CollectiveReport, DeviceContext, FileWarning, Options, Report, analyze_device, devices_with_gpu_work,
+    in_window, infer_phases, phase_of,
+};
+use crate::categories::{self, Classifier, KernelClass};
+use crate::collectives::{self, CommKernel, Instance, Matching, RankInput, RankKey, RankShare, op_by_name};
+use crate::hta;
+use crate::phases::PhaseIndex;
+use crate::run::{self, RunIdentity};
+use crate::window::clip;
+
+/// What one trace contributes to the report of its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracePart {
+    /// The trace's file, as the report names it.
+    pub source: String,
+    /// What the trace records about its run.
+    pub identity: RunIdentity,
+    /// Its import warnings.
+    pub warnings: Vec<FileWarning>,
+    /// Distinct range names with HTA's step mark: the job has steps when all traces together have two or more.
+    pub step_names: BTreeSet<String>,
+    /// Ranks recorded by any of its GPUs (with work or not): ranks numbered by input order skip them.
+    pub recorded_ranks: BTreeSet<u32>,
+    /// Its GPUs with work, in ordinal order.
+    pub devices: Vec<DevicePart>,
+}
+
+/// One GPU of a trace: a rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DevicePart {
+    /// The GPU in its trace.
+    pub device: u32,
+    /// The rank the trace records for it.
+    pub recorded_rank: Option<u32>,
+    /// Its report (as `report --format json` writes a rank) before collectives are matched: matched kernels still
+    /// count whole as `comm.<type>`, with no wait, transfer or lateness; `rank` is set by the merge.
+    #[serde(with = "exact_floats")]
+    pub report: Value,
+    /// Its HTA figures for a job with profiler steps, when the trace alone has fewer than two step names (then
+    /// `report` holds the figures for a job without).
+    #[serde(with = "exact_floats::optional")]
+    pub hta_if_job_has_steps: Option<Value>,
+    /// Its communication kernels, in time order.
+    pub comm: Vec<CommRow>,
+}
+
+/// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "(CommKernel, String, bool)", from = "(CommKernel, String, bool)")]
+pub struct CommRow {
+    /// What the matcher reads.
+    pub kernel: CommKernel,
+    /// Its op-category label in the report (`comm.<type>`).
+    pub label: String,
+    /// Cut by the analysis window: matched, but its time is not split into wait and transfer.
+    pub clipped: bool,
+}
+
+/// A rank of the merged run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankEntry {
+    /// Index of its trace among all parts.
+    pub trace: usize,
+    /// Its GPU in that trace.
+    pub device: u32,
+    /// Its rank number.
+    pub rank: u32,
+    /// True when the trace recorded the rank.
+    pub rank_recorded: bool,
+}
+
+/// A communication kernel with its place in the keyed reduction (written as an array of its fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "(usize, u64, CommKernel)", from = "(usize, u64, CommKernel)")]
+pub struct KeyedRow {
+    /// Its rank input (position in [`rank_entries`]).
+    pub input: usize,
+    /// Its instance slot (sequence number, else position among its rank's kernels of the same key).
+    pub slot: u64,
+    /// The kernel.
+    pub kernel: CommKernel,
+}
+
+impl From<CommRow> for (CommKernel, String, bool) {
+    fn from(row: CommRow) -> Self {
+        (row.kernel, row.label, row.clipped)
+    }
+}
+
+impl From<(CommKernel, String, bool)> for CommRow {
+    fn from((kernel, label, clipped): (CommKernel, String, bool)) -> Self {
+        CommRow { kernel, label, clipped }
+    }
+}
+
+impl From<KeyedRow> for (usize, u64, CommKernel) {
+    fn from(row: KeyedRow) -> Self {
+        (row.input, row.slot, row.kernel)
+    }
+}
+
+impl From<(usize, u64, CommKernel)> for KeyedRow {
+    fn from((input, slot, kernel): (usize, u64, CommKernel)) -> Self {
+        KeyedRow { input, slot, kernel }
+    }
+}
+
+impl KeyedRow {
+    /// The reduction key: communicator, collective type, slot.
+    pub fn key(&self) -> (&str, CollectiveOp, u64) {
+        (&self.kernel.communicator, self.kernel.op, self.slot)
+    }
+}
+
+/// JSON values whose fractional numbers survive a text encoding bit for bit: each is written as
+/// `{"f64_bits": <bits>}` (a JSON parser may round the decimal form by one unit in the last place, and the merged
+/// report must equal the whole one exactly).
+mod exact_floats {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::{Map, Value};
+
+    const TAG: &str = "f64_bits";
+
+    fn encode(value: &Value) -> Value {
+        match value {
+            Value::Number(n) if n.is_f64() => {
+                let bits = n.as_f64().unwrap_or_default().to_bits();
+                Value::Object(Map::from_iter([(TAG.to_string(), Value::from(bits))]))
+            }
+            Value::Array(items) => Value::Array(items.iter().map(encode).collect()),
+            Value::Object(fields) => Value::Object(fields.iter().map(|(k, v)| (k.clone(), encode(v))).collect()),
+            other => other.clone(),
+        }
+    }
+
+    fn decode(value: Value) -> Value {
+        match value {
+            Value::Object(fields) if fields.len() == 1 && fields.get(TAG).is_some_and(Value::is_u64) => {
+                let bits = fields[TAG].as_u64().unwrap_or_default();
+                serde_json::Number::from_f64(f64::from_bits(bits)).map_or(Value::Null, Value::Number)
+            }
+            Value::Array(items) => Value::Array(items.into_iter().map(decode).collect()),
+            Value::Object(fields) => Value::Object(fields.into_iter().map(|(k, v)| (k, decode(v))).collect()),
+            other => other,
+        }
+    }
+
+    pub fn serialize<S: Serializer>(value: &Value, serializer: S) -> Result<S::Ok, S::Error> {
+        encode(value).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+        Value::deserialize(deserializer).map(decode)
+    }
+
+    /// The same for an optional value.
+    pub mod optional {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+        use serde_json::Value;
+
+        pub fn serialize<S: Serializer>(value: &Option<Value>, serializer: S) -> Result<S::Ok, S::Error> {
+            value.as_ref().map(super::encode).serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+            Option::<Value>::deserialize(deserializer).map(|v| v.map(super::decode))
+        }
+    }
+}
+
+/// A matched collective instance in transit: [`Instance`] with its members' shares and its end spread, bandwidth
+/// kept as bit patterns so that it survives a text encoding exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatchedInstance {
+    communicator: String,
+    #[serde(with = "op_by_name")]
+    op: CollectiveOp,
+    seq: u64,
+    bytes: Option<u64>,
+    nranks: u32,
+    late_rank: u32,
+    transfer_ns: i64,
+    max_wait_ns: i64,
+    wait_total_ns: i64,
+    algbw_bits: Option<u64>,
+    busbw_bits: Option<u64>,
+    phase: Option<String>,
+    rank_wait_ns: Vec<(u32, i64)>,
+    /// (trace index, kernel index, wait ns, transfer ns, late).
+    members: Vec<(usize, u32, i64, i64, bool)>,
+    end_spread_ns: i64,
+}
+
+impl MatchedInstance {
+    fn new(instance: Instance, end_spread_ns: i64) -> MatchedInstance {
+        MatchedInstance {
+            members: instance
+                .members
+                .iter()
+                .zip(&instance.shares)
+                .map(|(&(trace, kernel), share)| (trace, kernel, share.wait_ns, share.transfer_ns, share.late))
+                .collect(),
+            communicator: instance.communicator,
+            op: instance.op,
+            seq: instance.seq,
+            bytes: instance.bytes,
+            nranks: instance.nranks,
+            late_rank: instance.late_rank,
+            transfer_ns: instance.transfer_ns,
+            max_wait_ns: instance.max_wait_ns,
+            wait_total_ns: instance.wait_total_ns,
+            algbw_bits: instance.algbw_gbps.map(f64::to_bits),
+            busbw_bits: instance.busbw_gbps.map(f64::to_bits),
+            phase: instance.phase,
+            rank_wait_ns: instance.rank_wait_ns.into_iter().collect(),
+            end_spread_ns,
+        }
+    }
+
+    fn into_instance(self) -> (Instance, i64) {
+        let instance = Instance {
+            communicator: self.communicator,
+            op: self.op,
+            seq: self.seq,
+            bytes: self.bytes,
+            nranks: self.nranks,
+            late_rank: self.late_rank,
+            transfer_ns: self.transfer_ns,
+            max_wait_ns: self.max_wait_ns,
+            wait_total_ns: self.wait_total_ns,
+            algbw_gbps: self.algbw_bits.map(f64::from_bits),
+            busbw_gbps: self.busbw_bits.map(f64::from_bits),
+            phase: self.phase,
+            rank_wait_ns: self.rank_wait_ns.into_iter().collect(),
+            members: self.members.iter().map(|m| (m.0, m.1)).collect(),
+            shares: self.members.iter().map(|m| RankShare { wait_ns: m.2, transfer_ns: m.3, late: m.4 }).collect(),
+        };
+        (instance, self.end_spread_ns)
+    }
+}
+
+/// Analyses one trace as far as it can be without the other ranks (see the module documentation).
+pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
+    let step_names: BTreeSet<String> = trace
+        .ranges
+        .iter()
+        .map(|r| trace.names.get(r.name))
+        .filter(|name| name.contains(hta::STEP_MARK))
+        .map(str::to_string)
+        .collect();
+    let trace_has_steps = step_names.len() >= 2;
+    let classes: Vec<KernelClass> = options.classifier.classify_names(&trace.names);
+    let mut phase_names = Vec::new();
+    let mut phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
+    let by_device = ByDevice::build(trace);
+    if phase_index.is_empty() {
+        let inferred = infer_phases(trace, &by_device, &classes, &options.classifier);
+        if !inferred.is_empty() {
+            phase_index = PhaseIndex::inferred(inferred, &mut phase_names);
+        }
+    }
+    let no_matching = Matching::default();
+    let phase_of_kernel = |kernel: u32| {
+        let k = &trace.kernels[kernel as usize];
+        phase_of(trace, &phase_index, k.launch, k.device, k.start_ns)
+            .map(|p| phase_index.names()[p.phase as usize].clone())
+    };
+    let devices = devices_with_gpu_work(trace)
+        .into_iter()
+        .map(|device| {
+            let d = device.0 as usize;
+            let context = DeviceContext {
+                trace,
+                trace_index: 0,
+                device,
+                by_device: &by_device,
+                classes: &classes,
+                phase_index: &phase_index,
+                filter_steps: trace_has_steps,
+                matching: &no_matching,
+            };
+            let report = analyze_device(&context, 0, false, options);
+            let hta_if_job_has_steps = (!trace_has_steps).then(|| {
+                let kernel_start = |i: u32| trace.kernels[i as usize].start_ns;
+                let kernel_indices =
+                    in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], options.window_ns);
+                let memop_start = |i: u32| trace.memops[i as usize].start_ns;
+                let memop_indices =
+                    in_window(&by_device.memops[d], memop_start, by_device.longest_memop_ns[d], options.window_ns);
+                let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+                let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
+                let figures = hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns);
+                serde_json::to_value(figures).expect("HTA figures serialise")
+            });
+            // The matcher's view of the rank: as `analyze` builds it (with a window, the kernels reaching into it).
+            let windowed: Vec<u32> = match options.window_ns {
+                None => by_device.kernels[d].clone(),
+                Some(window) => by_device.kernels[d]
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        clip(trace.kernels[i as usize].start_ns, trace.kernels[i as usize].end_ns, Some(window))
+                            .is_some()
+                    })
+                    .collect(),
+            };
+            let input = RankInput {
+                key: RankKey { trace: 0, device },
+                rank: 0,
+                trace,
+                kernel_indices: &windowed,
+                classes: &classes,
+                phase_of_kernel: &phase_of_kernel,
+            };
+            let comm = collectives::comm_kernels(&input, &options.classifier)
+                .into_iter()
+                .map(|kernel| {
+                    let k = &trace.kernels[kernel.kernel as usize];
+                    let class = Classifier::lookup(&classes, k.name);
+                    let collective = k.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
+                    CommRow {
+                        label: categories::report_label(&options.classifier, class, collective),
+                        clipped: clip(k.start_ns, k.end_ns, options.window_ns) != Some((k.start_ns, k.end_ns)),
+                        kernel,
+                    }
+                })
+                .collect();
+            DevicePart {
+                device: device.0,
+                recorded_rank: trace.device_rank(device),
+                report: serde_json::to_value(report).expect("a rank report serialises"),
+                hta_if_job_has_steps,
+                comm,
+            }
+        })
+        .collect();
+    TracePart {
+        source: trace.source.path.clone(),
+        identity: RunIdentity::of(trace),
+        warnings: trace
+            .warnings
+            .iter()
+            .map(|w| FileWarning { source: trace.source.path.clone(), what: w.what.clone(), count: w.count })
+            .collect(),
+        step_names,
+        recorded_ranks: (0..trace.devices.len()).filter_map(|d| trace.device_rank(DeviceIdx(d as u32))).collect(),
+        devices,
+    }
+}
+
+/// The ranks of the run the parts make, in rank input order (parts in order, GPUs in ordinal order), numbered as
+/// `analyze` numbers them: recorded, else in input order skipping recorded numbers.
+pub fn rank_entries(parts: &[TracePart]) -> Vec<RankEntry> {
+    let recorded: BTreeSet<u32> = parts.iter().flat_map(|p| p.recorded_ranks.iter().copied()).collect();
+    let mut next_unrecorded_rank = 0u32;
+    let mut out = Vec::new();
+    for (trace, part) in parts.iter().enumerate() {
+        for device in &part.devices {
+            let (rank, rank_recorded) = match device.recorded_rank {
+                Some(rank) => (rank, true),
+                None => {
+                    while recorded.contains(&next_unrecorded_rank) {
+                        next_unrecorded_rank += 1;
+                    }
+                    next_unrecorded_rank += 1;
+                    (next_unrecorded_rank - 1, false)
+                }
+            };
+            out.push(RankEntry { trace, device: device.device, rank, rank_recorded });
+        }
+    }
+    out
+}
+
+/// True when the parts' processes ran on more than one host: their clocks are then aligned on collective ends.
+pub fn hosts_differ(parts: &[TracePart]) -> bool {
+    parts.iter().flat_map(|p| p.identity.hosts.iter()).collect::<BTreeSet<_>>().len() > 1
+}
+
+/// The communication kernels of `part` with their keys; `first_input` is the rank input of its first GPU.
+pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
+    let mut out = Vec::new();
+    for (position, device) in part.devices.iter().enumerate() {
+        let kernels: Vec<CommKernel> = device.comm.iter().map(|row| row.kernel.clone()).collect();
+        for (slot, kernel) in collectives::slots(&kernels).into_iter().zip(kernels) {
+            out.push(KeyedRow { input: first_input + position, slot, kernel });
+        }
+    }
+    out
+}
+
+/// Groups rows by key, each group in rank input order.
+fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> {
+    rows.sort_by_key(|row| row.input);
+    let mut groups: BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> = BTreeMap::new();
+    for row in rows {
+        groups
+            .entry((row.kernel.communicator.clone(), row.kernel.op, row.slot))
+            .or_default()
+            .push((row.input, row.kernel));
+    }
+    groups
+}
+
+/// Of rows holding whole keys: the clock observations of their instances (see [`collectives::alignment_offsets`]).
+pub fn row_differences(rows: Vec<KeyedRow>) -> Vec<(usize, i64)> {
+    grouped(rows).values().flat_map(|members| collectives::alignment_differences(members)).collect()
+}
+
+/// Matches rows holding whole keys (every row of a key is among them) into instances; `offsets` are the clock
+/// shifts per rank input (empty: none).
+pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64]) -> Vec<MatchedInstance> {
+    let keys: Vec<(RankKey, u32)> = rank_keys(ranks);
+    grouped(rows)
+        .into_iter()
+        .filter_map(|((communicator, op, seq), members)| {
+            collectives::match_instance(&communicator, op, seq, &members, &keys, offsets)
+                .map(|(instance, spread)| MatchedInstance::new(instance, spread))
+        })
+        .collect()
+}
+
+fn rank_keys(ranks: &[RankEntry]) -> Vec<(RankKey, u32)> {
+    ranks.iter().map(|r| (RankKey { trace: r.trace, device: DeviceIdx(r.device) }, r.rank)).collect()
+}
+
+/// The report of the run the parts make, from all of them: the same JSON as [`analyze`](super::analyze) of their
+/// traces.
+pub fn merge(parts: &[TracePart], options: &Options) -> Value {
+    let ranks = rank_entries(parts);
+    let kernels: Vec<Vec<CommKernel>> = parts
+        .iter()
+        .flat_map(|p| p.devices.iter().map(|d| d.comm.iter().map(|row| row.kernel.clone()).collect()))
+        .collect();
+    let matching = collectives::match_comm_kernels(&rank_keys(&ranks), kernels, hosts_differ(parts));
+    finish(parts, &ranks, matching, options)
+}
+
+/// The report from the parts and every instance [`match_rows`] found among all their rows (in any order).
+pub fn assemble(parts: &[TracePart], instances: Vec<MatchedInstance>, options: &Options) -> Value {
+    let ranks = rank_entries(parts);
+    let mut matching = Matching { clocks_aligned: hosts_differ(parts), ..Matching::default() };
+    let mut instances: Vec<(Instance, i64)> = instances.into_iter().map(MatchedInstance::into_instance).collect();
+    instances.sort_by(|a, b| (&a.0.communicator, a.0.op, a.0.seq).cmp(&(&b.0.communicator, b.0.op, b.0.seq)));
+    let mut spreads = Vec::with_capacity(instances.len());
+    let mut matched_kernels = 0u64;
+    for (instance, spread) in instances {
+        spreads.push(spread);
+        matched_kernels += instance.members.len() as u64;
+        for (member, share) in instance.members.iter().zip(&instance.shares) {
+            matching.shares.insert(*member, *share);
+        }
+        matching.instances.push(instance);
+    }
+    let total: u64 = parts.iter().flat_map(|p| &p.devices).map(|d| d.comm.len() as u64).sum();
+    matching.unmatched_kernels = total.saturating_sub(matched_kernels);
+    matching.end_spread_median_ns = collectives::median_i64(&mut spreads);
+    finish(parts, &ranks, matching, options)
+}
+
+/// The rank reports with their matched kernels split into wait and transfer, and the run-level figures.
+fn finish(parts: &[TracePart], ranks: &[RankEntry], matching: Matching, options: &Options) -> Value {
+    let all_step_names: BTreeSet<&String> = parts.iter().flat_map(|p| &p.step_names).collect();
+    let job_has_steps = all_step_names.len() >= 2;
+    let mut rank_values: Vec<(u32, Value)> = Vec::with_capacity(ranks.len());
+    let devices = parts.iter().enumerate().flat_map(|(trace, p)| p.devices.iter().map(move |d| (trace, d)));
+    for (entry, (trace, device)) in ranks.iter().zip(devices) {
+        let mut report = device.report.clone();
+        if let Value::Object(fields) = &mut report {
+            fields.insert("rank".into(), entry.rank.into());
+            fields.insert("rank_recorded".into(), entry.rank_recorded.into());
+            if job_has_steps && let Some(hta) = &device.hta_if_job_has_steps {
+                fields.insert("hta".into(), hta.clone());
+            }
+            let mut touched_phases = BTreeSet::new();
+            for row in device.comm.iter().filter(|row| !row.clipped) {
+                let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
+                add_share(fields, &row.label, *share);
+                if let Some(phase) = &row.kernel.phase
+                    && let Some(Value::Object(phase_fields)) =
+                        fields.get_mut("phases").and_then(|p| p.get_mut(phase.as_str()))
+                {
+                    add_share(phase_fields, &row.label, *share);
+                    touched_phases.insert(phase.clone());
+                }
+            }
+            sort_categories(fields);
+            for phase in touched_phases {
+                if let Some(Value::Object(phase_fields)) = fields.get_mut("phases").and_then(|p| p.get_mut(&phase)) {
+                    sort_categories(phase_fields);
+                }
+            }
+        }
+        rank_values.push((entry.rank, report));
+    }
+    // As `analyze`: by rank, input order among equals.
+    rank_values.sort_by_key(|(rank, _)| *rank);
+    let identities: Vec<RunIdentity> = parts.iter().map(|p| p.identity.clone()).collect();
+    let mut notes = Vec::new();
+    if let Some(why) = run::mixed_runs(&identities) {
+        notes.push(format!("inputs are not one run ({why}); analysed together as asked"));
+    }
+    notes.extend(run::partial_run_note(&identities, rank_values.len()));
+    let report = Report {
+        inputs: parts.iter().map(|p| p.source.clone()).collect(),
+        phase_pattern: options.phase_pattern.as_str().to_string(),
+        window_ns: options.window_ns,
+        hta_step_inclusion: match (job_has_steps, options.hta_step_mode) {
+            (false, _) => "all",
+            (true, hta::StepMode::DropLastStep) => "last step dropped",
+            (true, hta::StepMode::IncludeLastStep) => "last step included",
+        },
+        // Filled in below: the rank reports are JSON already.
+        ranks: Vec::new(),
+        collectives: CollectiveReport {
+            matched_instances: matching.instances.len() as u64,
+            unmatched_kernels: matching.unmatched_kernels,
+            clocks_aligned: matching.clocks_aligned,
+            end_spread_median_ns: matching.end_spread_median_ns,
+            bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
+            groups: collectives::summarize(&matching, options.bench_peaks.as_ref()),
+        },
+        instances: if options.keep_instances { matching.instances } else { Vec::new() },
+        warnings: parts.iter().flat_map(|p| p.warnings.iter().cloned()).collect(),
+        run_identities: identities,
+        notes,
+    };
+    let mut value = serde_json::to_value(&report).expect("a report serialises");
+    value["ranks"] = Value::Array(rank_values.into_iter().map(|(_, v)| v).collect());
+    value
+}
+
+/// What `figures` does for a matched kernel: its wait and transfer counted, lateness noted, and its wait moved from
+/// `comm.<type>` to `wait.<type>`.
+fn add_share(figures: &mut Map<String, Value>, label: &str, share: RankShare) {
+    let add = |figures: &mut Map<String, Value>, field: &str, ns: i64| {
+        let old = figures.get(field).and_then(Value::as_i64).unwrap_or(0);
+        figures.insert(field.into(), old.saturating_add(ns).into());
+    };
+    add(figures, "comm_wait_ns", share.wait_ns);
+    add(figures, "comm_transfer_ns", share.transfer_ns);
+    if share.late {
+        let old = figures.get("late_count").and_then(Value::as_u64).unwrap_or(0);
+        figures.insert("late_count".into(), (old + 1).into());
+    }
+    if share.wait_ns <= 0 {
+        return;
+    }
+    let Some(op) = label.strip_prefix(categories::COMM_PREFIX) else { return };
+    let wait_label = format!("{}{op}", categories::WAIT_PREFIX);
+    let Some(Value::Object(by_category)) = figures.get_mut("categories") else { return };
+    if let Some(comm_ns) = by_category.get(label).and_then(Value::as_i64) {
+        by_category.insert(label.into(), (comm_ns - share.wait_ns).into());
+    }
+    let waited = by_category.get(&wait_label).and_then(Value::as_i64).unwrap_or(0);
+    by_category.insert(wait_label, (waited + share.wait_ns).into());
+}
+
+/// Categories in name order, as the report's map keeps them.
+fn sort_categories(figures: &mut Map<String, Value>) {
+    if let Some(Value::Object(by_category)) = figures.get_mut("categories") {
+        let sorted: BTreeMap<String, Value> = std::mem::take(by_category).into_iter().collect();
+        by_category.extend(sorted);
+    }
+}

@@ -1,0 +1,250 @@
+"""Distributed analysis of a many-rank run on Dask.
+
+Each input file is read and analysed on a worker into report parts (one per trace: its ranks' figures before
+collectives are matched, and one small row per communication kernel). The rows are then shuffled by key —
+communicator, collective type and sequence number (or position) — into buckets, each bucket matched on a worker
+into collective instances with every rank's wait and transfer, and the report assembled from the parts and the
+instances. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
+an output folder it is written there with its tables as Parquet.
+
+    python -m shardscope.dask [--scheduler tcp://host:8786] [--workers 4] [-o OUT] TRACE...
+
+Without ``--scheduler`` a ``distributed.LocalCluster`` is started (no set-up); with it, the workers must have this
+package installed and see the input paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import Options, ShardscopeError, _native
+
+__all__ = ["analyze", "expand_inputs", "write_results", "main"]
+
+#: Names of files a folder of per-rank traces holds; a folder with anything else is read whole by one task, so that
+#: its members are skipped and counted exactly as ``analyzer`` does.
+_TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz")
+
+
+def expand_inputs(paths: Sequence[str]) -> List[str]:
+    """The inputs one task each reads: a folder of per-rank trace files becomes its files (sorted by name, as the
+    analyzer orders them); a file, a Parquet dataset or any other folder stays one input."""
+    out: List[str] = []
+    for path in paths:
+        path = str(path)
+        if os.path.isdir(path):
+            entries = sorted(os.listdir(path))
+            members = [os.path.join(path, e) for e in entries]
+            if members and all(os.path.isfile(m) and m.endswith(_TRACE_SUFFIXES) for m in members):
+                out.extend(members)
+                continue
+        out.append(path)
+    return out
+
+
+# --- Tasks (module-level functions, so that workers import them by name). ---
+#
+# A "pieces" value is what one input gives: per trace in it, (part, header, [rows of bucket 0, 1, …]).
+
+
+def _pieces(path: str, options: str, buckets: int) -> List[Any]:
+    return _native.trace_pieces(path, options, buckets)
+
+
+def _headers(pieces: List[Any]) -> List[bytes]:
+    return [header for _, header, _ in pieces]
+
+
+def _bucket(pieces: List[Any], bucket: int) -> List[bytes]:
+    return [rows[bucket] for _, _, rows in pieces]
+
+
+def _with_inputs(first_inputs: List[List[int]], picked: Sequence[List[bytes]]) -> List[Any]:
+    """The bucket's rows of every trace, each with the rank input of the trace's first GPU."""
+    return [(first, rows) for firsts, per_trace in zip(first_inputs, picked) for first, rows in zip(firsts, per_trace)]
+
+
+def _differences(first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
+    return _native.bucket_differences(_with_inputs(first_inputs, picked))
+
+
+def _match(ranks: str, offsets: List[int], first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
+    return _native.match_bucket(_with_inputs(first_inputs, picked), ranks, offsets)
+
+
+def _assemble(options: str, n_inputs: int, *pieces_and_instances: Any) -> str:
+    parts = [part for pieces in pieces_and_instances[:n_inputs] for part, _, _ in pieces]
+    return _native.assemble(parts, list(pieces_and_instances[n_inputs:]), options)
+
+
+def analyze(
+    paths: Sequence[str],
+    options: Optional[Options] = None,
+    client: Any = None,
+    scheduler: Optional[str] = None,
+    workers: int = 2,
+    buckets: Optional[int] = None,
+) -> str:
+    """The report JSON of the run in ``paths``, computed on Dask.
+
+    ``client``: a ``distributed.Client`` to use; else one for ``scheduler`` (an address), else a ``LocalCluster``
+    of ``workers`` single-threaded worker processes, closed afterwards. ``buckets``: how many keyed reductions the
+    collective matching is split into (default: twice the workers).
+    """
+    from distributed import Client, LocalCluster
+
+    options = options or Options()
+    own_client = None
+    cluster = None
+    if client is None:
+        if scheduler:
+            client = own_client = Client(scheduler)
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = own_client = Client(cluster)
+    try:
+        return _analyze(client, [str(p) for p in paths], options, buckets)
+    finally:
+        if own_client is not None:
+            own_client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[int]) -> str:
+    if not paths:
+        raise ShardscopeError("no inputs")
+    opts = options.to_json()
+    inputs = expand_inputs(paths)
+    # Keys name the stage (as the dashboard groups tasks) and this call, so that two analyses on one client never
+    # share a result.
+    call = uuid.uuid4().hex[:12]
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    buckets = max(1, buckets or 2 * n_workers)
+
+    # Per input, on the workers: read and analyse each trace alone; its kernel rows split by key into buckets.
+    pieces = [client.submit(_pieces, path, opts, buckets, key=f"parts-{call}-{i}", pure=False) for i, path in enumerate(inputs)]
+    headers = client.gather([client.submit(_headers, p, key=f"headers-{call}-{i}") for i, p in enumerate(pieces)])
+    flat_headers = [header for per_input in headers for header in per_input]
+    _native.check_one_run(flat_headers, options.allow_mixed)
+    ranks_json = _native.rank_entries(flat_headers)
+    ranks = json.loads(ranks_json)
+    devices_per_trace: Dict[int, int] = {}
+    for entry in ranks:
+        devices_per_trace[entry["trace"]] = devices_per_trace.get(entry["trace"], 0) + 1
+
+    # Rank input of each trace's first GPU: traces in input order, GPUs in order.
+    first_inputs: List[List[int]] = []
+    trace_index = 0
+    next_input = 0
+    for per_input in headers:
+        firsts = []
+        for _ in per_input:
+            firsts.append(next_input)
+            next_input += devices_per_trace.get(trace_index, 0)
+            trace_index += 1
+        first_inputs.append(firsts)
+
+    # Keyed reduction: each bucket's rows from every input matched on a worker.
+    picked = [[client.submit(_bucket, p, b, key=f"bucket-{call}-{b}-{i}") for i, p in enumerate(pieces)] for b in range(buckets)]
+    offsets: List[int] = []
+    if _native.hosts_differ(flat_headers):
+        differences = client.gather(
+            [client.submit(_differences, first_inputs, *column, key=f"clocks-{call}-{b}") for b, column in enumerate(picked)]
+        )
+        offsets = _native.alignment_offsets(len(ranks), differences)
+    matched = [
+        client.submit(_match, ranks_json, offsets, first_inputs, *column, key=f"match-{call}-{b}") for b, column in enumerate(picked)
+    ]
+    report = client.submit(_assemble, opts, len(pieces), *pieces, *matched, key=f"assemble-{call}")
+    return client.gather(report)
+
+
+def write_results(report_json: str, out: str) -> Dict[str, str]:
+    """Writes the report to ``out/report.json`` and its tables as Parquet: ``rank_figures`` (per rank, and per rank
+    and phase), ``categories``, ``collective_groups``, and ``collective_instances`` when the report keeps them.
+    Returns the files written, by table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(out, exist_ok=True)
+    report = json.loads(report_json)
+    written = {"report": os.path.join(out, "report.json")}
+    with open(written["report"], "w", encoding="utf-8") as f:
+        f.write(report_json + "\n")
+
+    scalar = ("span_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "exposed_comm_ns", "comm_comp_overlap_pct",
+              "comm_over_busy_pct", "exposed_comm_over_span_pct", "comm_wait_ns", "comm_transfer_ns", "late_count",
+              "kernel_count", "memop_count", "cuda_graph_count")
+    figures, categories = [], []
+    for rank in report["ranks"]:
+        scopes = [(None, rank)] + list(rank.get("phases", {}).items())
+        for phase, values in scopes:
+            figures.append({"rank": rank["rank"], "phase": phase, **{k: values.get(k) for k in scalar}})
+            categories.extend({"rank": rank["rank"], "phase": phase, "category": c, "duration_ns": ns}
+                              for c, ns in values.get("categories", {}).items())
+    tables = {
+        "rank_figures": figures,
+        "categories": categories,
+        "collective_groups": [{k: v for k, v in g.items() if k != "late_rank_counts"} for g in report["collectives"]["groups"]],
+    }
+    if report.get("instances"):
+        tables["collective_instances"] = [
+            {**{k: v for k, v in i.items() if k != "rank_wait_ns"}, "rank": int(r), "wait_ns": w}
+            for i in report["instances"] for r, w in i["rank_wait_ns"].items()
+        ]
+    for name, rows in tables.items():
+        if rows:
+            path = os.path.join(out, f"{name}.parquet")
+            pq.write_table(pa.Table.from_pylist(rows), path)
+            written[name] = path
+    return written
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardscope.dask", description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+", help="trace files, folders of per-rank files, Parquet datasets")
+    parser.add_argument("-o", "--out", help="folder for report.json and the Parquet tables (default: JSON on stdout)")
+    parser.add_argument("--scheduler", help="address of a running dask-scheduler (default: a LocalCluster)")
+    parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
+    parser.add_argument("--buckets", type=int, help="keyed reductions of the matching (default: 2 per worker)")
+    parser.add_argument("--window", help="START_NS:END_NS of the trace clock")
+    parser.add_argument("--rules", help="op-category rules file")
+    parser.add_argument("--phase-pattern")
+    parser.add_argument("--step-pattern")
+    parser.add_argument("--skip-steps", type=int, default=0)
+    parser.add_argument("--bench", help="bench results JSON")
+    parser.add_argument("--allow-mixed", action="store_true")
+    parser.add_argument("--keep-instances", action="store_true", help="keep every matched instance in the report")
+    args = parser.parse_args(argv)
+    window = None
+    if args.window:
+        try:
+            start, end = (int(x) for x in args.window.split(":"))
+        except ValueError:
+            print(f"shardscope.dask: --window: {args.window!r} is not START_NS:END_NS", file=sys.stderr)
+            return 2
+        window = (start, end)
+    options = Options(rules=args.rules, phase_pattern=args.phase_pattern, step_pattern=args.step_pattern,
+                      window_ns=window, skip_steps=args.skip_steps, bench=args.bench, allow_mixed=args.allow_mixed,
+                      keep_instances=args.keep_instances)
+    try:
+        text = analyze(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets)
+    except ShardscopeError as error:
+        print(f"shardscope.dask: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        for name, path in write_results(text, args.out).items():
+            print(f"{name}: {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

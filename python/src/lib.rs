@@ -1,0 +1,643 @@
+//! `shardscope._native`: the analyzer as a Python extension module.
+//!
+//! Everything here calls `shardscope-io` and `shardscope-analyzer`; nothing is analysed in Python. Tables cross
+//! into Python as Arrow record batches through the Arrow C data interface (`arrow-pyarrow`): pyarrow takes the
+//! buffers over without copying, and pandas and polars read the pyarrow tables. The report crosses as the JSON
+//! text `analyzer report --format json` prints. For Dask, the report in parts (`report::partial`) crosses as
+//! bytes (JSON), so that a part made on one worker can be merged on another.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use arrow_pyarrow::{IntoPyArrow, Table};
+use arrow_schema::{Field, Schema};
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use regex::Regex;
+use serde_json::Value;
+use shardscope_analyzer::bench_peaks::BenchPeaks;
+use shardscope_analyzer::categories::{self, Classifier};
+use shardscope_analyzer::report::partial::{self, KeyedRow, MatchedInstance, RankEntry, TracePart};
+use shardscope_analyzer::report::{self, Figures, Options, Report};
+use shardscope_analyzer::run::{self, RunIdentity};
+use shardscope_analyzer::{critical_path, hta, render, whatif};
+use shardscope_model::{DeviceIdx, Trace};
+
+create_exception!(
+    _native,
+    ShardscopeError,
+    PyValueError,
+    "An input shardscope cannot use: one line naming it and why."
+);
+
+fn fail(message: impl std::fmt::Display) -> PyErr {
+    ShardscopeError::new_err(message.to_string())
+}
+
+/// The analysis options, from the JSON object the Python side builds (the names of `analyzer report`'s flags).
+fn options_from_json(text: &str) -> PyResult<Options> {
+    let value: Value = serde_json::from_str(text).map_err(|e| fail(format!("options: {e}")))?;
+    let text_of = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
+    let pattern = |key: &str| -> PyResult<Option<Regex>> {
+        text_of(key)
+            .map(|p| Regex::new(&p).map_err(|e| fail(format!("{key}: {}", e.to_string().lines().last().unwrap_or("")))))
+            .transpose()
+    };
+    let mut options = Options::default();
+    if let Some(path) = text_of("rules") {
+        options.classifier = Classifier::load(Path::new(&path)).map_err(fail)?;
+    }
+    if let Some(p) = pattern("phase_pattern")? {
+        options.phase_pattern = p;
+    }
+    if let Some(p) = pattern("step_pattern")? {
+        options.step_pattern = p;
+    }
+    if let Some(window) = value.get("window_ns").and_then(Value::as_array) {
+        match (window.first().and_then(Value::as_i64), window.get(1).and_then(Value::as_i64)) {
+            (Some(start), Some(end)) if start < end => options.window_ns = Some((start, end)),
+            _ => return Err(fail("window_ns: two integers, start before end")),
+        }
+    }
+    if let Some(n) = value.get("skip_steps").and_then(Value::as_u64) {
+        options.skip_steps = n as usize;
+    }
+    if value.get("hta_include_last_step").and_then(Value::as_bool) == Some(true) {
+        options.hta_step_mode = hta::StepMode::IncludeLastStep;
+    }
+    if let Some(path) = text_of("bench") {
+        options.bench_peaks = Some(BenchPeaks::load(Path::new(&path)).map_err(fail)?);
+    }
+    options.allow_mixed = value.get("allow_mixed").and_then(Value::as_bool) == Some(true);
+    options.keep_instances = value.get("keep_instances").and_then(Value::as_bool) == Some(true);
+    Ok(options)
+}
+
+/// Loads every path as `analyzer` does: a file, a folder of per-rank files, or a Parquet dataset.
+fn load_paths(paths: &[PathBuf]) -> PyResult<Vec<Trace>> {
+    let mut traces = Vec::new();
+    for path in paths {
+        traces.extend(shardscope_io::load(path).map_err(|e| fail(one_line(&e)))?);
+    }
+    Ok(traces)
+}
+
+fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    shardscope_io::error_text::causes(std::iter::successors(Some(error), |e| e.source()))
+}
+
+/// The traces of one run, loaded and analysed; tables and the report are taken from it.
+#[pyclass(module = "shardscope._native")]
+struct Run {
+    traces: Vec<Trace>,
+    options: Options,
+    /// The report with every matched instance kept (the printed report leaves them out, as the CLI does).
+    report: Report,
+    /// Rank of each GPU with work: (trace index, device) → rank.
+    ranks: HashMap<(usize, DeviceIdx), u32>,
+}
+
+/// Loads the traces of one run and analyses them (`options`: JSON, see `shardscope.Options`).
+#[pyfunction]
+fn load(py: Python<'_>, paths: Vec<PathBuf>, options: &str) -> PyResult<Run> {
+    let options = options_from_json(options)?;
+    py.detach(|| {
+        if paths.is_empty() {
+            return Err(fail("no inputs"));
+        }
+        let traces = load_paths(&paths)?;
+        if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            return Err(fail(format!("{}: no GPU kernels or memory operations in the input", names.join(", "))));
+        }
+        let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+        if !options.allow_mixed
+            && let Some(why) = run::mixed_runs(&identities)
+        {
+            return Err(fail(format!("inputs are not one run: {why} (allow_mixed=True analyses them together)")));
+        }
+        let report = report::analyze(&traces, &Options { keep_instances: true, ..options.clone() });
+        let ranks =
+            report::assign_ranks(&traces).into_iter().map(|(key, rank, _)| ((key.trace, key.device), rank)).collect();
+        Ok(Run { traces, options, report, ranks })
+    })
+}
+
+/// Builds a pyarrow table from named columns (`nullable` per column).
+fn table(py: Python<'_>, columns: Vec<(&str, ArrayRef, bool)>) -> PyResult<Py<PyAny>> {
+    let fields: Vec<Field> =
+        columns.iter().map(|(name, array, nullable)| Field::new(*name, array.data_type().clone(), *nullable)).collect();
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), columns.into_iter().map(|(_, array, _)| array).collect())
+        .map_err(|e| fail(format!("building a table: {e}")))?;
+    let table = Table::try_new(vec![batch], schema).map_err(|e| fail(format!("building a table: {e}")))?;
+    Ok(table.into_pyarrow(py)?.unbind())
+}
+
+fn strings<S: AsRef<str>>(values: impl IntoIterator<Item = S>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(values))
+}
+fn opt_strings(values: impl IntoIterator<Item = Option<String>>) -> ArrayRef {
+    Arc::new(StringArray::from_iter(values))
+}
+fn i64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(values))
+}
+fn opt_i64s(values: impl IntoIterator<Item = Option<i64>>) -> ArrayRef {
+    Arc::new(Int64Array::from_iter(values))
+}
+fn u32s(values: impl IntoIterator<Item = u32>) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter_values(values))
+}
+fn opt_u32s(values: impl IntoIterator<Item = Option<u32>>) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter(values))
+}
+fn u64s(values: impl IntoIterator<Item = u64>) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter_values(values))
+}
+fn opt_u64s(values: impl IntoIterator<Item = Option<u64>>) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter(values))
+}
+fn f64s(values: impl IntoIterator<Item = f64>) -> ArrayRef {
+    Arc::new(Float64Array::from_iter_values(values))
+}
+fn opt_f64s(values: impl IntoIterator<Item = Option<f64>>) -> ArrayRef {
+    Arc::new(Float64Array::from_iter(values))
+}
+fn bools(values: impl IntoIterator<Item = bool>) -> ArrayRef {
+    Arc::new(BooleanArray::from_iter(values.into_iter().map(Some)))
+}
+
+/// One row of the figures tables: a rank's whole figures (`phase` null) or one phase's.
+struct FigureRow<'a> {
+    rank: u32,
+    phase: Option<&'a str>,
+    figures: &'a Figures,
+}
+
+#[pymethods]
+impl Run {
+    /// The report as `analyzer report --format json` prints it (without the trailing newline).
+    fn report_json(&self, py: Python<'_>) -> String {
+        py.detach(|| {
+            let printed = Report {
+                instances: if self.options.keep_instances { self.report.instances.clone() } else { Vec::new() },
+                ..self.report.clone()
+            };
+            render::json(&printed)
+        })
+    }
+
+    /// The input files, one per trace.
+    fn inputs(&self) -> Vec<String> {
+        self.traces.iter().map(|t| t.source.path.clone()).collect()
+    }
+
+    /// Every kernel of every rank: times in ns on the trace's clock, names, op category as the report labels it.
+    fn kernels(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let (mut rank, mut source, mut device, mut stream, mut start, mut end, mut name, mut short, mut category) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let mut correlation = vec![];
+        for (index, trace) in self.traces.iter().enumerate() {
+            let classes = self.options.classifier.classify_names(&trace.names);
+            for kernel in &trace.kernels {
+                rank.push(self.ranks.get(&(index, kernel.device)).copied());
+                source.push(trace.source.path.as_str());
+                device.push(trace.devices.get(kernel.device.0 as usize).map_or(kernel.device.0, |d| d.ordinal));
+                stream.push(kernel.stream);
+                start.push(kernel.start_ns);
+                end.push(kernel.end_ns);
+                name.push(trace.names.get(kernel.name));
+                short.push(trace.names.get(kernel.short_name));
+                correlation.push(kernel.correlation_id);
+                let collective = kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
+                let class = Classifier::lookup(&classes, kernel.name);
+                category.push(categories::report_label(&self.options.classifier, class, collective));
+            }
+        }
+        let duration: Vec<i64> = start.iter().zip(&end).map(|(s, e)| e - s).collect();
+        table(
+            py,
+            vec![
+                ("rank", opt_u32s(rank), true),
+                ("source", strings(source), false),
+                ("device", u32s(device), false),
+                ("stream", u32s(stream), false),
+                ("start_ns", i64s(start), false),
+                ("end_ns", i64s(end), false),
+                ("duration_ns", i64s(duration), false),
+                ("name", strings(name), false),
+                ("short_name", strings(short), false),
+                ("category", strings(category), false),
+                ("correlation_id", u32s(correlation), false),
+            ],
+        )
+    }
+
+    /// Every collective operation the traces record (NCCL profiler plugin, Kineto's collective records), with the
+    /// kernel that ran it where known.
+    fn collectives(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut rows = Vec::new();
+        for (index, trace) in self.traces.iter().enumerate() {
+            for collective in &trace.collectives {
+                let kernel = collective.kernel.and_then(|k| trace.kernels.get(k as usize));
+                rows.push((
+                    kernel.and_then(|k| self.ranks.get(&(index, k.device)).copied()),
+                    trace.source.path.clone(),
+                    collective.op.name().to_string(),
+                    collective.communicator.map(|c| format!("{c:#x}")),
+                    trace.names.get(collective.group_name).to_string(),
+                    collective.seq,
+                    collective.bytes,
+                    collective.group_size,
+                    kernel.map(|k| k.start_ns),
+                    kernel.map(|k| k.end_ns),
+                ));
+            }
+        }
+        table(
+            py,
+            vec![
+                ("rank", opt_u32s(rows.iter().map(|r| r.0)), true),
+                ("source", strings(rows.iter().map(|r| r.1.as_str())), false),
+                ("op", strings(rows.iter().map(|r| r.2.as_str())), false),
+                ("communicator", opt_strings(rows.iter().map(|r| r.3.clone())), true),
+                ("group_name", strings(rows.iter().map(|r| r.4.as_str())), false),
+                ("seq", opt_u64s(rows.iter().map(|r| r.5)), true),
+                ("bytes", opt_u64s(rows.iter().map(|r| r.6)), true),
+                ("group_size", opt_u32s(rows.iter().map(|r| r.7)), true),
+                ("kernel_start_ns", opt_i64s(rows.iter().map(|r| r.8)), true),
+                ("kernel_end_ns", opt_i64s(rows.iter().map(|r| r.9)), true),
+            ],
+        )
+    }
+
+    /// Every collective instance matched across ranks, one row per rank taking part: its wait for the last rank
+    /// and its transfer, with the instance's figures.
+    fn instances(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut rows = Vec::new();
+        for instance in &self.report.instances {
+            for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
+                let device = self.traces[trace].kernels[kernel as usize].device;
+                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share));
+            }
+        }
+        table(
+            py,
+            vec![
+                ("communicator", strings(rows.iter().map(|r| r.0.communicator.as_str())), false),
+                ("op", strings(rows.iter().map(|r| r.0.op.name())), false),
+                ("seq", u64s(rows.iter().map(|r| r.0.seq)), false),
+                ("phase", opt_strings(rows.iter().map(|r| r.0.phase.clone())), true),
+                ("bytes", opt_u64s(rows.iter().map(|r| r.0.bytes)), true),
+                ("nranks", u32s(rows.iter().map(|r| r.0.nranks)), false),
+                ("rank", u32s(rows.iter().map(|r| r.1)), false),
+                ("wait_ns", i64s(rows.iter().map(|r| r.2.wait_ns)), false),
+                ("transfer_ns", i64s(rows.iter().map(|r| r.2.transfer_ns)), false),
+                ("late", bools(rows.iter().map(|r| r.2.late)), false),
+                ("late_rank", u32s(rows.iter().map(|r| r.0.late_rank)), false),
+                ("instance_transfer_ns", i64s(rows.iter().map(|r| r.0.transfer_ns)), false),
+                ("instance_max_wait_ns", i64s(rows.iter().map(|r| r.0.max_wait_ns)), false),
+                ("algbw_gbps", opt_f64s(rows.iter().map(|r| r.0.algbw_gbps)), true),
+                ("busbw_gbps", opt_f64s(rows.iter().map(|r| r.0.busbw_gbps)), true),
+            ],
+        )
+    }
+
+    /// The report's tables: `rank_figures` (per rank, and per rank and phase), `categories`, `kernel_summary` and
+    /// `collective_groups`.
+    fn report_tables<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let report = &self.report;
+        let rows: Vec<FigureRow> = report
+            .ranks
+            .iter()
+            .flat_map(|r| {
+                std::iter::once(FigureRow { rank: r.rank, phase: None, figures: &r.figures }).chain(
+                    r.phases.iter().map(|p| FigureRow {
+                        rank: r.rank,
+                        phase: Some(p.name.as_str()),
+                        figures: &p.figures,
+                    }),
+                )
+            })
+            .collect();
+        let out = PyDict::new(py);
+        let f = |get: fn(&Figures) -> i64| i64s(rows.iter().map(|r| get(r.figures)));
+        out.set_item(
+            "rank_figures",
+            table(
+                py,
+                vec![
+                    ("rank", u32s(rows.iter().map(|r| r.rank)), false),
+                    ("phase", opt_strings(rows.iter().map(|r| r.phase.map(str::to_string))), true),
+                    ("span_ns", f(|x| x.span_ns), false),
+                    ("gpu_busy_ns", f(|x| x.gpu_busy_ns), false),
+                    ("idle_ns", f(|x| x.idle_ns), false),
+                    ("comm_ns", f(|x| x.comm_ns), false),
+                    ("exposed_comm_ns", f(|x| x.exposed_comm_ns), false),
+                    ("comm_wait_ns", f(|x| x.comm_wait_ns), false),
+                    ("comm_transfer_ns", f(|x| x.comm_transfer_ns), false),
+                    ("comm_comp_overlap_pct", f64s(rows.iter().map(|r| r.figures.comm_comp_overlap_pct)), false),
+                    ("comm_over_busy_pct", f64s(rows.iter().map(|r| r.figures.comm_over_busy_pct)), false),
+                    (
+                        "exposed_comm_over_span_pct",
+                        f64s(rows.iter().map(|r| r.figures.exposed_comm_over_span_pct)),
+                        false,
+                    ),
+                    ("late_count", u64s(rows.iter().map(|r| r.figures.late_count)), false),
+                    ("kernel_count", u64s(rows.iter().map(|r| r.figures.kernel_count)), false),
+                    ("memop_count", u64s(rows.iter().map(|r| r.figures.memop_count)), false),
+                    ("cuda_graph_count", u64s(rows.iter().map(|r| r.figures.cuda_graph_count)), false),
+                ],
+            )?,
+        )?;
+        let categories: Vec<(&FigureRow, &str, i64)> =
+            rows.iter().flat_map(|r| r.figures.categories.iter().map(move |(c, &ns)| (r, c.as_str(), ns))).collect();
+        out.set_item(
+            "categories",
+            table(
+                py,
+                vec![
+                    ("rank", u32s(categories.iter().map(|r| r.0.rank)), false),
+                    ("phase", opt_strings(categories.iter().map(|r| r.0.phase.map(str::to_string))), true),
+                    ("category", strings(categories.iter().map(|r| r.1)), false),
+                    ("duration_ns", i64s(categories.iter().map(|r| r.2)), false),
+                ],
+            )?,
+        )?;
+        let kernels: Vec<(&FigureRow, &shardscope_analyzer::kernel_summary::KernelSummaryRow)> =
+            rows.iter().flat_map(|r| r.figures.kernels.iter().map(move |k| (r, k))).collect();
+        out.set_item(
+            "kernel_summary",
+            table(
+                py,
+                vec![
+                    ("rank", u32s(kernels.iter().map(|r| r.0.rank)), false),
+                    ("phase", opt_strings(kernels.iter().map(|r| r.0.phase.map(str::to_string))), true),
+                    ("name", strings(kernels.iter().map(|r| r.1.name.as_str())), false),
+                    ("time_pct", f64s(kernels.iter().map(|r| r.1.time_pct)), false),
+                    ("total_ns", i64s(kernels.iter().map(|r| r.1.total_ns)), false),
+                    ("instances", u64s(kernels.iter().map(|r| r.1.instances)), false),
+                    ("avg_ns", f64s(kernels.iter().map(|r| r.1.avg_ns)), false),
+                    ("med_ns", f64s(kernels.iter().map(|r| r.1.med_ns)), false),
+                    ("min_ns", i64s(kernels.iter().map(|r| r.1.min_ns)), false),
+                    ("max_ns", i64s(kernels.iter().map(|r| r.1.max_ns)), false),
+                    ("stddev_ns", f64s(kernels.iter().map(|r| r.1.stddev_ns)), false),
+                ],
+            )?,
+        )?;
+        let groups = &report.collectives.groups;
+        out.set_item(
+            "collective_groups",
+            table(
+                py,
+                vec![
+                    ("communicator", strings(groups.iter().map(|g| g.communicator.as_str())), false),
+                    ("op", strings(groups.iter().map(|g| g.op.name())), false),
+                    ("size_bucket", strings(groups.iter().map(|g| g.size_bucket)), false),
+                    ("phase", strings(groups.iter().map(|g| g.phase.as_str())), false),
+                    ("count", u64s(groups.iter().map(|g| g.count)), false),
+                    ("bytes", u64s(groups.iter().map(|g| g.bytes)), false),
+                    ("transfer_total_ns", i64s(groups.iter().map(|g| g.transfer_total_ns)), false),
+                    ("transfer_median_ns", i64s(groups.iter().map(|g| g.transfer_median_ns)), false),
+                    ("wait_total_ns", i64s(groups.iter().map(|g| g.wait_total_ns)), false),
+                    ("wait_median_ns", i64s(groups.iter().map(|g| g.wait_median_ns)), false),
+                    ("busbw_median_gbps", opt_f64s(groups.iter().map(|g| g.busbw_median_gbps)), true),
+                ],
+            )?,
+        )?;
+        Ok(out)
+    }
+
+    /// `analyzer what-if`: the run replayed with changed durations. Returns the JSON the CLI prints and its
+    /// tables (`by_category`, `by_rank`, `rank_waits`).
+    #[pyo3(signature = (no_straggler=false, comm_overlapped=false, scales=Vec::new(), step=None, window_ns=None))]
+    fn what_if<'py>(
+        &self,
+        py: Python<'py>,
+        no_straggler: bool,
+        comm_overlapped: bool,
+        scales: Vec<String>,
+        step: Option<usize>,
+        window_ns: Option<(i64, i64)>,
+    ) -> PyResult<(String, Bound<'py, PyDict>)> {
+        let scales = scales.iter().map(|s| whatif::parse_scale(s)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
+        let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+        // As `analyzer what-if`: the model is built with the options' rules and patterns, not its window.
+        let options = Options { window_ns: None, keep_instances: false, ..self.options.clone() };
+        let result = py.detach(|| {
+            let model = critical_path::build_model(&self.traces, &options, window_ns, step).map_err(fail)?;
+            whatif::check_scales(&model.graph, &scales).map_err(fail)?;
+            Ok::<_, PyErr>(whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales }))
+        })?;
+        let tables = PyDict::new(py);
+        for (key, rows) in [("by_category", &result.by_category), ("by_rank", &result.by_rank)] {
+            tables.set_item(
+                key,
+                table(
+                    py,
+                    vec![
+                        ("name", strings(rows.iter().map(|a| a.name.as_str())), false),
+                        ("simulated_ns", i64s(rows.iter().map(|a| a.simulated_ns)), false),
+                        ("slowdown", f64s(rows.iter().map(|a| a.slowdown)), false),
+                        ("removed_pct", f64s(rows.iter().map(|a| a.removed_pct)), false),
+                    ],
+                )?,
+            )?;
+        }
+        let waits = &result.rank_waits;
+        tables.set_item(
+            "rank_waits",
+            table(
+                py,
+                vec![
+                    ("rank", u32s(waits.iter().map(|w| w.rank)), false),
+                    ("measured_wait_ns", i64s(waits.iter().map(|w| w.measured_wait_ns)), false),
+                    ("simulated_wait_ns", i64s(waits.iter().map(|w| w.simulated_wait_ns)), false),
+                ],
+            )?,
+        )?;
+        let text = serde_json::to_string_pretty(&result).map_err(fail)?;
+        Ok((text, tables))
+    }
+}
+
+// --- The report in parts, for Dask: bytes in, bytes out. ---
+
+fn to_bytes<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyBytes>> {
+    let data = serde_json::to_vec(value).map_err(fail)?;
+    Ok(PyBytes::new(py, &data))
+}
+
+fn from_bytes<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyResult<T> {
+    serde_json::from_slice(data).map_err(|e| fail(format!("{what}: {e}")))
+}
+
+fn parts_from(data: &[Vec<u8>]) -> PyResult<Vec<TracePart>> {
+    data.iter().map(|d| from_bytes(d, "a report part")).collect()
+}
+
+/// What one trace gives the distributed merge: its part, the part's header (without rank reports and kernel rows,
+/// small enough to gather), and its keyed kernel rows hashed into `buckets` by key (communicator, type, slot), with
+/// rank inputs counted from the trace's first GPU (0).
+type Pieces = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
+
+fn pieces(part: &TracePart, buckets: usize) -> PyResult<Pieces> {
+    let mut header = part.clone();
+    for device in &mut header.devices {
+        device.report = Value::Null;
+        device.hta_if_job_has_steps = None;
+        device.comm.clear();
+    }
+    let mut by_bucket: Vec<Vec<KeyedRow>> = vec![Vec::new(); buckets.max(1)];
+    for row in partial::keyed_rows(part, 0) {
+        // SipHash with fixed keys: the same key lands in the same bucket on every worker.
+        let mut hasher = DefaultHasher::new();
+        row.key().hash(&mut hasher);
+        let bucket = (hasher.finish() % by_bucket.len() as u64) as usize;
+        by_bucket[bucket].push(row);
+    }
+    Ok((
+        serde_json::to_vec(part).map_err(fail)?,
+        serde_json::to_vec(&header).map_err(fail)?,
+        by_bucket.iter().map(|rows| serde_json::to_vec(rows).map_err(fail)).collect::<PyResult<_>>()?,
+    ))
+}
+
+/// [`Pieces`] as Python bytes.
+type PyPieces<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>);
+
+/// Reads `path` (a file, a folder or a dataset) and analyses each of its traces alone: per trace, its part, the
+/// part's header and its kernel rows in `buckets` (see [`Pieces`]).
+#[pyfunction]
+fn trace_pieces<'py>(py: Python<'py>, path: PathBuf, options: &str, buckets: usize) -> PyResult<Vec<PyPieces<'py>>> {
+    let options = options_from_json(options)?;
+    let encoded = py.detach(|| {
+        let traces = load_paths(std::slice::from_ref(&path))?;
+        traces.iter().map(|trace| pieces(&partial::trace_part(trace, &options), buckets)).collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(encoded
+        .iter()
+        .map(|(part, header, rows)| {
+            (PyBytes::new(py, part), PyBytes::new(py, header), rows.iter().map(|r| PyBytes::new(py, r)).collect())
+        })
+        .collect())
+}
+
+/// The ranks of the run the parts (or their headers) make, in rank input order, as JSON.
+#[pyfunction]
+fn rank_entries(headers: Vec<Vec<u8>>) -> PyResult<String> {
+    serde_json::to_string(&partial::rank_entries(&parts_from(&headers)?)).map_err(fail)
+}
+
+/// Whether the parts' ranks ran on several hosts (their clocks are then aligned on collective ends).
+#[pyfunction]
+fn hosts_differ(headers: Vec<Vec<u8>>) -> PyResult<bool> {
+    Ok(partial::hosts_differ(&parts_from(&headers)?))
+}
+
+/// The rows of one bucket from several traces: (rank input of the trace's first GPU, the trace's rows).
+fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
+    let mut rows = Vec::new();
+    for (first_input, bucket) in buckets {
+        rows.extend(from_bytes::<Vec<KeyedRow>>(bucket, "keyed rows")?.into_iter().map(|mut row| {
+            row.input += first_input;
+            row
+        }));
+    }
+    Ok(rows)
+}
+
+/// The clock observations of the instances in one bucket (its rows from every trace, see `rows_from`), as JSON.
+#[pyfunction]
+fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> PyResult<Bound<'py, PyBytes>> {
+    let rows = rows_from(&buckets)?;
+    to_bytes(py, &partial::row_differences(rows))
+}
+
+/// Per rank input, the clock shift that lines its collective ends up with rank input 0.
+#[pyfunction]
+fn alignment_offsets(inputs: usize, differences: Vec<Vec<u8>>) -> PyResult<Vec<i64>> {
+    let mut all: Vec<(usize, i64)> = Vec::new();
+    for d in &differences {
+        all.extend(from_bytes::<Vec<(usize, i64)>>(d, "clock differences")?);
+    }
+    Ok(shardscope_analyzer::collectives::alignment_offsets(inputs, all))
+}
+
+/// Matches the rows of one bucket (its rows from every trace, see `rows_from`) into collective instances.
+#[pyfunction]
+#[pyo3(signature = (buckets, ranks, offsets=Vec::new()))]
+fn match_bucket<'py>(
+    py: Python<'py>,
+    buckets: Vec<(usize, Vec<u8>)>,
+    ranks: &str,
+    offsets: Vec<i64>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let ranks: Vec<RankEntry> = serde_json::from_str(ranks).map_err(|e| fail(format!("ranks: {e}")))?;
+    let rows = rows_from(&buckets)?;
+    let matched = py.detach(|| partial::match_rows(rows, &ranks, &offsets));
+    to_bytes(py, &matched)
+}
+
+/// The report JSON from the parts and the instances of every bucket.
+#[pyfunction]
+fn assemble(py: Python<'_>, parts: Vec<Vec<u8>>, instances: Vec<Vec<u8>>, options: &str) -> PyResult<String> {
+    let options = options_from_json(options)?;
+    let parts = parts_from(&parts)?;
+    let mut all: Vec<MatchedInstance> = Vec::new();
+    for i in &instances {
+        all.extend(from_bytes::<Vec<MatchedInstance>>(i, "matched instances")?);
+    }
+    py.detach(|| serde_json::to_string_pretty(&partial::assemble(&parts, all, &options)).map_err(fail))
+}
+
+/// The report JSON from all parts at once.
+#[pyfunction]
+fn merge(py: Python<'_>, parts: Vec<Vec<u8>>, options: &str) -> PyResult<String> {
+    let options = options_from_json(options)?;
+    let parts = parts_from(&parts)?;
+    py.detach(|| serde_json::to_string_pretty(&partial::merge(&parts, &options)).map_err(fail))
+}
+
+/// Refuses parts from different runs unless asked, as `analyzer report` refuses such files.
+#[pyfunction]
+fn check_one_run(headers: Vec<Vec<u8>>, allow_mixed: bool) -> PyResult<()> {
+    let parts = parts_from(&headers)?;
+    if parts.iter().all(|p| p.devices.is_empty()) {
+        let names: Vec<&str> = parts.iter().map(|p| p.source.as_str()).collect();
+        return Err(fail(format!("{}: no GPU kernels or memory operations in the input", names.join(", "))));
+    }
+    let identities: Vec<RunIdentity> = parts.iter().map(|p| p.identity.clone()).collect();
+    match run::mixed_runs(&identities) {
+        Some(why) if !allow_mixed => {
+            Err(fail(format!("inputs are not one run: {why} (allow_mixed=True analyses them together)")))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ShardscopeError", m.py().get_type::<ShardscopeError>())?;
+    m.add_class::<Run>()?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_pieces, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(hosts_differ, m)?)?;
+    m.add_function(wrap_pyfunction!(bucket_differences, m)?)?;
+    m.add_function(wrap_pyfunction!(alignment_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(match_bucket, m)?)?;
+    m.add_function(wrap_pyfunction!(assemble, m)?)?;
+    m.add_function(wrap_pyfunction!(merge, m)?)?;
+    m.add_function(wrap_pyfunction!(check_one_run, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,95 @@
+"""The Dask path on a two-worker local cluster: the same report JSON as the CLI on every sample."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client, LocalCluster
+
+from conftest import REPO, SAMPLE_RUNS
+from shardscope import Options
+from shardscope import dask as sd
+
+
+@pytest.fixture(scope="module")
+def client():
+    # Workers open the inputs relative to their own working folder, which they take from the process that starts
+    # the cluster: the repository root, as the CLI is run here.
+    before = os.getcwd()
+    os.chdir(REPO)
+    try:
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        with Client(cluster) as c:
+            yield c
+        cluster.close()
+    finally:
+        os.chdir(before)
+
+
+@pytest.mark.parametrize("run", SAMPLE_RUNS)
+def test_dask_report_is_the_clis(run, client, cli):
+    expected = cli("report", "--format", "json", run).rstrip("\n")
+    # Several buckets: the instances of one run are matched by different tasks.
+    assert sd.analyze([run], client=client, buckets=3) == expected
+
+
+def test_folder_ranks_are_separate_tasks_and_instances_are_kept(client, cli):
+    run = "sample-traces/kineto_tp2"
+    assert len(sd.expand_inputs([run])) == 2
+    text = sd.analyze([run], Options(keep_instances=True), client=client, buckets=2)
+    report = json.loads(text)
+    assert report["collectives"]["matched_instances"] == len(report["instances"]) > 0
+    plain = json.loads(cli("report", "--format", "json", run))
+    assert {k: v for k, v in report.items() if k != "instances"} == plain
+
+
+def test_results_are_written_as_parquet(client, tmp_path):
+    text = sd.analyze(["sample-traces/tp2_skew_capture.sqlite.gz"], Options(keep_instances=True), client=client)
+    written = sd.write_results(text, str(tmp_path))
+    report = json.loads((tmp_path / "report.json").read_text())
+    figures = pq.read_table(written["rank_figures"]).to_pandas()
+    whole = figures[figures.phase.isna()]
+    assert sorted(whole["rank"]) == [r["rank"] for r in report["ranks"]]
+    assert whole.comm_wait_ns.sum() == sum(r["comm_wait_ns"] for r in report["ranks"])
+    instances = pq.read_table(written["collective_instances"]).to_pandas()
+    assert instances.wait_ns.sum() == whole.comm_wait_ns.sum()
+
+
+def test_module_command_starts_its_own_cluster(cli, tmp_path):
+    run = "sample-traces/tp2_nsys.sqlite.gz"
+    done = subprocess.run([sys.executable, "-m", "shardscope.dask", "--workers", "2", run], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == cli("report", "--format", "json", run)
+    bad = subprocess.run([sys.executable, "-m", "shardscope.dask", str(tmp_path / "missing.sqlite")], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert "missing.sqlite" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
+    # The Kineto sample with each rank on a host of its own (`host_name`, as Kineto writes it): clocks are then
+    # aligned on collective ends, which the Dask path computes in a keyed pass of its own.
+    import gzip
+
+    folder = tmp_path / "two_hosts"
+    folder.mkdir()
+    for index, name in enumerate(["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]):
+        trace = json.loads(gzip.open(REPO / "sample-traces/kineto_tp2" / name).read())
+        trace["host_name"] = f"node{index}"
+        with gzip.open(folder / name, "wt") as f:
+            json.dump(trace, f)
+    expected = cli("report", "--format", "json", str(folder)).rstrip("\n")
+    assert json.loads(expected)["collectives"]["clocks_aligned"] is True
+    assert sd.analyze([str(folder)], client=client, buckets=2) == expected
+
+
+def test_a_scheduler_address_is_used_when_given(client, cli):
+    # As with `--scheduler tcp://…`: a client of its own to a running scheduler (here the fixture's), closed after.
+    run = "sample-traces/tp2_capture.sqlite.gz"
+    address = client.scheduler.address
+    assert sd.analyze([run], scheduler=address) == cli("report", "--format", "json", run).rstrip("\n")
+    assert client.status == "running"
