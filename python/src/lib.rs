@@ -436,7 +436,10 @@ impl Run {
         let result = py.detach(|| {
             let model = critical_path::build_model(&self.traces, &options, window_ns, step).map_err(fail)?;
             whatif::check_scales(&model.graph, &scales).map_err(fail)?;
-            Ok::<_, PyErr>(whatif::what_if(&model, &whatif::Scenario { no_straggler, comm_overlapped, scales }))
+            Ok::<_, PyErr>(whatif::what_if(
+                &model,
+                &whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak: None },
+            ))
         })?;
         let tables = PyDict::new(py);
         for (key, rows) in [("by_category", &result.by_category), ("by_rank", &result.by_rank)] {
