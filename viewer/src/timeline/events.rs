@@ -293,9 +293,9 @@ mod tests {
         assert_ne!(id(&first, "decode"), id(&second, "decode"), "the files give the name different ids");
         let data = TimelineData::build(vec![first, second], Categories::builtin());
         let color = |trace: usize, i: usize| event_color(&data, trace, EventRef::new(EventKind::Range, i));
-        for i in 0..names.len() {
-            assert_eq!(color(0, i), color(1, i), "{}", names[i]);
-            assert_eq!(color(0, i), range_color(names[i]));
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(color(0, i), color(1, i), "{name}");
+            assert_eq!(color(0, i), range_color(name));
         }
         // Not all one colour: the names spread over the palette.
         let distinct: std::collections::HashSet<Color32> = (0..names.len()).map(|i| color(0, i)).collect();
