@@ -28,13 +28,37 @@ pub struct GpuBusy {
 }
 
 impl GpuBusy {
+    /// The busy time of every GPU of `trace` with work (one pass over its events), in device order.
+    pub fn of_trace(trace: &Trace, trace_index: usize) -> Vec<GpuBusy> {
+        let mut by_device: Vec<Vec<(i64, i64)>> = vec![Vec::new(); trace.devices.len()];
+        let kernels = trace.kernels.iter().map(|k| (k.device, k.start_ns, k.end_ns));
+        let memops = trace.memops.iter().map(|m| (m.device, m.start_ns, m.end_ns));
+        let graphs = trace.graph_launches.iter().map(|g| (g.device, g.start_ns, g.end_ns));
+        for (device, start_ns, end_ns) in kernels.chain(memops).chain(graphs) {
+            let slot = device.0 as usize;
+            if slot >= by_device.len() {
+                by_device.resize(slot + 1, Vec::new());
+            }
+            by_device[slot].push((start_ns, end_ns));
+        }
+        by_device
+            .into_iter()
+            .enumerate()
+            .filter(|(_, intervals)| !intervals.is_empty())
+            .map(|(device, intervals)| GpuBusy::of_intervals(trace_index, DeviceIdx(device as u32), intervals))
+            .collect()
+    }
+
     /// The busy time of `device` in `trace`: its kernels, copies, sets and whole-graph records, as the analyzer's
     /// report counts them.
     pub fn of_device(trace: &Trace, trace_index: usize, device: DeviceIdx) -> GpuBusy {
         let kernels = trace.kernels.iter().filter(|k| k.device == device).map(|k| (k.start_ns, k.end_ns));
         let memops = trace.memops.iter().filter(|m| m.device == device).map(|m| (m.start_ns, m.end_ns));
         let graphs = trace.graph_launches.iter().filter(|g| g.device == device).map(|g| (g.start_ns, g.end_ns));
-        let intervals: Vec<(i64, i64)> = kernels.chain(memops).chain(graphs).collect();
+        GpuBusy::of_intervals(trace_index, device, kernels.chain(memops).chain(graphs).collect())
+    }
+
+    fn of_intervals(trace_index: usize, device: DeviceIdx, intervals: Vec<(i64, i64)>) -> GpuBusy {
         let span_ns = match (intervals.iter().map(|i| i.0).min(), intervals.iter().map(|i| i.1).max()) {
             (Some(first), Some(last)) => Some((first, last)),
             _ => None,
@@ -131,6 +155,9 @@ mod tests {
             let trace = traces.iter().position(|t| t.source.path == rank.source).unwrap();
             let device = traces[trace].devices.iter().position(|d| d.ordinal == rank.device).unwrap();
             let busy = GpuBusy::of_device(&traces[trace], trace, DeviceIdx(device as u32));
+            let from_trace = GpuBusy::of_trace(&traces[trace], trace);
+            let same = from_trace.iter().find(|b| b.device.0 as usize == device).expect("the GPU has work");
+            assert_eq!((same.span_ns, same.busy.spans()), (busy.span_ns, busy.busy.spans()));
             let (first, last) = busy.span_ns.unwrap();
             assert_eq!(last - first, rank.figures.span_ns);
             let share = rank.figures.gpu_busy_ns as f64 / rank.figures.span_ns as f64;
