@@ -429,7 +429,7 @@ impl TimelineData {
         }
 
         let roi = crate::roi::region_of_interest(&traces, categories.phase_pattern(), categories.step_pattern());
-        let busy: Vec<Vec<GpuBusy>> = traces.iter().enumerate().map(|(ti, t)| GpuBusy::of_trace(t, ti)).collect();
+        let mut busy: Vec<Vec<GpuBusy>> = traces.iter().enumerate().map(|(ti, t)| GpuBusy::of_trace(t, ti)).collect();
         let mut data = TimelineData {
             tracks: Vec::new(),
             rows: Vec::new(),
@@ -459,7 +459,7 @@ impl TimelineData {
                         label: process_label(trace, process, ti, trace_count),
                     },
                 });
-                data.add_gpu_rows(trace, ti, process_id, &mut tracks, &busy[ti]);
+                data.add_gpu_rows(trace, ti, process_id, &mut tracks, &mut busy[ti]);
                 data.add_thread_rows(trace, ti, process, process_id, &mut tracks);
             }
         }
@@ -467,14 +467,15 @@ impl TimelineData {
         data
     }
 
-    /// Under a process: one header per GPU, then per stream its annotation tracks and its track.
+    /// Under a process: one header per GPU, its utilisation graph (taken from `busy`, so a GPU that two processes
+    /// share has one), then per stream its annotation tracks and its track.
     fn add_gpu_rows(
         &mut self,
         trace: &Trace,
         ti: usize,
         process_id: u64,
         tracks: &mut ProcessTracks,
-        busy: &[GpuBusy],
+        busy: &mut Vec<GpuBusy>,
     ) {
         let device_ordinals: std::collections::BTreeSet<u32> =
             tracks.streams.keys().chain(tracks.gpu_ranges.keys()).copied().collect();
@@ -490,8 +491,8 @@ impl TimelineData {
                 content: RowContent::Header { id: header_id(&[process_id, 1, u64::from(device)]), label },
             });
             // The GPU's utilisation graph above its streams.
-            if let Some(busy) = busy.iter().find(|b| b.device == DeviceIdx(device) && !b.is_empty()) {
-                self.utilization.push(busy.clone());
+            if let Some(index) = busy.iter().position(|b| b.device == DeviceIdx(device) && !b.is_empty()) {
+                self.utilization.push(busy.swap_remove(index));
                 self.rows.push(Row { indent: 3, content: RowContent::Utilization(self.utilization.len() - 1) });
             }
             let mut streams = tracks.streams.remove(&device).unwrap_or_default();
