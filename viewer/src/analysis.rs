@@ -12,6 +12,7 @@ use regex::Regex;
 use shardscope_analyzer::categories::{CategoryId as AnalyzerCategoryId, Classifier};
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::report::{Figures, Options, PHASES_INFERRED, analyze};
+use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_model::Trace;
 
 /// Index of an op category in [`Categories::names`].
@@ -23,6 +24,8 @@ pub type CategoryId = u16;
 pub struct Categories {
     classifier: Classifier,
     phase_pattern: Regex,
+    /// The analyzer's default step pattern (the viewer has no option for it).
+    step_pattern: Regex,
 }
 
 impl Categories {
@@ -31,6 +34,7 @@ impl Categories {
         Categories {
             classifier: Classifier::builtin(),
             phase_pattern: Regex::new(DEFAULT_PHASE_PATTERN).expect("the default phase pattern is valid"),
+            step_pattern: default_step_pattern(),
         }
     }
 
@@ -43,7 +47,7 @@ impl Categories {
         };
         let phase_pattern = Regex::new(phase_pattern)
             .map_err(|e| format!("--phase-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
-        Ok(Categories { classifier, phase_pattern })
+        Ok(Categories { classifier, phase_pattern, step_pattern: default_step_pattern() })
     }
 
     /// The colour of a category or of a report label (`comm.<type>` takes communication's): the
@@ -81,6 +85,31 @@ impl Categories {
     pub fn classifier(&self) -> &Classifier {
         &self.classifier
     }
+
+    /// The phase pattern.
+    pub fn phase_pattern(&self) -> &Regex {
+        &self.phase_pattern
+    }
+
+    /// The step pattern.
+    pub fn step_pattern(&self) -> &Regex {
+        &self.step_pattern
+    }
+
+    /// The analyzer's options with these settings, for `window_ns`.
+    pub fn options(&self, window_ns: Option<(i64, i64)>) -> Options {
+        Options {
+            classifier: self.classifier.clone(),
+            phase_pattern: self.phase_pattern.clone(),
+            step_pattern: self.step_pattern.clone(),
+            window_ns,
+            ..Options::default()
+        }
+    }
+}
+
+fn default_step_pattern() -> Regex {
+    Regex::new(DEFAULT_STEP_PATTERN).expect("the default step pattern is valid")
 }
 
 /// Figures for one rank over a time window, as the panels show them.
@@ -125,13 +154,7 @@ fn sorted_categories(figures: &Figures) -> Vec<(String, i64)> {
 /// Per-rank figures of `traces`, limited to `window_ns` (start, end) when given, computed by
 /// `shardscope_analyzer::report::analyze` with its default options and `categories`' rules.
 pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Option<(i64, i64)>) -> Vec<RankFigures> {
-    let options = Options {
-        classifier: categories.classifier().clone(),
-        phase_pattern: categories.phase_pattern.clone(),
-        window_ns,
-        ..Options::default()
-    };
-    let report = analyze(traces, &options);
+    let report = analyze(traces, &categories.options(window_ns));
     report
         .ranks
         .iter()

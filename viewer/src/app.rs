@@ -8,6 +8,7 @@ use egui::{Color32, Key, RichText};
 
 use crate::analysis::Categories;
 use crate::collectives::CollectiveIndex;
+use crate::critical::CriticalPathState;
 use crate::load::{Loaded, Loader};
 use crate::panels::details::{DetailsAction, details_ui, launch_of, launched_by};
 use crate::panels::range_stats::{RangeStats, range_stats_ui};
@@ -26,6 +27,17 @@ pub enum SideTab {
     Range,
     /// Category shares per rank and phase.
     Summary,
+}
+
+/// How the app starts, from the command line: applied when the traces are in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// Show exactly this window of the trace clock, ns, instead of the region of interest.
+    pub window_ns: Option<(i64, i64)>,
+    /// Open this side-panel page; the range page shows the figures of the window shown.
+    pub tab: Option<SideTab>,
+    /// Show the critical path: of this step (`Some(Some(n))`), else of the window or the whole trace.
+    pub critical_path: Option<Option<usize>>,
 }
 
 /// A loaded set of traces with what the panels derived from it.
@@ -60,10 +72,14 @@ pub struct ViewerApp {
     pub tab: SideTab,
     /// Text of the "open path" box.
     pub path_input: String,
+    /// The critical path toggle and its path.
+    pub critical_path: CriticalPathState,
     /// Cached launched event of a selected API call (search is linear, so once per selection).
     flow_cache: Option<(Selected, Option<Selected>)>,
     /// The analyzer settings (rules, phase pattern) every load uses.
     categories: Categories,
+    /// What the command line asked for, applied to each load.
+    start: StartOptions,
 }
 
 impl Default for ViewerApp {
@@ -78,8 +94,10 @@ impl Default for ViewerApp {
             summary_stats: RangeStats::default(),
             tab: SideTab::Details,
             path_input: String::new(),
+            critical_path: CriticalPathState::default(),
             flow_cache: None,
             categories: Categories::builtin(),
+            start: StartOptions::default(),
         }
     }
 }
@@ -97,9 +115,28 @@ impl ViewerApp {
 
     /// An app showing already-loaded traces.
     pub fn with_loaded(loaded: Loaded) -> ViewerApp {
+        ViewerApp::with_loaded_and(loaded, StartOptions::default())
+    }
+
+    /// An app showing already-loaded traces as `start` asks.
+    pub fn with_loaded_and(loaded: Loaded, start: StartOptions) -> ViewerApp {
         let mut app = ViewerApp::default();
+        app.set_start(start);
         app.install(loaded);
         app
+    }
+
+    /// Applies `start` now (tab, critical path) and to every load from now on (window).
+    pub fn set_start(&mut self, start: StartOptions) {
+        if let Some(tab) = start.tab {
+            self.tab = tab;
+        }
+        if let Some(step) = start.critical_path {
+            let request = crate::critical::PathRequest { step, window_ns: start.window_ns };
+            // A step's path moves the view to the step, unless a window was asked for.
+            self.show_critical_path(request, step.is_some() && start.window_ns.is_none());
+        }
+        self.start = start;
     }
 
     /// Starts loading `paths` in the background.
@@ -111,13 +148,67 @@ impl ViewerApp {
     fn install(&mut self, loaded: Loaded) {
         self.errors.extend(loaded.errors);
         let data = Arc::new(loaded.data);
-        let view = TimelineView::new(data.t0_ns, data.t1_ns);
+        // Open at the region of interest, not at the process start-up.
+        let (start, end) = data.roi.map_or((data.t0_ns, data.t1_ns), |roi| (roi.start_ns, roi.end_ns));
+        let mut view = TimelineView::new(start, end);
+        if let Some((start, end)) = self.start.window_ns {
+            view.show_exactly(start, end);
+        }
+        if self.start.tab == Some(SideTab::Range) {
+            view.range_ns = Some(self.start.window_ns.unwrap_or((start, end)));
+        }
         self.session = Some(Session { data, collectives: loaded.collectives, view, load_seconds: loaded.seconds });
         self.selected = None;
         self.flow_cache = None;
         self.search.reset();
         self.range_stats.reset();
         self.summary_stats.reset();
+        // A path of the previous traces means nothing for these: compute it again if it is on.
+        self.critical_path = self.critical_path.restarted();
+    }
+
+    /// Turns the critical path on for `request`; with `fit`, the view moves to the path's window when it arrives.
+    pub fn show_critical_path(&mut self, request: crate::critical::PathRequest, fit: bool) {
+        self.critical_path.enabled = true;
+        self.critical_path.request = request;
+        self.critical_path.fit_when_ready = fit;
+    }
+
+    /// Computes what the panels and the timeline show in the background and waits for it: the critical path and
+    /// the figures of the open tab (for screenshots and tests, where no later frame would pick them up).
+    pub fn compute_now(&mut self, ctx: &egui::Context) {
+        let Some(session) = &self.session else { return };
+        let data = Arc::clone(&session.data);
+        self.critical_path.update(&data, ctx);
+        self.critical_path.wait();
+        self.apply_path_fit();
+        let Some(session) = &self.session else { return };
+        match self.tab {
+            SideTab::Range => {
+                self.range_stats.update(&data, session.view.range_ns, ctx);
+                self.range_stats.wait();
+            }
+            SideTab::Summary => {
+                self.summary_stats.update(&data, None, ctx);
+                self.summary_stats.wait();
+            }
+            SideTab::Details => {}
+        }
+    }
+
+    /// Moves the view to the critical path's window once, when asked to and the path is in.
+    fn apply_path_fit(&mut self) {
+        if !self.critical_path.fit_when_ready {
+            return;
+        }
+        let Some(path) = self.critical_path.overlay() else { return };
+        if let Some(session) = &mut self.session {
+            let end = path.start_ns + path.measured_ns;
+            session
+                .view
+                .fit(path.window_ns.map_or(path.start_ns, |w| w.0), path.window_ns.map_or(end, |w| w.1.max(end)));
+            self.critical_path.fit_when_ready = false;
+        }
     }
 
     /// Selects an event and scrolls the timeline to it.
@@ -141,6 +232,15 @@ impl ViewerApp {
         }
     }
 
+    /// Fits the view to the region of interest (see [`crate::roi`]), else the whole trace.
+    pub fn fit_region_of_interest(&mut self) {
+        if let Some(session) = &mut self.session {
+            let data = &session.data;
+            let (start, end) = data.roi.map_or((data.t0_ns, data.t1_ns), |roi| (roi.start_ns, roi.end_ns));
+            session.view.fit(start, end);
+        }
+    }
+
     /// Fits the view to the whole trace.
     pub fn fit_all(&mut self) {
         if let Some(session) = &mut self.session {
@@ -161,7 +261,11 @@ impl ViewerApp {
     }
 
     fn highlights(&mut self) -> Highlights {
-        let mut highlights = Highlights { selected: self.selected, ..Highlights::default() };
+        let mut highlights = Highlights {
+            selected: self.selected,
+            critical_path: self.critical_path.overlay(),
+            ..Highlights::default()
+        };
         let (Some(session), Some(selected)) = (&self.session, self.selected) else { return highlights };
         highlights.peers = session.collectives.peers(&selected).iter().copied().filter(|p| *p != selected).collect();
         if let Some(launch) = launch_of(&session.data, &selected) {
@@ -202,12 +306,21 @@ impl ViewerApp {
                 self.open(paths, ui.ctx());
             }
             ui.separator();
-            if ui.button("Fit all").on_hover_text("Home").clicked() {
+            if ui.button("Fit all").on_hover_text("Home: everything, start-up included").clicked() {
                 self.fit_all();
+            }
+            let roi_hint = match self.session.as_ref().and_then(|s| s.data.roi) {
+                Some(roi) => format!("R: the {} (where the run opened)", roi.source.describe()),
+                None => "R: no phase or step ranges or GPU work, so the whole trace".to_string(),
+            };
+            if ui.button("Region of interest").on_hover_text(roi_hint).clicked() {
+                self.fit_region_of_interest();
             }
             if ui.button("Fit selection").on_hover_text("F").clicked() {
                 self.fit_selection();
             }
+            ui.separator();
+            self.critical_path_ui(ui);
             ui.separator();
             let data = self.session.as_ref().map(|s| s.data.clone());
             if let Some(found) = search_ui(ui, data.as_ref(), &mut self.search) {
@@ -234,6 +347,11 @@ impl ViewerApp {
                     .weak(),
                 );
             });
+            if let Some(path) = self.critical_path.overlay() {
+                ui.label(RichText::new(path.summary()).color(crate::timeline::paint::CRITICAL_PATH_COLOR));
+            } else if let Some(error) = self.critical_path.error() {
+                ui.colored_label(ui.visuals().error_fg_color, format!("critical path: {error}"));
+            }
         }
         let mut dismiss = false;
         for error in &self.errors {
@@ -244,6 +362,31 @@ impl ViewerApp {
         }
         if dismiss {
             self.errors.clear();
+        }
+    }
+
+    /// The critical path toggle (`C`), its step, and what the path is.
+    fn critical_path_ui(&mut self, ui: &mut egui::Ui) {
+        let state = &mut self.critical_path;
+        ui.checkbox(&mut state.enabled, "Critical path").on_hover_text(
+            "C: the longest dependency path across ranks (analyzer critical-path): runs outlined, delays dashed, \
+             hops to another rank as arrows",
+        );
+        if state.enabled {
+            let mut one_step = state.request.step.is_some();
+            let of_step = ui.checkbox(&mut one_step, "of step");
+            if of_step.changed() {
+                state.request.step = one_step.then_some(0);
+                state.fit_when_ready = one_step;
+            }
+            if let Some(step) = &mut state.request.step
+                && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
+            {
+                state.fit_when_ready = true;
+            }
+            if state.is_computing() {
+                ui.spinner();
+            }
         }
     }
 
@@ -325,12 +468,20 @@ impl ViewerApp {
             self.open(dropped, ui.ctx());
         }
         if !ui.ctx().egui_wants_keyboard_input() {
-            let (fit_selection, fit_all) = ui.input(|i| (i.key_pressed(Key::F), i.key_pressed(Key::Home)));
+            let (fit_selection, fit_all, fit_roi, toggle_path) = ui.input(|i| {
+                (i.key_pressed(Key::F), i.key_pressed(Key::Home), i.key_pressed(Key::R), i.key_pressed(Key::C))
+            });
+            if toggle_path {
+                self.critical_path.enabled = !self.critical_path.enabled;
+            }
             if fit_selection {
                 self.fit_selection();
             }
             if fit_all {
                 self.fit_all();
+            }
+            if fit_roi {
+                self.fit_region_of_interest();
             }
         }
     }
@@ -339,6 +490,11 @@ impl ViewerApp {
     pub fn show(&mut self, ui: &mut egui::Ui) {
         self.poll_loader();
         self.handle_keys_and_drops(ui);
+        if let Some(session) = &self.session {
+            let data = Arc::clone(&session.data);
+            self.critical_path.update(&data, ui.ctx());
+            self.apply_path_fit();
+        }
         egui::Panel::top("toolbar").show(ui, |ui| self.toolbar_ui(ui));
         egui::Panel::right("side").resizable(true).default_size(420.0).show(ui, |ui| self.side_ui(ui));
         egui::CentralPanel::no_frame().show(ui, |ui| self.central_ui(ui));

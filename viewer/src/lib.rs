@@ -8,6 +8,9 @@
 //! - [`panels`]: details, range statistics, search, summary charts.
 //! - [`analysis`]: the one adapter for op categories and per-rank figures.
 //! - [`collectives`]: the same collective on every rank.
+//! - [`critical`]: the analyzer's critical path across ranks, placed on the tracks.
+//! - [`roi`]: the region of interest a run opens at.
+//! - [`utilization`]: each GPU's busy fraction per pixel column.
 //! - [`screenshot`]: headless rendering to PNG.
 //! - [`synthetic`]: deterministic multi-rank traces for tests and benchmarks.
 //!
@@ -20,8 +23,11 @@
 pub mod analysis;
 pub mod app;
 pub mod collectives;
+pub mod critical;
 pub mod load;
 pub mod panels;
+pub mod roi;
 pub mod screenshot;
 pub mod synthetic;
 pub mod timeline;
+pub mod utilization;

@@ -1,6 +1,7 @@
 //! `viewer [TRACE...]`: the shardscope timeline.
 //!
-//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits.
+//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab` and
+//! `--critical-path` say what to show, with or without `--screenshot`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,8 +9,9 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::window;
 use shardscope_viewer::analysis::Categories;
-use shardscope_viewer::app::ViewerApp;
+use shardscope_viewer::app::{SideTab, StartOptions, ViewerApp};
 
 /// Timeline of every rank, GPU and stream of nsys SQLite and Kineto JSON traces.
 #[derive(Parser, Debug)]
@@ -30,6 +32,52 @@ struct Args {
     /// Regex selecting phase ranges, as `analyzer report --phase-pattern` takes it.
     #[arg(long, value_name = "REGEX", default_value = DEFAULT_PHASE_PATTERN)]
     phase_pattern: String,
+    /// Show exactly this part of the trace clock, `START_NS:END_NS` as `analyzer report --window` takes it,
+    /// instead of the region of interest (the phase and step ranges).
+    #[arg(long, value_name = "START:END", value_parser = window::parse)]
+    window: Option<(i64, i64)>,
+    /// The side-panel page to open: `details`, `range` (the figures of the window shown) or `summary`.
+    #[arg(long, value_enum)]
+    tab: Option<Tab>,
+    /// Outline the critical path across ranks, as `analyzer critical-path` finds it: of step STEP (counted from
+    /// 0 on each rank; the view moves to the step unless --window is given), else of --window, else of the whole
+    /// trace. A value that is not a number is taken as the first trace.
+    #[arg(long, value_name = "STEP", num_args = 0..=1, default_missing_value = "")]
+    critical_path: Option<String>,
+}
+
+/// The side-panel pages, as `--tab` names them.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Tab {
+    Details,
+    Range,
+    Summary,
+}
+
+impl Args {
+    /// What the app shows first; a `--critical-path` value that is no step number is moved to the traces.
+    fn start_options(&mut self) -> StartOptions {
+        let critical_path = match self.critical_path.take() {
+            None => None,
+            Some(value) if value.is_empty() => Some(None),
+            Some(value) => match value.parse::<usize>() {
+                Ok(step) => Some(Some(step)),
+                Err(_) => {
+                    self.traces.insert(0, PathBuf::from(value));
+                    Some(None)
+                }
+            },
+        };
+        StartOptions {
+            window_ns: self.window,
+            tab: self.tab.map(|tab| match tab {
+                Tab::Details => SideTab::Details,
+                Tab::Range => SideTab::Range,
+                Tab::Summary => SideTab::Summary,
+            }),
+            critical_path,
+        }
+    }
 }
 
 fn parse_size(text: &str) -> Result<(f32, f32), String> {
@@ -41,21 +89,27 @@ fn parse_size(text: &str) -> Result<(f32, f32), String> {
     }
 }
 
-fn screenshot(args: &Args, categories: Categories, out: &std::path::Path) -> Result<()> {
+fn screenshot(args: &Args, categories: Categories, start: StartOptions, out: &std::path::Path) -> Result<()> {
     if args.traces.is_empty() {
         bail!("--screenshot needs at least one trace");
     }
     let loaded = shardscope_viewer::load::load_paths_with(&args.traces, categories, |_, _| {})
         .map_err(|errors| anyhow::anyhow!(errors.join("; ")))?;
-    let app = ViewerApp::with_loaded(loaded);
+    let mut app = ViewerApp::with_loaded_and(loaded, start);
+    app.compute_now(&egui::Context::default());
+    // A path that cannot be found (no such step) is an error here, not a line in a picture nobody reads.
+    if let Some(error) = app.critical_path.error() {
+        bail!("{}: critical path: {error}", args.traces[0].display());
+    }
     shardscope_viewer::screenshot::render_png(app, egui::vec2(args.size.0, args.size.1), out)
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(mut args: Args) -> Result<()> {
     let categories =
         Categories::from_options(args.rules.as_deref(), &args.phase_pattern).map_err(anyhow::Error::msg)?;
+    let start = args.start_options();
     if let Some(out) = &args.screenshot {
-        return screenshot(&args, categories, out);
+        return screenshot(&args, categories, start, out);
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_inner_size([args.size.0, args.size.1]).with_drag_and_drop(true),
@@ -65,7 +119,11 @@ fn run(args: Args) -> Result<()> {
     eframe::run_native(
         "shardscope viewer",
         options,
-        Box::new(move |cc| Ok(Box::new(ViewerApp::new(paths, categories, &cc.egui_ctx)))),
+        Box::new(move |cc| {
+            let mut app = ViewerApp::new(paths, categories, &cc.egui_ctx);
+            app.set_start(start);
+            Ok(Box::new(app))
+        }),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
     .context("cannot open the window")

@@ -68,3 +68,86 @@ fn bad_rules_or_phase_pattern_are_one_line_and_exit_code_2() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn sample(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces").join(name).to_str().unwrap().to_string()
+}
+
+/// Runs `viewer --screenshot OUT ARGS…` and returns its image, or panics with its stderr.
+fn screenshot(out: &std::path::Path, args: &[&str]) -> image::RgbaImage {
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", out.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("runs viewer");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    image::open(out).expect("a PNG").to_rgba8()
+}
+
+fn pixels_of(image: &image::RgbaImage, rgb: [u8; 3]) -> usize {
+    image.pixels().filter(|p| p.0[..3] == rgb).count()
+}
+
+#[test]
+fn window_tab_and_size_change_what_the_screenshot_shows() {
+    let dir = temp_dir("options-picture");
+    let trace = sample("tp2_capture.sqlite.gz");
+    let out = dir.join("out.png");
+    let default = screenshot(&out, &["--size", "1000x600", &trace]);
+    assert_eq!(default.dimensions(), (1000, 600));
+    // A 1 ms window inside the decode steps, the summary page, a smaller size: each a different picture.
+    let window = screenshot(&out, &["--size", "1000x600", "--window", "9700000000:9701000000", &trace]);
+    assert_ne!(window, default);
+    let summary = screenshot(&out, &["--size", "1000x600", "--tab", "summary", &trace]);
+    assert_ne!(summary, default);
+    let range = screenshot(&out, &["--size", "1000x600", "--tab", "range", &trace]);
+    assert_ne!(range, default);
+    assert_ne!(range, summary);
+    assert_eq!(screenshot(&out, &["--size", "640x480", "--tab", "details", &trace]).dimensions(), (640, 480));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The path is drawn in its own magenta; `--critical-path` takes a step, or no value before the trace.
+#[test]
+fn critical_path_is_drawn_in_screenshots() {
+    let dir = temp_dir("critical-path");
+    let trace = sample("tp2_skew_capture.sqlite.gz");
+    let out = dir.join("out.png");
+    let magenta = [0xff, 0x3d, 0xf5];
+    let without = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", &trace]);
+    assert_eq!(pixels_of(&without, magenta), 0);
+    let step = screenshot(&out, &["--size", "1200x700", "--critical-path", "10", &trace]);
+    assert!(pixels_of(&step, magenta) > 200, "{} path pixels", pixels_of(&step, magenta));
+    // No step: the value is the trace, and the path is of the window.
+    let window =
+        screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", "--critical-path", &trace]);
+    assert!(pixels_of(&window, magenta) > 200, "{} path pixels", pixels_of(&window, magenta));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_step_that_is_not_there_or_a_bad_window_is_one_line_and_exit_code_2() {
+    let dir = temp_dir("bad-step");
+    let trace = sample("tp2_skew_capture.sqlite.gz");
+    let out = dir.join("out.png");
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", out.to_str().unwrap(), "--critical-path", "999", &trace])
+        .output()
+        .expect("runs viewer");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("tp2_skew_capture") && lines[0].contains("999"), "{stderr}");
+    assert!(!out.exists());
+    for window in ["9:5", "12", "a:b"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+            .args(["--screenshot", out.to_str().unwrap(), "--window", window, &trace])
+            .output()
+            .expect("runs viewer");
+        assert_eq!(output.status.code(), Some(2), "--window {window}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("--window"), "--window {window}");
+        assert!(!out.exists());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

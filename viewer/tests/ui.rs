@@ -10,8 +10,8 @@ use std::time::Instant;
 use egui::{Event, Modifiers, MouseWheelSource, MouseWheelUnit, Pos2, TouchPhase, Vec2, vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use shardscope_viewer::app::{SideTab, ViewerApp};
-use shardscope_viewer::load::prepare;
+use shardscope_viewer::app::{SideTab, StartOptions, ViewerApp};
+use shardscope_viewer::load::{load_paths, prepare};
 use shardscope_viewer::synthetic::{SyntheticSpec, generate};
 use shardscope_viewer::timeline::layout::EventKind;
 use shardscope_viewer::timeline::{WHEEL_ZOOM_PER_POINT, track_center_y};
@@ -27,8 +27,11 @@ fn small_app() -> ViewerApp {
 }
 
 fn harness(app: ViewerApp) -> Harness<'static, ViewerApp> {
-    let mut harness =
-        Harness::builder().with_size(vec2(1400.0, 800.0)).build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
+    // Tooltips (over an event or a utilisation graph) fade in over a few frames.
+    let mut harness = Harness::builder()
+        .with_size(vec2(1400.0, 800.0))
+        .with_max_steps(8)
+        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
     harness.run();
     harness
 }
@@ -306,8 +309,9 @@ fn clicking_a_header_collapses_and_expands_its_group() {
         };
         let first_track = 0;
         let y = track_center_y(&session.data, &session.view, first_track).unwrap();
-        // The rank header is two header rows above the first track (GPU header between).
-        (*id, y - 2.0 * shardscope_viewer::timeline::HEADER_HEIGHT, session.data.tracks.len())
+        // The rank header is two header rows and the GPU's utilisation row above the first track.
+        let above = 2.0 * shardscope_viewer::timeline::HEADER_HEIGHT + shardscope_viewer::timeline::UTILIZATION_HEIGHT;
+        (*id, y - above, session.data.tracks.len())
     };
     let plot = h.state().session.as_ref().unwrap().view.last_plot_rect;
     let at = Pos2::new(plot.left() - 100.0, header_y);
@@ -358,4 +362,125 @@ fn next_button_searches_in_the_background_then_selects_the_first_match() {
     let selected = app.selected.unwrap();
     assert_eq!(selected.event.kind(), EventKind::Range);
     assert_eq!(app.session.as_ref().unwrap().data.event_name(selected.trace, selected.event), "decode");
+}
+
+fn sample(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces").join(name)
+}
+
+/// A bundled sample, as the screenshot mode shows it with `start`.
+fn sample_app(name: &str, start: StartOptions) -> ViewerApp {
+    let loaded = load_paths(&[sample(name)], |_, _| {}).expect("the bundled sample loads");
+    let mut app = ViewerApp::with_loaded_and(loaded, start);
+    app.session.as_mut().unwrap().load_seconds = 0.0;
+    app.compute_now(&egui::Context::default());
+    app
+}
+
+/// Within 2 % either side of `[start, end]`, as `TimelineView::fit` shows a span.
+fn assert_fits(view: (f64, f64), start: i64, end: i64) {
+    let margin = 0.02 * (end - start) as f64;
+    assert!((view.0 - (start as f64 - margin)).abs() < 1.0, "start {} for {start}", view.0);
+    assert!((view.1 - (end as f64 + margin)).abs() < 1.0, "end {} for {end}", view.1);
+}
+
+#[test]
+fn a_run_opens_at_its_phase_ranges_and_home_shows_everything() {
+    let mut h = harness(sample_app("tp2_capture.sqlite.gz", StartOptions::default()));
+    h.remove_cursor();
+    let (t0, t1, roi) = {
+        let data = &h.state().session.as_ref().unwrap().data;
+        (data.t0_ns, data.t1_ns, data.roi.expect("the capture has phase ranges"))
+    };
+    // The capture's prefill / decode ranges, not the launcher's start 2.9 s earlier.
+    assert_eq!((roi.start_ns, roi.end_ns), (7_434_815_348, 9_817_173_511));
+    assert!(roi.start_ns - t0 > 2_800_000_000, "t0 {t0}");
+    assert_fits(view_span(&h), roi.start_ns, roi.end_ns);
+    h.key_press(egui::Key::Home);
+    h.run();
+    assert_fits(view_span(&h), t0, t1);
+    h.key_press(egui::Key::R);
+    h.run();
+    assert_fits(view_span(&h), roi.start_ns, roi.end_ns);
+    h.get_by_label("Fit all").click();
+    h.run();
+    assert_fits(view_span(&h), t0, t1);
+    h.get_by_label("Region of interest").click();
+    h.run();
+    assert_fits(view_span(&h), roi.start_ns, roi.end_ns);
+}
+
+/// `--window` shows exactly that window; with `--tab range` the range page holds the analyzer's figures of it.
+#[test]
+fn a_window_and_the_range_tab_show_the_analyzers_figures_of_that_window() {
+    let window = (9_400_000_000, 9_500_000_000);
+    let start = StartOptions { window_ns: Some(window), tab: Some(SideTab::Range), critical_path: None };
+    let h = harness(sample_app("tp2_capture.sqlite.gz", start));
+    assert_eq!(view_span(&h), (window.0 as f64, window.1 as f64));
+    let app = h.state();
+    assert_eq!(app.tab, SideTab::Range);
+    assert_eq!(app.range_stats.window_ns, Some(window));
+    let data = &app.session.as_ref().unwrap().data;
+    let options = shardscope_analyzer::report::Options { window_ns: Some(window), ..Default::default() };
+    let report = shardscope_analyzer::report::analyze(&data.traces, &options);
+    let shown: Vec<(u32, i64)> = app.range_stats.ranks.iter().map(|r| (r.rank, r.gpu_busy_ns)).collect();
+    let expected: Vec<(u32, i64)> = report.ranks.iter().map(|r| (r.rank, r.figures.gpu_busy_ns)).collect();
+    assert_eq!(shown, expected);
+    assert!(shown.iter().all(|(_, busy)| *busy > 0));
+}
+
+#[test]
+fn the_summary_tab_opens_with_its_figures() {
+    let start = StartOptions { tab: Some(SideTab::Summary), ..StartOptions::default() };
+    let app = sample_app("tp2_capture.sqlite.gz", start);
+    assert_eq!(app.tab, SideTab::Summary);
+    assert!(!app.summary_stats.is_computing());
+    assert_eq!(app.summary_stats.ranks.len(), 2);
+}
+
+/// Step 9 of the skewed sample (3.45 ms): rank 0 launches an all-reduce that rank 1 joins, the path crosses to
+/// rank 1 there, and runs through rank 1's 2.2 ms sleep before its next all-reduce, which rank 0 waits in.
+#[test]
+fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
+    let start = StartOptions { critical_path: Some(Some(9)), ..StartOptions::default() };
+    let mut h = harness(sample_app("tp2_skew_capture.sqlite.gz", start));
+    {
+        let app = h.state();
+        let path = app.critical_path.overlay().expect("the path of step 10");
+        assert_eq!(path.step, Some(9));
+        assert!(!path.segments.is_empty());
+        // Every segment has its track: each stream and thread of the path is drawn.
+        assert!(
+            path.segments.iter().all(|s| s.track.is_some()),
+            "{:?}",
+            path.segments.iter().find(|s| s.track.is_none())
+        );
+        let sleep = path
+            .segments
+            .iter()
+            .find(|s| {
+                s.rank == 1 && s.category == "host_gap" && (1_900_000..2_600_000).contains(&(s.end_ns - s.start_ns))
+            })
+            .expect("rank 1's sleep is on the path");
+        assert!(!sleep.run);
+        let cross_rank: Vec<(u32, u32, &str)> = path
+            .hops()
+            .filter(|&(a, b)| path.segments[a].rank != path.segments[b].rank)
+            .map(|(a, b)| (path.segments[a].rank, path.segments[b].rank, path.segments[b].after.as_str()))
+            .collect();
+        assert_eq!(cross_rank, [(0, 1, "collective wait on rank 0")]);
+        // The view moved to the step.
+        let (window_start, window_end) = path.window_ns.unwrap();
+        assert_fits(view_span(&h), window_start, window_end.max(path.start_ns + path.measured_ns));
+        assert!(path.summary().starts_with("critical path of step 9: "), "{}", path.summary());
+    }
+    snapshot(&mut h, "critical_path");
+    // C hides it, and shows it again.
+    h.remove_cursor();
+    h.key_press(egui::Key::C);
+    h.run();
+    assert!(h.state().critical_path.overlay().is_none());
+    h.key_press(egui::Key::C);
+    h.run();
+    assert!(h.state().critical_path.overlay().is_some());
 }

@@ -11,7 +11,7 @@ use egui::Color32;
 use shardscope_model::Trace;
 
 use super::layout::{TimelineData, TrackKind};
-use super::paint::{PALETTE, category_color};
+use super::paint::{category_color, range_color};
 use crate::panels::details::{process_text, row};
 
 /// What the viewer needs of one kind of event; `index` is into the kind's list of `trace`.
@@ -139,10 +139,9 @@ impl EventKindInfo for Ranges {
         (trace.ranges[index].start_ns, trace.ranges[index].end_ns)
     }
     fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
-        let name = data.traces[trace].ranges[index].name;
-        // Ranges take muted colours by name so the same phase looks the same on every rank.
-        let base = PALETTE[(name.0 as usize * 7 + 3) % PALETTE.len()];
-        base.linear_multiply(0.75)
+        // By the name's text, not its id in the file, so the same phase looks the same on every rank.
+        let t = &data.traces[trace];
+        range_color(t.names.get(t.ranges[index].name))
     }
     fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
         let r = &data.traces[trace].ranges[index];
@@ -265,6 +264,75 @@ impl EventRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::Categories;
+    use crate::timeline::paint::{PALETTE, RANGE_PALETTE, event_color};
+    use shardscope_model::{Process, Range};
+
+    /// A file with the ranges `names`, interned after `other_names` so that the same name gets another id here.
+    fn file(other_names: &[&str], names: &[&str]) -> Trace {
+        let mut trace = Trace::default();
+        let process = trace.add_process(Process { pid: 7, ..Process::default() });
+        for name in other_names {
+            trace.names.intern(name);
+        }
+        for (i, name) in names.iter().enumerate() {
+            let name = trace.names.intern(name);
+            let start_ns = i as i64 * 100;
+            trace.ranges.push(Range { start_ns, end_ns: start_ns + 50, name, process, ..Range::default() });
+        }
+        trace.finish();
+        trace
+    }
+
+    #[test]
+    fn a_range_name_has_one_colour_in_every_file() {
+        let names = ["prefill", "decode", "ncclAllReduce", "forward"];
+        let first = file(&[], &names);
+        let second = file(&["sm90_xmma_gemm", "cudaLaunchKernel", "other"], &names);
+        let id = |t: &Trace, name: &str| t.ranges.iter().find(|r| t.names.get(r.name) == name).unwrap().name;
+        assert_ne!(id(&first, "decode"), id(&second, "decode"), "the files give the name different ids");
+        let data = TimelineData::build(vec![first, second], Categories::builtin());
+        let color = |trace: usize, i: usize| event_color(&data, trace, EventRef::new(EventKind::Range, i));
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(color(0, i), color(1, i), "{name}");
+            assert_eq!(color(0, i), range_color(name));
+        }
+        // Not all one colour: the names spread over the palette.
+        let distinct: std::collections::HashSet<Color32> = (0..names.len()).map(|i| color(0, i)).collect();
+        assert!(distinct.len() >= 3, "{distinct:?}");
+    }
+
+    /// CIE 1976 L*a*b* of an sRGB colour.
+    fn lab(color: Color32) -> [f64; 3] {
+        let linear = |u: u8| {
+            let u = f64::from(u) / 255.0;
+            if u <= 0.04045 { u / 12.92 } else { ((u + 0.055) / 1.055).powf(2.4) }
+        };
+        let (r, g, b) = (linear(color.r()), linear(color.g()), linear(color.b()));
+        let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+        let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+        let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+        let f = |t: f64| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+        [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+    }
+
+    #[test]
+    fn range_colours_stay_apart_from_the_category_colours() {
+        let categories = Categories::builtin();
+        let legend: Vec<Color32> = categories
+            .names()
+            .iter()
+            .map(|name| crate::timeline::paint::category_color(&categories, name))
+            .chain(PALETTE)
+            .collect();
+        for range in RANGE_PALETTE {
+            for category in &legend {
+                let (a, b) = (lab(range), lab(*category));
+                let distance = ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
+                assert!(distance >= 20.0, "{range:?} is {distance:.1} from {category:?}");
+            }
+        }
+    }
 
     #[test]
     fn every_kind_round_trips_and_unknown_tags_are_rejected() {

@@ -12,6 +12,8 @@ use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
 use super::events::{EventKindInfo, dispatch};
 use crate::analysis::{Categories, CategoryId};
+use crate::roi::RegionOfInterest;
+use crate::utilization::GpuBusy;
 
 pub use super::events::{EventKind, EventRef};
 
@@ -187,6 +189,8 @@ pub enum RowContent {
     },
     /// Index into [`TimelineData::tracks`].
     Track(usize),
+    /// A GPU's utilisation graph: index into [`TimelineData::utilization`].
+    Utilization(usize),
 }
 
 /// Everything the timeline draws, built once per load in the background.
@@ -216,6 +220,10 @@ pub struct TimelineData {
     /// (trace, kernel) → how long a collective kernel waited for the last rank before data moved (only kernels
     /// matched across ranks with a wait); the timeline draws that part darker.
     pub collective_wait_ns: HashMap<(usize, u32), i64>,
+    /// Busy time of each GPU with work, in the order of their utilisation rows.
+    pub utilization: Vec<GpuBusy>,
+    /// Where the run opens: its phase and step ranges, else its GPU work (see [`crate::roi`]).
+    pub roi: Option<RegionOfInterest>,
 }
 
 fn process_label(trace: &Trace, process: ProcessIdx, trace_index: usize, trace_count: usize) -> String {
@@ -420,6 +428,8 @@ impl TimelineData {
             span = Span { t0_ns: 0, t1_ns: 1_000_000 };
         }
 
+        let roi = crate::roi::region_of_interest(&traces, categories.phase_pattern(), categories.step_pattern());
+        let mut busy: Vec<Vec<GpuBusy>> = traces.iter().enumerate().map(|(ti, t)| GpuBusy::of_trace(t, ti)).collect();
         let mut data = TimelineData {
             tracks: Vec::new(),
             rows: Vec::new(),
@@ -432,6 +442,8 @@ impl TimelineData {
             range_tracks: HashMap::new(),
             event_count: 0,
             collective_wait_ns: HashMap::new(),
+            utilization: Vec::new(),
+            roi,
             traces: Vec::new(),
         };
         for (host, processes) in hosts {
@@ -447,7 +459,7 @@ impl TimelineData {
                         label: process_label(trace, process, ti, trace_count),
                     },
                 });
-                data.add_gpu_rows(trace, ti, process_id, &mut tracks);
+                data.add_gpu_rows(trace, ti, process_id, &mut tracks, &mut busy[ti]);
                 data.add_thread_rows(trace, ti, process, process_id, &mut tracks);
             }
         }
@@ -455,8 +467,16 @@ impl TimelineData {
         data
     }
 
-    /// Under a process: one header per GPU, then per stream its annotation tracks and its track.
-    fn add_gpu_rows(&mut self, trace: &Trace, ti: usize, process_id: u64, tracks: &mut ProcessTracks) {
+    /// Under a process: one header per GPU, its utilisation graph (taken from `busy`, so a GPU that two processes
+    /// share has one), then per stream its annotation tracks and its track.
+    fn add_gpu_rows(
+        &mut self,
+        trace: &Trace,
+        ti: usize,
+        process_id: u64,
+        tracks: &mut ProcessTracks,
+        busy: &mut Vec<GpuBusy>,
+    ) {
         let device_ordinals: std::collections::BTreeSet<u32> =
             tracks.streams.keys().chain(tracks.gpu_ranges.keys()).copied().collect();
         for device in device_ordinals {
@@ -470,6 +490,11 @@ impl TimelineData {
                 indent: 2,
                 content: RowContent::Header { id: header_id(&[process_id, 1, u64::from(device)]), label },
             });
+            // The GPU's utilisation graph above its streams.
+            if let Some(index) = busy.iter().position(|b| b.device == DeviceIdx(device) && !b.is_empty()) {
+                self.utilization.push(busy.swap_remove(index));
+                self.rows.push(Row { indent: 3, content: RowContent::Utilization(self.utilization.len() - 1) });
+            }
             let mut streams = tracks.streams.remove(&device).unwrap_or_default();
             let mut annotations = tracks.gpu_ranges.remove(&device).unwrap_or_default();
             let stream_ids: std::collections::BTreeSet<u32> =
@@ -569,7 +594,7 @@ mod tests {
             .iter()
             .filter_map(|r| match &r.content {
                 RowContent::Header { label, .. } => Some(label.as_str()),
-                RowContent::Track(_) => None,
+                RowContent::Track(_) | RowContent::Utilization(_) => None,
             })
             .collect();
         assert_eq!(headers[0], "node0");

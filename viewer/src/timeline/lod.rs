@@ -131,6 +131,21 @@ pub fn prepare_track(track: &Track, view: &TimeToScreen, params: &LodParams, out
         // A lone tiny event still gets a visible sliver.
         let x1 = view.x(block_end).max(x0 + 1.0);
         out.push(DrawItem { x0, x1, event: track.events[i], position: i as u32, count: (j - i) as u32 });
+        // A wide event that started within reach of a narrow one was swallowed by the gallop: it reaches past the
+        // block by at least `min_ns` (only a wide event can). Draw it on its own too, on top of the block: the
+        // first event of the block with the block's largest end is one binary search on the running maximum.
+        let reach_ns = track.max_end_ns[j - 1];
+        let from_block = i == 0 || reach_ns > track.max_end_ns[i - 1];
+        if from_block && reach_ns >= block_end.saturating_add(min_ns) {
+            let wide = i + track.max_end_ns[i..j].partition_point(|&e| e < reach_ns);
+            out.push(DrawItem {
+                x0: view.x(starts[wide]),
+                x1: view.x(track.ends_ns[wide]),
+                event: track.events[wide],
+                position: wide as u32,
+                count: 1,
+            });
+        }
         i = j;
     }
 }
@@ -182,6 +197,23 @@ mod tests {
         assert_eq!(counts.iter().sum::<u32>(), 12);
         assert_eq!((out[2].x0, out[2].x1), (20.0, 120.0));
         assert_eq!(out[3].x1 - out[3].x0, 1.0);
+    }
+
+    /// A long kernel that starts right after two short ones (a collective after its launch's small kernels) is not
+    /// hidden in their block.
+    #[test]
+    fn a_wide_event_right_after_narrow_ones_is_drawn_on_its_own() {
+        // 1 ns per point: narrow 0..1 and 1..2, then the wide 2..100, then narrow 100..101.
+        let track = track_of(&[(0, 1), (1, 2), (2, 100), (100, 101)]);
+        let view = TimeToScreen { start_ns: 0.0, ns_per_px: 1.0, width_px: 1000.0 };
+        let mut out = Vec::new();
+        prepare_track(&track, &view, &LodParams::default(), &mut out);
+        let wide: Vec<&DrawItem> = out.iter().filter(|d| d.position == 2 && d.count == 1).collect();
+        assert_eq!(wide.len(), 1, "{out:?}");
+        assert_eq!((wide[0].x0, wide[0].x1), (2.0, 100.0));
+        // Every event is counted once in blocks and single items, the wide one besides its block.
+        let blocks: u32 = out.iter().filter(|d| !(d.position == 2 && d.count == 1)).map(|d| d.count).sum();
+        assert_eq!(blocks, 4);
     }
 
     #[test]

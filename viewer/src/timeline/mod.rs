@@ -25,6 +25,8 @@ pub const AXIS_HEIGHT: f32 = 24.0;
 pub const TRACK_HEIGHT: f32 = 18.0;
 /// Height of a group header row, points.
 pub const HEADER_HEIGHT: f32 = 18.0;
+/// Height of a GPU's utilisation graph, points.
+pub const UTILIZATION_HEIGHT: f32 = 24.0;
 /// Zoom factor per point of wheel movement: one 50-point notch zooms by e^(50·0.005) ≈ 1.28.
 pub const WHEEL_ZOOM_PER_POINT: f64 = 0.005;
 /// Points per wheel "line" (what most mice send); matches egui's own conversion.
@@ -117,6 +119,12 @@ impl TimelineView {
         self.end_ns += delta_ns;
     }
 
+    /// Shows exactly `[start_ns, end_ns]`, without a margin (a window asked for by number).
+    pub fn show_exactly(&mut self, start_ns: i64, end_ns: i64) {
+        self.start_ns = start_ns as f64;
+        self.end_ns = start_ns as f64 + ((end_ns - start_ns) as f64).max(MIN_WINDOW_NS);
+    }
+
     /// Centres the view on `[start_ns, end_ns]` without changing the zoom, unless it does not fit.
     pub fn reveal(&mut self, start_ns: i64, end_ns: i64) {
         let span = self.span_ns();
@@ -190,6 +198,7 @@ fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f3
                 }
             }
             RowContent::Track(_) => out.push((index, TRACK_HEIGHT)),
+            RowContent::Utilization(_) => out.push((index, UTILIZATION_HEIGHT)),
         }
     }
     out
@@ -245,6 +254,8 @@ pub struct Highlights {
     pub peers: Vec<Selected>,
     /// A launch → kernel arrow: (API call, kernel or memop).
     pub flow: Option<(Selected, Selected)>,
+    /// The critical path to outline.
+    pub critical_path: Option<std::sync::Arc<crate::critical::PathOverlay>>,
 }
 
 /// Converts one wheel event into points.
@@ -293,7 +304,7 @@ pub fn timeline_ui(
     }
 
     paint::paint_timeline(ui, data, view, &plan, highlights, rect, axis_rect, rows_rect, plot_rect, hover);
-    tooltip_ui(data, &plan, &areas, &response, hover);
+    tooltip_ui(data, view, &plan, &areas, &response, hover);
     output
 }
 
@@ -413,7 +424,7 @@ fn click_input(
                     .map(|i| Selected { trace: track.trace, event: track.events[i] });
                 return Some(picked);
             }
-            RowContent::Track(_) => {}
+            RowContent::Track(_) | RowContent::Utilization(_) => {}
         }
     } else if areas.plot_rect.contains(pos) {
         return Some(None);
@@ -421,34 +432,58 @@ fn click_input(
     None
 }
 
-/// Tooltip: what is under the pointer, or how many events a folded block holds.
-fn tooltip_ui(data: &TimelineData, plan: &FramePlan, areas: &Areas, response: &egui::Response, hover: Option<Pos2>) {
-    if let Some(pos) = hover.filter(|p| areas.plot_rect.contains(*p))
-        && !response.dragged()
-        && let Some(placed) = plan
-            .rows
-            .iter()
-            .find(|r| pos.y >= areas.rows_rect.top() + r.y && pos.y < areas.rows_rect.top() + r.y + r.height)
-        && let RowContent::Track(track_index) = data.rows[placed.row].content
-    {
-        let placed_index = plan.rows.iter().position(|r| r.row == placed.row).unwrap_or(0) as u32;
-        let x = pos.x - areas.plot_rect.left();
-        let item =
-            plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
-        if let Some((_, item)) = item {
-            let trace = data.tracks[track_index].trace;
-            let (start, end) = data.event_span(trace, item.event);
-            let name = data.event_name(trace, item.event).to_owned();
-            let count = item.count;
+/// Tooltip: what is under the pointer, how many events a folded block holds, or how busy a GPU was.
+fn tooltip_ui(
+    data: &TimelineData,
+    view: &TimelineView,
+    plan: &FramePlan,
+    areas: &Areas,
+    response: &egui::Response,
+    hover: Option<Pos2>,
+) {
+    let Some(pos) = hover.filter(|p| areas.plot_rect.contains(*p)) else { return };
+    if response.dragged() {
+        return;
+    }
+    let Some(placed) = plan
+        .rows
+        .iter()
+        .find(|r| pos.y >= areas.rows_rect.top() + r.y && pos.y < areas.rows_rect.top() + r.y + r.height)
+    else {
+        return;
+    };
+    match data.rows[placed.row].content {
+        RowContent::Track(track_index) => {
+            let placed_index = plan.rows.iter().position(|r| r.row == placed.row).unwrap_or(0) as u32;
+            let x = pos.x - areas.plot_rect.left();
+            let item =
+                plan.items.iter().find(|(row, item)| *row == placed_index && item.x0 <= x + 1.0 && item.x1 >= x - 1.0);
+            if let Some((_, item)) = item {
+                let trace = data.tracks[track_index].trace;
+                let (start, end) = data.event_span(trace, item.event);
+                let name = data.event_name(trace, item.event).to_owned();
+                let count = item.count;
+                response.clone().on_hover_ui_at_pointer(|ui| {
+                    if count > 1 {
+                        ui.label(format!("{count} events, first: {name}"));
+                        ui.label("zoom in to see them one by one");
+                    } else {
+                        ui.label(egui::RichText::new(name).strong());
+                        ui.label(paint::format_duration((end - start) as f64));
+                    }
+                });
+            }
+        }
+        RowContent::Utilization(index) => {
+            let screen = view.to_screen(areas.plot_rect.width());
+            let column = (pos.x - areas.plot_rect.left()).floor();
+            let (from, to) = (screen.t(column), screen.t(column + 1.0));
+            let busy = data.utilization[index].busy_ns(from, to);
             response.clone().on_hover_ui_at_pointer(|ui| {
-                if count > 1 {
-                    ui.label(format!("{count} events, first: {name}"));
-                    ui.label("zoom in to see them one by one");
-                } else {
-                    ui.label(egui::RichText::new(name).strong());
-                    ui.label(paint::format_duration((end - start) as f64));
-                }
+                ui.label(format!("GPU busy {:.0} % of this column", 100.0 * busy / (to - from)));
+                ui.label(format!("{} busy of {}", paint::format_duration(busy), paint::format_duration(to - from)));
             });
         }
+        RowContent::Header { .. } => {}
     }
 }

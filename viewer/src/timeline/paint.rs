@@ -11,7 +11,11 @@ use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
 use shardscope_analyzer::render::{self, DurationDecimals};
 
+use std::collections::HashMap;
+
 use crate::analysis::Categories;
+use crate::critical::PathOverlay;
+use crate::utilization::GpuBusy;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
 const MIN_TEXT_WIDTH: f32 = 30.0;
@@ -28,6 +32,34 @@ pub(crate) const PALETTE: [Color32; 10] = [
     Color32::from_rgb(0x9c, 0x75, 0x5f),
     Color32::from_rgb(0xba, 0xb0, 0xac),
 ];
+
+/// Colours of NVTX and annotation ranges: dark, muted hues, so that a range never passes for a kernel of some op
+/// category (each is at least 20 CIE76 units from every colour of the built-in rules and of [`PALETTE`]).
+pub const RANGE_PALETTE: [Color32; 10] = [
+    Color32::from_rgb(0x6b, 0x39, 0x30),
+    Color32::from_rgb(0x6b, 0x5c, 0x30),
+    Color32::from_rgb(0x56, 0x6b, 0x30),
+    Color32::from_rgb(0x33, 0x6b, 0x30),
+    Color32::from_rgb(0x30, 0x6b, 0x51),
+    Color32::from_rgb(0x30, 0x62, 0x6b),
+    Color32::from_rgb(0x30, 0x3f, 0x6b),
+    Color32::from_rgb(0x45, 0x30, 0x6b),
+    Color32::from_rgb(0x68, 0x30, 0x6b),
+    Color32::from_rgb(0x6b, 0x30, 0x4b),
+];
+
+/// The colour of a range: its name's FNV-1a hash picks one of [`RANGE_PALETTE`], so the same name has the same
+/// colour on every rank and in every file, whatever ids the files gave their strings.
+pub fn range_color(name: &str) -> Color32 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    RANGE_PALETTE[(hash % RANGE_PALETTE.len() as u64) as usize]
+}
+
+/// Black text on light fills, white on dark ones.
+fn text_color_on(fill: Color32) -> Color32 {
+    let luma = 0.299 * f32::from(fill.r()) + 0.587 * f32::from(fill.g()) + 0.114 * f32::from(fill.b());
+    if luma > 110.0 { Color32::BLACK } else { Color32::WHITE }
+}
 
 /// The colour of an op category or report label (`comm.<type>`): the one the rules file gives it
 /// (`[[category]]` tables), else one derived from its name, so it stays the same whatever the
@@ -132,7 +164,11 @@ pub fn paint_timeline(
     let c = Canvas { painter: ui.painter_at(rect), visuals: ui.visuals(), rect, axis_rect, rows_rect, plot_rect };
     c.painter.rect_filled(rect, 0.0, c.visuals.extreme_bg_color);
     paint_rows(&c, data, view, plan);
+    paint_utilization(&c, data, view, plan);
     paint_events(&c, data, plan);
+    if let Some(path) = &highlights.critical_path {
+        paint_critical_path(&c, data, view, path);
+    }
     paint_highlights(&c, data, view, plan, highlights);
     paint_selected_range(&c, view);
     paint_time_axis(&c, data, view);
@@ -184,8 +220,57 @@ fn paint_rows(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &Frame
                     text_color,
                 );
             }
+            RowContent::Utilization(index) => {
+                rows_painter.rect_filled(row_rect, 0.0, c.visuals.faint_bg_color.gamma_multiply(0.5));
+                rows_painter.text(
+                    Pos2::new(c.rect.left() + indent + 12.0, top + placed.height / 2.0),
+                    Align2::LEFT_CENTER,
+                    utilization_label(&data.utilization[*index], view),
+                    FontId::proportional(11.0),
+                    text_color,
+                );
+            }
         }
     }
+}
+
+/// Colour of the utilisation graphs: a neutral grey, apart from every category colour.
+const UTILIZATION_COLOR: Color32 = Color32::from_rgb(0xb8, 0xc0, 0xc8);
+
+/// `GPU busy 63.2 %`: the GPU's busy share of the part of the visible window within its span.
+fn utilization_label(busy: &GpuBusy, view: &TimelineView) -> String {
+    let Some((first, last)) = busy.span_ns else { return "GPU busy".into() };
+    let from = view.start_ns.max(first as f64);
+    let to = view.end_ns.min(last as f64);
+    if to <= from {
+        return "GPU busy".into();
+    }
+    format!("GPU busy {:.1} % in view", 100.0 * busy.busy_ns(from, to) / (to - from))
+}
+
+/// Utilisation graphs: per point column, a bar as high as the GPU's busy fraction of that column's time.
+fn paint_utilization(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &FramePlan) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let columns = c.plot_rect.width().max(0.0).ceil() as usize;
+    let mut mesh = Mesh::default();
+    for placed in &plan.rows {
+        let RowContent::Utilization(index) = data.rows[placed.row].content else { continue };
+        let bottom = c.rows_rect.top() + placed.y + placed.height - 1.0;
+        let height = placed.height - 3.0;
+        let fractions = data.utilization[index].fractions(screen.start_ns, screen.ns_per_px, columns);
+        for (column, fraction) in fractions.into_iter().enumerate() {
+            if fraction > 0.0 {
+                let x = c.plot_rect.left() + column as f32;
+                // At least a hairline, so that a short kernel alone in its column still shows.
+                let top = bottom - (height * fraction).max(1.0);
+                mesh.add_colored_rect(
+                    Rect::from_min_max(Pos2::new(x, top), Pos2::new(x + 1.0, bottom)),
+                    UTILIZATION_COLOR,
+                );
+            }
+        }
+    }
+    c.painter.with_clip_rect(c.plot_rect).add(Shape::mesh(mesh));
 }
 
 /// Events: one mesh of rectangles (a collective's wait darker), then names on the wide ones.
@@ -218,17 +303,17 @@ fn paint_events(c: &Canvas, data: &TimelineData, plan: &FramePlan) {
             None => mesh.add_colored_rect(event_rect, color),
         }
         if item.count == 1 && event_rect.width() >= MIN_TEXT_WIDTH {
-            texts.push((event_rect, trace, item.event));
+            texts.push((event_rect, trace, item.event, text_color_on(color)));
         }
     }
     plot_painter.add(Shape::mesh(mesh));
-    for (event_rect, trace, event) in texts {
+    for (event_rect, trace, event, text_color) in texts {
         let visible = event_rect.intersect(c.plot_rect);
-        let galley = elided_text(&plot_painter, data.event_name(trace, event), visible.width() - 4.0, Color32::BLACK);
+        let galley = elided_text(&plot_painter, data.event_name(trace, event), visible.width() - 4.0, text_color);
         plot_painter.galley(
             Pos2::new(visible.left() + 2.0, event_rect.center().y - galley.size().y / 2.0),
             galley,
-            Color32::BLACK,
+            text_color,
         );
     }
 }
@@ -271,6 +356,75 @@ fn paint_highlights(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: 
         let end = Pos2::new(b.left(), b.center().y);
         plot_painter.arrow(start, end - start, Stroke::new(1.5, Color32::from_rgb(255, 200, 0)));
     }
+}
+
+/// Colour of the critical path: a magenta that no category, range or other highlight uses.
+pub const CRITICAL_PATH_COLOR: Color32 = Color32::from_rgb(0xff, 0x3d, 0xf5);
+
+/// The critical path: runs outlined, delays dashed through the middle of their track, a line wherever the path
+/// moves to another track (thick, with an arrow, where it crosses to another rank).
+fn paint_critical_path(c: &Canvas, data: &TimelineData, view: &TimelineView, path: &PathOverlay) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let left = c.plot_rect.left();
+    let painter = c.painter.with_clip_rect(c.plot_rect);
+    // Every expanded track's top and height, on screen or not: a hop may lead to a track scrolled out of view.
+    let mut placed: HashMap<usize, (f32, f32)> = HashMap::new();
+    let mut y = c.rows_rect.top() - view.scroll_y;
+    for (row, height) in super::visible_rows(data, &view.collapsed) {
+        if let RowContent::Track(track) = data.rows[row].content {
+            placed.insert(track, (y, height));
+        }
+        y += height;
+    }
+    let (from_ns, to_ns) = (view.start_ns as i64, view.end_ns.ceil() as i64);
+    let stroke = Stroke::new(2.0, CRITICAL_PATH_COLOR);
+    for segment in path.segments.iter().filter(|s| s.end_ns >= from_ns && s.start_ns <= to_ns) {
+        let Some(&(top, height)) = segment.track.and_then(|t| placed.get(&t)) else { continue };
+        let x0 = left + screen.x(segment.start_ns);
+        let x1 = (left + screen.x(segment.end_ns)).max(x0 + 2.0);
+        if segment.run {
+            let rect = Rect::from_min_max(Pos2::new(x0, top + 1.0), Pos2::new(x1, top + height - 1.0));
+            painter.rect_stroke(rect, 0.0, stroke, egui::StrokeKind::Inside);
+        } else {
+            let mid = top + height / 2.0;
+            painter.add(Shape::dashed_line(
+                &[Pos2::new(x0, mid), Pos2::new(x1, mid)],
+                Stroke::new(1.5, CRITICAL_PATH_COLOR),
+                4.0,
+                3.0,
+            ));
+        }
+    }
+    for (a, b) in path.hops() {
+        let (a, b) = (&path.segments[a], &path.segments[b]);
+        if a.end_ns < from_ns && b.start_ns < from_ns || a.end_ns > to_ns && b.start_ns > to_ns {
+            continue;
+        }
+        let (Some(&(top_a, height_a)), Some(&(top_b, height_b))) =
+            (a.track.and_then(|t| placed.get(&t)), b.track.and_then(|t| placed.get(&t)))
+        else {
+            continue;
+        };
+        let from = Pos2::new(left + screen.x(a.end_ns), top_a + height_a / 2.0);
+        let to = Pos2::new(left + screen.x(b.start_ns), top_b + height_b / 2.0);
+        if a.rank != b.rank {
+            arrow(&painter, from, to, Stroke::new(2.5, CRITICAL_PATH_COLOR));
+        } else {
+            painter.line_segment([from, to], Stroke::new(1.0, CRITICAL_PATH_COLOR));
+        }
+    }
+}
+
+/// A line from `from` to `to` with a head of a fixed size (egui's own arrow scales its head with its length).
+fn arrow(painter: &egui::Painter, from: Pos2, to: Pos2, stroke: Stroke) {
+    painter.line_segment([from, to], stroke);
+    let direction = (to - from).normalized();
+    if direction.length() == 0.0 {
+        return;
+    }
+    let back = -direction * 9.0;
+    let side = direction.rot90() * 5.0;
+    painter.add(Shape::convex_polygon(vec![to, to + back + side, to + back - side], stroke.color, Stroke::NONE));
 }
 
 /// The selected time range: a band over the axis and the rows, with its length.
