@@ -1028,6 +1028,10 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
         });
     }
 
+    if let Some(section) = comm_vs_gpus_chart(study, results) {
+        sections.push(section);
+    }
+
     if !results.scaling.is_empty() {
         let mut counts: Vec<u32> = results.scaling.iter().flat_map(|s| [s.base_gpus, s.gpus]).collect();
         counts.sort_unstable();
@@ -1102,6 +1106,86 @@ fn phases_of<'a>(points: impl Iterator<Item = &'a PointFigures>) -> Vec<String> 
     }
     names.sort_by_key(|n| (n != "prefill", n != "decode", n.clone()));
     names
+}
+
+/// Communication share and exposed communication against the GPU count: per configuration of the other parameters,
+/// one line each (median over repetitions, with their range), as percent of the summed GPU time of the ranks.
+/// `None` without a GPU parameter or with one GPU count only.
+fn comm_vs_gpus_chart(study: &Study, results: &StudyResults) -> Option<Section> {
+    let gpus = study.gpus.as_ref()?;
+    // (configuration without the GPU count) → GPU count → per repetition (communication %, exposed %).
+    let mut groups: BTreeMap<String, BTreeMap<u32, Vec<(f64, f64)>>> = BTreeMap::new();
+    for point in &results.points {
+        let (Some(figures), Some(count)) =
+            (point.figures.as_ref(), point.point.params.get(gpus).and_then(|v| v.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        let total: i64 = figures.categories_ns.values().sum();
+        if total <= 0 {
+            continue;
+        }
+        let comm_ns: i64 = figures
+            .categories_ns
+            .iter()
+            .filter(|(label, _)| {
+                label.starts_with(categories::COMM_PREFIX) || label.starts_with(categories::WAIT_PREFIX)
+            })
+            .map(|(_, ns)| ns)
+            .sum();
+        let pct = |ns: i64| 100.0 * ns as f64 / total as f64;
+        let config = config_label(&point.point.params, Some(gpus));
+        groups.entry(config).or_default().entry(count).or_default().push((pct(comm_ns), pct(figures.exposed_comm_ns)));
+    }
+    let counts: Vec<u32> = {
+        let mut all: Vec<u32> = groups.values().flat_map(|by| by.keys().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    if counts.len() < 2 {
+        return None;
+    }
+    let spread = |values: Vec<f64>| {
+        let mut sorted = values;
+        sorted.sort_by(f64::total_cmp);
+        SeriesPoint { value: sorted[(sorted.len() - 1) / 2], low: sorted[0], high: sorted[sorted.len() - 1] }
+    };
+    let mut lines = Vec::new();
+    for (index, (config, by_count)) in groups.iter().enumerate() {
+        for (what, pick) in [("communication", 0usize), ("exposed", 1usize)] {
+            lines.push(Line {
+                joined: true,
+                label: format!("{config} {what}"),
+                color: charts::series_color(2 * index + pick),
+                points: counts
+                    .iter()
+                    .map(|n| {
+                        let values = by_count.get(n)?;
+                        Some(spread(values.iter().map(|v| if pick == 0 { v.0 } else { v.1 }).collect()))
+                    })
+                    .collect(),
+            });
+        }
+    }
+    Some(Section {
+        caption: format!(
+            "Communication (collective kernels: transfer and waiting) and exposed communication (not overlapped by \
+             computation) as a share of the ranks' summed GPU time, against {gpus}: median over repetitions, with \
+             their range."
+        ),
+        chart: Chart {
+            name: "comm_vs_gpus".into(),
+            title: format!("Communication and exposed communication against {gpus}"),
+            size_px: (720, 420),
+            kind: ChartKind::Series {
+                x_labels: counts.iter().map(u32::to_string).collect(),
+                x_label: gpus.clone(),
+                y_label: "% of GPU time".into(),
+                lines,
+            },
+        },
+    })
 }
 
 /// Per configuration: op shares per phase, MFU per phase, and the time of each layer per phase.

@@ -135,8 +135,33 @@ fn point_figures_are_the_reports_figures_and_the_charts_draw_them() {
             .unwrap();
         assert!((found[3].parse::<f64>().unwrap() - s["efficiency_pct"].as_f64().unwrap()).abs() < 1e-9);
     }
+    // Communication and exposed communication against nproc: per SEQ, each point's share of the summed GPU time
+    // (one repetition, so the median is the point's own figure).
+    let svg = std::fs::read_to_string(dir.path().join("fake-study/charts/comm_vs_gpus.svg")).unwrap();
+    let mut drawn = 0;
+    for c in mark.captures_iter(&svg) {
+        let (config, what) = c[1].rsplit_once(' ').unwrap();
+        let seq = config.strip_prefix("SEQ=").unwrap();
+        let figures = &point(&results, &format!("SEQ-{seq}_nproc-{}_r0", &c[2]))["figures"];
+        let categories = figures["categories_ns"].as_object().unwrap();
+        let total: i64 = categories.values().map(|v| v.as_i64().unwrap()).sum();
+        let part = match what {
+            "communication" => categories
+                .iter()
+                .filter(|(label, _)| label.starts_with("comm.") || label.starts_with("wait."))
+                .map(|(_, v)| v.as_i64().unwrap())
+                .sum::<i64>(),
+            "exposed" => figures["exposed_comm_ns"].as_i64().unwrap(),
+            other => panic!("unexpected series {other}"),
+        };
+        assert!((c[3].parse::<f64>().unwrap() - 100.0 * part as f64 / total as f64).abs() < 1e-9, "{}", &c[1]);
+        drawn += 1;
+    }
+    assert_eq!(drawn, 8, "2 SEQ × 2 nproc × (communication, exposed)");
     let html = std::fs::read_to_string(dir.path().join("fake-study/study.html")).unwrap();
-    for chart in ["step_time_vs_nproc", "step_time_vs_SEQ", "shares", "all_reduce_share", "scaling_efficiency"] {
+    for chart in
+        ["step_time_vs_nproc", "step_time_vs_SEQ", "shares", "all_reduce_share", "scaling_efficiency", "comm_vs_gpus"]
+    {
         assert!(html.contains(&format!("id=\"chart-{chart}\"")), "{chart}");
         assert!(dir.path().join(format!("fake-study/charts/{chart}.png")).is_file(), "{chart}.png");
     }
