@@ -289,11 +289,21 @@ pub fn column_label(rank: u32, phase: Option<&str>) -> String {
 
 /// The category stack of one set of figures: each category's share of the summed category time, in percent.
 fn share_segments(figures: &Figures, order: &[String], classifier: &Classifier) -> Vec<Segment> {
-    let total = figures.category_total_ns();
+    category_share_segments(&figures.categories, order, classifier)
+}
+
+/// The category stack of summed category times (ns per category label), in `order`: each category's share of their
+/// total, in percent, with the time it stands for.
+pub(crate) fn category_share_segments(
+    categories: &std::collections::BTreeMap<String, i64>,
+    order: &[String],
+    classifier: &Classifier,
+) -> Vec<Segment> {
+    let total = categories.values().fold(0i64, |sum, &ns| sum.saturating_add(ns));
     order
         .iter()
         .filter_map(|label| {
-            let ns = *figures.categories.get(label)?;
+            let ns = *categories.get(label)?;
             (ns > 0 && total > 0).then(|| Segment {
                 label: label.clone(),
                 value: 100.0 * ns as f64 / total as f64,

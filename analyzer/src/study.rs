@@ -965,21 +965,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
         let order = html::category_order(as_figures.iter());
         let segments: Vec<Vec<Segment>> = analysed
             .iter()
-            .map(|(_, categories, _)| {
-                let total: i64 = categories.values().sum();
-                order
-                    .iter()
-                    .filter_map(|label| {
-                        let ns = *categories.get(label)?;
-                        (ns > 0 && total > 0).then(|| Segment {
-                            label: label.clone(),
-                            value: 100.0 * ns as f64 / total as f64,
-                            source_ns: Some(ns),
-                            color: charts::category_color(classifier, label),
-                        })
-                    })
-                    .collect()
-            })
+            .map(|(_, categories, _)| html::category_share_segments(categories, &order, classifier))
             .collect();
         let columns: Vec<String> = analysed.iter().map(|(label, _, _)| label.clone()).collect();
         sections.push(Section {
@@ -1219,24 +1205,8 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
         let as_figures: Vec<report::Figures> =
             summed.iter().map(|c| report::Figures { categories: c.clone(), ..Default::default() }).collect();
         let order = html::category_order(as_figures.iter());
-        let segments = summed
-            .iter()
-            .map(|categories| {
-                let total: i64 = categories.values().sum();
-                order
-                    .iter()
-                    .filter_map(|label| {
-                        let ns = *categories.get(label)?;
-                        (ns > 0 && total > 0).then(|| Segment {
-                            label: label.clone(),
-                            value: 100.0 * ns as f64 / total as f64,
-                            source_ns: Some(ns),
-                            color: charts::category_color(classifier, label),
-                        })
-                    })
-                    .collect()
-            })
-            .collect();
+        let segments =
+            summed.iter().map(|categories| html::category_share_segments(categories, &order, classifier)).collect();
         sections.push(Section {
             caption: "Share of summed GPU time per op category in each phase of each configuration (all ranks and \
                       repetitions): what prefill and decode spend their time on as the configuration changes."

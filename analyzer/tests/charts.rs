@@ -237,17 +237,6 @@ fn an_unwritable_chart_folder_is_one_line_and_exit_2() {
     assert_one_line_error(&output, "a-file");
 }
 
-/// Decoded 8-bit RGB pixels and size.
-fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
-    let mut reader = decoder.read_info().expect("a PNG");
-    let mut pixels = vec![0; reader.output_buffer_size().expect("a size")];
-    let info = reader.next_frame(&mut pixels).expect("a frame");
-    assert_eq!(info.color_type, png::ColorType::Rgb);
-    pixels.truncate(info.buffer_size());
-    (info.width, info.height, pixels)
-}
-
 #[test]
 fn png_charts_match_the_committed_images() {
     let dir = tempfile::tempdir().unwrap();
@@ -278,8 +267,8 @@ fn assert_match_committed_images(dir: &Path, names: &[&str]) {
         let golden = std::fs::read(&golden_path).unwrap_or_else(|e| {
             panic!("{}: {e} (UPDATE_SNAPSHOTS=1 writes it)", golden_path.display());
         });
-        let (w0, h0, a) = decode(&drawn);
-        let (w1, h1, b) = decode(&golden);
+        let (w0, h0, a) = common::decode_png(&drawn);
+        let (w1, h1, b) = common::decode_png(&golden);
         assert_eq!((w0, h0), (w1, h1), "{name}: size");
         // Anti-aliasing may differ by a few levels between builds; a pixel counts as changed beyond 24 levels,
         // and at most 0.5 % of pixels may change.

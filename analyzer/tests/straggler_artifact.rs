@@ -167,8 +167,8 @@ fn heatmap_cells_are_the_reports_figures_and_the_png_matches_its_snapshot() {
     }
     let golden = std::fs::read(&golden_path)
         .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_SNAPSHOTS=1 writes it)", golden_path.display()));
-    let (w0, h0, a) = decode(&drawn_png);
-    let (w1, h1, b) = decode(&golden);
+    let (w0, h0, a) = common::decode_png(&drawn_png);
+    let (w1, h1, b) = common::decode_png(&golden);
     assert_eq!((w0, h0), (w1, h1), "size");
     // Anti-aliasing may differ by a few levels between builds: a pixel counts as changed beyond 24 levels, and at
     // most 0.5 % of the pixels may change.
@@ -176,15 +176,6 @@ fn heatmap_cells_are_the_reports_figures_and_the_png_matches_its_snapshot() {
         a.chunks(3).zip(b.chunks(3)).filter(|(p, q)| p.iter().zip(*q).any(|(x, y)| x.abs_diff(*y) > 24)).count();
     let allowed = (w0 * h0) as usize / 200;
     assert!(changed <= allowed, "{changed} pixels differ from the snapshot (at most {allowed})");
-}
-
-fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("a PNG");
-    let mut pixels = vec![0; reader.output_buffer_size().expect("a size")];
-    let info = reader.next_frame(&mut pixels).expect("a frame");
-    assert_eq!(info.color_type, png::ColorType::Rgb);
-    pixels.truncate(info.buffer_size());
-    (info.width, info.height, pixels)
 }
 
 #[test]

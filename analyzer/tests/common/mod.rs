@@ -36,3 +36,13 @@ pub fn assert_one_line_error(output: &Output, needle: &str) {
     assert!(stderr.contains(needle), "stderr should name {needle}: {stderr}");
     assert!(output.stdout.is_empty(), "nothing on stdout on error");
 }
+
+/// Decoded 8-bit RGB pixels of a PNG the analyzer drew, and its size.
+pub fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("a PNG");
+    let mut pixels = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut pixels).expect("a frame");
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    pixels.truncate(info.buffer_size());
+    (info.width, info.height, pixels)
+}
