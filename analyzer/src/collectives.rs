@@ -191,18 +191,7 @@ impl TryFrom<CommKernelFields> for CommKernel {
 }
 
 /// Every collective type, in the order the matcher sorts them.
-pub const ALL_OPS: [CollectiveOp; 10] = [
-    CollectiveOp::AllReduce,
-    CollectiveOp::AllGather,
-    CollectiveOp::ReduceScatter,
-    CollectiveOp::Broadcast,
-    CollectiveOp::Reduce,
-    CollectiveOp::AllToAll,
-    CollectiveOp::SendRecv,
-    CollectiveOp::Send,
-    CollectiveOp::Recv,
-    CollectiveOp::Other,
-];
+pub const ALL_OPS: [CollectiveOp; 10] = CollectiveOp::ALL;
 
 /// A [`CollectiveOp`] as its variant name (as the report writes it), read back by the same name.
 pub mod op_by_name {

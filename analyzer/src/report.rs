@@ -262,6 +262,20 @@ pub struct CollectiveReport {
     pub groups: Vec<GroupSummary>,
 }
 
+impl CollectiveReport {
+    /// The report's view of a matching, with bus bandwidth against `options`' bench results.
+    pub fn of(matching: &collectives::Matching, options: &Options) -> CollectiveReport {
+        CollectiveReport {
+            matched_instances: matching.instances.len() as u64,
+            unmatched_kernels: matching.unmatched_kernels,
+            clocks_aligned: matching.clocks_aligned,
+            end_spread_median_ns: matching.end_spread_median_ns,
+            bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
+            groups: collectives::summarize(matching, options.bench_peaks.as_ref()),
+        }
+    }
+}
+
 /// An importer warning, with its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FileWarning {
@@ -387,14 +401,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             (true, hta::StepMode::IncludeLastStep) => "last step included",
         },
         ranks,
-        collectives: CollectiveReport {
-            matched_instances: matching.instances.len() as u64,
-            unmatched_kernels: matching.unmatched_kernels,
-            clocks_aligned: matching.clocks_aligned,
-            end_spread_median_ns: matching.end_spread_median_ns,
-            bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
-            groups: collectives::summarize(&matching, options.bench_peaks.as_ref()),
-        },
+        collectives: CollectiveReport::of(&matching, options),
         instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings,
         run_identities,

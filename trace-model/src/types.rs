@@ -332,6 +332,20 @@ pub enum CollectiveOp {
 }
 
 impl CollectiveOp {
+    /// Every collective type, in the order the analyzer's matcher sorts them.
+    pub const ALL: [CollectiveOp; 10] = [
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::Broadcast,
+        CollectiveOp::Reduce,
+        CollectiveOp::AllToAll,
+        CollectiveOp::SendRecv,
+        CollectiveOp::Send,
+        CollectiveOp::Recv,
+        CollectiveOp::Other,
+    ];
+
     /// Recognises `allreduce`, `AllReduce`, `all_reduce`, `ncclAllReduce`, `_allgather_base`, … .
     pub fn parse(text: &str) -> CollectiveOp {
         let t: String = text.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();

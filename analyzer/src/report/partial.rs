@@ -540,14 +540,7 @@ fn finish(parts: &[TracePart], ranks: &[RankEntry], matching: Matching, options:
         },
         // Filled in below: the rank reports are JSON already.
         ranks: Vec::new(),
-        collectives: CollectiveReport {
-            matched_instances: matching.instances.len() as u64,
-            unmatched_kernels: matching.unmatched_kernels,
-            clocks_aligned: matching.clocks_aligned,
-            end_spread_median_ns: matching.end_spread_median_ns,
-            bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
-            groups: collectives::summarize(&matching, options.bench_peaks.as_ref()),
-        },
+        collectives: CollectiveReport::of(&matching, options),
         instances: if options.keep_instances { matching.instances } else { Vec::new() },
         warnings: parts.iter().flat_map(|p| p.warnings.iter().cloned()).collect(),
         run_identities: identities,

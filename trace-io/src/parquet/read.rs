@@ -290,18 +290,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         }
         Ok(())
     })?;
-    let ops = [
-        CollectiveOp::AllReduce,
-        CollectiveOp::AllGather,
-        CollectiveOp::ReduceScatter,
-        CollectiveOp::Broadcast,
-        CollectiveOp::Reduce,
-        CollectiveOp::AllToAll,
-        CollectiveOp::SendRecv,
-        CollectiveOp::Send,
-        CollectiveOp::Recv,
-        CollectiveOp::Other,
-    ];
+    let ops = CollectiveOp::ALL;
     // Collectives are referred to by position (`collectiveId`): gathered first, placed after.
     let mut collectives: BTreeMap<u32, BTreeMap<u32, Collective>> = BTreeMap::new();
     read_rows(root, tables::COLLECTIVES, &run, &mut traces, |b, r, row, trace_id| {
