@@ -70,6 +70,9 @@ pub struct TimelineView {
     pub last_item_count: usize,
     /// Screen rectangle of the event area in the last frame (tests aim clicks with it).
     pub last_plot_rect: Rect,
+    /// The no-straggler replay to draw in a row under each stream track that has work in it (the app sets it
+    /// while the replay is on and computed).
+    pub ideal: Option<std::sync::Arc<crate::ideal::IdealReplay>>,
 }
 
 impl TimelineView {
@@ -86,6 +89,7 @@ impl TimelineView {
             last_plot_width: 800.0,
             last_item_count: 0,
             last_plot_rect: Rect::NOTHING,
+            ideal: None,
         };
         view.fit(start_ns, end_ns);
         view
@@ -159,7 +163,7 @@ pub struct PlacedRow {
 /// is collapsed away.
 pub fn track_center_y(data: &TimelineData, view: &TimelineView, track: usize) -> Option<f32> {
     let mut y = view.last_plot_rect.top() - view.scroll_y;
-    for (row, height) in visible_rows(data, &view.collapsed) {
+    for (row, height) in visible_rows(data, view) {
         if matches!(data.rows[row].content, RowContent::Track(t) if t == track) {
             return Some(y + height / 2.0);
         }
@@ -179,8 +183,9 @@ pub struct FramePlan {
     pub content_height: f32,
 }
 
-/// Rows not hidden inside a collapsed group, with their heights.
-fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f32)> {
+/// Rows not hidden inside a collapsed group (nor replay rows without a replay to show), with their heights.
+fn visible_rows(data: &TimelineData, view: &TimelineView) -> Vec<(usize, f32)> {
+    let collapsed = &view.collapsed;
     let mut out = Vec::with_capacity(data.rows.len());
     let mut hidden_below: Option<u8> = None;
     for (index, row) in data.rows.iter().enumerate() {
@@ -199,6 +204,10 @@ fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f3
             }
             RowContent::Track(_) => out.push((index, TRACK_HEIGHT)),
             RowContent::Utilization(_) => out.push((index, UTILIZATION_HEIGHT)),
+            RowContent::Ideal(track) if view.ideal.as_ref().is_some_and(|r| r.rows.contains_key(track)) => {
+                out.push((index, TRACK_HEIGHT));
+            }
+            RowContent::Ideal(_) => {}
         }
     }
     out
@@ -210,7 +219,7 @@ pub fn prepare_frame(data: &TimelineData, view: &TimelineView, plot_size: Vec2) 
     let mut plan = FramePlan::default();
     let mut y = -view.scroll_y;
     let mut jobs: Vec<(u32, usize)> = Vec::new();
-    for (row, height) in visible_rows(data, &view.collapsed) {
+    for (row, height) in visible_rows(data, view) {
         let top = y;
         y += height;
         if top + height < 0.0 || top > plot_size.y {
@@ -424,7 +433,7 @@ fn click_input(
                     .map(|i| Selected { trace: track.trace, event: track.events[i] });
                 return Some(picked);
             }
-            RowContent::Track(_) | RowContent::Utilization(_) => {}
+            RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) => {}
         }
     } else if areas.plot_rect.contains(pos) {
         return Some(None);
@@ -484,6 +493,6 @@ fn tooltip_ui(
                 ui.label(format!("{} busy of {}", paint::format_duration(busy), paint::format_duration(to - from)));
             });
         }
-        RowContent::Header { .. } => {}
+        RowContent::Header { .. } | RowContent::Ideal(_) => {}
     }
 }
