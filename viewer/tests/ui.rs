@@ -541,6 +541,28 @@ fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
         assert!(replay.summary().starts_with("ideal (no straggler) of step 9: measured "), "{}", replay.summary());
     }
     snapshot(&mut h, "ideal_replay");
+    // Hovering the longest replayed operation tells its replayed and measured duration.
+    let (at, name, replayed_ns) = {
+        let app = h.state();
+        let (session, replay) = (app.session.as_ref().unwrap(), app.ideal.replay().unwrap());
+        let (&track, op) = replay
+            .rows
+            .iter()
+            .flat_map(|(track, ops)| ops.iter().map(move |op| (track, op)))
+            .max_by_key(|(_, op)| op.end_ns - op.start_ns)
+            .unwrap();
+        let view = &session.view;
+        let screen = view.to_screen(view.last_plot_rect.width());
+        let x = view.last_plot_rect.left() + screen.x((op.start_ns + op.end_ns) / 2);
+        // The replay row is right under its stream track.
+        let y = track_center_y(&session.data, view, track).unwrap() + shardscope_viewer::timeline::TRACK_HEIGHT;
+        let name = session.data.event_name(op.trace, op.event.unwrap()).to_owned();
+        (Pos2::new(x, y), name, op.end_ns - op.start_ns)
+    };
+    h.hover_at(at);
+    h.run();
+    h.get_by_label(&name);
+    h.get_by_label(&format!("ideal {}", shardscope_viewer::timeline::paint::format_duration(replayed_ns as f64)));
     h.remove_cursor();
     h.key_press(egui::Key::I);
     h.run();

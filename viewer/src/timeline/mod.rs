@@ -441,7 +441,8 @@ fn click_input(
     None
 }
 
-/// Tooltip: what is under the pointer, how many events a folded block holds, or how busy a GPU was.
+/// Tooltip: what is under the pointer, how many events a folded block holds, how busy a GPU was, or an
+/// operation's replayed time against its measured one.
 fn tooltip_ui(
     data: &TimelineData,
     view: &TimelineView,
@@ -493,6 +494,31 @@ fn tooltip_ui(
                 ui.label(format!("{} busy of {}", paint::format_duration(busy), paint::format_duration(to - from)));
             });
         }
-        RowContent::Header { .. } | RowContent::Ideal(_) => {}
+        RowContent::Ideal(track) => {
+            let Some(ops) = view.ideal.as_ref().and_then(|replay| replay.rows.get(&track)) else { return };
+            let screen = view.to_screen(areas.plot_rect.width());
+            let x = pos.x - areas.plot_rect.left();
+            let (from, to) = (screen.t(x - 1.0) as i64, screen.t(x + 1.0).ceil() as i64);
+            // The operations run one after another on a stream in the replay: the first ending at the pointer.
+            let first = ops.partition_point(|o| o.end_ns < from);
+            let Some(op) = ops.get(first).filter(|o| o.start_ns <= to) else { return };
+            let name = op.event.map_or("CUDA graph", |event| data.event_name(op.trace, event)).to_owned();
+            let measured = op.event.map(|event| data.event_span(op.trace, event));
+            let replayed_ns = (op.end_ns - op.start_ns) as f64;
+            response.clone().on_hover_ui_at_pointer(|ui| {
+                ui.label(egui::RichText::new(name).strong());
+                ui.label(format!("ideal {}", paint::format_duration(replayed_ns)));
+                if let Some((start, end)) = measured {
+                    let shift_ns = start - op.start_ns;
+                    let when = if shift_ns >= 0 { "later" } else { "earlier" };
+                    ui.label(format!(
+                        "measured {}, starting {} {when}",
+                        paint::format_duration((end - start) as f64),
+                        paint::format_duration(shift_ns.unsigned_abs() as f64)
+                    ));
+                }
+            });
+        }
+        RowContent::Header { .. } => {}
     }
 }
