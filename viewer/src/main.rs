@@ -1,6 +1,6 @@
 //! `viewer [TRACE...]`: the shardscope timeline.
 //!
-//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab` and
+//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab`,
 //! `--critical-path` and `--ideal` say what to show, with or without `--screenshot`.
 
 use std::path::PathBuf;
@@ -60,7 +60,7 @@ enum Tab {
 }
 
 impl Args {
-    /// What the app shows first; a `--critical-path` value that is no step number is moved to the traces.
+    /// What the app shows first; a `--critical-path` or `--ideal` value that is no step number is moved to the traces.
     fn start_options(&mut self) -> StartOptions {
         let critical_path = self.critical_path.take().map(|value| self.step_or_trace(value));
         let ideal = self.ideal.take().map(|value| self.step_or_trace(value));
