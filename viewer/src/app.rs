@@ -9,6 +9,7 @@ use egui::{Color32, Key, RichText};
 use crate::analysis::Categories;
 use crate::collectives::CollectiveIndex;
 use crate::critical::CriticalPathState;
+use crate::ideal::IdealState;
 use crate::load::{Loaded, Loader};
 use crate::panels::details::{DetailsAction, details_ui, launch_of, launched_by};
 use crate::panels::range_stats::{RangeStats, range_stats_ui};
@@ -38,6 +39,8 @@ pub struct StartOptions {
     pub tab: Option<SideTab>,
     /// Show the critical path: of this step (`Some(Some(n))`), else of the window or the whole trace.
     pub critical_path: Option<Option<usize>>,
+    /// Show the no-straggler replay: of this step (`Some(Some(n))`), else of the window or the whole trace.
+    pub ideal: Option<Option<usize>>,
 }
 
 /// A loaded set of traces with what the panels derived from it.
@@ -74,6 +77,10 @@ pub struct ViewerApp {
     pub path_input: String,
     /// The critical path toggle and its path.
     pub critical_path: CriticalPathState,
+    /// The no-straggler replay toggle and its replay.
+    pub ideal: IdealState,
+    /// Fit the view to the replay's window once it arrives.
+    ideal_fit_when_ready: bool,
     /// Cached launched event of a selected API call (search is linear, so once per selection).
     flow_cache: Option<(Selected, Option<Selected>)>,
     /// The analyzer settings (rules, phase pattern) every load uses.
@@ -95,6 +102,8 @@ impl Default for ViewerApp {
             tab: SideTab::Details,
             path_input: String::new(),
             critical_path: CriticalPathState::default(),
+            ideal: IdealState::default(),
+            ideal_fit_when_ready: false,
             flow_cache: None,
             categories: Categories::builtin(),
             start: StartOptions::default(),
@@ -126,7 +135,7 @@ impl ViewerApp {
         app
     }
 
-    /// Applies `start` now (tab, critical path) and to every load from now on (window).
+    /// Applies `start` now (tab, critical path, replay) and to every load from now on (window).
     pub fn set_start(&mut self, start: StartOptions) {
         if let Some(tab) = start.tab {
             self.tab = tab;
@@ -135,6 +144,15 @@ impl ViewerApp {
             let request = crate::critical::PathRequest { step, window_ns: start.window_ns };
             // A step's path moves the view to the step, unless a window was asked for.
             self.show_critical_path(request, step.is_some() && start.window_ns.is_none());
+        }
+        if let Some(step) = start.ideal {
+            self.ideal.enabled = true;
+            self.ideal.request = crate::critical::PathRequest { step, window_ns: start.window_ns };
+            // The critical path's fit moves the view to the step already; without it, the replay's step is
+            // shown by fitting to it once it is in.
+            if start.critical_path.is_none() && step.is_some() && start.window_ns.is_none() {
+                self.ideal_fit_when_ready = true;
+            }
         }
         self.start = start;
     }
@@ -165,6 +183,7 @@ impl ViewerApp {
         self.summary_stats.reset();
         // A path of the previous traces means nothing for these: compute it again if it is on.
         self.critical_path = self.critical_path.restarted();
+        self.ideal = self.ideal.restarted();
     }
 
     /// Turns the critical path on for `request`; with `fit`, the view moves to the path's window when it arrives.
@@ -181,6 +200,8 @@ impl ViewerApp {
         let data = Arc::clone(&session.data);
         self.critical_path.update(&data, ctx);
         self.critical_path.wait();
+        self.ideal.update(&data, ctx);
+        self.ideal.wait();
         self.apply_path_fit();
         let Some(session) = &self.session else { return };
         match self.tab {
@@ -196,8 +217,18 @@ impl ViewerApp {
         }
     }
 
-    /// Moves the view to the critical path's window once, when asked to and the path is in.
+    /// Moves the view to the critical path's (or the replay's) window once, when asked to and it is in.
     fn apply_path_fit(&mut self) {
+        if self.ideal_fit_when_ready
+            && let Some(replay) = self.ideal.replay()
+            && let Some(session) = &mut self.session
+        {
+            let end = replay.start_ns + replay.measured_ns.max(replay.ideal_ns);
+            session
+                .view
+                .fit(replay.window_ns.map_or(replay.start_ns, |w| w.0), replay.window_ns.map_or(end, |w| w.1.max(end)));
+            self.ideal_fit_when_ready = false;
+        }
         if !self.critical_path.fit_when_ready {
             return;
         }
@@ -321,6 +352,7 @@ impl ViewerApp {
             }
             ui.separator();
             self.critical_path_ui(ui);
+            self.ideal_ui(ui);
             ui.separator();
             let data = self.session.as_ref().map(|s| s.data.clone());
             if let Some(found) = search_ui(ui, data.as_ref(), &mut self.search) {
@@ -351,6 +383,11 @@ impl ViewerApp {
                 ui.label(RichText::new(path.summary()).color(crate::timeline::paint::CRITICAL_PATH_COLOR));
             } else if let Some(error) = self.critical_path.error() {
                 ui.colored_label(ui.visuals().error_fg_color, format!("critical path: {error}"));
+            }
+            if let Some(replay) = self.ideal.replay() {
+                ui.label(RichText::new(replay.summary()).color(crate::timeline::paint::IDEAL_COLOR));
+            } else if let Some(error) = self.ideal.error() {
+                ui.colored_label(ui.visuals().error_fg_color, format!("ideal replay: {error}"));
             }
         }
         let mut dismiss = false;
@@ -383,6 +420,31 @@ impl ViewerApp {
                 && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
             {
                 state.fit_when_ready = true;
+            }
+            if state.is_computing() {
+                ui.spinner();
+            }
+        }
+    }
+
+    /// The no-straggler replay toggle (`I`) and its step.
+    fn ideal_ui(&mut self, ui: &mut egui::Ui) {
+        let state = &mut self.ideal;
+        ui.checkbox(&mut state.enabled, "Ideal").on_hover_text(
+            "I: the no-straggler replay (analyzer what-if --no-straggler): every GPU operation at the time it would \
+             run if each rank took the typical duration, in a row under its stream",
+        );
+        if state.enabled {
+            let mut one_step = state.request.step.is_some();
+            let of_step = ui.checkbox(&mut one_step, "of step");
+            if of_step.changed() {
+                state.request.step = one_step.then_some(0);
+                self.ideal_fit_when_ready = one_step;
+            }
+            if let Some(step) = &mut state.request.step
+                && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
+            {
+                self.ideal_fit_when_ready = true;
             }
             if state.is_computing() {
                 ui.spinner();
@@ -450,6 +512,7 @@ impl ViewerApp {
             });
             return;
         };
+        session.view.ideal = self.ideal.replay();
         let output = timeline_ui(ui, &session.data, &mut session.view, &highlights);
         if let Some(clicked) = output.clicked {
             self.selected = clicked;
@@ -468,11 +531,20 @@ impl ViewerApp {
             self.open(dropped, ui.ctx());
         }
         if !ui.ctx().egui_wants_keyboard_input() {
-            let (fit_selection, fit_all, fit_roi, toggle_path) = ui.input(|i| {
-                (i.key_pressed(Key::F), i.key_pressed(Key::Home), i.key_pressed(Key::R), i.key_pressed(Key::C))
+            let (fit_selection, fit_all, fit_roi, toggle_path, toggle_ideal) = ui.input(|i| {
+                (
+                    i.key_pressed(Key::F),
+                    i.key_pressed(Key::Home),
+                    i.key_pressed(Key::R),
+                    i.key_pressed(Key::C),
+                    i.key_pressed(Key::I),
+                )
             });
             if toggle_path {
                 self.critical_path.enabled = !self.critical_path.enabled;
+            }
+            if toggle_ideal {
+                self.ideal.enabled = !self.ideal.enabled;
             }
             if fit_selection {
                 self.fit_selection();
@@ -493,6 +565,7 @@ impl ViewerApp {
         if let Some(session) = &self.session {
             let data = Arc::clone(&session.data);
             self.critical_path.update(&data, ui.ctx());
+            self.ideal.update(&data, ui.ctx());
             self.apply_path_fit();
         }
         egui::Panel::top("toolbar").show(ui, |ui| self.toolbar_ui(ui));

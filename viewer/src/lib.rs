@@ -9,6 +9,7 @@
 //! - [`analysis`]: the one adapter for op categories and per-rank figures.
 //! - [`collectives`]: the same collective on every rank.
 //! - [`critical`]: the analyzer's critical path across ranks, placed on the tracks.
+//! - [`ideal`]: the no-straggler replay of every GPU operation, in a row under its stream.
 //! - [`roi`]: the region of interest a run opens at.
 //! - [`utilization`]: each GPU's busy fraction per pixel column.
 //! - [`screenshot`]: headless rendering to PNG.
@@ -24,6 +25,7 @@ pub mod analysis;
 pub mod app;
 pub mod collectives;
 pub mod critical;
+pub mod ideal;
 pub mod load;
 pub mod panels;
 pub mod roi;

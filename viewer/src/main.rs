@@ -1,7 +1,7 @@
 //! `viewer [TRACE...]`: the shardscope timeline.
 //!
-//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab` and
-//! `--critical-path` say what to show, with or without `--screenshot`.
+//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab`,
+//! `--critical-path` and `--ideal` say what to show, with or without `--screenshot`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +44,11 @@ struct Args {
     /// trace. A value that is not a number is taken as the first trace.
     #[arg(long, value_name = "STEP", num_args = 0..=1, default_missing_value = "")]
     critical_path: Option<String>,
+    /// Draw the no-straggler replay (as `analyzer what-if --no-straggler` computes it) in a row under each stream:
+    /// of step STEP (the view moves to the step unless --window or --critical-path is given), else of --window,
+    /// else of the whole trace. A value that is not a number is taken as the first trace.
+    #[arg(long, value_name = "STEP", num_args = 0..=1, default_missing_value = "")]
+    ideal: Option<String>,
 }
 
 /// The side-panel pages, as `--tab` names them.
@@ -55,19 +60,10 @@ enum Tab {
 }
 
 impl Args {
-    /// What the app shows first; a `--critical-path` value that is no step number is moved to the traces.
+    /// What the app shows first; a `--critical-path` or `--ideal` value that is no step number is moved to the traces.
     fn start_options(&mut self) -> StartOptions {
-        let critical_path = match self.critical_path.take() {
-            None => None,
-            Some(value) if value.is_empty() => Some(None),
-            Some(value) => match value.parse::<usize>() {
-                Ok(step) => Some(Some(step)),
-                Err(_) => {
-                    self.traces.insert(0, PathBuf::from(value));
-                    Some(None)
-                }
-            },
-        };
+        let critical_path = self.critical_path.take().map(|value| self.step_or_trace(value));
+        let ideal = self.ideal.take().map(|value| self.step_or_trace(value));
         StartOptions {
             window_ns: self.window,
             tab: self.tab.map(|tab| match tab {
@@ -76,7 +72,19 @@ impl Args {
                 Tab::Summary => SideTab::Summary,
             }),
             critical_path,
+            ideal,
         }
+    }
+
+    /// The step an optional `STEP` value names; a value that is no number is a trace, moved to the front.
+    fn step_or_trace(&mut self, value: String) -> Option<usize> {
+        if value.is_empty() {
+            return None;
+        }
+        value.parse::<usize>().ok().or_else(|| {
+            self.traces.insert(0, PathBuf::from(value));
+            None
+        })
     }
 }
 
@@ -100,6 +108,9 @@ fn screenshot(args: &Args, categories: Categories, start: StartOptions, out: &st
     // A path that cannot be found (no such step) is an error here, not a line in a picture nobody reads.
     if let Some(error) = app.critical_path.error() {
         bail!("{}: critical path: {error}", args.traces[0].display());
+    }
+    if let Some(error) = app.ideal.error() {
+        bail!("{}: ideal replay: {error}", args.traces[0].display());
     }
     shardscope_viewer::screenshot::render_png(app, egui::vec2(args.size.0, args.size.1), out)
 }

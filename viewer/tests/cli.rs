@@ -151,3 +151,29 @@ fn a_step_that_is_not_there_or_a_bad_window_is_one_line_and_exit_code_2() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--ideal` adds the replay rows (labelled in their own green) and the summary line; it takes a step, or no value
+/// before the trace; a step that is not there is one line and exit code 2.
+#[test]
+fn ideal_replay_is_drawn_in_screenshots() {
+    let dir = temp_dir("ideal");
+    let trace = sample("tp2_skew_capture.sqlite.gz");
+    let out = dir.join("out.png");
+    let green = [0x9c, 0xe0, 0x9c];
+    let without = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", &trace]);
+    assert_eq!(pixels_of(&without, green), 0);
+    let step = screenshot(&out, &["--size", "1200x700", "--ideal", "10", &trace]);
+    assert!(pixels_of(&step, green) > 50, "{} label pixels", pixels_of(&step, green));
+    let window = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", "--ideal", &trace]);
+    assert!(pixels_of(&window, green) > 50, "{} label pixels", pixels_of(&window, green));
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", out.to_str().unwrap(), "--ideal", "999", &trace])
+        .output()
+        .expect("runs viewer");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("ideal replay") && lines[0].contains("999"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -414,7 +414,7 @@ fn a_run_opens_at_its_phase_ranges_and_home_shows_everything() {
 #[test]
 fn a_window_and_the_range_tab_show_the_analyzers_figures_of_that_window() {
     let window = (9_400_000_000, 9_500_000_000);
-    let start = StartOptions { window_ns: Some(window), tab: Some(SideTab::Range), critical_path: None };
+    let start = StartOptions { window_ns: Some(window), tab: Some(SideTab::Range), ..StartOptions::default() };
     let h = harness(sample_app("tp2_capture.sqlite.gz", start));
     assert_eq!(view_span(&h), (window.0 as f64, window.1 as f64));
     let app = h.state();
@@ -483,4 +483,92 @@ fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
     h.key_press(egui::Key::C);
     h.run();
     assert!(h.state().critical_path.overlay().is_some());
+}
+
+/// The no-straggler replay of step 9 of the skewed sample: its rows end where `analyzer what-if --no-straggler
+/// --step 9` says the ideal step ends, every GPU operation of the step has a row, and the replay is shorter than
+/// the measured step (rank 1's sleep is gone). I hides and shows it.
+#[test]
+fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
+    use shardscope_analyzer::critical_path::build_model;
+    use shardscope_analyzer::whatif::{Scenario, what_if};
+    use shardscope_viewer::timeline::layout::RowContent;
+
+    let start = StartOptions { ideal: Some(Some(9)), ..StartOptions::default() };
+    let mut h = harness(sample_app("tp2_skew_capture.sqlite.gz", start));
+    {
+        let app = h.state();
+        let replay = app.ideal.replay().expect("the replay of step 10");
+        let data = &app.session.as_ref().unwrap().data;
+        // What `analyzer what-if --no-straggler --step 9` reports, with the settings the viewer uses.
+        let model = build_model(&data.traces, &data.categories.options(None), None, Some(9)).expect("step 9");
+        let report = what_if(&model, &Scenario { no_straggler: true, ..Scenario::default() });
+        assert_eq!(replay.step, Some(9));
+        assert_eq!(replay.start_ns, model.graph.window_start_ns);
+        assert_eq!(replay.ideal_ns, report.ideal_ns);
+        assert_eq!(replay.measured_ns, report.measured_ns);
+        assert_eq!(replay.last_end_ns().expect("GPU work in step 9") - replay.start_ns, report.ideal_ns);
+        assert!((replay.slowdown() - report.slowdown).abs() < 1e-9, "{} vs {}", replay.slowdown(), report.slowdown);
+        assert!(report.ideal_ns < report.measured_ns, "{report:?}");
+        // Every GPU operation of the model is on a row, and each row is one of the stream tracks.
+        let gpu_ops = model.graph.ops.iter().filter(|o| o.kind.on_gpu()).count();
+        assert_eq!(replay.unplaced, 0);
+        assert_eq!(replay.rows.values().map(Vec::len).sum::<usize>(), gpu_ops);
+        assert!(replay.rows.keys().all(|t| data.stream_track.values().any(|s| s == t)));
+        // Each stream's replay runs its operations one after another.
+        for ops in replay.rows.values() {
+            assert!(ops.windows(2).all(|w| w[0].end_ns <= w[1].start_ns), "{ops:?}");
+        }
+        // A replay row right under every stream track, shown while the replay is, where the step has work.
+        let ideal_rows: Vec<usize> = data
+            .rows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| matches!(r.content, RowContent::Ideal(_)).then_some(i))
+            .collect();
+        assert_eq!(ideal_rows.len(), data.stream_track.len());
+        for &i in &ideal_rows {
+            let (RowContent::Track(above), RowContent::Ideal(of)) = (&data.rows[i - 1].content, &data.rows[i].content)
+            else {
+                panic!("row {i} is not under its stream track");
+            };
+            assert_eq!(above, of);
+        }
+        assert_eq!(app.session.as_ref().unwrap().view.ideal.as_ref(), Some(&replay));
+        // The view moved to the step.
+        let (window_start, window_end) = replay.window_ns.unwrap();
+        assert_fits(view_span(&h), window_start, window_end.max(replay.start_ns + replay.measured_ns));
+        assert!(replay.summary().starts_with("ideal (no straggler) of step 9: measured "), "{}", replay.summary());
+    }
+    snapshot(&mut h, "ideal_replay");
+    // Hovering the longest replayed operation tells its replayed and measured duration.
+    let (at, name, replayed_ns) = {
+        let app = h.state();
+        let (session, replay) = (app.session.as_ref().unwrap(), app.ideal.replay().unwrap());
+        let (&track, op) = replay
+            .rows
+            .iter()
+            .flat_map(|(track, ops)| ops.iter().map(move |op| (track, op)))
+            .max_by_key(|(_, op)| op.end_ns - op.start_ns)
+            .unwrap();
+        let view = &session.view;
+        let screen = view.to_screen(view.last_plot_rect.width());
+        let x = view.last_plot_rect.left() + screen.x((op.start_ns + op.end_ns) / 2);
+        // The replay row is right under its stream track.
+        let y = track_center_y(&session.data, view, track).unwrap() + shardscope_viewer::timeline::TRACK_HEIGHT;
+        let name = session.data.event_name(op.trace, op.event.unwrap()).to_owned();
+        (Pos2::new(x, y), name, op.end_ns - op.start_ns)
+    };
+    h.hover_at(at);
+    h.run();
+    h.get_by_label(&name);
+    h.get_by_label(&format!("ideal {}", shardscope_viewer::timeline::paint::format_duration(replayed_ns as f64)));
+    h.remove_cursor();
+    h.key_press(egui::Key::I);
+    h.run();
+    assert!(h.state().ideal.replay().is_none());
+    assert!(h.state().session.as_ref().unwrap().view.ideal.is_none());
+    h.key_press(egui::Key::I);
+    h.run();
+    assert!(h.state().ideal.replay().is_some());
 }

@@ -191,6 +191,9 @@ pub enum RowContent {
     Track(usize),
     /// A GPU's utilisation graph: index into [`TimelineData::utilization`].
     Utilization(usize),
+    /// The no-straggler replay of a stream track (index into [`TimelineData::tracks`]), right under it; shown only
+    /// while the replay is.
+    Ideal(usize),
 }
 
 /// Everything the timeline draws, built once per load in the background.
@@ -508,6 +511,7 @@ impl TimelineData {
                 if let Some(track) = streams.remove(&stream) {
                     let index = self.push_track(3, track);
                     self.stream_track.insert((ti, DeviceIdx(device), stream), index);
+                    self.rows.push(Row { indent: 3, content: RowContent::Ideal(index) });
                 }
             }
         }
@@ -594,7 +598,7 @@ mod tests {
             .iter()
             .filter_map(|r| match &r.content {
                 RowContent::Header { label, .. } => Some(label.as_str()),
-                RowContent::Track(_) | RowContent::Utilization(_) => None,
+                RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) => None,
             })
             .collect();
         assert_eq!(headers[0], "node0");

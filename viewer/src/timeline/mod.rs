@@ -70,6 +70,9 @@ pub struct TimelineView {
     pub last_item_count: usize,
     /// Screen rectangle of the event area in the last frame (tests aim clicks with it).
     pub last_plot_rect: Rect,
+    /// The no-straggler replay to draw in a row under each stream track that has work in it (the app sets it
+    /// while the replay is on and computed).
+    pub ideal: Option<std::sync::Arc<crate::ideal::IdealReplay>>,
 }
 
 impl TimelineView {
@@ -86,6 +89,7 @@ impl TimelineView {
             last_plot_width: 800.0,
             last_item_count: 0,
             last_plot_rect: Rect::NOTHING,
+            ideal: None,
         };
         view.fit(start_ns, end_ns);
         view
@@ -159,7 +163,7 @@ pub struct PlacedRow {
 /// is collapsed away.
 pub fn track_center_y(data: &TimelineData, view: &TimelineView, track: usize) -> Option<f32> {
     let mut y = view.last_plot_rect.top() - view.scroll_y;
-    for (row, height) in visible_rows(data, &view.collapsed) {
+    for (row, height) in visible_rows(data, view) {
         if matches!(data.rows[row].content, RowContent::Track(t) if t == track) {
             return Some(y + height / 2.0);
         }
@@ -179,8 +183,9 @@ pub struct FramePlan {
     pub content_height: f32,
 }
 
-/// Rows not hidden inside a collapsed group, with their heights.
-fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f32)> {
+/// Rows not hidden inside a collapsed group (nor replay rows without a replay to show), with their heights.
+fn visible_rows(data: &TimelineData, view: &TimelineView) -> Vec<(usize, f32)> {
+    let collapsed = &view.collapsed;
     let mut out = Vec::with_capacity(data.rows.len());
     let mut hidden_below: Option<u8> = None;
     for (index, row) in data.rows.iter().enumerate() {
@@ -199,6 +204,10 @@ fn visible_rows(data: &TimelineData, collapsed: &HashSet<u64>) -> Vec<(usize, f3
             }
             RowContent::Track(_) => out.push((index, TRACK_HEIGHT)),
             RowContent::Utilization(_) => out.push((index, UTILIZATION_HEIGHT)),
+            RowContent::Ideal(track) if view.ideal.as_ref().is_some_and(|r| r.rows.contains_key(track)) => {
+                out.push((index, TRACK_HEIGHT));
+            }
+            RowContent::Ideal(_) => {}
         }
     }
     out
@@ -210,7 +219,7 @@ pub fn prepare_frame(data: &TimelineData, view: &TimelineView, plot_size: Vec2) 
     let mut plan = FramePlan::default();
     let mut y = -view.scroll_y;
     let mut jobs: Vec<(u32, usize)> = Vec::new();
-    for (row, height) in visible_rows(data, &view.collapsed) {
+    for (row, height) in visible_rows(data, view) {
         let top = y;
         y += height;
         if top + height < 0.0 || top > plot_size.y {
@@ -424,7 +433,7 @@ fn click_input(
                     .map(|i| Selected { trace: track.trace, event: track.events[i] });
                 return Some(picked);
             }
-            RowContent::Track(_) | RowContent::Utilization(_) => {}
+            RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) => {}
         }
     } else if areas.plot_rect.contains(pos) {
         return Some(None);
@@ -432,7 +441,8 @@ fn click_input(
     None
 }
 
-/// Tooltip: what is under the pointer, how many events a folded block holds, or how busy a GPU was.
+/// Tooltip: what is under the pointer, how many events a folded block holds, how busy a GPU was, or an
+/// operation's replayed time against its measured one.
 fn tooltip_ui(
     data: &TimelineData,
     view: &TimelineView,
@@ -482,6 +492,31 @@ fn tooltip_ui(
             response.clone().on_hover_ui_at_pointer(|ui| {
                 ui.label(format!("GPU busy {:.0} % of this column", 100.0 * busy / (to - from)));
                 ui.label(format!("{} busy of {}", paint::format_duration(busy), paint::format_duration(to - from)));
+            });
+        }
+        RowContent::Ideal(track) => {
+            let Some(ops) = view.ideal.as_ref().and_then(|replay| replay.rows.get(&track)) else { return };
+            let screen = view.to_screen(areas.plot_rect.width());
+            let x = pos.x - areas.plot_rect.left();
+            let (from, to) = (screen.t(x - 1.0) as i64, screen.t(x + 1.0).ceil() as i64);
+            // The operations run one after another on a stream in the replay: the first ending at the pointer.
+            let first = ops.partition_point(|o| o.end_ns < from);
+            let Some(op) = ops.get(first).filter(|o| o.start_ns <= to) else { return };
+            let name = op.event.map_or("CUDA graph", |event| data.event_name(op.trace, event)).to_owned();
+            let measured = op.event.map(|event| data.event_span(op.trace, event));
+            let replayed_ns = (op.end_ns - op.start_ns) as f64;
+            response.clone().on_hover_ui_at_pointer(|ui| {
+                ui.label(egui::RichText::new(name).strong());
+                ui.label(format!("ideal {}", paint::format_duration(replayed_ns)));
+                if let Some((start, end)) = measured {
+                    let shift_ns = start - op.start_ns;
+                    let when = if shift_ns >= 0 { "later" } else { "earlier" };
+                    ui.label(format!(
+                        "measured {}, starting {} {when}",
+                        paint::format_duration((end - start) as f64),
+                        paint::format_duration(shift_ns.unsigned_abs() as f64)
+                    ));
+                }
             });
         }
         RowContent::Header { .. } => {}

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use crate::analysis::Categories;
 use crate::critical::PathOverlay;
+use crate::ideal::IdealReplay;
 use crate::utilization::GpuBusy;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
@@ -166,6 +167,9 @@ pub fn paint_timeline(
     paint_rows(&c, data, view, plan);
     paint_utilization(&c, data, view, plan);
     paint_events(&c, data, plan);
+    if let Some(replay) = &view.ideal {
+        paint_ideal(&c, data, view, plan, replay);
+    }
     if let Some(path) = &highlights.critical_path {
         paint_critical_path(&c, data, view, path);
     }
@@ -218,6 +222,16 @@ fn paint_rows(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &Frame
                     Pos2::new(label_rect.left(), top + (placed.height - galley.size().y) / 2.0),
                     galley,
                     text_color,
+                );
+            }
+            RowContent::Ideal(_) => {
+                rows_painter.rect_filled(row_rect, 0.0, IDEAL_COLOR.gamma_multiply(0.08));
+                rows_painter.text(
+                    Pos2::new(c.rect.left() + indent + 12.0, top + placed.height / 2.0),
+                    Align2::LEFT_CENTER,
+                    IDEAL_LABEL,
+                    FontId::proportional(11.0),
+                    IDEAL_COLOR,
                 );
             }
             RowContent::Utilization(index) => {
@@ -358,6 +372,64 @@ fn paint_highlights(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: 
     }
 }
 
+/// Label of a replay row.
+pub const IDEAL_LABEL: &str = "ideal (no straggler)";
+/// Colour of the replay rows' labels and summary: a pale green that no category uses.
+pub const IDEAL_COLOR: Color32 = Color32::from_rgb(0x9c, 0xe0, 0x9c);
+/// Operations narrower than this on screen are merged with their neighbours into one outline.
+const IDEAL_MERGE_PX: f32 = 2.0;
+
+/// The replay rows: each GPU operation at its replayed time as a ghost (a faint fill in its category colour
+/// and an outline); operations that share a point column are drawn as one.
+fn paint_ideal(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &FramePlan, replay: &IdealReplay) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let left = c.plot_rect.left();
+    let painter = c.painter.with_clip_rect(c.plot_rect);
+    let (from_ns, to_ns) = (view.start_ns.floor() as i64, view.end_ns.ceil() as i64);
+    let mut mesh = Mesh::default();
+    let mut outlines = Vec::new();
+    for placed in &plan.rows {
+        let RowContent::Ideal(track) = data.rows[placed.row].content else { continue };
+        let Some(ops) = replay.rows.get(&track) else { continue };
+        let top = c.rows_rect.top() + placed.y + 2.0;
+        let bottom = top + placed.height - 4.0;
+        // Operations on one stream run one after another in the replay (stream order), so ends rise with starts
+        // and the first one reaching into the window is a binary search away.
+        let first = ops.partition_point(|o| o.end_ns < from_ns);
+        let mut pending: Option<(f32, f32, Color32)> = None;
+        for op in ops[first..].iter().take_while(|o| o.start_ns <= to_ns) {
+            let x0 = left + screen.x(op.start_ns);
+            let x1 = (left + screen.x(op.end_ns)).max(x0 + 1.0);
+            let color = match op.event {
+                Some(event) => event_color(data, op.trace, event),
+                None => PALETTE[0],
+            };
+            match &mut pending {
+                Some((_, end, _)) if x0 - *end < IDEAL_MERGE_PX && x1 - x0 < IDEAL_MERGE_PX => *end = end.max(x1),
+                _ => {
+                    if let Some(done) = pending.replace((x0, x1, color)) {
+                        outlines.push((done, top, bottom));
+                    }
+                }
+            }
+        }
+        if let Some(done) = pending {
+            outlines.push((done, top, bottom));
+        }
+    }
+    let rects: Vec<(Rect, Color32)> = outlines
+        .into_iter()
+        .map(|((x0, x1, color), top, bottom)| (Rect::from_min_max(Pos2::new(x0, top), Pos2::new(x1, bottom)), color))
+        .collect();
+    for (rect, color) in &rects {
+        mesh.add_colored_rect(*rect, color.gamma_multiply(0.3));
+    }
+    painter.add(Shape::mesh(mesh));
+    for (rect, color) in rects {
+        painter.rect_stroke(rect, 0.0, Stroke::new(1.0, color), egui::StrokeKind::Inside);
+    }
+}
+
 /// Colour of the critical path: a magenta that no category, range or other highlight uses.
 pub const CRITICAL_PATH_COLOR: Color32 = Color32::from_rgb(0xff, 0x3d, 0xf5);
 
@@ -370,7 +442,7 @@ fn paint_critical_path(c: &Canvas, data: &TimelineData, view: &TimelineView, pat
     // Every expanded track's top and height, on screen or not: a hop may lead to a track scrolled out of view.
     let mut placed: HashMap<usize, (f32, f32)> = HashMap::new();
     let mut y = c.rows_rect.top() - view.scroll_y;
-    for (row, height) in super::visible_rows(data, &view.collapsed) {
+    for (row, height) in super::visible_rows(data, view) {
         if let RowContent::Track(track) = data.rows[row].content {
             placed.insert(track, (y, height));
         }
