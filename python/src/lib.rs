@@ -418,8 +418,10 @@ impl Run {
     }
 
     /// `analyzer what-if`: the run replayed with changed durations. Returns the JSON the CLI prints and its
-    /// tables (`by_category`, `by_rank`, `rank_waits`).
-    #[pyo3(signature = (no_straggler=false, comm_overlapped=false, scales=Vec::new(), step=None, window_ns=None))]
+    /// tables (`by_category`, `by_rank`, `rank_waits`). `comm_at_peak` names `bench` results, as `--comm-at-peak`.
+    #[pyo3(signature = (no_straggler=false, comm_overlapped=false, scales=Vec::new(), step=None, window_ns=None,
+                        comm_at_peak=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one per CLI option.
     fn what_if<'py>(
         &self,
         py: Python<'py>,
@@ -428,18 +430,19 @@ impl Run {
         scales: Vec<String>,
         step: Option<usize>,
         window_ns: Option<(i64, i64)>,
+        comm_at_peak: Option<String>,
     ) -> PyResult<(String, Bound<'py, PyDict>)> {
         let scales = scales.iter().map(|s| whatif::parse_scale(s)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
-        let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty());
+        let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
+        let bench = comm_at_peak.map(|path| BenchPeaks::load(Path::new(&path))).transpose().map_err(fail)?;
         // As `analyzer what-if`: the model is built with the options' rules and patterns, not its window.
         let options = Options { window_ns: None, keep_instances: false, ..self.options.clone() };
         let result = py.detach(|| {
             let model = critical_path::build_model(&self.traces, &options, window_ns, step).map_err(fail)?;
             whatif::check_scales(&model.graph, &scales).map_err(fail)?;
-            Ok::<_, PyErr>(whatif::what_if(
-                &model,
-                &whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak: None },
-            ))
+            let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
+            let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
+            Ok::<_, PyErr>(whatif::what_if(&model, &scenario))
         })?;
         let tables = PyDict::new(py);
         for (key, rows) in [("by_category", &result.by_category), ("by_rank", &result.by_rank)] {

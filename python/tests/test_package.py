@@ -68,6 +68,11 @@ def test_what_if_is_the_clis(cli):
     assert result == json.loads(cli("what-if", "--no-straggler", "--step", "3", "--format", "json", run))
     assert tables["by_rank"].num_rows == len(result["by_rank"])
     assert tables["rank_waits"].to_pandas().measured_wait_ns.tolist() == [w["measured_wait_ns"] for w in result["rank_waits"]]
+    # Communication at the machine's measured bus bandwidth, as `--comm-at-peak`.
+    bench = "bench/results/h200x2.json"
+    result, _ = shardscope.load(run).what_if(comm_at_peak=bench, step=3)
+    assert result == json.loads(cli("what-if", "--comm-at-peak", bench, "--step", "3", "--format", "json", run))
+    assert result["scenario"] != json.loads(cli("what-if", "--no-straggler", "--step", "3", "--format", "json", run))["scenario"]
 
 
 def test_bad_input_is_one_line_naming_the_file(tmp_path):

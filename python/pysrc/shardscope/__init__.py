@@ -114,10 +114,14 @@ class Run:
         scales: Optional[List[str]] = None,
         step: Optional[int] = None,
         window_ns: Optional[Tuple[int, int]] = None,
+        comm_at_peak: Optional[str] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """``analyzer what-if``: the report (dict, the CLI's JSON) and its tables (``by_category``, ``by_rank``,
-        ``rank_waits``). With no scenario given, the no-straggler replay."""
-        text, tables = self._native.what_if(no_straggler, comm_overlapped, list(scales or []), step, window_ns)
+        ``rank_waits``). With no scenario given, the no-straggler replay. ``comm_at_peak`` names ``bench`` results:
+        every matched collective transfers at the bus bandwidth measured for its size (``--comm-at-peak``)."""
+        text, tables = self._native.what_if(
+            no_straggler, comm_overlapped, list(scales or []), step, window_ns, comm_at_peak
+        )
         return json.loads(text), dict(tables)
 
 
