@@ -8,7 +8,7 @@ use egui::{Color32, Key, RichText};
 
 use crate::analysis::Categories;
 use crate::collectives::CollectiveIndex;
-use crate::critical::CriticalPathState;
+use crate::critical::{Computed, CriticalPathState};
 use crate::ideal::IdealState;
 use crate::load::{Loaded, Loader};
 use crate::panels::details::{DetailsAction, details_ui, launch_of, launched_by};
@@ -79,8 +79,6 @@ pub struct ViewerApp {
     pub critical_path: CriticalPathState,
     /// The no-straggler replay toggle and its replay.
     pub ideal: IdealState,
-    /// Fit the view to the replay's window once it arrives.
-    ideal_fit_when_ready: bool,
     /// Cached launched event of a selected API call (search is linear, so once per selection).
     flow_cache: Option<(Selected, Option<Selected>)>,
     /// The analyzer settings (rules, phase pattern) every load uses.
@@ -103,7 +101,6 @@ impl Default for ViewerApp {
             path_input: String::new(),
             critical_path: CriticalPathState::default(),
             ideal: IdealState::default(),
-            ideal_fit_when_ready: false,
             flow_cache: None,
             categories: Categories::builtin(),
             start: StartOptions::default(),
@@ -151,7 +148,7 @@ impl ViewerApp {
             // The critical path's fit moves the view to the step already; without it, the replay's step is
             // shown by fitting to it once it is in.
             if start.critical_path.is_none() && step.is_some() && start.window_ns.is_none() {
-                self.ideal_fit_when_ready = true;
+                self.ideal.fit_when_ready = true;
             }
         }
         self.start = start;
@@ -219,7 +216,7 @@ impl ViewerApp {
 
     /// Moves the view to the critical path's (or the replay's) window once, when asked to and it is in.
     fn apply_path_fit(&mut self) {
-        if self.ideal_fit_when_ready
+        if self.ideal.fit_when_ready
             && let Some(replay) = self.ideal.replay()
             && let Some(session) = &mut self.session
         {
@@ -227,7 +224,7 @@ impl ViewerApp {
             session
                 .view
                 .fit(replay.window_ns.map_or(replay.start_ns, |w| w.0), replay.window_ns.map_or(end, |w| w.1.max(end)));
-            self.ideal_fit_when_ready = false;
+            self.ideal.fit_when_ready = false;
         }
         if !self.critical_path.fit_when_ready {
             return;
@@ -404,52 +401,24 @@ impl ViewerApp {
 
     /// The critical path toggle (`C`), its step, and what the path is.
     fn critical_path_ui(&mut self, ui: &mut egui::Ui) {
-        let state = &mut self.critical_path;
-        ui.checkbox(&mut state.enabled, "Critical path").on_hover_text(
+        computed_toggle_ui(
+            ui,
+            &mut self.critical_path,
+            "Critical path",
             "C: the longest dependency path across ranks (analyzer critical-path): runs outlined, delays dashed, \
              hops to another rank as arrows",
         );
-        if state.enabled {
-            let mut one_step = state.request.step.is_some();
-            let of_step = ui.checkbox(&mut one_step, "of step");
-            if of_step.changed() {
-                state.request.step = one_step.then_some(0);
-                state.fit_when_ready = one_step;
-            }
-            if let Some(step) = &mut state.request.step
-                && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
-            {
-                state.fit_when_ready = true;
-            }
-            if state.is_computing() {
-                ui.spinner();
-            }
-        }
     }
 
     /// The no-straggler replay toggle (`I`) and its step.
     fn ideal_ui(&mut self, ui: &mut egui::Ui) {
-        let state = &mut self.ideal;
-        ui.checkbox(&mut state.enabled, "Ideal").on_hover_text(
+        computed_toggle_ui(
+            ui,
+            &mut self.ideal,
+            "Ideal",
             "I: the no-straggler replay (analyzer what-if --no-straggler): every GPU operation at the time it would \
              run if each rank took the typical duration, in a row under its stream",
         );
-        if state.enabled {
-            let mut one_step = state.request.step.is_some();
-            let of_step = ui.checkbox(&mut one_step, "of step");
-            if of_step.changed() {
-                state.request.step = one_step.then_some(0);
-                self.ideal_fit_when_ready = one_step;
-            }
-            if let Some(step) = &mut state.request.step
-                && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
-            {
-                self.ideal_fit_when_ready = true;
-            }
-            if state.is_computing() {
-                ui.spinner();
-            }
-        }
     }
 
     fn side_ui(&mut self, ui: &mut egui::Ui) {
@@ -586,5 +555,27 @@ impl ViewerApp {
 impl eframe::App for ViewerApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.show(ui);
+    }
+}
+
+/// A background figure's toggle, its "of step" choice and step number (changing them fits the view to the step once
+/// the figure arrives), and a spinner while it is computed.
+fn computed_toggle_ui<T: Send + 'static>(ui: &mut egui::Ui, state: &mut Computed<T>, label: &str, hover: &str) {
+    ui.checkbox(&mut state.enabled, label).on_hover_text(hover);
+    if state.enabled {
+        let mut one_step = state.request.step.is_some();
+        let of_step = ui.checkbox(&mut one_step, "of step");
+        if of_step.changed() {
+            state.request.step = one_step.then_some(0);
+            state.fit_when_ready = one_step;
+        }
+        if let Some(step) = &mut state.request.step
+            && ui.add(egui::DragValue::new(step).range(0..=100_000)).labelled_by(of_step.id).changed()
+        {
+            state.fit_when_ready = true;
+        }
+        if state.is_computing() {
+            ui.spinner();
+        }
     }
 }

@@ -149,25 +149,46 @@ fn api_track_of_thread(data: &TimelineData, trace: usize, device: DeviceIdx, tid
     data.api_track.iter().filter(|((t, _, thread), _)| *t == trace && *thread == tid).map(|(_, &track)| track).min()
 }
 
-/// The path toggle and its result, computed in the background.
-#[derive(Debug, Default)]
-pub struct CriticalPathState {
-    /// Show the path.
+/// A toggle and the figure it shows (a critical path, a replay) for a [`PathRequest`], computed on a named
+/// background thread because the dependency model walks every event of the window. Only the figure of the request
+/// asked for last is shown; one asked for meanwhile replaces the one on its way.
+#[derive(Debug)]
+pub struct Computed<T> {
+    /// Show the figure.
     pub enabled: bool,
-    /// Which path.
+    /// Of which step or window.
     pub request: PathRequest,
-    /// The path of `shown_for`, or why there is none.
-    pub result: Option<Result<Arc<PathOverlay>, String>>,
-    /// Fit the view to the path's window once it arrives.
+    /// The figure of `shown_for`, or why there is none.
+    pub result: Option<Result<Arc<T>, String>>,
+    /// Fit the view to the figure's window once it arrives.
     pub fit_when_ready: bool,
     shown_for: Option<PathRequest>,
-    pending: Option<(PathRequest, Receiver<Result<PathOverlay, String>>)>,
+    pending: Option<(PathRequest, Receiver<Result<T, String>>)>,
 }
 
-impl CriticalPathState {
-    /// Starts computing the path asked for unless it is shown or on its way; picks up a finished one. `ctx` is
-    /// asked to repaint when it arrives.
-    pub fn update(&mut self, data: &Arc<TimelineData>, ctx: &egui::Context) {
+impl<T> Default for Computed<T> {
+    fn default() -> Computed<T> {
+        Computed {
+            enabled: false,
+            request: PathRequest::default(),
+            result: None,
+            fit_when_ready: false,
+            shown_for: None,
+            pending: None,
+        }
+    }
+}
+
+impl<T: Send + 'static> Computed<T> {
+    /// Starts `compute` for the request on a thread named `thread_name` unless its figure is shown or on its way;
+    /// picks up a finished one. `ctx` is asked to repaint when it arrives.
+    pub(crate) fn start(
+        &mut self,
+        data: &Arc<TimelineData>,
+        ctx: &egui::Context,
+        thread_name: &str,
+        compute: fn(&TimelineData, PathRequest) -> Result<T, String>,
+    ) {
         self.poll();
         if !self.enabled
             || self.shown_for == Some(self.request)
@@ -178,13 +199,13 @@ impl CriticalPathState {
         let (sender, receiver) = channel();
         let (data, ctx, request) = (Arc::clone(data), ctx.clone(), self.request);
         std::thread::Builder::new()
-            .name("viewer-critical-path".into())
+            .name(thread_name.into())
             .spawn(move || {
-                // The receiver is gone when another path was asked for meanwhile: drop this one.
-                let _ = sender.send(PathOverlay::compute(&data, request));
+                // The receiver is gone when another figure was asked for meanwhile: drop this one.
+                let _ = sender.send(compute(&data, request));
                 ctx.request_repaint();
             })
-            .expect("cannot start the critical path thread");
+            .unwrap_or_else(|e| panic!("cannot start the {thread_name} thread: {e}"));
         self.pending = Some((request, receiver));
     }
 
@@ -201,17 +222,17 @@ impl CriticalPathState {
         }
     }
 
-    /// The same toggle and request with nothing computed (after new traces were loaded).
-    pub fn restarted(&self) -> CriticalPathState {
-        CriticalPathState {
+    /// The same toggle, request and fitting with nothing computed (after new traces were loaded).
+    pub fn restarted(&self) -> Computed<T> {
+        Computed {
             enabled: self.enabled,
             request: self.request,
             fit_when_ready: self.fit_when_ready,
-            ..CriticalPathState::default()
+            ..Computed::default()
         }
     }
 
-    /// Blocks until the path asked for last is in (for tests and screenshots).
+    /// Blocks until the figure asked for last is in (for tests and screenshots).
     pub fn wait(&mut self) {
         if let Some((request, receiver)) = self.pending.take()
             && let Ok(result) = receiver.recv()
@@ -221,24 +242,39 @@ impl CriticalPathState {
         }
     }
 
-    /// True while a path is being computed.
+    /// True while a figure is being computed.
     pub fn is_computing(&self) -> bool {
         self.pending.is_some()
     }
 
-    /// The path to draw: enabled, computed, and the one asked for.
-    pub fn overlay(&self) -> Option<Arc<PathOverlay>> {
+    /// The figure to draw: enabled, computed, and the one asked for.
+    pub fn shown(&self) -> Option<Arc<T>> {
         match &self.result {
-            Some(Ok(path)) if self.enabled && self.shown_for == Some(self.request) => Some(Arc::clone(path)),
+            Some(Ok(figure)) if self.enabled && self.shown_for == Some(self.request) => Some(Arc::clone(figure)),
             _ => None,
         }
     }
 
-    /// Why the path asked for could not be found.
+    /// Why the figure asked for could not be made.
     pub fn error(&self) -> Option<&str> {
         match &self.result {
             Some(Err(e)) if self.enabled && self.shown_for == Some(self.request) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// The path toggle and its result.
+pub type CriticalPathState = Computed<PathOverlay>;
+
+impl CriticalPathState {
+    /// Starts computing the path asked for unless it is shown or on its way; picks up a finished one.
+    pub fn update(&mut self, data: &Arc<TimelineData>, ctx: &egui::Context) {
+        self.start(data, ctx, "viewer-critical-path", PathOverlay::compute);
+    }
+
+    /// The path to draw: enabled, computed, and the one asked for.
+    pub fn overlay(&self) -> Option<Arc<PathOverlay>> {
+        self.shown()
     }
 }

@@ -11,13 +11,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use shardscope_analyzer::critical_path::build_model;
 use shardscope_analyzer::depgraph::{OpKind, end_vertex, start_vertex};
 use shardscope_analyzer::whatif::no_straggler_times;
 
-use crate::critical::PathRequest;
+use crate::critical::{Computed, PathRequest};
 use crate::timeline::events::{EventKind, EventRef};
 use crate::timeline::layout::TimelineData;
 
@@ -131,89 +130,17 @@ impl IdealReplay {
     }
 }
 
-/// The replay toggle and its result, computed in the background.
-#[derive(Debug, Default)]
-pub struct IdealState {
-    /// Show the replay.
-    pub enabled: bool,
-    /// Of which step or window.
-    pub request: PathRequest,
-    /// The replay of `shown_for`, or why there is none.
-    pub result: Option<Result<Arc<IdealReplay>, String>>,
-    shown_for: Option<PathRequest>,
-    pending: Option<(PathRequest, Receiver<Result<IdealReplay, String>>)>,
-}
+/// The replay toggle and its result, computed in the background like the critical path.
+pub type IdealState = Computed<IdealReplay>;
 
 impl IdealState {
-    /// Starts computing the replay asked for unless it is shown or on its way; picks up a finished one. `ctx` is
-    /// asked to repaint when it arrives.
+    /// Starts computing the replay asked for unless it is shown or on its way; picks up a finished one.
     pub fn update(&mut self, data: &Arc<TimelineData>, ctx: &egui::Context) {
-        self.poll();
-        if !self.enabled
-            || self.shown_for == Some(self.request)
-            || self.pending.as_ref().is_some_and(|(r, _)| *r == self.request)
-        {
-            return;
-        }
-        let (sender, receiver) = channel();
-        let (data, ctx, request) = (Arc::clone(data), ctx.clone(), self.request);
-        std::thread::Builder::new()
-            .name("viewer-ideal-replay".into())
-            .spawn(move || {
-                // The receiver is gone when another replay was asked for meanwhile: drop this one.
-                let _ = sender.send(IdealReplay::compute(&data, request));
-                ctx.request_repaint();
-            })
-            .expect("cannot start the ideal replay thread");
-        self.pending = Some((request, receiver));
-    }
-
-    fn poll(&mut self) {
-        let Some((request, receiver)) = &self.pending else { return };
-        match receiver.try_recv() {
-            Ok(result) => {
-                self.shown_for = Some(*request);
-                self.result = Some(result.map(Arc::new));
-                self.pending = None;
-            }
-            Err(TryRecvError::Empty) => {}
-            Err(TryRecvError::Disconnected) => self.pending = None,
-        }
-    }
-
-    /// The same toggle and request with nothing computed (after new traces were loaded).
-    pub fn restarted(&self) -> IdealState {
-        IdealState { enabled: self.enabled, request: self.request, ..IdealState::default() }
-    }
-
-    /// Blocks until the replay asked for last is in (for tests and screenshots).
-    pub fn wait(&mut self) {
-        if let Some((request, receiver)) = self.pending.take()
-            && let Ok(result) = receiver.recv()
-        {
-            self.shown_for = Some(request);
-            self.result = Some(result.map(Arc::new));
-        }
-    }
-
-    /// True while a replay is being computed.
-    pub fn is_computing(&self) -> bool {
-        self.pending.is_some()
+        self.start(data, ctx, "viewer-ideal-replay", IdealReplay::compute);
     }
 
     /// The replay to draw: enabled, computed, and the one asked for.
     pub fn replay(&self) -> Option<Arc<IdealReplay>> {
-        match &self.result {
-            Some(Ok(replay)) if self.enabled && self.shown_for == Some(self.request) => Some(Arc::clone(replay)),
-            _ => None,
-        }
-    }
-
-    /// Why the replay asked for could not be made.
-    pub fn error(&self) -> Option<&str> {
-        match &self.result {
-            Some(Err(e)) if self.enabled && self.shown_for == Some(self.request) => Some(e),
-            _ => None,
-        }
+        self.shown()
     }
 }
