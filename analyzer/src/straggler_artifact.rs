@@ -200,10 +200,12 @@ impl Default for JobMeta {
 }
 
 impl JobMeta {
-    /// Reads the `key: value` lines of a metadata file; other lines are ignored.
+    /// Reads the `key: value` lines of a metadata file; other lines are ignored, but a file with none of the keys
+    /// is not a metadata file (a wrong path must not pass for "no facts given").
     pub fn load(path: &Path) -> Result<JobMeta, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut meta = JobMeta::default();
+        let mut known_keys = 0;
         for line in text.lines() {
             let Some((key, value)) = line.split_once(':') else { continue };
             let value = value.trim().trim_matches(['"', '\'']);
@@ -218,8 +220,15 @@ impl JobMeta {
                 "pp_size" => meta.pp_size = Some(number()?),
                 "tp_size" => meta.tp_size = Some(number()?),
                 "dsp_size" => meta.dsp_size = number()?.max(1),
-                _ => {}
+                _ => continue,
             }
+            known_keys += 1;
+        }
+        if known_keys == 0 {
+            return Err(format!(
+                "{}: not an artifact metadata file (none of trial_name, dp_size, pp_size, tp_size, dsp_size)",
+                path.display()
+            ));
         }
         Ok(meta)
     }

@@ -191,4 +191,15 @@ fn a_file_that_is_not_an_artifact_trace_is_one_line_and_exit_2() {
     let trace = data("trace-ST.parquet");
     let output = common::analyzer(&["what-if", "--straggler-artifact", trace.to_str().unwrap(), "--step", "2"]);
     common::assert_one_line_error(&output, "--step and --window do not apply");
+    // A metadata file with none of the artifact's keys (a wrong file, broken YAML) is refused, not ignored.
+    let not_meta = dir.path().join("meta.yaml");
+    std::fs::write(&not_meta, "not: [yaml\n").unwrap();
+    let output = common::analyzer(&[
+        "what-if",
+        "--straggler-artifact",
+        trace.to_str().unwrap(),
+        "--artifact-meta",
+        not_meta.to_str().unwrap(),
+    ]);
+    common::assert_one_line_error(&output, "meta.yaml: not an artifact metadata file");
 }
