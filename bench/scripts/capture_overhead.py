@@ -21,6 +21,9 @@ CUPTI recorder), capture-no-sync (defaults without synchronisation records), cap
 without the NCCL profiler plugin), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
 nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`), torch-profiler (CPU+CUDA activities,
 trace not saved).
+
+`--bind numa` pins every rank to the CPUs of its GPU's NUMA node in every mode, so that the host launch path
+does not move between sockets from one run to the next.
 """
 
 import argparse
@@ -43,10 +46,25 @@ MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture
 GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
 
+def gpu0_local_cpus():
+    """The CPUs of GPU 0's NUMA node, as the kernel lists them for its PCI device (e.g. "0-47,96-143")."""
+    bus_id = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=pci.bus_id", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip()
+    # nvidia-smi prints an 8-digit PCI domain; sysfs names the device with 4 digits, in lower case.
+    with open(f"/sys/bus/pci/devices/{bus_id[-12:].lower()}/local_cpulist") as f:
+        return f.read().strip()
+
+
 def workload_command(args, nproc):
     if nproc == 1:
+        if args.bind == "numa":
+            return ["taskset", "-c", gpu0_local_cpus(), "python3", args.workload]
         return ["python3", args.workload]
-    return ["python3", "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", args.workload]
+    launcher = ["python3", "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if args.bind == "numa":
+        # torchrun pins each rank to the CPUs of its GPU's NUMA node.
+        launcher.append("--numa-binding=node")
+    return launcher + [args.workload]
 
 
 def mode_command(args, mode, base, scratch):
@@ -147,6 +165,8 @@ def main():
     parser.add_argument("--scratch", default="/tmp/capture-overhead")
     parser.add_argument("--timeout-s", type=float, default=300)
     parser.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this long")
+    parser.add_argument("--bind", choices=["none", "numa"], default="none",
+                        help="numa: pin each rank to its GPU's NUMA node (torchrun --numa-binding=node; taskset for 1 GPU)")
     parser.add_argument("--out", required=True, help="results JSON (every sample and the summary)")
     args = parser.parse_args()
     configs = args.config or ["tp2"]
@@ -155,7 +175,7 @@ def main():
     device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip().splitlines()
     results = {"command": sys.argv, "gpus": device, "rounds": args.rounds, "configs": configs, "modes": modes,
-               "samples": []}
+               "bind": args.bind, "samples": []}
     started = time.monotonic()
     for config in configs:
         for r in range(args.rounds):
