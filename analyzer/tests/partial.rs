@@ -43,7 +43,9 @@ fn parts_of(traces: &[Trace], options: &Options) -> Vec<TracePart> {
 }
 
 /// The merge in steps, as a distributed run does it: keyed rows hashed into `buckets`, clock differences and
-/// matches per bucket, instances through JSON and in reverse order.
+/// matches per bucket, each bucket's match through JSON; each trace finished from its shares of every bucket (in
+/// reverse bucket order) and through JSON; the report assembled from headers that hold neither rank reports nor
+/// kernel rows, with the instances in reverse order.
 fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_json::Value {
     let ranks = partial::rank_entries(parts);
     let mut first_input = 0;
@@ -63,13 +65,40 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
         Vec::new()
     };
     let mut instances = Vec::new();
-    for rows in by_bucket {
-        let matched = partial::match_rows(rows, &ranks, &offsets);
-        let text = serde_json::to_string(&matched).expect("instances serialise");
-        instances.extend(serde_json::from_str::<Vec<partial::MatchedInstance>>(&text).expect("instances read back"));
+    let mut shares_by_trace: Vec<Vec<partial::KernelShare>> = vec![Vec::new(); parts.len()];
+    for rows in by_bucket.into_iter().rev() {
+        let matched = partial::match_rows(rows, &ranks, &offsets, options.keep_instances);
+        let text = serde_json::to_string(&matched).expect("a bucket's match serialises");
+        let matched: partial::BucketMatch = serde_json::from_str(&text).expect("a bucket's match reads back");
+        instances.extend(matched.instances);
+        for (trace, shares) in matched.shares {
+            shares_by_trace[trace].extend(shares);
+        }
     }
     instances.reverse();
-    partial::assemble(parts, instances, options)
+    let job_has_steps = partial::job_has_steps(parts);
+    let finished: Vec<partial::FinishedTrace> = parts
+        .iter()
+        .enumerate()
+        .map(|(trace, part)| {
+            let finished = partial::finish_trace(part, trace, &ranks, job_has_steps, &shares_by_trace[trace]);
+            let text = serde_json::to_string(&finished).expect("a finished trace serialises");
+            serde_json::from_str(&text).expect("a finished trace reads back")
+        })
+        .collect();
+    let headers: Vec<TracePart> = parts
+        .iter()
+        .map(|part| {
+            let mut header = part.clone();
+            for device in &mut header.devices {
+                device.report = serde_json::Value::Null;
+                device.hta_if_job_has_steps = None;
+                device.comm.clear();
+            }
+            header
+        })
+        .collect();
+    partial::assemble(&headers, finished, instances, options)
 }
 
 fn check(name: &str, traces: &[Trace], options: &Options) {

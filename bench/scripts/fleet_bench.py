@@ -73,10 +73,13 @@ def stage_times(job, buckets=2):
         offsets = _native.alignment_offsets(first, [_native.bucket_differences(c) for c in columns])
     times["clocks_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    matched = [_native.match_bucket(c, ranks, offsets) for c in columns]
+    group_of_trace = [0] * len(pieces)
+    matched = [_native.match_bucket(c, ranks, offsets, False, group_of_trace, 1) for c in columns]
     times["match_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    _native.assemble([part for part, _, _ in pieces], matched, options)
+    finished = _native.finish_traces([(t, part) for t, (part, _, _) in enumerate(pieces)], ranks,
+                                     _native.job_has_steps(headers), [shares[0] for _, shares in matched])
+    _native.assemble(headers, finished, [instances for instances, _ in matched], options)
     times["assemble_s"] = time.perf_counter() - start
     times["part_mib"] = sum(len(part) for part, _, _ in pieces) / 2**20
     times["rows_mib"] = sum(len(b) for _, _, rows in pieces for b in rows) / 2**20
@@ -84,6 +87,9 @@ def stage_times(job, buckets=2):
 
 
 def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
@@ -94,6 +100,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write every sample here")
     parser.add_argument("--stages", action="store_true", help="also time the native steps alone, in this process")
+    parser.add_argument("--no-single", action="store_true",
+                        help="skip the single-process analysis (a large job): the Dask reports are then checked "
+                             "against each other")
+    parser.add_argument("--cold-only", action="store_true",
+                        help="analyse once per cluster, on fresh workers (a large job): no warm analysis")
     args = parser.parse_args()
 
     import shardscope
@@ -104,10 +115,11 @@ def main():
     samples = {"single": [], "stages": [], **{w: [] for w in counts}}
     expected = None
     for round_index in range(args.repeats):
-        start = time.perf_counter()
-        text = shardscope.report_json(args.job)
-        samples["single"].append({"analysis_s": time.perf_counter() - start})
-        expected = expected or text
+        if not args.no_single:
+            start = time.perf_counter()
+            text = shardscope.report_json(args.job)
+            samples["single"].append({"analysis_s": time.perf_counter() - start})
+            expected = expected or text
         if args.stages:
             samples["stages"].append(stage_times(args.job))
         for workers in counts:
@@ -121,30 +133,36 @@ def main():
             # The first analysis on fresh workers includes importing the package there; the second is warm.
             first = shardscope_dask.analyze([args.job], client=client)
             first_done = time.perf_counter()
-            result = shardscope_dask.analyze([args.job], client=client)
+            result = first if args.cold_only else shardscope_dask.analyze([args.job], client=client)
             done = time.perf_counter()
+            expected = expected or first
             peaks = client.run(peak_rss_mib)
             client.close()
             cluster.close()
             if result != expected or first != expected:
-                print(f"workers={workers}: the Dask report differs from the single-process one", file=sys.stderr)
+                print(f"workers={workers}: the Dask report differs from the "
+                      f"{'first Dask' if args.no_single else 'single-process'} one", file=sys.stderr)
                 return 1
             samples[workers].append({
                 "start_s": started - start,
                 "cold_s": first_done - started,
-                "analysis_s": done - first_done,
+                "analysis_s": None if args.cold_only else done - first_done,
                 "idle_rss_mib": max(idle.values()),
                 "peak_rss_mib": max(peaks.values()),
             })
             print(f"round {round_index}: {workers} workers: cold {first_done - started:.2f} s, warm "
-                  f"{done - first_done:.2f} s, peak {max(peaks.values()):.0f} MiB per worker", file=sys.stderr)
+                  f"{'–' if args.cold_only else f'{done - first_done:.2f}'} s, peak {max(peaks.values()):.0f} MiB "
+                  "per worker", file=sys.stderr, flush=True)
     ranks = len(json.loads(expected)["ranks"])
     print(f"job: {args.job} ({ranks} ranks), {os.cpu_count()} CPUs, {args.repeats} rounds; median (min–max)")
     print("| configuration | analysis, warm s | analysis, cold workers s | cluster start s | worker RSS idle, MiB "
           "| worker peak RSS, MiB |")
     print("| --- | --- | --- | --- | --- | --- |")
     single = samples["single"]
-    print(f"| one process (`shardscope.report_json`) | {spread([s['analysis_s'] for s in single])} | – | – | – | – |")
+    if single:
+        print(f"| one process (`shardscope.report_json`) | {spread([s['analysis_s'] for s in single])} | – | – | – | – |")
+    kernels = sum(r.get("kernel_count", 0) for r in json.loads(expected)["ranks"])
+    print(f"kernels in the report: {kernels}")
     for workers in counts:
         rows = samples[workers]
         print(f"| Dask, {workers} worker{'s' if workers > 1 else ''} | {spread([r['analysis_s'] for r in rows])} | "

@@ -18,6 +18,7 @@ kernels the collective's name, message size and process group, as PyTorch writes
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
 
 import numpy as np
@@ -105,18 +106,32 @@ def main():
     parser.add_argument("--tp", type=int, default=8, help="ranks per tensor-parallel group")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="folder for rankNNNN.json.gz")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the files")
     args = parser.parse_args()
     if args.ranks % args.tp:
         parser.error("--ranks must be a multiple of --tp")
     kernels, step_ranges = simulate(args.ranks, args.steps, args.layers, args.tp, args.seed)
     os.makedirs(args.out, exist_ok=True)
-    total = 0
-    for rank in range(args.ranks):
-        path = os.path.join(args.out, f"rank{rank:04d}.json.gz")
-        with gzip.open(path, "wt", compresslevel=1) as f:
-            json.dump(rank_trace(rank, args.ranks, args.tp, kernels[rank], step_ranges[rank]), f)
-        total += len(kernels[rank])
-    print(f"{args.ranks} ranks, {total} kernels in {args.out}")
+    # The files are written by `--jobs` processes forked after the simulation, each reading the kernels it inherited.
+    global _JOB
+    _JOB = (args, kernels, step_ranges)
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            totals = pool.map(_write_rank, range(args.ranks), chunksize=1)
+    else:
+        totals = [_write_rank(rank) for rank in range(args.ranks)]
+    print(f"{args.ranks} ranks, {sum(totals)} kernels in {args.out}")
+
+
+_JOB = None
+
+
+def _write_rank(rank):
+    args, kernels, step_ranges = _JOB
+    path = os.path.join(args.out, f"rank{rank:04d}.json.gz")
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        json.dump(rank_trace(rank, args.ranks, args.tp, kernels[rank], step_ranges[rank]), f)
+    return len(kernels[rank])
 
 
 if __name__ == "__main__":

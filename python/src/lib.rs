@@ -25,7 +25,9 @@ use regex::Regex;
 use serde_json::Value;
 use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{self, Classifier};
-use shardscope_analyzer::report::partial::{self, KeyedRow, MatchedInstance, RankEntry, TracePart};
+use shardscope_analyzer::report::partial::{
+    self, CommRow, FinishedTrace, KernelShare, KeyedRow, MatchedInstance, RankEntry, TracePart,
+};
 use shardscope_analyzer::report::{self, Figures, Options, Report};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::{critical_path, hta, render, whatif};
@@ -477,23 +479,53 @@ impl Run {
 }
 
 // --- The report in parts, for Dask: bytes in, bytes out. ---
-
-fn to_bytes<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyBytes>> {
-    let data = serde_json::to_vec(value).map_err(fail)?;
-    Ok(PyBytes::new(py, &data))
-}
+//
+// What is one row per communication kernel (a part's kernel rows, a bucket's keyed rows, a bucket's shares) travels
+// in postcard, a compact binary serde format: on a job of hundreds of ranks these rows are nearly all of what the
+// workers exchange, and as JSON they were most of the time. What holds rank reports (JSON values whose floats must
+// survive exactly) stays JSON: a part's header and report, a finished trace.
 
 fn from_bytes<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyResult<T> {
     serde_json::from_slice(data).map_err(|e| fail(format!("{what}: {e}")))
 }
 
-fn parts_from(data: &[Vec<u8>]) -> PyResult<Vec<TracePart>> {
-    data.iter().map(|d| from_bytes(d, "a report part")).collect()
+fn to_binary<T: serde::Serialize>(value: &T) -> PyResult<Vec<u8>> {
+    postcard::to_stdvec(value).map_err(fail)
 }
 
-/// What one trace gives the distributed merge: its part, the part's header (without rank reports and kernel rows,
-/// small enough to gather), and its keyed kernel rows hashed into `buckets` by key (communicator, type, slot), with
-/// rank inputs counted from the trace's first GPU (0).
+fn from_binary<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyResult<T> {
+    postcard::from_bytes(data).map_err(|e| fail(format!("{what}: {e}")))
+}
+
+/// A part as it travels: its header as JSON (rank reports included, kernel rows left out) and its kernel rows per
+/// GPU in postcard.
+type WirePart = (String, Vec<Vec<CommRow>>);
+
+fn part_to_wire(part: &TracePart) -> PyResult<Vec<u8>> {
+    let mut without_rows = part.clone();
+    let rows: Vec<Vec<CommRow>> = without_rows.devices.iter_mut().map(|d| std::mem::take(&mut d.comm)).collect();
+    to_binary(&(serde_json::to_string(&without_rows).map_err(fail)?, rows))
+}
+
+fn part_from_wire(data: &[u8]) -> PyResult<TracePart> {
+    let (json, rows): WirePart = from_binary(data, "a report part")?;
+    let mut part: TracePart = serde_json::from_str(&json).map_err(|e| fail(format!("a report part: {e}")))?;
+    if rows.len() != part.devices.len() {
+        return Err(fail("a report part: kernel rows for a different number of GPUs than the part has"));
+    }
+    for (device, comm) in part.devices.iter_mut().zip(rows) {
+        device.comm = comm;
+    }
+    Ok(part)
+}
+
+fn headers_from(data: &[Vec<u8>]) -> PyResult<Vec<TracePart>> {
+    data.iter().map(|d| from_bytes(d, "a part header")).collect()
+}
+
+/// What one trace gives the distributed merge: its part (see [`WirePart`]), the part's header (JSON, without rank
+/// reports and kernel rows, small enough to gather), and its keyed kernel rows hashed into `buckets` by key
+/// (communicator, type, slot), with rank inputs counted from the trace's first GPU (0), in postcard.
 type Pieces = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
 fn pieces(part: &TracePart, buckets: usize) -> PyResult<Pieces> {
@@ -512,9 +544,9 @@ fn pieces(part: &TracePart, buckets: usize) -> PyResult<Pieces> {
         by_bucket[bucket].push(row);
     }
     Ok((
-        serde_json::to_vec(part).map_err(fail)?,
+        part_to_wire(part)?,
         serde_json::to_vec(&header).map_err(fail)?,
-        by_bucket.iter().map(|rows| serde_json::to_vec(rows).map_err(fail)).collect::<PyResult<_>>()?,
+        by_bucket.iter().map(to_binary).collect::<PyResult<_>>()?,
     ))
 }
 
@@ -541,20 +573,26 @@ fn trace_pieces<'py>(py: Python<'py>, path: PathBuf, options: &str, buckets: usi
 /// The ranks of the run the parts (or their headers) make, in rank input order, as JSON.
 #[pyfunction]
 fn rank_entries(headers: Vec<Vec<u8>>) -> PyResult<String> {
-    serde_json::to_string(&partial::rank_entries(&parts_from(&headers)?)).map_err(fail)
+    serde_json::to_string(&partial::rank_entries(&headers_from(&headers)?)).map_err(fail)
 }
 
 /// Whether the parts' ranks ran on several hosts (their clocks are then aligned on collective ends).
 #[pyfunction]
 fn hosts_differ(headers: Vec<Vec<u8>>) -> PyResult<bool> {
-    Ok(partial::hosts_differ(&parts_from(&headers)?))
+    Ok(partial::hosts_differ(&headers_from(&headers)?))
+}
+
+/// Whether the parts together have profiler steps.
+#[pyfunction]
+fn job_has_steps(headers: Vec<Vec<u8>>) -> PyResult<bool> {
+    Ok(partial::job_has_steps(&headers_from(&headers)?))
 }
 
 /// The rows of one bucket from several traces: (rank input of the trace's first GPU, the trace's rows).
 fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
     let mut rows = Vec::new();
     for (first_input, bucket) in buckets {
-        rows.extend(from_bytes::<Vec<KeyedRow>>(bucket, "keyed rows")?.into_iter().map(|mut row| {
+        rows.extend(from_binary::<Vec<KeyedRow>>(bucket, "keyed rows")?.into_iter().map(|mut row| {
             row.input += first_input;
             row
         }));
@@ -562,11 +600,12 @@ fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
     Ok(rows)
 }
 
-/// The clock observations of the instances in one bucket (its rows from every trace, see `rows_from`), as JSON.
+/// The clock observations of the instances in one bucket (its rows from every trace, see `rows_from`).
 #[pyfunction]
 fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> PyResult<Bound<'py, PyBytes>> {
     let rows = rows_from(&buckets)?;
-    to_bytes(py, &partial::row_differences(rows))
+    let differences = py.detach(|| to_binary(&partial::row_differences(rows)))?;
+    Ok(PyBytes::new(py, &differences))
 }
 
 /// Per rank input, the clock shift that lines its collective ends up with rank input 0.
@@ -574,50 +613,104 @@ fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> P
 fn alignment_offsets(inputs: usize, differences: Vec<Vec<u8>>) -> PyResult<Vec<i64>> {
     let mut all: Vec<(usize, i64)> = Vec::new();
     for d in &differences {
-        all.extend(from_bytes::<Vec<(usize, i64)>>(d, "clock differences")?);
+        all.extend(from_binary::<Vec<(usize, i64)>>(d, "clock differences")?);
     }
     Ok(shardscope_analyzer::collectives::alignment_offsets(inputs, all))
 }
 
-/// Matches the rows of one bucket (its rows from every trace, see `rows_from`) into collective instances.
+/// Matches the rows of one bucket (its rows from every trace, see `rows_from`) into collective instances: returns
+/// the instances, and the members' shares split into `groups` by `group_of_trace` (trace index → group), each group's
+/// for the task that finishes those traces.
 #[pyfunction]
-#[pyo3(signature = (buckets, ranks, offsets=Vec::new()))]
+#[pyo3(signature = (buckets, ranks, offsets, keep_rank_waits, group_of_trace, groups))]
 fn match_bucket<'py>(
     py: Python<'py>,
     buckets: Vec<(usize, Vec<u8>)>,
     ranks: &str,
     offsets: Vec<i64>,
-) -> PyResult<Bound<'py, PyBytes>> {
+    keep_rank_waits: bool,
+    group_of_trace: Vec<usize>,
+    groups: usize,
+) -> PyResult<(Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>)> {
     let ranks: Vec<RankEntry> = serde_json::from_str(ranks).map_err(|e| fail(format!("ranks: {e}")))?;
     let rows = rows_from(&buckets)?;
-    let matched = py.detach(|| partial::match_rows(rows, &ranks, &offsets));
-    to_bytes(py, &matched)
+    let (instances, shares) = py.detach(|| {
+        let matched = partial::match_rows(rows, &ranks, &offsets, keep_rank_waits);
+        let mut by_group: Vec<Vec<(usize, Vec<KernelShare>)>> = vec![Vec::new(); groups.max(1)];
+        for (trace, shares) in matched.shares {
+            let group = group_of_trace.get(trace).copied().ok_or_else(|| fail("a share of an unknown trace"))?;
+            by_group.get_mut(group).ok_or_else(|| fail("a trace of an unknown group"))?.push((trace, shares));
+        }
+        Ok::<_, PyErr>((to_binary(&matched.instances)?, by_group.iter().map(to_binary).collect::<PyResult<Vec<_>>>()?))
+    })?;
+    Ok((PyBytes::new(py, &instances), shares.iter().map(|s| PyBytes::new(py, s)).collect()))
 }
 
-/// The report JSON from the parts and the instances of every bucket.
+/// Finishes traces: `parts` are (trace index, part), `shares` every bucket's shares for a group holding these traces.
+/// Returns each trace's finished ranks (JSON), in the order of `parts`.
 #[pyfunction]
-fn assemble(py: Python<'_>, parts: Vec<Vec<u8>>, instances: Vec<Vec<u8>>, options: &str) -> PyResult<String> {
-    let options = options_from_json(options)?;
-    let parts = parts_from(&parts)?;
-    let mut all: Vec<MatchedInstance> = Vec::new();
-    for i in &instances {
-        all.extend(from_bytes::<Vec<MatchedInstance>>(i, "matched instances")?);
-    }
-    py.detach(|| serde_json::to_string_pretty(&partial::assemble(&parts, all, &options)).map_err(fail))
+fn finish_traces<'py>(
+    py: Python<'py>,
+    parts: Vec<(usize, Vec<u8>)>,
+    ranks: &str,
+    job_has_steps: bool,
+    shares: Vec<Vec<u8>>,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let ranks: Vec<RankEntry> = serde_json::from_str(ranks).map_err(|e| fail(format!("ranks: {e}")))?;
+    let finished = py.detach(|| {
+        let mut by_trace: HashMap<usize, Vec<KernelShare>> = HashMap::new();
+        for bytes in &shares {
+            for (trace, of_trace) in from_binary::<Vec<(usize, Vec<KernelShare>)>>(bytes, "shares")? {
+                by_trace.entry(trace).or_default().extend(of_trace);
+            }
+        }
+        parts
+            .iter()
+            .map(|(trace, data)| {
+                let part = part_from_wire(data)?;
+                let of_trace = by_trace.get(trace).map(Vec::as_slice).unwrap_or_default();
+                let finished = partial::finish_trace(&part, *trace, &ranks, job_has_steps, of_trace);
+                serde_json::to_vec(&finished).map_err(fail)
+            })
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(finished.iter().map(|f| PyBytes::new(py, f)).collect())
 }
 
-/// The report JSON from all parts at once.
+/// The report JSON from the parts' headers, every trace finished (in input order) and every bucket's instances.
+#[pyfunction]
+fn assemble(
+    py: Python<'_>,
+    headers: Vec<Vec<u8>>,
+    finished: Vec<Vec<u8>>,
+    instances: Vec<Vec<u8>>,
+    options: &str,
+) -> PyResult<String> {
+    let options = options_from_json(options)?;
+    let headers = headers_from(&headers)?;
+    py.detach(|| {
+        let finished: Vec<FinishedTrace> =
+            finished.iter().map(|f| from_bytes(f, "a finished trace")).collect::<PyResult<_>>()?;
+        let mut all: Vec<MatchedInstance> = Vec::new();
+        for i in &instances {
+            all.extend(from_binary::<Vec<MatchedInstance>>(i, "matched instances")?);
+        }
+        serde_json::to_string_pretty(&partial::assemble(&headers, finished, all, &options)).map_err(fail)
+    })
+}
+
+/// The report JSON from all parts (as [`trace_pieces`] gives them) at once.
 #[pyfunction]
 fn merge(py: Python<'_>, parts: Vec<Vec<u8>>, options: &str) -> PyResult<String> {
     let options = options_from_json(options)?;
-    let parts = parts_from(&parts)?;
+    let parts = parts.iter().map(|p| part_from_wire(p)).collect::<PyResult<Vec<_>>>()?;
     py.detach(|| serde_json::to_string_pretty(&partial::merge(&parts, &options)).map_err(fail))
 }
 
 /// Refuses parts from different runs unless asked, as `analyzer report` refuses such files.
 #[pyfunction]
 fn check_one_run(headers: Vec<Vec<u8>>, allow_mixed: bool) -> PyResult<()> {
-    let parts = parts_from(&headers)?;
+    let parts = headers_from(&headers)?;
     if parts.iter().all(|p| p.devices.is_empty()) {
         let names: Vec<&str> = parts.iter().map(|p| p.source.as_str()).collect();
         return Err(fail(format!("{}: no GPU kernels or memory operations in the input", names.join(", "))));
@@ -641,7 +734,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hosts_differ, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_differences, m)?)?;
     m.add_function(wrap_pyfunction!(alignment_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(job_has_steps, m)?)?;
     m.add_function(wrap_pyfunction!(match_bucket, m)?)?;
+    m.add_function(wrap_pyfunction!(finish_traces, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;
     m.add_function(wrap_pyfunction!(check_one_run, m)?)?;

@@ -13,13 +13,17 @@
 //!   which is why the merged report is a JSON value rather than a [`Report`].
 //! - For a keyed reduction spread over machines, the same merge in steps: [`rank_entries`] numbers the ranks,
 //!   [`keyed_rows`] gives every communication kernel its key (communicator, type, sequence number or position),
-//!   [`match_rows`] matches the rows of any set of whole keys, and [`assemble`] takes the parts and the matched
-//!   instances. Clocks of ranks on several hosts are aligned first from [`row_differences`].
+//!   [`match_rows`] matches the rows of any set of whole keys into a [`BucketMatch`]: the instances without their
+//!   members (what the run-level figures need) and each member's share by trace (what that trace's rank figures
+//!   need). [`finish_trace`] applies a trace's shares to its part where the part is, and [`assemble`] puts the
+//!   finished ranks and the instances together. No step holds every communication kernel of the job, which is what
+//!   keeps one worker's memory bounded on a job of hundreds of ranks. Clocks of ranks on several hosts are aligned
+//!   first from [`row_differences`].
 //!
 //! The one thing a part cannot know: when two phases of one rank first run GPU work at the same nanosecond,
 //! `analyze` orders them by their number among the phase names of all traces, a part by its own trace's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -194,6 +198,22 @@ mod exact_floats {
             Option::<Value>::deserialize(deserializer).map(|v| v.map(super::decode))
         }
     }
+
+    /// The same for (rank, report) pairs.
+    pub mod ranks {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+        use serde_json::Value;
+
+        pub fn serialize<S: Serializer>(ranks: &[(u32, Value)], serializer: S) -> Result<S::Ok, S::Error> {
+            let encoded: Vec<(u32, Value)> = ranks.iter().map(|(rank, v)| (*rank, super::encode(v))).collect();
+            encoded.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<(u32, Value)>, D::Error> {
+            let encoded = Vec::<(u32, Value)>::deserialize(deserializer)?;
+            Ok(encoded.into_iter().map(|(rank, v)| (rank, super::decode(v))).collect())
+        }
+    }
 }
 
 /// A matched collective instance in transit: [`Instance`] with its members' shares and its end spread, bandwidth
@@ -213,21 +233,29 @@ pub struct MatchedInstance {
     algbw_bits: Option<u64>,
     busbw_bits: Option<u64>,
     phase: Option<String>,
+    /// Kept only when the report keeps instances ([`Options::keep_instances`]).
     rank_wait_ns: Vec<(u32, i64)>,
-    /// (trace index, kernel index, wait ns, transfer ns, late).
-    members: Vec<(usize, u32, i64, i64, bool)>,
+    /// How many ranks' kernels the instance matched.
+    member_count: u32,
     end_spread_ns: i64,
 }
 
+/// A member's share of a matched instance, for its trace: (kernel index, wait ns, transfer ns, late).
+pub type KernelShare = (u32, i64, i64, bool);
+
+/// What matching one bucket of rows gives (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BucketMatch {
+    /// The bucket's instances.
+    pub instances: Vec<MatchedInstance>,
+    /// Its members' shares, by trace index (ascending), each trace's in kernel order.
+    pub shares: Vec<(usize, Vec<KernelShare>)>,
+}
+
 impl MatchedInstance {
-    fn new(instance: Instance, end_spread_ns: i64) -> MatchedInstance {
+    fn new(instance: Instance, end_spread_ns: i64, keep_rank_waits: bool) -> MatchedInstance {
         MatchedInstance {
-            members: instance
-                .members
-                .iter()
-                .zip(&instance.shares)
-                .map(|(&(trace, kernel), share)| (trace, kernel, share.wait_ns, share.transfer_ns, share.late))
-                .collect(),
+            member_count: instance.members.len() as u32,
             communicator: instance.communicator,
             op: instance.op,
             seq: instance.seq,
@@ -240,7 +268,7 @@ impl MatchedInstance {
             algbw_bits: instance.algbw_gbps.map(f64::to_bits),
             busbw_bits: instance.busbw_gbps.map(f64::to_bits),
             phase: instance.phase,
-            rank_wait_ns: instance.rank_wait_ns.into_iter().collect(),
+            rank_wait_ns: if keep_rank_waits { instance.rank_wait_ns.into_iter().collect() } else { Vec::new() },
             end_spread_ns,
         }
     }
@@ -260,8 +288,9 @@ impl MatchedInstance {
             busbw_gbps: self.busbw_bits.map(f64::from_bits),
             phase: self.phase,
             rank_wait_ns: self.rank_wait_ns.into_iter().collect(),
-            members: self.members.iter().map(|m| (m.0, m.1)).collect(),
-            shares: self.members.iter().map(|m| RankShare { wait_ns: m.2, transfer_ns: m.3, late: m.4 }).collect(),
+            // The members' shares went to their traces (`BucketMatch::shares`).
+            members: Vec::new(),
+            shares: Vec::new(),
         };
         (instance, self.end_spread_ns)
     }
@@ -436,16 +465,27 @@ pub fn row_differences(rows: Vec<KeyedRow>) -> Vec<(usize, i64)> {
 }
 
 /// Matches rows holding whole keys (every row of a key is among them) into instances; `offsets` are the clock
-/// shifts per rank input (empty: none).
-pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64]) -> Vec<MatchedInstance> {
+/// shifts per rank input (empty: none). `keep_rank_waits`: keep each instance's wait per rank (the report shows
+/// them only with [`Options::keep_instances`]).
+pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64], keep_rank_waits: bool) -> BucketMatch {
     let keys: Vec<(RankKey, u32)> = rank_keys(ranks);
-    grouped(rows)
-        .into_iter()
-        .filter_map(|((communicator, op, seq), members)| {
-            collectives::match_instance(&communicator, op, seq, &members, &keys, offsets)
-                .map(|(instance, spread)| MatchedInstance::new(instance, spread))
-        })
-        .collect()
+    let mut instances = Vec::new();
+    let mut shares: BTreeMap<usize, Vec<KernelShare>> = BTreeMap::new();
+    for ((communicator, op, seq), members) in grouped(rows) {
+        let Some((instance, spread)) = collectives::match_instance(&communicator, op, seq, &members, &keys, offsets)
+        else {
+            continue;
+        };
+        for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
+            shares.entry(trace).or_default().push((kernel, share.wait_ns, share.transfer_ns, share.late));
+        }
+        instances.push(MatchedInstance::new(instance, spread, keep_rank_waits));
+    }
+    let mut shares: Vec<(usize, Vec<KernelShare>)> = shares.into_iter().collect();
+    for (_, of_trace) in &mut shares {
+        of_trace.sort_unstable_by_key(|share| share.0);
+    }
+    BucketMatch { instances, shares }
 }
 
 fn rank_keys(ranks: &[RankEntry]) -> Vec<(RankKey, u32)> {
@@ -461,38 +501,94 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
         .flat_map(|p| p.devices.iter().map(|d| d.comm.iter().map(|row| row.kernel.clone()).collect()))
         .collect();
     let matching = collectives::match_comm_kernels(&rank_keys(&ranks), kernels, hosts_differ(parts));
-    finish(parts, &ranks, matching, options)
+    let job_has_steps = job_has_steps(parts);
+    let mut finished = Vec::with_capacity(ranks.len());
+    for (trace, part) in parts.iter().enumerate() {
+        let ranks_of_trace = ranks.iter().filter(|r| r.trace == trace);
+        finished.extend(finish_ranks(part, ranks_of_trace, job_has_steps, |kernel| {
+            matching.shares.get(&(trace, kernel)).copied()
+        }));
+    }
+    run_report(parts, finished, matching, options)
 }
 
-/// The report from the parts and every instance [`match_rows`] found among all their rows (in any order).
-pub fn assemble(parts: &[TracePart], instances: Vec<MatchedInstance>, options: &Options) -> Value {
-    let ranks = rank_entries(parts);
-    let mut matching = Matching { clocks_aligned: hosts_differ(parts), ..Matching::default() };
-    let mut instances: Vec<(Instance, i64)> = instances.into_iter().map(MatchedInstance::into_instance).collect();
+/// True when the parts together have profiler steps (two or more distinct step names), as [`finish_trace`] needs.
+pub fn job_has_steps(parts: &[TracePart]) -> bool {
+    parts.iter().flat_map(|p| &p.step_names).collect::<BTreeSet<_>>().len() >= 2
+}
+
+/// A trace's ranks finished: their reports with every matched kernel's wait and transfer applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinishedTrace {
+    /// (rank, its report), the trace's GPUs in ordinal order.
+    #[serde(with = "exact_floats::ranks")]
+    pub ranks: Vec<(u32, Value)>,
+    /// The trace's communication kernels, matched or not.
+    pub comm_kernels: u64,
+}
+
+/// Applies the shares of the trace at `trace` (its index among all parts) to its part: `shares` are every
+/// [`BucketMatch`]'s shares of this trace, in any order; `ranks` are all ranks ([`rank_entries`]).
+pub fn finish_trace(
+    part: &TracePart,
+    trace: usize,
+    ranks: &[RankEntry],
+    job_has_steps: bool,
+    shares: &[KernelShare],
+) -> FinishedTrace {
+    let by_kernel: HashMap<u32, RankShare> = shares
+        .iter()
+        .map(|&(kernel, wait_ns, transfer_ns, late)| (kernel, RankShare { wait_ns, transfer_ns, late }))
+        .collect();
+    let ranks_of_trace = ranks.iter().filter(|r| r.trace == trace);
+    FinishedTrace {
+        ranks: finish_ranks(part, ranks_of_trace, job_has_steps, |kernel| by_kernel.get(&kernel).copied()),
+        comm_kernels: part.devices.iter().map(|d| d.comm.len() as u64).sum(),
+    }
+}
+
+/// The report from the parts' headers (parts in input order; their rank reports and kernel rows are not read),
+/// every trace finished by [`finish_trace`] (in the same order) and every bucket's instances (in any order).
+pub fn assemble(
+    headers: &[TracePart],
+    finished: Vec<FinishedTrace>,
+    instances: Vec<MatchedInstance>,
+    options: &Options,
+) -> Value {
+    let mut matching = Matching { clocks_aligned: hosts_differ(headers), ..Matching::default() };
+    let mut instances: Vec<(Instance, i64, u32)> = instances
+        .into_iter()
+        .map(|m| {
+            let members = m.member_count;
+            let (instance, spread) = m.into_instance();
+            (instance, spread, members)
+        })
+        .collect();
     instances.sort_by(|a, b| (&a.0.communicator, a.0.op, a.0.seq).cmp(&(&b.0.communicator, b.0.op, b.0.seq)));
     let mut spreads = Vec::with_capacity(instances.len());
     let mut matched_kernels = 0u64;
-    for (instance, spread) in instances {
+    for (instance, spread, members) in instances {
         spreads.push(spread);
-        matched_kernels += instance.members.len() as u64;
-        for (member, share) in instance.members.iter().zip(&instance.shares) {
-            matching.shares.insert(*member, *share);
-        }
+        matched_kernels += u64::from(members);
         matching.instances.push(instance);
     }
-    let total: u64 = parts.iter().flat_map(|p| &p.devices).map(|d| d.comm.len() as u64).sum();
+    let total: u64 = finished.iter().map(|f| f.comm_kernels).sum();
     matching.unmatched_kernels = total.saturating_sub(matched_kernels);
     matching.end_spread_median_ns = collectives::median_i64(&mut spreads);
-    finish(parts, &ranks, matching, options)
+    let ranks = finished.into_iter().flat_map(|f| f.ranks).collect();
+    run_report(headers, ranks, matching, options)
 }
 
-/// The rank reports with their matched kernels split into wait and transfer, and the run-level figures.
-fn finish(parts: &[TracePart], ranks: &[RankEntry], matching: Matching, options: &Options) -> Value {
-    let all_step_names: BTreeSet<&String> = parts.iter().flat_map(|p| &p.step_names).collect();
-    let job_has_steps = all_step_names.len() >= 2;
-    let mut rank_values: Vec<(u32, Value)> = Vec::with_capacity(ranks.len());
-    let devices = parts.iter().enumerate().flat_map(|(trace, p)| p.devices.iter().map(move |d| (trace, d)));
-    for (entry, (trace, device)) in ranks.iter().zip(devices) {
+/// The rank reports of one trace (`ranks_of_trace`: its entries, GPUs in ordinal order) with their matched kernels
+/// split into wait and transfer.
+fn finish_ranks<'a>(
+    part: &TracePart,
+    ranks_of_trace: impl Iterator<Item = &'a RankEntry>,
+    job_has_steps: bool,
+    share_of: impl Fn(u32) -> Option<RankShare>,
+) -> Vec<(u32, Value)> {
+    let mut out = Vec::with_capacity(part.devices.len());
+    for (entry, device) in ranks_of_trace.zip(&part.devices) {
         let mut report = device.report.clone();
         if let Value::Object(fields) = &mut report {
             fields.insert("rank".into(), entry.rank.into());
@@ -502,13 +598,13 @@ fn finish(parts: &[TracePart], ranks: &[RankEntry], matching: Matching, options:
             }
             let mut touched_phases = BTreeSet::new();
             for row in device.comm.iter().filter(|row| !row.clipped) {
-                let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
-                add_share(fields, &row.label, *share);
+                let Some(share) = share_of(row.kernel.kernel) else { continue };
+                add_share(fields, &row.label, share);
                 if let Some(phase) = &row.kernel.phase
                     && let Some(Value::Object(phase_fields)) =
                         fields.get_mut("phases").and_then(|p| p.get_mut(phase.as_str()))
                 {
-                    add_share(phase_fields, &row.label, *share);
+                    add_share(phase_fields, &row.label, share);
                     touched_phases.insert(phase.clone());
                 }
             }
@@ -519,8 +615,14 @@ fn finish(parts: &[TracePart], ranks: &[RankEntry], matching: Matching, options:
                 }
             }
         }
-        rank_values.push((entry.rank, report));
+        out.push((entry.rank, report));
     }
+    out
+}
+
+/// The run's report from its finished ranks (in rank input order) and its matching.
+fn run_report(parts: &[TracePart], mut rank_values: Vec<(u32, Value)>, matching: Matching, options: &Options) -> Value {
+    let job_has_steps = job_has_steps(parts);
     // As `analyze`: by rank, input order among equals.
     rank_values.sort_by_key(|(rank, _)| *rank);
     let identities: Vec<RunIdentity> = parts.iter().map(|p| p.identity.clone()).collect();

@@ -3,8 +3,10 @@
 Each input file is read and analysed on a worker into report parts (one per trace: its ranks' figures before
 collectives are matched, and one small row per communication kernel). The rows are then shuffled by key —
 communicator, collective type and sequence number (or position) — into buckets, each bucket matched on a worker
-into collective instances with every rank's wait and transfer, and the report assembled from the parts and the
-instances. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
+into collective instances and every member's wait and transfer. The shares go back, split by groups of inputs, to
+tasks that finish those inputs' ranks; the report is assembled from the finished ranks and the instances. No task
+holds every communication kernel of the job, so a worker's memory depends on its inputs and buckets, not on the
+job's size. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
 an output folder it is written there with its tables as Parquet.
 
     python -m shardscope.dask [--scheduler tcp://host:8786] [--workers 4] [-o OUT] TRACE...
@@ -73,13 +75,29 @@ def _differences(first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
     return _native.bucket_differences(_with_inputs(first_inputs, picked))
 
 
-def _match(ranks: str, offsets: List[int], first_inputs: List[List[int]], *picked: List[bytes]) -> bytes:
-    return _native.match_bucket(_with_inputs(first_inputs, picked), ranks, offsets)
+def _match(ranks: str, offsets: List[int], keep: bool, group_of_trace: List[int], groups: int,
+           first_inputs: List[List[int]], *picked: List[bytes]) -> Any:
+    return _native.match_bucket(_with_inputs(first_inputs, picked), ranks, offsets, keep, group_of_trace, groups)
 
 
-def _assemble(options: str, n_inputs: int, *pieces_and_instances: Any) -> str:
-    parts = [part for pieces in pieces_and_instances[:n_inputs] for part, _, _ in pieces]
-    return _native.assemble(parts, list(pieces_and_instances[n_inputs:]), options)
+def _instances(matched: Any) -> bytes:
+    return matched[0]
+
+
+def _shares(matched: Any, group: int) -> bytes:
+    return matched[1][group]
+
+
+def _finish(ranks: str, job_has_steps: bool, first_traces: List[int], n_inputs: int, *pieces_and_shares: Any) -> List[bytes]:
+    """The finished ranks of a group of inputs (each input's traces numbered from its first trace index)."""
+    pieces, shares = pieces_and_shares[:n_inputs], pieces_and_shares[n_inputs:]
+    parts = [(first + k, part) for first, per_input in zip(first_traces, pieces) for k, (part, _, _) in enumerate(per_input)]
+    return _native.finish_traces(parts, ranks, job_has_steps, list(shares))
+
+
+def _assemble(options: str, headers: List[bytes], n_groups: int, *finished_and_instances: Any) -> str:
+    finished = [trace for group in finished_and_instances[:n_groups] for trace in group]
+    return _native.assemble(headers, finished, list(finished_and_instances[n_groups:]), options)
 
 
 def analyze(
@@ -158,10 +176,30 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
             [client.submit(_differences, first_inputs, *column, key=f"clocks-{call}-{b}") for b, column in enumerate(picked)]
         )
         offsets = _native.alignment_offsets(len(ranks), differences)
+
+    # Inputs in contiguous groups (as many as buckets): each group's ranks are finished by one task from its
+    # shares of every bucket, so the finished ranks come back in input order group by group.
+    groups = max(1, min(buckets, len(inputs)))
+    bounds = [len(inputs) * g // groups for g in range(groups + 1)]
+    group_of_input = [g for g in range(groups) for _ in range(bounds[g], bounds[g + 1])]
+    first_trace_of_input, group_of_trace = [], []
+    for i, per_input in enumerate(headers):
+        first_trace_of_input.append(len(group_of_trace))
+        group_of_trace.extend([group_of_input[i]] * len(per_input))
     matched = [
-        client.submit(_match, ranks_json, offsets, first_inputs, *column, key=f"match-{call}-{b}") for b, column in enumerate(picked)
+        client.submit(_match, ranks_json, offsets, options.keep_instances, group_of_trace, groups, first_inputs, *column,
+                      key=f"match-{call}-{b}")
+        for b, column in enumerate(picked)
     ]
-    report = client.submit(_assemble, opts, len(pieces), *pieces, *matched, key=f"assemble-{call}")
+    instances = [client.submit(_instances, m, key=f"instances-{call}-{b}") for b, m in enumerate(matched)]
+    job_has_steps = _native.job_has_steps(flat_headers)
+    finished = []
+    for g in range(groups):
+        members = range(bounds[g], bounds[g + 1])
+        shares = [client.submit(_shares, m, g, key=f"shares-{call}-{b}-{g}") for b, m in enumerate(matched)]
+        finished.append(client.submit(_finish, ranks_json, job_has_steps, [first_trace_of_input[i] for i in members],
+                                      len(members), *[pieces[i] for i in members], *shares, key=f"finish-{call}-{g}"))
+    report = client.submit(_assemble, opts, flat_headers, groups, *finished, *instances, key=f"assemble-{call}")
     return client.gather(report)
 
 
