@@ -12,25 +12,29 @@ true)`), so `rank` comes from the folder names. The queries:
   rank_busy            each rank's span, busy share, exposed communication (table `rank_figures`, whole-rank rows)
   kernels_per_phase    kernels per rank and phase, each kernel attributed in SQL as the report does: its launch
                        call (`cuda_api`, same process and correlation id) lies in a phase range (`nvtx`, name
-                       matching the default phase pattern) on the launching thread (only when the trace has such
-                       ranges: phases inferred from the kernels are not in the trace tables)
+                       matching the default phase pattern) on the launching thread: the latest one starting at or
+                       before the launch, if still open, which is the report's innermost open range as long as a
+                       thread's phase ranges do not nest (only when the trace has phase ranges: phases inferred
+                       from the kernels are not in the trace tables)
   kernels_per_step     kernels per step range (`ProfilerStep#N`, … as the default step pattern), attributed the same
                        way, summarised per rank (only when the trace has step ranges)
 
 Round 0 runs every query once in a fresh DuckDB connection (reported apart as the cold run: DuckDB has read no
 file yet, but the operating system may hold them in its page cache); then `--rounds` rounds run every query again,
 the order rotating by one each round so that no query always follows the same one. Each sample is the wall time
-of `execute` plus fetching every row.
+of `execute` plus fetching every row. `--time-report` adds the analyzer's whole report of the dataset (`analyzer
+report --format json DATASET`, a process of its own) to the same rounds, for scale.
 
 The check runs `analyzer report --format json DATASET` (or reads `--report FILE`) and compares, per rank: the wait
 and late count summed from the matched instances with `comm_wait_ns` and `late_count`; the top-10 kernel totals
 with the report's `kernels` rows; the exposed communication and busy time with `exposed_comm_ns`, `gpu_busy_ns`;
 per communicator and type, the summed wait with the report's collective groups (and the median where one group
 covers the pair); and, where the trace has them, the SQL phase attribution with each recorded phase's
-`kernel_count` and the step ranges with `steps.found`. It prints whether each matched; the exit code is 1 when one
+`kernel_count` and the step ranges with `steps.found` + `steps.skipped`. It prints whether each matched; the exit code is 1 when one
 did not.
 
-    python3 bench/scripts/duckdb_queries.py DS --rounds 5 --analyzer target/release/analyzer --json times.json
+    python3 bench/scripts/duckdb_queries.py DS --rounds 10 --analyzer target/release/analyzer --time-report \
+        --json times.json
 """
 
 import argparse
@@ -175,6 +179,16 @@ def run_query(con, sql):
     return time.perf_counter() - start, [d[0] for d in cursor.description], rows
 
 
+def analyzer_report(analyzer, dataset):
+    """`analyzer report --format json DATASET`: (wall seconds, None, [its output])."""
+    start = time.perf_counter()
+    done = subprocess.run([analyzer, "report", "--format", "json", dataset], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{analyzer} report failed: {done.stderr.strip()}")
+    return seconds, None, [done.stdout]
+
+
 def check(report, results):
     """Compares the query results with the analyzer's report; returns (what, matched, detail) triples."""
     checks = []
@@ -248,11 +262,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds after the cold one (default 5)")
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's, one per core)")
     parser.add_argument("--analyzer", help="analyzer binary for the check (runs `report --format json DATASET`)")
+    parser.add_argument("--time-report", action="store_true",
+                        help="also time `analyzer report --format json DATASET` in the same rounds (needs --analyzer)")
     parser.add_argument("--report", help="the analyzer's JSON report of the same run, instead of --analyzer")
     parser.add_argument("--json", help="write the timings, dataset size and check results here")
     parser.add_argument("--show", type=int, default=12, help="result rows printed per query (default 12)")
     args = parser.parse_args()
 
+    if args.time_report and not args.analyzer:
+        parser.error("--time-report needs --analyzer")
     try:
         import duckdb
     except ImportError:
@@ -296,21 +314,26 @@ def main():
     con = duckdb.connect()
     if args.threads:
         con.execute(f"SET threads = {args.threads}")
+    runners = {name: (lambda name=name: run_query(con, sql[name])) for name in names}
+    if args.time_report:
+        # The whole report of the dataset, in the same rounds, for scale: what the queries answer without it.
+        runners["analyzer_report"] = lambda: analyzer_report(args.analyzer, args.dataset)
+        names.append("analyzer_report")
     samples = {name: [] for name in names}
     cold, results = {}, {}
     for name in names:
-        cold[name], columns, rows = run_query(con, sql[name])
+        cold[name], columns, rows = runners[name]()
         results[name] = (columns, rows)
     for round_index in range(args.rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            seconds, _, rows = run_query(con, sql[name])
+            seconds, _, rows = runners[name]()
             if rows != results[name][1]:
                 sys.exit(f"{name}: round {round_index + 1} gave other rows than the cold run")
             samples[name].append(seconds)
     load_after = os.getloadavg()
 
-    for name in names:
+    for name in sql:
         show(name, *results[name], args.show)
     print(f"times over {args.rounds} rounds (s): median (min–max), cold = first run in a fresh connection")
     timings = {}
@@ -330,12 +353,10 @@ def main():
     if args.report:
         with open(args.report) as f:
             report = json.load(f)
+    elif "analyzer_report" in results:
+        report = json.loads(results["analyzer_report"][1][0])
     elif args.analyzer:
-        done = subprocess.run([args.analyzer, "report", "--format", "json", args.dataset], capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            sys.exit(f"{args.analyzer} report failed: {done.stderr.strip()}")
-        report = json.loads(done.stdout)
+        report = json.loads(analyzer_report(args.analyzer, args.dataset)[2][0])
     else:
         print("check skipped: give --analyzer BINARY or --report REPORT.json")
     if report is not None:
