@@ -30,8 +30,8 @@ and late count summed from the matched instances with `comm_wait_ns` and `late_c
 with the report's `kernels` rows; the exposed communication and busy time with `exposed_comm_ns`, `gpu_busy_ns`;
 per communicator and type, the summed wait with the report's collective groups (and the median where one group
 covers the pair); and, where the trace has them, the SQL phase attribution with each recorded phase's
-`kernel_count` and the step ranges with `steps.found` + `steps.skipped`. It prints whether each matched; the exit code is 1 when one
-did not.
+`kernel_count` and the step ranges with `steps.found` + `steps.skipped`. It prints whether each matched; the exit
+code is 1 when one did not.
 
     python3 bench/scripts/duckdb_queries.py DS --rounds 10 --analyzer target/release/analyzer --time-report \
         --json times.json
@@ -166,9 +166,9 @@ def show(name, columns, rows, limit):
     print(f"-- {name}: {len(rows)} rows" + (f" (first {limit} shown)" if len(rows) > limit else ""))
     shown = [[str(v) if v is not None else "NULL" for v in row] for row in rows[:limit]]
     widths = [max([len(c)] + [min(len(r[i]), 60) for r in shown]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in shown:
-        print("  ".join((v if len(v) <= 60 else v[:57] + "...").ljust(w) for v, w in zip(row, widths)))
+        print("  ".join((v if len(v) <= 60 else v[:57] + "...").ljust(w) for v, w in zip(row, widths, strict=True)))
     print()
 
 
@@ -182,7 +182,8 @@ def run_query(con, sql):
 def analyzer_report(analyzer, dataset):
     """`analyzer report --format json DATASET`: (wall seconds, None, [its output])."""
     start = time.perf_counter()
-    done = subprocess.run([analyzer, "report", "--format", "json", dataset], capture_output=True, text=True)
+    done = subprocess.run([analyzer, "report", "--format", "json", dataset], capture_output=True, text=True,
+                          check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"{analyzer} report failed: {done.stderr.strip()}")

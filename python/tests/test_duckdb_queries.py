@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, SAMPLE_RUNS
 
 duckdb = pytest.importorskip("duckdb", reason="skipped: duckdb is not installed for this Python (pip install duckdb)")
@@ -23,7 +22,7 @@ def export(cli, run, folder):
 
 def queries(dataset, *args):
     return subprocess.run([sys.executable, str(SCRIPT), str(dataset), "--rounds", "1", *args], capture_output=True,
-                          text=True)
+                          text=True, check=False)
 
 
 @pytest.mark.parametrize("run", SAMPLE_RUNS)
