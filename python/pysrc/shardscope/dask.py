@@ -51,11 +51,11 @@ def expand_inputs(paths: Sequence[str]) -> List[str]:
 
 # --- Tasks (module-level functions, so that workers import them by name). ---
 #
-# A "pieces" value is what one input gives: per trace in it, (part, header, [rows of bucket 0, 1, …]).
+# A "pieces" value is what one chunk of inputs gives: per trace in them, (part, header, [rows of bucket 0, 1, …]).
 
 
-def _pieces(path: str, options: str, buckets: int) -> List[Any]:
-    return _native.trace_pieces(path, options, buckets)
+def _pieces(paths: List[str], options: str, buckets: int) -> List[Any]:
+    return [trace for path in paths for trace in _native.trace_pieces(path, options, buckets)]
 
 
 def _headers(pieces: List[Any]) -> List[bytes]:
@@ -107,12 +107,14 @@ def analyze(
     scheduler: Optional[str] = None,
     workers: int = 2,
     buckets: Optional[int] = None,
+    chunks: Optional[int] = None,
 ) -> str:
     """The report JSON of the run in ``paths``, computed on Dask.
 
     ``client``: a ``distributed.Client`` to use; else one for ``scheduler`` (an address), else a ``LocalCluster``
     of ``workers`` single-threaded worker processes, closed afterwards. ``buckets``: how many keyed reductions the
-    collective matching is split into (default: twice the workers).
+    collective matching is split into (default: twice the workers). ``chunks``: how many tasks read the input files,
+    each a contiguous run of them (default: four per worker, at most one per file).
     """
     from distributed import Client, LocalCluster
 
@@ -126,7 +128,7 @@ def analyze(
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
             client = own_client = Client(cluster)
     try:
-        return _analyze(client, [str(p) for p in paths], options, buckets)
+        return _analyze(client, [str(p) for p in paths], options, buckets, chunks)
     finally:
         if own_client is not None:
             own_client.close()
@@ -134,7 +136,11 @@ def analyze(
             cluster.close()
 
 
-def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[int]) -> str:
+#: Chunks of inputs per worker by default.
+_CHUNKS_PER_WORKER = 4
+
+
+def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[int], chunks: Optional[int]) -> str:
     if not paths:
         raise ShardscopeError("no inputs")
     opts = options.to_json()
@@ -145,8 +151,14 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     buckets = max(1, buckets or 2 * n_workers)
 
-    # Per input, on the workers: read and analyse each trace alone; its kernel rows split by key into buckets.
-    pieces = [client.submit(_pieces, path, opts, buckets, key=f"parts-{call}-{i}", pure=False) for i, path in enumerate(inputs)]
+    # Per chunk of inputs, on the workers: read and analyse each trace alone; its kernel rows split by key into
+    # buckets. Inputs go in contiguous chunks, a few per worker (enough to balance the load): every chunk costs
+    # one task per bucket further on, and on a job of hundreds of files the scheduling of one task per file and
+    # bucket took longer than the analysis.
+    n_chunks = max(1, min(len(inputs), chunks or _CHUNKS_PER_WORKER * n_workers))
+    edges = [len(inputs) * c // n_chunks for c in range(n_chunks + 1)]
+    inputs = [inputs[edges[c]:edges[c + 1]] for c in range(n_chunks)]
+    pieces = [client.submit(_pieces, chunk, opts, buckets, key=f"parts-{call}-{i}", pure=False) for i, chunk in enumerate(inputs)]
     headers = client.gather([client.submit(_headers, p, key=f"headers-{call}-{i}") for i, p in enumerate(pieces)])
     flat_headers = [header for per_input in headers for header in per_input]
     _native.check_one_run(flat_headers, options.allow_mixed)
@@ -251,6 +263,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--scheduler", help="address of a running dask-scheduler (default: a LocalCluster)")
     parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
     parser.add_argument("--buckets", type=int, help="keyed reductions of the matching (default: 2 per worker)")
+    parser.add_argument("--chunks", type=int, help="tasks reading the input files (default: 4 per worker)")
     parser.add_argument("--window", help="START_NS:END_NS of the trace clock")
     parser.add_argument("--rules", help="op-category rules file")
     parser.add_argument("--phase-pattern")
@@ -272,7 +285,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       window_ns=window, skip_steps=args.skip_steps, bench=args.bench, allow_mixed=args.allow_mixed,
                       keep_instances=args.keep_instances)
     try:
-        text = analyze(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets)
+        text = analyze(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets,
+                       chunks=args.chunks)
     except ShardscopeError as error:
         print(f"shardscope.dask: {error}", file=sys.stderr)
         return 2
