@@ -85,6 +85,9 @@ def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
     expected = cli("report", "--format", "json", str(folder)).rstrip("\n")
     assert json.loads(expected)["collectives"]["clocks_aligned"] is True
     assert sd.analyze([str(folder)], client=client, buckets=2) == expected
+    # Both files read by one task, and each by its own: the same report.
+    assert sd.analyze([str(folder)], client=client, buckets=3, chunks=1) == expected
+    assert sd.analyze([str(folder)], client=client, buckets=1, chunks=2) == expected
 
 
 def test_a_scheduler_address_is_used_when_given(client, cli):
