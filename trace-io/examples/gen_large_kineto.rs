@@ -244,6 +244,46 @@ const OPTIMIZER: Op = Op {
     mean_ns: 180_000,
 };
 
+/// A copy or memset: its name as Kineto writes it, the runtime call and its callback id, its size and
+/// the rate it runs at.
+#[derive(Clone, Copy)]
+struct Transfer {
+    name: &'static str,
+    api: &'static str,
+    cbid: u64,
+    bytes: u64,
+    bytes_per_us: u64,
+    memset: bool,
+}
+
+/// The step's batch of token ids, copied in from pinned memory.
+const BATCH_IN: Transfer = Transfer {
+    name: "Memcpy HtoD (Pinned -> Device)",
+    api: "cudaMemcpyAsync",
+    cbid: 41,
+    bytes: 8 * 4096 * 8,
+    bytes_per_us: 20_000,
+    memset: false,
+};
+/// `zero_grad` on a flat gradient buffer.
+const ZERO_GRADIENTS: Transfer = Transfer {
+    name: "Memset (Device)",
+    api: "cudaMemsetAsync",
+    cbid: 51,
+    bytes: 1 << 30,
+    bytes_per_us: 2_000_000,
+    memset: true,
+};
+/// `loss.item()`.
+const LOSS_OUT: Transfer = Transfer {
+    name: "Memcpy DtoH (Device -> Pageable)",
+    api: "cudaMemcpyAsync",
+    cbid: 41,
+    bytes: 4,
+    bytes_per_us: 20_000,
+    memset: false,
+};
+
 /// Deterministic jitter (xorshift64*).
 struct Jitter(u64);
 
@@ -313,14 +353,13 @@ impl Out {
         self.s("[").u(dim[0].into()).s(", ").u(dim[1].into()).s(", ").u(dim[2].into()).s("]")
     }
 
-    /// Opens an event: the separator, and `ph` through `dur` (a `dur` of `None` for instants and flows).
+    /// Opens an event on (pid, tid): the separator, and `ph` through `dur` (`None` for flows).
     fn open(
         &mut self,
         ph: &str,
         cat: &str,
         name: &str,
-        pid: u64,
-        tid: u64,
+        (pid, tid): (u64, u64),
         ts_ns: u64,
         dur_ns: Option<u64>,
     ) -> &mut Self {
@@ -374,7 +413,7 @@ impl Generator {
         let id = self.clock.python_id;
         self.clock.event_index += 1;
         let index = self.clock.event_index;
-        self.out.open("X", "python_function", name, PID, tid, start_ns, Some(end_ns - start_ns));
+        self.out.open("X", "python_function", name, (PID, tid), start_ns, Some(end_ns - start_ns));
         self.out.s(",\n    \"args\": {\n      \"Python parent id\": ").u(parent).s(", \"Python id\": ").u(id);
         self.out.s(", \"Ev Idx\": ").u(index).s(", \"Python thread\": 0\n    }\n  }");
         self.counts.python += 1;
@@ -385,7 +424,7 @@ impl Generator {
         self.clock.external_id += 1;
         self.clock.event_index += 1;
         let (external, index) = (self.clock.external_id, self.clock.event_index);
-        self.out.open("X", "cpu_op", name, PID, tid, start_ns, Some(end_ns - start_ns));
+        self.out.open("X", "cpu_op", name, (PID, tid), start_ns, Some(end_ns - start_ns));
         self.out.s(",\n    \"args\": {\n      \"External id\": ").u(external).s(",\"Record function id\": 0, ");
         self.out.s("\"Input Dims\": ").s(dims).s(", \"Input type\": ").s(types);
         self.out.s(", \"Sequence number\": ").u(external / 3).s(", \"Fwd thread id\": 0, \"Ev Idx\": ").u(index);
@@ -397,7 +436,7 @@ impl Generator {
     fn api_call(&mut self, cat: &str, name: &str, cbid: u64, tid: u64, start_ns: u64, end_ns: u64) -> u64 {
         self.clock.correlation += 1;
         let correlation = self.clock.correlation;
-        self.out.open("X", cat, name, PID, tid, start_ns, Some(end_ns - start_ns));
+        self.out.open("X", cat, name, (PID, tid), start_ns, Some(end_ns - start_ns));
         self.out.s(",\n    \"args\": {\n      \"External id\": ").u(self.clock.external_id).s(", \"cbid\": ").u(cbid);
         self.out.s(", \"correlation\": ").u(correlation).s("\n    }\n  }");
         self.counts.runtime += 1;
@@ -405,16 +444,16 @@ impl Generator {
     }
 
     fn flows(&mut self, correlation: u64, cpu_tid: u64, launch_ns: u64, stream: u64, gpu_ns: u64) {
-        self.out.open("s", "ac2g", "ac2g", PID, cpu_tid, launch_ns, None);
+        self.out.open("s", "ac2g", "ac2g", (PID, cpu_tid), launch_ns, None);
         self.out.s(", \"id\": ").u(correlation).s("\n  }");
-        self.out.open("f", "ac2g", "ac2g", GPU, stream, gpu_ns, None);
+        self.out.open("f", "ac2g", "ac2g", (GPU, stream), gpu_ns, None);
         self.out.s(", \"id\": ").u(correlation).s(", \"bp\": \"e\"\n  }");
         self.counts.flows += 2;
     }
 
     /// The kernel's args up to (not including) the closing of `args`.
     fn kernel_open(&mut self, op: &Op, stream: u64, correlation: u64, start_ns: u64, dur_ns: u64) {
-        self.out.open("X", "kernel", op.kernel, GPU, stream, start_ns, Some(dur_ns));
+        self.out.open("X", "kernel", op.kernel, (GPU, stream), start_ns, Some(dur_ns));
         self.out.s(",\n    \"args\": {\n      \"External id\": ").u(self.clock.external_id).s(", \"device\": 0");
         self.out.s(", \"stream\": ").u(stream).s(", \"correlation\": ").u(correlation);
         self.out.s(", \"registers per thread\": ").u(op.registers.into()).s(", \"shared memory\": ");
@@ -508,8 +547,7 @@ impl Generator {
             "X",
             "user_annotation",
             "nccl:all_reduce",
-            PID,
-            tid,
+            (PID, tid),
             annotation_start_ns,
             Some(annotation_end_ns - annotation_start_ns),
         );
@@ -527,8 +565,7 @@ impl Generator {
             "X",
             "cpu_op",
             "record_param_comms",
-            PID,
-            tid,
+            (PID, tid),
             comms_start_ns,
             Some(comms_end_ns - comms_start_ns),
         );
@@ -574,16 +611,17 @@ impl Generator {
         self.out.s("\"default_pg\", \"Process Group Ranks\": \"[0, 1, 2, 3, 4, 5, 6, 7]\"");
     }
 
-    /// A copy of `bytes` by `cudaMemcpyAsync` (`name` as Kineto writes it) at `bytes_per_us`, or a memset.
-    #[allow(clippy::too_many_arguments)]
-    fn copy(&mut self, tid: u64, name: &str, api: &str, cbid: u64, bytes: u64, bytes_per_us: u64, memset: bool) {
+    /// A copy or set on the compute stream, by its runtime call on the main thread.
+    fn copy(&mut self, transfer: &Transfer) {
+        let Transfer { name, api, cbid, bytes, bytes_per_us, memset } = *transfer;
+        let tid = MAIN_TID;
         let start_ns = self.clock.cpu_ns;
         let end_ns = start_ns + self.jitter.between(5_000, 15_000);
         let correlation = self.api_call("cuda_runtime", api, cbid, tid, start_ns, end_ns);
         let gpu_start_ns = self.clock.compute_free_ns.max(end_ns + 3_000);
         let gpu_ns = bytes * 1000 / bytes_per_us + 1_500;
         let cat = if memset { "gpu_memset" } else { "gpu_memcpy" };
-        self.out.open("X", cat, name, GPU, COMPUTE_STREAM, gpu_start_ns, Some(gpu_ns));
+        self.out.open("X", cat, name, (GPU, COMPUTE_STREAM), gpu_start_ns, Some(gpu_ns));
         self.out.s(",\n    \"args\": {\n      \"External id\": ").u(self.clock.external_id);
         self.out.s(", \"device\": 0, \"context\": 1, \"stream\": ").u(COMPUTE_STREAM).s(", \"correlation\": ");
         self.out.u(correlation).s(", \"bytes\": ").u(bytes).s(", \"memory bandwidth (GB/s)\": ");
@@ -598,7 +636,7 @@ impl Generator {
         let step_start_ns = self.clock.cpu_ns;
         let gpu_step_start_ns = self.clock.compute_free_ns.max(step_start_ns);
         self.clock.cpu_ns += 10_000;
-        self.copy(MAIN_TID, "Memcpy HtoD (Pinned -> Device)", "cudaMemcpyAsync", 41, 8 * 4096 * 8, 20_000_000, false);
+        self.copy(&BATCH_IN);
         for _ in 0..LAYERS {
             for (index, op) in FORWARD.iter().enumerate() {
                 self.compute_op(op, MAIN_TID);
@@ -616,12 +654,12 @@ impl Generator {
                 }
             }
         }
-        self.copy(MAIN_TID, "Memset (Device)", "cudaMemsetAsync", 51, 1 << 30, 2_000_000_000, true);
+        self.copy(&ZERO_GRADIENTS);
         for _ in 0..OPTIMIZER_KERNELS {
             self.compute_op(&OPTIMIZER, MAIN_TID);
         }
         // `loss.item()`: copy out and wait for the GPU.
-        self.copy(MAIN_TID, "Memcpy DtoH (Device -> Pageable)", "cudaMemcpyAsync", 41, 4, 20_000_000, false);
+        self.copy(&LOSS_OUT);
         let sync_start_ns = self.clock.cpu_ns;
         self.clock.cpu_ns = self.clock.cpu_ns.max(self.clock.compute_free_ns) + 3_000;
         self.api_call("cuda_runtime", "cudaStreamSynchronize", 131, MAIN_TID, sync_start_ns, self.clock.cpu_ns);
@@ -629,7 +667,7 @@ impl Generator {
         let name = format!("ProfilerStep#{step}");
         self.clock.event_index += 1;
         let index = self.clock.event_index;
-        self.out.open("X", "user_annotation", &name, PID, MAIN_TID, step_start_ns, Some(step_end_ns - step_start_ns));
+        self.out.open("X", "user_annotation", &name, (PID, MAIN_TID), step_start_ns, Some(step_end_ns - step_start_ns));
         self.out
             .s(",\n    \"args\": {\n      \"External id\": ")
             .u(self.clock.external_id)
@@ -640,8 +678,7 @@ impl Generator {
             "X",
             "gpu_user_annotation",
             &name,
-            GPU,
-            COMPUTE_STREAM,
+            (GPU, COMPUTE_STREAM),
             gpu_step_start_ns,
             Some(self.clock.compute_free_ns - gpu_step_start_ns),
         );
