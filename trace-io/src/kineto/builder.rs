@@ -41,7 +41,9 @@ struct CommRange {
     tid: u32,
     start_ns: i64,
     end_ns: i64,
-    info: CommInfo,
+    /// Index in `Builder::comm_infos`: a run repeats a few collectives (same op, size, group)
+    /// thousands of times, so each distinct description is stored once.
+    info: u32,
 }
 
 /// A GPU event with no `args.correlation`: the `ac2g` flow ending on it may still link it.
@@ -70,10 +72,16 @@ pub struct Builder {
     base_time_ns: Option<i64>,
     host_name: Option<String>,
     earliest_ts_ns: Option<i64>,
-    /// `ac2g` flow ends: (pid, tid, ts) of the GPU event → flow id (= correlation id).
+    /// `ac2g` flow ends: (pid, tid, ts) of the GPU event → flow id (= correlation id). Only the ones
+    /// that may still be needed: see [`Builder::add_flow_end`].
     flow_ends: Vec<(i64, i64, i64, u64)>,
+    /// (pid, tid, start, correlation id) of the latest kept event that has a correlation id.
+    last_correlated: Option<(i64, i64, i64, u64)>,
     uncorrelated: Vec<Uncorrelated>,
     comm_ranges: Vec<CommRange>,
+    /// The distinct descriptions the comm ranges point to, and the index of each.
+    comm_infos: Vec<CommInfo>,
+    comm_info_index: HashMap<CommInfo, u32>,
     /// NCCL kernels whose own args do not describe the collective.
     nccl_kernels_without_args: Vec<usize>,
     short_names: HashMap<NameId, NameId>,
@@ -239,8 +247,21 @@ impl Builder {
             return;
         };
         let Some(ts_ns) = event.ts.and_then(micros_text_to_ns) else { return };
-        if let Ok(id) = u64::try_from(id) {
-            self.flow_ends.push((pid, tid, ts_ns, id));
+        let Ok(id) = u64::try_from(id) else { return };
+        // Kineto writes each flow end right after the event it ends on, which already carries the
+        // same id in `args.correlation` (so in every real file at hand): such an end can link
+        // nothing more, and keeping it would cost 32 bytes per GPU event and API call of a large
+        // trace. Only ends on events without a correlation id are kept for `link_by_flows`.
+        if self.last_correlated == Some((pid, tid, ts_ns, id)) {
+            return;
+        }
+        self.flow_ends.push((pid, tid, ts_ns, id));
+    }
+
+    /// Notes a kept event with a correlation id, so that the flow end that follows it is not stored.
+    fn note_correlated(&mut self, event: &RawEvent, start_ns: i64, correlation_id: u32) {
+        if let (Some(pid), Some(tid)) = (int_of(event.pid), int_of(event.tid)) {
+            self.last_correlated = Some((pid, tid, start_ns, u64::from(correlation_id)));
         }
     }
 
@@ -347,6 +368,8 @@ impl Builder {
         let correlation_id = u32_of(args.correlation).unwrap_or(0);
         if correlation_id == 0 {
             self.note_uncorrelated(true, index, event, start_ns);
+        } else {
+            self.note_correlated(event, start_ns, correlation_id);
         }
         self.trace.kernels.push(Kernel {
             start_ns,
@@ -402,6 +425,8 @@ impl Builder {
         let index = self.trace.memops.len();
         if correlation_id == 0 {
             self.note_uncorrelated(false, index, event, start_ns);
+        } else {
+            self.note_correlated(event, start_ns, correlation_id);
         }
         self.trace.memops.push(MemOp {
             start_ns,
@@ -424,6 +449,9 @@ impl Builder {
         self.api_calls_per_process[process.0 as usize] += 1;
         let name = self.name_id(event);
         let correlation_id = u32_of(args.correlation).unwrap_or(0);
+        if correlation_id != 0 {
+            self.note_correlated(event, start_ns, correlation_id);
+        }
         self.trace.api_calls.push(ApiCall {
             start_ns,
             end_ns,
@@ -461,6 +489,15 @@ impl Builder {
     fn add_comm_range(&mut self, category: &Category, event: &RawEvent, info: CommInfo) {
         let (Some(pid), Some((start_ns, end_ns))) = (int_of(event.pid), self.span(category, event)) else { return };
         let tid = int_of(event.tid).unwrap_or(0) as u32;
+        let info = match self.comm_info_index.get(&info) {
+            Some(&index) => index,
+            None => {
+                let index = self.comm_infos.len() as u32;
+                self.comm_infos.push(info.clone());
+                self.comm_info_index.insert(info, index);
+                index
+            }
+        };
         self.comm_ranges.push(CommRange { pid, tid, start_ns, end_ns, info });
     }
 
@@ -523,8 +560,12 @@ impl Builder {
             None if self.earliest_ts_ns.is_some_and(|t| t >= EPOCH_THRESHOLD_NS) => Some(0),
             None => None,
         };
-        self.trace.finish();
-        self.trace
+        // The side tables (flow ends, comm ranges, name maps) go before the sorts in
+        // `Trace::finish`, whose scratch space is the peak of a large read.
+        let mut trace = std::mem::take(&mut self.trace);
+        drop(self);
+        trace.finish();
+        trace
     }
 
     /// Names and ranks the CPU processes and returns the one that launched the GPU work (the one
@@ -659,7 +700,8 @@ impl Builder {
                 .filter(|_| kernel.correlation_id != 0)
                 .and_then(|&(tid, launch_ns)| self.comm_range_around(pid_of_main, tid, launch_ns, longest_ns));
             let name_op = CollectiveOp::parse(kernel_base_name(self.trace.names.get(kernel.name)));
-            let mut info = around.map(|r| self.comm_ranges[r].info.clone()).unwrap_or_default();
+            let mut info =
+                around.map(|r| self.comm_infos[self.comm_ranges[r].info as usize].clone()).unwrap_or_default();
             if around.is_none() || info.op == CollectiveOp::Other {
                 info.op = name_op;
             }
@@ -679,7 +721,7 @@ impl Builder {
                 break;
             }
             if range.end_ns >= at_ns {
-                if range.info.has_sizes() {
+                if self.comm_infos[range.info as usize].has_sizes() {
                     return Some(index);
                 }
                 innermost.get_or_insert(index);
@@ -716,6 +758,38 @@ fn copy_kind_of(text: &str) -> Option<CopyKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flow ends that follow the event they end on, which already has their id, are not stored; the
+    /// others still link GPU events without `args.correlation`, whichever side comes first.
+    #[test]
+    fn only_flow_ends_that_can_link_something_are_kept() {
+        let text = r#"{"traceEvents": [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9, "ts": 1, "dur": 1,
+             "args": {"correlation": 5}},
+            {"ph": "f", "cat": "ac2g", "id": 5, "pid": 9, "tid": 9, "ts": 1, "bp": "e"},
+            {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 3, "dur": 1, "args": {"correlation": 5}},
+            {"ph": "f", "cat": "ac2g", "id": 5, "pid": 0, "tid": 7, "ts": 3, "bp": "e"},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9, "ts": 4, "dur": 1,
+             "args": {"correlation": 6}},
+            {"ph": "f", "cat": "ac2g", "id": 6, "pid": 0, "tid": 7, "ts": 6, "bp": "e"},
+            {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 6, "dur": 1, "args": {}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 9, "tid": 9, "ts": 7, "dur": 1,
+             "args": {"correlation": 8}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 9, "dur": 1,
+             "args": {"bytes": 4}},
+            {"ph": "f", "cat": "ac2g", "id": 8, "pid": 0, "tid": 7, "ts": 9, "bp": "e"}
+        ]}"#;
+        let mut builder = Builder::new("x");
+        let progress = super::super::scan::Document::new().scan(text, true, &mut builder).unwrap();
+        assert_eq!(progress, super::super::scan::Progress::Done);
+        assert_eq!(builder.flow_ends, vec![(0, 7, 6_000, 6), (0, 7, 9_000, 8)]);
+        let trace = builder.finish();
+        let correlations: Vec<u32> = trace.kernels.iter().map(|k| k.correlation_id).collect();
+        assert_eq!(correlations, vec![5, 6]);
+        assert_eq!(trace.memops[0].correlation_id, 8);
+        assert!(trace.kernels.iter().all(|k| k.launch.is_some()));
+        assert!(trace.memops[0].launch.is_some());
+    }
 
     #[test]
     fn copy_kinds_come_from_the_name() {

@@ -11,7 +11,7 @@ use shardscope_model::CollectiveOp;
 use super::raw::RawArgs;
 
 /// What one source says about a collective; every field may be missing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CommInfo {
     /// The operation.
     pub op: CollectiveOp,
