@@ -157,6 +157,7 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
     # bucket took longer than the analysis.
     n_chunks = max(1, min(len(inputs), chunks or _CHUNKS_PER_WORKER * n_workers))
     edges = [len(inputs) * c // n_chunks for c in range(n_chunks + 1)]
+    # From here on an input is a chunk of files, and the traces keep their files' order.
     inputs = [inputs[edges[c]:edges[c + 1]] for c in range(n_chunks)]
     pieces = [client.submit(_pieces, chunk, opts, buckets, key=f"parts-{call}-{i}", pure=False) for i, chunk in enumerate(inputs)]
     headers = client.gather([client.submit(_headers, p, key=f"headers-{call}-{i}") for i, p in enumerate(pieces)])
