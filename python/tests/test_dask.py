@@ -70,6 +70,23 @@ def test_module_command_starts_its_own_cluster(cli, tmp_path):
     assert "missing.sqlite" in bad.stderr.strip().splitlines()[-1]
 
 
+def test_a_damaged_file_among_good_ones_is_one_line_naming_it(tmp_path):
+    # Both files of the Kineto sample in one reading task (one worker, one chunk), the second cut short.
+    import shutil
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(REPO / "sample-traces/kineto_tp2/rank0.pt.trace.json.gz", folder / "rank0.pt.trace.json.gz")
+    data = (REPO / "sample-traces/kineto_tp2/rank1.pt.trace.json.gz").read_bytes()
+    (folder / "rank1.pt.trace.json.gz").write_bytes(data[: len(data) // 2])
+    done = subprocess.run([sys.executable, "-m", "shardscope.dask", "--workers", "1", "--chunks", "1", str(folder)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardscope.dask: ") and "rank1.pt.trace.json.gz" in last, last
+    assert "Traceback" not in done.stderr
+
+
 def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
     # The Kineto sample with each rank on a host of its own (`host_name`, as Kineto writes it): clocks are then
     # aligned on collective ends, which the Dask path computes in a keyed pass of its own.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import uuid
@@ -125,7 +126,10 @@ def analyze(
         if scheduler:
             client = own_client = Client(scheduler)
         else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            # The workers' own log of a failed task (with its traceback) is silenced: the failure comes back as the
+            # task's exception, one line naming the file.
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   silence_logs=logging.CRITICAL)
             client = own_client = Client(cluster)
     try:
         return _analyze(client, [str(p) for p in paths], options, buckets, chunks)
