@@ -446,40 +446,22 @@ pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
     out
 }
 
-/// A key of the reduction with its rows: (communicator, collective type, slot), then (rank input, kernel) each.
-type KeyGroup = ((String, CollectiveOp, u64), Vec<(usize, CommKernel)>);
-
-/// Groups rows by key, in key order, each group in rank input order. The rows are sorted once and cut where the key
-/// changes: a map with a copy of the communicator's name per row cost a bucket of a large job most of its time.
-fn grouped(mut rows: Vec<KeyedRow>) -> Vec<KeyGroup> {
-    // A stable sort: rows of one key and one input keep their order.
-    rows.sort_by(|a, b| {
-        (a.kernel.communicator.as_str(), a.kernel.op, a.slot, a.input).cmp(&(
-            b.kernel.communicator.as_str(),
-            b.kernel.op,
-            b.slot,
-            b.input,
-        ))
-    });
-    let mut groups: Vec<KeyGroup> = Vec::new();
+/// Groups rows by key, each group in rank input order.
+fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> {
+    rows.sort_by_key(|row| row.input);
+    let mut groups: BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> = BTreeMap::new();
     for row in rows {
-        match groups.last_mut() {
-            Some(((communicator, op, slot), members))
-                if *communicator == row.kernel.communicator && *op == row.kernel.op && *slot == row.slot =>
-            {
-                members.push((row.input, row.kernel));
-            }
-            _ => {
-                groups.push(((row.kernel.communicator.clone(), row.kernel.op, row.slot), vec![(row.input, row.kernel)]))
-            }
-        }
+        groups
+            .entry((row.kernel.communicator.clone(), row.kernel.op, row.slot))
+            .or_default()
+            .push((row.input, row.kernel));
     }
     groups
 }
 
 /// Of rows holding whole keys: the clock observations of their instances (see [`collectives::alignment_offsets`]).
 pub fn row_differences(rows: Vec<KeyedRow>) -> Vec<(usize, i64)> {
-    grouped(rows).iter().flat_map(|(_, members)| collectives::alignment_differences(members)).collect()
+    grouped(rows).values().flat_map(|members| collectives::alignment_differences(members)).collect()
 }
 
 /// Matches rows holding whole keys (every row of a key is among them) into instances; `offsets` are the clock
