@@ -20,6 +20,7 @@ use arrow_schema::{Field, Schema};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 use regex::Regex;
 use serde_json::Value;
@@ -483,7 +484,8 @@ impl Run {
 // What is one row per communication kernel (a part's kernel rows, a bucket's keyed rows, a bucket's shares) travels
 // in postcard, a compact binary serde format: on a job of hundreds of ranks these rows are nearly all of what the
 // workers exchange, and as JSON they were most of the time. What holds rank reports (JSON values whose floats must
-// survive exactly) stays JSON: a part's header and report, a finished trace.
+// survive exactly) stays JSON: a part's header and report, a finished trace. Bytes come in as `PyBackedBytes`, a
+// view of the Python object's buffer: extracting them as `Vec<u8>` would convert them one integer at a time.
 
 fn from_bytes<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyResult<T> {
     serde_json::from_slice(data).map_err(|e| fail(format!("{what}: {e}")))
@@ -519,7 +521,7 @@ fn part_from_wire(data: &[u8]) -> PyResult<TracePart> {
     Ok(part)
 }
 
-fn headers_from(data: &[Vec<u8>]) -> PyResult<Vec<TracePart>> {
+fn headers_from(data: &[PyBackedBytes]) -> PyResult<Vec<TracePart>> {
     data.iter().map(|d| from_bytes(d, "a part header")).collect()
 }
 
@@ -572,24 +574,24 @@ fn trace_pieces<'py>(py: Python<'py>, path: PathBuf, options: &str, buckets: usi
 
 /// The ranks of the run the parts (or their headers) make, in rank input order, as JSON.
 #[pyfunction]
-fn rank_entries(headers: Vec<Vec<u8>>) -> PyResult<String> {
+fn rank_entries(headers: Vec<PyBackedBytes>) -> PyResult<String> {
     serde_json::to_string(&partial::rank_entries(&headers_from(&headers)?)).map_err(fail)
 }
 
 /// Whether the parts' ranks ran on several hosts (their clocks are then aligned on collective ends).
 #[pyfunction]
-fn hosts_differ(headers: Vec<Vec<u8>>) -> PyResult<bool> {
+fn hosts_differ(headers: Vec<PyBackedBytes>) -> PyResult<bool> {
     Ok(partial::hosts_differ(&headers_from(&headers)?))
 }
 
 /// Whether the parts together have profiler steps.
 #[pyfunction]
-fn job_has_steps(headers: Vec<Vec<u8>>) -> PyResult<bool> {
+fn job_has_steps(headers: Vec<PyBackedBytes>) -> PyResult<bool> {
     Ok(partial::job_has_steps(&headers_from(&headers)?))
 }
 
 /// The rows of one bucket from several traces: (rank input of the trace's first GPU, the trace's rows).
-fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
+fn rows_from(buckets: &[(usize, PyBackedBytes)]) -> PyResult<Vec<KeyedRow>> {
     let mut rows = Vec::new();
     for (first_input, bucket) in buckets {
         rows.extend(from_binary::<Vec<KeyedRow>>(bucket, "keyed rows")?.into_iter().map(|mut row| {
@@ -602,7 +604,7 @@ fn rows_from(buckets: &[(usize, Vec<u8>)]) -> PyResult<Vec<KeyedRow>> {
 
 /// The clock observations of the instances in one bucket (its rows from every trace, see `rows_from`).
 #[pyfunction]
-fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> PyResult<Bound<'py, PyBytes>> {
+fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, PyBackedBytes)>) -> PyResult<Bound<'py, PyBytes>> {
     let rows = rows_from(&buckets)?;
     let differences = py.detach(|| to_binary(&partial::row_differences(rows)))?;
     Ok(PyBytes::new(py, &differences))
@@ -610,7 +612,7 @@ fn bucket_differences<'py>(py: Python<'py>, buckets: Vec<(usize, Vec<u8>)>) -> P
 
 /// Per rank input, the clock shift that lines its collective ends up with rank input 0.
 #[pyfunction]
-fn alignment_offsets(inputs: usize, differences: Vec<Vec<u8>>) -> PyResult<Vec<i64>> {
+fn alignment_offsets(inputs: usize, differences: Vec<PyBackedBytes>) -> PyResult<Vec<i64>> {
     let mut all: Vec<(usize, i64)> = Vec::new();
     for d in &differences {
         all.extend(from_binary::<Vec<(usize, i64)>>(d, "clock differences")?);
@@ -625,7 +627,7 @@ fn alignment_offsets(inputs: usize, differences: Vec<Vec<u8>>) -> PyResult<Vec<i
 #[pyo3(signature = (buckets, ranks, offsets, keep_rank_waits, group_of_trace, groups))]
 fn match_bucket<'py>(
     py: Python<'py>,
-    buckets: Vec<(usize, Vec<u8>)>,
+    buckets: Vec<(usize, PyBackedBytes)>,
     ranks: &str,
     offsets: Vec<i64>,
     keep_rank_waits: bool,
@@ -651,10 +653,10 @@ fn match_bucket<'py>(
 #[pyfunction]
 fn finish_traces<'py>(
     py: Python<'py>,
-    parts: Vec<(usize, Vec<u8>)>,
+    parts: Vec<(usize, PyBackedBytes)>,
     ranks: &str,
     job_has_steps: bool,
-    shares: Vec<Vec<u8>>,
+    shares: Vec<PyBackedBytes>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let ranks: Vec<RankEntry> = serde_json::from_str(ranks).map_err(|e| fail(format!("ranks: {e}")))?;
     let finished = py.detach(|| {
@@ -681,9 +683,9 @@ fn finish_traces<'py>(
 #[pyfunction]
 fn assemble(
     py: Python<'_>,
-    headers: Vec<Vec<u8>>,
-    finished: Vec<Vec<u8>>,
-    instances: Vec<Vec<u8>>,
+    headers: Vec<PyBackedBytes>,
+    finished: Vec<PyBackedBytes>,
+    instances: Vec<PyBackedBytes>,
     options: &str,
 ) -> PyResult<String> {
     let options = options_from_json(options)?;
@@ -701,7 +703,7 @@ fn assemble(
 
 /// The report JSON from all parts (as [`trace_pieces`] gives them) at once.
 #[pyfunction]
-fn merge(py: Python<'_>, parts: Vec<Vec<u8>>, options: &str) -> PyResult<String> {
+fn merge(py: Python<'_>, parts: Vec<PyBackedBytes>, options: &str) -> PyResult<String> {
     let options = options_from_json(options)?;
     let parts = parts.iter().map(|p| part_from_wire(p)).collect::<PyResult<Vec<_>>>()?;
     py.detach(|| serde_json::to_string_pretty(&partial::merge(&parts, &options)).map_err(fail))
@@ -709,7 +711,7 @@ fn merge(py: Python<'_>, parts: Vec<Vec<u8>>, options: &str) -> PyResult<String>
 
 /// Refuses parts from different runs unless asked, as `analyzer report` refuses such files.
 #[pyfunction]
-fn check_one_run(headers: Vec<Vec<u8>>, allow_mixed: bool) -> PyResult<()> {
+fn check_one_run(headers: Vec<PyBackedBytes>, allow_mixed: bool) -> PyResult<()> {
     let parts = headers_from(&headers)?;
     if parts.iter().all(|p| p.devices.is_empty()) {
         let names: Vec<&str> = parts.iter().map(|p| p.source.as_str()).collect();
