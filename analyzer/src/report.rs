@@ -454,24 +454,38 @@ fn infer_phases(
 pub fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
     let recorded: BTreeSet<u32> =
         traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
+    let keys: Vec<(RankKey, Option<u32>)> = traces
+        .iter()
+        .enumerate()
+        .flat_map(|(trace_index, trace)| {
+            devices_with_gpu_work(trace)
+                .into_iter()
+                .map(move |device| (RankKey { trace: trace_index, device }, trace.device_rank(device)))
+        })
+        .collect();
+    let numbers = number_ranks(&recorded, keys.iter().map(|(_, rank)| *rank));
+    keys.into_iter().zip(numbers).map(|((key, _), (rank, rank_recorded))| (key, rank, rank_recorded)).collect()
+}
+
+/// The rank rule, shared with the report in parts: each GPU (in input order) keeps its recorded rank, and one
+/// without gets the next number that no GPU recorded. Returns (rank, recorded) per GPU.
+pub(crate) fn number_ranks(
+    recorded: &BTreeSet<u32>,
+    recorded_per_gpu: impl Iterator<Item = Option<u32>>,
+) -> Vec<(u32, bool)> {
     let mut next_unrecorded_rank = 0u32;
-    let mut out = Vec::new();
-    for (trace_index, trace) in traces.iter().enumerate() {
-        for device in devices_with_gpu_work(trace) {
-            let (rank, rank_recorded) = match trace.device_rank(device) {
-                Some(rank) => (rank, true),
-                None => {
-                    while recorded.contains(&next_unrecorded_rank) {
-                        next_unrecorded_rank += 1;
-                    }
+    recorded_per_gpu
+        .map(|rank| match rank {
+            Some(rank) => (rank, true),
+            None => {
+                while recorded.contains(&next_unrecorded_rank) {
                     next_unrecorded_rank += 1;
-                    (next_unrecorded_rank - 1, false)
                 }
-            };
-            out.push((RankKey { trace: trace_index, device }, rank, rank_recorded));
-        }
-    }
-    out
+                next_unrecorded_rank += 1;
+                (next_unrecorded_rank - 1, false)
+            }
+        })
+        .collect()
 }
 
 /// Indices of each device's kernels and memory operations, in time order: built in one pass over the trace so that

@@ -409,24 +409,14 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
 /// `analyze` numbers them: recorded, else in input order skipping recorded numbers.
 pub fn rank_entries(parts: &[TracePart]) -> Vec<RankEntry> {
     let recorded: BTreeSet<u32> = parts.iter().flat_map(|p| p.recorded_ranks.iter().copied()).collect();
-    let mut next_unrecorded_rank = 0u32;
-    let mut out = Vec::new();
-    for (trace, part) in parts.iter().enumerate() {
-        for device in &part.devices {
-            let (rank, rank_recorded) = match device.recorded_rank {
-                Some(rank) => (rank, true),
-                None => {
-                    while recorded.contains(&next_unrecorded_rank) {
-                        next_unrecorded_rank += 1;
-                    }
-                    next_unrecorded_rank += 1;
-                    (next_unrecorded_rank - 1, false)
-                }
-            };
-            out.push(RankEntry { trace, device: device.device, rank, rank_recorded });
-        }
-    }
-    out
+    let devices: Vec<(usize, &DevicePart)> =
+        parts.iter().enumerate().flat_map(|(trace, p)| p.devices.iter().map(move |d| (trace, d))).collect();
+    let numbers = super::number_ranks(&recorded, devices.iter().map(|(_, d)| d.recorded_rank));
+    devices
+        .into_iter()
+        .zip(numbers)
+        .map(|((trace, d), (rank, rank_recorded))| RankEntry { trace, device: d.device, rank, rank_recorded })
+        .collect()
 }
 
 /// True when the parts' processes ran on more than one host: their clocks are then aligned on collective ends.
