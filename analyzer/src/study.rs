@@ -870,46 +870,45 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
                 })
                 .collect()
         };
+        // A chart of times in ms against the swept parameter, one line per series.
+        let ms_section = |caption: String, name: String, title: String, lines: Vec<Line>| Section {
+            caption,
+            chart: Chart {
+                name,
+                title,
+                size_px: (1000, 440),
+                kind: ChartKind::Series {
+                    x_labels: values.clone(),
+                    x_label: param.to_string(),
+                    y_label: "ms".into(),
+                    lines,
+                },
+            },
+        };
         let step_lines = measure(&|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
         if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
-            sections.push(Section {
-                caption: format!(
+            sections.push(ms_section(
+                format!(
                     "Step time against {param}: the slowest rank's median step (median over repetitions), with \
                      the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
                     study.file.warmup_steps
                 ),
-                chart: Chart {
-                    name: format!("step_time_vs_{}", safe_id(param)),
-                    title: format!("Step time against {param}"),
-                    size_px: (1000, 440),
-                    kind: ChartKind::Series {
-                        x_labels: values.clone(),
-                        x_label: param.to_string(),
-                        y_label: "ms".into(),
-                        lines: step_lines,
-                    },
-                },
-            });
+                format!("step_time_vs_{}", safe_id(param)),
+                format!("Step time against {param}"),
+                step_lines,
+            ));
         }
         for phase in &phase_names {
             let lines = measure(&|f| f.phases.get(phase).copied());
-            sections.push(Section {
-                caption: format!(
+            sections.push(ms_section(
+                format!(
                     "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
                      to longest instance."
                 ),
-                chart: Chart {
-                    name: format!("{}_vs_{}", safe_id(phase), safe_id(param)),
-                    title: format!("{phase} time against {param}"),
-                    size_px: (1000, 440),
-                    kind: ChartKind::Series {
-                        x_labels: values.clone(),
-                        x_label: param.to_string(),
-                        y_label: "ms".into(),
-                        lines,
-                    },
-                },
-            });
+                format!("{}_vs_{}", safe_id(phase), safe_id(param)),
+                format!("{phase} time against {param}"),
+                lines,
+            ));
         }
         for (phase, title) in LATENCY_PHASES {
             let lines = measure(&|f| {
@@ -919,23 +918,15 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
                 continue;
             }
-            sections.push(Section {
-                caption: format!(
+            sections.push(ms_section(
+                format!(
                     "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
                      median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
                 ),
-                chart: Chart {
-                    name: format!("{}_vs_{}", latency_name(phase), safe_id(param)),
-                    title: format!("{title} against {param}"),
-                    size_px: (1000, 440),
-                    kind: ChartKind::Series {
-                        x_labels: values.clone(),
-                        x_label: param.to_string(),
-                        y_label: "ms".into(),
-                        lines,
-                    },
-                },
-            });
+                format!("{}_vs_{}", latency_name(phase), safe_id(param)),
+                format!("{title} against {param}"),
+                lines,
+            ));
         }
     }
     sections.extend(llm_charts(&configs, classifier));
