@@ -503,12 +503,6 @@ fn from_binary<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyRes
 /// GPU in postcard.
 type WirePart = (String, Vec<Vec<CommRow>>);
 
-fn part_to_wire(part: &TracePart) -> PyResult<Vec<u8>> {
-    let mut without_rows = part.clone();
-    let rows: Vec<Vec<CommRow>> = without_rows.devices.iter_mut().map(|d| std::mem::take(&mut d.comm)).collect();
-    to_binary(&(serde_json::to_string(&without_rows).map_err(fail)?, rows))
-}
-
 fn part_from_wire(data: &[u8]) -> PyResult<TracePart> {
     let (json, rows): WirePart = from_binary(data, "a report part")?;
     let mut part: TracePart = serde_json::from_str(&json).map_err(|e| fail(format!("a report part: {e}")))?;
@@ -530,26 +524,24 @@ fn headers_from(data: &[PyBackedBytes]) -> PyResult<Vec<TracePart>> {
 /// (communicator, type, slot), with rank inputs counted from the trace's first GPU (0), in postcard.
 type Pieces = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
-fn pieces(part: &TracePart, buckets: usize) -> PyResult<Pieces> {
-    let mut header = part.clone();
-    for device in &mut header.devices {
-        device.report = Value::Null;
-        device.hta_if_job_has_steps = None;
-        device.comm.clear();
-    }
+fn pieces(mut part: TracePart, buckets: usize) -> PyResult<Pieces> {
     let mut by_bucket: Vec<Vec<KeyedRow>> = vec![Vec::new(); buckets.max(1)];
-    for row in partial::keyed_rows(part, 0) {
+    for row in partial::keyed_rows(&part, 0) {
         // SipHash with fixed keys: the same key lands in the same bucket on every worker.
         let mut hasher = DefaultHasher::new();
         row.key().hash(&mut hasher);
         let bucket = (hasher.finish() % by_bucket.len() as u64) as usize;
         by_bucket[bucket].push(row);
     }
-    Ok((
-        part_to_wire(part)?,
-        serde_json::to_vec(&header).map_err(fail)?,
-        by_bucket.iter().map(to_binary).collect::<PyResult<_>>()?,
-    ))
+    // The part without its kernel rows is the JSON half of the wire part; without its rank reports, the header.
+    let rows: Vec<Vec<CommRow>> = part.devices.iter_mut().map(|d| std::mem::take(&mut d.comm)).collect();
+    let wire = to_binary(&(serde_json::to_string(&part).map_err(fail)?, rows))?;
+    let mut header = part;
+    for device in &mut header.devices {
+        device.report = Value::Null;
+        device.hta_if_job_has_steps = None;
+    }
+    Ok((wire, serde_json::to_vec(&header).map_err(fail)?, by_bucket.iter().map(to_binary).collect::<PyResult<_>>()?))
 }
 
 /// [`Pieces`] as Python bytes.
@@ -562,7 +554,7 @@ fn trace_pieces<'py>(py: Python<'py>, path: PathBuf, options: &str, buckets: usi
     let options = options_from_json(options)?;
     let encoded = py.detach(|| {
         let traces = load_paths(std::slice::from_ref(&path))?;
-        traces.iter().map(|trace| pieces(&partial::trace_part(trace, &options), buckets)).collect::<PyResult<Vec<_>>>()
+        traces.iter().map(|trace| pieces(partial::trace_part(trace, &options), buckets)).collect::<PyResult<Vec<_>>>()
     })?;
     Ok(encoded
         .iter()
