@@ -70,6 +70,16 @@ def test_module_command_starts_its_own_cluster(cli, tmp_path):
     assert "missing.sqlite" in bad.stderr.strip().splitlines()[-1]
 
 
+def test_a_closed_stdout_stops_quietly_as_the_cli_does():
+    with subprocess.Popen([sys.executable, "-m", "shardscope.dask", "--workers", "1", "--keep-instances",
+                           "sample-traces/tp2_skew_capture.sqlite.gz"], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as done:
+        done.stdout.close()
+        stderr = done.stderr.read().decode()
+        assert done.wait(timeout=300) == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
 def test_a_damaged_file_among_good_ones_is_one_line_naming_it(tmp_path):
     # Both files of the Kineto sample in one reading task (one worker, one chunk), the second cut short.
     import shutil

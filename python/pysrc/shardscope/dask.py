@@ -299,7 +299,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name, path in write_results(text, args.out).items():
             print(f"{name}: {path}", file=sys.stderr)
     else:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`| head`): as `analyzer` does, stop quietly. Python would report the failed flush
+            # again at exit, so its stdout goes to /dev/null first.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
     return 0
 
 
