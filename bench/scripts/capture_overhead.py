@@ -23,7 +23,11 @@ nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`), torch-profiler
 trace not saved).
 
 `--bind numa` pins every rank to the CPUs of its GPU's NUMA node in every mode, so that the host launch path
-does not move between sockets from one run to the next.
+does not move between sockets from one run to the next. `--bind cores` pins rank r to CPUs 8r..8r+7, so that
+two ranks' launching threads never share a core.
+
+capture-prezeroed and capture-per-thread are `capture` with CUPTI's activity buffers handed over already zeroed,
+or kept one per thread (SHARDSCOPE_CUPTI_PREZEROED_BUFFERS, SHARDSCOPE_CUPTI_PER_THREAD_BUFFERS).
 """
 
 import argparse
@@ -41,8 +45,13 @@ CONFIGS = {
     "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
     "tp1": {"nproc": 1, "env": {}},
 }
-MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
-         "torch-profiler"]
+MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all",
+         "capture-prezeroed", "capture-per-thread", "nsys", "torch-profiler"]
+# Modes that are `capture` with CUPTI's buffers set up differently (see capture/spool/src/config.rs).
+MODE_ENV = {
+    "capture-prezeroed": {"SHARDSCOPE_CUPTI_PREZEROED_BUFFERS": "1"},
+    "capture-per-thread": {"SHARDSCOPE_CUPTI_PER_THREAD_BUFFERS": "1"},
+}
 GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
 
@@ -59,8 +68,14 @@ def workload_command(args, nproc):
     if nproc == 1:
         if args.bind == "numa":
             return ["taskset", "-c", gpu0_local_cpus(), "python3", args.workload]
+        if args.bind == "cores":
+            return ["taskset", "-c", "0-7", "python3", args.workload]
         return ["python3", args.workload]
     launcher = ["python3", "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if args.bind == "cores":
+        # torchrun starts the wrapper per rank; it pins itself by LOCAL_RANK and becomes the workload.
+        return launcher + ["--no-python", "bash", "-c",
+                           'exec taskset -c "$((LOCAL_RANK * 8))-$((LOCAL_RANK * 8 + 7))" python3 "$0"', args.workload]
     if args.bind == "numa":
         # torchrun pins each rank to the CPUs of its GPU's NUMA node.
         launcher.append("--numa-binding=node")
@@ -71,7 +86,7 @@ def mode_command(args, mode, base, scratch):
     out = os.path.join(scratch, f"{mode}.sqlite")
     if mode == "uncaptured" or mode == "torch-profiler":
         return base
-    if mode == "capture":
+    if mode == "capture" or mode in MODE_ENV:
         return [args.capture, "--force", "-o", out, "--"] + base
     if mode == "capture-no-guard":
         return [args.capture, "--force", "--no-client-guard", "-o", out, "--"] + base
@@ -95,6 +110,7 @@ def run_once(args, config, mode, scratch):
     env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(spec["env"])
+    env.update(MODE_ENV.get(mode, {}))
     if spec["nproc"] == 1:
         env["WORLD_SIZE"] = "1"
     if mode == "torch-profiler":
@@ -165,8 +181,9 @@ def main():
     parser.add_argument("--scratch", default="/tmp/capture-overhead")
     parser.add_argument("--timeout-s", type=float, default=300)
     parser.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this long")
-    parser.add_argument("--bind", choices=["none", "numa"], default="none",
-                        help="numa: pin each rank to its GPU's NUMA node (torchrun --numa-binding=node; taskset for 1 GPU)")
+    parser.add_argument("--bind", choices=["none", "numa", "cores"], default="none",
+                        help="numa: pin each rank to its GPU's NUMA node (torchrun --numa-binding=node; taskset for 1 GPU); "
+                             "cores: pin rank r to CPUs 8r..8r+7")
     parser.add_argument("--out", required=True, help="results JSON (every sample and the summary)")
     args = parser.parse_args()
     configs = args.config or ["tp2"]

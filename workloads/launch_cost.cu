@@ -1,0 +1,56 @@
+// Host time of one kernel launch, the quantity a recorder adds to on a launch-bound run.
+//
+// Launches an empty kernel in batches small enough never to fill the launch queue (so the GPU never
+// makes the host wait), times only the launching of each batch, synchronises between batches, and
+// prints the median, 10th and 90th percentile ns per launch over all batches. An NVTX range around
+// every batch gives recorders that trace NVTX their usual work too.
+//
+//     nvcc -O2 -o launch_cost workloads/launch_cost.cu && ./launch_cost 2000 100
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+__global__ void empty_kernel() {}
+
+static void check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) {
+        std::fprintf(stderr, "launch_cost: %s: %s\n", what, cudaGetErrorString(status));
+        std::exit(2);
+    }
+}
+
+int main(int argc, char** argv) {
+    const int batches = argc > 1 ? std::atoi(argv[1]) : 2000;
+    const int per_batch = argc > 2 ? std::atoi(argv[2]) : 100;
+    if (batches <= 0 || per_batch <= 0 || per_batch > 1000) {
+        std::fprintf(stderr, "launch_cost: usage: launch_cost BATCHES LAUNCHES_PER_BATCH (1..1000)\n");
+        return 2;
+    }
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // Warm-up: module load, the recorder's first buffers.
+    for (int i = 0; i < 5 * per_batch; ++i) empty_kernel<<<1, 1, 0, stream>>>();
+    check(cudaStreamSynchronize(stream), "warm-up");
+
+    std::vector<double> ns_per_launch;
+    ns_per_launch.reserve(batches);
+    for (int b = 0; b < batches; ++b) {
+        nvtxRangePushA("batch");
+        const auto started = std::chrono::steady_clock::now();
+        for (int i = 0; i < per_batch; ++i) empty_kernel<<<1, 1, 0, stream>>>();
+        const auto launched = std::chrono::steady_clock::now();
+        nvtxRangePop();
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        ns_per_launch.push_back(std::chrono::duration<double, std::nano>(launched - started).count() / per_batch);
+    }
+    check(cudaGetLastError(), "launch");
+    std::sort(ns_per_launch.begin(), ns_per_launch.end());
+    auto at = [&](double q) { return ns_per_launch[static_cast<size_t>(q * (ns_per_launch.size() - 1))]; };
+    std::printf("launch_ns median %.1f p10 %.1f p90 %.1f launches %d\n", at(0.5), at(0.1), at(0.9), batches * per_batch);
+    return 0;
+}
