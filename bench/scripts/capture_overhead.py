@@ -25,9 +25,6 @@ trace not saved).
 `--bind numa` pins every rank to the CPUs of its GPU's NUMA node in every mode, so that the host launch path
 does not move between sockets from one run to the next. `--bind cores` pins rank r to CPUs 8r..8r+7, so that
 two ranks' launching threads never share a core.
-
-capture-prezeroed and capture-per-thread are `capture` with CUPTI's activity buffers handed over already zeroed,
-or kept one per thread (SHARDSCOPE_CUPTI_PREZEROED_BUFFERS, SHARDSCOPE_CUPTI_PER_THREAD_BUFFERS).
 """
 
 import argparse
@@ -45,13 +42,8 @@ CONFIGS = {
     "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
     "tp1": {"nproc": 1, "env": {}},
 }
-MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all",
-         "capture-prezeroed", "capture-per-thread", "nsys", "torch-profiler"]
-# Modes that are `capture` with CUPTI's buffers set up differently (see capture/spool/src/config.rs).
-MODE_ENV = {
-    "capture-prezeroed": {"SHARDSCOPE_CUPTI_PREZEROED_BUFFERS": "1"},
-    "capture-per-thread": {"SHARDSCOPE_CUPTI_PER_THREAD_BUFFERS": "1"},
-}
+MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
+         "torch-profiler"]
 GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
 
@@ -86,7 +78,7 @@ def mode_command(args, mode, base, scratch):
     out = os.path.join(scratch, f"{mode}.sqlite")
     if mode == "uncaptured" or mode == "torch-profiler":
         return base
-    if mode == "capture" or mode in MODE_ENV:
+    if mode == "capture":
         return [args.capture, "--force", "-o", out, "--"] + base
     if mode == "capture-no-guard":
         return [args.capture, "--force", "--no-client-guard", "-o", out, "--"] + base
@@ -110,7 +102,6 @@ def run_once(args, config, mode, scratch):
     env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(spec["env"])
-    env.update(MODE_ENV.get(mode, {}))
     if spec["nproc"] == 1:
         env["WORLD_SIZE"] = "1"
     if mode == "torch-profiler":

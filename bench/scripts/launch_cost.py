@@ -10,9 +10,8 @@ Each round runs every mode once, the order rotated by one each round; every samp
 
     python3 bench/scripts/launch_cost.py --capture target/release/capture --nsys nsys --rounds 5 --out launch.json
 
-Modes: uncaptured; capture (defaults); capture-kernel (kernels only, no NCCL plugin); capture-prezeroed and
-capture-per-thread (CUPTI's buffers handed over zeroed, or one per thread); nsys
-(`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`).
+Modes: uncaptured; capture (defaults); capture-kernel (kernels only, no NCCL plugin: what CUPTI's kernel timing
+alone costs); nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`).
 """
 
 import argparse
@@ -24,12 +23,9 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_overhead import MODE_ENV  # noqa: E402  (the same buffer variants as the two-GPU benchmark)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "..", "..", "workloads")
-MODES = ["uncaptured", "capture", "capture-kernel", "capture-prezeroed", "capture-per-thread", "nsys"]
+MODES = ["uncaptured", "capture", "capture-kernel", "nsys"]
 LINE = re.compile(r"launch_ns median ([0-9.]+) p10 ([0-9.]+) p90 ([0-9.]+) launches (\d+)")
 
 
@@ -49,7 +45,6 @@ def recorder(args, mode, scratch):
 
 def run_once(args, program, mode, scratch):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1")
-    env.update(MODE_ENV.get(mode, {}))
     done = subprocess.run(recorder(args, mode, scratch) + program["command"], env=env, capture_output=True, text=True,
                           timeout=args.timeout_s)
     found = LINE.search(done.stdout)

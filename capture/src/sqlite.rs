@@ -13,7 +13,7 @@
 //! | `SHARDSCOPE_CAPTURE_PROCESS` | `globalPid, pid, ppid, commandLine` (JSON array), `localRank, cuptiVersion, recordsDropped, buffersRefused, recordsUndecoded, cleanExit, truncatedBytes` | recorded process |
 //! | `SHARDSCOPE_CAPTURE_ENV` | `globalPid, name, value` | allow-listed environment variable that was set |
 //! | `SHARDSCOPE_GPU_LINKS` | `deviceIdA, deviceIdB, uuidA, uuidB, nvlinks, kind` | GPU pair (from NVML) |
-//! | `SHARDSCOPE_CAPTURE_META` | `name, value` | fact about the run: command, exit status, trace kinds, API selection (`apiCalls`), NCCL NVTX (`ncclNvtx`), records per kind (`recordCounts`), per-process recording cost (`captureCost`), estimated host ns added per launch (`addedHostNsPerLaunch`), demangler, capture range |
+//! | `SHARDSCOPE_CAPTURE_META` | `name, value` | fact about the run: command, exit status, trace kinds, API selection (`apiCalls`), NCCL NVTX (`ncclNvtx`), records per kind (`recordCounts`), per-process recording cost (`captureCost`), estimated host ns added per launch by recorded calls and callbacks, CUPTI's kernel timing not included (`addedHostNsPerLaunch`), demangler, capture range |
 //! | `SHARDSCOPE_CAPTURE_WARNINGS` | `what, count` | kind of problem met while merging |
 
 use std::collections::HashMap;

@@ -75,8 +75,6 @@ struct Session {
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     flush_interval: Duration,
-    /// Buffers go back to the pool cleared, because CUPTI was told they arrive zeroed (see [`BufferSetup`]).
-    prezeroed_buffers: bool,
 }
 
 /// Switches recording off and says why, once per process.
@@ -239,8 +237,6 @@ fn start() -> Result<(), String> {
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_FLUSH_INTERVAL);
-    // Attributes that shape CUPTI's buffers must be set before the callbacks are registered (below).
-    let setup = BufferSetup::from_env().apply(loaded.library);
     let session = Session {
         api,
         free_buffers: Mutex::new(Vec::new()),
@@ -260,7 +256,6 @@ fn start() -> Result<(), String> {
         stop: AtomicBool::new(false),
         thread: Mutex::new(None),
         flush_interval,
-        prezeroed_buffers: setup.prezeroed,
     };
     if SESSION.set(session).is_err() {
         return Err("InitializeInjection called twice".into());
@@ -318,56 +313,9 @@ fn start() -> Result<(), String> {
     // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
     unsafe { libc::atexit(flush_at_exit) };
     if std::env::var_os("SHARDSCOPE_VERBOSE").is_some() {
-        eprintln!(
-            "shardscope: recording process {pid} with {} (CUPTI {version}) to {}; buffers {setup:?}",
-            loaded.path,
-            path.display()
-        );
+        eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
     }
     Ok(())
-}
-
-/// `cuptiActivitySetAttribute`, looked up by name: the generated table leaves it out.
-type SetAttribute = unsafe extern "C" fn(attribute: u32, size: *mut usize, value: *mut c_void) -> cupti::CUptiResult;
-/// `CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER` (a `uint8_t`).
-const ATTR_ZEROED_OUT_ACTIVITY_BUFFER: u32 = 5;
-/// `CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` (a `uint8_t`; CUPTI 12.3 onwards).
-const ATTR_PER_THREAD_ACTIVITY_BUFFER: u32 = 9;
-
-/// How CUPTI's activity buffers are set up, as asked ([`config::CUPTI_PER_THREAD_BUFFERS_ENV`],
-/// [`config::CUPTI_PREZEROED_BUFFERS_ENV`]) and then as this CUPTI accepted.
-#[derive(Debug, Clone, Copy, Default)]
-struct BufferSetup {
-    per_thread: bool,
-    prezeroed: bool,
-}
-
-impl BufferSetup {
-    fn from_env() -> BufferSetup {
-        let on = |name: &str| std::env::var(name).is_ok_and(|v| v.trim() == "1");
-        BufferSetup {
-            per_thread: on(config::CUPTI_PER_THREAD_BUFFERS_ENV),
-            prezeroed: on(config::CUPTI_PREZEROED_BUFFERS_ENV),
-        }
-    }
-
-    /// Sets the asked attributes; returns those CUPTI accepted (an older CUPTI refuses the per-thread one).
-    fn apply(self, library: &libloading::Library) -> BufferSetup {
-        // SAFETY: the symbol has this signature in every CUPTI that exports it.
-        let Some(set) = unsafe { library.get::<SetAttribute>(b"cuptiActivitySetAttribute\0") }.ok().map(|f| *f) else {
-            return BufferSetup::default();
-        };
-        let set_flag = |attribute: u32| {
-            let mut value: u8 = 1;
-            let mut size = std::mem::size_of::<u8>();
-            // SAFETY: both pointers are valid for the call; CUPTI reads `size` bytes of `value`.
-            unsafe { set(attribute, &mut size, (&mut value as *mut u8).cast()) == 0 }
-        };
-        BufferSetup {
-            per_thread: self.per_thread && set_flag(ATTR_PER_THREAD_ACTIVITY_BUFFER),
-            prezeroed: self.prezeroed && set_flag(ATTR_ZEROED_OUT_ACTIVITY_BUFFER),
-        }
-    }
 }
 
 /// A CUDA API domain whose calls can be recorded one callback id at a time.
@@ -754,11 +702,6 @@ fn drain(session: &Session) {
         let next = session.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
         let Some(done) = next else { break };
         write_buffer(session, &mut writer, done.buffer as *mut u8, done.valid_bytes);
-        if session.prezeroed_buffers {
-            // CUPTI was promised zeroed buffers; clearing here keeps that work off the thread that asks for one.
-            // SAFETY: the buffer is one of ours, BUFFER_BYTES long, and CUPTI is done with it.
-            unsafe { std::ptr::write_bytes(done.buffer as *mut u8, 0, BUFFER_BYTES) };
-        }
         session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).push(done.buffer);
     }
     report_losses(session, &mut writer);

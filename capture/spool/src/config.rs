@@ -14,13 +14,6 @@ pub const CUPTI_LIB_ENV: &str = "SHARDSCOPE_CUPTI_LIB";
 pub const ENV_ALLOW_ENV: &str = "SHARDSCOPE_ENV_ALLOW";
 /// Milliseconds between periodic `cuptiActivityFlushAll` calls (default 1000).
 pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
-/// `1` asks CUPTI to keep one activity buffer per thread (`CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER`,
-/// CUPTI 12.3 onwards), so a launching thread never shares a buffer lock with another thread.
-pub const CUPTI_PER_THREAD_BUFFERS_ENV: &str = "SHARDSCOPE_CUPTI_PER_THREAD_BUFFERS";
-/// `1` hands CUPTI buffers that are already zero (`CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER`): the spool
-/// thread clears a buffer before it goes back to the pool, instead of CUPTI clearing it on the thread that asked
-/// for it, which can be the workload's launching thread.
-pub const CUPTI_PREZEROED_BUFFERS_ENV: &str = "SHARDSCOPE_CUPTI_PREZEROED_BUFFERS";
 /// `1` asks the NCCL profiler plugin for kernel-channel events (per-channel GPU timers). Off by default:
 /// NCCL then has to post proxy work for every collective, which lengthens the launch path.
 pub const NCCL_KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
