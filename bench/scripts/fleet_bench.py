@@ -103,6 +103,8 @@ def main():
     parser.add_argument("--no-single", action="store_true",
                         help="skip the single-process analysis (a large job): the Dask reports are then checked "
                              "against each other")
+    parser.add_argument("--memory-limit", default="0",
+                        help="each worker's Dask memory limit, e.g. 4GiB (spill to disk past 60 %%); 0: none")
     parser.add_argument("--cold-only", action="store_true",
                         help="analyse once per cluster, on fresh workers (a large job): no warm analysis")
     args = parser.parse_args()
@@ -125,7 +127,7 @@ def main():
         for workers in counts:
             start = time.perf_counter()
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   memory_limit=0)
+                                   memory_limit=args.memory_limit if args.memory_limit != "0" else 0)
             client = Client(cluster)
             started = time.perf_counter()
             client.run(reset_peak)

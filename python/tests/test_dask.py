@@ -123,3 +123,23 @@ def test_a_scheduler_address_is_used_when_given(client, cli):
     address = client.scheduler.address
     assert sd.analyze([run], scheduler=address) == cli("report", "--format", "json", run).rstrip("\n")
     assert client.status == "running"
+
+
+def test_a_large_job_is_read_in_more_smaller_chunks(tmp_path):
+    # Sparse files: their sizes count, their bytes take no disk.
+    for i in range(10):
+        with open(tmp_path / f"rank{i}.json.gz", "wb") as f:
+            f.truncate(100 << 20)
+    inputs = sd.expand_inputs([str(tmp_path)])
+    # 1000 MiB of input: one chunk per 128 MiB beats four per worker …
+    assert sd._default_chunks(inputs, 1) == 8
+    # … four per worker beat it when there are more workers, but never more chunks than files.
+    assert sd._default_chunks(inputs, 2) == 8
+    assert sd._default_chunks(inputs, 3) == 10
+    # A small job keeps four chunks per worker.
+    assert sd._default_chunks(inputs[:3], 1) == 3
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(6):
+        (small / f"rank{i}.json.gz").write_bytes(b"x" * 1000)
+    assert sd._default_chunks(sd.expand_inputs([str(small)]), 1) == 4

@@ -109,13 +109,16 @@ def analyze(
     workers: int = 2,
     buckets: Optional[int] = None,
     chunks: Optional[int] = None,
+    memory_limit: Optional[str] = None,
 ) -> str:
     """The report JSON of the run in ``paths``, computed on Dask.
 
     ``client``: a ``distributed.Client`` to use; else one for ``scheduler`` (an address), else a ``LocalCluster``
     of ``workers`` single-threaded worker processes, closed afterwards. ``buckets``: how many keyed reductions the
-    collective matching is split into (default: twice the workers). ``chunks``: how many tasks read the input files,
-    each a contiguous run of them (default: four per worker, at most one per file).
+    collective matching is split into (default: twice the workers, or the chunks if more). ``chunks``: how many tasks
+    read the input files, each a contiguous run of them (default: four per worker, or one per 128 MiB of stored input
+    if more, at most one per file). ``memory_limit``: each ``LocalCluster`` worker's memory (e.g. ``"4GiB"``); past
+    60 % of it the worker spills stored results to disk (Dask's default: the machine's memory shared by the workers).
     """
     from distributed import Client, LocalCluster
 
@@ -129,7 +132,7 @@ def analyze(
             # The workers' own log of a failed task (with its traceback) is silenced: the failure comes back as the
             # task's exception, one line naming the file.
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   silence_logs=logging.CRITICAL)
+                                   silence_logs=logging.CRITICAL, memory_limit=memory_limit or "auto")
             client = own_client = Client(cluster)
     try:
         return _analyze(client, [str(p) for p in paths], options, buckets, chunks)
@@ -142,6 +145,26 @@ def analyze(
 
 #: Chunks of inputs per worker by default.
 _CHUNKS_PER_WORKER = 4
+#: Most input bytes (as stored: gzipped JSON, SQLite) one chunk reads by default, so that what a task holds is bounded
+#: by the chunk and not by the job: a chunk's parts take about twice its gzipped Kineto bytes in memory.
+_CHUNK_INPUT_BYTES = 128 << 20
+
+
+def _input_bytes(path: str) -> int:
+    """Bytes stored under an input (a file, or every file below a folder); 0 where it cannot be read."""
+    if os.path.isdir(path):
+        return sum(_input_bytes(os.path.join(path, name)) for name in os.listdir(path))
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _default_chunks(inputs: Sequence[str], workers: int) -> int:
+    """How many tasks read ``inputs`` by default: four per worker, or more where the job is large, so that no chunk
+    reads more than about 128 MiB of stored input; never more than one per input."""
+    by_size = -(-sum(_input_bytes(p) for p in inputs) // _CHUNK_INPUT_BYTES)
+    return max(1, min(len(inputs), max(_CHUNKS_PER_WORKER * workers, by_size)))
 
 
 def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[int], chunks: Optional[int]) -> str:
@@ -153,13 +176,14 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
     # share a result.
     call = uuid.uuid4().hex[:12]
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-    buckets = max(1, buckets or 2 * n_workers)
 
     # Per chunk of inputs, on the workers: read and analyse each trace alone; its kernel rows split by key into
     # buckets. Inputs go in contiguous chunks, a few per worker (enough to balance the load): every chunk costs
     # one task per bucket further on, and on a job of hundreds of files the scheduling of one task per file and
-    # bucket took longer than the analysis.
-    n_chunks = max(1, min(len(inputs), chunks or _CHUNKS_PER_WORKER * n_workers))
+    # bucket took longer than the analysis. A large job gets more, smaller chunks (see `_default_chunks`), and as many
+    # buckets, so that neither a chunk's parts nor a bucket's rows grow with the job.
+    n_chunks = max(1, min(len(inputs), chunks or _default_chunks(inputs, n_workers)))
+    buckets = max(1, buckets or max(2 * n_workers, n_chunks))
     edges = [len(inputs) * c // n_chunks for c in range(n_chunks + 1)]
     # From here on an input is a chunk of files, and the traces keep their files' order.
     inputs = [inputs[edges[c]:edges[c + 1]] for c in range(n_chunks)]
@@ -267,8 +291,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("-o", "--out", help="folder for report.json and the Parquet tables (default: JSON on stdout)")
     parser.add_argument("--scheduler", help="address of a running dask-scheduler (default: a LocalCluster)")
     parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
-    parser.add_argument("--buckets", type=int, help="keyed reductions of the matching (default: 2 per worker)")
-    parser.add_argument("--chunks", type=int, help="tasks reading the input files (default: 4 per worker)")
+    parser.add_argument("--buckets", type=int, help="keyed reductions of the matching (default: 2 per worker, or "
+                                                       "the chunks if more)")
+    parser.add_argument("--chunks", type=int, help="tasks reading the input files (default: 4 per worker, or one per "
+                                                      "128 MiB of input if more)")
+    parser.add_argument("--memory-limit", help="memory of each LocalCluster worker, e.g. 4GiB; past 60 %% of it the "
+                                               "worker spills to disk (default: the machine's, shared)")
     parser.add_argument("--window", help="START_NS:END_NS of the trace clock")
     parser.add_argument("--rules", help="op-category rules file")
     parser.add_argument("--phase-pattern")
@@ -291,7 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       keep_instances=args.keep_instances)
     try:
         text = analyze(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets,
-                       chunks=args.chunks)
+                       chunks=args.chunks, memory_limit=args.memory_limit)
     except ShardscopeError as error:
         print(f"shardscope.dask: {error}", file=sys.stderr)
         return 2
