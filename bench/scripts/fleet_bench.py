@@ -13,6 +13,7 @@ Dask result is checked to be the same JSON as the single-process one.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -120,7 +121,8 @@ def main():
         if not args.no_single:
             start = time.perf_counter()
             text = shardscope.report_json(args.job)
-            samples["single"].append({"analysis_s": time.perf_counter() - start})
+            samples["single"].append({"analysis_s": time.perf_counter() - start, "peak_rss_mib": peak_rss_mib(),
+                                      "report_sha256": hashlib.sha256(text.encode()).hexdigest()})
             expected = expected or text
         if args.stages:
             samples["stages"].append(stage_times(args.job))
@@ -146,6 +148,8 @@ def main():
                       f"{'first Dask' if args.no_single else 'single-process'} one", file=sys.stderr)
                 return 1
             samples[workers].append({
+                # Compared across invocations when one command cannot run every configuration of a large job.
+                "report_sha256": hashlib.sha256(first.encode()).hexdigest(),
                 "start_s": started - start,
                 "cold_s": first_done - started,
                 "analysis_s": None if args.cold_only else done - first_done,
