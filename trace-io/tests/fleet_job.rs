@@ -63,7 +63,7 @@ fn check_rank(trace: &Trace, rank: usize) -> Vec<AllReduce> {
         let name = trace.names.get(kernel.name);
         let Some(collective) = kernel.collective else {
             // A compute kernel: its mean times the jitter's clip range (and the straggler's factor).
-            let mean_ns = if name.contains("gemm") { 180_000.0 } else { 90_000.0 };
+            let mean_ns: f64 = if name.contains("gemm") { 180_000.0 } else { 90_000.0 };
             let slow = if straggler { 1.15 } else { 1.0 };
             let duration_ns = kernel.duration_ns() as f64;
             assert!(duration_ns >= (0.8 * mean_ns * slow).floor() && duration_ns <= (1.2 * mean_ns * slow).ceil());
@@ -90,16 +90,22 @@ fn check_rank(trace: &Trace, rank: usize) -> Vec<AllReduce> {
 }
 
 /// One all-reduce instance seen from its members: every member ends at the same time, `transfer_ns` after the
-/// last arrival, and each earlier member waits. Returns the rank that arrived last.
-fn check_instance(members: &[(usize, &AllReduce)], transfer_ns: i64) -> usize {
-    let (last_rank, last) = *members.iter().max_by_key(|(_, a)| a.start_ns).unwrap();
+/// last arrival, and every other member waits (starts earlier than that end less the transfer). Returns the
+/// ranks that arrived last (several when they left the previous collective together) and how many waited.
+fn check_instance(members: &[(usize, &AllReduce)], transfer_ns: i64) -> (Vec<usize>, usize) {
+    let last_start_ns = members.iter().map(|(_, a)| a.start_ns).max().unwrap();
+    let mut last = Vec::new();
+    let mut waited = 0;
     for (rank, all_reduce) in members {
-        assert_eq!(all_reduce.end_ns, last.start_ns + transfer_ns, "rank {rank}: {all_reduce:?}");
-        if *rank != last_rank {
+        assert_eq!(all_reduce.end_ns, last_start_ns + transfer_ns, "rank {rank}: {all_reduce:?}");
+        if all_reduce.start_ns == last_start_ns {
+            last.push(*rank);
+        } else {
             assert!(all_reduce.start_ns < all_reduce.end_ns - transfer_ns, "rank {rank} waits: {all_reduce:?}");
+            waited += 1;
         }
     }
-    last_rank
+    (last, waited)
 }
 
 #[test]
@@ -107,7 +113,8 @@ fn small_job_reads_back_with_the_job_models_collectives() {
     let dir = tempfile::tempdir().unwrap();
     let kernels = generate(&small_job(1), dir.path(), 3).unwrap_or_else(|f| panic!("{}", f.message()));
     assert_eq!(kernels, (RANKS * STEPS * (LAYERS * 3 + 1)) as u64);
-    let mut files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     files.sort();
     let expected: Vec<_> = (0..RANKS).map(|r| format!("rank{r:04}.json.gz")).collect();
     assert_eq!(files, expected);
@@ -118,15 +125,21 @@ fn small_job_reads_back_with_the_job_models_collectives() {
         if is_dp {
             let members: Vec<_> = (0..RANKS).map(|r| (r, &per_rank[r][instance])).collect();
             assert!(members.iter().all(|(_, a)| a.group == "dp"));
-            check_instance(&members, DP_TRANSFER_NS);
+            // A group leaves its last tensor-parallel all-reduce together, so the last arrivals are one whole
+            // group, and the other group waits for it.
+            let (last, waited) = check_instance(&members, DP_TRANSFER_NS);
+            assert_eq!(last.len(), TP, "instance {instance}: {last:?}");
+            assert!(last.iter().all(|r| r / TP == last[0] / TP), "instance {instance}: {last:?}");
+            assert_eq!(waited, RANKS - TP);
         } else {
             for group in 0..RANKS / TP {
                 let members: Vec<_> = (group * TP..(group + 1) * TP).map(|r| (r, &per_rank[r][instance])).collect();
                 assert!(members.iter().all(|(_, a)| a.group == format!("tp{group}")));
-                let last = check_instance(&members, TP_TRANSFER_NS);
+                let (last, waited) = check_instance(&members, TP_TRANSFER_NS);
+                assert_eq!((last.len(), waited), (1, TP - 1), "instance {instance}: {last:?}");
                 // Rank 0 is the straggler: 15 % slower compute makes it the last of group 0 every time.
                 if group == 0 {
-                    assert_eq!(last, 0, "instance {instance}");
+                    assert_eq!(last, [0], "instance {instance}");
                 }
             }
         }
