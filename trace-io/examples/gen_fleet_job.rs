@@ -166,7 +166,6 @@ impl Clocks {
                     .expect("spawning a thread");
             }
         });
-        drop(rows);
         // A step ends `DP_TRANSFER_NS` after the slowest group reaches the data-parallel all-reduce.
         let mut step_start_ns = Vec::with_capacity(job.steps + 1);
         step_start_ns.push(FIRST_STEP_NS);

@@ -53,7 +53,7 @@ fn check_rank(trace: &Trace, rank: usize) -> Vec<AllReduce> {
     let group = rank / TP;
     let tp_members: Vec<u32> = (group * TP..(group + 1) * TP).map(|r| r as u32).collect();
     let everyone: Vec<u32> = (0..RANKS as u32).collect();
-    let straggler = rank % 32 == 0;
+    let straggler = rank.is_multiple_of(32);
     let mut all_reduces = Vec::new();
     for kernel in &trace.kernels {
         let launch = kernel.launch.expect("every kernel linked to its cudaLaunchKernel");
@@ -120,10 +120,11 @@ fn small_job_reads_back_with_the_job_models_collectives() {
     assert_eq!(files, expected);
 
     let per_rank: Vec<Vec<AllReduce>> = (0..RANKS).map(|rank| check_rank(&read_rank(dir.path(), rank), rank)).collect();
+    let member = |rank: usize, instance: usize| (rank, &per_rank[rank][instance]);
     for instance in 0..STEPS * (LAYERS + 1) {
         let is_dp = instance % (LAYERS + 1) == LAYERS;
         if is_dp {
-            let members: Vec<_> = (0..RANKS).map(|r| (r, &per_rank[r][instance])).collect();
+            let members: Vec<_> = (0..RANKS).map(|r| member(r, instance)).collect();
             assert!(members.iter().all(|(_, a)| a.group == "dp"));
             // A group leaves its last tensor-parallel all-reduce together, so the last arrivals are one whole
             // group, and the other group waits for it.
@@ -133,7 +134,7 @@ fn small_job_reads_back_with_the_job_models_collectives() {
             assert_eq!(waited, RANKS - TP);
         } else {
             for group in 0..RANKS / TP {
-                let members: Vec<_> = (group * TP..(group + 1) * TP).map(|r| (r, &per_rank[r][instance])).collect();
+                let members: Vec<_> = (group * TP..(group + 1) * TP).map(|r| member(r, instance)).collect();
                 assert!(members.iter().all(|(_, a)| a.group == format!("tp{group}")));
                 let (last, waited) = check_instance(&members, TP_TRANSFER_NS);
                 assert_eq!((last.len(), waited), (1, TP - 1), "instance {instance}: {last:?}");
