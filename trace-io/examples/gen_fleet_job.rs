@@ -145,13 +145,21 @@ pub struct Clocks {
 }
 
 impl Clocks {
-    /// Simulates the job's clocks, over `threads` threads (the groups are independent within a step).
-    pub fn simulate(job: &Job, threads: usize) -> Clocks {
-        let row_len = job.steps * job.layers;
-        let mut layer_end_ns = vec![0u64; job.groups() * row_len];
+    /// Simulates the job's clocks, over `threads` threads (the groups are independent within a step); fails
+    /// when the job is too large to count or to hold its clocks.
+    pub fn simulate(job: &Job, threads: usize) -> Result<Clocks, Failure> {
+        let too_large = || Failure::Usage(format!("the job is too large ({job:?})"));
+        let row_len = job.steps.checked_mul(job.layers).ok_or_else(too_large)?;
+        let entries = job.groups().checked_mul(row_len).ok_or_else(too_large)?;
+        job.ranks.checked_mul(job.layers * 3 + 1).and_then(|n| n.checked_mul(job.steps)).ok_or_else(too_large)?;
+        let mut layer_end_ns = Vec::new();
+        layer_end_ns.try_reserve_exact(entries).map_err(|_| {
+            Failure::Usage(format!("cannot allocate the job's clocks ({entries} × 8 bytes) for {job:?}"))
+        })?;
+        layer_end_ns.resize(entries, 0u64);
         let rows = Mutex::new(layer_end_ns.chunks_mut(row_len).enumerate());
         std::thread::scope(|scope| {
-            for thread in 0..threads.min(job.groups()) {
+            for thread in 0..threads.clamp(1, job.groups()) {
                 let rows = &rows;
                 std::thread::Builder::new()
                     .name(format!("fleet-clocks-{thread}"))
@@ -174,7 +182,7 @@ impl Clocks {
             let slowest_ns = layer_end_ns.chunks(row_len).map(|row| row[last_layer]).max().unwrap_or(0);
             step_start_ns.push(step_start_ns[step] + slowest_ns + DP_TRANSFER_NS);
         }
-        Clocks { layers: job.layers, row_len, step_start_ns, layer_end_ns }
+        Ok(Clocks { layers: job.layers, row_len, step_start_ns, layer_end_ns })
     }
 
     /// The end of `group`'s all-reduce after layer `layer_index` (step × layers + layer), absolute ns.
@@ -258,14 +266,15 @@ impl Text {
 /// The parts of one rank's events that are the same for every kernel, formatted once.
 struct RankText {
     launch_head: String,
-    launch_tail: &'static str,
     gemm_head: String,
     attention_head: String,
     all_reduce_head: String,
     kernel_args: String,
-    compute_tail: &'static str,
     tp_tail: String,
 }
+
+/// The end of a compute kernel's `args` and of the event.
+const COMPUTE_TAIL: &str = ", \"grid\": [132, 1, 1], \"block\": [256, 1, 1]}}";
 
 impl RankText {
     fn new(job: &Job, rank: usize) -> RankText {
@@ -282,12 +291,10 @@ impl RankText {
             launch_head: format!(
                 ", {{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": {pid}, \"tid\": {pid}, \"ts\": "
             ),
-            launch_tail: "}}",
             gemm_head: kernel_head(GEMM),
             attention_head: kernel_head(ATTENTION),
             all_reduce_head: kernel_head(ALL_REDUCE),
             kernel_args: format!(", \"args\": {{\"device\": {device}, \"stream\": {STREAM}, \"correlation\": "),
-            compute_tail: ", \"grid\": [132, 1, 1], \"block\": [256, 1, 1]}}",
             tp_tail: collective_tail(TP_ELEMENTS, job.tp, &format!("tp{group}"), &members),
         }
     }
@@ -371,7 +378,7 @@ fn write_rank(
     let mut kernel = |text: &mut Text, head: &str, start_ns: u64, end_ns: u64, tail: &str| {
         correlation += 1;
         text.s(&parts.launch_head).us(start_ns - LAUNCH_LEAD_NS).s(", \"dur\": ").us(LAUNCH_CALL_NS);
-        text.s(", \"args\": {\"correlation\": ").u(correlation).s(parts.launch_tail);
+        text.s(", \"args\": {\"correlation\": ").u(correlation).s("}}");
         text.s(head).us(start_ns).s(", \"dur\": ").us(end_ns - start_ns);
         text.s(&parts.kernel_args).u(correlation).s(tail);
     };
@@ -381,19 +388,19 @@ fn write_rank(
             let layer_index = step * job.layers + layer;
             let (gemm_ns, attention_ns) = job.compute_ns(rank, layer_index as u64);
             let gemm_start_ns = clock_ns + LAUNCH_GAP_NS;
-            kernel(text, &parts.gemm_head, gemm_start_ns, gemm_start_ns + gemm_ns, parts.compute_tail);
+            kernel(text, &parts.gemm_head, gemm_start_ns, gemm_start_ns + gemm_ns, COMPUTE_TAIL);
             let attention_start_ns = gemm_start_ns + gemm_ns + LAUNCH_GAP_NS;
             let arrival_ns = attention_start_ns + attention_ns;
-            kernel(text, &parts.attention_head, attention_start_ns, arrival_ns, parts.compute_tail);
+            kernel(text, &parts.attention_head, attention_start_ns, arrival_ns, COMPUTE_TAIL);
             let end_ns = clocks.layer_end_ns(group, layer_index);
             kernel(text, &parts.all_reduce_head, arrival_ns, end_ns, &parts.tp_tail);
             clock_ns = end_ns;
+            if text.bytes.len() >= TEXT_CHUNK_BYTES {
+                sink.write_all(&text.bytes).map_err(failed)?;
+                text.bytes.clear();
+            }
         }
         kernel(text, &parts.all_reduce_head, clock_ns, clocks.step_start_ns[step + 1], dp_tail);
-        if text.bytes.len() >= TEXT_CHUNK_BYTES {
-            sink.write_all(&text.bytes).map_err(failed)?;
-            text.bytes.clear();
-        }
     }
     text.s("]}");
     sink.write_all(&text.bytes).map_err(failed)?;
@@ -403,8 +410,9 @@ fn write_rank(
 
 /// Writes the job's files into `dir` (created if missing) over `threads` threads; returns the kernel count.
 pub fn generate(job: &Job, dir: &Path, threads: usize) -> Result<u64, Failure> {
+    // The clocks first: a job too large to hold leaves no folder behind.
+    let clocks = Clocks::simulate(job, threads)?;
     std::fs::create_dir_all(dir).map_err(|e| Failure::Usage(format!("cannot create {}: {e}", dir.display())))?;
-    let clocks = Clocks::simulate(job, threads);
     let everyone = (0..job.ranks).map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
     let dp_tail = collective_tail(DP_ELEMENTS, job.ranks, "dp", &everyone);
     let next_rank = AtomicUsize::new(0);
@@ -412,7 +420,7 @@ pub fn generate(job: &Job, dir: &Path, threads: usize) -> Result<u64, Failure> {
     let first_failure = Mutex::new(None);
     let kernels = AtomicU64::new(0);
     std::thread::scope(|scope| {
-        for thread in 0..threads.min(job.ranks) {
+        for thread in 0..threads.clamp(1, job.ranks) {
             let (clocks, dp_tail, next_rank, stop, first_failure, kernels) =
                 (&clocks, &dp_tail, &next_rank, &stop, &first_failure, &kernels);
             std::thread::Builder::new()

@@ -180,6 +180,13 @@ fn bad_arguments_and_unwritable_folders_are_refused() {
     assert!(args("--out").unwrap_err().contains("needs a value"));
     assert!(args("--rank 16 --out /tmp/x").unwrap_err().contains("unknown argument"));
 
+    // A job whose kernels cannot even be counted is refused before anything is written.
+    let dir = tempfile::tempdir().unwrap();
+    let huge = Job { ranks: 8, steps: usize::MAX / 2, layers: 4, tp: 8, seed: 1 };
+    let failure = generate(&huge, &dir.path().join("job"), 1).unwrap_err();
+    assert!(failure.message().starts_with("the job is too large"), "{}", failure.message());
+    assert!(!dir.path().join("job").exists());
+
     // A folder below a plain file cannot be made.
     let file = tempfile::NamedTempFile::new().unwrap();
     let failure = generate(&small_job(1), &file.path().join("job"), 1).unwrap_err();
