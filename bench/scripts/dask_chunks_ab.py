@@ -3,6 +3,7 @@
 default (contiguous chunks, four per worker), on the same warm `LocalCluster`, in interleaved rounds (the order
 swapped every round). Prints median (min–max) seconds per configuration and whether every report was the same JSON.
 
+    cargo run --release -p shardscope-io --example gen_fleet_job -- --ranks 512 --steps 10 --layers 16 --out /tmp/fleet512s
     python3 bench/scripts/dask_chunks_ab.py --job /tmp/fleet512s --buckets 16 --workers 1,2 --rounds 4
 """
 
@@ -14,7 +15,7 @@ import time
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", required=True, help="folder of per-rank traces (make_fleet_job.py)")
+    parser.add_argument("--job", required=True, help="folder of per-rank traces (gen_fleet_job)")
     parser.add_argument("--buckets", type=int, default=None, help="keyed reductions (default: 2 per worker)")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--rounds", type=int, default=4)

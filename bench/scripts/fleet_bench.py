@@ -8,7 +8,7 @@ configurations are run interleaved, `--repeats` rounds of all of them, and the s
 (`shardscope.report_json`, the analysis of `analyzer report` in this process) is measured in the same rounds. Every
 Dask result is checked to be the same JSON as the single-process one.
 
-    python3 bench/scripts/make_fleet_job.py --ranks 32 --out /tmp/fleet32
+    cargo run --release -p shardscope-io --example gen_fleet_job -- --ranks 32 --out /tmp/fleet32
     python3 bench/scripts/fleet_bench.py --job /tmp/fleet32 --workers 1,2,4,8 --repeats 3 --stages
 """
 
@@ -96,7 +96,7 @@ def spread(values):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", required=True, help="folder of per-rank traces (make_fleet_job.py)")
+    parser.add_argument("--job", required=True, help="folder of per-rank traces (gen_fleet_job)")
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write every sample here")
