@@ -104,6 +104,8 @@ def main():
     parser.add_argument("--no-single", action="store_true",
                         help="skip the single-process analysis (a large job): the Dask reports are then checked "
                              "against each other")
+    parser.add_argument("--chunks", type=int, help="reading tasks (default: shardscope.dask's)")
+    parser.add_argument("--buckets", type=int, help="keyed reductions (default: shardscope.dask's)")
     parser.add_argument("--memory-limit", default="0",
                         help="each worker's Dask memory limit, e.g. 4GiB (spill to disk past 60 %%); 0: none")
     parser.add_argument("--cold-only", action="store_true",
@@ -135,9 +137,10 @@ def main():
             client.run(reset_peak)
             idle = client.run(peak_rss_mib)
             # The first analysis on fresh workers includes importing the package there; the second is warm.
-            first = shardscope_dask.analyze([args.job], client=client)
+            sizing = {"chunks": args.chunks, "buckets": args.buckets}
+            first = shardscope_dask.analyze([args.job], client=client, **sizing)
             first_done = time.perf_counter()
-            result = first if args.cold_only else shardscope_dask.analyze([args.job], client=client)
+            result = first if args.cold_only else shardscope_dask.analyze([args.job], client=client, **sizing)
             done = time.perf_counter()
             expected = expected or first
             peaks = client.run(peak_rss_mib)
