@@ -23,29 +23,19 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The recorders' command lines are those of the two-GPU benchmark, so both measure the same recorders.
+from capture_overhead import mode_command  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "..", "..", "workloads")
 MODES = ["uncaptured", "capture", "capture-kernel", "nsys"]
 LINE = re.compile(r"launch_ns median ([0-9.]+) p10 ([0-9.]+) p90 ([0-9.]+) launches (\d+)")
 
 
-def recorder(args, mode, scratch):
-    out = os.path.join(scratch, f"{mode}.sqlite")
-    if mode == "uncaptured":
-        return []
-    if mode == "capture-kernel":
-        return [args.capture, "--force", "--trace", "kernel", "--no-nccl-plugin", "-o", out, "--"]
-    if mode.startswith("capture"):
-        return [args.capture, "--force", "-o", out, "--"]
-    if mode == "nsys":
-        return [args.nsys, "profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
-                "-o", os.path.join(scratch, "nsys")]
-    raise ValueError(mode)
-
-
 def run_once(args, program, mode, scratch):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1")
-    done = subprocess.run(recorder(args, mode, scratch) + program["command"], env=env, capture_output=True, text=True,
+    done = subprocess.run(mode_command(args, mode, program["command"], scratch), env=env, capture_output=True, text=True,
                           timeout=args.timeout_s)
     found = LINE.search(done.stdout)
     sample = {"program": program["name"], "mode": mode, "exit_code": done.returncode}

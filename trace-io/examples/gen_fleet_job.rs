@@ -225,18 +225,7 @@ impl Text {
     }
 
     fn u(&mut self, value: u64) -> &mut Self {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = value;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        self.bytes.extend_from_slice(&digits[at..]);
+        self.bytes.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         self
     }
 

@@ -321,18 +321,7 @@ impl Out {
     }
 
     fn u(&mut self, value: u64) -> &mut Self {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = value;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        self.text.extend_from_slice(&digits[at..]);
+        self.text.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         self
     }
 
