@@ -60,10 +60,14 @@ def test_results_are_written_as_parquet(client, tmp_path):
 
 def test_module_command_starts_its_own_cluster(cli, tmp_path):
     run = "sample-traces/tp2_nsys.sqlite.gz"
-    done = subprocess.run([sys.executable, "-m", "shardscope.dask", "--workers", "2", run], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "shardscope.dask", "--workers", "2", "--memory-limit", "2GiB", run],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == cli("report", "--format", "json", run)
+    wrong = subprocess.run([sys.executable, "-m", "shardscope.dask", "--memory-limit", "lots", run], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == "shardscope.dask: --memory-limit: 'lots' is not a size such as 4GiB"
     bad = subprocess.run([sys.executable, "-m", "shardscope.dask", str(tmp_path / "missing.sqlite")], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2

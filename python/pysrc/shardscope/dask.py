@@ -146,7 +146,7 @@ def analyze(
 #: Chunks of inputs per worker by default.
 _CHUNKS_PER_WORKER = 4
 #: Most input bytes (as stored: gzipped JSON, SQLite) one chunk reads by default, so that what a task holds is bounded
-#: by the chunk and not by the job: a chunk's parts take about twice its gzipped Kineto bytes in memory.
+#: by the chunk and not by the job.
 _CHUNK_INPUT_BYTES = 128 << 20
 
 
@@ -314,6 +314,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"shardscope.dask: --window: {args.window!r} is not START_NS:END_NS", file=sys.stderr)
             return 2
         window = (start, end)
+    if args.memory_limit:
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(args.memory_limit)
+        except ValueError:
+            print(f"shardscope.dask: --memory-limit: {args.memory_limit!r} is not a size such as 4GiB", file=sys.stderr)
+            return 2
     options = Options(rules=args.rules, phase_pattern=args.phase_pattern, step_pattern=args.step_pattern,
                       window_ns=window, skip_steps=args.skip_steps, bench=args.bench, allow_mixed=args.allow_mixed,
                       keep_instances=args.keep_instances)
