@@ -127,6 +127,20 @@ def run_once(args, config, mode, scratch):
     return sample
 
 
+def rotated(modes, round_index):
+    """The modes in this round's order: rotated by one each round, so machine drift falls on every mode alike."""
+    shift = round_index % len(modes)
+    return modes[shift:] + modes[:shift]
+
+
+def keep_sample(results, sample, summary, out):
+    """Adds a sample and rewrites the results file with it and the new summary, so a run cut short keeps it."""
+    results["samples"].append(sample)
+    results["summary"] = summary(results["samples"])
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
 def summarise(samples, modes):
     summary = {}
     for config in sorted({s["config"] for s in samples}):
@@ -190,16 +204,12 @@ def main():
             if args.budget_s and time.monotonic() - started > args.budget_s:
                 print(f"budget spent: stopping before {config} round {r}", flush=True)
                 break
-            order = modes[r % len(modes):] + modes[:r % len(modes)]
-            for position, mode in enumerate(order):
+            for position, mode in enumerate(rotated(modes, r)):
                 sample = run_once(args, config, mode, args.scratch)
                 sample.update({"round": r, "position": position})
-                results["samples"].append(sample)
                 print(f"{config} round {r} {mode}: gpu_ms {sample['gpu_ms']} (exit {sample['exit_code']}, "
                       f"{sample['wall_s']} s)", flush=True)
-                results["summary"] = summarise(results["samples"], modes)
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1)
+                keep_sample(results, sample, lambda samples: summarise(samples, modes), args.out)
     shutil.rmtree(args.scratch, ignore_errors=True)
     print(json.dumps(results.get("summary", {}), indent=1))
 

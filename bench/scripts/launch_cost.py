@@ -24,8 +24,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The recorders' command lines are those of the two-GPU benchmark, so both measure the same recorders.
-from capture_overhead import mode_command  # noqa: E402
+# The recorders' command lines and the round-keeping are those of the two-GPU benchmark, so both measure the same
+# recorders the same way.
+from capture_overhead import keep_sample, mode_command, rotated  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "..", "..", "workloads")
@@ -95,17 +96,13 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     results = {"command": sys.argv, "gpu": gpu, "rounds": args.rounds, "modes": modes, "samples": []}
     for r in range(args.rounds):
-        order = modes[r % len(modes):] + modes[:r % len(modes)]
         for program in programs:
-            for position, mode in enumerate(order):
+            for position, mode in enumerate(rotated(modes, r)):
                 sample = run_once(args, program, mode, args.scratch)
                 sample.update({"round": r, "position": position})
-                results["samples"].append(sample)
                 print(f"round {r} {program['name']} {mode}: {sample.get('median_ns')} ns/launch "
                       f"(exit {sample['exit_code']})", flush=True)
-                results["summary"] = summarise(results["samples"])
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1)
+                keep_sample(results, sample, summarise, args.out)
     shutil.rmtree(args.scratch, ignore_errors=True)
     print(json.dumps(results.get("summary", {}), indent=1))
 
