@@ -43,8 +43,8 @@ fn parts_of(traces: &[Trace], options: &Options) -> Vec<TracePart> {
 }
 
 /// The merge in steps, as a distributed run does it: keyed rows hashed into `buckets`, clock differences and
-/// matches per bucket, each bucket's match through JSON; each trace finished from its shares of every bucket (in
-/// reverse bucket order) and through JSON; the report assembled from headers that hold neither rank reports nor
+/// matches per bucket, each bucket's match through JSON; each trace finished without its kernel rows from its
+/// tallies of every bucket (in reverse bucket order) and through JSON; the report assembled from headers that hold neither rank reports nor
 /// kernel rows, with the instances in reverse order.
 fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_json::Value {
     let ranks = partial::rank_entries(parts);
@@ -65,14 +65,14 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
         Vec::new()
     };
     let mut instances = Vec::new();
-    let mut shares_by_trace: Vec<Vec<partial::KernelShare>> = vec![Vec::new(); parts.len()];
+    let mut shares_by_trace: Vec<Vec<partial::TraceTallies>> = vec![Vec::new(); parts.len()];
     for rows in by_bucket.into_iter().rev() {
         let matched = partial::match_rows(rows, &ranks, &offsets, options.keep_instances);
         let text = serde_json::to_string(&matched).expect("a bucket's match serialises");
         let matched: partial::BucketMatch = serde_json::from_str(&text).expect("a bucket's match reads back");
         instances.extend(matched.instances);
         for (trace, shares) in matched.shares {
-            shares_by_trace[trace].extend(shares);
+            shares_by_trace[trace].push(shares);
         }
     }
     instances.reverse();
@@ -81,7 +81,12 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
         .iter()
         .enumerate()
         .map(|(trace, part)| {
-            let finished = partial::finish_trace(part, trace, &ranks, job_has_steps, &shares_by_trace[trace]);
+            // A part is finished where it is, without its kernel rows (they went to the buckets).
+            let mut part = part.clone();
+            for device in &mut part.devices {
+                device.comm.clear();
+            }
+            let finished = partial::finish_trace(&part, trace, &ranks, job_has_steps, &shares_by_trace[trace]);
             let text = serde_json::to_string(&finished).expect("a finished trace serialises");
             serde_json::from_str(&text).expect("a finished trace reads back")
         })

@@ -27,7 +27,7 @@ use serde_json::Value;
 use shardscope_analyzer::bench_peaks::BenchPeaks;
 use shardscope_analyzer::categories::{self, Classifier};
 use shardscope_analyzer::report::partial::{
-    self, CommRow, FinishedTrace, KernelShare, KeyedRow, MatchedInstance, RankEntry, TracePart,
+    self, FinishedTrace, KeyedRow, MatchedInstance, RankEntry, TracePart, TraceTallies,
 };
 use shardscope_analyzer::report::{self, Figures, Options, Report};
 use shardscope_analyzer::run::{self, RunIdentity};
@@ -499,29 +499,19 @@ fn from_binary<T: serde::de::DeserializeOwned>(data: &[u8], what: &str) -> PyRes
     postcard::from_bytes(data).map_err(|e| fail(format!("{what}: {e}")))
 }
 
-/// A part as it travels: its header as JSON (rank reports included, kernel rows left out) and its kernel rows per
-/// GPU in postcard.
-type WirePart = (String, Vec<Vec<CommRow>>);
-
+/// A part as it travels to the task that finishes its trace: JSON, rank reports included, kernel rows left out (they
+/// travel to the buckets as keyed rows, and finishing needs only their tallies).
 fn part_from_wire(data: &[u8]) -> PyResult<TracePart> {
-    let (json, rows): WirePart = from_binary(data, "a report part")?;
-    let mut part: TracePart = serde_json::from_str(&json).map_err(|e| fail(format!("a report part: {e}")))?;
-    if rows.len() != part.devices.len() {
-        return Err(fail("a report part: kernel rows for a different number of GPUs than the part has"));
-    }
-    for (device, comm) in part.devices.iter_mut().zip(rows) {
-        device.comm = comm;
-    }
-    Ok(part)
+    from_bytes(data, "a report part")
 }
 
 fn headers_from(data: &[PyBackedBytes]) -> PyResult<Vec<TracePart>> {
     data.iter().map(|d| from_bytes(d, "a part header")).collect()
 }
 
-/// What one trace gives the distributed merge: its part (see [`WirePart`]), the part's header (JSON, without rank
-/// reports and kernel rows, small enough to gather), and its keyed kernel rows hashed into `buckets` by key
-/// (communicator, type, slot), with rank inputs counted from the trace's first GPU (0), in postcard.
+/// What one trace gives the distributed merge: its part without kernel rows (see [`part_from_wire`]), the part's
+/// header (JSON, without rank reports either, small enough to gather), and its keyed kernel rows hashed into
+/// `buckets` by key (communicator, type, slot), with rank inputs counted from the trace's first GPU (0), in postcard.
 type Pieces = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
 fn pieces(mut part: TracePart, buckets: usize) -> PyResult<Pieces> {
@@ -533,9 +523,10 @@ fn pieces(mut part: TracePart, buckets: usize) -> PyResult<Pieces> {
         let bucket = (hasher.finish() % by_bucket.len() as u64) as usize;
         by_bucket[bucket].push(row);
     }
-    // The part without its kernel rows is the JSON half of the wire part; without its rank reports, the header.
-    let rows: Vec<Vec<CommRow>> = part.devices.iter_mut().map(|d| std::mem::take(&mut d.comm)).collect();
-    let wire = to_binary(&(serde_json::to_string(&part).map_err(fail)?, rows))?;
+    for device in &mut part.devices {
+        device.comm = Vec::new();
+    }
+    let wire = serde_json::to_vec(&part).map_err(fail)?;
     let mut header = part;
     for device in &mut header.devices {
         device.report = Value::Null;
@@ -630,7 +621,7 @@ fn match_bucket<'py>(
     let rows = rows_from(&buckets)?;
     let (instances, shares) = py.detach(|| {
         let matched = partial::match_rows(rows, &ranks, &offsets, keep_rank_waits);
-        let mut by_group: Vec<Vec<(usize, Vec<KernelShare>)>> = vec![Vec::new(); groups.max(1)];
+        let mut by_group: Vec<Vec<(usize, TraceTallies)>> = vec![Vec::new(); groups.max(1)];
         for (trace, shares) in matched.shares {
             let group = group_of_trace.get(trace).copied().ok_or_else(|| fail("a share of an unknown trace"))?;
             by_group.get_mut(group).ok_or_else(|| fail("a trace of an unknown group"))?.push((trace, shares));
@@ -652,10 +643,10 @@ fn finish_traces<'py>(
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let ranks: Vec<RankEntry> = serde_json::from_str(ranks).map_err(|e| fail(format!("ranks: {e}")))?;
     let finished = py.detach(|| {
-        let mut by_trace: HashMap<usize, Vec<KernelShare>> = HashMap::new();
+        let mut by_trace: HashMap<usize, Vec<TraceTallies>> = HashMap::new();
         for bytes in &shares {
-            for (trace, of_trace) in from_binary::<Vec<(usize, Vec<KernelShare>)>>(bytes, "shares")? {
-                by_trace.entry(trace).or_default().extend(of_trace);
+            for (trace, of_trace) in from_binary::<Vec<(usize, TraceTallies)>>(bytes, "shares")? {
+                by_trace.entry(trace).or_default().push(of_trace);
             }
         }
         parts
@@ -693,14 +684,6 @@ fn assemble(
     })
 }
 
-/// The report JSON from all parts (as [`trace_pieces`] gives them) at once.
-#[pyfunction]
-fn merge(py: Python<'_>, parts: Vec<PyBackedBytes>, options: &str) -> PyResult<String> {
-    let options = options_from_json(options)?;
-    let parts = parts.iter().map(|p| part_from_wire(p)).collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| serde_json::to_string_pretty(&partial::merge(&parts, &options)).map_err(fail))
-}
-
 /// Refuses parts from different runs unless asked, as `analyzer report` refuses such files.
 #[pyfunction]
 fn check_one_run(headers: Vec<PyBackedBytes>, allow_mixed: bool) -> PyResult<()> {
@@ -732,7 +715,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(match_bucket, m)?)?;
     m.add_function(wrap_pyfunction!(finish_traces, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
-    m.add_function(wrap_pyfunction!(merge, m)?)?;
     m.add_function(wrap_pyfunction!(check_one_run, m)?)?;
     Ok(())
 }

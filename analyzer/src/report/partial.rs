@@ -23,7 +23,7 @@
 //! The one thing a part cannot know: when two phases of one rank first run GPU work at the same nanosecond,
 //! `analyze` orders them by their number among the phase names of all traces, a part by its own trace's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -72,8 +72,14 @@ pub struct DevicePart {
     /// `report` holds the figures for a job without).
     #[serde(with = "exact_floats::optional")]
     pub hta_if_job_has_steps: Option<Value>,
-    /// Its communication kernels, in time order.
+    /// Its communication kernels, in time order. Left out where the part travels to the task that finishes it:
+    /// by then the kernels have gone to the buckets as keyed rows.
     pub comm: Vec<CommRow>,
+    /// The distinct labels of its communication kernels, in name order: a keyed row names its kernel's label by its
+    /// position here, so that a label travels once per GPU rather than once per kernel.
+    pub comm_labels: Vec<String>,
+    /// How many communication kernels it has (`comm`'s length, kept where `comm` is left out).
+    pub comm_count: u64,
 }
 
 /// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
@@ -103,7 +109,7 @@ pub struct RankEntry {
 
 /// A communication kernel with its place in the keyed reduction (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(into = "(usize, u64, CommKernel)", from = "(usize, u64, CommKernel)")]
+#[serde(into = "KeyedRowFields", from = "KeyedRowFields")]
 pub struct KeyedRow {
     /// Its rank input (position in [`rank_entries`]).
     pub input: usize,
@@ -111,7 +117,13 @@ pub struct KeyedRow {
     pub slot: u64,
     /// The kernel.
     pub kernel: CommKernel,
+    /// Its report label's position in its GPU's [`DevicePart::comm_labels`]; `None` when the analysis window cuts
+    /// the kernel (it is matched, but its time is not split into wait and transfer).
+    pub label: Option<u32>,
 }
+
+/// [`KeyedRow`]'s fields in order.
+type KeyedRowFields = (usize, u64, CommKernel, Option<u32>);
 
 impl From<CommRow> for (CommKernel, String, bool) {
     fn from(row: CommRow) -> Self {
@@ -125,15 +137,15 @@ impl From<(CommKernel, String, bool)> for CommRow {
     }
 }
 
-impl From<KeyedRow> for (usize, u64, CommKernel) {
+impl From<KeyedRow> for KeyedRowFields {
     fn from(row: KeyedRow) -> Self {
-        (row.input, row.slot, row.kernel)
+        (row.input, row.slot, row.kernel, row.label)
     }
 }
 
-impl From<(usize, u64, CommKernel)> for KeyedRow {
-    fn from((input, slot, kernel): (usize, u64, CommKernel)) -> Self {
-        KeyedRow { input, slot, kernel }
+impl From<KeyedRowFields> for KeyedRow {
+    fn from((input, slot, kernel, label): KeyedRowFields) -> Self {
+        KeyedRow { input, slot, kernel, label }
     }
 }
 
@@ -240,16 +252,52 @@ pub struct MatchedInstance {
     end_spread_ns: i64,
 }
 
-/// A member's share of a matched instance, for its trace: (kernel index, wait ns, transfer ns, late).
-pub type KernelShare = (u32, i64, i64, bool);
+/// The shares of one rank's matched kernels of one label and phase, added up: all that finishing the rank needs of
+/// them (its figures add the shares up anyway), so that what goes back to a trace does not grow with its kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShareTally {
+    /// Waits for the last rank, all of them.
+    pub wait_ns: i64,
+    /// The positive waits alone: the time moved from `comm.<type>` to `wait.<type>`.
+    pub positive_wait_ns: i64,
+    /// Transfers.
+    pub transfer_ns: i64,
+    /// Kernels of the rank that arrived last.
+    pub late: u64,
+}
+
+impl ShareTally {
+    fn add(&mut self, share: RankShare) {
+        self.wait_ns = self.wait_ns.saturating_add(share.wait_ns);
+        if share.wait_ns > 0 {
+            self.positive_wait_ns = self.positive_wait_ns.saturating_add(share.wait_ns);
+        }
+        self.transfer_ns = self.transfer_ns.saturating_add(share.transfer_ns);
+        self.late += u64::from(share.late);
+    }
+
+    fn absorb(&mut self, other: ShareTally) {
+        self.wait_ns = self.wait_ns.saturating_add(other.wait_ns);
+        self.positive_wait_ns = self.positive_wait_ns.saturating_add(other.positive_wait_ns);
+        self.transfer_ns = self.transfer_ns.saturating_add(other.transfer_ns);
+        self.late += other.late;
+    }
+}
+
+/// Which tally a matched kernel's share goes to: (rank input, label position in its GPU's
+/// [`DevicePart::comm_labels`], phase).
+pub type TallyKey = (usize, u32, Option<String>);
+
+/// A trace's tallies, by key.
+pub type TraceTallies = Vec<(TallyKey, ShareTally)>;
 
 /// What matching one bucket of rows gives (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BucketMatch {
     /// The bucket's instances.
     pub instances: Vec<MatchedInstance>,
-    /// Its members' shares, by trace index (ascending), each trace's in kernel order.
-    pub shares: Vec<(usize, Vec<KernelShare>)>,
+    /// Its members' shares added up per rank, label and phase, by trace index (ascending).
+    pub shares: Vec<(usize, TraceTallies)>,
 }
 
 impl MatchedInstance {
@@ -381,12 +429,15 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
                         kernel,
                     }
                 })
-                .collect();
+                .collect::<Vec<CommRow>>();
+            let comm_labels: BTreeSet<&String> = comm.iter().map(|row| &row.label).collect();
             DevicePart {
                 device: device.0,
                 recorded_rank: trace.device_rank(device),
                 report: serde_json::to_value(report).expect("a rank report serialises"),
                 hta_if_job_has_steps,
+                comm_labels: comm_labels.into_iter().cloned().collect(),
+                comm_count: comm.len() as u64,
                 comm,
             }
         })
@@ -429,29 +480,33 @@ pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
     let mut out = Vec::new();
     for (position, device) in part.devices.iter().enumerate() {
         let kernels: Vec<CommKernel> = device.comm.iter().map(|row| row.kernel.clone()).collect();
-        for (slot, kernel) in collectives::slots(&kernels).into_iter().zip(kernels) {
-            out.push(KeyedRow { input: first_input + position, slot, kernel });
+        for ((slot, kernel), row) in collectives::slots(&kernels).into_iter().zip(kernels).zip(&device.comm) {
+            let label =
+                (!row.clipped).then(|| device.comm_labels.binary_search(&row.label).ok().map(|i| i as u32)).flatten();
+            out.push(KeyedRow { input: first_input + position, slot, kernel, label });
         }
     }
     out
 }
 
+/// The members of one key: (rank input, kernel) in rank input order, and each one's label (see [`KeyedRow`]).
+type KeyMembers = (Vec<(usize, CommKernel)>, Vec<Option<u32>>);
+
 /// Groups rows by key, each group in rank input order.
-fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> {
+fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), KeyMembers> {
     rows.sort_by_key(|row| row.input);
-    let mut groups: BTreeMap<(String, CollectiveOp, u64), Vec<(usize, CommKernel)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, CollectiveOp, u64), KeyMembers> = BTreeMap::new();
     for row in rows {
-        groups
-            .entry((row.kernel.communicator.clone(), row.kernel.op, row.slot))
-            .or_default()
-            .push((row.input, row.kernel));
+        let (members, labels) = groups.entry((row.kernel.communicator.clone(), row.kernel.op, row.slot)).or_default();
+        members.push((row.input, row.kernel));
+        labels.push(row.label);
     }
     groups
 }
 
 /// Of rows holding whole keys: the clock observations of their instances (see [`collectives::alignment_offsets`]).
 pub fn row_differences(rows: Vec<KeyedRow>) -> Vec<(usize, i64)> {
-    grouped(rows).values().flat_map(|members| collectives::alignment_differences(members)).collect()
+    grouped(rows).values().flat_map(|(members, _)| collectives::alignment_differences(members)).collect()
 }
 
 /// Matches rows holding whole keys (every row of a key is among them) into instances; `offsets` are the clock
@@ -460,21 +515,21 @@ pub fn row_differences(rows: Vec<KeyedRow>) -> Vec<(usize, i64)> {
 pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64], keep_rank_waits: bool) -> BucketMatch {
     let keys: Vec<(RankKey, u32)> = rank_keys(ranks);
     let mut instances = Vec::new();
-    let mut shares: BTreeMap<usize, Vec<KernelShare>> = BTreeMap::new();
-    for ((communicator, op, seq), members) in grouped(rows) {
+    let mut tallies: BTreeMap<usize, BTreeMap<TallyKey, ShareTally>> = BTreeMap::new();
+    for ((communicator, op, seq), (members, labels)) in grouped(rows) {
         let Some((instance, spread)) = collectives::match_instance(&communicator, op, seq, &members, &keys, offsets)
         else {
             continue;
         };
-        for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
-            shares.entry(trace).or_default().push((kernel, share.wait_ns, share.transfer_ns, share.late));
+        // `instance.shares` are in the order of `members`.
+        for (((input, kernel), label), share) in members.iter().zip(&labels).zip(&instance.shares) {
+            let Some(label) = *label else { continue };
+            let key = (*input, label, kernel.phase.clone());
+            tallies.entry(ranks[*input].trace).or_default().entry(key).or_default().add(*share);
         }
         instances.push(MatchedInstance::new(instance, spread, keep_rank_waits));
     }
-    let mut shares: Vec<(usize, Vec<KernelShare>)> = shares.into_iter().collect();
-    for (_, of_trace) in &mut shares {
-        of_trace.sort_unstable_by_key(|share| share.0);
-    }
+    let shares = tallies.into_iter().map(|(trace, of_trace)| (trace, of_trace.into_iter().collect())).collect();
     BucketMatch { instances, shares }
 }
 
@@ -493,11 +548,19 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
     let matching = collectives::match_comm_kernels(&rank_keys(&ranks), kernels, hosts_differ(parts));
     let job_has_steps = job_has_steps(parts);
     let mut finished = Vec::with_capacity(ranks.len());
+    let mut first_input = 0;
     for (trace, part) in parts.iter().enumerate() {
-        let ranks_of_trace = ranks.iter().filter(|r| r.trace == trace);
-        finished.extend(finish_ranks(part, ranks_of_trace, job_has_steps, |kernel| {
-            matching.shares.get(&(trace, kernel)).copied()
-        }));
+        let mut tallies: BTreeMap<TallyKey, ShareTally> = BTreeMap::new();
+        for (position, device) in part.devices.iter().enumerate() {
+            for row in device.comm.iter().filter(|row| !row.clipped) {
+                let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
+                let Ok(label) = device.comm_labels.binary_search(&row.label) else { continue };
+                let key = (first_input + position, label as u32, row.kernel.phase.clone());
+                tallies.entry(key).or_default().add(*share);
+            }
+        }
+        first_input += part.devices.len();
+        finished.extend(finish_trace(part, trace, &ranks, job_has_steps, &[tallies.into_iter().collect()]).ranks);
     }
     run_report(parts, finished, matching, options)
 }
@@ -518,22 +581,23 @@ pub struct FinishedTrace {
 }
 
 /// Applies the shares of the trace at `trace` (its index among all parts) to its part: `shares` are every
-/// [`BucketMatch`]'s shares of this trace, in any order; `ranks` are all ranks ([`rank_entries`]).
+/// [`BucketMatch`]'s tallies of this trace, in any order; `ranks` are all ranks ([`rank_entries`]). The part needs
+/// no kernel rows ([`DevicePart::comm`]).
 pub fn finish_trace(
     part: &TracePart,
     trace: usize,
     ranks: &[RankEntry],
     job_has_steps: bool,
-    shares: &[KernelShare],
+    shares: &[TraceTallies],
 ) -> FinishedTrace {
-    let by_kernel: HashMap<u32, RankShare> = shares
-        .iter()
-        .map(|&(kernel, wait_ns, transfer_ns, late)| (kernel, RankShare { wait_ns, transfer_ns, late }))
-        .collect();
-    let ranks_of_trace = ranks.iter().filter(|r| r.trace == trace);
+    let mut tallies: BTreeMap<&TallyKey, ShareTally> = BTreeMap::new();
+    for (key, tally) in shares.iter().flatten() {
+        tallies.entry(key).or_default().absorb(*tally);
+    }
+    let inputs_of_trace = ranks.iter().enumerate().filter(|(_, r)| r.trace == trace);
     FinishedTrace {
-        ranks: finish_ranks(part, ranks_of_trace, job_has_steps, |kernel| by_kernel.get(&kernel).copied()),
-        comm_kernels: part.devices.iter().map(|d| d.comm.len() as u64).sum(),
+        ranks: finish_ranks(part, inputs_of_trace, job_has_steps, &tallies),
+        comm_kernels: part.devices.iter().map(|d| d.comm_count).sum(),
     }
 }
 
@@ -569,16 +633,16 @@ pub fn assemble(
     run_report(headers, ranks, matching, options)
 }
 
-/// The rank reports of one trace (`ranks_of_trace`: its entries, GPUs in ordinal order) with their matched kernels
-/// split into wait and transfer.
+/// The rank reports of one trace (`inputs_of_trace`: its entries with their rank input, GPUs in ordinal order) with
+/// their matched kernels split into wait and transfer (`tallies`: the trace's shares, added up).
 fn finish_ranks<'a>(
     part: &TracePart,
-    ranks_of_trace: impl Iterator<Item = &'a RankEntry>,
+    inputs_of_trace: impl Iterator<Item = (usize, &'a RankEntry)>,
     job_has_steps: bool,
-    share_of: impl Fn(u32) -> Option<RankShare>,
+    tallies: &BTreeMap<&TallyKey, ShareTally>,
 ) -> Vec<(u32, Value)> {
     let mut out = Vec::with_capacity(part.devices.len());
-    for (entry, device) in ranks_of_trace.zip(&part.devices) {
+    for ((input, entry), device) in inputs_of_trace.zip(&part.devices) {
         let mut report = device.report.clone();
         if let Value::Object(fields) = &mut report {
             fields.insert("rank".into(), entry.rank.into());
@@ -587,14 +651,15 @@ fn finish_ranks<'a>(
                 fields.insert("hta".into(), hta.clone());
             }
             let mut touched_phases = BTreeSet::new();
-            for row in device.comm.iter().filter(|row| !row.clipped) {
-                let Some(share) = share_of(row.kernel.kernel) else { continue };
-                add_share(fields, &row.label, share);
-                if let Some(phase) = &row.kernel.phase
+            let of_rank = tallies.range::<TallyKey, _>(&(input, 0, None)..).take_while(|(key, _)| key.0 == input);
+            for (&(_, label, phase), &tally) in of_rank {
+                let Some(label) = device.comm_labels.get(*label as usize) else { continue };
+                add_share(fields, label, tally);
+                if let Some(phase) = phase
                     && let Some(Value::Object(phase_fields)) =
                         fields.get_mut("phases").and_then(|p| p.get_mut(phase.as_str()))
                 {
-                    add_share(phase_fields, &row.label, share);
+                    add_share(phase_fields, label, tally);
                     touched_phases.insert(phase.clone());
                 }
             }
@@ -643,30 +708,30 @@ fn run_report(parts: &[TracePart], mut rank_values: Vec<(u32, Value)>, matching:
     value
 }
 
-/// What `figures` does for a matched kernel: its wait and transfer counted, lateness noted, and its wait moved from
-/// `comm.<type>` to `wait.<type>`.
-fn add_share(figures: &mut Map<String, Value>, label: &str, share: RankShare) {
+/// What `figures` does for matched kernels of one label: their waits and transfers counted, lateness noted, and their
+/// positive waits moved from `comm.<type>` to `wait.<type>`.
+fn add_share(figures: &mut Map<String, Value>, label: &str, tally: ShareTally) {
     let add = |figures: &mut Map<String, Value>, field: &str, ns: i64| {
         let old = figures.get(field).and_then(Value::as_i64).unwrap_or(0);
         figures.insert(field.into(), old.saturating_add(ns).into());
     };
-    add(figures, "comm_wait_ns", share.wait_ns);
-    add(figures, "comm_transfer_ns", share.transfer_ns);
-    if share.late {
+    add(figures, "comm_wait_ns", tally.wait_ns);
+    add(figures, "comm_transfer_ns", tally.transfer_ns);
+    if tally.late > 0 {
         let old = figures.get("late_count").and_then(Value::as_u64).unwrap_or(0);
-        figures.insert("late_count".into(), (old + 1).into());
+        figures.insert("late_count".into(), (old + tally.late).into());
     }
-    if share.wait_ns <= 0 {
+    if tally.positive_wait_ns <= 0 {
         return;
     }
     let Some(op) = label.strip_prefix(categories::COMM_PREFIX) else { return };
     let wait_label = format!("{}{op}", categories::WAIT_PREFIX);
     let Some(Value::Object(by_category)) = figures.get_mut("categories") else { return };
     if let Some(comm_ns) = by_category.get(label).and_then(Value::as_i64) {
-        by_category.insert(label.into(), (comm_ns - share.wait_ns).into());
+        by_category.insert(label.into(), (comm_ns - tally.positive_wait_ns).into());
     }
     let waited = by_category.get(&wait_label).and_then(Value::as_i64).unwrap_or(0);
-    by_category.insert(wait_label, (waited + share.wait_ns).into());
+    by_category.insert(wait_label, (waited + tally.positive_wait_ns).into());
 }
 
 /// Categories in name order, as the report's map keeps them.

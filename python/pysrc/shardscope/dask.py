@@ -63,6 +63,10 @@ def _headers(pieces: List[Any]) -> List[bytes]:
     return [header for _, header, _ in pieces]
 
 
+def _parts(pieces: List[Any]) -> List[bytes]:
+    return [part for part, _, _ in pieces]
+
+
 def _bucket(pieces: List[Any], bucket: int) -> List[bytes]:
     return [rows[bucket] for _, _, rows in pieces]
 
@@ -89,11 +93,11 @@ def _shares(matched: Any, group: int) -> bytes:
     return matched[1][group]
 
 
-def _finish(ranks: str, job_has_steps: bool, first_traces: List[int], n_inputs: int, *pieces_and_shares: Any) -> List[bytes]:
+def _finish(ranks: str, job_has_steps: bool, first_traces: List[int], n_inputs: int, *parts_and_shares: Any) -> List[bytes]:
     """The finished ranks of a group of inputs (each input's traces numbered from its first trace index)."""
-    pieces, shares = pieces_and_shares[:n_inputs], pieces_and_shares[n_inputs:]
-    parts = [(first + k, part) for first, per_input in zip(first_traces, pieces) for k, (part, _, _) in enumerate(per_input)]
-    return _native.finish_traces(parts, ranks, job_has_steps, list(shares))
+    parts, shares = parts_and_shares[:n_inputs], parts_and_shares[n_inputs:]
+    numbered = [(first + k, part) for first, per_input in zip(first_traces, parts) for k, part in enumerate(per_input)]
+    return _native.finish_traces(numbered, ranks, job_has_steps, list(shares))
 
 
 def _assemble(options: str, headers: List[bytes], n_groups: int, *finished_and_instances: Any) -> str:
@@ -211,6 +215,11 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
 
     # Keyed reduction: each bucket's rows from every input matched on a worker.
     picked = [[client.submit(_bucket, p, b, key=f"bucket-{call}-{b}-{i}") for i, p in enumerate(pieces)] for b in range(buckets)]
+    # What finishing a trace needs of its pieces: the part, without kernel rows. Once the buckets and parts are taken
+    # from a chunk's pieces they are no longer held (a result stays in a worker's memory while a future names it), and
+    # a bucket's rows go once they are matched, so that rows are not kept until the end of the analysis.
+    parts = [client.submit(_parts, p, key=f"part-{call}-{i}") for i, p in enumerate(pieces)]
+    del pieces
     offsets: List[int] = []
     if _native.hosts_differ(flat_headers):
         differences = client.gather(
@@ -232,6 +241,7 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
                       key=f"match-{call}-{b}")
         for b, column in enumerate(picked)
     ]
+    del picked
     instances = [client.submit(_instances, m, key=f"instances-{call}-{b}") for b, m in enumerate(matched)]
     job_has_steps = _native.job_has_steps(flat_headers)
     finished = []
@@ -239,8 +249,10 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
         members = range(bounds[g], bounds[g + 1])
         shares = [client.submit(_shares, m, g, key=f"shares-{call}-{b}-{g}") for b, m in enumerate(matched)]
         finished.append(client.submit(_finish, ranks_json, job_has_steps, [first_trace_of_input[i] for i in members],
-                                      len(members), *[pieces[i] for i in members], *shares, key=f"finish-{call}-{g}"))
+                                      len(members), *[parts[i] for i in members], *shares, key=f"finish-{call}-{g}"))
+    del parts, matched
     report = client.submit(_assemble, opts, flat_headers, groups, *finished, *instances, key=f"assemble-{call}")
+    del finished, instances
     return client.gather(report)
 
 
