@@ -14,11 +14,12 @@
 //! - For a keyed reduction spread over machines, the same merge in steps: [`rank_entries`] numbers the ranks,
 //!   [`keyed_rows`] gives every communication kernel its key (communicator, type, sequence number or position),
 //!   [`match_rows`] matches the rows of any set of whole keys into a [`BucketMatch`]: the instances without their
-//!   members (what the run-level figures need) and each member's share by trace (what that trace's rank figures
-//!   need). [`finish_trace`] applies a trace's shares to its part where the part is, and [`assemble`] puts the
-//!   finished ranks and the instances together. No step holds every communication kernel of the job, which is what
-//!   keeps one worker's memory bounded on a job of hundreds of ranks. Clocks of ranks on several hosts are aligned
-//!   first from [`row_differences`].
+//!   members (what the run-level figures need) and, per trace, its members' wait and transfer added up per
+//!   collective label and phase ([`TraceTallies`], all that trace's rank figures need). [`finish_trace`] applies
+//!   a trace's tallies to its part where the part is (the part no longer needs its rows), and [`assemble`] puts
+//!   the finished ranks and the instances together. No step holds every communication kernel of the job, and no
+//!   kernel's row is held twice, which is what keeps one worker's memory bounded on a job of hundreds of ranks.
+//!   Clocks of ranks on several hosts are aligned first from [`row_differences`].
 //!
 //! The one thing a part cannot know: when two phases of one rank first run GPU work at the same nanosecond,
 //! `analyze` orders them by their number among the phase names of all traces, a part by its own trace's.

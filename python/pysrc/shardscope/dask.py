@@ -3,10 +3,10 @@
 Each input file is read and analysed on a worker into report parts (one per trace: its ranks' figures before
 collectives are matched, and one small row per communication kernel). The rows are then shuffled by key —
 communicator, collective type and sequence number (or position) — into buckets, each bucket matched on a worker
-into collective instances and every member's wait and transfer. The shares go back, split by groups of inputs, to
-tasks that finish those inputs' ranks; the report is assembled from the finished ranks and the instances. No task
-holds every communication kernel of the job, so a worker's memory depends on its inputs and buckets, not on the
-job's size. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
+into collective instances and every member's wait and transfer, added up per rank, collective label and phase.
+Those sums go back, split by groups of inputs, to tasks that finish those inputs' ranks from their parts (which
+travel without their rows); the report is assembled from the finished ranks and the instances. No task holds every
+communication kernel of the job, so a worker's memory depends on its inputs and buckets, not on the job's size. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
 an output folder it is written there with its tables as Parquet.
 
     python -m shardscope.dask [--scheduler tcp://host:8786] [--workers 4] [-o OUT] TRACE...
