@@ -166,8 +166,9 @@ type CommKernelFields = (u32, i64, i64, u8, String, Option<u64>, Option<u64>, Op
 
 impl From<CommKernel> for CommKernelFields {
     fn from(k: CommKernel) -> CommKernelFields {
-        let op = ALL_OPS.iter().position(|&op| op == k.op).unwrap_or_default() as u8;
-        (k.kernel, k.start_ns, k.end_ns, op, k.communicator, k.seq, k.bytes, k.group_size, k.phase)
+        // The discriminant, which covers every variant; `ALL_OPS` lists them in declaration order (tested), so
+        // it reads back as the same type.
+        (k.kernel, k.start_ns, k.end_ns, k.op as u8, k.communicator, k.seq, k.bytes, k.group_size, k.phase)
     }
 }
 
@@ -581,6 +582,28 @@ mod tests {
         assert_eq!(message_bytes(CollectiveOp::AllGather, Some(2048), Some(1024), Some(4096)), Some(8192));
         assert_eq!(message_bytes(CollectiveOp::AllReduce, Some(2048), Some(1024), Some(1024)), Some(2048));
         assert_eq!(message_bytes(CollectiveOp::AllReduce, None, Some(1024), Some(1024)), None);
+    }
+
+    #[test]
+    fn every_collective_type_travels_as_itself() {
+        for (position, op) in ALL_OPS.into_iter().enumerate() {
+            assert_eq!(op as usize, position, "ALL_OPS is in declaration order");
+            let kernel = CommKernel {
+                kernel: 7,
+                start_ns: 1,
+                end_ns: 2,
+                op,
+                communicator: "c".into(),
+                seq: Some(3),
+                bytes: None,
+                group_size: Some(2),
+                phase: None,
+            };
+            let fields = CommKernelFields::from(kernel.clone());
+            assert_eq!(CommKernel::try_from(fields), Ok(kernel));
+        }
+        let unknown: CommKernelFields = (0, 0, 0, ALL_OPS.len() as u8, String::new(), None, None, None, None);
+        assert!(CommKernel::try_from(unknown).is_err());
     }
 
     #[test]
