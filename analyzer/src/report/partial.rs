@@ -83,6 +83,17 @@ pub struct DevicePart {
     pub comm_count: u64,
 }
 
+impl DevicePart {
+    /// A kernel row's label as its position in [`DevicePart::comm_labels`]; `None` for a row the analysis window
+    /// cuts (matched, but its time is not split into wait and transfer).
+    fn label_position(&self, row: &CommRow) -> Option<u32> {
+        if row.clipped {
+            return None;
+        }
+        self.comm_labels.binary_search(&row.label).ok().map(|i| i as u32)
+    }
+}
+
 /// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(into = "(CommKernel, String, bool)", from = "(CommKernel, String, bool)")]
@@ -267,16 +278,18 @@ pub struct ShareTally {
     pub late: u64,
 }
 
-impl ShareTally {
-    fn add(&mut self, share: RankShare) {
-        self.wait_ns = self.wait_ns.saturating_add(share.wait_ns);
-        if share.wait_ns > 0 {
-            self.positive_wait_ns = self.positive_wait_ns.saturating_add(share.wait_ns);
+impl From<RankShare> for ShareTally {
+    fn from(share: RankShare) -> ShareTally {
+        ShareTally {
+            wait_ns: share.wait_ns,
+            positive_wait_ns: share.wait_ns.max(0),
+            transfer_ns: share.transfer_ns,
+            late: u64::from(share.late),
         }
-        self.transfer_ns = self.transfer_ns.saturating_add(share.transfer_ns);
-        self.late += u64::from(share.late);
     }
+}
 
+impl ShareTally {
     fn absorb(&mut self, other: ShareTally) {
         self.wait_ns = self.wait_ns.saturating_add(other.wait_ns);
         self.positive_wait_ns = self.positive_wait_ns.saturating_add(other.positive_wait_ns);
@@ -482,9 +495,7 @@ pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
     for (position, device) in part.devices.iter().enumerate() {
         let kernels: Vec<CommKernel> = device.comm.iter().map(|row| row.kernel.clone()).collect();
         for ((slot, kernel), row) in collectives::slots(&kernels).into_iter().zip(kernels).zip(&device.comm) {
-            let label =
-                (!row.clipped).then(|| device.comm_labels.binary_search(&row.label).ok().map(|i| i as u32)).flatten();
-            out.push(KeyedRow { input: first_input + position, slot, kernel, label });
+            out.push(KeyedRow { input: first_input + position, slot, kernel, label: device.label_position(row) });
         }
     }
     out
@@ -526,7 +537,7 @@ pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64], kee
         for (((input, kernel), label), share) in members.iter().zip(&labels).zip(&instance.shares) {
             let Some(label) = *label else { continue };
             let key = (*input, label, kernel.phase.clone());
-            tallies.entry(ranks[*input].trace).or_default().entry(key).or_default().add(*share);
+            tallies.entry(ranks[*input].trace).or_default().entry(key).or_default().absorb((*share).into());
         }
         instances.push(MatchedInstance::new(instance, spread, keep_rank_waits));
     }
@@ -553,11 +564,11 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
     for (trace, part) in parts.iter().enumerate() {
         let mut tallies: BTreeMap<TallyKey, ShareTally> = BTreeMap::new();
         for (position, device) in part.devices.iter().enumerate() {
-            for row in device.comm.iter().filter(|row| !row.clipped) {
+            for row in &device.comm {
+                let Some(label) = device.label_position(row) else { continue };
                 let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
-                let Ok(label) = device.comm_labels.binary_search(&row.label) else { continue };
-                let key = (first_input + position, label as u32, row.kernel.phase.clone());
-                tallies.entry(key).or_default().add(*share);
+                let key = (first_input + position, label, row.kernel.phase.clone());
+                tallies.entry(key).or_default().absorb((*share).into());
             }
         }
         first_input += part.devices.len();
