@@ -86,7 +86,8 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
             for device in &mut part.devices {
                 device.comm.clear();
             }
-            let finished = partial::finish_trace(&part, trace, &ranks, job_has_steps, &shares_by_trace[trace]);
+            let finished = partial::finish_trace(&part, trace, &ranks, job_has_steps, &shares_by_trace[trace])
+                .expect("every tally fits its trace");
             let text = serde_json::to_string(&finished).expect("a finished trace serialises");
             serde_json::from_str(&text).expect("a finished trace reads back")
         })
@@ -174,4 +175,22 @@ fn a_window_and_ranks_on_two_hosts_merge_the_same() {
     let whole = analyze(&traces, &Options::default());
     assert!(whole.collectives.clocks_aligned);
     check("kineto_tp2 on two hosts", &traces, &Options::default());
+}
+
+#[test]
+fn shares_that_do_not_fit_the_part_are_an_error_not_dropped() {
+    let traces = shardscope_io::load(&repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz")).unwrap();
+    let parts = parts_of(&traces, &Options::default());
+    let ranks = partial::rank_entries(&parts);
+    let (trace, part) = parts.iter().enumerate().find(|(_, p)| !p.devices.is_empty()).expect("a part with a GPU");
+    let input = ranks.iter().position(|r| r.trace == trace).expect("the trace has a rank input");
+    let labels = part.devices[0].comm_labels.len() as u32;
+    assert!(labels > 0, "the skewed sample has communication kernels");
+    let tally = partial::ShareTally { wait_ns: 5, positive_wait_ns: 5, transfer_ns: 7, late: 1 };
+    let finish = |key: partial::TallyKey| partial::finish_trace(part, trace, &ranks, false, &[vec![(key, tally)]]);
+    assert!(finish((input, 0, None)).is_ok(), "a tally of a label the GPU has is applied");
+    let unknown_label = finish((input, labels, None)).unwrap_err();
+    assert!(unknown_label.contains("does not have"), "{unknown_label}");
+    let other_gpu = finish((ranks.len() + 3, 0, None)).unwrap_err();
+    assert!(other_gpu.contains("not in this part"), "{other_gpu}");
 }

@@ -654,7 +654,7 @@ fn finish_traces<'py>(
             .map(|(trace, data)| {
                 let part = part_from_wire(data)?;
                 let of_trace = by_trace.get(trace).map(Vec::as_slice).unwrap_or_default();
-                let finished = partial::finish_trace(&part, *trace, &ranks, job_has_steps, of_trace);
+                let finished = partial::finish_trace(&part, *trace, &ranks, job_has_steps, of_trace).map_err(fail)?;
                 serde_json::to_vec(&finished).map_err(fail)
             })
             .collect::<PyResult<Vec<_>>>()

@@ -572,7 +572,9 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
             }
         }
         first_input += part.devices.len();
-        finished.extend(finish_trace(part, trace, &ranks, job_has_steps, &[tallies.into_iter().collect()]).ranks);
+        let finished_trace = finish_trace(part, trace, &ranks, job_has_steps, &[tallies.into_iter().collect()])
+            .expect("tallies made from a part's own rows fit it");
+        finished.extend(finished_trace.ranks);
     }
     run_report(parts, finished, matching, options)
 }
@@ -594,23 +596,24 @@ pub struct FinishedTrace {
 
 /// Applies the shares of the trace at `trace` (its index among all parts) to its part: `shares` are every
 /// [`BucketMatch`]'s tallies of this trace, in any order; `ranks` are all ranks ([`rank_entries`]). The part needs
-/// no kernel rows ([`DevicePart::comm`]).
+/// no kernel rows ([`DevicePart::comm`]). A tally that names a GPU or label the part does not have is an error (the
+/// pieces came from different runs or were damaged on the way), never dropped.
 pub fn finish_trace(
     part: &TracePart,
     trace: usize,
     ranks: &[RankEntry],
     job_has_steps: bool,
     shares: &[TraceTallies],
-) -> FinishedTrace {
+) -> Result<FinishedTrace, String> {
     let mut tallies: BTreeMap<&TallyKey, ShareTally> = BTreeMap::new();
     for (key, tally) in shares.iter().flatten() {
         tallies.entry(key).or_default().absorb(*tally);
     }
     let inputs_of_trace = ranks.iter().enumerate().filter(|(_, r)| r.trace == trace);
-    FinishedTrace {
-        ranks: finish_ranks(part, inputs_of_trace, job_has_steps, &tallies),
+    Ok(FinishedTrace {
+        ranks: finish_ranks(part, inputs_of_trace, job_has_steps, &tallies)?,
         comm_kernels: part.devices.iter().map(|d| d.comm_count).sum(),
-    }
+    })
 }
 
 /// The report from the parts' headers (parts in input order; their rank reports and kernel rows are not read),
@@ -652,8 +655,9 @@ fn finish_ranks<'a>(
     inputs_of_trace: impl Iterator<Item = (usize, &'a RankEntry)>,
     job_has_steps: bool,
     tallies: &BTreeMap<&TallyKey, ShareTally>,
-) -> Vec<(u32, Value)> {
+) -> Result<Vec<(u32, Value)>, String> {
     let mut out = Vec::with_capacity(part.devices.len());
+    let mut applied = 0;
     for ((input, entry), device) in inputs_of_trace.zip(&part.devices) {
         let mut report = device.report.clone();
         if let Value::Object(fields) = &mut report {
@@ -665,7 +669,13 @@ fn finish_ranks<'a>(
             let mut touched_phases = BTreeSet::new();
             let of_rank = tallies.range::<TallyKey, _>(&(input, 0, None)..).take_while(|(key, _)| key.0 == input);
             for (&(_, label, phase), &tally) in of_rank {
-                let Some(label) = device.comm_labels.get(*label as usize) else { continue };
+                let Some(label) = device.comm_labels.get(*label as usize) else {
+                    return Err(format!(
+                        "{}: a collective share names label {label}, which GPU {} does not have",
+                        part.source, device.device
+                    ));
+                };
+                applied += 1;
                 add_share(fields, label, tally);
                 if let Some(phase) = phase
                     && let Some(Value::Object(phase_fields)) =
@@ -684,7 +694,14 @@ fn finish_ranks<'a>(
         }
         out.push((entry.rank, report));
     }
-    out
+    if applied != tallies.len() {
+        return Err(format!(
+            "{}: {} collective shares for GPUs that are not in this part",
+            part.source,
+            tallies.len() - applied
+        ));
+    }
+    Ok(out)
 }
 
 /// The run's report from its finished ranks (in rank input order) and its matching.
