@@ -266,28 +266,20 @@ pub fn export_file_with(
     output: &Path,
     prepare: impl FnOnce(&mut [Trace]),
 ) -> Result<ExportStats, String> {
-    // Creating the output truncates it: it must not be one of the inputs (or inside one).
-    if let Ok(out) = std::fs::metadata(output) {
-        use std::os::unix::fs::MetadataExt;
-        for input in inputs {
-            let same =
-                |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino()));
-            let inside = std::fs::metadata(input).is_ok_and(|m| m.is_dir())
-                && std::fs::read_dir(input).is_ok_and(|mut entries| entries.any(|e| e.is_ok_and(|e| same(&e.path()))));
-            if same(input) || inside {
-                return Err(format!("{}: the output is also an input; refusing to overwrite it", output.display()));
-            }
-        }
-    }
+    // The output must not be one of the inputs (or inside one), by any name.
+    let input_paths: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    shardscope_io::output::check_outputs(&[output], &input_paths).map_err(|e| e.to_string())?;
     let mut traces = Vec::new();
     for input in inputs {
         traces.extend(shardscope_io::load(input).map_err(|e| format!("{e:#}"))?);
     }
     prepare(&mut traces);
-    let file = std::fs::File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    // Written beside the target and renamed into place: a link at its name is replaced, never followed.
+    let file = shardscope_io::output::OutputFile::create(output).map_err(|e| e.to_string())?;
     let mut file = std::io::BufWriter::new(file);
     let stats = write_trace(&traces, &mut file).map_err(|e| format!("{}: {e}", output.display()))?;
-    file.flush().map_err(|e| format!("{}: {e}", output.display()))?;
+    let file = file.into_inner().map_err(|e| format!("{}: {}", output.display(), e.error()))?;
+    file.commit().map_err(|e| e.to_string())?;
     Ok(stats)
 }
 

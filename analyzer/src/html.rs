@@ -638,14 +638,14 @@ impl Table {
 
 /// Writes each chart as `<name>.svg` and `<name>.png` into `dir` (created if needed); returns the files written.
 pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::path::PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    shardscope_io::output::output_dir(dir).map_err(|e| e.to_string())?;
     let mut written = Vec::new();
     for section in sections {
         let svg = charts::render_svg(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
         let png = charts::render_png(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
         for (extension, bytes) in [("svg", svg.as_bytes()), ("png", png.as_slice())] {
             let path = dir.join(format!("{}.{extension}", section.chart.name));
-            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string())?;
             written.push(path);
         }
     }

@@ -30,6 +30,15 @@ pub struct KernelSummaryRow {
     pub stddev_ns: f64,
     /// Demangled kernel name.
     pub name: String,
+    /// The true total is beyond `i64::MAX` ns (durations near 2⁶³ from a damaged input): `total_ns` is
+    /// `i64::MAX`, while the mean and shares are computed exactly.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub total_saturated: bool,
+}
+
+/// How many rows of `rows` have a saturated total: the count for the warning that says so.
+pub fn saturated_rows(rows: &[KernelSummaryRow]) -> usize {
+    rows.iter().filter(|r| r.total_saturated).count()
 }
 
 /// Builds the summary from `(name, duration_ns)` pairs.
@@ -41,14 +50,16 @@ pub fn summarize(
     for (name, duration_ns) in kernels {
         by_name.entry(name).or_default().push(duration_ns);
     }
-    let grand_total_ns: i64 = by_name.values().flatten().fold(0i64, |total, &d| total.saturating_add(d));
+    // Sums in i128: n durations of up to 2⁶³ ns each cannot overflow it for any n that fits in memory.
+    let grand_total_ns: i128 = by_name.values().flatten().map(|&d| i128::from(d)).sum();
     let mut rows: Vec<KernelSummaryRow> = by_name
         .into_iter()
         .map(|(name, mut durations)| {
             durations.sort_unstable();
             let n = durations.len();
-            let total_ns: i64 = durations.iter().fold(0i64, |total, &d| total.saturating_add(d));
-            let avg_ns = total_ns as f64 / n as f64;
+            let exact_total_ns: i128 = durations.iter().map(|&d| i128::from(d)).sum();
+            let total_ns = i64::try_from(exact_total_ns).unwrap_or(if exact_total_ns > 0 { i64::MAX } else { i64::MIN });
+            let avg_ns = exact_total_ns as f64 / n as f64;
             let med_ns = if n % 2 == 1 {
                 durations[n / 2] as f64
             } else {
@@ -61,7 +72,7 @@ pub fn summarize(
                 0.0
             };
             KernelSummaryRow {
-                time_pct: if grand_total_ns > 0 { 100.0 * total_ns as f64 / grand_total_ns as f64 } else { 0.0 },
+                time_pct: if grand_total_ns > 0 { 100.0 * exact_total_ns as f64 / grand_total_ns as f64 } else { 0.0 },
                 total_ns,
                 instances: n as u64,
                 avg_ns,
@@ -70,6 +81,7 @@ pub fn summarize(
                 max_ns: durations[n - 1],
                 stddev_ns,
                 name: name_of(name),
+                total_saturated: i128::from(total_ns) != exact_total_ns,
             }
         })
         .collect();
@@ -94,5 +106,16 @@ mod tests {
         assert_eq!((rows[0].min_ns, rows[0].max_ns, rows[0].instances), (10, 40, 4));
         assert_eq!(rows[0].time_pct, 50.0);
         assert_eq!(rows[1].stddev_ns, 0.0);
+    }
+
+    #[test]
+    fn totals_beyond_i64_saturate_with_an_exact_mean_and_are_counted() {
+        let near = i64::MAX - 10;
+        let kernels = [(NameId(1), near), (NameId(1), near), (NameId(2), 5)];
+        let rows = summarize(kernels.into_iter(), |id| format!("k{}", id.0));
+        assert_eq!(rows[0].total_ns, i64::MAX);
+        assert!(rows[0].total_saturated && !rows[1].total_saturated);
+        assert_eq!(rows[0].avg_ns, near as f64, "the mean is not the saturated total halved");
+        assert_eq!(saturated_rows(&rows), 1);
     }
 }

@@ -38,6 +38,7 @@ pub mod run;
 pub mod steps;
 pub mod straggler_artifact;
 pub mod study;
+pub mod study_command;
 pub mod summary;
 pub mod whatif;
 pub mod window;

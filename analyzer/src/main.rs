@@ -273,6 +273,8 @@ fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
 }
 
 fn main() -> ExitCode {
+    // An unpacked `.sqlite.gz` is removed on Ctrl-C and `kill` too, not only on a normal end.
+    shardscope_io::temp_copies::remove_copies_on_signals();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -302,6 +304,8 @@ fn causes(error: &anyhow::Error) -> String {
 /// Writes `text` to standard output, reporting a failure (a full disk, a closed pipe) as an
 /// error instead of panicking the way `print!` does.
 fn emit(text: &str) -> Result<()> {
+    // Names in tables come from the inputs: escape sequences in them are shown, not sent to the terminal.
+    let text = shardscope_io::error_text::terminal_safe(text);
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).context("standard output")
 }
@@ -313,6 +317,7 @@ fn run(cli: Cli) -> Result<()> {
             if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
                 bail!("--model and --tokens are figures of the charts: give --html or --charts too");
             }
+            refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
             let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
             let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
             if let Some((rules, bench)) = chart_inputs {
@@ -399,6 +404,15 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             let rows = report::kernel_summary(&traces);
+            let saturated = shardscope_analyzer::kernel_summary::saturated_rows(&rows);
+            if saturated > 0 {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "analyzer: warning: {saturated} × kernel total time beyond 2^63 ns (shown as {}; mean and shares \
+                     exact)",
+                    i64::MAX
+                );
+            }
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
                 OutputFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
@@ -453,7 +467,8 @@ fn run(cli: Cli) -> Result<()> {
             if traces.is_empty() {
                 bail!("export --format parquet: name the dataset folder and at least one trace (OUT_DIR TRACE…)");
             }
-            refuse_output_among_inputs(&output, &traces)?;
+            let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
+            shardscope_io::output::check_outputs(&[&output], &inputs)?;
             let run = run.unwrap_or_else(|| {
                 shardscope_io::parquet::sanitize_run_name(&run_label(&traces[0].display().to_string()))
             });
@@ -476,16 +491,17 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
         Command::CriticalPath { model, limit, perfetto } => {
             let format = model_format(model.format)?;
+            refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
             let (traces, model) = load_model(model)?;
             let path = critical_path::critical_path(&traces, &model);
             if let Some(out) = perfetto {
                 let ideal = whatif::no_straggler_times(&model);
                 let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
-                let file = std::fs::File::create(&out).with_context(|| out.display().to_string())?;
-                let mut file = std::io::BufWriter::new(file);
+                let mut file = std::io::BufWriter::new(shardscope_io::output::OutputFile::create(&out)?);
                 shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
                     .and_then(|_| file.flush())
                     .with_context(|| out.display().to_string())?;
+                file.into_inner().map_err(|e| e.into_error()).with_context(|| out.display().to_string())?.commit()?;
                 let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
             }
             match format {
@@ -500,6 +516,10 @@ fn run(cli: Cli) -> Result<()> {
             }
             if model.step.is_some() || model.analysis.window.is_some() {
                 bail!("--straggler-artifact analyses every step of its trace: --step and --window do not apply");
+            }
+            if let Some(png) = &heatmap {
+                let inputs: Vec<&Path> = std::iter::once(trace.as_path()).chain(artifact_meta.as_deref()).collect();
+                shardscope_io::output::check_outputs(&[png, &png.with_extension("svg")], &inputs)?;
             }
             let meta = artifact_meta
                 .map(|path| straggler_artifact::JobMeta::load(&path))
@@ -588,10 +608,9 @@ fn write_report_charts(
     html::add_llm_charts(&mut drawn, &llm);
     if let Some(dir) = &pictures.charts {
         // The figures the latency, MFU and layer charts draw (the report's JSON has the rest).
-        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        shardscope_io::output::output_dir(dir)?;
         let path = dir.join("llm.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&llm)? + "\n")
-            .with_context(|| path.display().to_string())?;
+        shardscope_io::output::write_output(&path, (serde_json::to_string_pretty(&llm)? + "\n").as_bytes())?;
     }
     if let Some(dir) = &pictures.charts {
         let files = html::write_chart_files(dir, &drawn.sections).map_err(anyhow::Error::msg)?;
@@ -599,26 +618,20 @@ fn write_report_charts(
     }
     if let Some(path) = &pictures.html {
         let page = html::report_page(report, &drawn).map_err(anyhow::Error::msg)?;
-        std::fs::write(path, page).with_context(|| path.display().to_string())?;
+        shardscope_io::output::write_output(path, page.as_bytes())?;
         let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", path.display());
     }
     Ok(())
 }
 
-/// A dataset written over one of its own inputs (or a folder holding them) would remove what it reads.
-fn refuse_output_among_inputs(output: &Path, inputs: &[PathBuf]) -> Result<()> {
-    let Ok(output_path) = output.canonicalize() else { return Ok(()) };
-    for input in inputs {
-        if let Ok(input_path) = input.canonicalize()
-            && (input_path.starts_with(&output_path) || output_path.starts_with(&input_path))
-        {
-            bail!("{}: the dataset folder would overlap the input {}", output.display(), input.display());
-        }
-    }
-    Ok(())
+/// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.
+fn refuse_outputs_over_inputs(outputs: &[Option<&Path>], analysis: &AnalysisArgs) -> Result<()> {
+    let outputs: Vec<&Path> = outputs.iter().flatten().copied().collect();
+    let inputs: Vec<&Path> =
+        analysis.traces.iter().map(PathBuf::as_path).chain(analysis.rules.as_deref()).chain(analysis.bench.as_deref()).collect();
+    Ok(shardscope_io::output::check_outputs(&outputs, &inputs)?)
 }
 
-/// The dependency-model commands write a table or JSON.
 fn model_format(format: OutputFormat) -> Result<OutputFormat> {
     if format == OutputFormat::Csv {
         bail!("--format csv: critical-path and what-if write table or json");

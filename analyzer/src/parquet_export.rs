@@ -41,6 +41,7 @@ pub fn export(root: &Path, run: &str, traces: &[Trace], options: &Options) -> Re
     let mut stats = writer.write_traces(traces, &device_ranks)?;
     write_figures(&writer, &report, &mut stats)?;
     write_instances(&writer, &report, traces, &device_ranks, &mut stats)?;
+    writer.finish()?;
     Ok(stats)
 }
 

@@ -316,8 +316,17 @@ impl ArtifactTrace {
         let not_parquet = |e: parquet::errors::ParquetError| {
             format!("{}: not a readable Parquet file: {}", path.display(), e.to_string().replace('\n', " "))
         };
-        let reader =
-            ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?.build().map_err(not_parquet)?;
+        // The decoder panics on some damaged files: it runs under the dataset reader's guard, which turns that
+        // panic into the file's one-line error.
+        fn guard<T>(path: &Path, step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+            shardscope_io::parquet::guarded(path, || Ok(step())).map_err(|e| e.to_string()).and_then(|r| r)
+        }
+        let mut reader = guard(path, || {
+            ParquetRecordBatchReaderBuilder::try_new(file.try_clone().map_err(|e| format!("{}: {e}", path.display()))?)
+                .map_err(not_parquet)?
+                .build()
+                .map_err(not_parquet)
+        })?;
         let mut trace = ArtifactTrace {
             source: path.display().to_string(),
             rows: Vec::new(),
@@ -325,7 +334,7 @@ impl ArtifactTrace {
             skipped: BTreeMap::new(),
         };
         let mut optype_ids: HashMap<String, u16> = HashMap::new();
-        for batch in reader {
+        while let Some(batch) = guard(path, || Ok(reader.next()))? {
             let batch = batch.map_err(|e| format!("{}: not a readable Parquet file: {e}", path.display()))?;
             let get = |name| column(&batch, path, name);
             let (dp, stage, rank, step) = (get("dp_rank")?, get("stage")?, get("rank")?, get("step")?);
@@ -804,10 +813,27 @@ impl Template {
     }
 }
 
+/// Refuses DP ranks and stages that are not 0..n with each present: the model has one lane per DP rank and loops
+/// over the stages, so a single row with DP rank 2·10⁹ would otherwise size the model (and its replays) from it.
+fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
+    let file = &trace.source;
+    for (what, values) in [
+        ("DP rank", trace.rows.iter().map(|r| r.dp).collect::<std::collections::BTreeSet<u32>>()),
+        ("stage", trace.rows.iter().map(|r| r.stage).collect()),
+    ] {
+        if let Some(missing) = (0u32..).zip(&values).find(|(expected, value)| expected != *value).map(|p| p.0) {
+            let largest = values.last().copied().unwrap_or(0);
+            return Err(format!("{file}: {what} {missing} has no rows, but {what} {largest} has (they must be 0..n)"));
+        }
+    }
+    Ok(())
+}
+
 impl StragglerModel {
     /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
     pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
         let file = &trace.source;
+        check_lanes_bounded(trace)?;
         let template = Template::build(trace, meta)?;
         let mut steps: Vec<i64> = trace.rows.iter().map(|r| r.step).collect();
         steps.sort_unstable();
@@ -819,7 +845,17 @@ impl StragglerModel {
         let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
         // Operation id = lane × names + name, lane = step index × DP size + DP rank: a lane's operations lie
         // together, and so do the lanes of a step, which the replay visits together.
-        let mut row_of: Vec<u32> = vec![u32::MAX; names * lanes];
+        // Every (step, DP rank) lane runs the template's operations, one row each: more slots than rows means a
+        // missing one, found here without sizing anything from the values in the file.
+        let slots = names.checked_mul(lanes).filter(|&n| n <= trace.rows.len()).ok_or_else(|| {
+            format!(
+                "{file}: {} rows cannot fill {} steps × {dp_size} DP ranks × {names} operations of the first step \
+                 (every step and DP rank must run the same operations)",
+                trace.rows.len(),
+                steps.len()
+            )
+        })?;
+        let mut row_of: Vec<u32> = vec![u32::MAX; slots];
         for (r, row) in trace.rows.iter().enumerate() {
             let Some(&name) = template.index.get(&(row.optype, row.seq, row.stage)) else {
                 return Err(format!(
@@ -871,7 +907,7 @@ impl StragglerModel {
         let step_start_ns: Vec<i64> = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).collect();
 
         // Transfers: a communication operation's end minus the latest start in its group.
-        let op_count = names * lanes;
+        let op_count = row_of.len();
         let mut recorded_own_ns = vec![0i64; op_count];
         let mut launch_delay_ns = vec![0i64; op_count];
         let mut ops: Vec<Op> = Vec::with_capacity(op_count);
@@ -1406,8 +1442,8 @@ pub fn write_heatmap(report: &StragglerReport, png_path: &Path) -> Result<[std::
     let png = crate::charts::render_png(&chart).map_err(|e| format!("heatmap: {e}"))?;
     let svg = crate::charts::render_svg(&chart).map_err(|e| format!("heatmap: {e}"))?;
     let svg_path = png_path.with_extension("svg");
-    std::fs::write(png_path, png).map_err(|e| format!("{}: {e}", png_path.display()))?;
-    std::fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+    shardscope_io::output::write_output(png_path, &png).map_err(|e| e.to_string())?;
+    shardscope_io::output::write_output(&svg_path, svg.as_bytes()).map_err(|e| e.to_string())?;
     Ok([png_path.to_path_buf(), svg_path])
 }
 

@@ -21,9 +21,14 @@ use crate::categories::{self, Classifier};
 use crate::charts::{self, Chart, ChartKind, Line, Segment, SeriesPoint, escape};
 use crate::html::{self, Section, Table};
 use crate::report::{self, Options, Report};
+use crate::study_command::CommandTemplate;
 
 /// Placeholders every template knows besides the grid's parameters.
 const BUILTIN_PLACEHOLDERS: [&str; 3] = ["out", "rep", "point"];
+
+/// The most runs (grid points × repetitions) a study file may ask for: a bound checked before the points are
+/// listed, so that a file asking for 10¹⁶ is refused rather than exhausting memory.
+pub const MAX_RUNS: u64 = 10_000;
 
 /// The study file, as written.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -32,8 +37,12 @@ pub struct StudyFile {
     /// Name of the study (default: the file's name without `.toml`).
     #[serde(default)]
     pub name: Option<String>,
-    /// Shell command line with `{param}` placeholders, `{out}` (the trace path), `{rep}` and `{point}`.
+    /// Command line with `{param}` placeholders, `{out}` (the trace path), `{rep}` and `{point}`: split into
+    /// words and run without a shell, each value one argument (see [`crate::study_command`]).
     pub command: String,
+    /// Run `command` under `sh -c` (pipes, `&&`, redirections), each value quoted as one shell word.
+    #[serde(default)]
+    pub shell: bool,
     /// Parameter → its values; every combination is one point.
     pub grid: BTreeMap<String, Vec<toml::Value>>,
     /// Runs per point.
@@ -60,6 +69,19 @@ pub struct StudyFile {
     /// Tokens per phase instance (`batch`, `seq`, `decode_steps`).
     #[serde(default)]
     pub tokens: Option<TokensTemplate>,
+}
+
+impl StudyFile {
+    /// The file as the study's records show it: the command and the environment's values with secrets redacted
+    /// ([`shardscope_io::redact`]).
+    pub fn redacted(&self) -> StudyFile {
+        let mut file = self.clone();
+        file.command = shardscope_io::redact::redact_text(&file.command);
+        for (name, value) in &mut file.env {
+            *value = shardscope_io::redact::redact_env_value(name, value);
+        }
+        file
+    }
 }
 
 fn one() -> u32 {
@@ -96,6 +118,10 @@ pub struct Study {
     pub base_dir: PathBuf,
     /// The study's folder.
     pub out_dir: PathBuf,
+    /// Whether the study's folder is the study file's `output` (inside the file's folder), not `--out`.
+    pub out_inside: bool,
+    /// The command template, split into words.
+    pub template: CommandTemplate,
     /// Every point, in grid order.
     pub points: Vec<Point>,
     /// The parameter that counts GPUs, if any.
@@ -185,6 +211,25 @@ impl Study {
         }
         if file.repetitions == 0 {
             return Err(fail("`repetitions` must be at least 1".into()));
+        }
+        let runs = file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
+        if runs.is_none_or(|n| n > MAX_RUNS) {
+            let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
+            return Err(fail(format!(
+                "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
+                sizes.join(", "),
+                file.repetitions
+            )));
+        }
+        let template = CommandTemplate::parse(&file.command, file.shell).map_err(|e| fail(format!("command {e}")))?;
+        if let Some(output) = &file.output
+            && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
+        {
+            return Err(fail(format!(
+                "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
+                 `analyzer study --out DIR` names any other",
+                output.display()
+            )));
         }
         let mut values: Vec<(String, Vec<String>)> = Vec::new();
         for (name, list) in &file.grid {
@@ -281,7 +326,8 @@ impl Study {
         if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(fail(format!("two points have the same file name '{}'", pair[0])));
         }
-        Ok(Study { path: path.to_path_buf(), file, name, base_dir, out_dir, points, gpus })
+        let out_inside = out_override.is_none();
+        Ok(Study { path: path.to_path_buf(), file, name, base_dir, out_dir, out_inside, template, points, gpus })
     }
 
     /// The folder of the points' traces, logs and status records.
@@ -298,11 +344,34 @@ impl Study {
         self.points_dir().join(format!("{}.status.json", point.id))
     }
 
-    /// The command line of a point (without `capture`).
+    /// The command line of a point (without `capture`), as a shell would read it: the `sh -c` script with
+    /// `shell = true`, else the arguments each quoted as one shell word.
     pub fn command_line(&self, point: &Point) -> String {
         let out = self.trace_path_for_command(point);
-        let values = |name: &str| self.placeholder(point, name, &out).map(|v| shell_word(&v));
-        expand(&self.file.command, &values).unwrap_or_default()
+        if self.file.shell {
+            let values = |name: &str| self.placeholder(point, name, &out).map(|v| shell_word(&v));
+            return expand(&self.file.command, &values).unwrap_or_default();
+        }
+        self.argv(point).iter().map(|a| shell_word(a)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// The program and arguments a point runs (without `capture`): `sh -c SCRIPT` with `shell = true`, else the
+    /// template's words with the point's values, none of them read by a shell.
+    pub fn argv(&self, point: &Point) -> Vec<String> {
+        if self.file.shell {
+            return vec!["sh".into(), "-c".into(), self.command_line(point)];
+        }
+        let out = self.trace_path_for_command(point);
+        self.template.argv(&|name| self.placeholder(point, name, &out)).unwrap_or_default()
+    }
+
+    /// The command line of a point as recorded (status files, study.json): secrets redacted.
+    pub fn recorded_command_line(&self, point: &Point) -> String {
+        if self.file.shell {
+            return shardscope_io::redact::redact_text(&self.command_line(point));
+        }
+        let argv = shardscope_io::redact::redact_args(&self.argv(point));
+        argv.iter().map(|a| shell_word(a)).collect::<Vec<_>>().join(" ")
     }
 
     /// `{out}` as the command sees it: relative to the folder it runs in when the study's folder is inside it (so
@@ -329,6 +398,32 @@ impl Study {
         let out = self.trace_path_for_command(point);
         let values = |name: &str| self.placeholder(point, name, &out);
         self.file.env.iter().map(|(k, v)| (k.clone(), expand(v, &values).unwrap_or_default())).collect()
+    }
+}
+
+impl Study {
+    /// Refuses a symbolic link where the study writes: its folder, `points/` and `charts/`, and (for the study
+    /// file's own `output`) every folder between the study file's folder and it. A study folder is often shared
+    /// or unpacked from elsewhere, and a link shipped inside it would send the outputs anywhere.
+    fn check_out_dir(&self) -> Result<(), String> {
+        let mut folders = vec![self.points_dir(), self.out_dir.join("charts")];
+        let mut folder = self.out_dir.as_path();
+        folders.push(folder.to_path_buf());
+        while self.out_inside
+            && let Some(parent) = folder.parent().filter(|p| p.starts_with(&self.base_dir) && *p != self.base_dir)
+        {
+            folders.push(parent.to_path_buf());
+            folder = parent;
+        }
+        for folder in folders {
+            if std::fs::symlink_metadata(&folder).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(format!(
+                    "{}: a symbolic link inside the study folder; the study writes only into real folders",
+                    folder.display()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -399,6 +494,9 @@ pub struct RunOptions {
 
 /// Runs every point that has not finished yet; returns each point's status. Progress goes to `log` (stderr).
 pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Write) -> Result<Vec<RunStatus>, String> {
+    // Parameter values come from the study file: shown on the terminal with its control characters escaped.
+    let safe = shardscope_io::error_text::one_line;
+    study.check_out_dir()?;
     let dir = study.points_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let total = study.points.len();
@@ -407,7 +505,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
     let bar = crate::progress::points(total as u64);
     for (index, point) in study.points.iter().enumerate() {
         bar.set_position(index as u64);
-        bar.set_message(format!("{} r{}", point.config(), point.rep));
+        bar.set_message(format!("{} r{}", safe(&point.config()), point.rep));
         let trace = study.trace_path(point);
         let status_path = study.status_path(point);
         let previous: Option<RunStatus> =
@@ -419,7 +517,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
                     log,
                     "study: [{}/{total}] {} r{}: kept (finished before)",
                     index + 1,
-                    point.config(),
+                    safe(&point.config()),
                     point.rep
                 )
             })
@@ -429,8 +527,8 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         }
         // A trace left by an unfinished run is not this run's.
         let _ = if trace.is_dir() { std::fs::remove_dir_all(&trace) } else { std::fs::remove_file(&trace) };
-        let command = study.command_line(point);
-        bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, point.config(), point.rep)).ok();
+        let command = study.recorded_command_line(point);
+        bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, safe(&point.config()), point.rep)).ok();
         let log_path = dir.join(format!("{}.log", point.id));
         let status = run_one(study, point, &command, options, &log_path);
         bar.suspend(|| {
@@ -438,7 +536,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
                 log,
                 "study: [{}/{total}] {} r{}: {} ({:.1} s)",
                 index + 1,
-                point.config(),
+                safe(&point.config()),
                 point.rep,
                 status.describe(),
                 status.wall_s
@@ -450,7 +548,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
             status.error = Some(format!("the run wrote no trace to {}", trace.display()));
         }
         let json = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
-        std::fs::write(&status_path, json).map_err(|e| format!("{}: {e}", status_path.display()))?;
+        shardscope_io::output::write_output(&status_path, json.as_bytes()).map_err(|e| e.to_string())?;
         statuses.push(status);
     }
     bar.finish_and_clear();
@@ -467,7 +565,9 @@ fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, lo
         wall_s: 0.0,
         error: None,
     };
-    let log = match std::fs::File::create(log_path) {
+    // A link at the log's name (shipped inside the study folder) is removed, never written through.
+    let _ = std::fs::remove_file(log_path);
+    let log = match std::fs::OpenOptions::new().write(true).create_new(true).open(log_path) {
         Ok(file) => file,
         Err(e) => {
             status.error = Some(format!("{}: {e}", log_path.display()));
@@ -481,13 +581,18 @@ fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, lo
             return status;
         }
     };
+    let argv = study.argv(point);
+    let Some((program, args)) = argv.split_first() else {
+        status.error = Some("the command has no words".into());
+        return status;
+    };
     let mut child = if options.no_capture {
-        let mut c = Command::new("sh");
-        c.arg("-c").arg(command);
+        let mut c = Command::new(program);
+        c.args(args);
         c
     } else {
         let mut c = Command::new(&options.capture);
-        c.arg("-o").arg(study.trace_path_for_command(point)).arg("--force").arg("--").arg("sh").arg("-c").arg(command);
+        c.arg("-o").arg(study.trace_path_for_command(point)).arg("--force").arg("--").arg(program).args(args);
         c
     };
     child.current_dir(&study.base_dir).envs(study.environment(point)).stdin(Stdio::null()).stdout(log).stderr(log_err);
@@ -503,7 +608,7 @@ fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, lo
         Err(e) => {
             status.error = Some(format!(
                 "{}: {e}",
-                if options.no_capture { "sh".into() } else { options.capture.display().to_string() }
+                if options.no_capture { program.clone() } else { options.capture.display().to_string() }
             ))
         }
     }
@@ -680,7 +785,11 @@ pub fn analyse(
         let mut result = PointResult {
             point: point.clone(),
             status: "not_run",
-            run: status.clone(),
+            // A status written by an older version may hold the command line as it ran: redacted again.
+            run: status.clone().map(|mut s| {
+                s.command = shardscope_io::redact::redact_text(&s.command);
+                s
+            }),
             trace: None,
             error: None,
             figures: None,
@@ -727,7 +836,7 @@ pub fn analyse(
         points.push(result);
     }
     let scaling = scaling(study, &points);
-    StudyResults { study: study.name.clone(), file: study.file.clone(), points, scaling }
+    StudyResults { study: study.name.clone(), file: study.file.redacted(), points, scaling }
 }
 
 /// Per phase, the slowest rank's median instance time after the warm-up.
@@ -1531,7 +1640,7 @@ pub fn study_text(results: &StudyResults) -> String {
 pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -> Result<String, String> {
     let mut page = html::page_start(&format!("shardscope study {}", study.name));
     let _ = writeln!(page, "<h1>Study {}</h1>", escape(&study.name));
-    let _ = writeln!(page, "<p>Command: <code>{}</code></p>", escape(&study.file.command));
+    let _ = writeln!(page, "<p>Command: <code>{}</code></p>", escape(&study.file.redacted().command));
     let grid: Vec<String> = study
         .file
         .grid
@@ -1617,9 +1726,9 @@ pub fn run_study(
     };
     let results = analyse(study, &statuses, &classifier, bench.as_ref(), peak.as_ref());
     let sections = study_charts(study, &results, &classifier);
-    let write =
-        |path: PathBuf, bytes: &[u8]| std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()));
+    let write = |path: PathBuf, bytes: &[u8]| shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string());
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
+    study.check_out_dir()?;
     std::fs::create_dir_all(&study.out_dir).map_err(|e| format!("{}: {e}", study.out_dir.display()))?;
     write(study.out_dir.join("study.json"), json.as_bytes())?;
     html::write_chart_files(&study.out_dir.join("charts"), &sections)?;

@@ -91,11 +91,11 @@ fn export_refuses_to_overwrite_its_input() {
     let file = unpacked_sample(&dir);
     let before = std::fs::read(&file).unwrap();
     let output = analyzer(&["export", "-o", file.to_str().unwrap(), file.to_str().unwrap()]);
-    assert_one_line_error(&output, "the output is also an input");
+    assert_one_line_error(&output, "refusing to write over an input");
     assert_eq!(std::fs::read(&file).unwrap(), before);
     // Nor a member of a folder given as input.
     let output = analyzer(&["export", "-o", file.to_str().unwrap(), dir.to_str().unwrap()]);
-    assert_one_line_error(&output, "the output is also an input");
+    assert_one_line_error(&output, "refusing to write over an input");
 }
 
 #[test]
@@ -130,10 +130,10 @@ fn folder_members_that_are_skipped_are_warned_about() {
     let output = analyzer(&["report", "--format", "json", folder.to_str().unwrap()]);
     assert!(output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("warning:") && stderr.contains("README (not a trace)"), "{stderr}");
+    assert!(stderr.contains("warning:") && stderr.contains("(not a trace) in") && stderr.contains(": README"), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let warnings = report["warnings"].as_array().unwrap();
-    assert!(warnings.iter().any(|w| w["what"].as_str().unwrap().contains("README (not a trace)")));
+    assert!(warnings.iter().any(|w| w["what"].as_str().unwrap().ends_with(&format!("(not a trace) in {}: README", folder.display()))));
 }
 
 /// Peak resident memory of a child run under an address-space limit, in bytes, and its exit code.
@@ -222,4 +222,60 @@ fn small_hostile_inputs_stay_within_a_memory_bound() {
         assert!(resident < RESIDENT_BYTES, "{}: {resident} bytes resident", input.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_device_is_refused_and_a_pipe_without_a_writer_does_not_block() {
+    let output = analyzer(&["report", "/dev/zero"]);
+    assert_one_line_error(&output, "/dev/zero: is a device, not a trace file");
+    let dir = scratch("fifo-wait");
+    let fifo = dir.join("pipe");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_analyzer"))
+        .args(["report", fifo.to_str().unwrap()])
+        .env("SHARDSCOPE_PIPE_WAIT_S", "1")
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "no writer opened the pipe within 1 s");
+    assert!(started.elapsed().as_secs() < 20);
+}
+
+#[test]
+fn a_signal_or_a_kill_leaves_no_private_copy_behind() {
+    let dir = scratch("signal-copies");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // A copy left by a process killed with SIGKILL (its pid no longer runs) is removed by the next run.
+    let stale = tmp.join("shardscope-4194303-abcdef");
+    std::fs::write(&stale, b"left behind").unwrap();
+    // A pipe that delivers part of a trace and then stalls: the copy is being written when SIGTERM comes.
+    let fifo = dir.join("pipe");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_analyzer"))
+        .args(["report", fifo.to_str().unwrap()])
+        .env("TMPDIR", &tmp)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    std::io::Write::write_all(&mut writer, &std::fs::read(unpacked_sample(&dir)).unwrap()[..1 << 16]).unwrap();
+    // Wait until the copy exists, then stop the run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let copies = || std::fs::read_dir(&tmp).unwrap().count();
+    while (copies() != 1 || stale.exists()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!stale.exists(), "the stale copy is removed");
+    assert_eq!(copies(), 1, "the run's own copy exists");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    drop(writer);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGTERM));
+    assert_eq!(copies(), 0, "the copy is removed on SIGTERM");
 }

@@ -203,3 +203,92 @@ fn a_file_that_is_not_an_artifact_trace_is_one_line_and_exit_2() {
     ]);
     common::assert_one_line_error(&output, "meta.yaml: not an artifact metadata file");
 }
+
+/// `trace-ST.parquet` with one column replaced: `dp_rank` of `row` set to `value` (as Int64).
+fn with_dp_rank(dir: &Path, row: usize, value: i64) -> PathBuf {
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let file = std::fs::File::open(data("trace-ST.parquet")).unwrap();
+    let batches: Vec<RecordBatch> =
+        ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap().map(Result::unwrap).collect();
+    let out = dir.join(format!("dp-{value}.parquet"));
+    let mut writer: Option<ArrowWriter<std::fs::File>> = None;
+    let mut first = 0;
+    for batch in batches {
+        let schema = batch.schema();
+        let at = schema.index_of("dp_rank").unwrap();
+        let old = batch.column(at);
+        let mut values: Vec<Option<i64>> = match old.data_type() {
+            DataType::Int64 => old.as_primitive::<Int64Type>().iter().collect(),
+            DataType::Int32 => old.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+            other => panic!("dp_rank is {other}"),
+        };
+        if (first..first + values.len()).contains(&row) {
+            values[row - first] = Some(value);
+        }
+        first += values.len();
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields[at] = Field::new("dp_rank", DataType::Int64, true);
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        columns[at] = Arc::new(Int64Array::from(values));
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        let writer = writer.get_or_insert_with(|| {
+            ArrowWriter::try_new(std::fs::File::create(&out).unwrap(), batch.schema(), None).unwrap()
+        });
+        writer.write(&batch).unwrap();
+    }
+    writer.unwrap().close().unwrap();
+    out
+}
+
+#[test]
+fn a_huge_dp_rank_is_one_line_not_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = straggler_artifact::ArtifactTrace::load(&data("trace-ST.parquet")).unwrap().rows();
+    // A row of the last step: the first step (the template) stays intact.
+    let trace = with_dp_rank(dir.path(), rows - 1, 2_000_000_000);
+    let output = common::analyzer(&["what-if", "--straggler-artifact", trace.to_str().unwrap()]);
+    common::assert_one_line_error(&output, "DP rank 1 has no rows, but DP rank 2000000000 has");
+}
+
+#[test]
+fn damaged_artifact_traces_are_errors_never_panics() {
+    let original = std::fs::read(data("trace-ST.parquet")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trace.parquet");
+    let meta = JobMeta::default();
+    // A fixed pseudo-random sequence of single-byte changes and truncations over the whole file.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
+    };
+    let mut errors = 0;
+    for trial in 0..150 {
+        let mut bytes = original.clone();
+        if trial % 5 == 0 {
+            bytes.truncate(next(bytes.len()));
+        } else {
+            let at = next(bytes.len());
+            bytes[at] ^= 1 + next(255) as u8;
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        let result = straggler_artifact::ArtifactTrace::load(&file)
+            .and_then(|trace| straggler_artifact::StragglerModel::build(&trace, &meta).map(|_| ()));
+        if let Err(error) = result {
+            assert!(error.starts_with(&file.display().to_string()), "{error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+            errors += 1;
+        }
+    }
+    assert!(errors > 20, "damages are found: {errors} of 150");
+}

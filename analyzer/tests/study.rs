@@ -16,6 +16,7 @@ fn study_text(dir: &Path, extra: &str) -> String {
     let samples = repo_root().join("sample-traces");
     format!(
         r#"command = "echo {{point}} >> {log}; if [ {{nproc}} = 2 ] && [ {{SEQ}} = 512 ] && [ ! -e {fixed} ]; then exit 3; fi; cp {samples}/tp{{nproc}}_nsys.sqlite.gz {{out}}"
+shell = true
 warmup_steps = 2
 {extra}
 [grid]
@@ -405,4 +406,101 @@ fn the_example_studys_tokens_follow_each_points_sequence_length() {
     let model = study.file.model.as_ref().unwrap();
     // tp_llm.py's defaults: 8 × (4·4096² + 3·4096·11008) weights.
     assert_eq!(model.weights(), Some(8.0 * (4.0 * 4096.0f64.powi(2) + 3.0 * 4096.0 * 11008.0)));
+}
+
+#[test]
+fn a_huge_grid_or_repetition_count_is_refused_before_anything_is_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let values: Vec<String> = (0..100).map(|v| v.to_string()).collect();
+    let grid: String = (0..8).map(|p| format!("P{p} = [{}]\n", values.join(", "))).collect();
+    let cases = [
+        (format!("command = \"run\"\n[grid]\n{grid}"), "more than 10000 runs"),
+        ("command = \"run\"\nrepetitions = 4294967295\n[grid]\nSEQ = [1]\n".to_string(), "4294967295 repetitions"),
+    ];
+    for (index, (text, cause)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("huge{index}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let started = std::time::Instant::now();
+        let output = analyzer(&["study", "--analyse-only", path.to_str().unwrap()]);
+        assert_one_line_error(&output, &format!("huge{index}.toml"));
+        assert!(String::from_utf8_lossy(&output.stderr).contains(cause));
+        assert!(started.elapsed().as_secs() < 30, "refused at once");
+    }
+}
+
+#[test]
+fn a_value_is_one_argument_and_never_read_by_a_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pwned");
+    let hostile = format!("x' ; touch {} ; echo '", marker.display());
+    let path = dir.path().join("args.toml");
+    // printf writes each argument on its own line: the value must come out whole, quotes and all.
+    std::fs::write(
+        &path,
+        format!("command = \"printf '%s\\\\n' '{{X}}' {{X}}\"\n[grid]\nX = [{}]\n", toml::Value::from(hostile.as_str())),
+    )
+    .unwrap();
+    let output = analyzer(&["study", "--no-capture", path.to_str().unwrap()]);
+    assert!(!marker.exists(), "the value ran as a command: {}", String::from_utf8_lossy(&output.stderr));
+    let logs: Vec<_> = std::fs::read_dir(dir.path().join("args-study/points"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert_eq!(log, format!("{hostile}\n{hostile}\n"));
+    // Shell syntax without `shell = true` is refused; with it, a placeholder inside the template's quotes is.
+    for (text, cause) in [
+        ("command = \"run {X} > log\"\n[grid]\nX = [1]\n", "shell = true"),
+        ("command = \"run '{X}'\"\nshell = true\n[grid]\nX = [1]\n", "inside quotes"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let output = analyzer(&["study", "--analyse-only", path.to_str().unwrap()]);
+        assert_one_line_error(&output, "args.toml");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(cause), "{cause}");
+    }
+}
+
+#[test]
+fn outputs_stay_inside_the_study_folder_and_never_follow_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let study_dir = dir.path().join("study");
+    std::fs::create_dir(&study_dir).unwrap();
+    let path = study_dir.join("s.toml");
+    for output in ["/tmp/elsewhere", "../outside"] {
+        std::fs::write(&path, format!("command = \"run\"\noutput = \"{output}\"\n[grid]\nX = [1]\n")).unwrap();
+        let result = analyzer(&["study", "--analyse-only", path.to_str().unwrap()]);
+        assert_one_line_error(&result, "s.toml");
+        assert!(String::from_utf8_lossy(&result.stderr).contains("inside the study file's folder"));
+    }
+    // A link shipped inside the study folder, where the charts go.
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(&path, "command = \"run\"\n[grid]\nX = [1]\n").unwrap();
+    std::fs::create_dir(study_dir.join("s-study")).unwrap();
+    std::os::unix::fs::symlink(&victim, study_dir.join("s-study/charts")).unwrap();
+    let result = analyzer(&["study", "--analyse-only", path.to_str().unwrap()]);
+    assert_one_line_error(&result, "charts");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing written through the link");
+}
+
+#[test]
+fn secrets_in_the_command_and_env_stay_out_of_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secret.toml");
+    std::fs::write(
+        &path,
+        "command = \"sh -c 'echo run --api-key=sk-abcdefghijkl HF_TOKEN=hf_abcdefghijkl {X}'\"\n\
+         [env]\nHF_TOKEN = \"hf_abcdefghijklmnop\"\nEXTRA = \"--token=zq9qsecretvalue\"\n[grid]\nX = [1]\n",
+    )
+    .unwrap();
+    let output = analyzer(&["study", "--no-capture", path.to_str().unwrap()]);
+    assert!(output.status.code().is_some(), "{}", String::from_utf8_lossy(&output.stderr));
+    for file in ["secret-study/study.json", "secret-study/study.html", "secret-study/points/X-1_r0.status.json"] {
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        for secret in ["sk-abcdefghijkl", "hf_abcdefghijkl", "zq9qsecretvalue"] {
+            assert!(!text.contains(secret), "{file} holds {secret}");
+        }
+        assert!(text.contains("redacted"), "{file}");
+    }
 }

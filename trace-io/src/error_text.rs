@@ -35,8 +35,43 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
+/// Whether a terminal could take `c` for a command rather than text: control characters (C0, DEL and the C1
+/// range, where U+009B starts an escape sequence on its own) and the bidirectional overrides that reorder what
+/// is shown.
+fn terminal_unsafe(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` (a table, a report: many lines) with every character a terminal would act on written as an escape
+/// (`\u{1b}`), lines and tabs kept. Names in tables come from the inputs: a kernel named `\x1b]0;…\x07` must not
+/// retitle or clear the user's terminal.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(terminal_unsafe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if terminal_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_table_keeps_its_lines_and_loses_its_escape_sequences() {
+        let table = "kernel\tms\n\x1b]0;owned\x07gemm\u{9b}2J\u{202e}x\t1\n";
+        assert_eq!(
+            super::terminal_safe(table),
+            "kernel\tms\n\\u{1b}]0;owned\\u{7}gemm\\u{9b}2J\\u{202e}x\t1\n"
+        );
+        assert!(matches!(super::terminal_safe("plain\n"), std::borrow::Cow::Borrowed(_)));
+    }
+
     use super::*;
 
     #[derive(Debug)]

@@ -25,7 +25,10 @@ pub mod limits;
 pub mod nccl;
 pub mod nsys;
 pub mod nsys_writer;
+pub mod output;
 pub mod parquet;
+pub mod redact;
+pub mod temp_copies;
 
 use std::path::Path;
 
@@ -57,8 +60,9 @@ pub fn load_file(path: &Path) -> Result<Trace, Error> {
         return Err(Error::format(path, "is a folder, not a trace file"));
     }
     if !metadata.is_file() {
-        // A pipe can be read once only, and SQLite needs a file it can seek in.
-        let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        // A pipe can be read once only, and SQLite needs a file it can seek in. A device is refused, and a named
+        // pipe without a writer is given a bounded wait.
+        let input = temp_copies::open_special(path, &metadata)?;
         let copy = limits::copy_to_temp(path, input, limits::max_unpacked_bytes(None), "read the pipe")?;
         return read_copy(path, copy.path());
     }
@@ -110,21 +114,23 @@ fn rename_path(error: Error, from: &Path, to: &Path) -> Error {
 /// stops the run: it may well be a rank.
 fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
     let mut files = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
+    // Per cause, the members skipped for it (names sorted and summarised after the scan).
+    let mut skipped: std::collections::BTreeMap<&str, Vec<String>> = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
         let file = entry.path();
         // Follows links, like reading the file would.
         let metadata = std::fs::metadata(&file).map_err(|e| Error::io(&file, e))?;
+        let name = || entry.file_name().to_string_lossy().into_owned();
         if metadata.is_dir() {
-            skipped.push(format!("folder member skipped: {} (a folder)", file.display()));
+            skipped.entry("a folder").or_default().push(name());
         } else if !metadata.is_file() {
-            skipped.push(format!("folder member skipped: {} (not a regular file)", file.display()));
+            skipped.entry("not a regular file").or_default().push(name());
         } else {
             match sniff(&file) {
                 Ok(_) => files.push(file),
                 Err(Error::Io { path, source }) => return Err(Error::Io { path, source }),
-                Err(_) => skipped.push(format!("folder member skipped: {} (not a trace)", file.display())),
+                Err(_) => skipped.entry("not a trace").or_default().push(name()),
             }
         }
     }
@@ -135,10 +141,21 @@ fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
         });
     }
     files.sort();
-    skipped.sort();
     let mut traces = files.iter().map(|f| load_file(f)).collect::<Result<Vec<Trace>, Error>>()?;
-    for what in skipped {
-        traces[0].warn(&what);
+    for (cause, mut names) in skipped {
+        traces[0].warn_n(&skipped_members(path, cause, &mut names), names.len() as u64);
     }
     Ok(traces)
+}
+
+/// Members of a folder shown by name in the warning about them; the rest are counted.
+const SKIPPED_EXAMPLES: usize = 3;
+
+/// One warning line for every member of `folder` skipped for `cause`: the count is the warning's, a few names
+/// are examples, so that a folder of 10⁵ stray files gives one line, not 10⁵.
+fn skipped_members(folder: &Path, cause: &str, names: &mut [String]) -> String {
+    names.sort();
+    let examples = names.iter().take(SKIPPED_EXAMPLES).map(String::as_str).collect::<Vec<_>>().join(", ");
+    let more = if names.len() > SKIPPED_EXAMPLES { ", …" } else { "" };
+    format!("folder member skipped ({cause}) in {}: {examples}{more}", folder.display())
 }

@@ -8,7 +8,8 @@
 //!
 //! Temporary copies come from the `tempfile` crate: created exclusively (`O_EXCL`) with an
 //! unpredictable name and mode 0600, so a file or link planted in the temporary folder can
-//! neither be overwritten nor read, and removed when dropped.
+//! neither be overwritten nor read, and removed when dropped, on a signal, or (after SIGKILL) by
+//! the next run ([`crate::temp_copies`]).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -89,10 +90,8 @@ pub(crate) fn copy_to_temp(
     source: impl Read,
     limit_bytes: u64,
     what: &str,
-) -> Result<tempfile::NamedTempFile, Error> {
-    let mut temp = tempfile::Builder::new()
-        .prefix("shardscope-")
-        .tempfile()
+) -> Result<crate::temp_copies::TempCopy, Error> {
+    let mut temp = crate::temp_copies::TempCopy::create()
         .map_err(|e| Error::format(path, format!("cannot create a temporary file to {what}: {e}")))?;
     let mut source = Capped::new(source, limit_bytes);
     let mut writer = std::io::BufWriter::with_capacity(1 << 20, temp.as_file_mut());

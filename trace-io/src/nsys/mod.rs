@@ -190,8 +190,37 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
     nccl_tables::attach(&db, &mut trace)?;
+    read_capture_warnings(&db, &mut trace)?;
     trace.finish();
     Ok(trace)
+}
+
+/// Distinct capture warnings carried into the trace; more are counted together.
+const MAX_CAPTURE_WARNINGS: usize = 1000;
+
+/// The warnings `capture` met while recording and merging (`SHARDSCOPE_CAPTURE_WARNINGS`: what, count), carried
+/// into the trace's own warnings (prefixed `capture:`) so that the report shows them.
+fn read_capture_warnings(db: &Database<'_>, trace: &mut Trace) -> Result<(), Error> {
+    let mut warnings: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut beyond = 0u64;
+    db.each_row("SHARDSCOPE_CAPTURE_WARNINGS", &["what", "count"], |row| {
+        let (Some(what), Some(count)) = (text(row, 0), int(row, 1).and_then(|c| u64::try_from(c).ok())) else {
+            beyond += 1;
+            return Ok(());
+        };
+        if warnings.len() < MAX_CAPTURE_WARNINGS || warnings.contains_key(&what) {
+            let slot = warnings.entry(what).or_default();
+            *slot = slot.saturating_add(count);
+        } else {
+            beyond = beyond.saturating_add(count.max(1));
+        }
+        Ok(())
+    })?;
+    for (what, count) in warnings {
+        trace.warn_n(&format!("capture: {what}"), count);
+    }
+    trace.warn_n("capture: further warnings, or rows of its warnings table without a text or a count", beyond);
+    Ok(())
 }
 
 /// Rows per share of a big table: large enough that per-share costs vanish, small enough that

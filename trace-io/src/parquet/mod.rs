@@ -4,7 +4,8 @@
 //! Layout (`docs/parquet-schema.md` lists every table and column):
 //!
 //! ```text
-//! OUT_DIR/_shardscope_dataset.json               marker: format name and schema version
+//! OUT_DIR/_shardscope_dataset.json               marker: format name, schema version, manifest (written last)
+//! OUT_DIR/_shardscope_manifest.json              every part file with its rows and bytes
 //! OUT_DIR/<table>/run=<run>/rank=<n>/part-<trace>.parquet   event tables (kernels, memops, cuda_api, nvtx, …)
 //! OUT_DIR/<table>/run=<run>/part-<trace>.parquet            per-input tables (traces, processes, devices, …)
 //! ```
@@ -13,15 +14,22 @@
 //! by two inputs still gets one file per input. Every file carries the schema version in its key-value metadata
 //! ([`METADATA_SCHEMA_VERSION`]), so a file taken out of its folder still says what it is.
 //!
+//! A dataset is written in a private sibling folder and renamed into place when complete ([`DatasetWriter`]); the
+//! reader checks that the run's part files are exactly those of the manifest, with the sizes and rows written, so
+//! a deleted partition, a duplicated part or the leftovers of a killed export are an error naming the dataset.
+//! A dataset written before manifests existed is still read, with a warning in every trace that says so.
+//!
 //! Column names follow Nsight Systems' SQLite export where it has the concept (`start`, `end`, `deviceId`,
 //! `streamId`, `correlationId`, `globalPid`, `demangledName`, `shortName`, `gridX`, …); times are ns on the
 //! trace's clock. Names are written as text in the event tables, and each input's string table (`string_ids`) is
 //! kept too, so that a trace read back interns its names in the same order as the one written.
 
+mod manifest;
 mod read;
 mod write;
 
-pub use read::{is_dataset, read_dataset};
+pub use manifest::{MANIFEST_FILE, ManifestPart};
+pub use read::{guarded, is_dataset, read_dataset};
 pub use write::{
     Column, DatasetWriter, WriteStats, bools, column, f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s,
     sanitize_run_name, strs, u32s, u64s,

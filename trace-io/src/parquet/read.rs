@@ -21,6 +21,7 @@ use shardscope_model::{
     ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
 };
 
+use super::manifest;
 use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, range_kind_name};
 use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
@@ -36,10 +37,12 @@ pub fn is_dataset(path: &Path) -> bool {
 /// Reads the dataset at `root` (a folder with [`MARKER_FILE`]) into one trace per input of its run, in input
 /// order. A dataset holding several runs is refused with their names: each is a separate analysis.
 pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
-    check_marker(root)?;
+    let has_manifest = check_marker(root)?;
     let run = the_run(root)?;
+    let part_rows = if has_manifest { Some(manifest::verify_run(root, &run, &manifest::read(root)?)?) } else { None };
+    let source = Source { root, run: run.clone(), part_rows };
     let mut traces: BTreeMap<u32, Reading> = BTreeMap::new();
-    for_each_batch(root, tables::TRACES, &run, |file, batch| {
+    for_each_batch(&source, tables::TRACES, |file, batch| {
         let b = Columns { batch, file };
         let (id, path, format) = (b.u32("traceId")?, b.str("path")?, b.str("format")?);
         let (schema_version, producer, offset) = (b.str("schemaVersion")?, b.str("producer")?, b.i64("clockOffsetNs")?);
@@ -71,7 +74,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         return Err(Error::format(root, format!("run {run} lists no input (its {} table is empty)", tables::TRACES)));
     }
     let mut names: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
-    read_rows(root, tables::STRING_IDS, &run, &mut traces, |b, _, row, _| {
+    read_rows(&source, tables::STRING_IDS, &mut traces, |b, _, row, _| {
         let (Some(id), Some(text)) = (value(b.u32("id")?, row), text(b.str("value")?, row)) else { return Ok(false) };
         names.entry(b.trace_id(row)?).or_default().push((id, text.to_string()));
         Ok(true)
@@ -85,7 +88,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             }
         }
     }
-    read_rows(root, tables::PROCESSES, &run, &mut traces, |b, r, row, _| {
+    read_rows(&source, tables::PROCESSES, &mut traces, |b, r, row, _| {
         let (Some(global_pid), Some(pid), Some(name)) =
             (value(b.i64("globalPid")?, row), value(b.u32("pid")?, row), text(b.str("name")?, row))
         else {
@@ -103,7 +106,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         r.processes.insert(global_pid, index);
         Ok(true)
     })?;
-    read_rows(root, tables::THREADS, &run, &mut traces, |b, r, row, _| {
+    read_rows(&source, tables::THREADS, &mut traces, |b, r, row, _| {
         let (Some(process), Some(tid), Some(name)) =
             (r.process(value(b.i64("globalPid")?, row)), value(b.u32("tid")?, row), text(b.str("name")?, row))
         else {
@@ -112,7 +115,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         r.trace.threads.push(ThreadName { process, tid, name: name.to_string() });
         Ok(true)
     })?;
-    read_rows(root, tables::DEVICES, &run, &mut traces, |b, r, row, _| {
+    read_rows(&source, tables::DEVICES, &mut traces, |b, r, row, _| {
         let (Some(ordinal), Some(name)) = (value(b.u32("deviceId")?, row), text(b.str("name")?, row)) else {
             return Ok(false);
         };
@@ -136,7 +139,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         r.devices.insert(ordinal, index);
         Ok(true)
     })?;
-    read_rows(root, tables::WARNINGS, &run, &mut traces, |b, r, row, _| {
+    read_rows(&source, tables::WARNINGS, &mut traces, |b, r, row, _| {
         let (Some(what), Some(count)) = (text(b.str("what")?, row), value(b.u64("count")?, row)) else {
             return Ok(false);
         };
@@ -144,7 +147,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         Ok(true)
     })?;
     // The event tables are the large ones: their columns are looked up once per batch, not once per row.
-    for_each_batch(root, tables::KERNELS, &run, |file, batch| {
+    for_each_batch(&source, tables::KERNELS, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
@@ -186,7 +189,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         }
         Ok(())
     })?;
-    for_each_batch(root, tables::MEMOPS, &run, |file, batch| {
+    for_each_batch(&source, tables::MEMOPS, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
@@ -219,7 +222,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         }
         Ok(())
     })?;
-    for_each_batch(root, tables::CUDA_API, &run, |file, batch| {
+    for_each_batch(&source, tables::CUDA_API, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, class, global_pid) =
@@ -252,7 +255,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         Ok(())
     })?;
     let range_kinds = [RangeKind::PushPop, RangeKind::StartEnd, RangeKind::CpuAnnotation, RangeKind::GpuAnnotation];
-    for_each_batch(root, tables::NVTX, &run, |file, batch| {
+    for_each_batch(&source, tables::NVTX, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, name, domain, kind) =
@@ -293,7 +296,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     let ops = CollectiveOp::ALL;
     // Collectives are referred to by position (`collectiveId`): gathered first, placed after.
     let mut collectives: BTreeMap<u32, BTreeMap<u32, Collective>> = BTreeMap::new();
-    read_rows(root, tables::COLLECTIVES, &run, &mut traces, |b, r, row, trace_id| {
+    read_rows(&source, tables::COLLECTIVES, &mut traces, |b, r, row, trace_id| {
         let (Some(id), Some(op), Some(dtype), Some(group_name)) = (
             value(b.u32("collectiveId")?, row),
             text(b.str("op")?, row).and_then(|o| ops.into_iter().find(|op| op.name() == o)),
@@ -325,7 +328,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         };
         Ok(collectives.entry(trace_id).or_default().insert(id, collective).is_none())
     })?;
-    read_rows(root, tables::CUDA_GRAPHS, &run, &mut traces, |b, r, row, _| {
+    read_rows(&source, tables::CUDA_GRAPHS, &mut traces, |b, r, row, _| {
         let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
             value(b.i64("start")?, row),
             value(b.i64("end")?, row),
@@ -360,15 +363,13 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         restore_order(&mut trace.api_calls, &reading.order.api_calls);
         restore_order(&mut trace.ranges, &reading.order.ranges);
         restore_order(&mut trace.graph_launches, &reading.order.graph_launches);
-        let mut list = collectives.remove(&id).unwrap_or_default();
-        // Positions must be 0..n for kernels to point at the right one; a gap is filled with an empty entry.
-        let count = list.keys().next_back().map_or(0, |&last| last as usize + 1);
-        trace.collectives = (0..count as u32).map(|i| list.remove(&i).unwrap_or_default()).collect();
-        let dangling = trace.kernels.iter().filter(|k| k.collective.is_some_and(|c| c as usize >= count)).count();
-        for kernel in &mut trace.kernels {
-            kernel.collective = kernel.collective.filter(|&c| (c as usize) < count);
+        link_collectives(&mut trace, collectives.remove(&id).unwrap_or_default());
+        if !has_manifest {
+            trace.warn(
+                "dataset written without a manifest (by an older version): missing, extra or truncated part files \
+                 cannot be detected",
+            );
         }
-        trace.warn_n("dataset kernel naming a collective the collectives table lacks (link dropped)", dangling as u64);
         for (table, count) in reading.skipped {
             trace.warn_n(
                 &format!("dataset {table} row with a missing value or an unknown process or GPU (skipped)"),
@@ -379,6 +380,27 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         out.push(trace);
     }
     Ok(out)
+}
+
+/// Puts the collectives of one input in place, numbered by their rows: `collectiveId`s as written are 0..n, but
+/// the ids of a damaged or hand-made dataset may have gaps or be huge, and the list is never sized from them
+/// (ids are renumbered in order, and kernels follow). A kernel naming an id the table lacks loses its link,
+/// counted.
+fn link_collectives(trace: &mut Trace, list: BTreeMap<u32, Collective>) {
+    let position: HashMap<u32, u32> = list.keys().enumerate().map(|(at, &id)| (id, at as u32)).collect();
+    let renumbered = list.keys().enumerate().any(|(at, &id)| at as u32 != id);
+    trace.collectives = list.into_values().collect();
+    let mut dangling = 0u64;
+    for kernel in &mut trace.kernels {
+        if let Some(id) = kernel.collective {
+            kernel.collective = position.get(&id).copied();
+            dangling += u64::from(kernel.collective.is_none());
+        }
+    }
+    trace.warn_n("dataset kernel naming a collective the collectives table lacks (link dropped)", dangling);
+    if renumbered {
+        trace.warn("dataset collectiveId values are not 0..n (collectives renumbered in order)");
+    }
 }
 
 /// Each event's position in its input's list, as written (`eventIndex`), per event list.
@@ -436,7 +458,8 @@ impl Reading {
     }
 }
 
-fn check_marker(root: &Path) -> Result<(), Error> {
+/// Checks the marker; returns whether it names a manifest (datasets written before manifests existed do not).
+fn check_marker(root: &Path) -> Result<bool, Error> {
     let marker = root.join(MARKER_FILE);
     let file = File::open(&marker).map_err(|e| Error::io(&marker, e))?;
     let mut text = String::new();
@@ -448,7 +471,20 @@ fn check_marker(root: &Path) -> Result<(), Error> {
         return Err(Error::format(&marker, format!("not a dataset marker: its format is not {FORMAT_NAME:?}")));
     }
     let version = json.get("schema_version").and_then(|v| v.as_str()).unwrap_or("(none)");
-    check_version(&marker, version)
+    check_version(&marker, version)?;
+    match json.get("manifest") {
+        None => Ok(false),
+        Some(name) if name.as_str() == Some(manifest::MANIFEST_FILE) => Ok(true),
+        Some(name) => Err(Error::format(&marker, format!("names an unknown manifest {name}"))),
+    }
+}
+
+/// The dataset being read: its folder, the run, and the rows of each part as its manifest lists them.
+struct Source<'a> {
+    root: &'a Path,
+    run: String,
+    /// `None` for a dataset without a manifest.
+    part_rows: Option<BTreeMap<PathBuf, u64>>,
 }
 
 /// Accepts the major version this build reads.
@@ -520,12 +556,11 @@ fn table_files(root: &Path, table: &str, run: &str) -> Result<Vec<PathBuf>, Erro
 
 /// Reads every file of `table`, checking each one's schema version, and hands over its record batches.
 fn for_each_batch(
-    root: &Path,
+    source: &Source,
     table: &str,
-    run: &str,
     mut each: impl FnMut(&Path, &RecordBatch) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    for file in table_files(root, table, run)? {
+    for file in table_files(source.root, table, &source.run)? {
         let parquet_error = |e: parquet::errors::ParquetError| {
             Error::format(&file, format!("not a readable Parquet file: {}", e.to_string().replace('\n', " ")))
         };
@@ -550,6 +585,12 @@ fn for_each_batch(
         if holds != Some(table) {
             return Err(Error::format(&file, format!("holds table {}, not {table}", holds.unwrap_or("(unnamed)"))));
         }
+        let rows = builder.metadata().file_metadata().num_rows();
+        if let Some(expected) = source.part_rows.as_ref().and_then(|p| p.get(&file))
+            && u64::try_from(rows).ok() != Some(*expected)
+        {
+            return Err(Error::format(&file, format!("holds {rows} rows, the dataset's manifest says {expected}")));
+        }
         let mut batches = builder.with_batch_size(BATCH_ROWS).build().map_err(parquet_error)?;
         while let Some(batch) = guarded(&file, || Ok(batches.next()))? {
             let batch = batch.map_err(|e| Error::format(&file, format!("not a readable Parquet file: {e}")))?;
@@ -570,7 +611,7 @@ const BATCH_ROWS: usize = 64 * 1024;
 /// The panic hook is installed once for the process and stays quiet only on a thread inside `guarded`:
 /// swapping the process-wide hook around each step would race with other threads (a panic elsewhere printed
 /// nothing, and two readers restoring each other's hooks could leave the quiet one installed for good).
-fn guarded<T>(file: &Path, step: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+pub fn guarded<T>(file: &Path, step: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     thread_local! {
         static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
@@ -592,13 +633,12 @@ fn guarded<T>(file: &Path, step: impl FnOnce() -> Result<T, Error>) -> Result<T,
 /// Reads the rows of `table` into their inputs: `each(columns, input, row, traceId)` returns false for a row it
 /// skipped, which is counted.
 fn read_rows(
-    root: &Path,
+    source: &Source,
     table: &'static str,
-    run: &str,
     traces: &mut BTreeMap<u32, Reading>,
     mut each: impl FnMut(&Columns, &mut Reading, usize, u32) -> Result<bool, Error>,
 ) -> Result<(), Error> {
-    for_each_batch(root, table, run, |file, batch| {
+    for_each_batch(source, table, |file, batch| {
         let columns = Columns { batch, file };
         for row in 0..batch.num_rows() {
             let id = columns.trace_id(row)?;

@@ -190,6 +190,13 @@ fn summary(t: &Trace) -> String {
     )
 }
 
+/// Writes a whole dataset run.
+fn write(root: &std::path::Path, run: &str, traces: &[Trace], ranks: &[Vec<Option<u32>>]) {
+    let writer = DatasetWriter::create(root, run).unwrap();
+    writer.write_traces(traces, ranks).unwrap();
+    writer.finish().unwrap();
+}
+
 #[test]
 fn a_trace_comes_back_as_it_was_written() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,6 +208,8 @@ fn a_trace_comes_back_as_it_was_written() {
     };
     let writer = DatasetWriter::create(&root, "r1").unwrap();
     let stats = writer.write_traces(&[trace.clone(), empty.clone()], &[vec![Some(3), Some(1), None], vec![]]).unwrap();
+    assert!(!root.exists(), "nothing is at the dataset's path before the writer finishes");
+    writer.finish().unwrap();
     assert_eq!(stats.rows["kernels"], 4);
     // Rank partitions: each GPU's rows under its rank, the launcher's range under the trace's lowest rank, and the
     // input without GPUs under rank=-1.
@@ -220,15 +229,9 @@ fn rewriting_a_run_replaces_only_that_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ds");
     let trace = trace_with_everything();
-    DatasetWriter::create(&root, "a")
-        .unwrap()
-        .write_traces(std::slice::from_ref(&trace), &[vec![Some(3), Some(1)]])
-        .unwrap();
-    DatasetWriter::create(&root, "b")
-        .unwrap()
-        .write_traces(std::slice::from_ref(&trace), &[vec![Some(0), Some(2)]])
-        .unwrap();
-    DatasetWriter::create(&root, "b").unwrap().write_traces(&[trace], &[vec![Some(4), Some(5)]]).unwrap();
+    write(&root, "a", std::slice::from_ref(&trace), &[vec![Some(3), Some(1)]]);
+    write(&root, "b", std::slice::from_ref(&trace), &[vec![Some(0), Some(2)]]);
+    write(&root, "b", &[trace], &[vec![Some(4), Some(5)]]);
     assert!(root.join("kernels/run=a/rank=3").is_dir());
     assert!(!root.join("kernels/run=b/rank=0").exists(), "the old partitions of run b are gone");
     assert!(root.join("kernels/run=b/rank=4").is_dir());
@@ -241,11 +244,14 @@ fn a_row_of_an_unlisted_input_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ds");
     let trace = trace_with_everything();
-    DatasetWriter::create(&root, "a")
-        .unwrap()
-        .write_traces(&[trace.clone(), trace], &[vec![Some(0)], vec![None, Some(1)]])
-        .unwrap();
+    write(&root, "a", &[trace.clone(), trace], &[vec![Some(0)], vec![None, Some(1)]]);
     std::fs::remove_file(root.join("traces/run=a/part-1.parquet")).unwrap();
+    // The manifest finds the missing part first; without it, the rows of the input it listed are refused.
+    let error = read_dataset(&root).unwrap_err().to_string();
+    assert!(error.contains("traces/run=a/part-1.parquet is missing"), "{error}");
+    std::fs::remove_file(root.join(super::MANIFEST_FILE)).unwrap();
+    std::fs::write(root.join(super::MARKER_FILE), r#"{"format": "shardscope-parquet", "schema_version": "1.1"}"#)
+        .unwrap();
     let error = read_dataset(&root).unwrap_err().to_string();
     assert!(error.contains("part-1.parquet: row 0 names traceId 1"), "{error}");
 }
@@ -267,7 +273,7 @@ fn damaged_files_are_errors_naming_them_never_panics() {
         });
     }
     trace.finish();
-    DatasetWriter::create(&root, "a").unwrap().write_traces(&[trace], &[vec![Some(0), Some(1)]]).unwrap();
+    write(&root, "a", &[trace], &[vec![Some(0), Some(1)]]);
     let file = root.join("kernels/run=a/rank=0/part-0.parquet");
     let original = std::fs::read(&file).unwrap();
     // A fixed pseudo-random sequence of damages: flipped bytes anywhere, in the footer, and truncations.
@@ -299,11 +305,148 @@ fn damaged_files_are_errors_naming_them_never_panics() {
         }
         std::fs::write(&file, &bytes).unwrap();
         if let Err(error) = read_dataset(&root) {
+            // A damage that changes the size is found by the manifest (naming the dataset and the part), one that
+            // keeps it by the decoder (naming the file).
             let text = error.to_string();
-            assert!(text.starts_with(&file.display().to_string()), "{text}");
+            assert!(text.starts_with(&root.display().to_string()), "{text}");
+            assert!(text.contains("rank=0/part-0.parquet"), "{text}");
             assert_eq!(text.lines().count(), 1, "{text}");
             errors += 1;
         }
     }
     assert!(errors > 100, "most damages are found: {errors} of 400");
+}
+
+#[test]
+fn a_deleted_partition_or_table_and_a_duplicated_part_are_errors_naming_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace_with_everything();
+    let fresh = |name: &str| {
+        let root = dir.path().join(name);
+        write(&root, "a", std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]);
+        assert!(read_dataset(&root).is_ok());
+        root
+    };
+    let root = fresh("rank");
+    std::fs::remove_dir_all(root.join("kernels/run=a/rank=1")).unwrap();
+    let error = read_dataset(&root).unwrap_err().to_string();
+    assert!(error.starts_with(&root.display().to_string()), "{error}");
+    assert!(error.contains("kernels/run=a/rank=1/part-0.parquet is missing"), "{error}");
+
+    let root = fresh("table");
+    std::fs::remove_dir_all(root.join("nvtx")).unwrap();
+    let error = read_dataset(&root).unwrap_err().to_string();
+    assert!(error.contains("nvtx/run=a/") && error.contains("is missing"), "{error}");
+
+    let root = fresh("copy");
+    let part = root.join("kernels/run=a/rank=0/part-0.parquet");
+    std::fs::copy(&part, part.with_file_name("part-0 (copy).parquet")).unwrap();
+    let error = read_dataset(&root).unwrap_err().to_string();
+    assert!(error.contains("part-0 (copy).parquet is not in its manifest"), "{error}");
+
+    let root = fresh("manifest");
+    std::fs::remove_file(root.join(super::MANIFEST_FILE)).unwrap();
+    let error = read_dataset(&root).unwrap_err().to_string();
+    assert!(error.contains("incomplete dataset"), "{error}");
+}
+
+#[test]
+fn a_dataset_without_a_manifest_is_read_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("old");
+    let trace = trace_with_everything();
+    write(&root, "a", std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]);
+    // The layout an older version wrote: the marker without a manifest.
+    std::fs::remove_file(root.join(super::MANIFEST_FILE)).unwrap();
+    std::fs::write(root.join(super::MARKER_FILE), r#"{"format": "shardscope-parquet", "schema_version": "1.1"}"#)
+        .unwrap();
+    let read = read_dataset(&root).unwrap();
+    assert_eq!(read[0].kernels, trace.kernels);
+    assert!(read[0].warnings.iter().any(|w| w.what.contains("without a manifest") && w.count == 1), "{:?}", read[0].warnings);
+    // Exporting another run beside it gives the dataset a manifest of both.
+    write(&root, "b", std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]);
+    let manifest = std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap();
+    assert!(manifest.contains("kernels/run=a/rank=0/part-0.parquet"), "{manifest}");
+    assert!(manifest.contains("kernels/run=b/rank=0/part-0.parquet"), "{manifest}");
+}
+
+#[test]
+fn a_writer_that_does_not_finish_leaves_the_dataset_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ds");
+    let trace = trace_with_everything();
+    write(&root, "a", std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]);
+    let before = std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap();
+    let writer = DatasetWriter::create(&root, "a").unwrap();
+    writer.write_traces(std::slice::from_ref(&trace), &[vec![Some(5), Some(6)]]).unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap(), before);
+    assert!(root.join("kernels/run=a/rank=0").is_dir());
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("ds")], "the private folder is removed");
+}
+
+#[test]
+fn concurrent_writers_leave_one_whole_dataset_with_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ds");
+    let trace = trace_with_everything();
+    std::thread::scope(|scope| {
+        for run in ["a", "b", "c", "d"] {
+            let (root, trace) = (&root, &trace);
+            scope.spawn(move || write(root, run, std::slice::from_ref(trace), &[vec![Some(0), Some(1)]]));
+        }
+    });
+    let manifest = std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap();
+    for run in ["a", "b", "c", "d"] {
+        assert!(manifest.contains(&format!("kernels/run={run}/rank=1/part-0.parquet")), "{manifest}");
+        assert!(root.join(format!("kernels/run={run}/rank=1/part-0.parquet")).is_file());
+    }
+    let left = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(left, 1, "no private folder is left");
+}
+
+#[test]
+fn a_huge_collective_id_is_renumbered_not_allocated() {
+    use std::sync::Arc;
+
+    use arrow_array::types::UInt32Type;
+    use arrow_array::{ArrayRef, ListArray};
+
+    use super::{column, opt_u32s, opt_u64s, strs, u32s};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ds");
+    let mut trace = trace_with_everything();
+    let huge = 2_000_000_000u32;
+    trace.kernels[0].collective = Some(huge);
+    let writer = DatasetWriter::create(&root, "a").unwrap();
+    writer.write_traces(std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]).unwrap();
+    writer
+        .write_rows(super::tables::COLLECTIVES, Some(0), 9, &[huge], |rows| {
+            let ranks: ArrayRef = Arc::new(ListArray::from_iter_primitive::<UInt32Type, _, _>(
+                rows.iter().map(|_| Some(vec![Some(0u32), Some(1)])),
+            ));
+            vec![
+                column("traceId", u32s(rows.iter().map(|_| 0)), false),
+                column("collectiveId", u32s(rows.iter().copied()), false),
+                column("op", strs(rows.iter().map(|_| "AllGather")), false),
+                column("bytes", opt_u64s(rows.iter().map(|_| Some(64))), true),
+                column("inElems", opt_u64s(rows.iter().map(|_| None)), true),
+                column("outElems", opt_u64s(rows.iter().map(|_| None)), true),
+                column("datatype", strs(rows.iter().map(|_| "bf16")), false),
+                column("commName", strs(rows.iter().map(|_| "tp")), false),
+                column("nRanks", opt_u32s(rows.iter().map(|_| Some(2))), true),
+                column("groupRanks", ranks, false),
+                column("commId", opt_u64s(rows.iter().map(|_| None)), true),
+                column("seqNumber", opt_u64s(rows.iter().map(|_| None)), true),
+            ]
+        })
+        .unwrap();
+    writer.finish().unwrap();
+    let read = read_dataset(&root).unwrap();
+    assert_eq!(read[0].collectives.len(), trace.collectives.len() + 1);
+    let linked = read[0].kernels.iter().find(|k| k.start_ns == trace.kernels[0].start_ns).unwrap();
+    let collective = &read[0].collectives[linked.collective.unwrap() as usize];
+    assert_eq!(collective.bytes, Some(64), "the kernel still points at the collective it named");
+    assert!(read[0].warnings.iter().any(|w| w.what.contains("renumbered")), "{:?}", read[0].warnings);
 }

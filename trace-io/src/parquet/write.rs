@@ -1,6 +1,7 @@
 //! Writing a dataset: the marker, the trace tables of each input, and tables of the caller's own (the analyzer's
 //! report figures) in the same layout.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use shardscope_model::{ApiKind, CopyKind, DeviceIdx, RangeKind, SourceFormat, Trace};
 
+use super::manifest::{self, ManifestPart, PartialDir, check_destination, parent_of};
 use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
 
@@ -53,46 +55,30 @@ impl WriteStats {
 }
 
 /// A dataset folder opened for writing one run.
+///
+/// Nothing is written at the dataset's own path until [`DatasetWriter::finish`]: the files go into a private
+/// sibling folder (`.<name>.partial-<pid>-<n>`), which `finish` completes (the other runs of the dataset there,
+/// linked in; the manifest; the marker last) and renames into place. A writer dropped without `finish` (an error
+/// on the way) removes its folder, so the dataset is either the one before or the one after, never a mix.
 pub struct DatasetWriter {
+    /// The dataset's path, as the user named it.
     root: PathBuf,
+    /// The private folder being written.
+    partial: PartialDir,
     run: String,
+    /// Every file written, for the manifest.
+    parts: RefCell<Vec<ManifestPart>>,
 }
 
 impl DatasetWriter {
-    /// Opens `root` for the run named `run`: creates the folder and its marker, or, when `root` already is a
-    /// dataset, removes the partitions of `run` (other runs stay). A folder that is neither empty nor a dataset
-    /// is refused, so that nothing of the user's is mixed into the dataset or removed.
+    /// Opens `root` for the run named `run`. `root` may be missing, an empty folder or a dataset (its other runs
+    /// are kept, this run's partitions replaced, by [`DatasetWriter::finish`]); a folder that is neither empty nor
+    /// a dataset is refused, so that nothing of the user's is mixed into the dataset or removed.
     pub fn create(root: &Path, run: &str) -> Result<DatasetWriter, Error> {
         check_run_name(run).map_err(|cause| Error::format(root, cause))?;
-        match std::fs::metadata(root) {
-            Ok(metadata) if !metadata.is_dir() => return Err(Error::format(root, "exists and is not a folder")),
-            Ok(_) if super::is_dataset(root) => {
-                for table in std::fs::read_dir(root).map_err(|e| Error::io(root, e))? {
-                    let table = table.map_err(|e| Error::io(root, e))?.path();
-                    let partition = table.join(format!("run={run}"));
-                    if table.is_dir() && partition.is_dir() {
-                        std::fs::remove_dir_all(&partition).map_err(|e| Error::io(&partition, e))?;
-                    }
-                }
-            }
-            Ok(_) => {
-                let mut entries = std::fs::read_dir(root).map_err(|e| Error::io(root, e))?;
-                if entries.next().is_some() {
-                    return Err(Error::format(
-                        root,
-                        format!("is not empty and not a dataset (no {MARKER_FILE}); name a new or empty folder"),
-                    ));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-            }
-            Err(e) => return Err(Error::io(root, e)),
-        }
-        let marker = root.join(MARKER_FILE);
-        let text = format!("{{\"format\": \"{FORMAT_NAME}\", \"schema_version\": \"{SCHEMA_VERSION}\"}}\n");
-        std::fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
-        Ok(DatasetWriter { root: root.to_path_buf(), run: run.to_string() })
+        check_destination(root)?;
+        let partial = PartialDir::create(root)?;
+        Ok(DatasetWriter { root: root.to_path_buf(), partial, run: run.to_string(), parts: RefCell::new(Vec::new()) })
     }
 
     /// The dataset folder.
@@ -105,13 +91,35 @@ impl DatasetWriter {
         &self.run
     }
 
-    /// The file of `table` for input `part`, in the rank's partition (or the run's, for `rank` `None`).
+    /// Where the file of `table` for input `part` goes, relative to the dataset folder: in the rank's partition
+    /// (or the run's, for `rank` `None`).
     pub fn file_path(&self, table: &str, rank: Option<i64>, part: usize) -> PathBuf {
-        let mut path = self.root.join(table).join(format!("run={}", self.run));
+        let mut path = PathBuf::from(table).join(format!("run={}", self.run));
         if let Some(rank) = rank {
             path.push(format!("rank={rank}"));
         }
         path.join(format!("part-{part}.parquet"))
+    }
+
+    /// Completes the dataset and puts it in place: links the other runs of the dataset now at the path into the
+    /// new folder, writes the manifest of every part and then the marker, and swaps the folders. Exports into
+    /// folders of one parent take turns here (a lock on the parent folder), so two exports of different runs both
+    /// end up in the dataset and two of the same run leave the later one whole.
+    pub fn finish(self) -> Result<(), Error> {
+        let parent = parent_of(&self.root);
+        let lock_handle = File::open(&parent).map_err(|e| Error::io(&parent, e))?;
+        lock_handle.lock().map_err(|e| Error::io(&parent, e))?;
+        check_destination(&self.root)?;
+        let mut parts = self.parts.take();
+        parts.extend(manifest::link_other_runs(&self.root, self.partial.path(), &self.run)?);
+        manifest::write(self.partial.path(), &parts)?;
+        let marker = self.partial.path().join(MARKER_FILE);
+        let text = format!(
+            "{{\"format\": \"{FORMAT_NAME}\", \"schema_version\": \"{SCHEMA_VERSION}\", \"manifest\": \"{}\"}}\n",
+            manifest::MANIFEST_FILE
+        );
+        std::fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+        self.partial.put_in_place(&self.root)
     }
 
     /// Writes `rows` as one file of `table` (nothing when there are no rows), building the columns of up to
@@ -127,8 +135,9 @@ impl DatasetWriter {
         if rows.is_empty() {
             return Ok(0);
         }
-        let path = self.file_path(table, rank, part);
-        let folder = path.parent().unwrap_or(&self.root);
+        let relative = self.file_path(table, rank, part);
+        let path = self.partial.path().join(&relative);
+        let folder = path.parent().unwrap_or(self.partial.path());
         std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
         let parquet_error =
             |e: parquet::errors::ParquetError| Error::format(&path, format!("cannot write Parquet: {e}"));
@@ -159,6 +168,8 @@ impl DatasetWriter {
         if let Some(writer) = writer {
             writer.close().map_err(parquet_error)?;
         }
+        let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+        self.parts.borrow_mut().push(ManifestPart::new(&relative, rows.len() as u64, bytes));
         Ok(rows.len() as u64)
     }
 
