@@ -115,10 +115,13 @@ fn damaged_datasets_are_one_line_naming_the_file() {
     let dataset = export(dir.path(), &[sample("tp2_capture.sqlite.gz")]);
     let dataset_arg = dataset.to_str().unwrap().to_string();
 
-    // A truncated Parquet file.
+    // A truncated Parquet file: the manifest's size finds it first, naming the dataset; without a manifest (a
+    // dataset of an older version) the decoder does, naming the file.
     let kernels = dataset.join("kernels/run=tp2_capture/rank=1/part-0.parquet");
     let bytes = std::fs::read(&kernels).unwrap();
     std::fs::write(&kernels, &bytes[..bytes.len() / 2]).unwrap();
+    assert_one_line_error(&analyzer(&["report", &dataset_arg]), "kernels/run=tp2_capture/rank=1/part-0.parquet has");
+    without_manifest(&dataset);
     assert_one_line_error(&analyzer(&["report", &dataset_arg]), "rank=1/part-0.parquet: not a readable Parquet file");
     std::fs::write(&kernels, &bytes).unwrap();
 
@@ -144,6 +147,16 @@ fn damaged_datasets_are_one_line_naming_the_file() {
     assert_one_line_error(&analyzer(&["report", &dataset_arg]), "folder holds no SQLite or JSON trace");
 }
 
+/// Makes `dataset` look like one of a version before manifests: the manifest removed, the marker without it.
+fn without_manifest(dataset: &Path) {
+    let _ = std::fs::remove_file(dataset.join("_shardscope_manifest.json"));
+    std::fs::write(
+        dataset.join("_shardscope_dataset.json"),
+        r#"{"format": "shardscope-parquet", "schema_version": "1.1"}"#,
+    )
+    .unwrap();
+}
+
 #[test]
 fn rows_that_cannot_be_placed_are_counted_not_dropped_silently() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,9 +166,12 @@ fn rows_that_cannot_be_placed_are_counted_not_dropped_silently() {
     let rank1_kernels = before["ranks"][1]["kernel_count"].as_u64().unwrap();
     assert!(rank1_kernels > 0);
     // Without the second input's GPU table, none of its kernels names a known GPU; without rank 0's collectives,
-    // its kernels point at metadata that is not there.
+    // its kernels point at metadata that is not there. The manifest refuses such a dataset; one written without
+    // a manifest is read, its rows that cannot be placed counted.
     std::fs::remove_file(dataset.join("devices/run=kineto_tp2/part-1.parquet")).unwrap();
     std::fs::remove_dir_all(dataset.join("collectives/run=kineto_tp2/rank=0")).unwrap();
+    assert_one_line_error(&analyzer(&["report", &dataset_arg]), "incomplete or altered dataset");
+    without_manifest(&dataset);
     let output = analyzer(&["report", "--format", "json", &dataset_arg]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -167,5 +183,6 @@ fn rows_that_cannot_be_placed_are_counted_not_dropped_silently() {
     };
     assert_eq!(count("dataset kernels row with a missing value or an unknown process or GPU"), Some(rank1_kernels));
     assert!(count("dataset kernel naming a collective the collectives table lacks").unwrap() > 0, "{warnings:?}");
+    assert!(count("dataset written without a manifest").is_some(), "{warnings:?}");
     assert_eq!(after["ranks"].as_array().unwrap().len(), 1, "only rank 0 has GPU work left");
 }

@@ -209,7 +209,7 @@ fn with_dp_rank(dir: &Path, row: usize, value: i64) -> PathBuf {
     use std::sync::Arc;
 
     use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type};
+    use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
     use arrow_array::{ArrayRef, Int64Array, RecordBatch};
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::ArrowWriter;
@@ -225,9 +225,20 @@ fn with_dp_rank(dir: &Path, row: usize, value: i64) -> PathBuf {
         let schema = batch.schema();
         let at = schema.index_of("dp_rank").unwrap();
         let old = batch.column(at);
+        macro_rules! ints {
+            ($t:ty) => {
+                old.as_primitive::<$t>().iter().map(|v| v.map(|v| v as i64)).collect()
+            };
+        }
         let mut values: Vec<Option<i64>> = match old.data_type() {
-            DataType::Int64 => old.as_primitive::<Int64Type>().iter().collect(),
-            DataType::Int32 => old.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+            DataType::Int64 => ints!(Int64Type),
+            DataType::Int32 => ints!(Int32Type),
+            DataType::Int16 => ints!(Int16Type),
+            DataType::Int8 => ints!(Int8Type),
+            DataType::UInt64 => ints!(UInt64Type),
+            DataType::UInt32 => ints!(UInt32Type),
+            DataType::UInt16 => ints!(UInt16Type),
+            DataType::UInt8 => ints!(UInt8Type),
             other => panic!("dp_rank is {other}"),
         };
         if (first..first + values.len()).contains(&row) {
@@ -255,7 +266,7 @@ fn a_huge_dp_rank_is_one_line_not_an_allocation() {
     // A row of the last step: the first step (the template) stays intact.
     let trace = with_dp_rank(dir.path(), rows - 1, 2_000_000_000);
     let output = common::analyzer(&["what-if", "--straggler-artifact", trace.to_str().unwrap()]);
-    common::assert_one_line_error(&output, "DP rank 1 has no rows, but DP rank 2000000000 has");
+    common::assert_one_line_error(&output, "has no rows, but DP rank 2000000000 has (they must be 0..n)");
 }
 
 #[test]
