@@ -279,3 +279,46 @@ fn a_signal_or_a_kill_leaves_no_private_copy_behind() {
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGTERM));
     assert_eq!(copies(), 0, "the copy is removed on SIGTERM");
 }
+
+#[test]
+fn no_output_is_written_over_an_input_or_through_a_planted_link() {
+    let dir = scratch("outputs-over-inputs");
+    let file = unpacked_sample(&dir);
+    let before = std::fs::read(&file).unwrap();
+    let input = file.to_str().unwrap();
+    // Another name for the input: a hard link.
+    let alias = dir.join("alias.html");
+    std::fs::hard_link(&file, &alias).unwrap();
+    let cases: [&[&str]; 5] = [
+        &["report", "--html", input, input],
+        &["report", "--html", alias.to_str().unwrap(), input],
+        &["report", "--charts", dir.to_str().unwrap(), input],
+        &["critical-path", "--perfetto", input, input],
+        &["export", "--format", "parquet", dir.to_str().unwrap(), input],
+    ];
+    for args in cases {
+        let output = analyzer(args);
+        assert_one_line_error(&output, "refusing to write over an input");
+        assert_eq!(std::fs::read(&file).unwrap(), before, "{args:?}");
+    }
+    let artifact = repo_root().join("analyzer/tests/data/straggler-artifact/trace-ST.parquet");
+    let copy = dir.join("trace-ST.png");
+    std::fs::copy(&artifact, &copy).unwrap();
+    let output = analyzer(&["what-if", "--straggler-artifact", copy.to_str().unwrap(), "--heatmap", copy.to_str().unwrap()]);
+    assert_one_line_error(&output, "refusing to write over an input");
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&artifact).unwrap());
+
+    // A link planted at the output's name (as another user could in a shared folder) is replaced, not followed.
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    let planted = dir.join("report.html");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let output = analyzer(&["report", "--html", planted.to_str().unwrap(), input]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(std::fs::read_to_string(&planted).unwrap().contains("<html"));
+    let linked_charts = dir.join("charts");
+    std::os::unix::fs::symlink(dir.join("elsewhere"), &linked_charts).unwrap();
+    let output = analyzer(&["report", "--charts", linked_charts.to_str().unwrap(), input]);
+    assert_one_line_error(&output, "is a symbolic link");
+}
