@@ -1750,6 +1750,37 @@ pub fn run_study(
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Any study file, well-formed TOML or not, is read or refused with one line naming it; never a panic,
+        /// and never more points than the bound.
+        #[test]
+        fn any_study_file_loads_or_is_one_line(
+            command in "[a-z {}|;'\"$]{0,30}",
+            values in proptest::collection::vec(0u32..5000, 0..4),
+            repetitions in proptest::prop_oneof![proptest::strategy::Just(u32::MAX), 0u32..5000],
+            noise in "\\PC{0,20}",
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.toml");
+            let grid: String = values.iter().enumerate().map(|(i, &n)| {
+                format!("P{i} = [{}]\n", (0..n).map(|v| v.to_string()).collect::<Vec<_>>().join(","))
+            }).collect();
+            let text = format!(
+                "command = {}\nrepetitions = {repetitions}\n{noise}\n[grid]\n{grid}",
+                toml::Value::from(command.as_str())
+            );
+            std::fs::write(&path, text).unwrap();
+            match Study::load(&path, None) {
+                Ok(study) => proptest::prop_assert!(study.points.len() as u64 <= MAX_RUNS),
+                Err(error) => {
+                    proptest::prop_assert!(error.starts_with(&path.display().to_string()), "{}", error);
+                    proptest::prop_assert!(!error.contains('\n'), "{}", error);
+                }
+            }
+        }
+    }
+
     #[test]
     fn placeholders_expand_and_unknown_ones_are_refused() {
         let values = |name: &str| (name == "SEQ").then(|| "128".to_string());

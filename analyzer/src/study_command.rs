@@ -102,14 +102,6 @@ impl CommandTemplate {
         Ok(CommandTemplate { words })
     }
 
-    /// The names of the placeholders, in order.
-    pub fn placeholders(&self) -> impl Iterator<Item = &str> {
-        self.words.iter().flatten().filter_map(|piece| match piece {
-            Piece::Placeholder(name) => Some(name.as_str()),
-            Piece::Text(_) => None,
-        })
-    }
-
     /// The command's arguments with every placeholder replaced by its value (each value inside its word).
     pub fn argv(&self, values: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, String> {
         self.words
@@ -154,6 +146,28 @@ mod tests {
             format!("a {hostile}")
         ]);
         assert_eq!(argv(r"cp a\ b {{lit}} {out}", "o").unwrap(), ["cp", "a b", "{lit}", "o"]);
+    }
+
+    proptest::proptest! {
+        /// Any template either reads or is refused with a message; never a panic.
+        #[test]
+        fn any_template_reads_or_is_refused(template in "\\PC{0,60}", shell in proptest::bool::ANY) {
+            if let Ok(parsed) = CommandTemplate::parse(&template, shell) {
+                let _ = parsed.argv(&|_| Some("v".into()));
+            }
+        }
+
+        /// Whatever a value holds, it comes out as exactly the argument (or part of the argument) it stands in.
+        #[test]
+        fn a_value_is_always_one_whole_argument(value in "\\PC{0,40}") {
+            let argv = argv("run --flag={x} {x} '{x}'", &value).unwrap();
+            proptest::prop_assert_eq!(argv, vec![
+                "run".to_string(),
+                format!("--flag={value}"),
+                value.clone(),
+                value.clone()
+            ]);
+        }
     }
 
     #[test]
