@@ -322,3 +322,28 @@ fn no_output_is_written_over_an_input_or_through_a_planted_link() {
     let output = analyzer(&["report", "--charts", linked_charts.to_str().unwrap(), input]);
     assert_one_line_error(&output, "is a symbolic link");
 }
+
+#[test]
+fn a_capture_files_own_warnings_are_in_the_report() {
+    let dir = scratch("capture-warnings");
+    let mut bytes = Vec::new();
+    let capture = repo_root().join("sample-traces/tp1_capture.sqlite.gz");
+    flate2::read::GzDecoder::new(std::fs::File::open(capture).unwrap()).read_to_end(&mut bytes).unwrap();
+    let file = dir.join("capture.sqlite");
+    std::fs::write(&file, bytes).unwrap();
+    let conn = rusqlite::Connection::open(&file).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS SHARDSCOPE_CAPTURE_WARNINGS (what TEXT NOT NULL, count INTEGER NOT NULL);
+         INSERT INTO SHARDSCOPE_CAPTURE_WARNINGS VALUES ('damaged spool bytes skipped', 4096);",
+    )
+    .unwrap();
+    drop(conn);
+    let output = analyzer(&["report", "--format", "json", file.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w["what"] == "capture: damaged spool bytes skipped" && w["count"] == 4096),
+        "{warnings:?}"
+    );
+}

@@ -224,15 +224,40 @@ pub fn uuid_text(uuid: &[u8; 16]) -> String {
 /// its own and the capture range is applied.
 pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, CaptureExtras) {
     let infos: Vec<Option<&ProcessInfo>> = spools.iter().map(|s| s.info()).collect();
+    // A spool whose header frame was damaged still holds the process's events: they are merged under a header
+    // rebuilt from what is known, rather than dropping the whole rank.
+    let rebuilt: Vec<Option<ProcessInfo>> =
+        spools.iter().zip(&infos).map(|(spool, info)| info.is_none().then(|| rebuilt_info(spool, &infos))).collect();
     let mut job = JobMerge::new(spools, &infos, options);
-    for (spool, info) in spools.iter().zip(&infos) {
-        let Some(info) = info else {
-            job.trace.warn("spool file without a process header (skipped)");
-            continue;
-        };
+    for ((spool, info), rebuilt) in spools.iter().zip(&infos).zip(&rebuilt) {
+        let Some(info) = info.or(rebuilt.as_ref()) else { continue };
+        if rebuilt.is_some() {
+            job.trace.warn(
+                "spool file without a readable process header (its events merged under a process rebuilt from the \
+                 file name: no command line, rank or environment)",
+            );
+            // A host no other process reported: its CUPTI times are kept as they are.
+            if !job.host_offsets.contains_key(info.hostname.as_str()) {
+                job.trace.warn("spool file without a process header on a host of its own (times not on the calendar)");
+                job.host_offsets.insert(info.hostname.as_str(), 0);
+            }
+        }
         ProcessMerge::new(&mut job, spool, info).merge_records(&mut job, &spool.contents.records);
     }
     job.finish(&options.range)
+}
+
+/// The header of a spool that lost it: the pid and host from the file's name (`<host>.<pid>.spool`, as the
+/// library names it), else the host the other processes share.
+fn rebuilt_info(spool: &ProcessSpool, infos: &[Option<&ProcessInfo>]) -> ProcessInfo {
+    let stem = spool.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".spool")).unwrap_or("");
+    let from_name = stem.rsplit_once('.').and_then(|(host, pid)| Some((host.to_string(), pid.parse::<u32>().ok()?)));
+    let mut hosts: Vec<&str> = infos.iter().flatten().map(|i| i.hostname.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let shared_host = if hosts.len() == 1 { hosts[0].to_string() } else { "unknown".to_string() };
+    let (hostname, pid) = from_name.unwrap_or((shared_host, 0));
+    ProcessInfo { pid, hostname, ..ProcessInfo::default() }
 }
 
 /// What the whole job shares while its processes are merged.

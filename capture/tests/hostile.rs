@@ -306,3 +306,27 @@ fn a_workload_that_reads_the_terminal_is_not_stopped() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("got:hello"), "{stdout}");
 }
+
+#[test]
+fn a_damaged_header_frame_keeps_the_rank_and_says_so() {
+    let dir = temp_dir("damaged-header");
+    let spool_dir = dir.join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    let spool = spool_dir.join("node1.4242.spool");
+    write_spool(&spool, 5);
+    let mut bytes = std::fs::read(&spool).unwrap();
+    let offsets = frame_offsets(&bytes);
+    // One flipped byte inside the first frame: the process header, the kernel name and the GPU.
+    bytes[offsets[0] + 12] ^= 0xff;
+    std::fs::write(&spool, &bytes).unwrap();
+
+    let folder = merge::read_spool_folder(&spool_dir).unwrap();
+    assert!(folder.spools[0].info().is_none(), "the header frame is lost");
+    let (trace, _) = merge::merge(&folder.spools, &MergeOptions::default());
+    assert_eq!(trace.processes.len(), 1, "the rank is kept: {:?}", trace.warnings);
+    assert_eq!((trace.processes[0].pid, trace.processes[0].host.as_deref()), (4242, Some("node1")));
+    assert!(trace.warnings.iter().any(|w| w.what.contains("without a readable process header")), "{:?}", trace.warnings);
+    // Every kernel is either kept or counted among the warnings: none is lost silently.
+    let counted: u64 = trace.warnings.iter().filter(|w| w.what.contains("kernel")).map(|w| w.count).sum();
+    assert_eq!(trace.kernels.len() as u64 + counted, 50, "{:?}", trace.warnings);
+}
