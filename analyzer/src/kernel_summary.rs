@@ -58,7 +58,8 @@ pub fn summarize(
             durations.sort_unstable();
             let n = durations.len();
             let exact_total_ns: i128 = durations.iter().map(|&d| i128::from(d)).sum();
-            let total_ns = i64::try_from(exact_total_ns).unwrap_or(if exact_total_ns > 0 { i64::MAX } else { i64::MIN });
+            let total_ns =
+                i64::try_from(exact_total_ns).unwrap_or(if exact_total_ns > 0 { i64::MAX } else { i64::MIN });
             let avg_ns = exact_total_ns as f64 / n as f64;
             let med_ns = if n % 2 == 1 {
                 durations[n / 2] as f64

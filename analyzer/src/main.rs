@@ -627,8 +627,13 @@ fn write_report_charts(
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.
 fn refuse_outputs_over_inputs(outputs: &[Option<&Path>], analysis: &AnalysisArgs) -> Result<()> {
     let outputs: Vec<&Path> = outputs.iter().flatten().copied().collect();
-    let inputs: Vec<&Path> =
-        analysis.traces.iter().map(PathBuf::as_path).chain(analysis.rules.as_deref()).chain(analysis.bench.as_deref()).collect();
+    let inputs: Vec<&Path> = analysis
+        .traces
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(analysis.rules.as_deref())
+        .chain(analysis.bench.as_deref())
+        .collect();
     Ok(shardscope_io::output::check_outputs(&outputs, &inputs)?)
 }
 

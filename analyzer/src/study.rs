@@ -212,7 +212,8 @@ impl Study {
         if file.repetitions == 0 {
             return Err(fail("`repetitions` must be at least 1".into()));
         }
-        let runs = file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
+        let runs =
+            file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
         if runs.is_none_or(|n| n > MAX_RUNS) {
             let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
             return Err(fail(format!(
@@ -528,7 +529,10 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         // A trace left by an unfinished run is not this run's.
         let _ = if trace.is_dir() { std::fs::remove_dir_all(&trace) } else { std::fs::remove_file(&trace) };
         let command = study.recorded_command_line(point);
-        bar.suspend(|| writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, safe(&point.config()), point.rep)).ok();
+        bar.suspend(|| {
+            writeln!(log, "study: [{}/{total}] {} r{}: running", index + 1, safe(&point.config()), point.rep)
+        })
+        .ok();
         let log_path = dir.join(format!("{}.log", point.id));
         let status = run_one(study, point, &command, options, &log_path);
         bar.suspend(|| {
@@ -1726,7 +1730,8 @@ pub fn run_study(
     };
     let results = analyse(study, &statuses, &classifier, bench.as_ref(), peak.as_ref());
     let sections = study_charts(study, &results, &classifier);
-    let write = |path: PathBuf, bytes: &[u8]| shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string());
+    let write =
+        |path: PathBuf, bytes: &[u8]| shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string());
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
     study.check_out_dir()?;
     std::fs::create_dir_all(&study.out_dir).map_err(|e| format!("{}: {e}", study.out_dir.display()))?;

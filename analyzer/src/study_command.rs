@@ -139,12 +139,10 @@ mod tests {
     #[test]
     fn a_value_is_one_argument_whatever_it_holds() {
         let hostile = "x' ; touch /tmp/pwned ; echo '$(id)";
-        assert_eq!(argv("echo '{x}' {x} \"a {x}\"", hostile).unwrap(), [
-            "echo".to_string(),
-            hostile.to_string(),
-            hostile.to_string(),
-            format!("a {hostile}")
-        ]);
+        assert_eq!(
+            argv("echo '{x}' {x} \"a {x}\"", hostile).unwrap(),
+            ["echo".to_string(), hostile.to_string(), hostile.to_string(), format!("a {hostile}")]
+        );
         assert_eq!(argv(r"cp a\ b {{lit}} {out}", "o").unwrap(), ["cp", "a b", "{lit}", "o"]);
     }
 

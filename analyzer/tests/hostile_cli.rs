@@ -130,10 +130,17 @@ fn folder_members_that_are_skipped_are_warned_about() {
     let output = analyzer(&["report", "--format", "json", folder.to_str().unwrap()]);
     assert!(output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("warning:") && stderr.contains("(not a trace) in") && stderr.contains(": README"), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("(not a trace) in") && stderr.contains(": README"),
+        "{stderr}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let warnings = report["warnings"].as_array().unwrap();
-    assert!(warnings.iter().any(|w| w["what"].as_str().unwrap().ends_with(&format!("(not a trace) in {}: README", folder.display()))));
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w["what"].as_str().unwrap().ends_with(&format!("(not a trace) in {}: README", folder.display())))
+    );
 }
 
 /// Peak resident memory of a child run under an address-space limit, in bytes, and its exit code.
@@ -304,7 +311,8 @@ fn no_output_is_written_over_an_input_or_through_a_planted_link() {
     let artifact = repo_root().join("analyzer/tests/data/straggler-artifact/trace-ST.parquet");
     let copy = dir.join("trace-ST.png");
     std::fs::copy(&artifact, &copy).unwrap();
-    let output = analyzer(&["what-if", "--straggler-artifact", copy.to_str().unwrap(), "--heatmap", copy.to_str().unwrap()]);
+    let output =
+        analyzer(&["what-if", "--straggler-artifact", copy.to_str().unwrap(), "--heatmap", copy.to_str().unwrap()]);
     assert_one_line_error(&output, "refusing to write over an input");
     assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&artifact).unwrap());
 

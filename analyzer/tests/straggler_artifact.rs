@@ -209,7 +209,9 @@ fn with_dp_rank(dir: &Path, row: usize, value: i64) -> PathBuf {
     use std::sync::Arc;
 
     use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
+    use arrow_array::types::{
+        Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+    };
     use arrow_array::{ArrayRef, Int64Array, RecordBatch};
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::ArrowWriter;

@@ -437,7 +437,10 @@ fn a_value_is_one_argument_and_never_read_by_a_shell() {
     // printf writes each argument on its own line: the value must come out whole, quotes and all.
     std::fs::write(
         &path,
-        format!("command = \"printf '%s\\\\n' '{{X}}' {{X}}\"\n[grid]\nX = [{}]\n", toml::Value::from(hostile.as_str())),
+        format!(
+            "command = \"printf '%s\\\\n' '{{X}}' {{X}}\"\n[grid]\nX = [{}]\n",
+            toml::Value::from(hostile.as_str())
+        ),
     )
     .unwrap();
     let output = analyzer(&["study", "--no-capture", path.to_str().unwrap()]);

@@ -8,8 +8,8 @@
 //! allow-listed environment variables, URL passwords, the word after `Bearer`, token-shaped
 //! words, and all of these inside shell command strings (`sh -c '…'`).
 
-use shardscope_model::Trace;
 pub use shardscope_io::redact::{REDACTED, SECRET_WORDS, is_secret_name, redact_args, redact_env_value};
+use shardscope_model::Trace;
 
 use crate::merge::CaptureExtras;
 

@@ -325,7 +325,11 @@ fn a_damaged_header_frame_keeps_the_rank_and_says_so() {
     let (trace, _) = merge::merge(&folder.spools, &MergeOptions::default());
     assert_eq!(trace.processes.len(), 1, "the rank is kept: {:?}", trace.warnings);
     assert_eq!((trace.processes[0].pid, trace.processes[0].host.as_deref()), (4242, Some("node1")));
-    assert!(trace.warnings.iter().any(|w| w.what.contains("without a readable process header")), "{:?}", trace.warnings);
+    assert!(
+        trace.warnings.iter().any(|w| w.what.contains("without a readable process header")),
+        "{:?}",
+        trace.warnings
+    );
     // Every kernel is either kept or counted among the warnings: none is lost silently.
     let counted: u64 = trace.warnings.iter().filter(|w| w.what.contains("kernel")).map(|w| w.count).sum();
     assert_eq!(trace.kernels.len() as u64 + counted, 50, "{:?}", trace.warnings);

@@ -65,10 +65,7 @@ mod tests {
     #[test]
     fn a_table_keeps_its_lines_and_loses_its_escape_sequences() {
         let table = "kernel\tms\n\x1b]0;owned\x07gemm\u{9b}2J\u{202e}x\t1\n";
-        assert_eq!(
-            super::terminal_safe(table),
-            "kernel\tms\n\\u{1b}]0;owned\\u{7}gemm\\u{9b}2J\\u{202e}x\t1\n"
-        );
+        assert_eq!(super::terminal_safe(table), "kernel\tms\n\\u{1b}]0;owned\\u{7}gemm\\u{9b}2J\\u{202e}x\t1\n");
         assert!(matches!(super::terminal_safe("plain\n"), std::borrow::Cow::Borrowed(_)));
     }
 

@@ -21,8 +21,24 @@ pub const SECRET_WORDS: &[&str] = &["key", "token", "secret", "password", "passw
 /// Prefixes of well-known token formats (API keys of OpenAI/Anthropic, Hugging Face, GitHub, Slack, GitLab, Google,
 /// Stripe), each followed by at least [`MIN_TOKEN_TAIL`] token characters.
 const TOKEN_PREFIXES: &[&str] = &[
-    "sk-", "sk_live_", "sk_test_", "rk_live_", "hf_", "ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "xoxa-",
-    "xoxb-", "xoxp-", "xoxr-", "xoxs-", "glpat-", "AIza",
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "hf_",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "ghu_",
+    "ghr_",
+    "github_pat_",
+    "xoxa-",
+    "xoxb-",
+    "xoxp-",
+    "xoxr-",
+    "xoxs-",
+    "glpat-",
+    "AIza",
 ];
 
 /// Characters after a known prefix that make it a token rather than a word such as `sk-learn`.

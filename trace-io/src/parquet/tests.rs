@@ -362,7 +362,11 @@ fn a_dataset_without_a_manifest_is_read_with_a_warning() {
         .unwrap();
     let read = read_dataset(&root).unwrap();
     assert_eq!(read[0].kernels, trace.kernels);
-    assert!(read[0].warnings.iter().any(|w| w.what.contains("without a manifest") && w.count == 1), "{:?}", read[0].warnings);
+    assert!(
+        read[0].warnings.iter().any(|w| w.what.contains("without a manifest") && w.count == 1),
+        "{:?}",
+        read[0].warnings
+    );
     // Exporting another run beside it gives the dataset a manifest of both.
     write(&root, "b", std::slice::from_ref(&trace), &[vec![Some(0), Some(1)]]);
     let manifest = std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap();
