@@ -41,7 +41,7 @@ pub struct StudyFile {
     /// words and run without a shell, each value one argument (see [`crate::study_command`]).
     pub command: String,
     /// Run `command` under `sh -c` (pipes, `&&`, redirections), each value quoted as one shell word.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shell: bool,
     /// Parameter → its values; every combination is one point.
     pub grid: BTreeMap<String, Vec<toml::Value>>,

@@ -252,6 +252,7 @@ impl PartialDir {
     /// longer run (an export killed with SIGKILL cannot remove its own).
     pub(super) fn create(root: &Path) -> Result<PartialDir, Error> {
         let parent = parent_of(root);
+        std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
         let name = root.file_name().map_or("dataset".into(), |n| n.to_string_lossy().into_owned());
         remove_stale(&parent, &name);
         let pid = std::process::id();
