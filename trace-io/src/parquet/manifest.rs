@@ -1,4 +1,4 @@
-//! The manifest of a dataset (`_shardscope_manifest.json`: every part file with its rows and bytes) and the
+//! The manifest of a dataset (`_shardscope_manifest.json`: every part file with its rows, bytes and CRC-32) and the
 //! private folder a dataset is written in before it is renamed into place.
 //!
 //! Why: a dataset is many files, and a reader that simply lists folders cannot tell a whole dataset from one with
@@ -33,12 +33,16 @@ pub struct ManifestPart {
     pub rows: u64,
     /// Size of the file, bytes.
     pub bytes: u64,
+    /// CRC-32 (IEEE) of the file's bytes: a changed byte that keeps the size and still decodes is found too.
+    pub crc32: u32,
 }
 
 impl ManifestPart {
-    pub(super) fn new(relative: &Path, rows: u64, bytes: u64) -> ManifestPart {
+    /// The entry of the file at `file`, named `relative` in the dataset, holding `rows` rows.
+    pub(super) fn of_file(relative: &Path, file: &Path, rows: u64) -> Result<ManifestPart, Error> {
         let path = relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
-        ManifestPart { path, rows, bytes }
+        let (bytes, crc32) = size_and_crc(file)?;
+        Ok(ManifestPart { path, rows, bytes, crc32 })
     }
 
     /// The run the part belongs to: its second path component, `run=<run>`.
@@ -96,6 +100,22 @@ pub(super) fn read(root: &Path) -> Result<Vec<ManifestPart>, Error> {
     Ok(manifest.parts)
 }
 
+/// The size and CRC-32 of the file at `path`, read once.
+fn size_and_crc(path: &Path) -> Result<(u64, u32), Error> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buffer).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            return Ok((bytes, hasher.finalize()));
+        }
+        hasher.update(&buffer[..n]);
+        bytes += n as u64;
+    }
+}
+
 /// A relative path of plain names only: no root, no `..`, no `.`.
 fn is_plain_relative(path: &str) -> bool {
     !path.is_empty() && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)))
@@ -120,6 +140,14 @@ pub(super) fn verify_run(root: &Path, run: &str, parts: &[ManifestPart]) -> Resu
         };
         if bytes != part.bytes {
             return Err(incomplete(format!("{path} has {bytes} bytes, its manifest says {}", part.bytes)));
+        }
+        let (_, crc32) = size_and_crc(&root.join(path))?;
+        if crc32 != part.crc32 {
+            return Err(incomplete(format!(
+                "{path} has other bytes than written (CRC-32 {crc32:08x}, its manifest \
+                                           says {:08x})",
+                part.crc32
+            )));
         }
         rows.insert(root.join(path), part.rows);
     }
@@ -191,7 +219,7 @@ fn unlisted_parts(root: &Path) -> Result<Vec<ManifestPart>, Error> {
     }
     let mut parts = Vec::new();
     for run in runs {
-        for (path, bytes) in run_files(root, &run)? {
+        for path in run_files(root, &run)?.into_keys() {
             let file = root.join(&path);
             let handle = File::open(&file).map_err(|e| Error::io(&file, e))?;
             let rows = super::read::guarded(&file, || {
@@ -204,7 +232,7 @@ fn unlisted_parts(root: &Path) -> Result<Vec<ManifestPart>, Error> {
                 .try_into()
                 .map_err(|_| Error::format(&file, "negative row count"))
             })?;
-            parts.push(ManifestPart { path, rows, bytes });
+            parts.push(ManifestPart::of_file(Path::new(&path), &file, rows)?);
         }
     }
     Ok(parts)

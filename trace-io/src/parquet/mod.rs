@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! OUT_DIR/_shardscope_dataset.json               marker: format name, schema version, manifest (written last)
-//! OUT_DIR/_shardscope_manifest.json              every part file with its rows and bytes
+//! OUT_DIR/_shardscope_manifest.json              every part file with its rows, bytes and CRC-32
 //! OUT_DIR/<table>/run=<run>/rank=<n>/part-<trace>.parquet   event tables (kernels, memops, cuda_api, nvtx, …)
 //! OUT_DIR/<table>/run=<run>/part-<trace>.parquet            per-input tables (traces, processes, devices, …)
 //! ```
@@ -15,8 +15,9 @@
 //! ([`METADATA_SCHEMA_VERSION`]), so a file taken out of its folder still says what it is.
 //!
 //! A dataset is written in a private sibling folder and renamed into place when complete ([`DatasetWriter`]); the
-//! reader checks that the run's part files are exactly those of the manifest, with the sizes and rows written, so
-//! a deleted partition, a duplicated part or the leftovers of a killed export are an error naming the dataset.
+//! reader checks that the run's part files are exactly those of the manifest, with the sizes, checksums and rows
+//! written, so a deleted partition, a duplicated or changed part or the leftovers of a killed export are an error
+//! naming the dataset.
 //! A dataset written before manifests existed is still read, with a warning in every trace that says so.
 //!
 //! Column names follow Nsight Systems' SQLite export where it has the concept (`start`, `end`, `deviceId`,

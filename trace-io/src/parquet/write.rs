@@ -168,8 +168,7 @@ impl DatasetWriter {
         if let Some(writer) = writer {
             writer.close().map_err(parquet_error)?;
         }
-        let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
-        self.parts.borrow_mut().push(ManifestPart::new(&relative, rows.len() as u64, bytes));
+        self.parts.borrow_mut().push(ManifestPart::of_file(&relative, &path, rows.len() as u64)?);
         Ok(rows.len() as u64)
     }
 
