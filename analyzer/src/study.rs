@@ -509,8 +509,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         bar.set_message(format!("{} r{}", safe(&point.config()), point.rep));
         let trace = study.trace_path(point);
         let status_path = study.status_path(point);
-        let previous: Option<RunStatus> =
-            std::fs::read(&status_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let previous: Option<RunStatus> = read_status(&status_path);
         // A trace is a file, or a folder of per-rank files (Kineto) when the command writes its own.
         if let Some(previous) = previous.filter(|s| s.succeeded() && trace.exists()) {
             bar.suspend(|| {
@@ -557,6 +556,19 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
     }
     bar.finish_and_clear();
     Ok(statuses)
+}
+
+/// The largest status file read: one holds a command line and a few numbers.
+const MAX_STATUS_BYTES: u64 = 1 << 20;
+
+/// A point's recorded status, if its file is a plain file (not a pipe, device or link shipped in the study
+/// folder, which could block or point anywhere) of a sane size that reads as a status.
+fn read_status(path: &Path) -> Option<RunStatus> {
+    let metadata = std::fs::symlink_metadata(path).ok()?;
+    if !metadata.is_file() || metadata.len() > MAX_STATUS_BYTES {
+        return None;
+    }
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 fn run_one(study: &Study, point: &Point, command: &str, options: &RunOptions, log_path: &Path) -> RunStatus {
@@ -1703,11 +1715,7 @@ pub fn run_study(
     log: &mut dyn std::io::Write,
 ) -> Result<StudyResults, String> {
     let statuses: Vec<Option<RunStatus>> = if analyse_only {
-        study
-            .points
-            .iter()
-            .map(|p| std::fs::read(study.status_path(p)).ok().and_then(|b| serde_json::from_slice(&b).ok()))
-            .collect()
+        study.points.iter().map(|p| read_status(&study.status_path(p))).collect()
     } else {
         run_points(study, options, log)?.into_iter().map(Some).collect()
     };

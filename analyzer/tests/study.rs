@@ -507,3 +507,37 @@ fn secrets_in_the_command_and_env_stay_out_of_the_records() {
         assert!(text.contains("redacted"), "{file}");
     }
 }
+
+#[test]
+fn a_pipe_in_place_of_a_status_file_does_not_block_the_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, "command = \"run\"\n[grid]\nX = [1]\n").unwrap();
+    let points = dir.path().join("s-study/points");
+    std::fs::create_dir_all(&points).unwrap();
+    let fifo = points.join("X-1_r0.status.json");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_analyzer"))
+        .args(["study", "--analyse-only", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the analysis blocked on the pipe");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s-study/study.json")).unwrap()).unwrap();
+    assert_eq!(results["points"][0]["status"], "not_run");
+}
