@@ -284,7 +284,7 @@ pub unsafe fn nvtx_push_message(cbid: u32, data: &NvtxData) -> Option<(usize, Pu
     if params.is_null() {
         return None;
     }
-    // SAFETY (every read below): the parameter struct of `cbid`, as NVTX declares it: `nvtxRangePushA_params`
+    // SAFETY: every read below reads the parameter struct of `cbid`, as NVTX declares it: `nvtxRangePushA_params`
     // holds one `const char*`, `nvtxRangePushEx_params` one attributes pointer, `nvtxDomainRangePushEx_params`
     // a domain handle then the attributes pointer.
     unsafe {
