@@ -130,6 +130,8 @@ impl Switch {
             domains: Mutex::new(HashMap::new()),
             strings: Mutex::new(HashMap::new()),
         });
+        // Without the profiler API trigger, cudaProfilerStart/Stop leave recording alone (as nsys does).
+        let profiler = if plan.cuda_profiler_api { profiler } else { ProfilerCbids::default() };
         Switch {
             api,
             recorded,

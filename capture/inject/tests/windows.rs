@@ -225,6 +225,11 @@ fn child_entry() {
         "nvtx" => nvtx_scenario(&workload),
         "nvtx-domain" => nvtx_domain_scenario(&workload),
         "time" => time_scenario(&workload),
+        "whole-run" => {
+            assert!(workload.launch(1, true));
+            workload.profiler(false);
+            assert!(workload.launch(2, true), "cudaProfilerStop switched a whole-run capture off");
+        }
         "external-1" => external_scenario(&workload, 1),
         "external-2" => external_scenario(&workload, 2),
         other => panic!("unknown scenario {other}"),
@@ -393,4 +398,12 @@ fn two_processes_keep_their_own_windows_and_one_external_start_reaches_both() {
         assert_eq!(last, (WindowTrigger::External, WindowTrigger::ProcessExit));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_the_profiler_trigger_cuda_profiler_stop_leaves_a_whole_run_capture_recording() {
+    let (records, stderr) = run_one("whole-run", "whole-run", &WindowPlan::default());
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(triggers(&windows(&records)), [(WindowTrigger::ProcessStart, WindowTrigger::ProcessExit)]);
+    assert!(!stderr.contains("stop came while recording was off"), "{stderr}");
 }
