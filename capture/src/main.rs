@@ -260,7 +260,6 @@ fn run(args: Args) -> anyhow::Result<i32> {
         duration_ns: seconds_to_ns(args.duration, "--duration")?,
         nvtx_range: args.nvtx_range.clone(),
         cuda_profiler_api: args.cuda_profiler_api,
-        live: false,
     };
     if args.output.exists() && !args.force {
         bail!("{}: output exists (pass --force to replace it)", args.output.display());
@@ -278,8 +277,6 @@ fn run(args: Args) -> anyhow::Result<i32> {
         merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta, args.keep_cmdline)?;
         return Ok(exit.exit_code());
     }
-    // The processes switch recording themselves; the merge keeps what they recorded.
-    let range = CaptureRange { live: true, ..range };
 
     let inject_lib = find_inject_lib(args.inject_lib.as_deref())?;
     let spool_dir = match &args.spool_dir {
@@ -445,7 +442,11 @@ fn merge_and_write(
              writing an empty trace"
         );
     }
-    let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
+    // A workload run here switched recording itself (capture windows); a folder merged on its own may come from
+    // an older capture that filtered at merge time (its spools have no windows).
+    let windows_live = session_start_utc_ns.is_some();
+    let options =
+        MergeOptions { session_start_utc_ns, range: range.clone(), windows_live, cufilt: names::find_cufilt() };
     let (mut trace, mut extras) = merge::merge(&spools, &options);
     if !keep_cmdline {
         redact::redact_capture(&mut trace, &mut extras);

@@ -101,9 +101,6 @@ pub struct CaptureRange {
     pub nvtx_range: Option<String>,
     /// Keep only what starts between `cudaProfilerStart` and `cudaProfilerStop` (per process).
     pub cuda_profiler_api: bool,
-    /// The processes switched recording on and off themselves (capture windows): the range is not applied
-    /// again at merge time.
-    pub live: bool,
 }
 
 /// Settings for [`merge`].
@@ -114,6 +111,9 @@ pub struct MergeOptions {
     pub session_start_utc_ns: Option<i64>,
     /// The range to keep.
     pub range: CaptureRange,
+    /// The processes switched recording on and off themselves (capture windows), so the range is not applied
+    /// again here: what they recorded is what was inside.
+    pub windows_live: bool,
     /// NVIDIA's `cu++filt`, for nsys-identical kernel names.
     pub cufilt: Option<PathBuf>,
 }
@@ -236,7 +236,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
         };
         ProcessMerge::new(&mut job, spool, info).merge_records(&mut job, &spool.contents.records);
     }
-    job.finish(&options.range)
+    job.finish(options)
 }
 
 /// What the whole job shares while its processes are merged.
@@ -304,7 +304,7 @@ impl<'s> JobMerge<'s> {
         }
     }
 
-    fn finish(mut self, range: &CaptureRange) -> (Trace, CaptureExtras) {
+    fn finish(mut self, options: &MergeOptions) -> (Trace, CaptureExtras) {
         for (device, users) in self.device_users {
             if let [only] = users.as_slice() {
                 self.trace.devices[device.0 as usize].process = Some(*only);
@@ -312,8 +312,8 @@ impl<'s> JobMerge<'s> {
         }
         // Processes that recorded in windows recorded nothing outside them: there is nothing to filter, and
         // work launched inside a window that ran past its end must stay.
-        if !range.live && self.trace.capture_windows.is_empty() {
-            apply_range(&mut self.trace, &mut self.extras, range);
+        if !options.windows_live && self.trace.capture_windows.is_empty() {
+            apply_range(&mut self.trace, &mut self.extras, &options.range);
         }
         (self.trace, self.extras)
     }

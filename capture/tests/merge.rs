@@ -324,7 +324,8 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
     let spools = merge::read_spool_dir(&dir.join("spool")).unwrap();
     // The live capture range: the processes recorded only inside their windows.
     let options = MergeOptions {
-        range: merge::CaptureRange { cuda_profiler_api: true, live: true, ..Default::default() },
+        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
+        windows_live: true,
         ..Default::default()
     };
     let (trace, extras) = merge::merge(&spools, &options);
