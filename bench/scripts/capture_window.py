@@ -262,8 +262,11 @@ def main():
     subprocess.run([args.nvcc, "-O2", "-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
     programs = [{"name": "cuda", "command": [launch_binary, "2000", "100"]},
                 {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"]}]
-    gpu = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    except OSError as e:
+        gpu = f"unknown ({e})"
     results = {"command": sys.argv, "gpu": gpu, "samples": [], "rounds_done": {}}
     if "check" in parts:
         check_part(args, results, binary)
