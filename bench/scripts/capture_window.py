@@ -2,8 +2,8 @@
 """What recording in windows costs, on one GPU: recording off outside a window, CUDA graphs at node and graph
 level, and a long run captured in short repeated windows against the whole run.
 
-Parts (each round runs every mode of a part once, the order rotated by one each round; every sample goes to the
-results file as it comes):
+Parts, one after another (each round runs every mode of a part once, the order rotated by one each round; every
+sample goes to the results file as it comes; no round starts once `--budget-s` is spent):
 
 - `launch`: host time per launch of a launch-bound program (`workloads/launch_cost.cu`, bare launches, and
   `workloads/torch_launch_cost.py`, PyTorch operators) uncaptured, under `capture --cuda-profiler-api` with no
@@ -153,7 +153,8 @@ def launch_part(args, results, r, programs):
 
 
 def graph_part(args, results, r, binary):
-    modes = [m for m in GRAPH_MODES if args.nsys or not m.startswith("nsys")]
+    with_nsys = args.nsys and r < args.nsys_rounds
+    modes = [m for m in GRAPH_MODES if with_nsys or not m.startswith("nsys")]
     program = [binary, "graph", "400", "200"]
     for position, mode in enumerate(rotated(modes, r)):
         done, wall_s = run(recorder_command(args, mode, program, args.scratch), args.timeout_s)
@@ -243,7 +244,10 @@ def main():
     parser.add_argument("--nsys", default=None, help="Nsight Systems CLI (nsys modes are left out without it)")
     parser.add_argument("--nvcc", default="nvcc")
     parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long"])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--launch-rounds", type=int, default=6, help="rounds of the bare-launch program")
+    parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch launch program")
+    parser.add_argument("--graph-rounds", type=int, default=4)
+    parser.add_argument("--nsys-rounds", type=int, default=3, help="graph rounds that include the nsys modes")
     parser.add_argument("--long-rounds", type=int, default=2)
     parser.add_argument("--long-s", type=float, default=12.0, help="length of the long-running program")
     parser.add_argument("--window-s", type=float, default=0.5)
@@ -270,19 +274,24 @@ def main():
     results = {"command": sys.argv, "gpu": gpu, "samples": [], "rounds_done": {}}
     if "check" in parts:
         check_part(args, results, binary)
-    for r in range(max(args.rounds, args.long_rounds)):
-        if time.monotonic() - started > args.budget_s:
-            print(f"budget spent after {r} rounds", flush=True)
-            break
-        if "launch" in parts and r < args.rounds:
-            launch_part(args, results, r, programs if r < 3 else programs[:1])
-        if "graph" in parts and r < args.rounds:
-            graph_part(args, results, r, binary)
-        if "long" in parts and r < args.long_rounds:
-            long_part(args, results, r, binary)
-        results["rounds_done"] = r + 1
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    # Part after part, each with its modes interleaved round by round; no round starts once the budget is spent.
+    rounds = {"launch": max(args.launch_rounds, args.torch_rounds), "long": args.long_rounds,
+              "graph": args.graph_rounds}
+    for part in (p for p in ("launch", "long", "graph") if p in parts):
+        for r in range(rounds[part]):
+            if time.monotonic() - started > args.budget_s:
+                print(f"budget spent: {part} stopped after {r} rounds", flush=True)
+                break
+            if part == "launch":
+                chosen = [p for p in programs if r < (args.launch_rounds if p["name"] == "cuda" else args.torch_rounds)]
+                launch_part(args, results, r, chosen)
+            elif part == "long":
+                long_part(args, results, r, binary)
+            else:
+                graph_part(args, results, r, binary)
+            results["rounds_done"][part] = r + 1
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
