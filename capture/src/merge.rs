@@ -682,12 +682,25 @@ impl<'a> ProcessMerge<'a> {
                 .filter(|r| r.start_ns < range.start_ns && r.end_ns > range.start_ns)
                 .map(|r| r.end_ns)
                 .min();
-            match enclosing_end {
-                Some(end_ns) => {
+            // Recording stopped with the range still open: its end was never recorded, and it must not reach
+            // across the gap to the next window.
+            let window_end = job
+                .trace
+                .capture_windows
+                .iter()
+                .filter(|w| w.process == self.process && w.start_ns <= range.start_ns && range.start_ns <= w.end_ns)
+                .map(|w| w.end_ns)
+                .min();
+            match (enclosing_end, window_end) {
+                (Some(end_ns), _) => {
                     job.trace.warn("NVTX range without an end (ended with its enclosing range)");
                     range.end_ns = end_ns;
                 }
-                None => {
+                (None, Some(end_ns)) => {
+                    job.trace.warn("NVTX range still open when its capture window closed (ended with the window)");
+                    range.end_ns = end_ns.max(range.start_ns);
+                }
+                (None, None) => {
                     job.trace.warn("NVTX range without an end (ended at the process's last event)");
                     range.end_ns = self.last_ns.max(range.start_ns);
                 }

@@ -297,9 +297,19 @@ fn write_windowed_spool(dir: &Path) {
     };
     let mut batch = vec![process(3000, 0, 1_000_000, T0_UTC_NS)];
     batch.extend(devices());
-    batch.extend(names(&[GEMM]));
+    batch.extend(names(&[GEMM, "step"]));
     batch.extend([
         kernel(0, 1, 1_000_100, 1_000_900, 1),
+        // An NVTX range pushed inside the first window whose pop came after recording stopped.
+        SpoolRecord::Marker(MarkerRecord {
+            flags: 2,
+            timestamp_ns: 1_000_200,
+            id: 5,
+            pid: 3000,
+            tid: MAIN_THREAD,
+            name_id: 2,
+            domain_id: 0,
+        }),
         window(1_000_000, 1_000_500, WindowTrigger::CudaProfilerApi, WindowTrigger::CudaProfilerApi),
         SpoolRecord::WindowStrayStop { timestamp_ns: 1_000_600, trigger: WindowTrigger::CudaProfilerApi as u8 },
         SpoolRecord::GraphTrace(GraphTraceRecord {
@@ -334,6 +344,8 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
     assert_eq!(windows, [(0, 500), (2_000, 3_000)]);
     assert_eq!(trace.graph_launches.iter().map(|g| (g.start_ns, g.graph_id)).collect::<Vec<_>>(), [(2_100, 4)]);
     assert!(trace.warnings.iter().any(|w| w.what.contains("stop while recording was off") && w.count == 1));
+    let ranges: Vec<_> = trace.ranges.iter().map(|r| (r.start_ns, r.end_ns)).collect();
+    assert_eq!(ranges, [(200, 500)], "the range left open ends with its window, not across the gap");
     let path = dir.join("windows.sqlite");
     sqlite::write_capture(&path, &trace, &extras, &RunFacts::default()).unwrap();
     let read = shardscope_io::load(&path).unwrap().remove(0);
