@@ -16,6 +16,7 @@
 //! ```
 
 pub mod bench_peaks;
+pub mod capture_gaps;
 pub mod categories;
 pub mod charts;
 pub mod collectives;

@@ -25,6 +25,7 @@ use serde::{Serialize, Serializer};
 use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
 
 use crate::bench_peaks::BenchPeaks;
+use crate::capture_gaps;
 use crate::categories::{self, Classifier, KernelClass};
 use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
 use crate::hta::{self, HtaFigures};
@@ -656,7 +657,10 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             Phase { name: phase_index.names()[phase as usize].clone(), source: phase_source, figures }
         })
         .collect();
-    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
+    let owner = trace.devices[device.0 as usize].process;
+    let gaps = capture_gaps::gaps(trace, owner);
+    let steps = rank_steps(trace, owner, &phases, &whole, options)
+        .map(|steps| if gaps.is_empty() { steps } else { steps_without_gaps(steps, &gaps) });
     let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
@@ -668,7 +672,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         device: info.ordinal,
         gpu_name: info.name.clone(),
         pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
-        figures: figures(&whole, trace, &options.classifier),
+        figures: without_capture_gaps(figures(&whole, trace, &options.classifier), &whole, &gaps),
         phase_source: (!phases.is_empty()).then_some(phase_source),
         phases,
         annotation_ranges: trace.ranges.len() as u64,
@@ -702,6 +706,36 @@ fn phase_of(
     match launch.and_then(|l| trace.api_calls.get(l as usize)) {
         Some(call) => index.hit_on_thread(call.process, call.tid, call.start_ns),
         None => index.hit_on_device(device, start_ns),
+    }
+}
+
+/// `figures` with the time between capture windows left out of span and idle time (see [`capture_gaps`]).
+fn without_capture_gaps(mut figures: Figures, work: &Work, gaps: &[(i64, i64)]) -> Figures {
+    if gaps.is_empty() {
+        return figures;
+    }
+    let busy: Vec<(i64, i64)> = (work.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
+        .chain(work.memops.iter().map(|m| (m.0, m.1)))
+        .chain(work.graphs.iter().copied())
+        .collect();
+    let (Some(first), Some(last)) = (busy.iter().map(|b| b.0).min(), busy.iter().map(|b| b.1).max()) else {
+        return figures;
+    };
+    figures.span_ns -= capture_gaps::unrecorded_ns(first, last, gaps, &IntervalUnion::from_intervals(busy));
+    figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
+    figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
+    figures
+}
+
+/// `steps` without those that reach across the gap between two capture windows (no longer counted as found).
+fn steps_without_gaps(steps: Steps, gaps: &[(i64, i64)]) -> Steps {
+    let kept = capture_gaps::drop_spanning(steps.intervals.clone(), gaps);
+    let dropped = (steps.intervals.len() - kept.len()) as u64;
+    Steps {
+        found: steps.found - dropped,
+        time: Distribution::of(kept.iter().map(|(start, end)| end - start).collect()),
+        intervals: kept,
+        ..steps
     }
 }
 

@@ -14,6 +14,7 @@
 //!
 //! This crate never links CUPTI; only the injection library loads it, inside the workload.
 
+pub mod control;
 pub mod cost;
 pub mod launch;
 pub mod merge;

@@ -10,9 +10,9 @@ use clap::Parser;
 use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
-use shardscope_capture::{names, nvml, redact, sqlite};
+use shardscope_capture::{control, names, nvml, redact, sqlite};
 use shardscope_io::nccl::{self, NcclProcess};
-use shardscope_spool::config::{self, TraceKinds};
+use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
 const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
@@ -26,9 +26,21 @@ const NCCL_PLUGIN_LIB_NAME: &str = "libshardscope_nccl_profiler.so";
     about = "Run a CUDA workload and record its GPU activity into an Nsight Systems-schema SQLite file",
     after_help = "Examples:\n  capture -o run.sqlite -- python3 train.py\n  \
                   capture -o tp2.sqlite -- torchrun --nproc_per_node=2 infer.py\n  \
-                  capture --merge run.sqlite.spool-1234 -o run.sqlite   (merge spools left by an interrupted capture)"
+                  capture --merge run.sqlite.spool-1234 -o run.sqlite   (merge spools left by an interrupted capture)\n  \
+                  capture --cuda-profiler-api -o win.sqlite -- python3 serve.py   (record between \
+                  cudaProfilerStart/Stop only)\n  \
+                  capture --start-paused -o srv.sqlite -- python3 serve.py &   then   capture start; …; capture stop\n\n\
+                  Capture ranges (--delay, --duration, --every, --nvtx-range, --cuda-profiler-api, --start-paused, \
+                  capture start/stop) switch recording on and off inside every process: outside a window CUPTI \
+                  records nothing and the NCCL plugin starts no event; work launched inside a window and still \
+                  running at its end is kept whole. The capture file lists the windows (SHARDSCOPE_CAPTURE_WINDOWS).",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    /// Switch recording in a running capture from another shell.
+    #[command(subcommand)]
+    control: Option<Control>,
     /// Output SQLite file.
     #[arg(short, long, default_value = "capture.sqlite")]
     output: PathBuf,
@@ -41,18 +53,35 @@ struct Args {
     /// NVTX range per call, switched off with NCCL_NVTX_DISABLE=1 while the plugin records collectives).
     #[arg(long, default_value = "all")]
     trace: String,
-    /// Keep only what starts this many seconds after launch.
+    /// Record only from this many seconds after launch (in every process; recording is off before).
     #[arg(long, value_name = "SECONDS")]
     delay: Option<f64>,
-    /// Keep only what starts within this many seconds (after --delay).
+    /// Record for this many seconds (after --delay), then switch recording off.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// Keep only what starts inside NVTX ranges with this message.
+    /// With --delay/--duration: open a window again every this many seconds (after the previous opening).
+    #[arg(long, value_name = "SECONDS", requires = "duration")]
+    every: Option<f64>,
+    /// Record only while an NVTX push/pop range with this message is open (per process).
     #[arg(long, value_name = "NAME")]
     nvtx_range: Option<String>,
-    /// Keep only what starts between cudaProfilerStart and cudaProfilerStop (per process).
+    /// With --nvtx-range: only ranges of this NVTX domain (default: the default domain).
+    #[arg(long, value_name = "DOMAIN", requires = "nvtx_range")]
+    nvtx_domain: Option<String>,
+    /// Record only between cudaProfilerStart and cudaProfilerStop (torch.cuda.profiler.start/stop), per process.
     #[arg(long)]
     cuda_profiler_api: bool,
+    /// Take at most this many windows per process (0: every one).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    repeat: u32,
+    /// Start with recording off; `capture start` (from another shell) switches it on.
+    #[arg(long)]
+    start_paused: bool,
+    /// CUDA graphs: `node` records every kernel, copy and set of each replay (CUPTI times each node on the GPU,
+    /// which lengthens a replay of many small kernels); `graph` records one activity per graph launch, with its
+    /// graph id (nearly free, but nothing of what ran inside the graph: no kernel names or per-kernel times).
+    #[arg(long, value_name = "graph|node", default_value = "node")]
+    cuda_graph_trace: String,
     /// libcupti to load in the workload (default: library path, then the usual CUDA folders).
     #[arg(long, value_name = "PATH")]
     cupti_lib: Option<PathBuf>,
@@ -170,8 +199,62 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("{}", path.display()))
 }
 
+/// `capture start` / `capture stop`.
+#[derive(clap::Subcommand, Debug)]
+enum Control {
+    /// Switch recording on in every process of a running capture.
+    Start(ControlArgs),
+    /// Switch recording off in every process of a running capture (what ran inside the window is kept).
+    Stop(ControlArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ControlArgs {
+    /// The running capture's spool folder (default: the one capture running on this machine).
+    #[arg(long, value_name = "DIR")]
+    session: Option<PathBuf>,
+}
+
+/// Sends `capture start` / `capture stop`.
+fn run_control(control: &Control) -> anyhow::Result<i32> {
+    let (recording, args) = match control {
+        Control::Start(args) => (true, args),
+        Control::Stop(args) => (false, args),
+    };
+    let session = control::find_session(args.session.as_deref())?;
+    let command = control::send(&session, recording)?;
+    eprintln!(
+        "capture: recording {} in {} (command {})",
+        if recording { "on" } else { "off" },
+        session.display(),
+        command.generation
+    );
+    Ok(0)
+}
+
+/// The window plan the processes follow, from the capture range options.
+fn window_plan(args: &Args) -> anyhow::Result<WindowPlan> {
+    let ns = |seconds, what| seconds_to_ns(seconds, what).map(|ns| ns.map(|ns| ns as u64));
+    Ok(WindowPlan {
+        cuda_profiler_api: args.cuda_profiler_api,
+        nvtx_range: args.nvtx_range.clone(),
+        nvtx_domain: args.nvtx_domain.clone(),
+        delay_ns: ns(args.delay, "--delay")?,
+        duration_ns: ns(args.duration, "--duration")?,
+        every_ns: ns(args.every, "--every")?,
+        repeat: args.repeat,
+        start_paused: args.start_paused,
+    })
+}
+
 fn run(args: Args) -> anyhow::Result<i32> {
+    if let Some(control) = &args.control {
+        return run_control(control);
+    }
     let kinds = TraceKinds::parse(&args.trace).map_err(anyhow::Error::msg).context("--trace")?;
+    let graph_trace =
+        GraphTrace::parse(&args.cuda_graph_trace).map_err(anyhow::Error::msg).context("--cuda-graph-trace")?;
+    let plan = window_plan(&args)?;
     let range = CaptureRange {
         delay_ns: seconds_to_ns(args.delay, "--delay")?,
         duration_ns: seconds_to_ns(args.duration, "--duration")?,
@@ -207,11 +290,15 @@ fn run(args: Args) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&spool_dir)
         .with_context(|| format!("{}: cannot create spool folder", spool_dir.display()))?;
 
+    let session_start_utc_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let mut env: Vec<(String, OsString)> = vec![
         ("CUDA_INJECTION64_PATH".into(), inject_lib.clone().into()),
         (config::SPOOL_DIR_ENV.into(), spool_dir.clone().into()),
         (config::TRACE_ENV.into(), kinds.to_list().into()),
         (config::FLUSH_MS_ENV.into(), args.flush_ms.to_string().into()),
+        (config::WINDOW_ENV.into(), plan.to_env().map_err(anyhow::Error::msg).context("--nvtx-range")?.into()),
+        (config::SESSION_START_ENV.into(), session_start_utc_ns.to_string().into()),
+        (config::GRAPH_TRACE_ENV.into(), graph_trace.as_str().into()),
     ];
     if !args.no_client_guard {
         // Preloaded, the library's `cuptiSubscribe` comes first in symbol lookup, so a profiler the workload
@@ -226,7 +313,8 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {
         eprintln!("capture: replacing CUDA_INJECTION64_PATH from the environment");
     }
-    if kinds.nvtx {
+    // The NVTX trigger needs NVTX's calls to reach CUPTI even when NVTX ranges are not recorded.
+    if kinds.nvtx || plan.nvtx_range.is_some() {
         if std::env::var_os("NVTX_INJECTION64_PATH").is_some() {
             eprintln!("capture: NVTX_INJECTION64_PATH is already set; NVTX ranges go there, not into the capture");
         } else {
@@ -252,7 +340,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
         env.push((config::ENV_ALLOW_ENV.into(), args.env_allow.join(",").into()));
     }
 
-    let session_start_utc_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    let registration = control::Registration::new(&spool_dir);
     let exit = match launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0))) {
         Ok(exit) => exit,
         Err(error) => {
@@ -262,6 +350,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
             return Err(error.into());
         }
     };
+    drop(registration);
     let exit_text = match exit {
         ChildExit::Code(code) => format!("exit code {code}"),
         ChildExit::Signal(signal) => {
@@ -279,6 +368,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(cupti) = &args.cupti_lib {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));
     }
+    meta.push(("cudaGraphTrace".into(), graph_trace.as_str().into()));
     match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta, args.keep_cmdline) {
         Ok(()) => {
             if !args.keep_spool {
@@ -352,7 +442,11 @@ fn merge_and_write(
              writing an empty trace"
         );
     }
-    let options = MergeOptions { session_start_utc_ns, range: range.clone(), cufilt: names::find_cufilt() };
+    // A workload run here switched recording itself (capture windows); a folder merged on its own may come from
+    // an older capture that filtered at merge time (its spools have no windows).
+    let windows_live = session_start_utc_ns.is_some();
+    let options =
+        MergeOptions { session_start_utc_ns, range: range.clone(), windows_live, cufilt: names::find_cufilt() };
     let (mut trace, mut extras) = merge::merge(&spools, &options);
     if !keep_cmdline {
         redact::redact_capture(&mut trace, &mut extras);

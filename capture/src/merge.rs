@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
-    kernel_names,
+    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process, ProcessIdx,
+    Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
 };
+use shardscope_spool::config::WindowTrigger;
 use shardscope_spool::cupti::{
-    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord,
-    ProcessInfo, SpoolRecord,
+    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord,
+    MemsetRecord, ProcessInfo, SpoolRecord, WindowRecord,
 };
 use shardscope_spool::{SpoolContents, read_spool};
 
@@ -110,6 +111,9 @@ pub struct MergeOptions {
     pub session_start_utc_ns: Option<i64>,
     /// The range to keep.
     pub range: CaptureRange,
+    /// The processes switched recording on and off themselves (capture windows), so the range is not applied
+    /// again here: what they recorded is what was inside.
+    pub windows_live: bool,
     /// NVIDIA's `cu++filt`, for nsys-identical kernel names.
     pub cufilt: Option<PathBuf>,
 }
@@ -244,7 +248,7 @@ pub fn merge(spools: &[ProcessSpool], options: &MergeOptions) -> (Trace, Capture
         }
         ProcessMerge::new(&mut job, spool, info).merge_records(&mut job, &spool.contents.records);
     }
-    job.finish(&options.range)
+    job.finish(options)
 }
 
 /// The header of a spool that lost it: the pid and host from the file's name (`<host>.<pid>.spool`, as the
@@ -325,13 +329,17 @@ impl<'s> JobMerge<'s> {
         }
     }
 
-    fn finish(mut self, range: &CaptureRange) -> (Trace, CaptureExtras) {
+    fn finish(mut self, options: &MergeOptions) -> (Trace, CaptureExtras) {
         for (device, users) in self.device_users {
             if let [only] = users.as_slice() {
                 self.trace.devices[device.0 as usize].process = Some(*only);
             }
         }
-        apply_range(&mut self.trace, &mut self.extras, range);
+        // Processes that recorded in windows recorded nothing outside them: there is nothing to filter, and
+        // work launched inside a window that ran past its end must stay.
+        if !options.windows_live && self.trace.capture_windows.is_empty() {
+            apply_range(&mut self.trace, &mut self.extras, &options.range);
+        }
         (self.trace, self.extras)
     }
 }
@@ -428,6 +436,11 @@ impl<'a> ProcessMerge<'a> {
                 SpoolRecord::Memset(m) => self.memset(job, m),
                 SpoolRecord::Api(a) => self.api_call(job, a),
                 SpoolRecord::Marker(m) => self.marker(job, m),
+                SpoolRecord::Window(w) => self.window(job, w),
+                SpoolRecord::GraphTrace(g) => self.graph_launch(job, g),
+                SpoolRecord::WindowStrayStop { .. } => {
+                    job.trace.warn("capture window stop while recording was off (ignored; nothing lost)")
+                }
                 SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
@@ -545,6 +558,42 @@ impl<'a> ProcessMerge<'a> {
         self.extra.record_counts.kernels += 1;
     }
 
+    /// A capture window of this process, on the session clock.
+    fn window(&mut self, job: &mut JobMerge, w: &WindowRecord) {
+        let trigger = |code: u8| WindowTrigger::from_code(code).map_or(ModelTrigger::External, model_trigger);
+        if WindowTrigger::from_code(w.start_trigger).is_none() || WindowTrigger::from_code(w.end_trigger).is_none() {
+            job.trace.warn("capture window with an unknown trigger (kept, named external)");
+        }
+        job.trace.capture_windows.push(CaptureWindow {
+            process: self.process,
+            start_ns: self.to_session(w.start_ns),
+            end_ns: self.to_session(w.end_ns),
+            start_trigger: trigger(w.start_trigger),
+            end_trigger: trigger(w.end_trigger),
+        });
+    }
+
+    /// A CUDA graph launch recorded whole (`--cuda-graph-trace graph`); one CUPTI could not time is counted.
+    fn graph_launch(&mut self, job: &mut JobMerge, g: &GraphTraceRecord) {
+        if (g.start_ns == 0 && g.end_ns == 0) || g.end_ns < g.start_ns {
+            job.trace.warn("CUDA graph execution without GPU start/end (skipped)");
+            return;
+        }
+        let device = self.device(job, g.device_id);
+        let (start_ns, end_ns) = (self.to_session(g.start_ns), self.to_session(g.end_ns));
+        self.last_ns = self.last_ns.max(end_ns);
+        job.trace.graph_launches.push(GraphLaunch {
+            start_ns,
+            end_ns,
+            device,
+            process: self.process,
+            stream: g.stream_id,
+            correlation_id: g.correlation_id,
+            graph_id: g.graph_id,
+            launch: None,
+        });
+    }
+
     fn memcpy(&mut self, job: &mut JobMerge, m: &MemcpyRecord) {
         let device = self.device(job, m.device_id);
         let copy_kind = Some(CopyKind::from_cupti(i64::from(m.copy_kind)));
@@ -658,12 +707,25 @@ impl<'a> ProcessMerge<'a> {
                 .filter(|r| r.start_ns < range.start_ns && r.end_ns > range.start_ns)
                 .map(|r| r.end_ns)
                 .min();
-            match enclosing_end {
-                Some(end_ns) => {
+            // Recording stopped with the range still open: its end was never recorded, and it must not reach
+            // across the gap to the next window.
+            let window_end = job
+                .trace
+                .capture_windows
+                .iter()
+                .filter(|w| w.process == self.process && w.start_ns <= range.start_ns && range.start_ns <= w.end_ns)
+                .map(|w| w.end_ns)
+                .min();
+            match (enclosing_end, window_end) {
+                (Some(end_ns), _) => {
                     job.trace.warn("NVTX range without an end (ended with its enclosing range)");
                     range.end_ns = end_ns;
                 }
-                None => {
+                (None, Some(end_ns)) => {
+                    job.trace.warn("NVTX range still open when its capture window closed (ended with the window)");
+                    range.end_ns = end_ns.max(range.start_ns);
+                }
+                (None, None) => {
                     job.trace.warn("NVTX range without an end (ended at the process's last event)");
                     range.end_ns = self.last_ns.max(range.start_ns);
                 }
@@ -723,6 +785,18 @@ impl ThreadIds {
 /// start; saturating, so that a damaged record's time cannot wrap into a plausible one.
 fn session_ns(cupti_ns: u64, clock_offset_ns: i128, session_start_utc_ns: i64) -> i64 {
     (cupti_ns as i128 + clock_offset_ns - session_start_utc_ns as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// The model's name for a spool's window trigger.
+fn model_trigger(trigger: WindowTrigger) -> ModelTrigger {
+    match trigger {
+        WindowTrigger::ProcessStart => ModelTrigger::ProcessStart,
+        WindowTrigger::CudaProfilerApi => ModelTrigger::CudaProfilerApi,
+        WindowTrigger::Nvtx => ModelTrigger::Nvtx,
+        WindowTrigger::Time => ModelTrigger::Time,
+        WindowTrigger::External => ModelTrigger::External,
+        WindowTrigger::ProcessExit => ModelTrigger::ProcessExit,
+    }
 }
 
 /// Runtime or driver calls that launch a kernel or a graph (`cudaLaunchKernel_v7000`, `cuLaunchKernelEx`,
@@ -801,6 +875,7 @@ fn apply_range(trace: &mut Trace, extras: &mut CaptureExtras, range: &CaptureRan
     let mut flags = keep.iter();
     extras.memops.retain(|_| *flags.next().unwrap());
     trace.api_calls.retain(|a| inside(a.process, a.start_ns));
+    trace.graph_launches.retain(|g| inside(g.process, g.start_ns));
     extras.side.retain_inside(&inside);
     trace.ranges.retain(|r| overlaps(r.process, r.start_ns, r.end_ns));
 }

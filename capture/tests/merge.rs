@@ -285,3 +285,73 @@ fn merge_only_mode_writes_the_file_from_a_spool_folder() {
     assert_eq!(read[0].kernels.iter().map(|k| k.duration_ns()).sum::<i64>(), 500 + 2_000 + 1_000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A process that recorded in two capture windows: a kernel launched in the first runs past its end, a whole
+/// graph launch comes in the second, and one stop came with recording off.
+fn write_windowed_spool(dir: &Path) {
+    use shardscope_spool::config::WindowTrigger;
+    use shardscope_spool::cupti::{GraphTraceRecord, WindowRecord};
+    let mut spool = SpoolWriter::create(&dir.join("node1.3000.spool")).unwrap();
+    let window = |start_ns, end_ns, start: WindowTrigger, end: WindowTrigger| {
+        SpoolRecord::Window(WindowRecord { start_ns, end_ns, start_trigger: start as u8, end_trigger: end as u8 })
+    };
+    let mut batch = vec![process(3000, 0, 1_000_000, T0_UTC_NS)];
+    batch.extend(devices());
+    batch.extend(names(&[GEMM, "step"]));
+    batch.extend([
+        kernel(0, 1, 1_000_100, 1_000_900, 1),
+        // An NVTX range pushed inside the first window whose pop came after recording stopped.
+        SpoolRecord::Marker(MarkerRecord {
+            flags: 2,
+            timestamp_ns: 1_000_200,
+            id: 5,
+            pid: 3000,
+            tid: MAIN_THREAD,
+            name_id: 2,
+            domain_id: 0,
+        }),
+        window(1_000_000, 1_000_500, WindowTrigger::CudaProfilerApi, WindowTrigger::CudaProfilerApi),
+        SpoolRecord::WindowStrayStop { timestamp_ns: 1_000_600, trigger: WindowTrigger::CudaProfilerApi as u8 },
+        SpoolRecord::GraphTrace(GraphTraceRecord {
+            start_ns: 1_002_100,
+            end_ns: 1_002_400,
+            device_id: 0,
+            context_id: 1,
+            stream_id: 7,
+            correlation_id: 9,
+            graph_id: 4,
+        }),
+        window(1_002_000, 1_003_000, WindowTrigger::External, WindowTrigger::ProcessExit),
+        SpoolRecord::End { records: 5, undecoded: 0 },
+    ]);
+    spool.write_batch(&batch).unwrap();
+}
+
+#[test]
+fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filtered_out() {
+    let dir = temp_dir("windows");
+    write_windowed_spool(&dir.join("spool"));
+    let spools = merge::read_spool_dir(&dir.join("spool")).unwrap();
+    // The live capture range: the processes recorded only inside their windows.
+    let options = MergeOptions {
+        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
+        windows_live: true,
+        ..Default::default()
+    };
+    let (trace, extras) = merge::merge(&spools, &options);
+    assert_eq!(trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect::<Vec<_>>(), [(100, 900)]);
+    let windows: Vec<_> = trace.capture_windows.iter().map(|w| (w.start_ns, w.end_ns)).collect();
+    assert_eq!(windows, [(0, 500), (2_000, 3_000)]);
+    assert_eq!(trace.graph_launches.iter().map(|g| (g.start_ns, g.graph_id)).collect::<Vec<_>>(), [(2_100, 4)]);
+    assert!(trace.warnings.iter().any(|w| w.what.contains("stop while recording was off") && w.count == 1));
+    let ranges: Vec<_> = trace.ranges.iter().map(|r| (r.start_ns, r.end_ns)).collect();
+    assert_eq!(ranges, [(200, 500)], "the range left open ends with its window, not across the gap");
+    let path = dir.join("windows.sqlite");
+    sqlite::write_capture(&path, &trace, &extras, &RunFacts::default()).unwrap();
+    let read = shardscope_io::load(&path).unwrap().remove(0);
+    let triggers: Vec<_> =
+        read.capture_windows.iter().map(|w| (w.start_trigger.as_str(), w.end_trigger.as_str())).collect();
+    assert_eq!(triggers, [("cuda-profiler-api", "cuda-profiler-api"), ("external", "process-exit")]);
+    assert_eq!(read.graph_launches.len(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -31,7 +31,10 @@ use shardscope_model::{ApiKind, CopyKind, NameId, Names, ProcessIdx, RangeKind, 
 
 use crate::Error;
 use crate::nsys::enums::ENUM_TABLES;
-use crate::nsys::schema::{CREATE_TABLES, PROCESS_INFO_TABLE, SCHEMA_VERSION};
+use crate::nsys::schema::{
+    CAPTURE_WINDOWS_TABLE, CREATE_CAPTURE_WINDOWS, CREATE_GRAPH_TRACE, CREATE_TABLES, PROCESS_INFO_TABLE,
+    SCHEMA_VERSION,
+};
 
 /// `ENUM_NSYS_EVENT_CLASS` ids of CUDA runtime and driver calls.
 const EVENT_CLASS_CUDA_RUNTIME: i64 = 0;
@@ -239,6 +242,8 @@ impl Writer {
         write_kernels(&r, &mut strings)?;
         write_memops(&r)?;
         write_api_calls(&r, &mut strings)?;
+        write_graph_launches(&r)?;
+        write_capture_windows(&r)?;
         write_ranges(&r, &mut strings, &mut self.domain_ids)
     }
 
@@ -440,6 +445,55 @@ fn write_memops(r: &TraceRows) -> rusqlite::Result<()> {
                 memcpy_row.raw_execute()?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`, as nsys writes a graph launch recorded whole (the graph id stands in for
+/// the executable graph's id, which the model does not keep). The table exists only when there are rows.
+fn write_graph_launches(r: &TraceRows) -> rusqlite::Result<()> {
+    if r.trace.graph_launches.is_empty() {
+        return Ok(());
+    }
+    r.conn.execute_batch(&format!("CREATE TABLE IF NOT EXISTS {}", &CREATE_GRAPH_TRACE["CREATE TABLE ".len()..]))?;
+    let mut row = r.conn.prepare(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start, end, deviceId, contextId, streamId, correlationId, \
+         globalPid, graphId, graphExecId) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?7)",
+    )?;
+    for g in &r.trace.graph_launches {
+        row.execute(params![
+            g.start_ns,
+            g.end_ns,
+            r.ordinal(g.device),
+            g.stream,
+            g.correlation_id,
+            r.global_pid(g.process),
+            g.graph_id
+        ])?;
+    }
+    Ok(())
+}
+
+/// `SHARDSCOPE_CAPTURE_WINDOWS`: when each process recorded, for a capture taken in windows. The table exists
+/// only when there are windows.
+fn write_capture_windows(r: &TraceRows) -> rusqlite::Result<()> {
+    if r.trace.capture_windows.is_empty() {
+        return Ok(());
+    }
+    r.conn
+        .execute_batch(&format!("CREATE TABLE IF NOT EXISTS {}", &CREATE_CAPTURE_WINDOWS["CREATE TABLE ".len()..]))?;
+    let mut row = r.conn.prepare(&format!(
+        "INSERT INTO {CAPTURE_WINDOWS_TABLE} (globalPid, start, end, startTrigger, endTrigger) \
+         VALUES (?1, ?2, ?3, ?4, ?5)"
+    ))?;
+    for w in &r.trace.capture_windows {
+        row.execute(params![
+            r.global_pid(w.process),
+            w.start_ns,
+            w.end_ns,
+            w.start_trigger.as_str(),
+            w.end_trigger.as_str()
+        ])?;
     }
     Ok(())
 }

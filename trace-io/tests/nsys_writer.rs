@@ -403,3 +403,42 @@ fn writing_into_a_missing_folder_fails_with_the_path() {
     let text = err.to_string();
     assert!(text.contains(&path.display().to_string()) && !text.contains('\n'), "{text}");
 }
+
+#[test]
+fn capture_windows_and_whole_graph_launches_survive_a_round_trip() {
+    use shardscope_model::{CaptureWindow, DeviceIdx, GraphLaunch, ProcessIdx, WindowTrigger};
+    let mut original = hand_made();
+    let windows = [
+        (ProcessIdx(0), 100, 250, WindowTrigger::CudaProfilerApi, WindowTrigger::CudaProfilerApi),
+        (ProcessIdx(0), 400, 900, WindowTrigger::External, WindowTrigger::ProcessExit),
+        (ProcessIdx(1), 0, 600, WindowTrigger::ProcessStart, WindowTrigger::Time),
+    ];
+    for (process, start_ns, end_ns, start_trigger, end_trigger) in windows {
+        original.capture_windows.push(CaptureWindow { process, start_ns, end_ns, start_trigger, end_trigger });
+    }
+    original.graph_launches.push(GraphLaunch {
+        start_ns: 700,
+        end_ns: 800,
+        device: DeviceIdx(1),
+        process: ProcessIdx(1),
+        stream: 7,
+        correlation_id: 0,
+        graph_id: 42,
+        launch: None,
+    });
+    original.finish();
+    let temp = TempDir::new("windows");
+    let again = round_trip(&original, &temp, "windows.sqlite");
+    let read: Vec<_> = again
+        .capture_windows
+        .iter()
+        .map(|w| (w.process, w.start_ns, w.end_ns, w.start_trigger, w.end_trigger))
+        .collect();
+    assert_eq!(read, windows);
+    let graphs: Vec<_> =
+        again.graph_launches.iter().map(|g| (g.start_ns, g.end_ns, g.stream, g.graph_id, g.process)).collect();
+    assert_eq!(graphs, [(700, 800, 7, 42, ProcessIdx(1))]);
+    // A file without windows has no windows table and reads back with none.
+    let plain = round_trip(&hand_made(), &temp, "plain.sqlite");
+    assert!(plain.capture_windows.is_empty() && plain.graph_launches.is_empty());
+}

@@ -184,6 +184,68 @@ pub struct GraphLaunch {
     pub launch: Option<u32>,
 }
 
+/// A stretch of time during which one process recorded (a capture window): outside it the process ran
+/// unrecorded, so nothing measured may reach across the gap between two windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaptureWindow {
+    /// The process that recorded.
+    pub process: ProcessIdx,
+    /// Recording switched on.
+    pub start_ns: i64,
+    /// Recording switched off (work launched before this and running past it is still recorded).
+    pub end_ns: i64,
+    /// What switched it on.
+    pub start_trigger: WindowTrigger,
+    /// What switched it off.
+    pub end_trigger: WindowTrigger,
+}
+
+/// What opened or closed a [`CaptureWindow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WindowTrigger {
+    /// Recording was on from the process's start.
+    ProcessStart,
+    /// `cudaProfilerStart` / `cudaProfilerStop`.
+    CudaProfilerApi,
+    /// A named NVTX range.
+    Nvtx,
+    /// The clock (`--delay`, `--duration`, `--every`).
+    Time,
+    /// A command from outside the workload (`capture start` / `capture stop`).
+    External,
+    /// The process exited with recording on.
+    ProcessExit,
+}
+
+impl WindowTrigger {
+    /// Every trigger.
+    pub const ALL: [WindowTrigger; 6] = [
+        WindowTrigger::ProcessStart,
+        WindowTrigger::CudaProfilerApi,
+        WindowTrigger::Nvtx,
+        WindowTrigger::Time,
+        WindowTrigger::External,
+        WindowTrigger::ProcessExit,
+    ];
+
+    /// The name capture files store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowTrigger::ProcessStart => "process-start",
+            WindowTrigger::CudaProfilerApi => "cuda-profiler-api",
+            WindowTrigger::Nvtx => "nvtx",
+            WindowTrigger::Time => "time",
+            WindowTrigger::External => "external",
+            WindowTrigger::ProcessExit => "process-exit",
+        }
+    }
+
+    /// The trigger named `text` ([`WindowTrigger::as_str`]).
+    pub fn from_name(text: &str) -> Option<WindowTrigger> {
+        Self::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+}
+
 impl GraphLaunch {
     /// End minus start, never negative.
     pub fn duration_ns(&self) -> i64 {
@@ -486,6 +548,9 @@ pub struct Trace {
     pub warnings: Vec<ImportWarning>,
     /// CUDA graphs recorded as whole executions, sorted by start after [`Trace::finish`].
     pub graph_launches: Vec<GraphLaunch>,
+    /// When recording was on, per process, for a capture taken in windows (empty: the whole run, or
+    /// unknown); sorted by process and start after [`Trace::finish`].
+    pub capture_windows: Vec<CaptureWindow>,
 }
 
 impl Trace {
@@ -552,6 +617,7 @@ impl Trace {
             }
         }
         self.graph_launches.sort_by_key(|g| (g.start_ns, g.end_ns));
+        self.capture_windows.sort_by_key(|w| (w.process, w.start_ns, w.end_ns));
         for graph in &mut self.graph_launches {
             if graph.correlation_id != 0 {
                 graph.launch = launches.get(graph.process, graph.correlation_id);

@@ -14,7 +14,8 @@ use shardscope_cupti_sys::{v12, v13};
 
 use shardscope_spool::config::TraceKinds;
 use shardscope_spool::cupti::{
-    ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord, SyncRecord,
+    ApiRecord, DeviceRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord,
+    SyncRecord,
 };
 
 /// Builds a [`SpoolRecord::Kernel`] from either major's kernel struct (same field names).
@@ -42,6 +43,35 @@ macro_rules! kernel_record {
             name_id: $name_id,
         })
     };
+}
+
+/// Kinds on for the whole life of the process, windows or not: one record per GPU, nothing per event.
+pub const ALWAYS_ON_KINDS: [v13::CUpti_ActivityKind; 1] = [v13::CUPTI_ACTIVITY_KIND_DEVICE];
+
+/// `CUpti_ActivityGraphTrace2` (CUDA 12.x and 13.x; `CUpti_ActivityGraphTrace` before it has the same
+/// layout): one CUDA graph launch recorded whole. Not in the generated bindings, so declared here.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_snake_case)]
+pub struct ActivityGraphTrace2 {
+    /// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`.
+    pub kind: v13::CUpti_ActivityKind,
+    /// Correlation id of the launching API call.
+    pub correlationId: u32,
+    /// GPU start of the first node, ns.
+    pub start: u64,
+    /// GPU end of the last node, ns.
+    pub end: u64,
+    /// Device of the first node.
+    pub deviceId: u32,
+    /// The graph's id.
+    pub graphId: u32,
+    /// Context of the first node.
+    pub contextId: u32,
+    /// Stream of the launch.
+    pub streamId: u32,
+    /// Reserved for CUPTI.
+    pub reserved: *mut std::ffi::c_void,
 }
 
 /// The activity kinds to enable for `kinds`, beside the decoders that read them, so that a new kind is
@@ -101,6 +131,7 @@ impl Layout {
             v13::CUPTI_ACTIVITY_KIND_MARKER => size_of::<v13::CUpti_ActivityMarker2>(),
             v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<v13::CUpti_ActivitySynchronization2>(),
             v13::CUPTI_ACTIVITY_KIND_DEVICE => size_of::<v13::CUpti_ActivityDevice5>(),
+            v13::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<ActivityGraphTrace2>(),
             _ => return None,
         })
     }
@@ -309,6 +340,19 @@ impl Decoder {
                     cc_minor: d.computeCapabilityMinor,
                     l2_cache_bytes: d.l2CacheSize,
                     copy_engines: d.numMemcpyEngines,
+                }));
+            }
+            v13::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => {
+                // SAFETY: the record is a graph trace record (its kind says so).
+                let g = unsafe { std::ptr::read_unaligned(record as *const ActivityGraphTrace2) };
+                out.push(SpoolRecord::GraphTrace(GraphTraceRecord {
+                    start_ns: g.start,
+                    end_ns: g.end,
+                    device_id: g.deviceId,
+                    context_id: g.contextId,
+                    stream_id: g.streamId,
+                    correlation_id: g.correlationId,
+                    graph_id: g.graphId,
                 }));
             }
             _ => self.undecoded += 1,

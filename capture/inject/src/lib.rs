@@ -15,10 +15,16 @@
 //! The same library, named by `NVTX_INJECTION64_PATH`, forwards NVTX's injection call to
 //! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]).
 //!
+//! Recording can be on for windows only (`window.rs` decides, `switch.rs` switches CUPTI): outside a window
+//! nothing but the trigger callbacks is on.
+//!
 //! Nothing here may hurt the workload: every exported function catches panics, and any
 //! failure switches recording off with one line on stderr.
 
 pub mod decode;
 mod live;
+mod switch;
+pub mod window;
 
 pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};
+pub use switch::shardscope_recording_on;

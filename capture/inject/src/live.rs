@@ -19,11 +19,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 
-use shardscope_spool::config::{self, TraceKinds};
+use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
+use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -39,6 +40,8 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 static COMPLAINED: AtomicBool = AtomicBool::new(false);
 static SESSION: OnceLock<Session> = OnceLock::new();
 static CUPTI: OnceLock<Option<Loaded>> = OnceLock::new();
+/// Switches recording at the capture window plan's triggers (set once recording has started).
+static SWITCH: OnceLock<Switch> = OnceLock::new();
 
 /// The loaded CUPTI: the function table plus a second handle for symbols outside it.
 /// Both are leaked on purpose: unloading libcupti after use crashes the process at exit.
@@ -193,6 +196,15 @@ fn start() -> Result<(), String> {
         Ok(text) => TraceKinds::parse(&text)?,
         Err(_) => TraceKinds::default(),
     };
+    let plan = match std::env::var(config::WINDOW_ENV) {
+        Ok(text) => WindowPlan::parse(&text)?,
+        Err(_) => WindowPlan::default(),
+    };
+    let graph_trace = match std::env::var(config::GRAPH_TRACE_ENV) {
+        Ok(text) => GraphTrace::parse(&text)?,
+        Err(_) => GraphTrace::default(),
+    };
+    let spool_dir = PathBuf::from(spool_dir);
     let loaded = load_cupti()
         .ok_or_else(|| format!("cannot load libcupti (tried {}; set --cupti-lib)", cupti_candidates().join(", ")))?;
     let api = loaded.api;
@@ -208,8 +220,8 @@ fn start() -> Result<(), String> {
     // Subscribing first tells us whether another CUPTI client (nsys, torch.profiler) owns the
     // process; activity calls alone would appear to succeed and interfere with it.
     let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
-    // SAFETY: `ignore_callback` has CUPTI's callback signature; the handle is an out-parameter.
-    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(ignore_callback), std::ptr::null_mut()) };
+    // SAFETY: `trigger_callback` has CUPTI's callback signature; the handle is an out-parameter.
+    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(trigger_callback), std::ptr::null_mut()) };
     if subscribed != 0 {
         return Err(format!(
             "CUPTI refused to subscribe ({}): another profiler is attached?",
@@ -219,7 +231,7 @@ fn start() -> Result<(), String> {
 
     let host = hostname();
     let pid = std::process::id();
-    let path = PathBuf::from(spool_dir).join(format!("{host}.{pid}.spool"));
+    let path = spool_dir.join(format!("{host}.{pid}.spool"));
     let mut spool = SpoolWriter::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let info = process_info(pid, host, version, cupti_clock_ns, realtime_ns);
     spool.write_batch(&[SpoolRecord::Process(info)]).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -267,37 +279,21 @@ fn start() -> Result<(), String> {
     if registered != 0 {
         return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
     }
-    let mut wanted = decode::activity_kinds(&kinds);
-    let mut selection = ApiSelection { every_call: kinds.api && kinds.api_all, ..ApiSelection::default() };
-    if kinds.api {
-        // Each recorded call lengthens the workload's launch path, and PyTorch makes about fifteen runtime
-        // and driver calls per kernel. Record only the calls the analysis uses, one callback id at a time,
-        // unless every call was asked for or this CUPTI cannot select single calls.
-        let selector = ApiSelector::load(api, loaded.library);
-        if kinds.api_all {
-            wanted.extend([cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER]);
-        } else {
-            selection.runtime_cbids = selector.enable_work_calls(Domain::Runtime);
-            selection.driver_cbids = selector.enable_work_calls(Domain::Driver);
-            if selection.runtime_cbids == 0 {
-                selection.runtime_whole_kind = true;
-                wanted.push(cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
-            }
-            if selection.driver_cbids == 0 {
-                selection.driver_whole_kind = true;
-                wanted.push(cupti::CUPTI_ACTIVITY_KIND_DRIVER);
-            }
-            CALIBRATION.get_or_init(|| selector.calibration());
-        }
-    }
-    for kind in wanted {
+    let selector = ApiSelector::load(api, loaded.library);
+    let (recorded, selection) = recorded_activity(&kinds, graph_trace, &selector);
+    for kind in decode::ALWAYS_ON_KINDS {
         // SAFETY: plain call with a valid kind constant.
         let result = unsafe { api.cuptiActivityEnable(kind) };
         if result != 0 {
-            // One kind missing (e.g. an old CUPTI) should not cost the others.
             eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
         }
     }
+    let session_start_ns =
+        std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
+    let switch = Switch::new(api, &plan, recorded, selector.profiler_cbids(), spool_dir, session_start_ns);
+    // Switched on (or left off until a trigger) after the callbacks are registered, so no buffer is missed.
+    let switch = SWITCH.get_or_init(|| switch);
+    switch.install(subscriber);
     {
         let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
         writer.decoder.calibration_driver_cbid = CALIBRATION.get().and_then(|c| c.as_ref()).map(|c| c.cbid);
@@ -328,9 +324,6 @@ enum Domain {
 /// Largest callback id probed (CUDA 13.0 has 807 driver and ~500 runtime ids; ids only grow, and unknown
 /// ones have no name).
 const MAX_CBID: u32 = 2048;
-
-/// `cuptiActivityEnableRuntimeApi` / `cuptiActivityEnableDriverApi` (CUPTI 12.6 onwards).
-type EnableApi = unsafe extern "C" fn(cbid: u32, enable: u8) -> cupti::CUptiResult;
 
 /// Switches activity records on for single runtime or driver calls.
 struct ApiSelector {
@@ -370,20 +363,38 @@ impl ApiSelector {
         }
     }
 
-    /// Switches on the work calls ([`config::is_work_api`]) of `domain`; returns how many ids were
-    /// switched on (0 when this CUPTI cannot select single calls).
-    fn enable_work_calls(&self, domain: Domain) -> u32 {
-        let Some(enable) = self.enable_fn(domain) else { return 0 };
-        let mut enabled = 0;
-        for cbid in 1..MAX_CBID {
-            if self.name(domain, cbid).is_some_and(|name| config::is_work_api(&name))
-                // SAFETY: plain call with a callback id CUPTI just named.
-                && unsafe { enable(cbid, 1) } == 0
-            {
-                enabled += 1;
+    /// The work calls ([`config::is_work_api`]) of `domain` that can be switched one by one (none when
+    /// this CUPTI cannot select single calls).
+    fn work_calls(&self, domain: Domain) -> Vec<u32> {
+        if self.enable_fn(domain).is_none() {
+            return Vec::new();
+        }
+        (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(|name| config::is_work_api(&name))).collect()
+    }
+
+    /// The callback ids of the profiler API's start and stop calls, which open and close windows.
+    fn profiler_cbids(&self) -> ProfilerCbids {
+        let mut cbids = ProfilerCbids::default();
+        for (domain, starts, stops, start_name, stop_name) in [
+            (
+                Domain::Runtime,
+                &mut cbids.runtime_start,
+                &mut cbids.runtime_stop,
+                "cudaProfilerStart",
+                "cudaProfilerStop",
+            ),
+            (Domain::Driver, &mut cbids.driver_start, &mut cbids.driver_stop, "cuProfilerStart", "cuProfilerStop"),
+        ] {
+            for cbid in 1..MAX_CBID {
+                let Some(name) = self.name(domain, cbid) else { continue };
+                if name.starts_with(start_name) {
+                    starts.push(cbid);
+                } else if name.starts_with(stop_name) {
+                    stops.push(cbid);
+                }
             }
         }
-        enabled
+        cbids
     }
 
     /// What the exit-time cost measurement needs: `cuDriverGetVersion` (cheap, needs no context) and its
@@ -617,14 +628,59 @@ fn process_info(pid: u32, hostname: String, cupti_version: u32, cupti_clock_ns: 
     }
 }
 
-/// The subscriber's callback. No callback domain is enabled, so CUPTI never calls it; a real
-/// function is passed because some CUPTI versions refuse a null one.
-unsafe extern "C" fn ignore_callback(
+/// The subscriber's callback: only the callbacks of window triggers are switched on (see `switch.rs`).
+unsafe extern "C" fn trigger_callback(
     _: *mut c_void,
-    _: cupti::CUpti_CallbackDomain,
-    _: cupti::CUpti_CallbackId,
-    _: *const c_void,
+    domain: cupti::CUpti_CallbackDomain,
+    cbid: cupti::CUpti_CallbackId,
+    cbdata: *const c_void,
 ) {
+    guarded((), || {
+        if let Some(switch) = SWITCH.get() {
+            // SAFETY: CUPTI's own arguments, forwarded.
+            unsafe { switch::dispatch(switch, domain, cbid, cbdata) };
+        }
+    })
+}
+
+/// What recording switches on inside a window for `kinds`: activity kinds and single API calls; and how
+/// the API calls are selected, for the spool.
+fn recorded_activity(kinds: &TraceKinds, graph_trace: GraphTrace, selector: &ApiSelector) -> (Recorded, ApiSelection) {
+    let mut recorded = Recorded {
+        kinds: decode::activity_kinds(kinds).into_iter().filter(|k| !decode::ALWAYS_ON_KINDS.contains(k)).collect(),
+        runtime_cbids: Vec::new(),
+        driver_cbids: Vec::new(),
+        enable_runtime: selector.runtime,
+        enable_driver: selector.driver,
+    };
+    if graph_trace == GraphTrace::Graph {
+        recorded.kinds.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    }
+    let mut selection = ApiSelection { every_call: kinds.api && kinds.api_all, ..ApiSelection::default() };
+    if !kinds.api {
+        return (recorded, selection);
+    }
+    // Each recorded call lengthens the workload's launch path, and PyTorch makes about fifteen runtime
+    // and driver calls per kernel. Record only the calls the analysis uses, one callback id at a time,
+    // unless every call was asked for or this CUPTI cannot select single calls.
+    if kinds.api_all {
+        recorded.kinds.extend([cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER]);
+        return (recorded, selection);
+    }
+    recorded.runtime_cbids = selector.work_calls(Domain::Runtime);
+    recorded.driver_cbids = selector.work_calls(Domain::Driver);
+    selection.runtime_cbids = recorded.runtime_cbids.len() as u32;
+    selection.driver_cbids = recorded.driver_cbids.len() as u32;
+    if recorded.runtime_cbids.is_empty() {
+        selection.runtime_whole_kind = true;
+        recorded.kinds.push(cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
+    }
+    if recorded.driver_cbids.is_empty() {
+        selection.driver_whole_kind = true;
+        recorded.kinds.push(cupti::CUPTI_ACTIVITY_KIND_DRIVER);
+    }
+    CALIBRATION.get_or_init(|| selector.calibration());
+    (recorded, selection)
 }
 
 /// CUPTI asks for an empty buffer. Hands out a pooled one, or none when the pool is spent.
@@ -695,8 +751,9 @@ unsafe extern "C" fn buffer_completed(
     })
 }
 
-/// Decodes and writes every queued buffer, then returns the buffers to the pool.
-fn drain(session: &Session) {
+/// Decodes and writes every queued buffer, then returns the buffers to the pool; writes the windows that
+/// closed. True when a window closed since the last call (its records should be flushed now).
+fn drain(session: &Session) -> bool {
     let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let next = session.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
@@ -705,6 +762,12 @@ fn drain(session: &Session) {
         session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).push(done.buffer);
     }
     report_losses(session, &mut writer);
+    let Some(switch) = SWITCH.get() else { return false };
+    let (windows, window_closed) = switch.take_pending();
+    if let Err(e) = writer.spool.write_batch(&windows) {
+        give_up(&format!("cannot write the spool file: {e}"));
+    }
+    window_closed
 }
 
 fn write_buffer(session: &Session, writer: &mut Writer, buffer: *mut u8, valid_bytes: usize) {
@@ -755,15 +818,18 @@ fn background_loop() {
     let Some(session) = SESSION.get() else { return };
     let mut next_flush = Instant::now() + session.flush_interval;
     while !session.stop.load(Ordering::SeqCst) && !DISABLED.load(Ordering::Relaxed) {
+        // The window triggers the clock and the control file drive, and how long until they are due.
+        let trigger_wait = SWITCH.get().map_or(Duration::MAX, Switch::tick);
         {
             let queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let wait = next_flush.saturating_duration_since(Instant::now());
+            let wait = next_flush.saturating_duration_since(Instant::now()).min(trigger_wait);
             if queue.is_empty() && !wait.is_zero() {
                 let _ = session.queue_signal.wait_timeout(queue, wait);
             }
         }
-        drain(session);
-        if Instant::now() >= next_flush {
+        // At a window's end, what it recorded goes out now; work still running arrives complete with a
+        // later (unforced) flush.
+        if drain(session) || Instant::now() >= next_flush {
             // No lock of ours is held: CUPTI calls buffer_completed from inside this call.
             // SAFETY: plain call; callbacks were registered before this thread started.
             unsafe { session.api.cuptiActivityFlushAll(0) };
@@ -788,6 +854,9 @@ extern "C" fn flush_at_exit() {
         // The workload is done, so measuring what a recorded call costs disturbs nothing.
         let ns_per_recorded_call = CALIBRATION.get().and_then(|c| c.as_ref()).and_then(Calibration::measure);
         let drain_started = thread_cpu_ns();
+        if let Some(switch) = SWITCH.get() {
+            switch.at_exit();
+        }
         // SAFETY: plain call; no lock of ours is held.
         unsafe { session.api.cuptiActivityFlushAll(cupti::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) };
         drain(session);

@@ -127,14 +127,30 @@ fn run_child_with(name: &str, trace: Option<&str>, compiler_flags: &[&str], seco
 const RUNTIME_LAUNCH_KERNEL: u32 = 2;
 const RUNTIME_MEMCPY_ASYNC: u32 = 4;
 const RUNTIME_STREAM_SYNCHRONIZE: u32 = 5;
+const RUNTIME_PROFILER_START: u32 = 7;
+const RUNTIME_PROFILER_STOP: u32 = 8;
 const DRIVER_LAUNCH_KERNEL_EX: u32 = 2;
 const DRIVER_STREAM_WAIT_EVENT: u32 = 5;
+const DRIVER_PROFILER_START: u32 = 6;
+const DRIVER_PROFILER_STOP: u32 = 7;
 
 #[test]
 fn by_default_only_work_calls_are_switched_on_one_by_one() {
     let enabled = run_child("default", None, &[]);
-    assert_eq!(enabled.runtime_cbids, [RUNTIME_LAUNCH_KERNEL, RUNTIME_MEMCPY_ASYNC, RUNTIME_STREAM_SYNCHRONIZE]);
-    assert_eq!(enabled.driver_cbids, [DRIVER_LAUNCH_KERNEL_EX, DRIVER_STREAM_WAIT_EVENT]);
+    assert_eq!(
+        enabled.runtime_cbids,
+        [
+            RUNTIME_LAUNCH_KERNEL,
+            RUNTIME_MEMCPY_ASYNC,
+            RUNTIME_STREAM_SYNCHRONIZE,
+            RUNTIME_PROFILER_START,
+            RUNTIME_PROFILER_STOP
+        ]
+    );
+    assert_eq!(
+        enabled.driver_cbids,
+        [DRIVER_LAUNCH_KERNEL_EX, DRIVER_STREAM_WAIT_EVENT, DRIVER_PROFILER_START, DRIVER_PROFILER_STOP]
+    );
     for kind in [cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER] {
         assert!(!enabled.kinds.contains(&kind), "whole API kind {kind} switched on: {:?}", enabled.kinds);
     }
@@ -153,8 +169,8 @@ fn by_default_only_work_calls_are_switched_on_one_by_one() {
         selection,
         ApiSelection {
             every_call: false,
-            runtime_cbids: 3,
-            driver_cbids: 2,
+            runtime_cbids: 5,
+            driver_cbids: 4,
             runtime_whole_kind: false,
             driver_whole_kind: false
         }

@@ -19,6 +19,9 @@
 //!   operations. Kernel-channel events (per-channel GPU timers) make NCCL post proxy work for every
 //!   collective, which lengthens the launch path of a tensor-parallel decode; they are opt-in.
 //!
+//! - **Outside a capture window no event starts**: the injection library's `shardscope_recording_on` is
+//!   asked before each new event (events started inside a window still end normally).
+//!
 //! Configuration (environment): `SHARDSCOPE_SPOOL_DIR` (required; without it the plugin prints
 //! one line to stderr and asks NCCL for no events), `SHARDSCOPE_NCCL_KERNEL_TIMERS=1` (also ask
 //! for kernel-channel events, which carry the GPU timers), `SHARDSCOPE_FLUSH_MS`.
@@ -311,6 +314,45 @@ fn active() -> Option<&'static Recorder> {
         return None;
     }
     RECORDER.get()?.as_ref()
+}
+
+/// The recorder, for starting a new event: none while the injection library of this process has recording
+/// switched off (outside a capture window), so that NCCL's per-event work is not done then. Events started
+/// inside a window are still stopped and updated after it ends.
+fn active_for_new_events() -> Option<&'static Recorder> {
+    if !injection_recording_on() {
+        return None;
+    }
+    active()
+}
+
+/// `shardscope_recording_on` of the injection library.
+type RecordingOn = unsafe extern "C" fn() -> c_int;
+static RECORDING_ON: OnceLock<Option<RecordingOn>> = OnceLock::new();
+
+/// Whether the injection library records now; true when it is not loaded (nothing switches the plugin then).
+fn injection_recording_on() -> bool {
+    let query = RECORDING_ON.get_or_init(|| {
+        // Preloaded (the default), the library is in the global scope; loaded by the CUDA driver alone, it is
+        // found by its path without loading it again.
+        // SAFETY: dlsym and dlopen with C strings; RTLD_NOLOAD never loads anything new.
+        let mut symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"shardscope_recording_on".as_ptr()) };
+        if symbol.is_null()
+            && let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH")
+            && let Ok(path) = CString::new(path.into_encoded_bytes())
+        {
+            // SAFETY: as above.
+            let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+            if !handle.is_null() {
+                // SAFETY: as above.
+                symbol = unsafe { libc::dlsym(handle, c"shardscope_recording_on".as_ptr()) };
+            }
+        }
+        // SAFETY: the injection library exports the symbol with this signature.
+        (!symbol.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, RecordingOn>(symbol) })
+    });
+    // SAFETY: the function reads one atomic.
+    query.is_none_or(|recording_on| unsafe { recording_on() } != 0)
 }
 
 /// Set in a child forked after the recorder was opened (see [`active`]).
@@ -624,7 +666,7 @@ unsafe extern "C" fn start_event_v5(
     guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot (or null, which set_out ignores).
         unsafe { set_out(handle, std::ptr::null_mut()) };
-        let Some(recorder) = active() else { return NCCL_SUCCESS };
+        let Some(recorder) = active_for_new_events() else { return NCCL_SUCCESS };
         if descr.is_null() {
             return NCCL_SUCCESS;
         }
@@ -714,7 +756,7 @@ unsafe extern "C" fn start_event_v4(
     guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot.
         unsafe { set_out(handle, std::ptr::null_mut()) };
-        let Some(recorder) = active() else { return NCCL_SUCCESS };
+        let Some(recorder) = active_for_new_events() else { return NCCL_SUCCESS };
         if descr.is_null() {
             return NCCL_SUCCESS;
         }
@@ -796,7 +838,7 @@ unsafe extern "C" fn start_event_v3(
     guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot.
         unsafe { set_out(handle, std::ptr::null_mut()) };
-        let Some(recorder) = active() else { return NCCL_SUCCESS };
+        let Some(recorder) = active_for_new_events() else { return NCCL_SUCCESS };
         if descr.is_null() {
             return NCCL_SUCCESS;
         }

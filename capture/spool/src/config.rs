@@ -18,6 +18,17 @@ pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
 /// NCCL then has to post proxy work for every collective, which lengthens the launch path.
 pub const NCCL_KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
 
+/// The capture window plan (see [`WindowPlan`]); unset: record the whole life of every process.
+pub const WINDOW_ENV: &str = "SHARDSCOPE_WINDOW";
+/// Wall-clock start of the capture session, ns since the Unix epoch: what `--delay` counts from in every
+/// process, so that all processes of a job switch together.
+pub const SESSION_START_ENV: &str = "SHARDSCOPE_SESSION_START_NS";
+/// `graph` or `node` (see [`GraphTrace`]); unset: `node`.
+pub const GRAPH_TRACE_ENV: &str = "SHARDSCOPE_CUDA_GRAPH_TRACE";
+/// The control file in the spool folder through which `capture start`/`capture stop` switch recording in
+/// every process of a running capture (see [`ControlCommand`]).
+pub const CONTROL_FILE_NAME: &str = "control";
+
 /// Environment variables recorded for every process by default: what decides placement and
 /// the shape of a distributed job.
 pub const DEFAULT_ENV_ALLOW: &[&str] = &[
@@ -160,6 +171,199 @@ impl TraceKinds {
     }
 }
 
+/// How CUDA graphs are recorded (`--cuda-graph-trace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GraphTrace {
+    /// Every kernel, copy and set of a replayed graph as its own record (CUPTI times each node on the GPU).
+    #[default]
+    Node,
+    /// One record per graph launch (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`): nearly free, but nothing of what ran
+    /// inside the graph.
+    Graph,
+}
+
+impl GraphTrace {
+    /// Parses `graph` or `node`.
+    pub fn parse(text: &str) -> Result<GraphTrace, String> {
+        match text.trim() {
+            "node" => Ok(GraphTrace::Node),
+            "graph" => Ok(GraphTrace::Graph),
+            other => Err(format!("unknown CUDA graph trace level '{other}' (known: graph, node)")),
+        }
+    }
+
+    /// The inverse of [`GraphTrace::parse`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraphTrace::Node => "node",
+            GraphTrace::Graph => "graph",
+        }
+    }
+}
+
+/// What opens and closes a capture window inside a process; the numbers are those of the spool's window
+/// records (append, never renumber).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WindowTrigger {
+    /// Recording was on from the process's start (no trigger asked for, or not yet switched off).
+    ProcessStart = 0,
+    /// `cudaProfilerStart` / `cudaProfilerStop` (also `cuProfilerStart`/`Stop`).
+    CudaProfilerApi = 1,
+    /// The push and pop of the named NVTX range.
+    Nvtx = 2,
+    /// `--delay` / `--duration` / `--every`.
+    Time = 3,
+    /// `capture start` / `capture stop` from another shell.
+    External = 4,
+    /// The process exited with its window open.
+    ProcessExit = 5,
+}
+
+impl WindowTrigger {
+    /// Every trigger, by its number.
+    pub const ALL: [WindowTrigger; 6] = [
+        WindowTrigger::ProcessStart,
+        WindowTrigger::CudaProfilerApi,
+        WindowTrigger::Nvtx,
+        WindowTrigger::Time,
+        WindowTrigger::External,
+        WindowTrigger::ProcessExit,
+    ];
+
+    /// The trigger numbered `code` in a spool, if known.
+    pub fn from_code(code: u8) -> Option<WindowTrigger> {
+        Self::ALL.get(code as usize).copied()
+    }
+
+    /// The name the capture file stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowTrigger::ProcessStart => "process-start",
+            WindowTrigger::CudaProfilerApi => "cuda-profiler-api",
+            WindowTrigger::Nvtx => "nvtx",
+            WindowTrigger::Time => "time",
+            WindowTrigger::External => "external",
+            WindowTrigger::ProcessExit => "process-exit",
+        }
+    }
+}
+
+/// When recording is on inside each process: the capture ranges of `capture`, carried to the injection
+/// library in [`WINDOW_ENV`], one `key=value` per line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowPlan {
+    /// Open at `cudaProfilerStart`, close at `cudaProfilerStop`.
+    pub cuda_profiler_api: bool,
+    /// Open while an NVTX push/pop range with this message is open on some thread.
+    pub nvtx_range: Option<String>,
+    /// Only ranges of this NVTX domain (default domain when `None`).
+    pub nvtx_domain: Option<String>,
+    /// Open this long after the session start, ns.
+    pub delay_ns: Option<u64>,
+    /// Close this long after opening, ns (with the time trigger; else never by time).
+    pub duration_ns: Option<u64>,
+    /// With the time trigger: open again this long after the previous opening, ns.
+    pub every_ns: Option<u64>,
+    /// Take at most this many windows per process (0: no limit).
+    pub repeat: u32,
+    /// Start with recording off until `capture start` (only the external trigger opens windows).
+    pub start_paused: bool,
+}
+
+impl WindowPlan {
+    /// True when recording starts off and waits for a trigger.
+    pub fn starts_off(&self) -> bool {
+        self.start_paused
+            || self.cuda_profiler_api
+            || self.nvtx_range.is_some()
+            || self.delay_ns.is_some()
+            || self.duration_ns.is_some()
+    }
+
+    /// True when the time trigger is in use.
+    pub fn timed(&self) -> bool {
+        self.delay_ns.is_some() || self.duration_ns.is_some()
+    }
+
+    /// The environment value ([`WindowPlan::parse`] reads it back). Errors when a name holds a line break.
+    pub fn to_env(&self) -> Result<String, String> {
+        let mut lines = Vec::new();
+        if self.cuda_profiler_api {
+            lines.push("cuda-profiler-api=1".to_string());
+        }
+        for (key, value) in [("nvtx-range", &self.nvtx_range), ("nvtx-domain", &self.nvtx_domain)] {
+            if let Some(value) = value {
+                if value.contains(['\n', '\r']) {
+                    return Err(format!("{key}: a line break in the name"));
+                }
+                lines.push(format!("{key}={value}"));
+            }
+        }
+        for (key, value) in
+            [("delay-ns", self.delay_ns), ("duration-ns", self.duration_ns), ("every-ns", self.every_ns)]
+        {
+            if let Some(value) = value {
+                lines.push(format!("{key}={value}"));
+            }
+        }
+        lines.push(format!("repeat={}", self.repeat));
+        if self.start_paused {
+            lines.push("start-paused=1".to_string());
+        }
+        Ok(lines.join("\n"))
+    }
+
+    /// Parses [`WindowPlan::to_env`]'s text; errors name the line.
+    pub fn parse(text: &str) -> Result<WindowPlan, String> {
+        let mut plan = WindowPlan::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (key, value) = line.split_once('=').ok_or_else(|| format!("window plan: no '=' in '{line}'"))?;
+            let number = || value.trim().parse::<u64>().map_err(|e| format!("window plan: {key}: {e}"));
+            match key {
+                "cuda-profiler-api" => plan.cuda_profiler_api = value == "1",
+                "nvtx-range" => plan.nvtx_range = Some(value.to_string()),
+                "nvtx-domain" => plan.nvtx_domain = Some(value.to_string()),
+                "delay-ns" => plan.delay_ns = Some(number()?),
+                "duration-ns" => plan.duration_ns = Some(number()?),
+                "every-ns" => plan.every_ns = Some(number()?),
+                "repeat" => plan.repeat = u32::try_from(number()?).map_err(|e| format!("window plan: repeat: {e}"))?,
+                "start-paused" => plan.start_paused = value == "1",
+                other => return Err(format!("window plan: unknown key '{other}'")),
+            }
+        }
+        Ok(plan)
+    }
+}
+
+/// The content of the control file: the wanted state and a generation number that each new command
+/// increases, so a process acts on a command once and a process started later takes the latest state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlCommand {
+    /// Recording wanted on (`start`) or off (`stop`).
+    pub recording: bool,
+    /// Increases with each command written to the file.
+    pub generation: u64,
+}
+
+impl ControlCommand {
+    /// The file's text: `start 3` or `stop 4`.
+    pub fn to_text(self) -> String {
+        format!("{} {}\n", if self.recording { "start" } else { "stop" }, self.generation)
+    }
+
+    /// Parses [`ControlCommand::to_text`]; `None` for anything else (a half-written file is ignored).
+    pub fn parse(text: &str) -> Option<ControlCommand> {
+        let (verb, generation) = text.trim().split_once(' ')?;
+        let recording = match verb {
+            "start" => true,
+            "stop" => false,
+            _ => return None,
+        };
+        Some(ControlCommand { recording, generation: generation.trim().parse().ok()? })
+    }
+}
+
 /// Runtime and driver calls that launch GPU work, copy, set, synchronise, order streams, launch graphs or
 /// open and close a profiler range: the calls the analysis links GPU work to (launch thread and time,
 /// synchronisation waits, stream dependencies, `--cuda-profiler-api` ranges). Everything else PyTorch and
@@ -252,6 +456,39 @@ mod tests {
         ] {
             assert!(!is_work_api(name), "{name}");
         }
+    }
+
+    #[test]
+    fn window_plans_round_trip_and_say_whether_recording_starts_off() {
+        let plan = WindowPlan {
+            cuda_profiler_api: true,
+            nvtx_range: Some("step = 3".into()),
+            nvtx_domain: Some("app".into()),
+            delay_ns: Some(5),
+            duration_ns: Some(7),
+            every_ns: Some(11),
+            repeat: 2,
+            start_paused: true,
+        };
+        assert_eq!(WindowPlan::parse(&plan.to_env().unwrap()).unwrap(), plan);
+        assert!(plan.starts_off() && plan.timed());
+        assert!(!WindowPlan::default().starts_off());
+        assert!(WindowPlan { nvtx_range: Some("a\nb".into()), ..WindowPlan::default() }.to_env().is_err());
+        assert!(WindowPlan::parse("colour=red").unwrap_err().contains("colour"));
+        assert!(WindowPlan::parse("repeat=x").unwrap_err().contains("repeat"));
+    }
+
+    #[test]
+    fn control_commands_and_triggers_round_trip() {
+        let command = ControlCommand { recording: false, generation: 9 };
+        assert_eq!(ControlCommand::parse(&command.to_text()), Some(command));
+        assert_eq!(ControlCommand::parse("sto"), None);
+        for trigger in WindowTrigger::ALL {
+            assert_eq!(WindowTrigger::from_code(trigger as u8), Some(trigger));
+        }
+        assert_eq!(WindowTrigger::from_code(200), None);
+        assert_eq!(GraphTrace::parse(GraphTrace::Graph.as_str()), Ok(GraphTrace::Graph));
+        assert!(GraphTrace::parse("kernel").is_err());
     }
 
     #[test]

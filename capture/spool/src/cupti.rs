@@ -272,6 +272,44 @@ pub struct DroppedRecord {
 }
 }
 
+crate::spool_struct! {
+/// One capture window of a process: recording was on from `start_ns` to `end_ns` (CUPTI clock). Written when
+/// the window closes (or at exit, with [`WindowTrigger::ProcessExit`](crate::config::WindowTrigger) as its end).
+/// GPU work launched inside the window and finishing after `end_ns` is still recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowRecord {
+    /// When recording was switched on, CUPTI clock, ns.
+    pub start_ns: u64,
+    /// When recording was switched off, CUPTI clock, ns.
+    pub end_ns: u64,
+    /// What switched it on (`config::WindowTrigger` number).
+    pub start_trigger: u8,
+    /// What switched it off (`config::WindowTrigger` number).
+    pub end_trigger: u8,
+}
+}
+
+crate::spool_struct! {
+/// A CUDA graph launch recorded whole (`CUpti_ActivityGraphTrace2`, `--cuda-graph-trace graph`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphTraceRecord {
+    /// GPU start of the graph's first node, CUPTI clock, ns.
+    pub start_ns: u64,
+    /// GPU end of the graph's last node, CUPTI clock, ns.
+    pub end_ns: u64,
+    /// CUDA device ordinal in the process (of the first node).
+    pub device_id: u32,
+    /// CUDA context id.
+    pub context_id: u32,
+    /// CUDA stream id of the launch.
+    pub stream_id: u32,
+    /// Correlation id of the launching API call.
+    pub correlation_id: u32,
+    /// The graph's id: launches of one graph share it.
+    pub graph_id: u32,
+}
+}
+
 crate::spool_records! {
     /// One item of a spool file.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,6 +362,17 @@ crate::spool_records! {
             /// Refusals so far in this process.
             count: u32,
         } = 15,
+        /// A capture window, written when it closed.
+        Window(WindowRecord) = 16,
+        /// A stop came while recording was already off (nothing to close); written when it happens.
+        WindowStrayStop {
+            /// When, CUPTI clock, ns.
+            timestamp_ns: u64,
+            /// What asked to stop (`config::WindowTrigger` number).
+            trigger: u8,
+        } = 17,
+        /// A CUDA graph launch recorded whole.
+        GraphTrace(GraphTraceRecord) = 18,
     }
 }
 

@@ -29,8 +29,8 @@ use std::path::Path;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
 use shardscope_model::{
-    ApiCall, ApiKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, NameId, Process, ProcessIdx, Range, SourceFormat,
-    ThreadName, Trace,
+    ApiCall, ApiKind, CaptureWindow, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, NameId, Process, ProcessIdx, Range,
+    SourceFormat, ThreadName, Trace, WindowTrigger,
 };
 
 use self::strings::StringTable;
@@ -189,6 +189,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     assign_device_owners(&mut trace);
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
+    read_capture_windows(&db, &global_pids, &mut trace)?;
     nccl_tables::attach(&db, &mut trace)?;
     read_capture_warnings(&db, &mut trace)?;
     trace.finish();
@@ -717,6 +718,36 @@ fn read_process_info(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) 
         }
         Ok(())
     })
+}
+
+/// The capture windows of a capture taken in windows. A row of a process with no events is dropped and a row
+/// with an unknown trigger or an end before its start is refused, each counted in a warning.
+fn read_capture_windows(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) -> Result<(), Error> {
+    let (mut unknown_process, mut malformed) = (0u64, 0u64);
+    let columns = ["globalPid", "start", "end", "startTrigger", "endTrigger"];
+    db.each_row(schema::CAPTURE_WINDOWS_TABLE, &columns, |row| {
+        let Some(index) = int(row, 0).and_then(|pid| global_pids.binary_search(&(pid as u64)).ok()) else {
+            unknown_process += 1;
+            return Ok(());
+        };
+        let trigger = |i| text(row, i).as_deref().and_then(WindowTrigger::from_name);
+        match (int(row, 1), int(row, 2), trigger(3), trigger(4)) {
+            (Some(start_ns), Some(end_ns), Some(start_trigger), Some(end_trigger)) if end_ns >= start_ns => {
+                trace.capture_windows.push(CaptureWindow {
+                    process: ProcessIdx(index as u32),
+                    start_ns,
+                    end_ns,
+                    start_trigger,
+                    end_trigger,
+                });
+            }
+            _ => malformed += 1,
+        }
+        Ok(())
+    })?;
+    trace.warn_n("capture window of a process without events (skipped)", unknown_process);
+    trace.warn_n("capture window with an unknown trigger or an end before its start (skipped)", malformed);
+    Ok(())
 }
 
 /// Turns an SQLite error into a one-line format error naming the file.

@@ -12,6 +12,32 @@ pub(crate) const SCHEMA_VERSION: (u32, u32, u32) = (3, 25, 0);
 /// world size and host. nsys ignores tables it does not know.
 pub(crate) const PROCESS_INFO_TABLE: &str = "SHARDSCOPE_PROCESS_INFO";
 
+/// The capture windows of a capture taken in windows (`shardscope_model::CaptureWindow`): one row per window
+/// and process, created only when there are windows. Times on the session clock like every event.
+pub(crate) const CAPTURE_WINDOWS_TABLE: &str = "SHARDSCOPE_CAPTURE_WINDOWS";
+
+/// `CREATE TABLE` of [`CAPTURE_WINDOWS_TABLE`].
+pub(crate) const CREATE_CAPTURE_WINDOWS: &str = "CREATE TABLE SHARDSCOPE_CAPTURE_WINDOWS (
+        globalPid INTEGER NOT NULL,
+        start INTEGER NOT NULL,
+        end INTEGER NOT NULL,
+        startTrigger TEXT NOT NULL,
+        endTrigger TEXT NOT NULL)";
+
+/// `CREATE TABLE` of nsys' graph-level table (`--cuda-graph-trace=graph`), created only when graphs were
+/// recorded whole.
+pub(crate) const CREATE_GRAPH_TRACE: &str = "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (
+        start INTEGER NOT NULL,
+        end INTEGER NOT NULL,
+        deviceId INTEGER NOT NULL,
+        contextId INTEGER NOT NULL,
+        greenContextId INTEGER,
+        streamId INTEGER NOT NULL,
+        correlationId INTEGER,
+        globalPid INTEGER,
+        graphId INTEGER NOT NULL,
+        graphExecId INTEGER NOT NULL)";
+
 /// `CREATE TABLE` statements, in the order they are created.
 pub(crate) const CREATE_TABLES: &[&str] = &[
     "CREATE TABLE StringIds (

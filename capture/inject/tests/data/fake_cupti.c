@@ -1,14 +1,27 @@
-/* A stand-in libcupti for tests without a GPU: it answers the calls the injection library makes at start
- * and writes each enabling call to the file named by FAKE_CUPTI_LOG, one per line:
- *   kind <activity kind>
+/* A stand-in libcupti for tests without a GPU: it answers the calls the injection library makes and writes
+ * each enabling call to the file named by FAKE_CUPTI_LOG, one per line:
+ *   kind <activity kind>            (cuptiActivityEnable)
+ *   kind_off <activity kind>        (cuptiActivityDisable)
  *   runtime <callback id> <0|1>
  *   driver <callback id> <0|1>
+ *   callback <domain> <callback id> <0|1>
  * Built with -DNO_SINGLE_CALLS it lacks cuptiActivityEnableRuntimeApi/DriverApi, like a CUPTI older than 12.6.
- * Callback names follow CUPTI's spelling; ids are this fake's own. */
+ * Callback names follow CUPTI's spelling; ids are this fake's own.
+ *
+ * It also plays the workload, for the capture window tests, through fake_* functions:
+ *   fake_activity: work of `kind` happens (a launch); CUPTI makes its record only if the kind (or, for API
+ *     records, the single call) is switched on now, as the record of a kernel is created at its launch. The
+ *     record stays pending until fake_complete_all (the kernel finishes). cuptiActivityFlushAll(0) hands over
+ *     completed records only; a forced flush hands over the unfinished ones too, with zero timestamps (as
+ *     CUPTI does), so a library that forced a flush at a window's end would lose their times.
+ *   fake_api_call / fake_nvtx: a runtime/driver or NVTX call; the subscriber's callback runs if switched on.
+ * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUptiResult;
 enum { OK = 0, INVALID_PARAMETER = 1 };
@@ -16,9 +29,11 @@ enum { DOMAIN_DRIVER = 1, DOMAIN_RUNTIME = 2 };
 
 static const char *RUNTIME_NAMES[] = {NULL, "cudaGetDevice_v3020", "cudaLaunchKernel_v7000",
                                       "cudaStreamIsCapturing_v10000", "cudaMemcpyAsync_v3020",
-                                      "cudaStreamSynchronize_v3020", "cudaGetLastError_v3020"};
+                                      "cudaStreamSynchronize_v3020", "cudaGetLastError_v3020",
+                                      "cudaProfilerStart_v4000", "cudaProfilerStop_v4000"};
 static const char *DRIVER_NAMES[] = {NULL, "cuCtxGetCurrent", "cuLaunchKernelEx", "cuDriverGetVersion",
-                                     "cuGetProcAddress_v2", "cuStreamWaitEvent"};
+                                     "cuGetProcAddress_v2", "cuStreamWaitEvent", "cuProfilerStart",
+                                     "cuProfilerStop"};
 
 static void note(const char *what, unsigned a, int b) {
     const char *path = getenv("FAKE_CUPTI_LOG");
@@ -29,24 +44,145 @@ static void note(const char *what, unsigned a, int b) {
 }
 
 CUptiResult cuptiGetVersion(uint32_t *version) { *version = 130001; return OK; }
-CUptiResult cuptiGetTimestamp(uint64_t *ts) { *ts = 1000; return OK; }
+CUptiResult cuptiGetTimestamp(uint64_t *ts) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    *ts = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    return OK;
+}
 /* CUPTI allows one subscriber per process: a second one is refused (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED). */
+typedef void (*Callback)(void *userdata, int domain, uint32_t cbid, const void *data);
+typedef void (*Requested)(uint8_t **buffer, size_t *size, size_t *max_records);
+typedef void (*Completed)(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid);
 static int subscribers;
+static Callback subscriber_callback;
+static void *subscriber_data;
+static Requested buffer_requested;
+static Completed buffer_completed;
+
+enum { MAX_KIND = 64, MAX_CBID = 64, DOMAINS = 8, RECORD_STRIDE = 1024, MAX_PENDING = 256 };
+enum { KIND_DRIVER = 4, KIND_RUNTIME = 5 };
+static int kind_on[MAX_KIND];
+static int runtime_on[MAX_CBID], driver_on[MAX_CBID];
+static int callback_on[DOMAINS][MAX_CBID];
+
+struct Pending { uint8_t bytes[RECORD_STRIDE]; size_t size; size_t timestamps_at; int complete; };
+static struct Pending pending[MAX_PENDING];
+static int pending_count;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+
 CUptiResult cuptiSubscribe(void **subscriber, void *callback, void *data) {
-    (void)callback; (void)data;
     if (subscribers > 0) return 39;
     subscribers++;
+    subscriber_callback = (Callback)callback;
+    subscriber_data = data;
     *subscriber = (void *)1;
     return OK;
 }
-CUptiResult cuptiActivityEnable(int kind) { note("kind", (unsigned)kind, -1); return OK; }
+CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, int domain, uint32_t cbid) {
+    (void)subscriber;
+    if (domain < 0 || domain >= DOMAINS || cbid >= MAX_CBID) return INVALID_PARAMETER;
+    callback_on[domain][cbid] = enable != 0;
+    note("callback", (unsigned)domain * 1000u + cbid, (int)enable);
+    return OK;
+}
+CUptiResult cuptiActivityEnable(int kind) {
+    if (kind >= 0 && kind < MAX_KIND) kind_on[kind] = 1;
+    note("kind", (unsigned)kind, -1);
+    return OK;
+}
+CUptiResult cuptiActivityDisable(int kind) {
+    if (kind >= 0 && kind < MAX_KIND) kind_on[kind] = 0;
+    note("kind_off", (unsigned)kind, -1);
+    return OK;
+}
 CUptiResult cuptiActivityRegisterCallbacks(void *requested, void *completed) {
-    (void)requested; (void)completed; return OK;
+    buffer_requested = (Requested)requested;
+    buffer_completed = (Completed)completed;
+    return OK;
 }
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record) {
-    (void)buffer; (void)valid; (void)record; return 12; /* MAX_LIMIT_REACHED: no records */
+    uint8_t *next = *record ? (uint8_t *)*record + RECORD_STRIDE : buffer;
+    if (next + RECORD_STRIDE > buffer + valid) return 12; /* MAX_LIMIT_REACHED */
+    *record = next;
+    return OK;
 }
-CUptiResult cuptiActivityFlushAll(uint32_t flag) { (void)flag; return OK; }
+/* Hands the deliverable pending records to the library in one buffer. */
+CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    int forced = (flag & 1) != 0;
+    pthread_mutex_lock(&pending_lock);
+    uint8_t *buffer = NULL;
+    size_t size = 0, max_records = 0, valid = 0;
+    int kept = 0;
+    for (int i = 0; i < pending_count; i++) {
+        struct Pending *p = &pending[i];
+        if (!p->complete && !forced) { pending[kept++] = *p; continue; }
+        if (!buffer) {
+            if (!buffer_requested) break;
+            buffer_requested(&buffer, &size, &max_records);
+            if (!buffer) break;
+        }
+        if (valid + RECORD_STRIDE > size) { pending[kept++] = *p; continue; }
+        if (!p->complete) memset(p->bytes + p->timestamps_at, 0, 16);
+        memcpy(buffer + valid, p->bytes, p->size);
+        valid += RECORD_STRIDE;
+    }
+    pending_count = kept;
+    pthread_mutex_unlock(&pending_lock);
+    if (buffer && buffer_completed) buffer_completed(NULL, 0, buffer, size, valid);
+    return OK;
+}
+
+/* ---- the workload's side, for the tests ---- */
+
+/* Work of `kind` (an API record of callback `cbid` for the API kinds) happens; its record is made if
+ * recording of it is on. Returns 1 when a record was made. */
+int fake_activity(int kind, uint32_t cbid, const void *record, size_t size, size_t timestamps_at, int complete) {
+    int on = kind >= 0 && kind < MAX_KIND && kind_on[kind];
+    if (kind == KIND_RUNTIME && cbid < MAX_CBID) on = on || runtime_on[cbid];
+    if (kind == KIND_DRIVER && cbid < MAX_CBID) on = on || driver_on[cbid];
+    if (!on || size > RECORD_STRIDE) return 0;
+    pthread_mutex_lock(&pending_lock);
+    int made = pending_count < MAX_PENDING;
+    if (made) {
+        struct Pending *p = &pending[pending_count++];
+        memset(p->bytes, 0, sizeof p->bytes);
+        memcpy(p->bytes, record, size);
+        p->size = size;
+        p->timestamps_at = timestamps_at;
+        p->complete = complete;
+    }
+    pthread_mutex_unlock(&pending_lock);
+    return made;
+}
+/* Every running kernel finishes. */
+void fake_complete_all(void) {
+    pthread_mutex_lock(&pending_lock);
+    for (int i = 0; i < pending_count; i++) pending[i].complete = 1;
+    pthread_mutex_unlock(&pending_lock);
+}
+/* CUPTI's CUpti_CallbackData, as far as the library reads it. */
+struct CallbackData { uint32_t site; const char *function_name; const void *params; void *return_value;
+                      const char *symbol; void *context; uint32_t context_uid; uint64_t *correlation_data;
+                      uint32_t correlation_id; };
+/* A runtime (domain 2) or driver (1) call enters (site 0) or exits (site 1). */
+void fake_api_call(int domain, uint32_t cbid, uint32_t site) {
+    if (domain < 0 || domain >= DOMAINS || cbid >= MAX_CBID || !callback_on[domain][cbid] || !subscriber_callback)
+        return;
+    struct CallbackData data;
+    memset(&data, 0, sizeof data);
+    data.site = site;
+    subscriber_callback(subscriber_data, domain, cbid, &data);
+}
+/* CUPTI's CUpti_NvtxData. */
+struct NvtxData { const char *function_name; const void *params; const void *return_value; };
+/* An NVTX call with its parameter struct (and return value for the create and register calls). */
+void fake_nvtx(uint32_t cbid, const void *params, const void *return_value) {
+    enum { DOMAIN_NVTX = 5 };
+    if (cbid >= MAX_CBID || !callback_on[DOMAIN_NVTX][cbid] || !subscriber_callback) return;
+    struct NvtxData data = {"nvtx", params, return_value};
+    subscriber_callback(subscriber_data, DOMAIN_NVTX, cbid, &data);
+}
 CUptiResult cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, size_t *dropped) {
     (void)context; (void)stream; *dropped = 0; return OK;
 }
@@ -60,6 +196,14 @@ CUptiResult cuptiGetCallbackName(int domain, uint32_t cbid, const char **name) {
 }
 CUptiResult cuptiGetResultString(CUptiResult result, const char **text) { (void)result; *text = "fake"; return OK; }
 #ifndef NO_SINGLE_CALLS
-CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) { note("runtime", cbid, enable); return OK; }
-CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) { note("driver", cbid, enable); return OK; }
+CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) {
+    if (cbid < MAX_CBID) runtime_on[cbid] = enable != 0;
+    note("runtime", cbid, enable);
+    return OK;
+}
+CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
+    if (cbid < MAX_CBID) driver_on[cbid] = enable != 0;
+    note("driver", cbid, enable);
+    return OK;
+}
 #endif

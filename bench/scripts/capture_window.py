@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""What recording in windows costs, on one GPU: recording off outside a window, CUDA graphs at node and graph
+level, and a long run captured in short repeated windows against the whole run.
+
+Parts, one after another (each round runs every mode of a part once, the order rotated by one each round; every
+sample goes to the results file as it comes; no round starts once `--budget-s` is spent):
+
+- `launch`: host time per launch of a launch-bound program (`workloads/launch_cost.cu`, bare launches, and
+  `workloads/torch_launch_cost.py`, PyTorch operators) uncaptured, under `capture --cuda-profiler-api` with no
+  `cudaProfilerStart` in the program (recording off for the whole run: what a server pays outside its windows),
+  and under a whole-run capture.
+- `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
+  (`workloads/capture_window.cu graph`): uncaptured, capture node level (default), capture graph level, and, when
+  Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`.
+- `long`: a long-running program launching small batches (`capture_window.cu steady`), captured whole and in
+  repeated windows (`--delay D --duration W --every P`): wall time (launch to capture file), spool bytes, file
+  bytes, kernels kept.
+- `check` (once): a program that calls cudaProfilerStart/Stop around a few steps (`torch_profiler_window.py` and
+  `capture_window.cu profiler`) captured with `--cuda-profiler-api`: the kernels in the capture file against the
+  kernels the program launched between the calls (and against `nsys -c cudaProfilerApi` when nsys can export).
+
+    python3 bench/scripts/capture_window.py --capture .devcarry/capture --nsys $NSYS --budget-s 300 --out w.json
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "..", "..", "workloads")
+
+LAUNCH_MODES = ["uncaptured", "capture-off", "capture"]
+GRAPH_MODES = ["uncaptured", "capture-node", "capture-graph", "nsys-node", "nsys-graph"]
+LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
+LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
+REPLAY_LINE = re.compile(r"replay_us ([0-9.]+)")
+STEADY_LINE = re.compile(r"steady launches (\d+) elapsed_s ([0-9.]+)")
+BETWEEN_LINE = re.compile(r"launched_between (\d+)")
+
+
+def rotated(modes, round_index):
+    shift = round_index % len(modes)
+    return modes[shift:] + modes[:shift]
+
+
+def recorder_command(args, mode, program, scratch, extra=()):
+    """The command line of `program` under `mode`'s recorder."""
+    out = os.path.join(scratch, f"{mode}.sqlite")
+    capture = [args.capture, "--force", "--no-nccl-plugin", "-o", out]
+    if mode == "uncaptured":
+        return program
+    if mode in ("capture", "capture-node", "capture-whole"):
+        return capture + list(extra) + ["--"] + program
+    if mode == "capture-off":
+        return capture + ["--cuda-profiler-api", "--"] + program
+    if mode == "capture-graph":
+        return capture + ["--cuda-graph-trace", "graph", "--"] + program
+    if mode == "capture-windows":
+        return capture + list(extra) + ["--"] + program
+    if mode in ("nsys-node", "nsys-graph"):
+        return [args.nsys, "profile", "-t", "cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
+                f"--cuda-graph-trace={mode.split('-')[1]}", "-o", os.path.join(scratch, mode)] + program
+    raise ValueError(mode)
+
+
+def run(command, timeout_s):
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1"))
+    return done, time.monotonic() - started
+
+
+def number(pattern, text, group=1):
+    found = pattern.search(text)
+    return float(found[group]) if found else None
+
+
+def keep(results, sample, out):
+    results["samples"].append(sample)
+    results["summary"] = summarise(results["samples"])
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def summarise(samples):
+    """Per part, program and mode: median with min and max of the figure, and its median ratio to uncaptured
+    in the same round."""
+    summary = {}
+    keys = sorted({(s["part"], s["program"]) for s in samples if "value" in s})
+    for part, program in keys:
+        rows = {}
+        mine = [s for s in samples if s["part"] == part and s["program"] == program and s.get("value") is not None]
+        for mode in sorted({s["mode"] for s in mine}):
+            values = [s["value"] for s in mine if s["mode"] == mode]
+            ratios = []
+            for s in (s for s in mine if s["mode"] == mode):
+                base = [b["value"] for b in mine if b["mode"] == "uncaptured" and b["round"] == s["round"]]
+                if base and base[0]:
+                    ratios.append(s["value"] / base[0])
+            row = {"n": len(values), "median": round(statistics.median(values), 3), "min": round(min(values), 3),
+                   "max": round(max(values), 3), "unit": mine[0]["unit"]}
+            if ratios:
+                row.update({"ratio_median": round(statistics.median(ratios), 4), "ratio_min": round(min(ratios), 4),
+                            "ratio_max": round(max(ratios), 4)})
+            for extra in ("spool_bytes", "file_bytes", "kernels", "wall_s"):
+                extras = [s[extra] for s in mine if s["mode"] == mode and s.get(extra) is not None]
+                if extras:
+                    row[extra + "_median"] = statistics.median(extras)
+            rows[mode] = row
+        summary[f"{part}/{program}"] = rows
+    return summary
+
+
+def kernel_rows(path):
+    """Kernel count and distinct short names of a capture or nsys export."""
+    if not os.path.exists(path):
+        return None, None
+    con = sqlite3.connect(path)
+    try:
+        count = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        names = [r[0] for r in con.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                           "JOIN StringIds s ON s.id = k.shortName")]
+        return count, sorted(names)
+    except sqlite3.Error:
+        return 0, []
+    finally:
+        con.close()
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "*")) if os.path.isfile(f))
+
+
+def launch_part(args, results, r, programs):
+    for program in programs:
+        for position, mode in enumerate(rotated(LAUNCH_MODES, r)):
+            done, wall_s = run(recorder_command(args, mode, program["command"], args.scratch), args.timeout_s)
+            sample = {"part": "launch", "program": program["name"], "mode": mode, "round": r, "position": position,
+                      "unit": "ns per launch", "value": number(LAUNCH_LINE, done.stdout), "wall_s": round(wall_s, 2),
+                      "exit_code": done.returncode}
+            if sample["value"] is None:
+                sample["stderr_tail"] = done.stderr[-1500:]
+            print(f"launch r{r} {program['name']} {mode}: {sample['value']} ns", flush=True)
+            keep(results, sample, args.out)
+
+
+def graph_part(args, results, r, binary):
+    with_nsys = args.nsys and r < args.nsys_rounds
+    modes = [m for m in GRAPH_MODES if with_nsys or not m.startswith("nsys")]
+    program = [binary, "graph", "400", "200"]
+    for position, mode in enumerate(rotated(modes, r)):
+        done, wall_s = run(recorder_command(args, mode, program, args.scratch), args.timeout_s)
+        sample = {"part": "graph", "program": "graph400", "mode": mode, "round": r, "position": position,
+                  "unit": "us per replay", "value": number(REPLAY_LINE, done.stdout), "wall_s": round(wall_s, 2),
+                  "exit_code": done.returncode}
+        if mode.startswith("capture"):
+            sample["kernels"], _ = kernel_rows(os.path.join(args.scratch, f"{mode}.sqlite"))
+        if sample["value"] is None:
+            sample["stderr_tail"] = done.stderr[-1500:]
+        print(f"graph r{r} {mode}: {sample['value']} us/replay", flush=True)
+        keep(results, sample, args.out)
+
+
+def long_part(args, results, r, binary):
+    program = [binary, "steady", str(args.long_s)]
+    windows = ["--delay", str(args.window_every_s / 2), "--duration", str(args.window_s), "--every",
+               str(args.window_every_s)]
+    for position, mode in enumerate(rotated(LONG_MODES, r)):
+        spool = os.path.join(args.scratch, f"spool-{mode}")
+        shutil.rmtree(spool, ignore_errors=True)
+        extra = ["--keep-spool", "--spool-dir", spool] + (windows if mode == "capture-windows" else [])
+        done, wall_s = run(recorder_command(args, mode, program, args.scratch, extra), args.timeout_s)
+        out = os.path.join(args.scratch, f"{mode}.sqlite")
+        sample = {"part": "long", "program": f"steady{args.long_s:g}s", "mode": mode, "round": r,
+                  "position": position, "unit": "s wall (launch to capture file)", "value": round(wall_s, 3),
+                  "program_elapsed_s": number(STEADY_LINE, done.stdout, 2),
+                  "launches": number(STEADY_LINE, done.stdout, 1), "exit_code": done.returncode}
+        if mode != "uncaptured":
+            sample.update({"spool_bytes": folder_bytes(spool),
+                           "file_bytes": os.path.getsize(out) if os.path.exists(out) else None})
+            sample["kernels"], _ = kernel_rows(out)
+            if mode == "capture-windows" and os.path.exists(out):
+                con = sqlite3.connect(out)
+                try:
+                    sample["windows"] = con.execute("SELECT start, end, startTrigger, endTrigger FROM "
+                                                    "SHARDSCOPE_CAPTURE_WINDOWS").fetchall()
+                except sqlite3.Error as e:
+                    sample["windows_error"] = str(e)
+                con.close()
+        shutil.rmtree(spool, ignore_errors=True)
+        print(f"long r{r} {mode}: {wall_s:.2f} s, spool {sample.get('spool_bytes')} B, kernels "
+              f"{sample.get('kernels')}", flush=True)
+        keep(results, sample, args.out)
+
+
+def nsys_profiler_count(args, program):
+    """Kernels `nsys -c cudaProfilerApi` kept, when nsys can make an export here (else None)."""
+    base = os.path.join(args.scratch, "nsys-check")
+    profile = [args.nsys, "profile", "-t", "cuda", "--sample=none", "--cpuctxsw=none", "-c", "cudaProfilerApi",
+               "--force-overwrite=true", "-o", base] + program
+    done, _ = run(profile, args.timeout_s)
+    if not os.path.exists(base + ".nsys-rep"):
+        return None, "nsys profile made no report: " + done.stderr[-300:]
+    export = [args.nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", base + ".sqlite",
+              base + ".nsys-rep"]
+    done, _ = run(export, args.timeout_s)
+    count, names = kernel_rows(base + ".sqlite")
+    return (count, names), None if count is not None else done.stderr[-300:]
+
+
+def check_part(args, results, binary):
+    programs = [("torch", ["python3", os.path.join(WORKLOADS, "torch_profiler_window.py"), "30", "10", "14"]),
+                ("cuda", [binary, "profiler", "30", "10", "14", "7"])]
+    for name, program in programs:
+        done, _ = run(program, args.timeout_s)
+        expected = number(BETWEEN_LINE, done.stdout)
+        out = os.path.join(args.scratch, "check.sqlite")
+        captured, _ = run([args.capture, "--force", "--cuda-profiler-api", "-o", out, "--"] + program, args.timeout_s)
+        count, names = kernel_rows(out)
+        sample = {"part": "check", "program": name, "mode": "capture --cuda-profiler-api",
+                  "launched_between": expected, "kernels_kept": count, "kernel_names": names,
+                  "exact": expected is not None and count == expected,
+                  "capture_stderr_tail": captured.stderr[-800:]}
+        if args.nsys:
+            nsys, problem = nsys_profiler_count(args, program)
+            sample["nsys_kernels"], sample["nsys_names"] = nsys if nsys else (None, None)
+            if problem:
+                sample["nsys_problem"] = problem
+        print(f"check {name}: launched {expected}, kept {count}, nsys {sample.get('nsys_kernels')}", flush=True)
+        results["samples"].append(sample)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--capture", default="capture")
+    parser.add_argument("--nsys", default=None, help="Nsight Systems CLI (nsys modes are left out without it)")
+    parser.add_argument("--nvcc", default="nvcc")
+    parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long"])
+    parser.add_argument("--launch-rounds", type=int, default=6, help="rounds of the bare-launch program")
+    parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch launch program")
+    parser.add_argument("--graph-rounds", type=int, default=4)
+    parser.add_argument("--nsys-rounds", type=int, default=3, help="graph rounds that include the nsys modes")
+    parser.add_argument("--long-rounds", type=int, default=2)
+    parser.add_argument("--long-s", type=float, default=12.0, help="length of the long-running program")
+    parser.add_argument("--window-s", type=float, default=0.5)
+    parser.add_argument("--window-every-s", type=float, default=2.5)
+    parser.add_argument("--budget-s", type=float, default=300, help="start no new round after this long")
+    parser.add_argument("--scratch", default="/tmp/capture-window")
+    parser.add_argument("--timeout-s", type=float, default=120)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    parts = args.part or ["check", "launch", "graph", "long"]
+    started = time.monotonic()
+    os.makedirs(args.scratch, exist_ok=True)
+    binary = os.path.join(args.scratch, "capture_window")
+    subprocess.run([args.nvcc, "-O2", "-o", binary, os.path.join(WORKLOADS, "capture_window.cu")], check=True)
+    launch_binary = os.path.join(args.scratch, "launch_cost")
+    subprocess.run([args.nvcc, "-O2", "-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
+    programs = [{"name": "cuda", "command": [launch_binary, "2000", "100"]},
+                {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"]}]
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    except OSError as e:
+        gpu = f"unknown ({e})"
+    results = {"command": sys.argv, "gpu": gpu, "samples": [], "rounds_done": {}}
+    if "check" in parts:
+        check_part(args, results, binary)
+    # Part after part, each with its modes interleaved round by round; no round starts once the budget is spent.
+    rounds = {"launch": max(args.launch_rounds, args.torch_rounds), "long": args.long_rounds,
+              "graph": args.graph_rounds}
+    for part in (p for p in ("launch", "long", "graph") if p in parts):
+        for r in range(rounds[part]):
+            if time.monotonic() - started > args.budget_s:
+                print(f"budget spent: {part} stopped after {r} rounds", flush=True)
+                break
+            if part == "launch":
+                chosen = [p for p in programs if r < (args.launch_rounds if p["name"] == "cuda" else args.torch_rounds)]
+                launch_part(args, results, r, chosen)
+            elif part == "long":
+                long_part(args, results, r, binary)
+            else:
+                graph_part(args, results, r, binary)
+            results["rounds_done"][part] = r + 1
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    print(json.dumps(results.get("summary", {}), indent=1))
+
+
+if __name__ == "__main__":
+    main()

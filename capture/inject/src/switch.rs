@@ -1,0 +1,424 @@
+//! Switching recording on and off inside the workload, at the triggers of the capture window plan.
+//!
+//! [`Switch`] owns the CUPTI activity kinds and API calls that record work (kernels, copies, sets, API
+//! calls, NVTX markers, graph launches); outside a window all of them are off, and only what detects a
+//! trigger stays on: the callbacks of `cudaProfilerStart`/`Stop` (`cuProfilerStart`/`Stop`), the NVTX push
+//! and pop callbacks when the trigger is an NVTX range, and the background thread's look at the clock and
+//! at the control file (`capture start`/`stop`). Every trigger goes through the [`WindowMachine`]; a
+//! transition's CUPTI calls run under its lock, so two triggers never interleave their switching.
+//!
+//! At the end of a window the background thread is woken to call `cuptiActivityFlushAll(0)`: records of
+//! work already done go to the spool at once. Work launched inside the window and still running keeps its
+//! record (CUPTI created it at launch, while its kind was on) and arrives with a later flush, complete;
+//! a *forced* flush would hand it over unfinished, with zero timestamps, so it is kept for exit.
+//! The NCCL profiler plugin asks [`shardscope_recording_on`] before each new event.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shardscope_cupti_sys::v13 as cupti;
+use shardscope_spool::config::{ControlCommand, WindowPlan, WindowTrigger};
+use shardscope_spool::cupti::SpoolRecord;
+
+use crate::window::{NvtxData, PushMessage, TimeAction, TimeSchedule, Transition, WindowMachine, c_text, nvtx_cbid};
+
+/// Recording is on in this process (what the NCCL plugin asks). On until a plan says otherwise.
+static RECORDING: AtomicBool = AtomicBool::new(true);
+
+/// How often the background thread looks at the control file.
+const CONTROL_POLL: Duration = Duration::from_millis(100);
+
+/// `cuptiActivityEnableRuntimeApi` / `cuptiActivityEnableDriverApi`.
+pub(crate) type EnableApi = unsafe extern "C" fn(cbid: u32, enable: u8) -> cupti::CUptiResult;
+
+/// 1 while recording is on in this process, else 0. The NCCL profiler plugin looks this symbol up and
+/// starts no event while it answers 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn shardscope_recording_on() -> c_int {
+    c_int::from(RECORDING.load(Ordering::Relaxed))
+}
+
+/// What recording switches: activity kinds and single API calls.
+pub(crate) struct Recorded {
+    /// Activity kinds on only inside windows.
+    pub kinds: Vec<cupti::CUpti_ActivityKind>,
+    /// Runtime callback ids recorded one by one, and the function that switches them.
+    pub runtime_cbids: Vec<u32>,
+    /// Driver callback ids recorded one by one.
+    pub driver_cbids: Vec<u32>,
+    /// `cuptiActivityEnableRuntimeApi`, when this CUPTI has it.
+    pub enable_runtime: Option<EnableApi>,
+    /// `cuptiActivityEnableDriverApi`, when this CUPTI has it.
+    pub enable_driver: Option<EnableApi>,
+}
+
+/// The callback ids that start and stop a window on the profiler API, per domain.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ProfilerCbids {
+    pub runtime_start: Vec<u32>,
+    pub runtime_stop: Vec<u32>,
+    pub driver_start: Vec<u32>,
+    pub driver_stop: Vec<u32>,
+}
+
+/// The named NVTX range, and what is needed to recognise it.
+struct NvtxTarget {
+    name: String,
+    domain: Option<String>,
+    /// Domain handle → name, from `nvtxDomainCreateA`.
+    domains: Mutex<HashMap<usize, String>>,
+    /// Registered string handle → text, from `nvtxDomainRegisterStringA`.
+    strings: Mutex<HashMap<usize, String>>,
+}
+
+/// The background thread's own trigger state.
+struct Watch {
+    schedule: Option<TimeSchedule>,
+    control_path: PathBuf,
+    control_generation: u64,
+    next_control_poll: Instant,
+}
+
+/// Switches recording in this process.
+pub(crate) struct Switch {
+    api: &'static cupti::Cupti,
+    recorded: Recorded,
+    profiler: ProfilerCbids,
+    nvtx: Option<NvtxTarget>,
+    machine: Mutex<WindowMachine>,
+    watch: Mutex<Watch>,
+    /// Window records for the background thread to write.
+    pending: Mutex<Vec<SpoolRecord>>,
+    flush_wanted: AtomicBool,
+}
+
+thread_local! {
+    /// Depth of runtime profiler calls on this thread: the driver call a runtime call makes inside is the
+    /// same request, not a second one.
+    static IN_RUNTIME_PROFILER_CALL: Cell<u32> = const { Cell::new(0) };
+    /// One entry per open NVTX push of this thread: whether it was the named range.
+    static NVTX_PUSHES: std::cell::RefCell<Vec<(usize, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// CUPTI's `CUpti_ApiCallbackSite`: entering the call.
+const SITE_ENTER: u32 = 0;
+
+/// The head of CUPTI's `CUpti_CallbackData`: only the site is read.
+#[repr(C)]
+struct CallbackDataHead {
+    callback_site: u32,
+}
+
+impl Switch {
+    /// A switch for `plan`; `spool_dir` holds the control file, `session_start_ns` is the launcher's start.
+    pub(crate) fn new(
+        api: &'static cupti::Cupti,
+        plan: &WindowPlan,
+        recorded: Recorded,
+        profiler: ProfilerCbids,
+        spool_dir: PathBuf,
+        session_start_ns: u64,
+    ) -> Switch {
+        let nvtx = plan.nvtx_range.clone().map(|name| NvtxTarget {
+            name,
+            domain: plan.nvtx_domain.clone(),
+            domains: Mutex::new(HashMap::new()),
+            strings: Mutex::new(HashMap::new()),
+        });
+        // Without the profiler API trigger, cudaProfilerStart/Stop leave recording alone (as nsys does).
+        let profiler = if plan.cuda_profiler_api { profiler } else { ProfilerCbids::default() };
+        Switch {
+            api,
+            recorded,
+            profiler,
+            nvtx,
+            machine: Mutex::new(WindowMachine::new(plan, cupti_now(api))),
+            watch: Mutex::new(Watch {
+                schedule: TimeSchedule::new(plan, session_start_ns),
+                control_path: spool_dir.join(shardscope_spool::config::CONTROL_FILE_NAME),
+                control_generation: 0,
+                next_control_poll: Instant::now(),
+            }),
+            pending: Mutex::new(Vec::new()),
+            flush_wanted: AtomicBool::new(false),
+        }
+    }
+
+    /// Applies the start state (recording on unless the plan waits) and switches on the trigger callbacks
+    /// of `subscriber`. A control file already there (a capture stopped before this process started) wins.
+    pub(crate) fn install(&self, subscriber: cupti::CUpti_SubscriberHandle) {
+        let on = self.lock_machine().recording();
+        RECORDING.store(on, Ordering::SeqCst);
+        if on {
+            self.apply(true);
+        }
+        let enable = |domain, cbid| {
+            // SAFETY: plain call on our subscriber; unknown ids are refused, not undefined.
+            unsafe { self.api.cuptiEnableCallback(1, subscriber, domain, cbid) };
+        };
+        let p = &self.profiler;
+        for &cbid in p.runtime_start.iter().chain(&p.runtime_stop) {
+            enable(cupti::CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
+        }
+        for &cbid in p.driver_start.iter().chain(&p.driver_stop) {
+            enable(cupti::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+        }
+        if self.nvtx.is_some() {
+            for cbid in nvtx_cbid::ALL {
+                enable(cupti::CUPTI_CB_DOMAIN_NVTX, cbid);
+            }
+        }
+        self.poll_control(Instant::now());
+    }
+
+    fn lock_machine(&self) -> std::sync::MutexGuard<'_, WindowMachine> {
+        self.machine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Switches every recorded kind and call on or off.
+    fn apply(&self, on: bool) {
+        for &kind in &self.recorded.kinds {
+            // SAFETY: plain calls with a valid kind constant.
+            let result =
+                unsafe { if on { self.api.cuptiActivityEnable(kind) } else { self.api.cuptiActivityDisable(kind) } };
+            if result != 0 && on {
+                eprintln!("shardscope: cannot enable CUPTI activity kind {kind} (error {result})");
+            }
+        }
+        let flag = u8::from(on);
+        for (enable, cbids) in [
+            (self.recorded.enable_runtime, &self.recorded.runtime_cbids),
+            (self.recorded.enable_driver, &self.recorded.driver_cbids),
+        ] {
+            let Some(enable) = enable else { continue };
+            for &cbid in cbids {
+                // SAFETY: plain call with a callback id CUPTI named.
+                unsafe { enable(cbid, flag) };
+            }
+        }
+    }
+
+    /// Runs one trigger through the machine and does what it decided.
+    fn trigger(&self, step: impl FnOnce(&mut WindowMachine, u64) -> Transition, trigger: WindowTrigger) {
+        let mut machine = self.lock_machine();
+        let now_ns = cupti_now(self.api);
+        match step(&mut machine, now_ns) {
+            Transition::Unchanged => {}
+            Transition::Opened => {
+                self.apply(true);
+                RECORDING.store(true, Ordering::SeqCst);
+            }
+            Transition::Closed(window) => {
+                RECORDING.store(false, Ordering::SeqCst);
+                self.apply(false);
+                self.lock_pending().push(SpoolRecord::Window(window));
+                self.flush_wanted.store(true, Ordering::SeqCst);
+            }
+            Transition::StrayStop { first } => {
+                if first {
+                    eprintln!(
+                        "shardscope: process {}: a {} stop came while recording was off; ignored (nothing was lost)",
+                        std::process::id(),
+                        trigger.as_str()
+                    );
+                }
+                self.lock_pending().push(SpoolRecord::WindowStrayStop { timestamp_ns: now_ns, trigger: trigger as u8 });
+            }
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, Vec<SpoolRecord>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Window records to write, and whether a window closed since the last call (flush now).
+    pub(crate) fn take_pending(&self) -> (Vec<SpoolRecord>, bool) {
+        let records = std::mem::take(&mut *self.lock_pending());
+        (records, self.flush_wanted.swap(false, Ordering::SeqCst))
+    }
+
+    /// The background thread's turn: the time schedule and the control file. Returns how long it may sleep.
+    pub(crate) fn tick(&self) -> Duration {
+        let now = Instant::now();
+        let wall_ns = wall_now_ns();
+        let due = {
+            let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+            watch.schedule.as_mut().and_then(|s| s.due(wall_ns))
+        };
+        match due {
+            Some(TimeAction::Open) => self.trigger(|m, t| m.start(WindowTrigger::Time, t), WindowTrigger::Time),
+            Some(TimeAction::Close) => self.trigger(|m, t| m.stop(WindowTrigger::Time, t), WindowTrigger::Time),
+            None => {}
+        }
+        self.poll_control(now);
+        let watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        let until_control = watch.next_control_poll.saturating_duration_since(Instant::now());
+        let until_schedule = watch
+            .schedule
+            .and_then(|s| s.next_deadline_ns())
+            .map(|deadline| Duration::from_nanos(deadline.saturating_sub(wall_now_ns())));
+        until_schedule.map_or(until_control, |d| d.min(until_control))
+    }
+
+    /// Reads the control file when due, and acts on a command it has not acted on yet.
+    fn poll_control(&self, now: Instant) {
+        let (path, seen) = {
+            let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+            if now < watch.next_control_poll {
+                return;
+            }
+            watch.next_control_poll = now + CONTROL_POLL;
+            (watch.control_path.clone(), watch.control_generation)
+        };
+        let Ok(text) = std::fs::read_to_string(&path) else { return };
+        let Some(command) = ControlCommand::parse(&text).filter(|c| c.generation != seen) else { return };
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).control_generation = command.generation;
+        if command.recording {
+            self.trigger(|m, t| m.start(WindowTrigger::External, t), WindowTrigger::External);
+        } else {
+            self.trigger(|m, t| m.stop(WindowTrigger::External, t), WindowTrigger::External);
+        }
+    }
+
+    /// At exit: closes the open window.
+    pub(crate) fn at_exit(&self) {
+        let mut machine = self.lock_machine();
+        if let Some(window) = machine.at_exit(cupti_now(self.api)) {
+            self.lock_pending().push(SpoolRecord::Window(window));
+        }
+    }
+
+    /// A runtime or driver callback: the profiler API trigger.
+    fn on_api(&self, driver: bool, cbid: u32, site: u32) {
+        let p = &self.profiler;
+        let (starts, stops) =
+            if driver { (&p.driver_start, &p.driver_stop) } else { (&p.runtime_start, &p.runtime_stop) };
+        let (is_start, is_stop) = (starts.contains(&cbid), stops.contains(&cbid));
+        if !is_start && !is_stop {
+            return;
+        }
+        if driver && IN_RUNTIME_PROFILER_CALL.get() > 0 {
+            return;
+        }
+        if !driver {
+            let depth = IN_RUNTIME_PROFILER_CALL.get();
+            IN_RUNTIME_PROFILER_CALL.set(if site == SITE_ENTER { depth + 1 } else { depth.saturating_sub(1) });
+        }
+        // Open after the start call returns and close when the stop call enters: the work between the two
+        // calls, and only it, is inside.
+        let trigger = WindowTrigger::CudaProfilerApi;
+        if is_start && site != SITE_ENTER {
+            self.trigger(|m, t| m.start(trigger, t), trigger);
+        } else if is_stop && site == SITE_ENTER {
+            self.trigger(|m, t| m.stop(trigger, t), trigger);
+        }
+    }
+
+    /// An NVTX callback: domain and string bookkeeping, and the pushes and pops of the named range.
+    ///
+    /// # Safety
+    /// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`.
+    unsafe fn on_nvtx(&self, cbid: u32, data: &NvtxData) {
+        let Some(target) = &self.nvtx else { return };
+        // SAFETY: each parameter and return struct is the one NVTX declares for `cbid`.
+        unsafe {
+            match cbid {
+                nvtx_cbid::DOMAIN_CREATE_A if !data.function_return_value.is_null() => {
+                    let name = c_text(*(data.function_params as *const *const std::ffi::c_char));
+                    let handle = *(data.function_return_value as *const usize);
+                    target.domains.lock().unwrap_or_else(|e| e.into_inner()).insert(handle, name.unwrap_or_default());
+                    return;
+                }
+                nvtx_cbid::DOMAIN_REGISTER_STRING_A if !data.function_return_value.is_null() => {
+                    let text =
+                        c_text(*((data.function_params as *const usize).add(1) as *const *const std::ffi::c_char));
+                    let handle = *(data.function_return_value as *const usize);
+                    target.strings.lock().unwrap_or_else(|e| e.into_inner()).insert(handle, text.unwrap_or_default());
+                    return;
+                }
+                nvtx_cbid::RANGE_POP | nvtx_cbid::DOMAIN_RANGE_POP => {
+                    // Ranges nest per domain and thread: a pop closes the last push of its own domain.
+                    let domain = if cbid == nvtx_cbid::DOMAIN_RANGE_POP && !data.function_params.is_null() {
+                        *(data.function_params as *const usize)
+                    } else {
+                        0
+                    };
+                    let was_target = NVTX_PUSHES.with_borrow_mut(|pushes| {
+                        let last = pushes.iter().rposition(|(d, _)| *d == domain)?;
+                        Some(pushes.remove(last).1)
+                    }) == Some(true);
+                    if was_target {
+                        self.trigger(|m, t| m.nvtx_pop(t), WindowTrigger::Nvtx);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+            let Some((domain, message)) = crate::window::nvtx_push_message(cbid, data) else { return };
+            let hit = self.is_target(target, domain, &message);
+            NVTX_PUSHES.with_borrow_mut(|pushes| pushes.push((domain, hit)));
+            if hit {
+                self.trigger(|m, t| m.nvtx_push(t), WindowTrigger::Nvtx);
+            }
+        }
+    }
+
+    fn is_target(&self, target: &NvtxTarget, domain: usize, message: &PushMessage) -> bool {
+        let domain_matches = match (&target.domain, domain) {
+            (None, 0) => true,
+            (None, _) | (Some(_), 0) => false,
+            (Some(wanted), handle) => {
+                target.domains.lock().unwrap_or_else(|e| e.into_inner()).get(&handle).is_some_and(|n| n == wanted)
+            }
+        };
+        domain_matches
+            && match message {
+                PushMessage::Text(text) => *text == target.name,
+                PushMessage::Registered(handle) => target
+                    .strings
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(handle)
+                    .is_some_and(|text| *text == target.name),
+                PushMessage::Unreadable => false,
+            }
+    }
+}
+
+/// The subscriber's callback: hands each trigger callback to the process's [`Switch`].
+///
+/// # Safety
+/// CUPTI's arguments: `cbdata` is the callback data of `domain`.
+pub(crate) unsafe fn dispatch(switch: &Switch, domain: cupti::CUpti_CallbackDomain, cbid: u32, cbdata: *const c_void) {
+    if cbdata.is_null() {
+        return;
+    }
+    match domain {
+        cupti::CUPTI_CB_DOMAIN_RUNTIME_API | cupti::CUPTI_CB_DOMAIN_DRIVER_API => {
+            // SAFETY: API-domain callbacks pass a `CUpti_CallbackData`, whose first field is the site.
+            let site = unsafe { (*(cbdata as *const CallbackDataHead)).callback_site };
+            switch.on_api(domain == cupti::CUPTI_CB_DOMAIN_DRIVER_API, cbid, site);
+        }
+        // SAFETY: NVTX-domain callbacks pass a `CUpti_NvtxData`.
+        cupti::CUPTI_CB_DOMAIN_NVTX => unsafe { switch.on_nvtx(cbid, &*(cbdata as *const NvtxData)) },
+        _ => {}
+    }
+}
+
+/// CUPTI's clock now, ns: the clock of its records.
+fn cupti_now(api: &cupti::Cupti) -> u64 {
+    let mut now_ns = 0u64;
+    // SAFETY: plain out-parameter call.
+    unsafe { api.cuptiGetTimestamp(&mut now_ns) };
+    now_ns
+}
+
+/// The wall clock, ns since the Unix epoch.
+pub(crate) fn wall_now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
