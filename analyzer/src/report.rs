@@ -27,6 +27,7 @@ use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessId
 use crate::bench_peaks::BenchPeaks;
 use crate::categories::{self, Classifier, KernelClass};
 use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
+use crate::generate_calls::{self, GenerateCalls};
 use crate::hta::{self, HtaFigures};
 use crate::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::intervals::IntervalUnion;
@@ -57,6 +58,8 @@ pub struct Options {
     pub step_pattern: Regex,
     /// Leading steps of each rank left out of the step-time distribution as warm-up.
     pub skip_steps: usize,
+    /// With `skip_steps` 0: leave out the leading warm-up steps found by [`steps::detect_warmup`].
+    pub detect_warmup: bool,
     /// The inputs need not form one run (see [`run::mixed_runs`]): analyse them together, with a note.
     pub allow_mixed: bool,
 }
@@ -72,6 +75,7 @@ impl Default for Options {
             keep_instances: false,
             step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default pattern"),
             skip_steps: 0,
+            detect_warmup: true,
             allow_mixed: false,
         }
     }
@@ -156,6 +160,18 @@ pub struct GraphTotal {
     pub total_ns: i64,
 }
 
+/// The steady state of a rank: the window from its first step after the warm-up to the end of its last step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteadyState {
+    /// `[start_ns, end_ns)` on the trace clock.
+    pub window_ns: (i64, i64),
+    /// Steps in it.
+    pub steps: u64,
+    /// The rank's figures clipped to the window.
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
 /// One phase's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Phase {
@@ -204,6 +220,13 @@ pub struct RankReport {
     pub steps: Option<Steps>,
     /// CUDA graph replays, when the rank ran graphs.
     pub graph_replays: Option<GraphReplays>,
+    /// Generate calls (a prefill and the decode steps after it) told apart in inferred steps, with TTFT and TPOT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generate_calls: Option<GenerateCalls>,
+    /// The figures of the steady state alone: the rank's work inside its steps after the warm-up (see
+    /// [`Steps::steady_window_ns`]), when warm-up steps were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<SteadyState>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
 }
@@ -299,7 +322,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     // Without phase ranges, prefill and decode are inferred from each GPU's kernels (never over recorded phases).
     for (trace_index, trace) in traces.iter().enumerate() {
         if phase_indexes[trace_index].is_empty() {
-            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], &options.classifier);
+            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], options);
             if !inferred.is_empty() {
                 phase_indexes[trace_index] = PhaseIndex::inferred(inferred, &mut phase_names);
             }
@@ -414,8 +437,9 @@ fn infer_phases(
     trace: &Trace,
     by_device: &ByDevice,
     classes: &[KernelClass],
-    classifier: &Classifier,
+    options: &Options,
 ) -> Vec<(DeviceIdx, Vec<Stretch>)> {
+    let classifier = &options.classifier;
     let kind_of: Vec<ComputeKind> = classifier
         .categories()
         .iter()
@@ -442,12 +466,46 @@ fn infer_phases(
                 }
             })
             .collect();
-        let stretches = inferred_phases::infer(&kernels);
+        let mut stretches = phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
+        if stretches.is_empty() {
+            stretches = inferred_phases::infer(&kernels);
+        }
         if !stretches.is_empty() {
             out.push((DeviceIdx(device as u32), stretches));
         }
     }
     out
+}
+
+/// Prefill and decode from one GPU's steps (see [`inferred_phases::from_steps`]), the warm-up steps left out.
+fn phases_from_steps(
+    trace: &Trace,
+    device: DeviceIdx,
+    by_device: &ByDevice,
+    classes: &[KernelClass],
+    options: &Options,
+) -> Vec<Stretch> {
+    let d = device.0 as usize;
+    let category = |name: NameId| options.classifier.name(Classifier::lookup(classes, name).category);
+    let units = steps::work_units(trace, device, &by_device.kernels[d], None, |name| category(name) == categories::RUNTIME);
+    let Some(inferred) = steps::infer_from_work(&units) else { return Vec::new() };
+    let kernels: Vec<(i64, i64, bool)> = by_device.kernels[d]
+        .iter()
+        .map(|&i| &trace.kernels[i as usize])
+        .map(|k| (k.start_ns, k.end_ns, category(k.name) == "gemm"))
+        .collect();
+    let memops: Vec<(i64, i64)> =
+        by_device.memops[d].iter().map(|&i| &trace.memops[i as usize]).map(|m| (m.start_ns, m.end_ns)).collect();
+    let work = generate_calls::step_work(&kernels, &memops, &inferred.intervals);
+    let durations_ns: Vec<i64> = inferred.intervals.iter().map(|(start, end)| end - start).collect();
+    let warmup = if options.skip_steps > 0 {
+        options.skip_steps
+    } else if options.detect_warmup {
+        steps::detect_warmup(&durations_ns)
+    } else {
+        0
+    };
+    inferred_phases::from_steps(&work, warmup)
 }
 
 /// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
@@ -569,6 +627,30 @@ struct Work {
     graphs: Vec<(i64, i64)>,
 }
 
+impl Work {
+    /// The part of this work inside `window_ns` (events cut at its edges; a cut collective keeps no wait/transfer
+    /// split).
+    fn clipped_to(&self, window_ns: (i64, i64)) -> Work {
+        let window = Some(window_ns);
+        let kernels = self
+            .kernels
+            .iter()
+            .filter_map(|k| {
+                let (start_ns, end_ns) = clip(k.start_ns, k.end_ns, window)?;
+                let share = if (start_ns, end_ns) == (k.start_ns, k.end_ns) { k.share } else { None };
+                Some(WorkKernel { start_ns, end_ns, share, ..*k })
+            })
+            .collect();
+        let memops = self
+            .memops
+            .iter()
+            .filter_map(|&(start, end, is_set)| clip(start, end, window).map(|(s, e)| (s, e, is_set)))
+            .collect();
+        let graphs = self.graphs.iter().filter_map(|&(start, end)| clip(start, end, window)).collect();
+        Work { kernels, memops, graphs }
+    }
+}
+
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
 struct DeviceContext<'a> {
     trace: &'a Trace,
@@ -656,8 +738,30 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             Phase { name: phase_index.names()[phase as usize].clone(), source: phase_source, figures }
         })
         .collect();
-    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &whole, options);
+    let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
+        options.classifier.name(Classifier::lookup(classes, name).category) == categories::RUNTIME
+    });
+    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &units, options);
     let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
+    let generate_calls = steps
+        .as_ref()
+        .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
+        .and_then(|s| {
+            let kernels: Vec<(i64, i64, bool)> = whole
+                .kernels
+                .iter()
+                .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
+                .collect();
+            let mut memops: Vec<(i64, i64)> = whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
+            memops.sort_unstable();
+            let work = generate_calls::step_work(&kernels, &memops, &s.found_intervals);
+            generate_calls::split(&work, s.skipped as usize)
+        });
+    let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
+        let window_ns = s.steady_window_ns?;
+        let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
+        Some(SteadyState { window_ns, steps: s.time.count, figures })
+    });
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
     let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
@@ -674,6 +778,8 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         annotation_ranges: trace.ranges.len() as u64,
         steps,
         graph_replays,
+        steady_state,
+        generate_calls,
         hta: hta::figures(
             trace,
             &kernels_on_device,
@@ -705,13 +811,14 @@ fn phase_of(
     }
 }
 
-/// The rank's steps: step ranges, else phase instances, else a repeating kernel sequence (see [`steps`]); clipped
+/// The rank's steps: step ranges, else phase instances, else the period of its kernels and graph launches (see
+/// [`steps`]); clipped
 /// to the analysis window (a step must lie inside it to count).
 fn rank_steps(
     trace: &Trace,
     process: Option<ProcessIdx>,
     phases: &[Phase],
-    whole: &Work,
+    units: &[steps::WorkUnit],
     options: &Options,
 ) -> Option<Steps> {
     let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
@@ -722,7 +829,7 @@ fn rank_steps(
     };
     let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
     if !ranges.is_empty() {
-        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps));
+        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps, options.detect_warmup));
     }
     // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
     // their ranges are taken from the trace again so that each instance counts once.
@@ -755,12 +862,12 @@ fn rank_steps(
         }
         let outermost = inside(outermost);
         if !outermost.is_empty() {
-            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps));
+            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps, options.detect_warmup));
         }
     }
-    let kernels: Vec<(i64, i64, NameId)> = whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
-    let inferred = steps::infer_from_kernels(&kernels);
-    (!inferred.is_empty()).then(|| steps::steps(StepSource::InferredFromKernels, inferred, options.skip_steps))
+    let inferred = steps::infer_from_work(units)?;
+    let source = if inferred.from_graphs { StepSource::InferredFromGraphs } else { StepSource::InferredFromKernels };
+    Some(steps::steps(source, inferred.intervals, options.skip_steps, options.detect_warmup))
 }
 
 /// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose
