@@ -295,10 +295,9 @@ pub fn infer_from_kernels(kernels: &[(i64, i64, NameId)]) -> Vec<(i64, i64)> {
 pub fn infer_from_work(units: &[WorkUnit]) -> Option<InferredSteps> {
     let periods = periods(units);
     let idle_ns = idle_before(units);
-    let with_breaks =
-        |p: &&Period| broken_repetitions(p, &idle_ns) * BREAK_SHARE.1 >= p.count * BREAK_SHARE.0;
+    let with_breaks = |p: &&Period| broken_repetitions(p, &idle_ns) * BREAK_SHARE.1 >= p.count * BREAK_SHARE.0;
     let chosen = match periods.iter().filter(with_breaks).max_by_key(|p| (p.count, p.from_graphs)) {
-        Some(loop_with_breaks) => loop_with_breaks,
+        Some(host_loop) => host_loop,
         None => periods.first()?,
     };
     let last_end = units.iter().map(|u| u.end_ns).max().unwrap_or(0);
@@ -325,16 +324,20 @@ fn idle_before(units: &[WorkUnit]) -> Vec<i64> {
         .collect()
 }
 
-/// How many repetitions of `period` hold a host break: an idle of at least [`MIN_HOST_BREAK_NS`] and
-/// [`HOST_BREAK_FACTOR`] × the median idle before the units inside its repetitions (launch-bound programs idle
-/// between every two kernels), before one of a repetition's units after its first or before the next
-/// repetition's first.
-fn broken_repetitions(period: &Period, idle_ns: &[i64]) -> usize {
+/// The idle that marks a host break in `period`: at least [`MIN_HOST_BREAK_NS`] and [`HOST_BREAK_FACTOR`] × the
+/// median idle before the units inside its repetitions (launch-bound programs idle between every two kernels).
+fn break_threshold_ns(period: &Period, idle_ns: &[i64]) -> i64 {
     let first = period.starts[0];
     let last = *period.starts.last().unwrap_or(&first);
     let inside: Vec<i64> =
         (first + 1..=last).filter(|i| period.starts.binary_search(i).is_err()).map(|i| idle_ns[i]).collect();
-    let threshold_ns = MIN_HOST_BREAK_NS.max(Distribution::of(inside).p50_ns.saturating_mul(HOST_BREAK_FACTOR));
+    MIN_HOST_BREAK_NS.max(Distribution::of(inside).p50_ns.saturating_mul(HOST_BREAK_FACTOR))
+}
+
+/// How many repetitions of `period` hold a host break (see [`break_threshold_ns`]): before one of a repetition's
+/// units after its first, or before the next repetition's first.
+fn broken_repetitions(period: &Period, idle_ns: &[i64]) -> usize {
+    let threshold_ns = break_threshold_ns(period, idle_ns);
     (0..period.count)
         .filter(|&j| {
             let from = period.starts[j] + 1;
@@ -377,12 +380,12 @@ fn periods(units: &[WorkUnit]) -> Vec<Period> {
             let once_per_repetition = |list: &Vec<usize>| {
                 (0..count).all(|i| list[i] >= anchor[i] && anchor.get(i + 1).is_none_or(|&next| list[i] < next))
             };
-            let members: Vec<WorkToken> =
-                candidates[first..].iter().filter(|(_, list)| once_per_repetition(list)).map(|(t, _)| *t).collect();
-            let graphs = members.iter().filter(|t| matches!(t, WorkToken::Graph(_))).count();
+            let members: Vec<(WorkToken, &Vec<usize>)> =
+                candidates[first..].iter().filter(|(_, list)| once_per_repetition(list)).copied().collect();
+            let graphs = members.iter().filter(|(t, _)| matches!(t, WorkToken::Graph(_))).count();
             if (members.len() - graphs) + graphs * MIN_ANCHORS >= MIN_ANCHORS {
                 out.push(Period { count, starts: anchor.clone(), from_graphs: graphs > 0 });
-                in_a_period.extend(members);
+                in_a_period.extend(members.iter().map(|(t, _)| *t));
             }
         }
     }
@@ -506,7 +509,8 @@ mod tests {
 
     /// Start times of the units that are `token`.
     fn starts_of(tokens: &[u32], token: u32) -> Vec<i64> {
-        let wanted = if token >= 1000 { WorkToken::Graph(u64::from(token - 1000)) } else { WorkToken::Kernel(NameId(token)) };
+        let wanted =
+            if token >= 1000 { WorkToken::Graph(u64::from(token - 1000)) } else { WorkToken::Kernel(NameId(token)) };
         laid_out(tokens).iter().filter(|u| u.token == wanted).map(|u| u.start_ns).collect()
     }
 
@@ -529,43 +533,43 @@ mod tests {
     #[test]
     fn steps_are_the_host_loop_not_the_calls_around_it() {
         // Three generate calls of an eager engine, each a prefill [20..=24] and five decode steps [30, 31, 32];
-        // every step ends with the same sampling [5, 6, 7] and the host's turn. Steps: 3 × 6, not 3 calls.
-        let sampling = [5, 6, 7, 0];
-        let call: Vec<u32> = (20..25).chain(sampling).chain((0..5).flat_map(|_| [30, 31, 32, 5, 6, 7, 0])).collect();
+        // every step opens with the same kernel (2: positions) and ends with the same sampling [5, 6, 7] and the
+        // host's turn. Steps: 3 × 6, not 3 calls, each from its opening kernel.
+        let call: Vec<u32> = [2]
+            .into_iter()
+            .chain(20..25)
+            .chain([5, 6, 7, 0])
+            .chain((0..5).flat_map(|_| [2, 30, 31, 32, 5, 6, 7, 0]))
+            .collect();
         let tokens: Vec<u32> = (0..3).flat_map(|_| call.clone()).collect();
-        let (starts, _) = step_starts(&tokens);
-        assert_eq!(starts.len(), 18);
-        // Each step starts with its first kernel: the prefill's first, or the decode step's first.
-        let mut expected: Vec<i64> = starts_of(&tokens, 20);
-        expected.extend(starts_of(&tokens, 30));
-        expected.sort_unstable();
-        assert_eq!(starts, expected);
+        assert_eq!(step_starts(&tokens), (starts_of(&tokens, 2), false));
+        // Without the opening kernel the steps are still 18; each begins at the sampling that ends the step
+        // before (then the period's earliest unit), which shifts every step by the same amount.
+        let without: Vec<u32> = tokens.iter().copied().filter(|&t| t != 2).collect();
+        assert_eq!(step_starts(&without), (starts_of(&without, 5), false));
     }
 
     #[test]
     fn graph_served_decode_steps_are_a_launch_with_the_kernels_around_it() {
-        // Set-up 9; two generate calls, each an eager prefill [20..=24] and four decode steps; every step ends with
-        // the same sampling kernels [5, 6, 7] and the host's turn. The first call's first decode step runs eagerly
-        // (warm-up before the graph exists), then each decode step is an input copy (1) and one launch of graph 3.
+        // Set-up 9; two generate calls, each an eager prefill [20..=24] and four decode steps; every step opens
+        // with the same kernel (2) and ends with the same sampling [5, 6, 7] and the host's turn. The first call's
+        // first decode step runs eagerly (warm-up before the graph exists), then each decode step is an input
+        // copy (1) and one launch of graph 3.
         let sampling = [5, 6, 7, 0];
-        let prefill: Vec<u32> = (20..25).chain(sampling).collect();
-        let eager_decode: Vec<u32> = [30, 31, 32].into_iter().chain(sampling).collect();
-        let graph_decode: Vec<u32> = [1, 1003].into_iter().chain(sampling).collect();
+        let prefill: Vec<u32> = [2].into_iter().chain(20..25).chain(sampling).collect();
+        let eager_decode: Vec<u32> = [2, 30, 31, 32].into_iter().chain(sampling).collect();
+        let graph_decode: Vec<u32> = [2, 1, 1003].into_iter().chain(sampling).collect();
         let mut tokens = vec![9, 0];
         tokens.extend(&prefill);
         tokens.extend(&eager_decode);
         (0..3).for_each(|_| tokens.extend(&graph_decode));
         tokens.extend(&prefill);
         (0..4).for_each(|_| tokens.extend(&graph_decode));
-        let (starts, from_graphs) = step_starts(&tokens);
         // Ten steps as the program counts them: two prefills and eight decode steps, each from its first unit.
-        let mut expected: Vec<i64> = starts_of(&tokens, 20);
-        expected.extend(starts_of(&tokens, 30));
-        expected.extend(starts_of(&tokens, 1));
-        expected.sort_unstable();
-        assert_eq!(starts, expected);
-        // The period is set by the kernels every step shares (the sampling), not by the graph.
-        assert!(!from_graphs);
+        // The period is set by the units every step shares, not by the graph.
+        let (starts, from_graphs) = step_starts(&tokens);
+        assert_eq!(starts.len(), 10);
+        assert_eq!((starts, from_graphs), (starts_of(&tokens, 2), false));
         // Graph launches alone (an XLA program: one command buffer per step, nothing eager around it) are steps;
         // set-up kernels before them, repeated by chance as often as steps, are not.
         let xla: Vec<u32> = (0..6)
