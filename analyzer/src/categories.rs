@@ -400,6 +400,67 @@ mod tests {
         }
     }
 
+    #[test]
+    fn builtin_rules_classify_compiled_programs_and_generic_entries() {
+        let c = Classifier::builtin();
+        let cases = [
+            // XLA: fusion kinds by their names, GEMM fusions and custom calls, runtime helpers of the autotuner.
+            ("loop_multiply_fusion_7", "elementwise"),
+            ("input_add_reduce_fusion_6", "elementwise"),
+            ("input_reduce_fusion", "elementwise"),
+            ("loop_is_finite_fusion", "elementwise"),
+            ("fusion_115", "elementwise"),
+            ("transpose_fusion_2", "elementwise"),
+            ("concatenate_fusion", "elementwise"),
+            ("input_scatter_fusion_1", "elementwise"),
+            ("wrapped_convert", "elementwise"),
+            ("loop_rsqrt_multiply_fusion_3", "norm"),
+            ("gemm_fusion_dot_general_16", "gemm"),
+            ("triton_gemm_dot_3", "gemm"),
+            ("cudnn_fusion_1", "gemm"),
+            (
+                "stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char *, unsigned char, unsigned long, unsigned int *)",
+                "runtime",
+            ),
+            (
+                "stream_executor::gpu::<unnamed>::DelayKernel(volatile stream_executor::GpuSemaphoreState *, stream_executor::GpuSemaphoreState)",
+                "runtime",
+            ),
+            (
+                "void stream_executor::gpu::xla_fp_comparison<Eigen::bfloat16>(T1 *, T1 *, float, unsigned long, int *)",
+                "runtime",
+            ),
+            ("stream_executor::gpu::RepeatBufferKernelImpl(char *, long, long)", "runtime"),
+            // ck_tile's generic entry: the kernel inside decides, launch bounds before it do not.
+            (
+                "void ck_tile::kentry<256, 1, ck_tile::Rmsnorm2dFwd<ck_tile::Rmsnorm2dFwdPipelineOnePass<ck_tile::Rmsnorm2dFwdPipelineProblem<ck_tile::bf16_t, float>>>, ck_tile::Rmsnorm2dFwdHostArgs>(ck_tile::Rmsnorm2dFwdHostArgs)",
+                "norm",
+            ),
+            (
+                "void ck_tile::kentry<1, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVS<int>>>(int)",
+                "attention",
+            ),
+            ("void ck_tile::kentry<64, 2, ck_tile::GemmKernel<ck_tile::GemmPipeline<int>>>(int)", "gemm"),
+            // Inductor's Triton kernels by the ops fused into them.
+            ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm"),
+            ("triton_per_fused_add_mean_mul_pow_rsqrt_3", "norm"),
+            ("triton_per_fused_native_layer_norm_2", "norm"),
+            ("triton_poi_fused__to_copy_1", "elementwise"),
+            ("triton_poi_fused_add_mul_silu_4", "elementwise"),
+            ("triton_tem_fused_mm_0", "gemm"),
+            ("triton_red_fused_argmax_0", "embedding_sampling"),
+            ("triton_poi_fused_embedding_0", "embedding_sampling"),
+            // Performance-portability launchers: the loop body per index.
+            (
+                "void clover::par_ranged2d_kernel<PdV_kernel(bool, int, int)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)",
+                "elementwise",
+            ),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(category(&c, name), expected, "{name}");
+        }
+    }
+
     /// Per built-in rule: real kernel names (from NVIDIA, AMD and framework traces) it must give its category,
     /// and real names that mention its words only inside template or parameter lists, or that belong to a
     /// neighbouring category, which it must not take.

@@ -8,8 +8,9 @@
 //! prefill step to the step before the next prefill and needs at least one decode step.
 //! - TTFT: the prefill step's first unit start to the end of its last unit (the first token is sampled at the end
 //!   of the step, before the host's turn);
-//! - TPOT: the mean time between tokens after the first: the decode steps' summed time (start to next start) over
-//!   their count.
+//! - TPOT: the mean time between tokens after the first: from the prefill's last kernel end (the first token) to
+//!   the last decode step's start, plus the median decode period for the last step (its interval may hold the
+//!   host's time until the next call), over the decode steps.
 //!
 //! Calls that start inside the rank's warm-up steps are marked so and left out of the distributions.
 
@@ -70,9 +71,9 @@ pub fn split(steps: &[StepWork], warmup_steps: usize) -> Option<GenerateCalls> {
     for (k, &first) in prefills.iter().enumerate() {
         let end = prefills.get(k + 1).copied().unwrap_or(steps.len());
         let decode = &steps[first + 1..end];
-        let (Some(first_decode), Some(last_decode)) = (decode.first(), decode.last()) else { continue };
+        let Some(last_decode) = decode.last() else { continue };
         let prefill = &steps[first];
-        let decode_ns = last_decode.end_ns - first_decode.start_ns;
+        let decode_ns = decode_time_ns(prefill, decode, last_decode);
         calls.push(GenerateCall {
             start_ns: prefill.start_ns,
             ttft_ns: prefill.last_end_ns - prefill.start_ns,
@@ -90,6 +91,17 @@ pub fn split(steps: &[StepWork], warmup_steps: usize) -> Option<GenerateCalls> {
         tpot: Distribution::of(steady.iter().map(|c| c.tpot_ns).collect()),
         calls,
     })
+}
+
+/// From the first token (the prefill's last kernel end) to the last: up to the last decode step's start, plus the
+/// median period of the call's other decode steps for the last one (whose interval may hold the host's time before
+/// the next call and set-up kernels of it); a single decode step counts to its last kernel end.
+fn decode_time_ns(prefill: &StepWork, decode: &[StepWork], last_decode: &StepWork) -> i64 {
+    if decode.len() < 2 {
+        return last_decode.last_end_ns - prefill.last_end_ns;
+    }
+    let periods: Vec<i64> = decode[..decode.len() - 1].iter().map(|s| s.end_ns - s.start_ns).collect();
+    last_decode.start_ns - prefill.last_end_ns + Distribution::of(periods).p50_ns
 }
 
 /// Per step: it holds a prefill (see the module's comment). `None` when the steps show no work at all.
@@ -162,9 +174,10 @@ mod tests {
         let calls = split(&laid_out(&steps), 4).unwrap();
         assert_eq!(calls.calls.len(), 3);
         assert!(calls.calls[0].warmup);
-        assert_eq!((calls.calls[0].ttft_ns, calls.calls[0].tpot_ns, calls.calls[0].decode_steps), (4990, 800, 3));
-        assert_eq!((calls.calls[1].ttft_ns, calls.calls[1].tpot_ns, calls.calls[1].decode_steps), (990, 100, 4));
-        assert_eq!((calls.ttft.count, calls.ttft.p50_ns, calls.tpot.p50_ns), (2, 990, 100));
+        // TPOT: from the first token (10 ns before its step ends) over the decode steps: (3 × 800 + 10) / 3.
+        assert_eq!((calls.calls[0].ttft_ns, calls.calls[0].tpot_ns, calls.calls[0].decode_steps), (4990, 803, 3));
+        assert_eq!((calls.calls[1].ttft_ns, calls.calls[1].tpot_ns, calls.calls[1].decode_steps), (990, 102, 4));
+        assert_eq!((calls.ttft.count, calls.ttft.p50_ns, calls.tpot.p50_ns), (2, 990, 102));
         // Decode steps alone, or a prefill with nothing after it: no call.
         assert_eq!(split(&laid_out(&[(100, 10); 5]), 0), None);
         assert_eq!(split(&laid_out(&[(100, 10), (100, 10), (100, 10), (900, 900)]), 0), None);

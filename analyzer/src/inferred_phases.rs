@@ -366,8 +366,13 @@ mod tests {
             .iter()
             .chain(&[(100, 10), (100, 10), (100, 10)])
             .map(|&(duration, gemm_ns)| {
-                let step =
-                    StepWork { start_ns: time, end_ns: time + duration, last_end_ns: time + duration - 10, gemm_ns, kernel_ns: gemm_ns };
+                let step = StepWork {
+                    start_ns: time,
+                    end_ns: time + duration,
+                    last_end_ns: time + duration - 10,
+                    gemm_ns,
+                    kernel_ns: gemm_ns,
+                };
                 time += duration;
                 step
             })

@@ -133,7 +133,9 @@ pub fn table(report: &Report, top: usize) -> String {
                 let t = &steps.time;
                 let skipped = match (steps.skipped, steps.warmup) {
                     (0, _) => String::new(),
-                    (n, "detected") => format!(", first {n} left out as warm-up (detected: slower than 1.5 × the steady median)"),
+                    (n, "detected") => {
+                        format!(", first {n} left out as warm-up (detected: slower than 1.5 × the steady median)")
+                    }
                     (n, _) => format!(", first {n} skipped"),
                 };
                 let _ = writeln!(

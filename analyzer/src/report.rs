@@ -466,10 +466,17 @@ fn infer_phases(
                 }
             })
             .collect();
-        let mut stretches = phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
-        if stretches.is_empty() {
-            stretches = inferred_phases::infer(&kernels);
-        }
+        let (graph_served, step_phases) =
+            phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
+        // Graph-served programs repeat no kernel sequence over prefill and decode alike: their steps decide. Other
+        // programs get the kernel-sequence inference, and the steps where it finds nothing (its outermost period
+        // is a whole generate call when a run makes several).
+        let stretches = if graph_served {
+            step_phases
+        } else {
+            let by_kernels = inferred_phases::infer(&kernels);
+            if by_kernels.is_empty() { step_phases } else { by_kernels }
+        };
         if !stretches.is_empty() {
             out.push((DeviceIdx(device as u32), stretches));
         }
@@ -477,35 +484,40 @@ fn infer_phases(
     out
 }
 
-/// Prefill and decode from one GPU's steps (see [`inferred_phases::from_steps`]), the warm-up steps left out.
+/// Prefill and decode from one GPU's steps (see [`inferred_phases::from_steps`]), the warm-up steps left out; with
+/// whether the GPU ran CUDA graphs.
 fn phases_from_steps(
     trace: &Trace,
     device: DeviceIdx,
     by_device: &ByDevice,
     classes: &[KernelClass],
     options: &Options,
-) -> Vec<Stretch> {
+) -> (bool, Vec<Stretch>) {
     let d = device.0 as usize;
     let category = |name: NameId| options.classifier.name(Classifier::lookup(classes, name).category);
-    let units = steps::work_units(trace, device, &by_device.kernels[d], None, |name| category(name) == categories::RUNTIME);
-    let Some(inferred) = steps::infer_from_work(&units) else { return Vec::new() };
+    let units =
+        steps::work_units(trace, device, &by_device.kernels[d], None, |name| category(name) == categories::RUNTIME);
+    let graph_served = units.iter().any(|u| matches!(u.token, steps::WorkToken::Graph(_)));
+    let Some(inferred) = steps::infer_from_work(&units) else { return (graph_served, Vec::new()) };
     let kernels: Vec<(i64, i64, bool)> = by_device.kernels[d]
         .iter()
         .map(|&i| &trace.kernels[i as usize])
         .map(|k| (k.start_ns, k.end_ns, category(k.name) == "gemm"))
         .collect();
-    let memops: Vec<(i64, i64)> =
+    let mut memops: Vec<(i64, i64)> =
         by_device.memops[d].iter().map(|&i| &trace.memops[i as usize]).map(|m| (m.start_ns, m.end_ns)).collect();
+    memops.sort_unstable();
     let work = generate_calls::step_work(&kernels, &memops, &inferred.intervals);
+    let heavy = generate_calls::prefill_steps(&work).unwrap_or_default();
     let durations_ns: Vec<i64> = inferred.intervals.iter().map(|(start, end)| end - start).collect();
     let warmup = if options.skip_steps > 0 {
         options.skip_steps
     } else if options.detect_warmup {
-        steps::detect_warmup(&durations_ns)
+        steps::detect_warmup(&durations_ns, &heavy)
     } else {
         0
     };
-    inferred_phases::from_steps(&work, warmup)
+    (graph_served, inferred_phases::from_steps(&work, warmup))
 }
 
 /// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
@@ -741,22 +753,21 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
     let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
         options.classifier.name(Classifier::lookup(classes, name).category) == categories::RUNTIME
     });
-    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &units, options);
+    let step_kernels: Vec<(i64, i64, bool)> = whole
+        .kernels
+        .iter()
+        .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
+        .collect();
+    let mut step_memops: Vec<(i64, i64)> = whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
+    step_memops.sort_unstable();
+    let work_of = |intervals: &[(i64, i64)]| generate_calls::step_work(&step_kernels, &step_memops, intervals);
+    let heavy_of = |intervals: &[(i64, i64)]| generate_calls::prefill_steps(&work_of(intervals)).unwrap_or_default();
+    let steps = rank_steps(trace, trace.devices[device.0 as usize].process, &phases, &units, &heavy_of, options);
     let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
     let generate_calls = steps
         .as_ref()
         .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
-        .and_then(|s| {
-            let kernels: Vec<(i64, i64, bool)> = whole
-                .kernels
-                .iter()
-                .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
-                .collect();
-            let mut memops: Vec<(i64, i64)> = whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
-            memops.sort_unstable();
-            let work = generate_calls::step_work(&kernels, &memops, &s.found_intervals);
-            generate_calls::split(&work, s.skipped as usize)
-        });
+        .and_then(|s| generate_calls::split(&work_of(&s.found_intervals), s.skipped as usize));
     let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
         let window_ns = s.steady_window_ns?;
         let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
@@ -819,8 +830,16 @@ fn rank_steps(
     process: Option<ProcessIdx>,
     phases: &[Phase],
     units: &[steps::WorkUnit],
+    heavy_of: &dyn Fn(&[(i64, i64)]) -> Vec<bool>,
     options: &Options,
 ) -> Option<Steps> {
+    // Warm-up is detected among inferred steps; annotated steps are the program's own, and `--skip-steps` says
+    // which of them are warm-up.
+    let steps_of = |source: StepSource, intervals: Vec<(i64, i64)>| {
+        let heavy = heavy_of(&intervals);
+        let inferred = matches!(source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs);
+        steps::steps(source, intervals, options.skip_steps, options.detect_warmup && inferred, &heavy)
+    };
     let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
         match options.window_ns {
             Some((w0, w1)) => intervals.into_iter().filter(|&(start, end)| start >= w0 && end <= w1).collect(),
@@ -829,7 +848,7 @@ fn rank_steps(
     };
     let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
     if !ranges.is_empty() {
-        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps, options.detect_warmup));
+        return Some(steps_of(StepSource::StepRanges, ranges));
     }
     // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
     // their ranges are taken from the trace again so that each instance counts once.
@@ -862,12 +881,12 @@ fn rank_steps(
         }
         let outermost = inside(outermost);
         if !outermost.is_empty() {
-            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps, options.detect_warmup));
+            return Some(steps_of(StepSource::PhaseInstances, outermost));
         }
     }
     let inferred = steps::infer_from_work(units)?;
     let source = if inferred.from_graphs { StepSource::InferredFromGraphs } else { StepSource::InferredFromKernels };
-    Some(steps::steps(source, inferred.intervals, options.skip_steps, options.detect_warmup))
+    Some(steps_of(source, inferred.intervals))
 }
 
 /// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose

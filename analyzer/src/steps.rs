@@ -19,12 +19,13 @@
 //!    repetitions hold such a *host break* (GPU idle of at least [`MIN_HOST_BREAK_NS`] and [`HOST_BREAK_FACTOR`] ×
 //!    the median idle before the units inside its repetitions); a loop that never waits for the host (a GPU-bound training loop) gets its
 //!    outermost period, the one with the fewest repetitions. A step runs from one occurrence of the earliest unit
-//!    of its period to the next (the last step to the end of the last unit before the trace ends); its time is
-//!    that GPU interval. Marked `inferred_from_graphs` when a graph is among the units that define the period,
+//!    of its period to the next (the last step to the end of the last unit, at most [`LAST_STEP_FACTOR`] × the
+//!    median step); its time is that GPU interval. Marked `inferred_from_graphs` when a graph is among the units that define the period,
 //!    else `inferred_from_kernels`.
 //!
 //! Leading warm-up (compilation, autotuning, caches filling) is told by [`detect_warmup`]: steps at the start that
-//! take more than [`WARMUP_FACTOR`] × the median of the run's second half. `--skip-steps N` overrides it.
+//! take more than [`WARMUP_FACTOR`] × the median of their kind (prefill or not) in the run's second half; a first
+//! prefill alone is not warm-up. `--skip-steps N` overrides it.
 //!
 //! Percentiles are nearest-rank: the smallest value with at least p % of the steps at or below it.
 
@@ -59,6 +60,9 @@ pub const HOST_BREAK_FACTOR: i64 = 5;
 
 /// A period is a host loop when at least this share (numerator, denominator) of its repetitions hold a host break.
 pub const BREAK_SHARE: (usize, usize) = (9, 10);
+
+/// The last step of a loop lasts at most this many times the median of the others.
+pub const LAST_STEP_FACTOR: i64 = 2;
 
 /// How many units of one repeat count are tried as the earliest of a period before the count is given up.
 const MAX_ANCHOR_TRIES: usize = 8;
@@ -280,35 +284,50 @@ struct Period {
     from_graphs: bool,
 }
 
-/// Steps inferred from a repeating kernel sequence: `kernels` are one GPU's `(start_ns, end_ns, name)` in start
-/// order. Empty when no name set repeats regularly.
+/// The outermost repeating kernel sequence: `kernels` are one GPU's `(start_ns, end_ns, name)` in start order; the
+/// period with the fewest repetitions, whatever the host does (a repetition may be one layer where layers repeat
+/// the same kernels). Empty when no name set repeats regularly. Prefill/decode inference cuts kernels with it.
 pub fn infer_from_kernels(kernels: &[(i64, i64, NameId)]) -> Vec<(i64, i64)> {
     let units: Vec<WorkUnit> = kernels
         .iter()
         .map(|&(start_ns, end_ns, name)| WorkUnit { start_ns, end_ns, token: WorkToken::Kernel(name) })
         .collect();
-    infer_from_work(&units).map(|steps| steps.intervals).unwrap_or_default()
+    periods(&units, 1).first().map(|p| intervals_of(&units, p)).unwrap_or_default()
 }
 
 /// Steps inferred from one GPU's units of work in start order (see the module's comment). `None` when nothing
 /// repeats regularly.
 pub fn infer_from_work(units: &[WorkUnit]) -> Option<InferredSteps> {
-    let periods = periods(units);
+    let periods = periods(units, MAX_ANCHOR_TRIES);
     let idle_ns = idle_before(units);
     let with_breaks = |p: &&Period| broken_repetitions(p, &idle_ns) * BREAK_SHARE.1 >= p.count * BREAK_SHARE.0;
     let chosen = match periods.iter().filter(with_breaks).max_by_key(|p| (p.count, p.from_graphs)) {
         Some(host_loop) => host_loop,
         None => periods.first()?,
     };
+    Some(InferredSteps { intervals: intervals_of(units, chosen), from_graphs: chosen.from_graphs })
+}
+
+/// The repetitions of `period`: from one occurrence of its earliest unit to the next, the last to the end of the
+/// last unit, but no longer than [`LAST_STEP_FACTOR`] × the median of the others (work after a loop, such as a
+/// final check of the results, is no step's).
+fn intervals_of(units: &[WorkUnit], period: &Period) -> Vec<(i64, i64)> {
     let last_end = units.iter().map(|u| u.end_ns).max().unwrap_or(0);
-    let intervals = (0..chosen.count)
+    let mut intervals: Vec<(i64, i64)> = (0..period.count)
         .map(|i| {
-            let start = units[chosen.starts[i]].start_ns;
-            let end = chosen.starts.get(i + 1).map_or(last_end, |&next| units[next].start_ns);
+            let start = units[period.starts[i]].start_ns;
+            let end = period.starts.get(i + 1).map_or(last_end, |&next| units[next].start_ns);
             (start, end)
         })
         .collect();
-    Some(InferredSteps { intervals, from_graphs: chosen.from_graphs })
+    let others_median_ns =
+        Distribution::of(intervals[..intervals.len() - 1].iter().map(|(s, e)| e - s).collect()).p50_ns;
+    if let Some(last) = intervals.last_mut()
+        && others_median_ns > 0
+    {
+        last.1 = last.1.min(last.0.saturating_add(others_median_ns.saturating_mul(LAST_STEP_FACTOR)));
+    }
+    intervals
 }
 
 /// Per unit, how long the GPU was idle before it (0 for the first).
@@ -348,8 +367,8 @@ fn broken_repetitions(period: &Period, idle_ns: &[i64]) -> usize {
 }
 
 /// Every repeat count of at least [`MIN_INFERRED_STEPS`] whose units run once per repetition (see the module's
-/// comment), in increasing count.
-fn periods(units: &[WorkUnit]) -> Vec<Period> {
+/// comment), in increasing count; per count, at most `max_tries` units are tried as the earliest of a period.
+fn periods(units: &[WorkUnit], max_tries: usize) -> Vec<Period> {
     let mut occurrences: HashMap<WorkToken, Vec<usize>> = HashMap::new();
     for (index, unit) in units.iter().enumerate() {
         occurrences.entry(unit.token).or_default().push(index);
@@ -364,12 +383,12 @@ fn periods(units: &[WorkUnit]) -> Vec<Period> {
     for (count, mut candidates) in by_count {
         candidates.sort_unstable_by_key(|(_, list)| list[0]);
         // Every unit of this count is tried as the earliest of a period, in order of first occurrence (at most
-        // MAX_ANCHOR_TRIES of them): set-up kernels that run as often as the steps by chance make a period of their
+        // `max_tries` of them): set-up kernels that run as often as the steps by chance make a period of their
         // own beside the loop's, not one that hides it.
         let mut in_a_period: Vec<WorkToken> = Vec::new();
         let mut tries = 0;
         for first in 0..candidates.len() {
-            if tries == MAX_ANCHOR_TRIES {
+            if tries == max_tries {
                 break;
             }
             if in_a_period.contains(&candidates[first].0) {
@@ -392,30 +411,43 @@ fn periods(units: &[WorkUnit]) -> Vec<Period> {
     out
 }
 
-/// Leading warm-up steps of `durations_ns` (in order): those at the start that take more than [`WARMUP_FACTOR`] ×
-/// the median of the second half (the steady state), keeping at least [`MIN_INFERRED_STEPS`] steps.
-pub fn detect_warmup(durations_ns: &[i64]) -> usize {
+/// Leading warm-up steps of `durations_ns` (in order; `heavy` marks prefill steps, empty when unknown): the
+/// leading steps up to the last one that takes more than [`WARMUP_FACTOR`] × the median of its kind in the run's
+/// second half (the steady state), as long as every step before it is such an outlier or a prefill (a first prefill
+/// is the program's work, not warm-up, unless slow steps follow it). At least [`MIN_INFERRED_STEPS`] steps are kept.
+pub fn detect_warmup(durations_ns: &[i64], heavy: &[bool]) -> usize {
     let n = durations_ns.len();
     if n < 2 * MIN_INFERRED_STEPS {
         return 0;
     }
-    let steady_median_ns = Distribution::of(durations_ns[n / 2..].to_vec()).p50_ns as f64;
-    durations_ns
-        .iter()
-        .take(n - MIN_INFERRED_STEPS)
-        .take_while(|&&d| d as f64 > WARMUP_FACTOR * steady_median_ns)
-        .count()
+    let is_heavy = |i: usize| heavy.get(i).copied().unwrap_or(false);
+    let steady_median_ns = |want_heavy: bool| {
+        let of_kind: Vec<i64> = (n / 2..n).filter(|&i| is_heavy(i) == want_heavy).map(|i| durations_ns[i]).collect();
+        (!of_kind.is_empty()).then(|| Distribution::of(of_kind).p50_ns as f64)
+    };
+    let (light_median, heavy_median) = (steady_median_ns(false), steady_median_ns(true));
+    let mut warmup = 0;
+    for i in 0..n - MIN_INFERRED_STEPS {
+        let median = if is_heavy(i) { heavy_median } else { light_median };
+        let outlier = median.is_some_and(|m| durations_ns[i] as f64 > WARMUP_FACTOR * m);
+        if outlier {
+            warmup = i + 1;
+        } else if !is_heavy(i) {
+            break;
+        }
+    }
+    warmup
 }
 
 /// Step times from intervals in time order, the first `skip` left out; with `skip` 0 and `detect` set, the leading
-/// warm-up [`detect_warmup`] finds.
-pub fn steps(source: StepSource, intervals: Vec<(i64, i64)>, skip: usize, detect: bool) -> Steps {
+/// warm-up [`detect_warmup`] finds (`heavy` marks prefill steps, empty when unknown).
+pub fn steps(source: StepSource, intervals: Vec<(i64, i64)>, skip: usize, detect: bool, heavy: &[bool]) -> Steps {
     let found = intervals.len();
     let (skip, warmup) = if skip > 0 {
         (skip, "skip_steps")
     } else if detect {
         let durations: Vec<i64> = intervals.iter().map(|(start, end)| end - start).collect();
-        match detect_warmup(&durations) {
+        match detect_warmup(&durations, heavy) {
             0 => (0, "none"),
             n => (n, "detected"),
         }
@@ -479,7 +511,7 @@ mod tests {
         let twice: Vec<(i64, i64, NameId)> =
             [1, 2, 3, 1, 2, 3].iter().enumerate().map(|(i, &n)| (i as i64, i as i64 + 1, NameId(n))).collect();
         assert!(infer_from_kernels(&twice).is_empty());
-        let skipped = steps(StepSource::InferredFromKernels, infer_from_kernels(&kernels), 1, true);
+        let skipped = steps(StepSource::InferredFromKernels, infer_from_kernels(&kernels), 1, true, &[]);
         assert_eq!((skipped.found, skipped.skipped, skipped.time.count, skipped.time.max_ns), (3, 1, 2, 55));
     }
 
@@ -597,10 +629,15 @@ mod tests {
     fn leading_outliers_are_warm_up() {
         // Compilation in the first two steps, then a steady state with one slower step later (kept).
         let durations = [4_000_000, 900, 100, 101, 99, 100, 180, 100, 102, 98];
-        assert_eq!(detect_warmup(&durations), 2);
-        assert_eq!(detect_warmup(&[100, 101, 99, 100, 100, 100]), 0);
+        assert_eq!(detect_warmup(&durations, &[]), 2);
+        assert_eq!(detect_warmup(&[100, 101, 99, 100, 100, 100], &[]), 0);
         // Too few steps to tell a steady state.
-        assert_eq!(detect_warmup(&[900, 100, 100]), 0);
+        assert_eq!(detect_warmup(&[900, 100, 100], &[]), 0);
+        // A first prefill is work, not warm-up; a cold first call (slow prefill and decode steps) is warm-up.
+        let heavy = [true, false, false, false, false, true, false, false, false, false];
+        assert_eq!(detect_warmup(&[900, 100, 101, 99, 100, 800, 100, 102, 98, 100], &heavy), 0);
+        assert_eq!(detect_warmup(&[9000, 700, 750, 720, 100, 800, 100, 102, 98, 100], &heavy), 4);
+        assert_eq!(detect_warmup(&[9000, 100, 101, 99, 100, 800, 100, 102, 98, 100], &heavy), 1);
         let intervals: Vec<(i64, i64)> = durations
             .iter()
             .scan(0i64, |t, &d| {
@@ -609,13 +646,13 @@ mod tests {
                 Some((start, start + d))
             })
             .collect();
-        let detected = steps(StepSource::InferredFromGraphs, intervals.clone(), 0, true);
+        let detected = steps(StepSource::InferredFromGraphs, intervals.clone(), 0, true, &[]);
         assert_eq!((detected.found, detected.skipped, detected.warmup), (10, 2, "detected"));
         assert_eq!(detected.steady_window_ns, Some((intervals[2].0, intervals[9].1)));
         assert_eq!(detected.time.max_ns, 180);
-        let given = steps(StepSource::InferredFromGraphs, intervals.clone(), 1, true);
+        let given = steps(StepSource::InferredFromGraphs, intervals.clone(), 1, true, &[]);
         assert_eq!((given.skipped, given.warmup), (1, "skip_steps"));
-        let off = steps(StepSource::InferredFromGraphs, intervals, 0, false);
+        let off = steps(StepSource::InferredFromGraphs, intervals, 0, false, &[]);
         assert_eq!((off.skipped, off.warmup), (0, "none"));
     }
 }
