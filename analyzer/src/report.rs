@@ -822,15 +822,17 @@ fn phase_of(
     }
 }
 
+/// Per step interval, whether it holds a prefill (see [`generate_calls::prefill_steps`]).
+type PrefillFlags<'a> = dyn Fn(&[(i64, i64)]) -> Vec<bool> + 'a;
+
 /// The rank's steps: step ranges, else phase instances, else the period of its kernels and graph launches (see
-/// [`steps`]); clipped
-/// to the analysis window (a step must lie inside it to count).
+/// [`steps`]); clipped to the analysis window (a step must lie inside it to count).
 fn rank_steps(
     trace: &Trace,
     process: Option<ProcessIdx>,
     phases: &[Phase],
     units: &[steps::WorkUnit],
-    heavy_of: &dyn Fn(&[(i64, i64)]) -> Vec<bool>,
+    heavy_of: &PrefillFlags,
     options: &Options,
 ) -> Option<Steps> {
     // Warm-up is detected among inferred steps; annotated steps are the program's own, and `--skip-steps` says

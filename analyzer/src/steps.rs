@@ -427,9 +427,9 @@ pub fn detect_warmup(durations_ns: &[i64], heavy: &[bool]) -> usize {
     };
     let (light_median, heavy_median) = (steady_median_ns(false), steady_median_ns(true));
     let mut warmup = 0;
-    for i in 0..n - MIN_INFERRED_STEPS {
+    for (i, &duration_ns) in durations_ns.iter().enumerate().take(n - MIN_INFERRED_STEPS) {
         let median = if is_heavy(i) { heavy_median } else { light_median };
-        let outlier = median.is_some_and(|m| durations_ns[i] as f64 > WARMUP_FACTOR * m);
+        let outlier = median.is_some_and(|m| duration_ns as f64 > WARMUP_FACTOR * m);
         if outlier {
             warmup = i + 1;
         } else if !is_heavy(i) {
