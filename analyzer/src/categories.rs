@@ -19,6 +19,10 @@ use shardscope_model::{CollectiveOp, NameId, Names};
 /// The rules shipped with the analyzer.
 pub const BUILTIN_RULES_TOML: &str = include_str!("../rules/categories.toml");
 
+/// The category of runtime helpers that do no work of the program (XLA's autotuning redzone checks and delay
+/// kernels): left out when steps are inferred from kernels.
+pub const RUNTIME: &str = "runtime";
+
 /// The category of communication kernels; reports split it by collective type.
 pub const COMMUNICATION: &str = "communication";
 /// Prefix of communication labels in reports: `comm.all_reduce`.
@@ -253,9 +257,10 @@ pub fn demangle(name: &str) -> Option<String> {
     symbol.demangle().ok()
 }
 
-/// Launch wrappers whose own name says nothing about the work: the wrapped operation (first template argument)
-/// is what rules should see.
-const GENERIC_WRAPPERS: [&str; 4] = ["Kernel", "Kernel2", "device_kernel", "kernel"];
+/// Launch wrappers whose own name says nothing about the work: the wrapped operation (the first template argument
+/// that is a type, not a number: ck_tile's `kentry<256, 1, ck_tile::Rmsnorm2dFwd<…>, …>` wraps `Rmsnorm2dFwd`) is
+/// what rules should see.
+const GENERIC_WRAPPERS: [&str; 5] = ["Kernel", "Kernel2", "device_kernel", "kernel", "kentry"];
 
 /// What the rules match: the function name of a demangled kernel signature with namespaces, without return
 /// type, template arguments and parameters; for a generic launch wrapper, followed by the wrapped operation's
@@ -263,7 +268,8 @@ const GENERIC_WRAPPERS: [&str; 4] = ["Kernel", "Kernel2", "device_kernel", "kern
 /// `at::native::vectorized_elementwise_kernel`.
 pub fn base_name(name: &str) -> String {
     let mut base = String::with_capacity(name.len());
-    let mut first_template_argument = String::new();
+    // The top-level arguments of the first template list after the name.
+    let mut template_arguments: Vec<String> = Vec::new();
     let mut depth = 0usize;
     let mut in_first_template = false;
     let mut previous = '\0';
@@ -272,11 +278,11 @@ pub fn base_name(name: &str) -> String {
         let closes = c == ')' || (c == '>' && previous != '-');
         match c {
             '(' | '<' => {
-                if depth == 0 && c == '<' && first_template_argument.is_empty() {
+                if depth == 0 && c == '<' && template_arguments.is_empty() {
                     in_first_template = true;
-                }
-                if depth > 0 && in_first_template {
-                    first_template_argument.push(c);
+                    template_arguments.push(String::new());
+                } else if in_first_template {
+                    template_arguments.last_mut().into_iter().for_each(|a| a.push(c));
                 }
                 depth += 1;
             }
@@ -285,12 +291,12 @@ pub fn base_name(name: &str) -> String {
                 if depth == 0 {
                     in_first_template = false;
                 } else if in_first_template {
-                    first_template_argument.push(c);
+                    template_arguments.last_mut().into_iter().for_each(|a| a.push(c));
                 }
             }
-            ',' if depth == 1 => in_first_template = false,
+            ',' if depth == 1 && in_first_template => template_arguments.push(String::new()),
             _ if depth == 0 => base.push(c),
-            _ if in_first_template => first_template_argument.push(c),
+            _ if in_first_template => template_arguments.last_mut().into_iter().for_each(|a| a.push(c)),
             _ => {}
         }
         previous = c;
@@ -299,10 +305,18 @@ pub fn base_name(name: &str) -> String {
     // Kernels return void; other return types (rare) are one word before the name.
     let base = base.strip_prefix("void ").unwrap_or(base).trim().to_string();
     let last_component = base.rsplit("::").next().unwrap_or(&base);
-    if GENERIC_WRAPPERS.contains(&last_component) && !first_template_argument.is_empty() {
-        let wrapped = base_name(first_template_argument.trim());
-        if !wrapped.is_empty() {
-            return format!("{base} {wrapped}");
+    if GENERIC_WRAPPERS.contains(&last_component) {
+        // A number (`256`, `1u`, `(unsigned char)1`, `true`) is a launch bound, not the wrapped operation.
+        let is_type = |argument: &&String| {
+            let text = argument.trim();
+            let starts_like_a_name = text.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_');
+            starts_like_a_name && text != "true" && text != "false"
+        };
+        if let Some(argument) = template_arguments.iter().find(is_type) {
+            let wrapped = base_name(argument.trim());
+            if !wrapped.is_empty() {
+                return format!("{base} {wrapped}");
+            }
         }
     }
     base
@@ -380,6 +394,67 @@ mod tests {
             ("Memcpy DtoD (Device -> Device)", "memcpy"),
             ("Memset (Device)", "memset"),
             ("my_unknown_kernel", "other"),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(category(&c, name), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn builtin_rules_classify_compiled_programs_and_generic_entries() {
+        let c = Classifier::builtin();
+        let cases = [
+            // XLA: fusion kinds by their names, GEMM fusions and custom calls, runtime helpers of the autotuner.
+            ("loop_multiply_fusion_7", "elementwise"),
+            ("input_add_reduce_fusion_6", "elementwise"),
+            ("input_reduce_fusion", "elementwise"),
+            ("loop_is_finite_fusion", "elementwise"),
+            ("fusion_115", "elementwise"),
+            ("transpose_fusion_2", "elementwise"),
+            ("concatenate_fusion", "elementwise"),
+            ("input_scatter_fusion_1", "elementwise"),
+            ("wrapped_convert", "elementwise"),
+            ("loop_rsqrt_multiply_fusion_3", "norm"),
+            ("gemm_fusion_dot_general_16", "gemm"),
+            ("triton_gemm_dot_3", "gemm"),
+            ("cudnn_fusion_1", "gemm"),
+            (
+                "stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char *, unsigned char, unsigned long, unsigned int *)",
+                "runtime",
+            ),
+            (
+                "stream_executor::gpu::<unnamed>::DelayKernel(volatile stream_executor::GpuSemaphoreState *, stream_executor::GpuSemaphoreState)",
+                "runtime",
+            ),
+            (
+                "void stream_executor::gpu::xla_fp_comparison<Eigen::bfloat16>(T1 *, T1 *, float, unsigned long, int *)",
+                "runtime",
+            ),
+            ("stream_executor::gpu::RepeatBufferKernelImpl(char *, long, long)", "runtime"),
+            // ck_tile's generic entry: the kernel inside decides, launch bounds before it do not.
+            (
+                "void ck_tile::kentry<256, 1, ck_tile::Rmsnorm2dFwd<ck_tile::Rmsnorm2dFwdPipelineOnePass<ck_tile::Rmsnorm2dFwdPipelineProblem<ck_tile::bf16_t, float>>>, ck_tile::Rmsnorm2dFwdHostArgs>(ck_tile::Rmsnorm2dFwdHostArgs)",
+                "norm",
+            ),
+            (
+                "void ck_tile::kentry<1, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVS<int>>>(int)",
+                "attention",
+            ),
+            ("void ck_tile::kentry<64, 2, ck_tile::GemmKernel<ck_tile::GemmPipeline<int>>>(int)", "gemm"),
+            // Inductor's Triton kernels by the ops fused into them.
+            ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm"),
+            ("triton_per_fused_add_mean_mul_pow_rsqrt_3", "norm"),
+            ("triton_per_fused_native_layer_norm_2", "norm"),
+            ("triton_poi_fused__to_copy_1", "elementwise"),
+            ("triton_poi_fused_add_mul_silu_4", "elementwise"),
+            ("triton_tem_fused_mm_0", "gemm"),
+            ("triton_red_fused_argmax_0", "embedding_sampling"),
+            ("triton_poi_fused_embedding_0", "embedding_sampling"),
+            // Performance-portability launchers: the loop body per index.
+            (
+                "void clover::par_ranged2d_kernel<PdV_kernel(bool, int, int)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)",
+                "elementwise",
+            ),
         ];
         for (name, expected) in cases {
             assert_eq!(category(&c, name), expected, "{name}");

@@ -288,6 +288,8 @@ mod tests {
                     annotation_ranges: 0,
                     steps: None,
                     graph_replays: None,
+                    steady_state: None,
+                    generate_calls: None,
                 })
                 .collect(),
             collectives: crate::report::CollectiveReport {

@@ -18,11 +18,19 @@
 //!    between requests) get no phase.
 //!
 //! Each prefill and each step is one instance of its phase. The result is marked inferred wherever it is shown.
+//!
+//! Programs whose decode steps are served from CUDA graphs or compiled programs (torch.compile, XLA) repeat no
+//! kernel sequence that covers prefill and decode alike: there [`from_steps`] comes first. It takes the rank's
+//! steps (see [`steps::infer_from_work`]: graph launches with the kernels around them), tells prefill steps by
+//! their GEMM time ([`crate::generate_calls::prefill_steps`]) and makes each step one instance: a prefill from its
+//! start to its last kernel's end, a decode step from its start to the next step's. Steps of the warm-up (given
+//! or detected) get no phase, so that the phase figures are the steady state's.
 
 use std::collections::HashMap;
 
 use shardscope_model::NameId;
 
+use crate::generate_calls::{self, StepWork};
 use crate::steps::{self, Distribution};
 
 /// A segment holds a prefill only with at least this many times the median step's GEMM time.
@@ -92,6 +100,30 @@ pub struct Stretch {
     pub phase: InferredPhase,
     /// Which instance of its phase (stretches of one instance share it).
     pub instance: u32,
+}
+
+/// Phase stretches from a rank's steps (in order, warm-up included; the first `warmup_steps` get no phase): empty
+/// unless a prefill step is followed by a decode step and at least [`steps::MIN_INFERRED_STEPS`] decode steps are
+/// kept.
+pub fn from_steps(work: &[StepWork], warmup_steps: usize) -> Vec<Stretch> {
+    let Some(is_prefill) = generate_calls::prefill_steps(work) else { return Vec::new() };
+    let opens_a_call = (1..work.len()).any(|j| is_prefill[j - 1] && !is_prefill[j]);
+    let kept = warmup_steps.min(work.len())..work.len();
+    let decode_steps = kept.clone().filter(|&j| !is_prefill[j]).count();
+    if !opens_a_call || decode_steps < steps::MIN_INFERRED_STEPS {
+        return Vec::new();
+    }
+    kept.map(|j| {
+        let step = &work[j];
+        let instance = u32::try_from(j).unwrap_or(u32::MAX);
+        if is_prefill[j] {
+            let end_ns = step.last_end_ns.max(step.start_ns);
+            Stretch { start_ns: step.start_ns, end_ns, phase: InferredPhase::Prefill, instance }
+        } else {
+            Stretch { start_ns: step.start_ns, end_ns: step.end_ns, phase: InferredPhase::Decode, instance }
+        }
+    })
+    .collect()
 }
 
 /// The phase stretches of one GPU's kernels (in start order); empty when no prefill/decode split is evident.
@@ -322,5 +354,39 @@ mod tests {
         // Nor are decode steps alone.
         let decode_only: Vec<_> = (0..6).flat_map(|_| decode_step()).collect();
         assert!(infer(&laid_out(&decode_only)).is_empty());
+    }
+
+    #[test]
+    fn graph_served_steps_give_one_instance_each_after_the_warm_up() {
+        // Steps of (duration, GEMM time): a warm-up prefill and decode step, then two calls of a prefill and three
+        // decode steps; each step's last kernel ends 10 ns before the next step starts.
+        let shape = [(900, 900), (500, 10), (900, 900), (100, 10), (100, 10), (100, 10), (800, 900)];
+        let mut time = 0;
+        let mut work: Vec<StepWork> = shape
+            .iter()
+            .chain(&[(100, 10), (100, 10), (100, 10)])
+            .map(|&(duration, gemm_ns)| {
+                let step = StepWork {
+                    start_ns: time,
+                    end_ns: time + duration,
+                    last_end_ns: time + duration - 10,
+                    gemm_ns,
+                    kernel_ns: gemm_ns,
+                };
+                time += duration;
+                step
+            })
+            .collect();
+        let stretches = from_steps(&work, 2);
+        assert_eq!(stretches.len(), 8);
+        let prefills: Vec<&Stretch> = stretches.iter().filter(|s| s.phase == InferredPhase::Prefill).collect();
+        assert_eq!(prefills.len(), 2);
+        assert_eq!((prefills[0].start_ns, prefills[0].end_ns), (1400, 2290), "a prefill ends with its last kernel");
+        assert!(stretches.iter().all(|s| s.start_ns >= 1400), "the warm-up steps get no phase");
+        let decode = stretches.iter().find(|s| s.phase == InferredPhase::Decode).unwrap();
+        assert_eq!((decode.start_ns, decode.end_ns), (2300, 2400));
+        // Decode steps alone, or prefills alone: no split.
+        work.retain(|s| s.gemm_ns < 900);
+        assert!(from_steps(&work, 0).is_empty());
     }
 }

@@ -23,6 +23,7 @@ pub mod collectives;
 pub mod compare;
 pub mod critical_path;
 pub mod depgraph;
+pub mod generate_calls;
 pub mod hta;
 pub mod html;
 pub mod inferred_phases;

@@ -57,7 +57,8 @@ struct AnalysisArgs {
     /// give the steps.
     #[arg(long, default_value = DEFAULT_STEP_PATTERN)]
     step_pattern: String,
-    /// Leave each rank's first N steps (warm-up) out of the step-time distribution.
+    /// Leave each rank's first N steps (warm-up) out of the step-time distribution; 0 (the default): leave out
+    /// the leading warm-up steps found by their time (more than 1.5 × the steady median), reported as detected.
     #[arg(long, default_value_t = 0, value_name = "N")]
     skip_steps: usize,
     /// Analyse inputs together even when they record different runs (different world sizes, one rank twice,
@@ -709,6 +710,7 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
         keep_instances,
         step_pattern,
         skip_steps: args.skip_steps,
+        detect_warmup: true,
         allow_mixed: args.allow_mixed,
     };
     let report = report::analyze(&traces, &options);

@@ -131,8 +131,13 @@ pub fn table(report: &Report, top: usize) -> String {
             }
             Some(steps) => {
                 let t = &steps.time;
-                let skipped =
-                    if steps.skipped > 0 { format!(", first {} skipped", steps.skipped) } else { String::new() };
+                let skipped = match (steps.skipped, steps.warmup) {
+                    (0, _) => String::new(),
+                    (n, "detected") => {
+                        format!(", first {n} left out as warm-up (detected: slower than 1.5 × the steady median)")
+                    }
+                    (n, _) => format!(", first {n} skipped"),
+                };
                 let _ = writeln!(
                     out,
                     "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
@@ -148,6 +153,39 @@ pub fn table(report: &Report, top: usize) -> String {
             None => {
                 let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
             }
+        }
+        if let Some(steady) = &rank.steady_state {
+            let f = &steady.figures;
+            let _ = writeln!(
+                out,
+                "  steady state ({} steps after the warm-up, {} .. {} on the trace clock): span {}   GPU busy {} ({:.1}%)   \
+                 kernels {}   (whole run: span {}, busy {:.1}%)",
+                steady.steps,
+                steady.window_ns.0,
+                steady.window_ns.1,
+                duration(f.span_ns),
+                duration(f.gpu_busy_ns),
+                share(f.gpu_busy_ns, f.span_ns),
+                f.kernel_count,
+                duration(rank.figures.span_ns),
+                share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
+            );
+        }
+        if let Some(calls) = &rank.generate_calls {
+            let warmup = calls.calls.iter().filter(|c| c.warmup).count();
+            let _ = writeln!(
+                out,
+                "  generate calls (inferred: a prefill step and the decode steps after it): {} ({} in the warm-up, left \
+                 out); TTFT median {}  min {}  max {}; TPOT median {}  min {}  max {}",
+                calls.calls.len(),
+                warmup,
+                duration(calls.ttft.p50_ns),
+                duration(calls.ttft.min_ns),
+                duration(calls.ttft.max_ns),
+                duration(calls.tpot.p50_ns),
+                duration(calls.tpot.min_ns),
+                duration(calls.tpot.max_ns)
+            );
         }
         if let Some(replays) = &rank.graph_replays {
             let r = &replays.replay_ns;
@@ -168,7 +206,9 @@ pub fn table(report: &Report, top: usize) -> String {
                     };
                     let nodes =
                         if g.nodes_per_replay > 0 { format!(" ({} nodes)", g.nodes_per_replay) } else { String::new() };
-                    format!("{name}{nodes}: {} × {}", g.replays, duration(g.total_ns))
+                    // Count × each = total: the mean replay time, so that the line reads as a product.
+                    let each_ns = g.total_ns / i64::try_from(g.replays.max(1)).unwrap_or(i64::MAX);
+                    format!("{name}{nodes}: {} × {} = {}", g.replays, duration(each_ns), duration(g.total_ns))
                 })
                 .collect();
             let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };

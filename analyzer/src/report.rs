@@ -28,6 +28,7 @@ use crate::bench_peaks::BenchPeaks;
 use crate::capture_gaps;
 use crate::categories::{self, Classifier, KernelClass};
 use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
+use crate::generate_calls::{self, GenerateCalls};
 use crate::hta::{self, HtaFigures};
 use crate::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::intervals::IntervalUnion;
@@ -58,6 +59,8 @@ pub struct Options {
     pub step_pattern: Regex,
     /// Leading steps of each rank left out of the step-time distribution as warm-up.
     pub skip_steps: usize,
+    /// With `skip_steps` 0: leave out the leading warm-up steps found by [`steps::detect_warmup`].
+    pub detect_warmup: bool,
     /// The inputs need not form one run (see [`run::mixed_runs`]): analyse them together, with a note.
     pub allow_mixed: bool,
 }
@@ -73,6 +76,7 @@ impl Default for Options {
             keep_instances: false,
             step_pattern: Regex::new(DEFAULT_STEP_PATTERN).expect("valid default pattern"),
             skip_steps: 0,
+            detect_warmup: true,
             allow_mixed: false,
         }
     }
@@ -157,6 +161,18 @@ pub struct GraphTotal {
     pub total_ns: i64,
 }
 
+/// The steady state of a rank: the window from its first step after the warm-up to the end of its last step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteadyState {
+    /// `[start_ns, end_ns)` on the trace clock.
+    pub window_ns: (i64, i64),
+    /// Steps in it.
+    pub steps: u64,
+    /// The rank's figures clipped to the window.
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
 /// One phase's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Phase {
@@ -205,6 +221,13 @@ pub struct RankReport {
     pub steps: Option<Steps>,
     /// CUDA graph replays, when the rank ran graphs.
     pub graph_replays: Option<GraphReplays>,
+    /// Generate calls (a prefill and the decode steps after it) told apart in inferred steps, with TTFT and TPOT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generate_calls: Option<GenerateCalls>,
+    /// The figures of the steady state alone: the rank's work inside its steps after the warm-up (see
+    /// [`Steps::steady_window_ns`]), when warm-up steps were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<SteadyState>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
 }
@@ -300,7 +323,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
     // Without phase ranges, prefill and decode are inferred from each GPU's kernels (never over recorded phases).
     for (trace_index, trace) in traces.iter().enumerate() {
         if phase_indexes[trace_index].is_empty() {
-            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], &options.classifier);
+            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], options);
             if !inferred.is_empty() {
                 phase_indexes[trace_index] = PhaseIndex::inferred(inferred, &mut phase_names);
             }
@@ -415,8 +438,9 @@ fn infer_phases(
     trace: &Trace,
     by_device: &ByDevice,
     classes: &[KernelClass],
-    classifier: &Classifier,
+    options: &Options,
 ) -> Vec<(DeviceIdx, Vec<Stretch>)> {
+    let classifier = &options.classifier;
     let kind_of: Vec<ComputeKind> = classifier
         .categories()
         .iter()
@@ -443,12 +467,58 @@ fn infer_phases(
                 }
             })
             .collect();
-        let stretches = inferred_phases::infer(&kernels);
+        let (graph_served, step_phases) =
+            phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
+        // Graph-served programs repeat no kernel sequence over prefill and decode alike: their steps decide. Other
+        // programs get the kernel-sequence inference, and the steps where it finds nothing (its outermost period
+        // is a whole generate call when a run makes several).
+        let stretches = if graph_served {
+            step_phases
+        } else {
+            let by_kernels = inferred_phases::infer(&kernels);
+            if by_kernels.is_empty() { step_phases } else { by_kernels }
+        };
         if !stretches.is_empty() {
             out.push((DeviceIdx(device as u32), stretches));
         }
     }
     out
+}
+
+/// Prefill and decode from one GPU's steps (see [`inferred_phases::from_steps`]), the warm-up steps left out; with
+/// whether the GPU ran CUDA graphs.
+fn phases_from_steps(
+    trace: &Trace,
+    device: DeviceIdx,
+    by_device: &ByDevice,
+    classes: &[KernelClass],
+    options: &Options,
+) -> (bool, Vec<Stretch>) {
+    let d = device.0 as usize;
+    let category = |name: NameId| options.classifier.name(Classifier::lookup(classes, name).category);
+    let units =
+        steps::work_units(trace, device, &by_device.kernels[d], None, |name| category(name) == categories::RUNTIME);
+    let graph_served = units.iter().any(|u| matches!(u.token, steps::WorkToken::Graph(_)));
+    let Some(inferred) = steps::infer_from_work(&units) else { return (graph_served, Vec::new()) };
+    let kernels: Vec<(i64, i64, bool)> = by_device.kernels[d]
+        .iter()
+        .map(|&i| &trace.kernels[i as usize])
+        .map(|k| (k.start_ns, k.end_ns, category(k.name) == "gemm"))
+        .collect();
+    let mut memops: Vec<(i64, i64)> =
+        by_device.memops[d].iter().map(|&i| &trace.memops[i as usize]).map(|m| (m.start_ns, m.end_ns)).collect();
+    memops.sort_unstable();
+    let work = generate_calls::step_work(&kernels, &memops, &inferred.intervals);
+    let heavy = generate_calls::prefill_steps(&work).unwrap_or_default();
+    let durations_ns: Vec<i64> = inferred.intervals.iter().map(|(start, end)| end - start).collect();
+    let warmup = if options.skip_steps > 0 {
+        options.skip_steps
+    } else if options.detect_warmup {
+        steps::detect_warmup(&durations_ns, &heavy)
+    } else {
+        0
+    };
+    (graph_served, inferred_phases::from_steps(&work, warmup))
 }
 
 /// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
@@ -570,6 +640,30 @@ struct Work {
     graphs: Vec<(i64, i64)>,
 }
 
+impl Work {
+    /// The part of this work inside `window_ns` (events cut at its edges; a cut collective keeps no wait/transfer
+    /// split).
+    fn clipped_to(&self, window_ns: (i64, i64)) -> Work {
+        let window = Some(window_ns);
+        let kernels = self
+            .kernels
+            .iter()
+            .filter_map(|k| {
+                let (start_ns, end_ns) = clip(k.start_ns, k.end_ns, window)?;
+                let share = if (start_ns, end_ns) == (k.start_ns, k.end_ns) { k.share } else { None };
+                Some(WorkKernel { start_ns, end_ns, share, ..*k })
+            })
+            .collect();
+        let memops = self
+            .memops
+            .iter()
+            .filter_map(|&(start, end, is_set)| clip(start, end, window).map(|(s, e)| (s, e, is_set)))
+            .collect();
+        let graphs = self.graphs.iter().filter_map(|&(start, end)| clip(start, end, window)).collect();
+        Work { kernels, memops, graphs }
+    }
+}
+
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
 struct DeviceContext<'a> {
     trace: &'a Trace,
@@ -657,11 +751,31 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
             Phase { name: phase_index.names()[phase as usize].clone(), source: phase_source, figures }
         })
         .collect();
+    let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
+        options.classifier.name(Classifier::lookup(classes, name).category) == categories::RUNTIME
+    });
+    let step_kernels: Vec<(i64, i64, bool)> = whole
+        .kernels
+        .iter()
+        .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
+        .collect();
+    let mut step_memops: Vec<(i64, i64)> = whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
+    step_memops.sort_unstable();
+    let work_of = |intervals: &[(i64, i64)]| generate_calls::step_work(&step_kernels, &step_memops, intervals);
+    let heavy_of = |intervals: &[(i64, i64)]| generate_calls::prefill_steps(&work_of(intervals)).unwrap_or_default();
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
-    let steps = rank_steps(trace, owner, &phases, &whole, options)
-        .map(|steps| if gaps.is_empty() { steps } else { steps_without_gaps(steps, &gaps) });
+    let steps = rank_steps(trace, owner, &phases, &units, &heavy_of, &gaps, options);
     let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
+    let generate_calls = steps
+        .as_ref()
+        .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
+        .and_then(|s| generate_calls::split(&work_of(&s.found_intervals), s.skipped as usize));
+    let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
+        let window_ns = s.steady_window_ns?;
+        let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
+        Some(SteadyState { window_ns, steps: s.time.count, figures })
+    });
     let info = &trace.devices[device.0 as usize];
     let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
     let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
@@ -678,6 +792,8 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         annotation_ranges: trace.ranges.len() as u64,
         steps,
         graph_replays,
+        steady_state,
+        generate_calls,
         hta: hta::figures(
             trace,
             &kernels_on_device,
@@ -727,36 +843,38 @@ fn without_capture_gaps(mut figures: Figures, work: &Work, gaps: &[(i64, i64)]) 
     figures
 }
 
-/// `steps` without those that reach across the gap between two capture windows (no longer counted as found).
-fn steps_without_gaps(steps: Steps, gaps: &[(i64, i64)]) -> Steps {
-    let kept = capture_gaps::drop_spanning(steps.intervals.clone(), gaps);
-    let dropped = (steps.intervals.len() - kept.len()) as u64;
-    Steps {
-        found: steps.found - dropped,
-        time: Distribution::of(kept.iter().map(|(start, end)| end - start).collect()),
-        intervals: kept,
-        ..steps
-    }
-}
+/// Per step interval, whether it holds a prefill (see [`generate_calls::prefill_steps`]).
+type PrefillFlags<'a> = dyn Fn(&[(i64, i64)]) -> Vec<bool> + 'a;
 
-/// The rank's steps: step ranges, else phase instances, else a repeating kernel sequence (see [`steps`]); clipped
-/// to the analysis window (a step must lie inside it to count).
+/// The rank's steps: step ranges, else phase instances, else the period of its kernels and graph launches (see
+/// [`steps`]); clipped to the analysis window (a step must lie inside it to count).
 fn rank_steps(
     trace: &Trace,
     process: Option<ProcessIdx>,
     phases: &[Phase],
-    whole: &Work,
+    units: &[steps::WorkUnit],
+    heavy_of: &PrefillFlags,
+    gaps: &[(i64, i64)],
     options: &Options,
 ) -> Option<Steps> {
+    // Warm-up is detected among inferred steps; annotated steps are the program's own, and `--skip-steps` says
+    // which of them are warm-up.
+    let steps_of = |source: StepSource, intervals: Vec<(i64, i64)>| {
+        let heavy = heavy_of(&intervals);
+        let inferred = matches!(source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs);
+        steps::steps(source, intervals, options.skip_steps, options.detect_warmup && inferred, &heavy)
+    };
+    // A step must lie inside the analysis window and must not reach across the gap between two capture windows.
     let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
-        match options.window_ns {
+        let intervals = match options.window_ns {
             Some((w0, w1)) => intervals.into_iter().filter(|&(start, end)| start >= w0 && end <= w1).collect(),
             None => intervals,
-        }
+        };
+        capture_gaps::drop_spanning(intervals, gaps)
     };
     let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
     if !ranges.is_empty() {
-        return Some(steps::steps(StepSource::StepRanges, ranges, options.skip_steps));
+        return Some(steps_of(StepSource::StepRanges, ranges));
     }
     // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
     // their ranges are taken from the trace again so that each instance counts once.
@@ -789,12 +907,12 @@ fn rank_steps(
         }
         let outermost = inside(outermost);
         if !outermost.is_empty() {
-            return Some(steps::steps(StepSource::PhaseInstances, outermost, options.skip_steps));
+            return Some(steps_of(StepSource::PhaseInstances, outermost));
         }
     }
-    let kernels: Vec<(i64, i64, NameId)> = whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
-    let inferred = steps::infer_from_kernels(&kernels);
-    (!inferred.is_empty()).then(|| steps::steps(StepSource::InferredFromKernels, inferred, options.skip_steps))
+    let inferred = steps::infer_from_work(units)?;
+    let source = if inferred.from_graphs { StepSource::InferredFromGraphs } else { StepSource::InferredFromKernels };
+    Some(steps_of(source, capture_gaps::drop_spanning(inferred.intervals, gaps)))
 }
 
 /// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose

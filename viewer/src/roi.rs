@@ -7,7 +7,10 @@
 //! 1. the NVTX / annotation ranges the analyzer takes as phases (its phase pattern: `prefill`, `decode`, …) and
 //!    as steps (its step pattern: `ProfilerStep#N`, `execute_model`, `step N`, …), first start to last end over
 //!    all ranks, and on to the end of the GPU work launched inside them (which runs after its host range ends);
-//! 2. without such ranges, the GPU work: first start to last end of the kernels, copies and sets of all ranks,
+//! 2. without such ranges, where the analyzer detects warm-up (compilation, autotuning) among the steps it infers
+//!    from the kernels and graph launches (`shardscope_analyzer::steps`), their steady state: from the first step
+//!    after the warm-up to the end of the last step, over all ranks;
+//! 3. without steps either, the GPU work: first start to last end of the kernels, copies and sets of all ranks,
 //!    which leaves out the host-only start-up (interpreter, imports, CUDA context creation) and tear-down.
 //!
 //! "Fit all" (`Home`) still shows everything; "Region of interest" (`R`) comes back here.
@@ -15,15 +18,18 @@
 use std::collections::HashMap;
 
 use regex::Regex;
-use shardscope_analyzer::steps::step_ranges;
-use shardscope_model::{NameId, Trace};
+use shardscope_analyzer::categories::{self, Classifier};
+use shardscope_analyzer::steps::{self, StepSource, step_ranges};
+use shardscope_model::{DeviceIdx, NameId, Trace};
 
 /// Where the region of interest came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RoiSource {
     /// Ranges matching the phase or the step pattern.
     Ranges,
-    /// The GPU work of all ranks (no phase or step ranges).
+    /// The steady state of the inferred steps (no phase or step ranges).
+    SteadySteps,
+    /// The GPU work of all ranks (no phase or step ranges, no inferred steps).
     GpuWork,
 }
 
@@ -32,6 +38,7 @@ impl RoiSource {
     pub fn describe(self) -> &'static str {
         match self {
             RoiSource::Ranges => "phase and step ranges",
+            RoiSource::SteadySteps => "steady-state steps",
             RoiSource::GpuWork => "GPU work",
         }
     }
@@ -72,6 +79,26 @@ fn range_extent(trace: &Trace, phase_pattern: &Regex, step_pattern: &Regex) -> O
     Some((start_ns, kernels.chain(memops).fold(end_ns, i64::max)))
 }
 
+/// First start and last end of the steady-state steps of the GPUs of `trace` that have detected warm-up steps
+/// (runtime helpers such as XLA's autotuning kernels are no part of steps).
+fn steady_extent(trace: &Trace) -> Option<(i64, i64)> {
+    let classifier = Classifier::builtin();
+    let classes = classifier.classify_names(&trace.names);
+    let is_runtime = |name: NameId| classifier.name(Classifier::lookup(&classes, name).category) == categories::RUNTIME;
+    let mut by_device: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (index, kernel) in trace.kernels.iter().enumerate() {
+        by_device.entry(kernel.device.0).or_default().push(index as u32);
+    }
+    let windows = by_device.into_iter().filter_map(|(device, mut kernels)| {
+        kernels.sort_by_key(|&i| trace.kernels[i as usize].start_ns);
+        let units = steps::work_units(trace, DeviceIdx(device), &kernels, None, is_runtime);
+        let inferred = steps::infer_from_work(&units)?;
+        let steps = steps::steps(StepSource::InferredFromKernels, inferred.intervals, 0, true, &[]);
+        steps.steady_window_ns.filter(|_| steps.skipped > 0)
+    });
+    extent(windows)
+}
+
 /// First start and last end of the kernels, copies and sets of `trace`.
 fn gpu_extent(trace: &Trace) -> Option<(i64, i64)> {
     let kernels = trace.kernels.iter().map(|k| (k.start_ns, k.end_ns));
@@ -93,6 +120,9 @@ pub fn region_of_interest(traces: &[Trace], phase_pattern: &Regex, step_pattern:
     let ranges = extent(traces.iter().filter_map(|t| range_extent(t, phase_pattern, step_pattern)));
     if let Some((start_ns, end_ns)) = ranges {
         return Some(RegionOfInterest { start_ns, end_ns, source: RoiSource::Ranges });
+    }
+    if let Some((start_ns, end_ns)) = extent(traces.iter().filter_map(steady_extent)) {
+        return Some(RegionOfInterest { start_ns, end_ns, source: RoiSource::SteadySteps });
     }
     let (start_ns, end_ns) = extent(traces.iter().filter_map(gpu_extent))?;
     (end_ns > start_ns).then_some(RegionOfInterest { start_ns, end_ns, source: RoiSource::GpuWork })
@@ -169,6 +199,21 @@ mod tests {
         let roi = region_of_interest(&[trace(false), trace(true)], &phase, &step).unwrap();
         assert_eq!((roi.start_ns, roi.end_ns), (4_000, 7_800));
         assert_eq!(region_of_interest(&[Trace::default()], &phase, &step), None);
+    }
+
+    /// The compiled transformers capture has no ranges: it opens on its steady-state steps (after the first
+    /// generate call's compilation, 24 s of it), not on the whole 30 s of GPU work.
+    #[test]
+    fn a_compiled_program_opens_at_its_steady_state() {
+        let (phase, step) = patterns();
+        let traces = sample("engines/hf_qwen3_static.sqlite.gz");
+        let roi = region_of_interest(&traces, &phase, &step).unwrap();
+        assert_eq!(roi.source, RoiSource::SteadySteps);
+        let report = shardscope_analyzer::report::analyze(&traces, &Default::default());
+        let window = report.ranks[0].steps.as_ref().and_then(|s| s.steady_window_ns).unwrap();
+        assert_eq!((roi.start_ns, roi.end_ns), window);
+        let gpu = gpu_extent(&traces[0]).unwrap();
+        assert!(roi.end_ns - roi.start_ns < (gpu.1 - gpu.0) / 100, "{roi:?} of {gpu:?}");
     }
 
     /// The two-rank capture: its `prefill` / `decode` ranges run from 7.435 s to 9.817 s of the 4.578–10.525 s

@@ -373,7 +373,7 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
     let mut phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
     let by_device = ByDevice::build(trace);
     if phase_index.is_empty() {
-        let inferred = infer_phases(trace, &by_device, &classes, &options.classifier);
+        let inferred = infer_phases(trace, &by_device, &classes, options);
         if !inferred.is_empty() {
             phase_index = PhaseIndex::inferred(inferred, &mut phase_names);
         }
