@@ -273,7 +273,13 @@ fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    main_with_args(std::env::args_os())
+}
+
+/// Runs the command line `args` (the program's name first). The Python package compiles this file into its
+/// module (`python/src/commands.rs`), so that its `analyzer` command is this one without a second build.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output has gone (`| head -1`): like any filter, stop quietly.
