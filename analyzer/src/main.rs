@@ -82,6 +82,9 @@ struct ChartArgs {
     /// Tokens per phase instance: `batch=B[,seq=S][,decode_steps=D]` (prefill: B × S tokens, decode: B per step).
     #[arg(long, value_name = "KEY=VALUE,…", requires = "model", value_parser = parse_tokens)]
     tokens: Option<shardscope_analyzer::mfu::Tokens>,
+    /// Colours of the charts and the HTML page: light (for slides and print) or dark (the viewer's).
+    #[arg(long, value_enum, default_value_t)]
+    chart_theme: shardscope_analyzer::charts::ChartTheme,
 }
 
 fn parse_model(text: &str) -> Result<shardscope_analyzer::mfu::ModelShape, String> {
@@ -316,6 +319,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Report { analysis, format, top, pictures } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+            shardscope_analyzer::charts::set_theme(pictures.chart_theme);
             if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
                 bail!("--model and --tokens are figures of the charts: give --html or --charts too");
             }

@@ -25,8 +25,8 @@ const CHARTS: [&str; 9] = [
     "layers_prefill",
     "layers_decode",
 ];
-/// The viewer's background, which a blank chart is all of.
-const BACKGROUND: [u8; 3] = [27, 27, 27];
+/// The light theme's background (the default), which a blank chart is all of.
+const BACKGROUND: [u8; 3] = [255, 255, 255];
 
 /// Runs the browser headless on `url` with `args`; returns stdout.
 fn headless(browser: &Path, profile: &Path, args: &[&str], url: &str) -> Vec<u8> {
