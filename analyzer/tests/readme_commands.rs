@@ -33,7 +33,7 @@ const PLACEHOLDERS: [(&str, &str); 10] = [
 const REPO_PATHS: [&str; 2] = ["bench/results/", "workloads/"];
 
 /// Command lines of the README's blocks that are not run here (matched by their start), and why.
-const NOT_RUN: [(&str, &str); 13] = [
+const NOT_RUN: [(&str, &str); 12] = [
     ("analyzer study ", "runs the study's GPU workload"),
     ("analyzer report --format json ../shared/", "the HTA comparison's input; tests/hta.rs checks these figures"),
     ("capture ", "records a CUDA workload: needs a GPU"),
@@ -42,7 +42,6 @@ const NOT_RUN: [(&str, &str); 13] = [
     ("cargo install ", "release builds into ~/.cargo/bin"),
     ("cargo build --locked --release", "a release build"),
     ("install -m 755 ", "copies that release build into ~/.cargo/bin"),
-    ("cargo run --release -p shardscope-analyzer", "a release build of this very `analyzer report`"),
     ("cargo run --release -p shardscope-viewer", "opens a window; the viewer's tests render it headless"),
     ("python3 -m venv /tmp/hta", "installs HTA from PyPI"),
     ("/tmp/hta/bin/python ", "runs HTA"),
