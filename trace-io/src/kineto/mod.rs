@@ -318,8 +318,8 @@ mod tests {
     #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
     fn small_chunks_read_a_real_trace_the_same() {
         // Built with `cfg(shared_traces)` only where `../shared/traces` is (trace-io/build.rs); ignored elsewhere.
-        let path = Path::new(option_env!("SHARDSCOPE_SHARED_TRACES").expect("../shared/traces"))
-            .join("kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
+        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
+        let path = Path::new(traces).join("kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
         let whole = read(&path).unwrap();
         // 4093 bytes: a prime, so chunk ends fall everywhere in events, strings and numbers.
         let chunked = read_in_chunks(&path, 4093).unwrap();

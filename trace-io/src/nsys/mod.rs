@@ -793,8 +793,8 @@ mod tests {
     #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
     fn reading_in_shares_gives_the_same_trace() {
         // Built with `cfg(shared_traces)` only where `../shared/traces` is (trace-io/build.rs); ignored elsewhere.
-        let file = Path::new(option_env!("SHARDSCOPE_SHARED_TRACES").expect("../shared/traces"))
-            .join("nsys/mfu_2gpu_before.sqlite");
+        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
+        let file = Path::new(traces).join("nsys/mfu_2gpu_before.sqlite");
         let whole = read(&file).unwrap();
         // 4010 kernels and 7466 API calls: 5 and 8 shares of 1000 rowids.
         let shared = read_in_shares(&file, 1000).unwrap();
