@@ -25,8 +25,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("shardscope", &["shardscope-model", "shardscope-io"]),
     ("shardscope-analyzer", &["shardscope-model", "shardscope-io", "shardscope", "shardscope-bench"]),
     ("shardscope-viewer", &["shardscope-model", "shardscope-io", "shardscope-analyzer"]),
-    // The Python extension module: a leaf over the analyzer, like the viewer.
-    ("shardscope-python", &["shardscope-model", "shardscope-io", "shardscope-analyzer"]),
+    // The Python extension module: a leaf over the analyzer, like the viewer. It compiles `analyzer`'s command line
+    // in (its `analyzer` command), so it has that binary's dependencies, the Perfetto exporter among them.
+    ("shardscope-python", &["shardscope-model", "shardscope-io", "shardscope", "shardscope-analyzer"]),
     ("shardscope-capture", &["shardscope-model", "shardscope-io", "shardscope-spool"]),
     // Loaded into the workload (cdylib): leaves that only know the spool format.
     ("shardscope-inject", &["shardscope-spool", "shardscope-cupti-sys"]),

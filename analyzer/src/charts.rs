@@ -5,27 +5,74 @@
 //! an invisible overlay element with `data-*` attributes and a `<title>` (the browser shows it on hover), so that
 //! a program — the tests — can read back each number a chart draws and compare it with the JSON report.
 //!
-//! The look follows the viewer: its dark panel colour, its proportional font (Ubuntu Light, embedded so that a
-//! PNG renders the same on every machine), the category colours of the rules file, and a collective's waiting
-//! time drawn darker than its transfer.
+//! The look: a light theme by default, for slides and print, or the viewer's dark panel colours
+//! ([`set_theme`], `--chart-theme dark`); the viewer's proportional font (Ubuntu Light, embedded so that a PNG renders
+//! the same on every machine) at a readable size in dark text; the category colours of the rules file, and a
+//! collective's waiting time drawn darker than its transfer. Categorical positions (ranks, phases) are bars, ordered
+//! ones (a swept parameter) lines; times on colour scales read in µs, ms or s, and a heatmap of times whose values
+//! span decades is coloured on a logarithmic scale, so that one long wait does not hide every short one.
 
 use std::fmt::Write as _;
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use plotters::coord::Shift;
-use plotters::coord::ranged1d::SegmentValue;
+use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
+use plotters::coord::types::{RangedCoordf64, RangedCoordusize};
 use plotters::prelude::*;
 
 use crate::categories::{self, Classifier};
 
-/// Background: the viewer's dark panel fill.
-pub const BACKGROUND: RGBColor = RGBColor(27, 27, 27);
-/// Text and axes.
-pub const FOREGROUND: RGBColor = RGBColor(200, 200, 200);
-/// Grid lines.
-const GRID: RGBColor = RGBColor(60, 60, 60);
+/// The colours around the data: light (the default) or the viewer's dark panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ChartTheme {
+    /// White background, near-black text: for slides, documents and print.
+    #[default]
+    Light,
+    /// The viewer's dark panel fill with light text.
+    Dark,
+}
+
+/// Whether charts drawn from now on are dark: one setting per process, made by the command line before drawing.
+static DARK: AtomicBool = AtomicBool::new(false);
+
+/// Chooses the theme of the charts and HTML pages drawn from now on (the command line's `--chart-theme`).
+pub fn set_theme(theme: ChartTheme) {
+    DARK.store(theme == ChartTheme::Dark, Ordering::Relaxed);
+}
+
+/// The theme charts are drawn in.
+pub fn theme() -> ChartTheme {
+    if DARK.load(Ordering::Relaxed) { ChartTheme::Dark } else { ChartTheme::Light }
+}
+
+/// Background, text and axes, grid lines of the current theme.
+fn theme_colors() -> (RGBColor, RGBColor, RGBColor) {
+    match theme() {
+        ChartTheme::Light => (RGBColor(255, 255, 255), RGBColor(34, 34, 34), RGBColor(222, 222, 222)),
+        ChartTheme::Dark => (RGBColor(27, 27, 27), RGBColor(210, 210, 210), RGBColor(60, 60, 60)),
+    }
+}
+
+/// Background of the current theme.
+pub fn background() -> RGBColor {
+    theme_colors().0
+}
+
+fn foreground() -> RGBColor {
+    theme_colors().1
+}
+
+/// What a collective's waiting colour is blended towards, in both themes: the viewer's dark panel, so that waiting
+/// reads darker than transfer as in the viewer.
+const WAIT_BLEND: [u8; 3] = [27, 27, 27];
 /// How much of a colour a collective's waiting part keeps (the viewer draws waiting at 40 %).
 const WAIT_SHADE: f64 = 0.4;
+/// Text sizes, pixels: axis labels and legends, titles.
+const LABEL_PX: u32 = 15;
+const TITLE_PX: u32 = 20;
+/// Bars at most this many get their value written above them.
+const MAX_VALUE_LABELS: usize = 24;
 /// Colours for categories and series the rules file gives none (Tableau 10, as the viewer uses).
 const PALETTE: [[u8; 3]; 10] = [
     [0x4e, 0x79, 0xa7],
@@ -210,7 +257,7 @@ pub fn series_color(index: usize) -> [u8; 3] {
 
 /// The colour blended towards the background: a collective's waiting part.
 fn shade(color: [u8; 3]) -> [u8; 3] {
-    let bg = [BACKGROUND.0, BACKGROUND.1, BACKGROUND.2];
+    let bg = WAIT_BLEND;
     std::array::from_fn(|i| (f64::from(color[i]) * WAIT_SHADE + f64::from(bg[i]) * (1.0 - WAIT_SHADE)).round() as u8)
 }
 
@@ -233,6 +280,35 @@ pub fn short_number(value: f64) -> String {
     let decimals = (3 - magnitude).clamp(0, 6) as usize;
     let text = format!("{value:.decimals$}");
     if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_string() } else { text }
+}
+
+/// A byte count with a decimal unit (`10 kB`, `1.5 MB`), as bus bandwidth is in GB/s: ticks at powers of ten read
+/// as round numbers.
+pub fn format_bytes_decimal(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value.abs() >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{} {}", short_number(value), UNITS[unit])
+}
+
+/// A value in `unit`, times (`µs`) scaled to µs, ms or s (`58.35 ms`, not `58346 µs`); other units as they are.
+pub fn format_value(value: f64, unit: &str) -> String {
+    if !is_time_unit(unit) {
+        return format!("{} {unit}", short_number(value));
+    }
+    match value.abs() {
+        v if v >= 1e6 => format!("{} s", short_number(value / 1e6)),
+        v if v >= 1e3 => format!("{} ms", short_number(value / 1e3)),
+        _ => format!("{} µs", short_number(value)),
+    }
+}
+
+fn is_time_unit(unit: &str) -> bool {
+    unit == "µs"
 }
 
 /// A byte count with a binary unit (`32 KiB`).
@@ -277,19 +353,19 @@ fn err<E: std::fmt::Display>(error: E) -> String {
 /// Draws `chart` on any plotters drawing area and says where each element went.
 fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> DrawResult<Vec<Mark>> {
     register_font();
-    root.fill(&BACKGROUND).map_err(err)?;
+    root.fill(&background()).map_err(err)?;
     let (width, _) = root.dim_in_pixel();
     let (plot_area, legend_area) = root.split_horizontally(width.saturating_sub(LEGEND_WIDTH_PX));
-    let title_font = (FONT, 18).into_font().color(&FOREGROUND);
+    let title_font = (FONT, TITLE_PX).into_font().color(&foreground());
     let mut builder = ChartBuilder::on(&plot_area);
     // Heatmap rows are named on the y axis: room for the longest name (about 7 px a character).
     let y_label_px = match &chart.kind {
         ChartKind::Heatmap { rows, .. } => {
-            (rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 7 + 14).clamp(70, 400)
+            (rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 8 + 16).clamp(80, 420)
         }
-        _ => 70,
+        _ => 80,
     };
-    builder.caption(&chart.title, title_font).margin(12).x_label_area_size(44).y_label_area_size(y_label_px);
+    builder.caption(&chart.title, title_font).margin(14).x_label_area_size(50).y_label_area_size(y_label_px);
     match &chart.kind {
         ChartKind::Stacked { columns, segments, y_label } => {
             draw_stacked(&mut builder, &legend_area, columns, segments, y_label)
@@ -307,21 +383,21 @@ fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Dra
 }
 
 fn label_style() -> TextStyle<'static> {
-    (FONT, 13).into_font().color(&FOREGROUND)
+    (FONT, LABEL_PX).into_font().color(&foreground())
 }
 
 /// The legend: a swatch and a label per entry, top to bottom.
 fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, [u8; 3])]) -> DrawResult<()> {
     let (_, height) = area.dim_in_pixel();
-    let rows = ((height as i32 - 40) / 18).max(1) as usize;
+    let rows = ((height as i32 - 40) / 21).max(1) as usize;
     for (index, (label, color)) in entries.iter().enumerate() {
         if index + 1 == rows && entries.len() > rows {
             let more = format!("… {} more", entries.len() - index);
-            area.draw(&Text::new(more, (10, 40 + 18 * index as i32), label_style())).map_err(err)?;
+            area.draw(&Text::new(more, (10, 40 + 21 * index as i32), label_style())).map_err(err)?;
             break;
         }
-        let y = 40 + 18 * index as i32;
-        area.draw(&Rectangle::new([(10, y), (22, y + 12)], rgb(*color).filled())).map_err(err)?;
+        let y = 40 + 21 * index as i32;
+        area.draw(&Rectangle::new([(10, y + 1), (23, y + 14)], rgb(*color).filled())).map_err(err)?;
         area.draw(&Text::new(label.clone(), (28, y - 1), label_style())).map_err(err)?;
     }
     Ok(())
@@ -366,9 +442,9 @@ fn draw_stacked<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .bold_line_style(GRID)
+        .bold_line_style(theme_colors().2)
         .light_line_style(TRANSPARENT)
-        .axis_style(FOREGROUND)
+        .axis_style(foreground())
         .label_style(label_style())
         .x_labels(columns.len())
         .x_label_formatter(&|v| segment_label(columns, v))
@@ -426,14 +502,15 @@ fn draw_series<DB: DrawingBackend>(
     lines: &[Line],
 ) -> DrawResult<Vec<Mark>> {
     let max = lines.iter().flat_map(|l| l.points.iter().flatten()).map(|p| p.high.max(p.value)).fold(0.0, f64::max);
+    // Room above the tallest bar for its value.
     let mut chart =
-        builder.build_cartesian_2d(slots(x_labels.len()).into_segmented(), 0.0..nice_max(max)).map_err(err)?;
+        builder.build_cartesian_2d(slots(x_labels.len()).into_segmented(), 0.0..nice_max(max) * 1.06).map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .bold_line_style(GRID)
+        .bold_line_style(theme_colors().2)
         .light_line_style(TRANSPARENT)
-        .axis_style(FOREGROUND)
+        .axis_style(foreground())
         .label_style(label_style())
         .x_labels(x_labels.len())
         .x_label_formatter(&|v| segment_label(x_labels, v))
@@ -442,54 +519,141 @@ fn draw_series<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
     let mut marks = Vec::new();
-    for line in lines {
-        let color = rgb(line.color);
-        // A line joins consecutive points only; a missing point breaks it.
-        let mut run: Vec<(SegmentValue<usize>, f64)> = Vec::new();
-        let mut runs = Vec::new();
-        for (x, point) in line.points.iter().enumerate() {
-            match point {
-                Some(p) => run.push((SegmentValue::CenterOf(x), p.value)),
-                None => runs.push(std::mem::take(&mut run)),
-            }
-        }
-        runs.push(run);
-        for run in runs.into_iter().filter(|r| r.len() > 1 && line.joined) {
-            chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(err)?;
-        }
-        for (x, point) in line.points.iter().enumerate() {
-            let Some(p) = point else { continue };
-            let at = |y: f64| (SegmentValue::CenterOf(x), y);
-            if p.high > p.low {
-                chart
-                    .draw_series(std::iter::once(PathElement::new(vec![at(p.low), at(p.high)], color)))
-                    .map_err(err)?;
-            }
-            chart.draw_series(std::iter::once(Circle::new(at(p.value), 4, color.filled()))).map_err(err)?;
-            let c = chart.backend_coord(&at(p.value));
-            marks.push(Mark {
-                kind: "point",
-                rect_px: (c.0 - 5, c.1 - 5, c.0 + 5, c.1 + 5),
-                attributes: vec![
-                    ("series", line.label.clone()),
-                    ("x", x_labels[x].clone()),
-                    ("value", format!("{}", p.value)),
-                    ("low", format!("{}", p.low)),
-                    ("high", format!("{}", p.high)),
-                ],
-                title: format!(
-                    "{} at {}: {} (spread {} – {}) {y_label}",
-                    line.label,
-                    x_labels[x],
-                    short_number(p.value),
-                    short_number(p.low),
-                    short_number(p.high)
-                ),
-            });
-        }
+    // Names (ranks, phases) are bars side by side in each slot; ordered positions are points joined by lines.
+    let bar_lines: Vec<&Line> = lines.iter().filter(|l| !l.joined).collect();
+    let bar_count = bar_lines.iter().map(|l| l.points.iter().flatten().count()).sum::<usize>();
+    for (group, line) in bar_lines.iter().enumerate() {
+        let bars = Bars { group, groups: bar_lines.len(), with_values: bar_count <= MAX_VALUE_LABELS };
+        draw_bar_line(&mut chart, line, bars, x_labels, y_label, &mut marks)?;
+    }
+    for line in lines.iter().filter(|l| l.joined) {
+        draw_joined_line(&mut chart, line, x_labels, y_label, &mut marks)?;
     }
     draw_legend(legend, &legend_entries(lines.iter().map(|l| (l.label.as_str(), l.color))))?;
     Ok(marks)
+}
+
+type SeriesChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<SegmentedCoord<RangedCoordusize>, RangedCoordf64>>;
+
+/// Where one line's bars go in each slot: the `group`-th of `groups` side by side.
+#[derive(Clone, Copy)]
+struct Bars {
+    group: usize,
+    groups: usize,
+    /// Whether each bar's value is written above it (few bars).
+    with_values: bool,
+}
+
+/// The mark of a series point, with its spread.
+fn series_mark(
+    kind: &'static str,
+    rect_px: (i32, i32, i32, i32),
+    line: &Line,
+    x: &str,
+    p: SeriesPoint,
+    y_label: &str,
+) -> Mark {
+    Mark {
+        kind,
+        rect_px,
+        attributes: vec![
+            ("series", line.label.clone()),
+            ("x", x.to_string()),
+            ("value", format!("{}", p.value)),
+            ("low", format!("{}", p.low)),
+            ("high", format!("{}", p.high)),
+        ],
+        title: format!(
+            "{} at {x}: {} (spread {} – {}) {y_label}",
+            line.label,
+            short_number(p.value),
+            short_number(p.low),
+            short_number(p.high)
+        ),
+    }
+}
+
+/// One line of a series as bars from zero, with its spread as a whisker and, for few bars, the value above.
+fn draw_bar_line<DB: DrawingBackend>(
+    chart: &mut SeriesChart<'_, DB>,
+    line: &Line,
+    bars: Bars,
+    x_labels: &[String],
+    y_label: &str,
+    marks: &mut Vec<Mark>,
+) -> DrawResult<()> {
+    let color = rgb(line.color);
+    let slot_px = {
+        let a = chart.backend_coord(&(SegmentValue::Exact(0), 0.0));
+        let b = chart.backend_coord(&(SegmentValue::Exact(1), 0.0));
+        (b.0 - a.0).abs()
+    };
+    // A fifth of the slot stays free; the bars of the lines share the rest.
+    let inset_px = (slot_px / 10).max(1);
+    let bar_px = ((slot_px - 2 * inset_px) / bars.groups.max(1) as i32).max(1);
+    let left_px = inset_px + bar_px * bars.group as i32;
+    let right_px = (slot_px - left_px - bar_px).max(0);
+    for (x, point) in line.points.iter().enumerate() {
+        let Some(p) = *point else { continue };
+        let corners = [(SegmentValue::Exact(x), 0.0), (SegmentValue::Exact(x + 1), p.value)];
+        let mut rect = Rectangle::new(corners.clone(), color.filled());
+        rect.set_margin(0, 0, left_px as u32, right_px as u32);
+        chart.draw_series(std::iter::once(rect)).map_err(err)?;
+        let (p0, p1) = (chart.backend_coord(&corners[0]), chart.backend_coord(&corners[1]));
+        // Drawn at pixel offsets from the slot's left edge at a value: the slot's coordinates have no fractions.
+        let center_px = left_px + bar_px / 2;
+        if p.high > p.low {
+            let low = chart.backend_coord(&(SegmentValue::Exact(x), p.low)).1;
+            let high = chart.backend_coord(&(SegmentValue::Exact(x), p.high)).1;
+            let whisker = EmptyElement::at((SegmentValue::Exact(x), p.low))
+                + PathElement::new(vec![(center_px, 0), (center_px, high - low)], foreground().stroke_width(2));
+            chart.draw_series(std::iter::once(whisker)).map_err(err)?;
+        }
+        if bars.with_values {
+            let text = short_number(p.value);
+            let offset = (center_px - 4 * text.chars().count() as i32, -(LABEL_PX as i32) - 4);
+            let label = EmptyElement::at((SegmentValue::Exact(x), p.value.max(p.high)))
+                + Text::new(text, offset, label_style());
+            chart.draw_series(std::iter::once(label)).map_err(err)?;
+        }
+        let rect_px = (p0.0 + left_px, p1.1, p0.0 + left_px + bar_px, p0.1);
+        marks.push(series_mark("bar", rect_px, line, &x_labels[x], p, y_label));
+    }
+    Ok(())
+}
+
+/// One line of a series as points joined in order (a missing point breaks it), each with its spread.
+fn draw_joined_line<DB: DrawingBackend>(
+    chart: &mut SeriesChart<'_, DB>,
+    line: &Line,
+    x_labels: &[String],
+    y_label: &str,
+    marks: &mut Vec<Mark>,
+) -> DrawResult<()> {
+    let color = rgb(line.color);
+    let mut run: Vec<(SegmentValue<usize>, f64)> = Vec::new();
+    let mut runs = Vec::new();
+    for (x, point) in line.points.iter().enumerate() {
+        match point {
+            Some(p) => run.push((SegmentValue::CenterOf(x), p.value)),
+            None => runs.push(std::mem::take(&mut run)),
+        }
+    }
+    runs.push(run);
+    for run in runs.into_iter().filter(|r| r.len() > 1) {
+        chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(err)?;
+    }
+    for (x, point) in line.points.iter().enumerate() {
+        let Some(p) = *point else { continue };
+        let at = |y: f64| (SegmentValue::CenterOf(x), y);
+        if p.high > p.low {
+            chart.draw_series(std::iter::once(PathElement::new(vec![at(p.low), at(p.high)], color))).map_err(err)?;
+        }
+        chart.draw_series(std::iter::once(Circle::new(at(p.value), 4, color.filled()))).map_err(err)?;
+        let c = chart.backend_coord(&at(p.value));
+        marks.push(series_mark("point", (c.0 - 5, c.1 - 5, c.0 + 5, c.1 + 5), line, &x_labels[x], p, y_label));
+    }
+    Ok(())
 }
 
 fn draw_scatter<DB: DrawingBackend>(
@@ -508,11 +672,11 @@ fn draw_scatter<DB: DrawingBackend>(
     let mut chart = builder.build_cartesian_2d((x_min..x_max).log_scale(), 0.0..y_max).map_err(err)?;
     chart
         .configure_mesh()
-        .bold_line_style(GRID)
+        .bold_line_style(theme_colors().2)
         .light_line_style(TRANSPARENT)
-        .axis_style(FOREGROUND)
+        .axis_style(foreground())
         .label_style(label_style())
-        .x_label_formatter(&|v| format_bytes(*v))
+        .x_label_formatter(&|v| format_bytes_decimal(*v))
         .x_desc(x_label)
         .y_desc(y_label)
         .draw()
@@ -527,7 +691,7 @@ fn draw_scatter<DB: DrawingBackend>(
                 kind: "curve",
                 rect_px: (c.0 - 3, c.1 - 3, c.0 + 3, c.1 + 3),
                 attributes: vec![("series", curve.label.clone()), ("x", format!("{x}")), ("value", format!("{y}"))],
-                title: format!("{}: {} at {}", curve.label, short_number(y), format_bytes(x)),
+                title: format!("{}: {} at {}", curve.label, short_number(y), format_bytes_decimal(x)),
             });
         }
     }
@@ -541,7 +705,7 @@ fn draw_scatter<DB: DrawingBackend>(
                 kind: "point",
                 rect_px: (c.0 - 4, c.1 - 4, c.0 + 4, c.1 + 4),
                 attributes: vec![("series", set.label.clone()), ("x", format!("{x}")), ("value", format!("{y}"))],
-                title: format!("{}: {} {y_label} at {}", set.label, short_number(y), format_bytes(x)),
+                title: format!("{}: {} {y_label} at {}", set.label, short_number(y), format_bytes_decimal(x)),
             });
         }
     }
@@ -559,12 +723,12 @@ fn draw_heatmap<DB: DrawingBackend>(
     unit: &str,
 ) -> DrawResult<Vec<Mark>> {
     let columns = cells.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let max = cells.iter().flatten().flatten().copied().fold(0.0, f64::max);
+    let scale = ColorScale::of(cells.iter().flatten().flatten().copied(), unit);
     let mut chart = builder.build_cartesian_2d(0.0..columns as f64, slots(rows.len()).into_segmented()).map_err(err)?;
     chart
         .configure_mesh()
         .disable_mesh()
-        .axis_style(FOREGROUND)
+        .axis_style(foreground())
         .label_style(label_style())
         .y_labels(rows.len())
         .y_label_formatter(&|v| segment_label(rows, v))
@@ -580,7 +744,7 @@ fn draw_heatmap<DB: DrawingBackend>(
     for (row, values) in cells.iter().enumerate() {
         for (column, value) in values.iter().enumerate() {
             let Some(value) = *value else { continue };
-            let fraction = if max > 0.0 { value / max } else { 0.0 };
+            let fraction = scale.fraction(value);
             let corners =
                 [(column as f64, SegmentValue::Exact(row)), ((column + 1) as f64, SegmentValue::Exact(row + 1))];
             chart
@@ -596,20 +760,79 @@ fn draw_heatmap<DB: DrawingBackend>(
                     ("column", column.to_string()),
                     ("value", format!("{value}")),
                 ],
-                title: format!("{} · #{column}: {} {unit}", rows[row], short_number(value)),
+                title: format!("{} · #{column}: {}", rows[row], format_value(value, unit)),
             });
         }
     }
-    // Colour scale: a bar from 0 to the largest value.
-    let steps = 20;
-    for step in 0..steps {
-        let y = 60 + (steps - 1 - step) * 8;
-        let color = heat_color(step as f64 / (steps - 1) as f64);
-        legend.draw(&Rectangle::new([(10, y), (26, y + 8)], rgb(color).filled())).map_err(err)?;
-    }
-    legend.draw(&Text::new(format!("{} {unit}", short_number(max)), (32, 56), label_style())).map_err(err)?;
-    legend.draw(&Text::new(format!("0 {unit}"), (32, 60 + steps * 8 - 12), label_style())).map_err(err)?;
+    draw_color_bar(legend, &scale, unit)?;
     Ok(marks)
+}
+
+/// How a heatmap's values map onto its colours: linearly from 0, or, for times spanning more than a decade,
+/// logarithmically from half the smallest time (or of a thousandth of the largest; below it, zero among them, the
+/// first colour).
+struct ColorScale {
+    /// The value of the first colour (0 on a linear scale).
+    low: f64,
+    /// The value of the last colour: the largest value.
+    high: f64,
+    logarithmic: bool,
+}
+
+impl ColorScale {
+    fn of(values: impl Iterator<Item = f64> + Clone, unit: &str) -> ColorScale {
+        let high = values.clone().fold(0.0, f64::max);
+        let smallest = values.filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        // Half the smallest time: it still differs from zero, which takes the first colour.
+        let low = smallest.max(high / 1e3) / 2.0;
+        if is_time_unit(unit) && high > 10.0 * low && low.is_finite() {
+            ColorScale { low, high, logarithmic: true }
+        } else {
+            ColorScale { low: 0.0, high, logarithmic: false }
+        }
+    }
+
+    /// Where `value` falls between the first (0) and the last colour (1).
+    fn fraction(&self, value: f64) -> f64 {
+        match (self.logarithmic, self.high > self.low) {
+            (_, false) => 0.0,
+            (true, true) if value <= self.low => 0.0,
+            (true, true) => (value / self.low).ln() / (self.high / self.low).ln(),
+            (false, true) => value / self.high,
+        }
+    }
+
+    /// The value at `fraction` of the scale.
+    fn value_at(&self, fraction: f64) -> f64 {
+        if self.logarithmic { self.low * (self.high / self.low).powf(fraction) } else { self.high * fraction }
+    }
+}
+
+/// The colour bar beside a heatmap: first colour at the bottom, with its value at the ends and a third of the way.
+fn draw_color_bar<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, scale: &ColorScale, unit: &str) -> DrawResult<()> {
+    // As tall as the legend column allows, leaving room for the labels and the scale's name.
+    let steps = 24;
+    let (_, height_px) = area.dim_in_pixel();
+    let (top_px, step_px) = (50, ((height_px as i32 - 110) / steps).clamp(3, 9));
+    for step in 0..steps {
+        let y = top_px + (steps - 1 - step) * step_px;
+        let color = heat_color(step as f64 / (steps - 1) as f64);
+        area.draw(&Rectangle::new([(10, y), (28, y + step_px)], rgb(color).filled())).map_err(err)?;
+    }
+    let bottom_px = top_px + steps * step_px;
+    for fraction in [0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0] {
+        let text = if fraction == 0.0 && !scale.logarithmic {
+            format_value(0.0, unit)
+        } else {
+            let prefix = if fraction == 0.0 { "≤ " } else { "" };
+            format!("{prefix}{}", format_value(scale.value_at(fraction), unit))
+        };
+        let y = bottom_px - (fraction * f64::from(steps * step_px)) as i32 - LABEL_PX as i32 / 2;
+        area.draw(&Text::new(text, (34, y), label_style())).map_err(err)?;
+    }
+    let kind = if scale.logarithmic { "log scale" } else { "linear scale" };
+    area.draw(&Text::new(kind, (10, bottom_px + 10), label_style())).map_err(err)?;
+    Ok(())
 }
 
 /// The chart as an SVG document, with the overlay elements that carry its numbers.
@@ -686,5 +909,31 @@ mod tests {
         assert_eq!(short_number(0.5), "0.5");
         assert_eq!(format_bytes(32768.0), "32 KiB");
         assert_eq!(format_bytes(3.0 * 1024.0 * 1024.0), "3 MiB");
+        // Bus bandwidth's message sizes: decimal, so that ticks at powers of ten are round.
+        assert_eq!(format_bytes_decimal(10_000.0), "10 kB");
+        assert_eq!(format_bytes_decimal(1e9), "1 GB");
+    }
+
+    #[test]
+    fn times_are_scaled_to_their_unit() {
+        assert_eq!(format_value(58346.0, "µs"), "58.35 ms");
+        assert_eq!(format_value(2_500_000.0, "µs"), "2.5 s");
+        assert_eq!(format_value(12.5, "µs"), "12.5 µs");
+        assert_eq!(format_value(12.5, "%"), "12.5 %");
+    }
+
+    #[test]
+    fn times_spanning_decades_get_a_logarithmic_colour_scale() {
+        // One 58 ms warm-up wait beside 2 ms waits: on a linear scale every 2 ms wait would be 3 % of the colours.
+        let waits = [0.0, 2000.0, 2100.0, 58000.0];
+        let scale = ColorScale::of(waits.iter().copied(), "µs");
+        assert!(scale.logarithmic);
+        assert_eq!(scale.fraction(0.0), 0.0);
+        assert!((scale.fraction(58000.0) - 1.0).abs() < 1e-12);
+        assert!(scale.fraction(2000.0) > 0.0 && scale.fraction(2100.0) > scale.fraction(2000.0));
+        assert!((scale.value_at(scale.fraction(2100.0)) - 2100.0).abs() < 1e-6);
+        // Within a decade, or not times: linear from zero.
+        assert!(!ColorScale::of([1000.0, 5000.0].into_iter(), "µs").logarithmic);
+        assert!(!ColorScale::of(waits.iter().copied(), "%").logarithmic);
     }
 }

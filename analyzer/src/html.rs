@@ -12,11 +12,13 @@ use std::path::Path;
 use crate::bench_peaks::BenchPeaks;
 use crate::categories::Classifier;
 use crate::charts::{self, Chart, ChartKind, Line, PointSet, Segment, SeriesPoint, escape};
+use crate::collectives::Instance;
 use crate::render;
 use crate::report::{Figures, Report};
 
-/// Matched collective instances drawn in the waiting heatmap at most (more would make an unreadable, huge SVG).
-pub const HEATMAP_MAX_INSTANCES: usize = 1000;
+/// Columns of the waiting heatmap at most: about a column per two pixels of its plot (more would make a huge SVG of
+/// cells too thin to see); more instances share columns.
+pub const HEATMAP_MAX_COLUMNS: usize = 400;
 
 /// A chart with what it shows, for the page.
 #[derive(Debug, Clone)]
@@ -385,7 +387,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
         .collect();
     if step_points.iter().any(Option::is_some) {
         let mut lines = vec![Line {
-            joined: true,
+            joined: false,
             label: "step p50 (min–max)".into(),
             color: charts::series_color(0),
             points: step_points,
@@ -401,7 +403,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 })
             })
             .collect();
-        lines.push(Line { joined: true, label: "step p90".into(), color: charts::series_color(1), points: p90 });
+        lines.push(Line { joined: false, label: "step p90".into(), color: charts::series_color(1), points: p90 });
         out.sections.push(Section {
             caption: "Step (iteration) time per rank: median with the min–max spread, and the 90th percentile. \
                       From the report's `steps.time`."
@@ -440,7 +442,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             .iter()
             .enumerate()
             .map(|(index, name)| Line {
-                joined: true,
+                joined: false,
                 label: format!("{name} p50 (min–max)"),
                 color: charts::series_color(index + 2),
                 points: report
@@ -534,30 +536,34 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
     if report.instances.is_empty() {
         out.notes.push("Waiting heatmap: no collective was matched across two or more ranks.".into());
     } else {
-        let shown = &report.instances[..report.instances.len().min(HEATMAP_MAX_INSTANCES)];
-        if shown.len() < report.instances.len() {
-            out.notes.push(format!(
-                "Waiting heatmap: the first {} of {} matched instances are drawn.",
-                shown.len(),
-                report.instances.len()
-            ));
-        }
+        // Every instance: past HEATMAP_MAX_COLUMNS, runs of consecutive instances share a column (their largest wait).
+        let per_column = report.instances.len().div_ceil(HEATMAP_MAX_COLUMNS);
         let rows: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
         let cells: Vec<Vec<Option<f64>>> = report
             .ranks
             .iter()
-            .map(|r| shown.iter().map(|i| i.rank_wait_ns.get(&r.rank).map(|&ns| ns as f64 / 1e3)).collect())
+            .map(|r| {
+                let largest_wait_ns =
+                    |run: &[Instance]| run.iter().filter_map(|i| i.rank_wait_ns.get(&r.rank).copied()).max();
+                report.instances.chunks(per_column).map(|run| largest_wait_ns(run).map(|ns| ns as f64 / 1e3)).collect()
+            })
             .collect();
+        let x_label = if per_column == 1 {
+            "collective instance".to_string()
+        } else {
+            format!("collective instances, {per_column} a column (their largest wait)")
+        };
         out.sections.push(Section {
             caption: "Time each rank waited for the last rank to arrive, per matched collective instance (in the \
-                      order of their communicator, type and sequence). From `collectives --format json` \
-                      `instances[].rank_wait_ns`."
+                      order of their communicator, type and sequence; every instance, several to a column where \
+                      there are many), on a logarithmic colour scale when the waits span decades. From \
+                      `collectives --format json` `instances[].rank_wait_ns`."
                 .into(),
             chart: Chart {
                 name: "wait_heatmap".into(),
                 title: "Waiting for the last rank, per collective instance".into(),
                 size_px: (1100, (140 + 36 * rows.len() as u32).clamp(260, 2400)),
-                kind: ChartKind::Heatmap { rows, x_label: "collective instance".into(), cells, unit: "µs".into() },
+                kind: ChartKind::Heatmap { rows, x_label, cells, unit: "µs".into() },
             },
         });
     }
@@ -652,8 +658,15 @@ pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::pa
     Ok(written)
 }
 
-/// The page's head and style: dark like the viewer; nothing is loaded from anywhere.
+/// The page's head and style, in the charts' theme (light, or dark like the viewer); nothing is loaded from anywhere.
+/// The page fits its window: charts scale down to its width, and a table wider than the window scrolls sideways in
+/// its own box.
 pub fn page_start(title: &str) -> String {
+    // Background, text, headings, rules, notes.
+    let (bg, text, heading, rule, muted) = match charts::theme() {
+        charts::ChartTheme::Light => ("#ffffff", "#222222", "#111111", "#d8d8d8", "#5a5a5a"),
+        charts::ChartTheme::Dark => ("#1b1b1b", "#c8c8c8", "#e6e6e6", "#3c3c3c", "#9a9a9a"),
+    };
     format!(
         r#"<!DOCTYPE html>
 <html lang="en">
@@ -663,16 +676,17 @@ pub fn page_start(title: &str) -> String {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{}</title>
 <style>
-body {{ background: #1b1b1b; color: #c8c8c8; font: 14px/1.45 "Ubuntu", system-ui, sans-serif; margin: 24px; }}
-h1, h2 {{ color: #e6e6e6; font-weight: 500; }}
-table {{ border-collapse: collapse; margin: 8px 0 20px; }}
-th, td {{ border-bottom: 1px solid #3c3c3c; padding: 3px 10px; text-align: right; white-space: nowrap; }}
-th {{ color: #e6e6e6; font-weight: 500; }}
+body {{ background: {bg}; color: {text}; font: 15px/1.45 "Ubuntu", system-ui, sans-serif; margin: 24px auto;
+  padding: 0 24px; max-width: 1400px; }}
+h1, h2 {{ color: {heading}; font-weight: 500; }}
+table {{ border-collapse: collapse; margin: 8px 0 20px; display: block; max-width: 100%; overflow-x: auto; }}
+th, td {{ border-bottom: 1px solid {rule}; padding: 3px 10px; text-align: right; white-space: nowrap; }}
+th {{ color: {heading}; font-weight: 500; }}
 td.l, th.l {{ text-align: left; }}
-section.chart svg {{ max-width: 100%; height: auto; }}
+section.chart svg {{ display: block; width: 100%; max-width: 100%; height: auto; }}
 p.caption, p.note {{ max-width: 110ch; }}
-p.note {{ color: #9a9a9a; }}
-code {{ color: #e6e6e6; }}
+p.note {{ color: {muted}; }}
+code {{ color: {heading}; }}
 </style>
 </head>
 <body>

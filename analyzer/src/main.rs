@@ -83,6 +83,9 @@ struct ChartArgs {
     /// Tokens per phase instance: `batch=B[,seq=S][,decode_steps=D]` (prefill: B × S tokens, decode: B per step).
     #[arg(long, value_name = "KEY=VALUE,…", requires = "model", value_parser = parse_tokens)]
     tokens: Option<shardscope_analyzer::mfu::Tokens>,
+    /// Colours of the charts and the HTML page: light (for slides and print) or dark (the viewer's).
+    #[arg(long, value_enum, default_value_t)]
+    chart_theme: shardscope_analyzer::charts::ChartTheme,
 }
 
 fn parse_model(text: &str) -> Result<shardscope_analyzer::mfu::ModelShape, String> {
@@ -274,9 +277,15 @@ fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
 }
 
 fn main() -> ExitCode {
+    main_with_args(std::env::args_os())
+}
+
+/// Runs the command line `args` (the program's name first). The Python package compiles this file into its
+/// module (`python/src/commands.rs`), so that its `analyzer` command is this one without a second build.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     // An unpacked `.sqlite.gz` is removed on Ctrl-C and `kill` too, not only on a normal end.
     shardscope_io::temp_copies::remove_copies_on_signals();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output has gone (`| head -1`): like any filter, stop quietly.
@@ -315,6 +324,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Report { analysis, format, top, pictures } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+            shardscope_analyzer::charts::set_theme(pictures.chart_theme);
             if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
                 bail!("--model and --tokens are figures of the charts: give --html or --charts too");
             }

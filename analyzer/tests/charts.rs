@@ -180,15 +180,20 @@ fn every_number_drawn_equals_the_json_report() {
         assert!(found, "curve point {point:?} is a bench result");
     }
 
-    // Waiting heatmap: rank × instance, the rank's wait in µs.
+    // Waiting heatmap: rank × column, every instance in a column of consecutive instances (one each where they fit),
+    // the cell the rank's largest wait among them, in µs.
     let cells = marks(&read(dir.path(), "wait_heatmap.svg"));
     let ranks: Vec<u64> = report["ranks"].as_array().unwrap().iter().map(|r| r["rank"].as_u64().unwrap()).collect();
-    let shown = instances.len().min(1000);
-    assert_eq!(cells.len(), shown * ranks.len());
+    let columns = cells.iter().map(|c| c["column"].parse::<usize>().unwrap()).max().unwrap() + 1;
+    let per_column = instances.len().div_ceil(columns);
+    assert!(instances.len() > 1000 && per_column > 1, "the sample's {} instances share columns", instances.len());
+    assert_eq!(instances.len().div_ceil(per_column), columns, "every instance is drawn");
+    assert_eq!(cells.len(), columns * ranks.len());
     for cell in &cells {
         let column: usize = cell["column"].parse().unwrap();
         let rank = cell["row"].trim_start_matches('r');
-        let wait_ns = instances[column]["rank_wait_ns"][rank].as_i64().unwrap();
+        let run = &instances[column * per_column..((column + 1) * per_column).min(instances.len())];
+        let wait_ns = run.iter().filter_map(|i| i["rank_wait_ns"][rank].as_i64()).max().unwrap();
         assert!(close(number(cell, "value"), wait_ns as f64 / 1e3), "{cell:?} vs {wait_ns} ns");
     }
     // The JSON's own consistency: each instance's largest rank wait is its max_wait_ns.
@@ -214,6 +219,35 @@ fn html_page_is_self_contained_and_holds_every_chart() {
         assert!(!without_namespaces.contains(forbidden), "the page contains {forbidden}");
     }
     assert!(html.contains("Content-Security-Policy"));
+}
+
+#[test]
+fn pages_and_charts_are_light_unless_dark_is_asked_for_and_fit_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = path("sample-traces/tp2_skew_capture.sqlite.gz");
+    for (theme, page_background, chart_background) in
+        [(None, "#ffffff", "#FFFFFF"), (Some("dark"), "#1b1b1b", "#1B1B1B")]
+    {
+        let html = dir.path().join(format!("{}.html", theme.unwrap_or("default")));
+        let mut args = vec!["report", "--html", html.to_str().unwrap(), &sample];
+        args.extend(theme.iter().flat_map(|t| ["--chart-theme", *t]));
+        let output = analyzer(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains(&format!("background: {page_background}")), "{theme:?}: the page's background");
+        let svg = &page[page.find("<svg").unwrap()..];
+        let first_fill = &svg[svg.find("fill=\"").unwrap() + 6..][..7];
+        assert_eq!(first_fill, chart_background, "{theme:?}: the chart's background");
+        // Charts scale down to the window; a wide table scrolls within its own box.
+        assert!(page.contains("section.chart svg { display: block; width: 100%;"));
+        assert!(page.contains("table { border-collapse: collapse; margin: 8px 0 20px; display: block; max-width: 100%; overflow-x: auto; }"));
+        // Ranks are bars, each with its value written above it.
+        let steps = &page[page.find("id=\"chart-step_times\"").unwrap()..];
+        let steps = &steps[..steps.find("</section>").unwrap()];
+        assert!(steps.contains("data-kind=\"bar\"") && !steps.contains("data-kind=\"point\""));
+    }
+    let output = analyzer(&["report", "--chart-theme", "sepia", "--html", "x.html", &sample]);
+    assert_eq!(output.status.code(), Some(2));
 }
 
 #[test]

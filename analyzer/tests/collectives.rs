@@ -60,8 +60,9 @@ fn kineto_tp2_has_bus_bandwidth() {
 
 /// dlrm_8rank: the late rank and transfer time of each all-reduce, from Python over the raw JSON.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn dlrm_8rank_late_ranks() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let dir = shared.join("kineto/dlrm_8rank");
     let r = report(&["collectives", "--format", "json", dir.to_str().unwrap()]);
     let mut all_reduces: Vec<(u64, i64)> = r["instances"]
@@ -178,8 +179,9 @@ fn skewed_capture_blames_the_sleeping_rank() {
 /// and sums per GPU from sqlite3 over `CUPTI_ACTIVITY_KIND_KERNEL` (names starting with `nccl`); on each GPU, wait
 /// and transfer add up to that sum.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn shared_two_gpu_exports_split_send_recv_into_wait_and_transfer() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let cases = [
         ("mfu_2gpu_before.sqlite", 33u64, [17_172_652i64, 8_229_100]),
         ("mfu_2gpu_after.sqlite", 31, [9_989_016, 23_753_085]),

@@ -11,7 +11,7 @@ use serde_json::Value;
 const TOLERANCE_PP: f64 = 0.1;
 
 fn check_set(trace: &str, reference_file: &str, extra_args: &[&str]) {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let reference: Value = serde_json::from_str(
         &std::fs::read_to_string(repo_root().join("scripts/hta_reference").join(reference_file)).unwrap(),
     )
@@ -49,27 +49,32 @@ fn check_set(trace: &str, reference_file: &str, extra_args: &[&str]) {
 
 /// dlrm_8rank: every rank holds only `ProfilerStep#10`, so HTA (and we) analyse everything.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn dlrm_8rank_matches_hta() {
     check_set("dlrm_8rank", "dlrm_8rank.json", &[]);
 }
 
 /// sampled_2rank: two steps; HTA's default drops launches from the last one on.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn sampled_2rank_matches_hta_with_last_step_dropped() {
     check_set("sampled_2rank", "sampled_2rank.json", &[]);
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn sampled_2rank_matches_hta_with_last_step_included() {
     check_set("sampled_2rank", "sampled_2rank.include_last_step.json", &["--hta-include-last-step"]);
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn df_index_resolver_matches_hta_with_last_step_dropped() {
     check_set("df_index_resolver.json.gz", "df_index_resolver.json", &[]);
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn df_index_resolver_matches_hta_with_last_step_included() {
     check_set("df_index_resolver.json.gz", "df_index_resolver.include_last_step.json", &["--hta-include-last-step"]);
 }

@@ -23,8 +23,9 @@ fn different_runs_are_refused_unless_allowed() {
 
 /// Two windows cut from different runs of one program: their wall-clock ranges do not overlap.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn inputs_recorded_at_different_times_are_refused() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let (before, after) = (shared.join("nsys/mfu_2gpu_before.sqlite"), shared.join("nsys/mfu_2gpu_after.sqlite"));
     let output = analyzer(&["report", before.to_str().unwrap(), after.to_str().unwrap()]);
     assert_one_line_error(&output, "ran at another time");
@@ -32,8 +33,9 @@ fn inputs_recorded_at_different_times_are_refused() {
 
 /// Ranks 0 and 1 of a 128-rank job: analysed, with a note that says so. The eight DLRM ranks are one run.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn partial_rank_sets_get_a_note() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let output = analyzer(&["report", "--format", "json", shared.join("kineto/sampled_2rank").to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let r: Value = serde_json::from_slice(&output.stdout).unwrap();

@@ -46,8 +46,9 @@ fn phase_span_is_the_sum_of_its_instances() {
 
 /// `ProfilerStep#2..6` of a V100 training rank: durations 345.770, 365.256, 346.097, 344.269, 336.328 ms.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn profiler_steps_give_step_times_and_warm_up_can_be_skipped() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let path = shared.join("kineto/df_index_resolver.json.gz");
     let r = report(&["report", "--format", "json", path.to_str().unwrap()]);
     let steps = &r["ranks"][0]["steps"];
@@ -70,8 +71,9 @@ fn profiler_steps_give_step_times_and_warm_up_can_be_skipped() {
 /// Two data-parallel GPUs of one nsys export with NVTX but no step ranges: steps are inferred from the repeating
 /// kernel sequence, marked so, and both ranks find about the same step time.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn steps_are_inferred_from_kernels_without_step_ranges() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let path = shared.join("nsys/mfu_2gpu_before.sqlite");
     let r = report(&["report", "--format", "json", path.to_str().unwrap()]);
     let medians: Vec<f64> = (0..2)
@@ -89,8 +91,9 @@ fn steps_are_inferred_from_kernels_without_step_ranges() {
 
 /// Without any NVTX or annotation range, the report says so instead of showing no phases.
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn traces_without_ranges_say_so() {
-    let Some(shared) = shared_traces() else { return };
+    let shared = shared_traces();
     let path = shared.join("nsys/mock.sqlite");
     let table = String::from_utf8(analyzer(&["report", path.to_str().unwrap()]).stdout).unwrap();
     assert!(table.contains("phases: none (the trace has no NVTX or annotation ranges)"), "{table}");

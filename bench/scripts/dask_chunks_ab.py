@@ -31,12 +31,12 @@ def main():
                                memory_limit=0)
         client = Client(cluster)
         # Once to import the package on the workers, untimed.
-        reports = {shardscope_dask.analyze([args.job], client=client, buckets=args.buckets)}
+        reports = {shardscope_dask.analyze_json([args.job], client=client, buckets=args.buckets)}
         seconds = {name: [] for name, _ in ways}
         for round_index in range(args.rounds):
             for name, chunks in ways if round_index % 2 == 0 else ways[::-1]:
                 start = time.perf_counter()
-                reports.add(shardscope_dask.analyze([args.job], client=client, buckets=args.buckets, chunks=chunks))
+                reports.add(shardscope_dask.analyze_json([args.job], client=client, buckets=args.buckets, chunks=chunks))
                 seconds[name].append(time.perf_counter() - start)
         client.close()
         cluster.close()

@@ -138,9 +138,9 @@ def main():
             idle = client.run(peak_rss_mib)
             # The first analysis on fresh workers includes importing the package there; the second is warm.
             sizing = {"chunks": args.chunks, "buckets": args.buckets}
-            first = shardscope_dask.analyze([args.job], client=client, **sizing)
+            first = shardscope_dask.analyze_json([args.job], client=client, **sizing)
             first_done = time.perf_counter()
-            result = first if args.cold_only else shardscope_dask.analyze([args.job], client=client, **sizing)
+            result = first if args.cold_only else shardscope_dask.analyze_json([args.job], client=client, **sizing)
             done = time.perf_counter()
             expected = expected or first
             peaks = client.run(peak_rss_mib)

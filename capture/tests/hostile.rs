@@ -267,12 +267,9 @@ fn secrets_in_spooled_command_lines_and_environment_are_redacted() {
 }
 
 #[test]
+#[cfg_attr(not(util_linux_script), ignore = "needs util-linux `script` on PATH")]
 fn a_workload_that_reads_the_terminal_is_not_stopped() {
     // `script` gives the run a pseudo-terminal, with capture in its foreground process group.
-    if Command::new("script").arg("--version").output().is_err() {
-        let _ = writeln!(std::io::stderr(), "skipped: util-linux `script` is not installed");
-        return;
-    }
     let dir = temp_dir("terminal");
     let lib = fake_lib(&dir);
     let out = dir.join("out.sqlite");

@@ -71,6 +71,6 @@ from shardscope import dask as shardscope_dask
 # worker processes instead is imported again by each of them, unless its code sits under `if __name__ == "__main__"`.
 with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
     # The Kineto sample: one file per rank, so each rank is read by a task of its own.
-    text = shardscope_dask.analyze(["sample-traces/kineto_tp2"], client=client)
+    text = shardscope_dask.analyze_json(["sample-traces/kineto_tp2"], client=client)
 assert text == shardscope.report_json("sample-traces/kineto_tp2")
 print(json.loads(text)["collectives"]["matched_instances"], "collective instances matched on Dask")

@@ -34,6 +34,8 @@ use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::{critical_path, hta, render, whatif};
 use shardscope_model::{DeviceIdx, Trace};
 
+mod commands;
+
 create_exception!(
     _native,
     ShardscopeError,
@@ -716,5 +718,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finish_traces, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(check_one_run, m)?)?;
+    m.add_function(wrap_pyfunction!(commands::run_analyzer, m)?)?;
     Ok(())
 }

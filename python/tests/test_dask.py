@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import Client, LocalCluster
 
+import shardscope
 from conftest import REPO, SAMPLE_RUNS
 from shardscope import Options
 from shardscope import dask as sd
@@ -33,13 +34,20 @@ def client():
 def test_dask_report_is_the_clis(run, client, cli):
     expected = cli("report", "--format", "json", run).rstrip("\n")
     # Several buckets: the instances of one run are matched by different tasks.
-    assert sd.analyze([run], client=client, buckets=3) == expected
+    assert sd.analyze_json([run], client=client, buckets=3) == expected
+
+
+def test_analyze_returns_what_run_report_returns(client):
+    run = "sample-traces/tp2_capture.sqlite.gz"
+    report = sd.analyze([run], client=client, buckets=2)
+    assert isinstance(report, dict)
+    assert report == shardscope.load(run).report()
 
 
 def test_folder_ranks_are_separate_tasks_and_instances_are_kept(client, cli):
     run = "sample-traces/kineto_tp2"
     assert len(sd.expand_inputs([run])) == 2
-    text = sd.analyze([run], Options(keep_instances=True), client=client, buckets=2)
+    text = sd.analyze_json([run], Options(keep_instances=True), client=client, buckets=2)
     report = json.loads(text)
     assert report["collectives"]["matched_instances"] == len(report["instances"]) > 0
     plain = json.loads(cli("report", "--format", "json", run))
@@ -47,7 +55,7 @@ def test_folder_ranks_are_separate_tasks_and_instances_are_kept(client, cli):
 
 
 def test_results_are_written_as_parquet(client, tmp_path):
-    text = sd.analyze(["sample-traces/tp2_skew_capture.sqlite.gz"], Options(keep_instances=True), client=client)
+    text = sd.analyze_json(["sample-traces/tp2_skew_capture.sqlite.gz"], Options(keep_instances=True), client=client)
     written = sd.write_results(text, str(tmp_path))
     report = json.loads((tmp_path / "report.json").read_text())
     figures = pq.read_table(written["rank_figures"]).to_pandas()
@@ -115,17 +123,17 @@ def test_ranks_on_two_hosts_are_aligned_the_same(client, cli, tmp_path):
             json.dump(trace, f)
     expected = cli("report", "--format", "json", str(folder)).rstrip("\n")
     assert json.loads(expected)["collectives"]["clocks_aligned"] is True
-    assert sd.analyze([str(folder)], client=client, buckets=2) == expected
+    assert sd.analyze_json([str(folder)], client=client, buckets=2) == expected
     # Both files read by one task, and each by its own: the same report.
-    assert sd.analyze([str(folder)], client=client, buckets=3, chunks=1) == expected
-    assert sd.analyze([str(folder)], client=client, buckets=1, chunks=2) == expected
+    assert sd.analyze_json([str(folder)], client=client, buckets=3, chunks=1) == expected
+    assert sd.analyze_json([str(folder)], client=client, buckets=1, chunks=2) == expected
 
 
 def test_a_scheduler_address_is_used_when_given(client, cli):
     # As with `--scheduler tcp://…`: a client of its own to a running scheduler (here the fixture's), closed after.
     run = "sample-traces/tp2_capture.sqlite.gz"
     address = client.scheduler.address
-    assert sd.analyze([run], scheduler=address) == cli("report", "--format", "json", run).rstrip("\n")
+    assert sd.analyze_json([run], scheduler=address) == cli("report", "--format", "json", run).rstrip("\n")
     assert client.status == "running"
 
 

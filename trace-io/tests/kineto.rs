@@ -8,24 +8,14 @@ use std::path::{Path, PathBuf};
 use shardscope_io::kineto;
 use shardscope_model::{ApiKind, CollectiveOp, CopyKind, RangeKind, Trace};
 
-/// The shared Kineto folder, found by walking up from the crate; `None` (and a printed notice)
-/// when the checkout has no `shared/` beside it.
-fn kineto_dir() -> Option<PathBuf> {
-    let mut dir = Some(Path::new(env!("CARGO_MANIFEST_DIR")));
-    while let Some(d) = dir {
-        let candidate = d.join("shared/traces/kineto");
-        if candidate.is_dir() {
-            return Some(candidate);
-        }
-        let beside = d.join("../shared/traces/kineto");
-        if beside.is_dir() {
-            return Some(beside);
-        }
-        dir = d.parent();
+/// The shared Kineto folder. Tests that call this carry `#[cfg_attr(not(shared_traces), ignore = …)]`: the build
+/// script sets that cfg, and the path, when `../shared/traces` is beside the checkout, so without it `cargo test`
+/// lists them as ignored rather than passed.
+fn kineto_dir() -> PathBuf {
+    match option_env!("SHARDSCOPE_SHARED_TRACES") {
+        Some(dir) => Path::new(dir).join("kineto"),
+        None => panic!("../shared/traces was not there when this test was built (see trace-io/build.rs)"),
     }
-    // Not eprintln!: the test harness hides that output when the test passes.
-    let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("skipped: ../shared/traces not found\n"));
-    None
 }
 
 fn read(dir: &Path, file: &str) -> Trace {
@@ -271,8 +261,9 @@ const EXPECTED: &[Expected] = &[
 ];
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn every_file_loads_with_the_counts_python_finds() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     for expected in EXPECTED {
         let trace = read(&dir, expected.file);
         let file = expected.file;
@@ -316,8 +307,9 @@ fn every_file_loads_with_the_counts_python_finds() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn launch_links_point_at_the_call_with_the_same_correlation() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let trace = read(&dir, "triton_example.json.gz");
     let kernel = &trace.kernels[0];
     assert_eq!(trace.kernel_name(kernel), "triton_poi_fused_add_cos_sin_0");
@@ -333,8 +325,9 @@ fn launch_links_point_at_the_call_with_the_same_correlation() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn nccl_kernels_get_the_collective_of_the_annotation_around_their_launch() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     // DLRM: every rank runs 3 all-reduces of 394241, 112 and 226960 floats (2,485,252 bytes) and
     // 5 all-to-alls of 6144 + 6144 floats, 24 longs, 384 + 3392 ints (64,448 bytes), the latter
     // as SendRecv kernels.
@@ -376,8 +369,9 @@ fn nccl_kernels_get_the_collective_of_the_annotation_around_their_launch() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn timestamps_keep_every_nanosecond() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     // The first kernel: "ts": 1712195495505582.988, "dur": 4.928 (an f64 reads 1712195495505583.0).
     let trace = read(&dir, "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
     let first = &trace.kernels[0];
@@ -390,8 +384,9 @@ fn timestamps_keep_every_nanosecond() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn base_time_becomes_the_clock_offset() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let trace = read(&dir, "mi250_minitoy_train_ROCm6_2_kineto.json.gz");
     assert_eq!(trace.clock_offset_ns, Some(1_735_632_360_000_000_000));
     assert_eq!(trace.source.schema_version.as_deref(), Some("1"));
@@ -409,8 +404,9 @@ fn base_time_becomes_the_clock_offset() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn cpu_only_trace_has_a_ranked_process_and_no_gpu() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let trace = read(&dir, "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz");
     assert!(trace.kernels.is_empty() && trace.devices.is_empty() && trace.collectives.is_empty());
     assert_eq!(trace.processes.len(), 1);
@@ -430,8 +426,9 @@ fn cpu_only_trace_has_a_ranked_process_and_no_gpu() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn devices_take_their_properties_and_process_names_their_metadata() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let trace = read(&dir, "dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz");
     assert_eq!(trace.devices.len(), 1);
     let device = &trace.devices[0];
@@ -444,8 +441,9 @@ fn devices_take_their_properties_and_process_names_their_metadata() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn a_folder_of_ranks_loads_as_one_trace_per_rank() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let traces = shardscope_io::load(&dir.join("dlrm_8rank")).unwrap();
     let ranks: Vec<Option<u32>> = traces.iter().map(|t| t.processes[0].rank).collect();
     assert_eq!(ranks, (0..8).map(Some).collect::<Vec<_>>());
@@ -480,6 +478,7 @@ fn assert_one_line_error(path: &Path, expect_in_message: &str) {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_one_line_error(Path::new("/nonexistent/trace.json.gz"), "No such file");
     assert_one_line_error(&TempFile::new("empty.json", b"").0, "empty");
@@ -488,7 +487,7 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_one_line_error(&TempFile::new("events-object.json", b"{\"traceEvents\": {}}").0, "is not an array");
     assert_one_line_error(&TempFile::new("not-utf8.json", b"{\"traceEvents\": [\"\xff\"]}").0, "UTF-8");
     assert_one_line_error(&TempFile::new("number.json", b"42").0, "expected a Chrome trace JSON object");
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     // Truncated plain JSON: cut in the middle of an event.
     let plain = std::fs::read(dir.join("backward_thread.json")).unwrap();
     assert_one_line_error(&TempFile::new("cut.json", &plain[..plain.len() / 2]).0, "unexpected end of the JSON text");
@@ -505,8 +504,9 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn every_prefix_and_corruption_of_a_trace_fails_cleanly() {
-    let Some(dir) = kineto_dir() else { return };
+    let dir = kineto_dir();
     let text = std::fs::read(dir.join("backward_thread.json")).unwrap();
     let file = TempFile::new("prefix.json", b"");
     // Every cut of the text either loads (only the whole file does) or gives a one-line error.

@@ -123,8 +123,8 @@ const EXPECTED: &[Expected] = &[
     },
 ];
 
-fn nsys_dir() -> Option<PathBuf> {
-    shared_traces().map(|d| d.join("nsys"))
+fn nsys_dir() -> PathBuf {
+    shared_traces().join("nsys")
 }
 
 fn check(trace: &Trace, e: &Expected) {
@@ -154,8 +154,9 @@ fn check(trace: &Trace, e: &Expected) {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn every_real_export_loads_with_the_counted_contents() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
@@ -173,8 +174,9 @@ fn every_real_export_loads_with_the_counted_contents() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn processes_devices_and_names_are_decoded() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let trace = nsys::read(&dir.join("mfu_2gpu_before.sqlite")).unwrap();
     // PROCESSES: globalPid 281477392629760 = pid 144, 281477409406976 = pid 145, both python3.
     let pids: Vec<(u32, u64, &str)> = trace.processes.iter().map(|p| (p.pid, p.global_pid, p.name.as_str())).collect();
@@ -213,8 +215,9 @@ fn processes_devices_and_names_are_decoded() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn gpu_table_fills_device_properties() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let trace = nsys::read(&dir.join("perlmutter-cloverleaf-cuda.sqlite")).unwrap();
     let ordinals: Vec<u32> = trace.devices.iter().map(|d| d.ordinal).collect();
     assert_eq!(ordinals, vec![0, 1, 2, 3]);
@@ -246,8 +249,9 @@ fn modified_copy(dir: &Path, temp: &TempDir, file: &str, sql: &str) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn nvtx_domains_are_named_by_their_create_row() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     // As exported, domain 1's NvtxDomainCreate row lies before the window: 462 ranges keep the id.
     let trace = nsys::read(&dir.join("mfu_2gpu_before.sqlite")).unwrap();
     let in_domain = |t: &Trace, name: &str| t.ranges.iter().filter(|r| t.names.get(r.domain) == name).count();
@@ -273,8 +277,9 @@ fn nvtx_domains_are_named_by_their_create_row() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn unterminated_ranges_are_counted_not_kept() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let temp = TempDir::new("unterminated");
     // 10 of the 16782 push/pop ranges lose their end.
     let copy = modified_copy(
@@ -290,8 +295,9 @@ fn unterminated_ranges_are_counted_not_kept() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn export_without_metadata_table_loads() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let temp = TempDir::new("no-meta");
     let copy = modified_copy(&dir, &temp, "mfu_2gpu_after.sqlite", "DROP TABLE META_DATA_EXPORT;");
     let trace = nsys::read(&copy).unwrap();
@@ -302,8 +308,9 @@ fn export_without_metadata_table_loads() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn export_without_enum_tables_uses_documented_ids() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let temp = TempDir::new("no-enums");
     let copy = modified_copy(
         &dir,
@@ -374,8 +381,9 @@ fn bad_files_give_one_line_errors_naming_the_file() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn truncated_and_future_exports_are_refused() {
-    let Some(dir) = nsys_dir() else { return };
+    let dir = nsys_dir();
     let temp = TempDir::new("refused");
     for (file, keep) in [("mfu_2gpu_before.sqlite", 4096), ("h100_2gpu_1s.sqlite", 1 << 20)] {
         let truncated = temp.path().join(format!("truncated-{keep}-{file}"));
@@ -403,12 +411,8 @@ fn truncated_and_future_exports_are_refused() {
 #[test]
 fn committed_two_rank_export_matches_nsys_stats() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/tp2_nsys.sqlite.gz");
-    if !path.exists() {
-        // Not eprintln!: the test harness hides that output when the test passes.
-        let _ =
-            std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("skipped: {} not found\n", path.display()));
-        return;
-    }
+    // A committed sample: every checkout has it.
+    assert!(path.is_file(), "{} is committed", path.display());
     let traces = shardscope_io::load(&path).unwrap();
     let trace = &traces[0];
     assert_eq!(trace.source.schema_version.as_deref(), Some("3.20.3"));

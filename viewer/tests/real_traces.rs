@@ -2,7 +2,7 @@
 //! and the range-statistics panel shows what `shardscope_analyzer::report::analyze` computes
 //! for the same files and window.
 //!
-//! Skipped (with a note on stderr) where `../shared/traces` is absent, as in a user's clone.
+//! Listed as ignored ("needs ../shared/traces") where that folder is absent, as in a user's clone.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,21 +12,12 @@ use shardscope_viewer::load::{Loaded, load_paths};
 use shardscope_viewer::panels::range_stats::RangeStats;
 use shardscope_viewer::timeline::layout::EventKind;
 
-fn shared_traces() -> Option<PathBuf> {
-    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        let candidate = dir.join("shared/traces");
-        if candidate.is_dir() {
-            return Some(candidate);
-        }
-        if !dir.pop() {
-            // Not eprintln!: the test harness hides that output when the test passes.
-            let _ = std::io::Write::write_fmt(
-                &mut std::io::stderr(),
-                format_args!("skipped: ../shared/traces not found\n"),
-            );
-            return None;
-        }
+/// `../shared/traces` beside the checkout. Tests that call this carry `#[cfg_attr(not(shared_traces), ignore = …)]`:
+/// the build script sets that cfg, and the path, when it finds the folder.
+fn shared_traces() -> PathBuf {
+    match option_env!("SHARDSCOPE_SHARED_TRACES") {
+        Some(dir) => PathBuf::from(dir),
+        None => panic!("../shared/traces was not there when this test was built (see viewer/build.rs)"),
     }
 }
 
@@ -39,8 +30,9 @@ fn count_kind(loaded: &Loaded, kind: EventKind) -> usize {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn every_event_of_an_nsys_export_is_in_one_track() {
-    let Some(traces) = shared_traces() else { return };
+    let traces = shared_traces();
     let loaded = load(traces.join("nsys/mfu_2gpu_before.sqlite"));
     let trace = &loaded.data.traces[0];
     // sqlite3: SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL → 4010 (2 devices);
@@ -86,15 +78,17 @@ fn assert_panel_matches_analyzer(loaded: Loaded, window_ns: Option<(i64, i64)>) 
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn whole_trace_statistics_equal_the_analyzer_report_nsys() {
-    let Some(traces) = shared_traces() else { return };
+    let traces = shared_traces();
     let loaded = load(traces.join("nsys/mfu_2gpu_before.sqlite"));
     assert_panel_matches_analyzer(loaded, None);
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn range_statistics_equal_the_analyzer_report_for_the_same_window() {
-    let Some(traces) = shared_traces() else { return };
+    let traces = shared_traces();
     let loaded = load(traces.join("nsys/mfu_2gpu_before.sqlite"));
     let (t0, t1) = (loaded.data.t0_ns, loaded.data.t1_ns);
     let window = (t0 + (t1 - t0) / 3, t0 + 2 * (t1 - t0) / 3);
@@ -102,8 +96,9 @@ fn range_statistics_equal_the_analyzer_report_for_the_same_window() {
 }
 
 #[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn whole_trace_statistics_equal_the_analyzer_report_kineto_8_ranks() {
-    let Some(traces) = shared_traces() else { return };
+    let traces = shared_traces();
     let loaded = load(traces.join("kineto/dlrm_8rank"));
     assert_eq!(loaded.data.traces.len(), 8);
     assert_panel_matches_analyzer(loaded, None);

@@ -105,7 +105,13 @@ def _assemble(options: str, headers: List[bytes], n_groups: int, *finished_and_i
     return _native.assemble(headers, finished, list(finished_and_instances[n_groups:]), options)
 
 
-def analyze(
+def analyze(paths: Sequence[str], options: Optional[Options] = None, **cluster: Any) -> Dict[str, Any]:
+    """The report of the run in ``paths``, computed on Dask, as a dict: what ``Run.report()`` returns for the same
+    files. ``cluster``: the keywords of ``analyze_json``."""
+    return json.loads(analyze_json(paths, options, **cluster))
+
+
+def analyze_json(
     paths: Sequence[str],
     options: Optional[Options] = None,
     client: Any = None,
@@ -115,7 +121,7 @@ def analyze(
     chunks: Optional[int] = None,
     memory_limit: Optional[str] = None,
 ) -> str:
-    """The report JSON of the run in ``paths``, computed on Dask.
+    """The report JSON of the run in ``paths``, computed on Dask: the text ``analyzer report --format json`` prints.
 
     ``client``: a ``distributed.Client`` to use; else one for ``scheduler`` (an address), else a ``LocalCluster``
     of ``workers`` single-threaded worker processes, closed afterwards. ``buckets``: how many keyed reductions the
@@ -124,8 +130,7 @@ def analyze(
     if more, at most one per file). ``memory_limit``: each ``LocalCluster`` worker's memory (e.g. ``"4GiB"``); past
     60 % of it the worker spills stored results to disk (Dask's default: the machine's memory shared by the workers).
     """
-    from distributed import Client, LocalCluster
-
+    Client, LocalCluster = _distributed()
     options = options or Options()
     own_client = None
     cluster = None
@@ -297,6 +302,15 @@ def write_results(report_json: str, out: str) -> Dict[str, str]:
     return written
 
 
+def _distributed() -> Any:
+    """``distributed.Client`` and ``LocalCluster``, or an ImportError that names the extra to install."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as error:
+        raise ImportError(f"shardscope.dask needs Dask ({error}): pip install 'shardscope[dask]'") from None
+    return Client, LocalCluster
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardscope.dask", description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", help="trace files, folders of per-rank files, Parquet datasets")
@@ -318,6 +332,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--allow-mixed", action="store_true")
     parser.add_argument("--keep-instances", action="store_true", help="keep every matched instance in the report")
     args = parser.parse_args(argv)
+    try:
+        _distributed()
+    except ImportError as error:
+        print(error, file=sys.stderr)
+        return 2
     window = None
     if args.window:
         try:
@@ -338,7 +357,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       window_ns=window, skip_steps=args.skip_steps, bench=args.bench, allow_mixed=args.allow_mixed,
                       keep_instances=args.keep_instances)
     try:
-        text = analyze(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets,
+        text = analyze_json(args.traces, options, scheduler=args.scheduler, workers=args.workers, buckets=args.buckets,
                        chunks=args.chunks, memory_limit=args.memory_limit)
     except ShardscopeError as error:
         print(f"shardscope.dask: {error}", file=sys.stderr)
