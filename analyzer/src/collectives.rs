@@ -118,6 +118,43 @@ pub struct GroupSummary {
     pub late_rank_counts: BTreeMap<u32, u64>,
 }
 
+/// What one rank's late arrivals cost the others: the collectives it arrived last at, and the waiting of the other
+/// members there. The late rank is the one whose lateness caused the most waiting, not the one most often last:
+/// many short waits can weigh less than a few long ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankLateness {
+    /// The rank.
+    pub rank: u32,
+    /// Matched collectives this rank arrived at last.
+    pub arrived_last: u64,
+    /// Summed wait of the other members of those collectives (the late member itself waits 0).
+    pub caused_wait_ns: i64,
+    /// The most waiting one of those collectives caused.
+    pub largest_wait_ns: i64,
+}
+
+/// Per rank that arrived last at least once, what its lateness cost; ordered by the waiting caused, most first
+/// (ties: the lower rank first).
+pub fn lateness(instances: &[Instance]) -> Vec<RankLateness> {
+    let mut by_rank: BTreeMap<u32, RankLateness> = BTreeMap::new();
+    for instance in instances {
+        let entry = by_rank.entry(instance.late_rank).or_insert(RankLateness {
+            rank: instance.late_rank,
+            arrived_last: 0,
+            caused_wait_ns: 0,
+            largest_wait_ns: 0,
+        });
+        entry.arrived_last += 1;
+        // The late member's own wait is zero (its start is the latest), so the instance's summed wait is the
+        // others' waiting.
+        entry.caused_wait_ns = entry.caused_wait_ns.saturating_add(instance.wait_total_ns);
+        entry.largest_wait_ns = entry.largest_wait_ns.max(instance.wait_total_ns);
+    }
+    let mut list: Vec<RankLateness> = by_rank.into_values().collect();
+    list.sort_by(|a, b| b.caused_wait_ns.cmp(&a.caused_wait_ns).then(a.rank.cmp(&b.rank)));
+    list
+}
+
 /// The result of matching.
 #[derive(Debug, Clone, Default)]
 pub struct Matching {
@@ -677,6 +714,30 @@ mod fabricated {
         // 64 MiB over 100 µs on 2 ranks: busbw = algbw = 671.1 GB/s.
         assert!((second.busbw_gbps.unwrap() - (64u64 << 20) as f64 / 100_000.0).abs() < 1e-9);
         assert_eq!(m.unmatched_kernels, 0);
+    }
+
+    /// Rank 0 is last three times by 10 µs, rank 1 once by 1 ms: rank 1's lateness caused the most waiting, and
+    /// the late rank is rank 1 though rank 0 was last more often.
+    #[test]
+    fn the_rank_whose_lateness_cost_most_comes_first_not_the_one_most_often_last() {
+        let rank0 = rank_trace(
+            0,
+            &[(10_000, 50_000, None), (110_000, 150_000, None), (210_000, 250_000, None), (300_000, 1_350_000, None)],
+        );
+        let rank1 = rank_trace(
+            1,
+            &[(0, 50_000, None), (100_000, 150_000, None), (200_000, 250_000, None), (1_300_000, 1_350_000, None)],
+        );
+        let m = run(&[rank0, rank1]);
+        let late: Vec<u32> = m.instances.iter().map(|i| i.late_rank).collect();
+        assert_eq!(late, [0, 0, 0, 1]);
+        assert_eq!(
+            lateness(&m.instances),
+            [
+                RankLateness { rank: 1, arrived_last: 1, caused_wait_ns: 1_000_000, largest_wait_ns: 1_000_000 },
+                RankLateness { rank: 0, arrived_last: 3, caused_wait_ns: 30_000, largest_wait_ns: 10_000 },
+            ]
+        );
     }
 
     /// With sequence numbers recorded, instances pair by them even when one rank's kernels ran in another order
