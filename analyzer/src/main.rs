@@ -194,7 +194,9 @@ enum Command {
         perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
-    /// attribution to op categories and ranks.
+    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (step 0 and
+    /// what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
+    /// measured time by more than 1 % or its no-straggler ideal is slower than measured; it says why instead.
     WhatIf {
         #[command(flatten)]
         model: ModelArgs,
@@ -213,9 +215,12 @@ enum Command {
         /// (its results JSON).
         #[arg(long, value_name = "BENCH.json")]
         comm_at_peak: Option<PathBuf>,
+        /// Model the whole trace, start-up included, instead of the steady-state steps.
+        #[arg(long, conflicts_with_all = ["step", "window"])]
+        whole_trace: bool,
         /// Instead of GPU traces: a training-operation trace in the format of the OSDI'25 straggler paper's
         /// artifact (Parquet, one row per operation); prints S, S_t, S_w per DP rank and stage, M_W and M_S.
-        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak"])]
+        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak", "whole_trace"])]
         straggler_artifact: Option<PathBuf>,
         /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
         #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
@@ -476,7 +481,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
         Command::CriticalPath { model, limit, perfetto } => {
             let format = model_format(model.format)?;
-            let (traces, model) = load_model(model)?;
+            let (traces, model) = load_model(model, false)?;
             let path = critical_path::critical_path(&traces, &model);
             if let Some(out) = perfetto {
                 let ideal = whatif::no_straggler_times(&model);
@@ -516,7 +521,7 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&straggler_artifact::table(&report))?,
             }
         }
-        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, .. } => {
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace, .. } => {
             let format = model_format(model.format)?;
             let scales = scales
                 .iter()
@@ -525,7 +530,7 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(anyhow::Error::msg)?;
             let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
             let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
-            let (_, model) = load_model(model)?;
+            let (_, model) = load_model(model, !whole_trace)?;
             whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
             let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
             let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
@@ -626,8 +631,9 @@ fn model_format(format: OutputFormat) -> Result<OutputFormat> {
     Ok(format)
 }
 
-/// Loads the traces of a dependency-model command and builds the model of its step or window.
-fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
+/// Loads the traces of a dependency-model command and builds the model of its step or window; without either,
+/// of the whole trace, or with `steady` of the steady-state steps.
+fn load_model(args: ModelArgs, steady: bool) -> Result<(Vec<Trace>, critical_path::Model)> {
     let ModelArgs { analysis, step, .. } = args;
     let classifier = match &analysis.rules {
         Some(path) => Classifier::load(path)?,
@@ -652,8 +658,12 @@ fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
-    let model = critical_path::build_model(&traces, &options, analysis.window, step)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
+    let model = if steady && step.is_none() && analysis.window.is_none() {
+        critical_path::build_steady_model(&traces, &options)
+    } else {
+        critical_path::build_model(&traces, &options, analysis.window, step)
+    }
+    .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
     Ok((traces, model))
 }
 

@@ -441,7 +441,13 @@ impl Run {
         // As `analyzer what-if`: the model is built with the options' rules and patterns, not its window.
         let options = Options { window_ns: None, keep_instances: false, ..self.options.clone() };
         let result = py.detach(|| {
-            let model = critical_path::build_model(&self.traces, &options, window_ns, step).map_err(fail)?;
+            // Without a step or window, the steady-state steps, as the CLI.
+            let model = if step.is_none() && window_ns.is_none() {
+                critical_path::build_steady_model(&self.traces, &options)
+            } else {
+                critical_path::build_model(&self.traces, &options, window_ns, step)
+            }
+            .map_err(fail)?;
             whatif::check_scales(&model.graph, &scales).map_err(fail)?;
             let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
             let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
