@@ -77,6 +77,9 @@ pub struct Instance {
     pub phase: Option<String>,
     /// Each taking rank's wait for the last rank, by rank number (the heatmap of waiting is drawn from these).
     pub rank_wait_ns: BTreeMap<u32, i64>,
+    /// Each taking rank's kernel as `[start_ns, end_ns]`, by rank number, on that rank's trace clock (as recorded,
+    /// before any alignment of clocks across hosts: the clock `--window` takes).
+    pub rank_times_ns: BTreeMap<u32, [i64; 2]>,
     /// Its kernels: (index of the trace in the input, index of the kernel in that trace).
     #[serde(skip)]
     pub members: Vec<(usize, u32)>,
@@ -442,6 +445,7 @@ pub fn match_instance(
     let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
     let mut shares = Vec::with_capacity(members.len());
     let mut rank_wait_ns = BTreeMap::new();
+    let mut rank_times_ns = BTreeMap::new();
     for (member, &(start, end)) in shifted.iter().enumerate() {
         let arrival_done = latest.min(end);
         let share =
@@ -449,6 +453,8 @@ pub fn match_instance(
         max_wait_ns = max_wait_ns.max(share.wait_ns);
         wait_total_ns += share.wait_ns;
         rank_wait_ns.insert(ranks[members[member].0].1, share.wait_ns);
+        let recorded = &members[member].1;
+        rank_times_ns.insert(ranks[members[member].0].1, [recorded.start_ns, recorded.end_ns]);
         shares.push(share);
     }
     let transfer_ns = (last_end - latest).max(0);
@@ -472,6 +478,7 @@ pub fn match_instance(
         busbw_gbps: algbw_gbps.map(|a| a * bus_factor(op, nranks)),
         phase,
         rank_wait_ns,
+        rank_times_ns,
         members: members.iter().map(|(i, k)| (ranks[*i].0.trace, k.kernel)).collect(),
         shares,
     };

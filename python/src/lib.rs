@@ -290,7 +290,9 @@ impl Run {
         for instance in &self.report.instances {
             for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
                 let device = self.traces[trace].kernels[kernel as usize].device;
-                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share));
+                let recorded = &self.traces[trace].kernels[kernel as usize];
+                let times = (recorded.start_ns, recorded.end_ns);
+                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share, times));
             }
         }
         table(
@@ -303,6 +305,9 @@ impl Run {
                 ("bytes", opt_u64s(rows.iter().map(|r| r.0.bytes)), true),
                 ("nranks", u32s(rows.iter().map(|r| r.0.nranks)), false),
                 ("rank", u32s(rows.iter().map(|r| r.1)), false),
+                // The member's kernel on its rank's trace clock, as recorded.
+                ("start_ns", i64s(rows.iter().map(|r| r.3.0)), false),
+                ("end_ns", i64s(rows.iter().map(|r| r.3.1)), false),
                 ("wait_ns", i64s(rows.iter().map(|r| r.2.wait_ns)), false),
                 ("transfer_ns", i64s(rows.iter().map(|r| r.2.transfer_ns)), false),
                 ("late", bools(rows.iter().map(|r| r.2.late)), false),
