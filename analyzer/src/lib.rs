@@ -19,6 +19,7 @@ pub mod bench_peaks;
 pub mod categories;
 pub mod charts;
 pub mod collectives;
+pub mod colors;
 pub mod compare;
 pub mod critical_path;
 pub mod depgraph;

@@ -364,6 +364,13 @@ impl ViewerApp {
                     ui.label(name);
                 }
                 ui.separator();
+                let (start_ns, end_ns) = (session.view.start_ns.floor() as i64, session.view.end_ns.ceil() as i64);
+                ui.label(format!(
+                    "window {start_ns}:{end_ns} ns ({})",
+                    crate::timeline::paint::format_duration((end_ns - start_ns) as f64)
+                ))
+                .on_hover_text("Start and end on the trace clock, as --window takes them");
+                ui.separator();
                 ui.label(
                     RichText::new(format!(
                         "{} traces · {} events · {} tracks · loaded in {:.2} s · {} items drawn",
@@ -448,7 +455,12 @@ impl ViewerApp {
                 if self.summary_stats.is_computing() {
                     ui.spinner();
                 }
-                summary_ui(ui, &session.data.categories, &self.summary_stats.ranks);
+                summary_ui(
+                    ui,
+                    &session.data.categories,
+                    &self.summary_stats.ranks,
+                    &self.summary_stats.late_rank_verdict,
+                );
             }
         });
         if let Some(DetailsAction::Select(selected)) = action {
