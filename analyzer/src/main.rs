@@ -598,6 +598,9 @@ fn perfetto_export_sentence(stats: &shardscope::perfetto::ExportStats) -> String
         stats.kernel_flows,
         stats.bytes as f64 / 1e6
     );
+    if stats.overlap_rows > 0 {
+        text.push_str(&format!("; {} extra row(s) for slices that overlap without nesting", stats.overlap_rows));
+    }
     if stats.clamped_timestamps > 0 {
         text.push_str(&format!("; {} slice(s) before the clock's zero written at 0", stats.clamped_timestamps));
     }
