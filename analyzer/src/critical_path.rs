@@ -152,13 +152,13 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
     })
 }
 
+/// Per rank the window of its steady-state steps (`None`: the whole trace), the first and last step, and what is
+/// left out.
+type SteadyWindows = (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>);
+
 /// Per rank the window of its steady-state steps (the same step numbers on every rank), the step range, and
 /// what is left out, in words; all windows `None` (the whole trace) when there are too few steps.
-fn steady_windows(
-    traces: &[Trace],
-    rank_steps: &[&[(i64, i64)]],
-    skip_steps: usize,
-) -> (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>) {
+fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], skip_steps: usize) -> SteadyWindows {
     let common = rank_steps.iter().map(|s| s.len()).min().unwrap_or(0);
     // The first step is warm-up unless --skip-steps already left warm-up out (and unless it is one of two).
     let first = usize::from(skip_steps == 0 && common >= 3);

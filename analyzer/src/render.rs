@@ -527,9 +527,9 @@ pub fn comparison_table(c: &Comparison) -> String {
         out.push('\n');
         for row in &phase.rows {
             let _ = write!(out, "{:<22}", truncate(&row.what, 22));
-            for index in 0..c.runs.len() {
+            for (index, &width) in widths.iter().enumerate() {
                 let time = row.per_rank_ns[index].map(|ns| duration(ns.round() as i64)).unwrap_or_else(|| "-".into());
-                let _ = write!(out, " {time:>width$}", width = widths[index]);
+                let _ = write!(out, " {time:>width$}");
                 if index > 0 {
                     let speedup = row.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
                     let efficiency =
@@ -541,9 +541,9 @@ pub fn comparison_table(c: &Comparison) -> String {
         }
         if let Some(throughput) = c.throughput.as_ref().filter(|_| phase.phase.is_empty()) {
             let _ = write!(out, "{:<22}", "tokens/s");
-            for index in 0..c.runs.len() {
+            for (index, &width) in widths.iter().enumerate() {
                 let rate = throughput.tokens_per_s[index].map(|t| format!("{t:.1}")).unwrap_or_else(|| "-".into());
-                let _ = write!(out, " {rate:>width$}", width = widths[index]);
+                let _ = write!(out, " {rate:>width$}");
                 if index > 0 {
                     let speedup = throughput.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
                     let efficiency =
