@@ -12,6 +12,9 @@ use crate::timeline::paint::format_duration;
 /// A time window in ns (start, end); `None` = the whole trace.
 type Window = Option<(i64, i64)>;
 
+/// What the background thread sends back: the per-rank figures and the late-rank verdict.
+type WindowFigures = (Vec<RankFigures>, String);
+
 /// Figures for one window, computed on a background thread because the analyzer walks every
 /// event of every rank (seconds for ten million kernels) and the window must stay responsive.
 #[derive(Debug, Default)]
@@ -23,7 +26,7 @@ pub struct RangeStats {
     /// The report's late-rank verdict for the window.
     pub late_rank_verdict: String,
     computed: bool,
-    pending: Option<(Window, Receiver<(Vec<RankFigures>, String)>)>,
+    pending: Option<(Window, Receiver<WindowFigures>)>,
 }
 
 impl RangeStats {
