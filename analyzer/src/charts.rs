@@ -21,7 +21,7 @@ use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
 use plotters::coord::types::{RangedCoordf64, RangedCoordusize};
 use plotters::prelude::*;
 
-use crate::categories::{self, Classifier};
+use crate::categories::Classifier;
 
 /// The colours around the data: light (the default) or the viewer's dark panel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -63,11 +63,6 @@ fn foreground() -> RGBColor {
     theme_colors().1
 }
 
-/// What a collective's waiting colour is blended towards, in both themes: the viewer's dark panel, so that waiting
-/// reads darker than transfer as in the viewer.
-const WAIT_BLEND: [u8; 3] = [27, 27, 27];
-/// How much of a colour a collective's waiting part keeps (the viewer draws waiting at 40 %).
-const WAIT_SHADE: f64 = 0.4;
 /// Text sizes, pixels: axis labels and legends, titles.
 const LABEL_PX: u32 = 15;
 const TITLE_PX: u32 = 20;
@@ -227,38 +222,20 @@ fn rgb(color: [u8; 3]) -> RGBColor {
     RGBColor(color[0], color[1], color[2])
 }
 
-/// The colour of a report label (`gemm`, `comm.all_reduce`, `wait.all_reduce`): the rules file's colour of its
-/// category (communication for `comm.`/`wait.`), waiting darker; else one derived from the name, as the viewer
-/// does, so that it stays the same whatever the category order.
+/// The colour of a report label (`gemm`, `comm.all_reduce`, `wait.all_reduce`): the one rule of
+/// [`crate::colors`], which the viewer follows too.
 pub fn category_color(classifier: &Classifier, label: &str) -> [u8; 3] {
-    let (category, waiting) = if let Some(op) = label.strip_prefix(categories::WAIT_PREFIX) {
-        let _ = op;
-        (categories::COMMUNICATION, true)
-    } else if label.starts_with(categories::COMM_PREFIX) {
-        (categories::COMMUNICATION, false)
-    } else {
-        (label, false)
-    };
-    let id = classifier.categories().iter().position(|c| c == category);
-    let base = id.and_then(|i| classifier.color(categories::CategoryId(i as u16))).unwrap_or_else(|| palette(category));
-    if waiting { shade(base) } else { base }
+    crate::colors::label_color(classifier, label)
 }
 
 /// A colour from the palette chosen by the name (the viewer's rule for categories without a colour).
 pub fn palette(name: &str) -> [u8; 3] {
-    let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    PALETTE[(hash % PALETTE.len() as u32) as usize]
+    crate::colors::palette(name)
 }
 
 /// The n-th palette colour, for series.
 pub fn series_color(index: usize) -> [u8; 3] {
     PALETTE[index % PALETTE.len()]
-}
-
-/// The colour blended towards the background: a collective's waiting part.
-fn shade(color: [u8; 3]) -> [u8; 3] {
-    let bg = WAIT_BLEND;
-    std::array::from_fn(|i| (f64::from(color[i]) * WAIT_SHADE + f64::from(bg[i]) * (1.0 - WAIT_SHADE)).round() as u8)
 }
 
 /// A sequential colour scale for heatmaps (dark blue → teal → yellow), readable on the dark background.

@@ -77,6 +77,9 @@ pub struct Instance {
     pub phase: Option<String>,
     /// Each taking rank's wait for the last rank, by rank number (the heatmap of waiting is drawn from these).
     pub rank_wait_ns: BTreeMap<u32, i64>,
+    /// Each taking rank's kernel as `[start_ns, end_ns]`, by rank number, on that rank's trace clock (as recorded,
+    /// before any alignment of clocks across hosts: the clock `--window` takes).
+    pub rank_times_ns: BTreeMap<u32, [i64; 2]>,
     /// Its kernels: (index of the trace in the input, index of the kernel in that trace).
     #[serde(skip)]
     pub members: Vec<(usize, u32)>,
@@ -116,6 +119,43 @@ pub struct GroupSummary {
     pub busbw_pct_of_bench_same_size: Option<f64>,
     /// How often each rank arrived last.
     pub late_rank_counts: BTreeMap<u32, u64>,
+}
+
+/// What one rank's late arrivals cost the others: the collectives it arrived last at, and the waiting of the other
+/// members there. The late rank is the one whose lateness caused the most waiting, not the one most often last:
+/// many short waits can weigh less than a few long ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankLateness {
+    /// The rank.
+    pub rank: u32,
+    /// Matched collectives this rank arrived at last.
+    pub arrived_last: u64,
+    /// Summed wait of the other members of those collectives (the late member itself waits 0).
+    pub caused_wait_ns: i64,
+    /// The most waiting one of those collectives caused.
+    pub largest_wait_ns: i64,
+}
+
+/// Per rank that arrived last at least once, what its lateness cost; ordered by the waiting caused, most first
+/// (ties: the lower rank first).
+pub fn lateness(instances: &[Instance]) -> Vec<RankLateness> {
+    let mut by_rank: BTreeMap<u32, RankLateness> = BTreeMap::new();
+    for instance in instances {
+        let entry = by_rank.entry(instance.late_rank).or_insert(RankLateness {
+            rank: instance.late_rank,
+            arrived_last: 0,
+            caused_wait_ns: 0,
+            largest_wait_ns: 0,
+        });
+        entry.arrived_last += 1;
+        // The late member's own wait is zero (its start is the latest), so the instance's summed wait is the
+        // others' waiting.
+        entry.caused_wait_ns = entry.caused_wait_ns.saturating_add(instance.wait_total_ns);
+        entry.largest_wait_ns = entry.largest_wait_ns.max(instance.wait_total_ns);
+    }
+    let mut list: Vec<RankLateness> = by_rank.into_values().collect();
+    list.sort_by(|a, b| b.caused_wait_ns.cmp(&a.caused_wait_ns).then(a.rank.cmp(&b.rank)));
+    list
 }
 
 /// The result of matching.
@@ -405,6 +445,7 @@ pub fn match_instance(
     let (mut max_wait_ns, mut wait_total_ns) = (0, 0);
     let mut shares = Vec::with_capacity(members.len());
     let mut rank_wait_ns = BTreeMap::new();
+    let mut rank_times_ns = BTreeMap::new();
     for (member, &(start, end)) in shifted.iter().enumerate() {
         let arrival_done = latest.min(end);
         let share =
@@ -412,6 +453,8 @@ pub fn match_instance(
         max_wait_ns = max_wait_ns.max(share.wait_ns);
         wait_total_ns += share.wait_ns;
         rank_wait_ns.insert(ranks[members[member].0].1, share.wait_ns);
+        let recorded = &members[member].1;
+        rank_times_ns.insert(ranks[members[member].0].1, [recorded.start_ns, recorded.end_ns]);
         shares.push(share);
     }
     let transfer_ns = (last_end - latest).max(0);
@@ -435,6 +478,7 @@ pub fn match_instance(
         busbw_gbps: algbw_gbps.map(|a| a * bus_factor(op, nranks)),
         phase,
         rank_wait_ns,
+        rank_times_ns,
         members: members.iter().map(|(i, k)| (ranks[*i].0.trace, k.kernel)).collect(),
         shares,
     };
@@ -677,6 +721,30 @@ mod fabricated {
         // 64 MiB over 100 µs on 2 ranks: busbw = algbw = 671.1 GB/s.
         assert!((second.busbw_gbps.unwrap() - (64u64 << 20) as f64 / 100_000.0).abs() < 1e-9);
         assert_eq!(m.unmatched_kernels, 0);
+    }
+
+    /// Rank 0 is last three times by 10 µs, rank 1 once by 1 ms: rank 1's lateness caused the most waiting, and
+    /// the late rank is rank 1 though rank 0 was last more often.
+    #[test]
+    fn the_rank_whose_lateness_cost_most_comes_first_not_the_one_most_often_last() {
+        let rank0 = rank_trace(
+            0,
+            &[(10_000, 50_000, None), (110_000, 150_000, None), (210_000, 250_000, None), (300_000, 1_350_000, None)],
+        );
+        let rank1 = rank_trace(
+            1,
+            &[(0, 50_000, None), (100_000, 150_000, None), (200_000, 250_000, None), (1_300_000, 1_350_000, None)],
+        );
+        let m = run(&[rank0, rank1]);
+        let late: Vec<u32> = m.instances.iter().map(|i| i.late_rank).collect();
+        assert_eq!(late, [0, 0, 0, 1]);
+        assert_eq!(
+            lateness(&m.instances),
+            [
+                RankLateness { rank: 1, arrived_last: 1, caused_wait_ns: 1_000_000, largest_wait_ns: 1_000_000 },
+                RankLateness { rank: 0, arrived_last: 3, caused_wait_ns: 30_000, largest_wait_ns: 10_000 },
+            ]
+        );
     }
 
     /// With sequence numbers recorded, instances pair by them even when one rank's kernels ran in another order

@@ -299,6 +299,7 @@ mod tests {
                 end_spread_median_ns: None,
                 bench: None,
                 groups: vec![],
+                late_ranks: vec![],
             },
             instances: vec![],
             warnings: vec![],

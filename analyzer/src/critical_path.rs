@@ -30,12 +30,26 @@ pub struct Model {
     pub window_ns: Option<(i64, i64)>,
     /// The step, when the window is one.
     pub step: Option<usize>,
+    /// The first and last step, when the window is the steady-state steps ([`build_steady_model`]).
+    pub steps: Option<(usize, usize)>,
+    /// What the steady-state window leaves out of the trace, in words (empty for a window or step asked for).
+    pub excluded: Vec<String>,
     /// The input files.
     pub inputs: Vec<String>,
     /// Notes on the model as a whole.
     pub notes: Vec<String>,
     /// The collectives matched across ranks; the graph's barriers refer to its instances.
     pub matching: collectives::Matching,
+}
+
+/// How the window of a model is chosen.
+enum Selection {
+    /// A window of the trace clock (`None`: the whole trace).
+    Window(Option<(i64, i64)>),
+    /// One step, on each rank its own.
+    Step(usize),
+    /// The steady-state steps: see [`build_steady_model`].
+    SteadySteps,
 }
 
 /// Builds the model of `traces` for `window_ns`, or for step `step` (0 = the first step found on each rank; each
@@ -47,13 +61,24 @@ pub fn build_model(
     window_ns: Option<(i64, i64)>,
     step: Option<usize>,
 ) -> Result<Model, String> {
+    build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step))
+}
+
+/// Builds the model of the run's steady state: on each rank its steps from the second to the last (the first
+/// carries the start-up: allocations, autotuning, communicator set-up), or from the first when `--skip-steps`
+/// already left warm-up steps out. What that leaves out is listed in [`Model::excluded`]. Without steps on every
+/// rank, or with fewer than two steady steps, the model is of the whole trace and `excluded` says so.
+pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, String> {
+    build(traces, options, Selection::SteadySteps)
+}
+
+fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, String> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
     let mut whole = options.clone();
     whole.window_ns = None;
     let report = report::analyze(traces, &whole);
     let mut ranks = Vec::new();
-    let mut step_window: Option<(i64, i64)> = None;
-    let mut rank_windows: Vec<Option<(i64, i64)>> = Vec::new();
+    let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
     for rank in &report.ranks {
         let Some(trace_index) = traces.iter().position(|t| t.source.path == rank.source) else { continue };
         let trace = &traces[trace_index];
@@ -64,25 +89,41 @@ pub fn build_model(
             key: RankKey { trace: trace_index, device: shardscope_model::DeviceIdx(device as u32) },
             rank: rank.rank,
         });
-        if let Some(n) = step {
-            let intervals = rank.steps.as_ref().map(|s| s.intervals.as_slice()).unwrap_or_default();
-            let Some(&(start, end)) = intervals.get(n) else {
-                return Err(format!(
-                    "--step {n}: rank {} has {} step(s) (counted from 0, after --skip-steps)",
-                    rank.rank,
-                    intervals.len()
-                ));
-            };
-            step_window = Some(step_window.map_or((start, end), |(a, b)| (a.min(start), b.max(end))));
-            rank_windows.push(Some((start, end)));
-        } else {
-            rank_windows.push(window_ns);
-        }
+        rank_steps.push(rank.steps.as_ref().map(|s| s.intervals.as_slice()).unwrap_or_default());
     }
     if ranks.is_empty() {
         return Err("no GPU with kernels or memory operations in the input".into());
     }
-    let window_ns = step_window.or(window_ns);
+    let (mut step, mut steps, mut excluded) = (None, None, Vec::new());
+    let rank_windows: Vec<Option<(i64, i64)>> = match selection {
+        Selection::Window(window_ns) => vec![window_ns; ranks.len()],
+        Selection::Step(n) => {
+            step = Some(n);
+            let mut windows = Vec::with_capacity(ranks.len());
+            for (spec, intervals) in ranks.iter().zip(&rank_steps) {
+                let Some(&window) = intervals.get(n) else {
+                    return Err(format!(
+                        "--step {n}: rank {} has {} step(s) (counted from 0, after --skip-steps)",
+                        spec.rank,
+                        intervals.len()
+                    ));
+                };
+                windows.push(Some(window));
+            }
+            windows
+        }
+        Selection::SteadySteps => {
+            let (windows, range, left_out) = steady_windows(traces, &rank_steps, options.skip_steps);
+            steps = range;
+            excluded = left_out;
+            windows
+        }
+    };
+    let window_ns = rank_windows
+        .iter()
+        .copied()
+        .collect::<Option<Vec<(i64, i64)>>>()
+        .and_then(|w| Some((w.iter().map(|w| w.0).min()?, w.iter().map(|w| w.1).max()?)));
     let matching = collectives::match_traces(traces, &options.classifier);
     let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
     if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
@@ -103,10 +144,64 @@ pub fn build_model(
         graph,
         window_ns,
         step,
+        steps,
+        excluded,
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         notes,
         matching,
     })
+}
+
+/// Per rank the window of its steady-state steps (`None`: the whole trace), the first and last step, and what is
+/// left out.
+type SteadyWindows = (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>);
+
+/// Per rank the window of its steady-state steps (the same step numbers on every rank), the step range, and
+/// what is left out, in words; all windows `None` (the whole trace) when there are too few steps.
+fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], skip_steps: usize) -> SteadyWindows {
+    let common = rank_steps.iter().map(|s| s.len()).min().unwrap_or(0);
+    // The first step is warm-up unless --skip-steps already left warm-up out (and unless it is one of two).
+    let first = usize::from(skip_steps == 0 && common >= 3);
+    if common < first + 2 {
+        let whole = format!(
+            "nothing: {common} step(s) on every rank, too few for a steady state, so the whole trace (start-up \
+             included) is modelled; --step N or --window narrows it"
+        );
+        return (vec![None; rank_steps.len()], None, vec![whole]);
+    }
+    let last = common - 1;
+    let windows: Vec<Option<(i64, i64)>> = rank_steps.iter().map(|s| Some((s[first].0, s[last].1))).collect();
+    let trace_start = traces.iter().flat_map(|t| t.kernels.iter().map(|k| k.start_ns)).min();
+    let trace_end = traces.iter().flat_map(|t| t.kernels.iter().map(|k| k.end_ns)).max();
+    let window_start = windows.iter().flatten().map(|w| w.0).min().unwrap_or(0);
+    let window_end = windows.iter().flatten().map(|w| w.1).max().unwrap_or(0);
+    let mut excluded = Vec::new();
+    if first == 0 && skip_steps == 0 {
+        excluded.push(format!(
+            "nothing of step 0, although it may carry warm-up: only {common} steps on every rank (--step 1 \
+             models step 1 alone)"
+        ));
+    }
+    let skipped =
+        if skip_steps > 0 { format!(", after the {skip_steps} step(s) --skip-steps left out") } else { String::new() };
+    if let Some(start) = trace_start.filter(|&t| t < window_start) {
+        let before = if first == 1 { "start-up and step 0 (warm-up)" } else { "start-up" };
+        excluded.push(format!(
+            "{before}: {} of GPU time line before step {first}{skipped}",
+            human_ns(window_start - start)
+        ));
+    }
+    let longest = rank_steps.iter().map(|s| s.len()).max().unwrap_or(0);
+    if longest > common {
+        excluded.push(format!(
+            "steps after step {last} that not every rank has ({} on the rank with most)",
+            longest - common
+        ));
+    }
+    if let Some(end) = trace_end.filter(|&t| t > window_end) {
+        excluded.push(format!("after step {last}: {} of GPU time line", human_ns(end - window_end)));
+    }
+    (windows, Some((first, last)), excluded)
 }
 
 /// One segment of the critical path.

@@ -730,6 +730,7 @@ pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, Str
     for note in &report.notes {
         let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
     }
+    page.push_str(&crate::summary::late_rank_html(report));
     page.push_str(
         "<h2>Per rank</h2>\n<table>\n<tr><th class=\"l\">rank</th><th class=\"l\">GPU</th><th>span</th><th>busy</th>\
          <th>comm</th><th>transfer</th><th>wait</th><th>exposed comm</th><th>late</th><th>step p50</th>\

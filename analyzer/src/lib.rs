@@ -20,6 +20,7 @@ pub mod capture_gaps;
 pub mod categories;
 pub mod charts;
 pub mod collectives;
+pub mod colors;
 pub mod compare;
 pub mod critical_path;
 pub mod depgraph;

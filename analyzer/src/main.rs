@@ -106,7 +106,7 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
-        /// Kernels shown per rank in the table.
+        /// Kernels shown per rank in the table (0: all of them).
         #[arg(long, default_value_t = 10)]
         top: usize,
         #[command(flatten)]
@@ -141,10 +141,13 @@ enum Command {
         /// run), as each run has its own clock.
         #[arg(long = "window", value_name = "START_NS:END_NS", value_parser = parse_run_window)]
         windows: Vec<Option<(i64, i64)>>,
-        /// Tokens each run processed in the analysed time, once per run in order (`-` where unknown): adds a
-        /// tokens/s row (tokens ÷ the run's mean per-rank span).
-        #[arg(long = "tokens", value_name = "N")]
+        /// How many tokens each run processed in the analysed time, once per run in order (`-` where unknown):
+        /// adds a tokens/s row (tokens ÷ the run's mean per-rank span). (`report --tokens` is the batch shape.)
+        #[arg(long = "token-count", value_name = "N")]
         tokens: Vec<String>,
+        /// Leave each rank's first N steps (warm-up) out of the step-time distribution, in every run.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        skip_steps: usize,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
@@ -153,9 +156,9 @@ enum Command {
     KernSum {
         /// Trace files or folders; without any, the built-in sample.
         traces: Vec<PathBuf>,
-        /// `table` or `csv` (the CSV has nsys' header and number formatting).
+        /// Output format.
         #[arg(long, value_enum, default_value = "table")]
-        format: OutputFormat,
+        format: KernSumFormat,
         /// Only kernels reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them).
         #[arg(long, value_parser = window::parse)]
         window: Option<(i64, i64)>,
@@ -198,7 +201,9 @@ enum Command {
         perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
-    /// attribution to op categories and ranks.
+    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (step 0 and
+    /// what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
+    /// measured time by more than 1 % or its no-straggler ideal is slower than measured; it says why instead.
     WhatIf {
         #[command(flatten)]
         model: ModelArgs,
@@ -217,9 +222,12 @@ enum Command {
         /// (its results JSON).
         #[arg(long, value_name = "BENCH.json")]
         comm_at_peak: Option<PathBuf>,
+        /// Model the whole trace, start-up included, instead of the steady-state steps.
+        #[arg(long, conflicts_with_all = ["step", "window"])]
+        whole_trace: bool,
         /// Instead of GPU traces: a training-operation trace in the format of the OSDI'25 straggler paper's
         /// artifact (Parquet, one row per operation); prints S, S_t, S_w per DP rank and stage, M_W and M_S.
-        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak"])]
+        #[arg(long, value_name = "TRACE.parquet", conflicts_with_all = ["no_straggler", "comm_overlapped", "scales", "comm_at_peak", "whole_trace"])]
         straggler_artifact: Option<PathBuf>,
         /// The job's metadata file beside an artifact trace (`meta-*.yaml`: parallel sizes, the trial's name).
         #[arg(long, value_name = "META.yaml", requires = "straggler_artifact")]
@@ -248,6 +256,26 @@ enum Command {
     },
 }
 
+/// What `kern-sum` writes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum KernSumFormat {
+    /// A readable table.
+    Table,
+    /// The inputs, the window and one object per kernel name with the table's figures.
+    Json,
+    /// `nsys stats --report cuda_gpu_kern_sum --format csv`: its header and number formatting.
+    Csv,
+}
+
+/// What `critical-path` and `what-if` write.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ModelFormat {
+    /// A readable table.
+    Table,
+    /// Everything the table shows and more (every segment, the model's counts), as JSON.
+    Json,
+}
+
 /// What `export` writes.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ExportFormat {
@@ -266,9 +294,9 @@ struct ModelArgs {
     /// latest end.
     #[arg(long, value_name = "N", conflicts_with = "window")]
     step: Option<usize>,
-    /// `table` or `json`.
+    /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    format: OutputFormat,
+    format: ModelFormat,
 }
 
 /// A window for one run of `compare`: `START_NS:END_NS`, or `-` for the whole trace.
@@ -340,7 +368,9 @@ fn run(cli: Cli) -> Result<()> {
             let text = match format {
                 // The one-screen summary first, the details after it.
                 OutputFormat::Table => {
-                    shardscope_analyzer::summary::summary(&report) + "\n" + &render::table(&report, top)
+                    shardscope_analyzer::summary::summary(&report)
+                        + "\n"
+                        + &render::table(&report, if top == 0 { usize::MAX } else { top })
                 }
                 OutputFormat::Json => render::json(&report) + "\n",
                 OutputFormat::Csv => render::csv(&report),
@@ -356,7 +386,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             emit(&text)?;
         }
-        Command::Compare { runs, labels, phase_pattern, rules, windows, tokens, format } => {
+        Command::Compare { runs, labels, phase_pattern, rules, windows, tokens, skip_steps, format } => {
             if !labels.is_empty() && labels.len() != runs.len() {
                 bail!("--label: {} labels for {} runs", labels.len(), runs.len());
             }
@@ -365,7 +395,11 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--window: {} windows for {} runs (one per run, `-` for a whole run)", windows.len(), runs.len());
             }
             if !tokens.is_empty() && tokens.len() != runs.len() {
-                bail!("--tokens: {} counts for {} runs (one per run, `-` where unknown)", tokens.len(), runs.len());
+                bail!(
+                    "--token-count: {} counts for {} runs (one per run, `-` where unknown)",
+                    tokens.len(),
+                    runs.len()
+                );
             }
             let tokens: Vec<Option<u64>> = tokens
                 .iter()
@@ -373,7 +407,7 @@ fn run(cli: Cli) -> Result<()> {
                     "-" => Ok(None),
                     number => match number.parse::<u64>() {
                         Ok(n) if n > 0 => Ok(Some(n)),
-                        _ => Err(anyhow::anyhow!("--tokens: {number:?} is not a positive whole number or `-`")),
+                        _ => Err(anyhow::anyhow!("--token-count: {number:?} is not a positive whole number or `-`")),
                     },
                 })
                 .collect::<Result<_>>()?;
@@ -389,7 +423,7 @@ fn run(cli: Cli) -> Result<()> {
                     hta_include_last_step: false,
                     bench: None,
                     step_pattern: DEFAULT_STEP_PATTERN.to_string(),
-                    skip_steps: 0,
+                    skip_steps,
                     allow_mixed: false,
                 };
                 reports.push(run_analysis(analysis, false)?);
@@ -410,7 +444,7 @@ fn run(cli: Cli) -> Result<()> {
                     window::restrict(trace, window_ns);
                 }
                 // The CSV keeps nsys' layout to the byte, so the window is said on stderr there.
-                if format == OutputFormat::Csv {
+                if format == KernSumFormat::Csv {
                     let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
                 }
             }
@@ -426,12 +460,12 @@ fn run(cli: Cli) -> Result<()> {
             }
             match format {
                 // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
-                OutputFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
-                OutputFormat::Table => {
+                KernSumFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
+                KernSumFormat::Table => {
                     let note = window.map(|w| render::window_note(w) + "\n").unwrap_or_default();
                     emit(&(note + &render::kernel_summary_table(&rows)))?
                 }
-                OutputFormat::Json => {
+                KernSumFormat::Json => {
                     let inputs: Vec<&str> = traces.iter().map(|t| t.source.path.as_str()).collect();
                     let value = serde_json::json!({ "inputs": inputs, "window_ns": window, "kernels": rows });
                     emit(&(serde_json::to_string_pretty(&value)? + "\n"))?
@@ -450,7 +484,7 @@ fn run(cli: Cli) -> Result<()> {
             })
             .map_err(anyhow::Error::msg)?;
             let mut stderr = std::io::stderr();
-            let _ = writeln!(stderr, "analyzer: wrote {} ({stats:?})", output.display());
+            let _ = writeln!(stderr, "analyzer: wrote {}: {}", output.display(), perfetto_export_sentence(&stats));
             if let Some(window_ns) = window {
                 let _ = writeln!(
                     stderr,
@@ -501,9 +535,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Rules => emit(BUILTIN_RULES_TOML)?,
         Command::CriticalPath { model, limit, perfetto } => {
-            let format = model_format(model.format)?;
+            let format = model.format;
             refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
-            let (traces, model) = load_model(model)?;
+            let (traces, model) = load_model(model, false)?;
             let path = critical_path::critical_path(&traces, &model);
             if let Some(out) = perfetto {
                 let ideal = whatif::no_straggler_times(&model);
@@ -516,12 +550,12 @@ fn run(cli: Cli) -> Result<()> {
                 let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
             }
             match format {
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
-                _ => emit(&critical_path::table(&path, limit))?,
+                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
+                ModelFormat::Table => emit(&critical_path::table(&path, limit))?,
             }
         }
         Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, heatmap, .. } => {
-            let format = model_format(model.format)?;
+            let format = model.format;
             if !model.analysis.traces.is_empty() {
                 bail!("--straggler-artifact analyses its own trace: name no other input");
             }
@@ -543,12 +577,12 @@ fn run(cli: Cli) -> Result<()> {
                 let _ = writeln!(std::io::stderr(), "analyzer: wrote {} and {}", png.display(), svg.display());
             }
             match format {
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-                _ => emit(&straggler_artifact::table(&report))?,
+                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                ModelFormat::Table => emit(&straggler_artifact::table(&report))?,
             }
         }
-        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, .. } => {
-            let format = model_format(model.format)?;
+        Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace, .. } => {
+            let format = model.format;
             let scales = scales
                 .iter()
                 .map(|s| whatif::parse_scale(s))
@@ -556,14 +590,14 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(anyhow::Error::msg)?;
             let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
             let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
-            let (_, model) = load_model(model)?;
+            let (_, model) = load_model(model, !whole_trace)?;
             whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
             let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
             let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
             let report = whatif::what_if(&model, &scenario);
             match format {
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-                _ => emit(&whatif::table(&report))?,
+                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                ModelFormat::Table => emit(&whatif::table(&report))?,
             }
         }
         Command::Study { study, no_capture, capture, out, analyse_only } => {
@@ -580,6 +614,28 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What a Perfetto export wrote, as a reader would say it.
+fn perfetto_export_sentence(stats: &shardscope::perfetto::ExportStats) -> String {
+    let mut text = format!(
+        "{} trace(s), {} kernel, {} copy/set, {} CUDA API and {} range slices, {} kernels linked to their launch, \
+         {:.1} MB",
+        stats.traces,
+        stats.kernel_slices,
+        stats.memop_slices,
+        stats.api_slices,
+        stats.range_slices,
+        stats.kernel_flows,
+        stats.bytes as f64 / 1e6
+    );
+    if stats.overlap_rows > 0 {
+        text.push_str(&format!("; {} extra row(s) for slices that overlap without nesting", stats.overlap_rows));
+    }
+    if stats.clamped_timestamps > 0 {
+        text.push_str(&format!("; {} slice(s) before the clock's zero written at 0", stats.clamped_timestamps));
+    }
+    text
 }
 
 /// The traces and options a report was made from, for the charts' per-instance figures.
@@ -648,15 +704,9 @@ fn refuse_outputs_over_inputs(outputs: &[Option<&Path>], analysis: &AnalysisArgs
     Ok(shardscope_io::output::check_outputs(&outputs, &inputs)?)
 }
 
-fn model_format(format: OutputFormat) -> Result<OutputFormat> {
-    if format == OutputFormat::Csv {
-        bail!("--format csv: critical-path and what-if write table or json");
-    }
-    Ok(format)
-}
-
-/// Loads the traces of a dependency-model command and builds the model of its step or window.
-fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
+/// Loads the traces of a dependency-model command and builds the model of its step or window; without either,
+/// of the whole trace, or with `steady` of the steady-state steps.
+fn load_model(args: ModelArgs, steady: bool) -> Result<(Vec<Trace>, critical_path::Model)> {
     let ModelArgs { analysis, step, .. } = args;
     let classifier = match &analysis.rules {
         Some(path) => Classifier::load(path)?,
@@ -681,8 +731,12 @@ fn load_model(args: ModelArgs) -> Result<(Vec<Trace>, critical_path::Model)> {
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
-    let model = critical_path::build_model(&traces, &options, analysis.window, step)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
+    let model = if steady && step.is_none() && analysis.window.is_none() {
+        critical_path::build_steady_model(&traces, &options)
+    } else {
+        critical_path::build_model(&traces, &options, analysis.window, step)
+    }
+    .map_err(|e| anyhow::anyhow!("{}: {e}", display_list(&analysis.traces)))?;
     Ok((traces, model))
 }
 
@@ -724,7 +778,27 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
         allow_mixed: args.allow_mixed,
     };
     let report = report::analyze(&traces, &options);
+    if let Some(window_ns) = options.window_ns {
+        warn_if_window_is_empty(&report, window_ns);
+    }
     Ok((report, traces, options))
+}
+
+/// A window that holds no GPU work of any rank gives all-zero figures: say so, with where the traces lie.
+fn warn_if_window_is_empty(report: &report::Report, (start_ns, end_ns): (i64, i64)) {
+    let work = |f: &report::Figures| f.kernel_count + f.memop_count + f.cuda_graph_count;
+    if report.ranks.iter().map(|r| work(&r.figures)).sum::<u64>() > 0 {
+        return;
+    }
+    let ranges: Vec<(i64, i64)> = report.run_identities.iter().filter_map(|r| r.time_range_ns).collect();
+    let lies = match (ranges.iter().map(|r| r.0).min(), ranges.iter().map(|r| r.1).max()) {
+        (Some(first), Some(last)) => format!(" (the traces run from {first} to {last} ns)"),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "analyzer: warning: --window {start_ns}:{end_ns} holds no GPU work of any rank{lies}: every figure is zero"
+    );
 }
 
 /// Loads every named trace, or the built-in sample when none is named.

@@ -253,6 +253,9 @@ pub fn table(report: &Report, top: usize) -> String {
             figures_block(&mut out, &phase.figures, "    ");
         }
     }
+    if let Some(bench) = &report.collectives.bench {
+        bus_bandwidth_against_bench(&mut out, report, bench);
+    }
     if !report.collectives.groups.is_empty() {
         let _ = writeln!(out, "\n(`analyzer collectives` gives per-collective wait, transfer and bus bandwidth)");
     }
@@ -260,6 +263,32 @@ pub fn table(report: &Report, top: usize) -> String {
         let _ = writeln!(out, "\nwarning: {}: {} × {}", warning.source, warning.count, warning.what);
     }
     out
+}
+
+/// With `--bench`: each collective group's median bus bandwidth against what `bench` measured, so that the report's
+/// table shows what the bench results add.
+fn bus_bandwidth_against_bench(out: &mut String, report: &Report, bench: &str) {
+    let _ =
+        writeln!(out, "\nbus bandwidth against {bench} (median busbw; % of the best measured; % of the same size):");
+    let groups: Vec<_> = report.collectives.groups.iter().filter(|g| g.busbw_median_gbps.is_some()).collect();
+    if groups.is_empty() {
+        let _ = writeln!(out, "  no matched collective with a known size: nothing to compare");
+    }
+    let percent = |p: Option<f64>| p.map(|p| format!("{p:.0}%")).unwrap_or_else(|| "-".into());
+    for g in groups {
+        let phase = if g.phase.is_empty() { String::new() } else { format!(" {}", g.phase) };
+        let _ = writeln!(
+            out,
+            "  {} {}{phase} ({} × {}): {:.1} GB/s, {} of peak, {} of same size",
+            truncate(&g.communicator, 16),
+            g.op.name(),
+            g.count,
+            g.size_bucket,
+            g.busbw_median_gbps.unwrap_or(0.0),
+            percent(g.busbw_pct_of_peak),
+            percent(g.busbw_pct_of_bench_same_size)
+        );
+    }
 }
 
 /// Collectives matched across ranks, one row per communicator, type, size bucket and phase.
@@ -527,8 +556,10 @@ pub fn comparison_table(c: &Comparison) -> String {
             if inferred_in.is_empty() { String::new() } else { format!(" (inferred in {})", inferred_in.join(", ")) };
         let _ = writeln!(out, "\n== {title}{inferred} ({})", ranks.join(" | "));
         let _ = write!(out, "{:<22}", "");
+        // A run's column is as wide as its label (at least 12): labels are shown whole.
+        let widths: Vec<usize> = c.runs.iter().map(|label| label.chars().count().max(12)).collect();
         for (index, label) in c.runs.iter().enumerate() {
-            let _ = write!(out, " {:>12}", truncate(label, 12));
+            let _ = write!(out, " {label:>width$}", width = widths[index]);
             if index > 0 {
                 let _ = write!(out, " {:>8} {:>6}", "speedup", "eff.");
             }
@@ -536,9 +567,9 @@ pub fn comparison_table(c: &Comparison) -> String {
         out.push('\n');
         for row in &phase.rows {
             let _ = write!(out, "{:<22}", truncate(&row.what, 22));
-            for index in 0..c.runs.len() {
+            for (index, &width) in widths.iter().enumerate() {
                 let time = row.per_rank_ns[index].map(|ns| duration(ns.round() as i64)).unwrap_or_else(|| "-".into());
-                let _ = write!(out, " {time:>12}");
+                let _ = write!(out, " {time:>width$}");
                 if index > 0 {
                     let speedup = row.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
                     let efficiency =
@@ -550,9 +581,9 @@ pub fn comparison_table(c: &Comparison) -> String {
         }
         if let Some(throughput) = c.throughput.as_ref().filter(|_| phase.phase.is_empty()) {
             let _ = write!(out, "{:<22}", "tokens/s");
-            for index in 0..c.runs.len() {
+            for (index, &width) in widths.iter().enumerate() {
                 let rate = throughput.tokens_per_s[index].map(|t| format!("{t:.1}")).unwrap_or_else(|| "-".into());
-                let _ = write!(out, " {rate:>12}");
+                let _ = write!(out, " {rate:>width$}");
                 if index > 0 {
                     let speedup = throughput.speedup[index].map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
                     let efficiency =

@@ -284,6 +284,9 @@ pub struct CollectiveReport {
     pub bench: Option<String>,
     /// Per communicator, collective type, message-size bucket and phase.
     pub groups: Vec<GroupSummary>,
+    /// Per rank that arrived last at least once: how often, and the waiting of the others it caused there; the
+    /// first entry, the rank that caused the most waiting, is the late rank of the summary's verdict.
+    pub late_ranks: Vec<collectives::RankLateness>,
 }
 
 impl CollectiveReport {
@@ -296,6 +299,7 @@ impl CollectiveReport {
             end_spread_median_ns: matching.end_spread_median_ns,
             bench: options.bench_peaks.as_ref().map(|b| b.source.clone()),
             groups: collectives::summarize(matching, options.bench_peaks.as_ref()),
+            late_ranks: collectives::lateness(&matching.instances),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The one-screen summary that opens `analyzer report`'s table: per rank and phase the step (or phase instance)
 //! time, GPU busy time, communication transfer against waiting and the top five categories, then a verdict on
-//! whether one rank keeps the others waiting. At most [`MAX_COLUMNS`] columns, so it reads in an ordinary
-//! terminal; the details follow it.
+//! which rank's late arrivals kept the others waiting longest. At most [`MAX_COLUMNS`] columns, so it reads in an
+//! ordinary terminal; the details follow it.
 
 use std::fmt::Write as _;
 
@@ -12,8 +12,6 @@ use crate::report::{Figures, Report};
 pub const MAX_COLUMNS: usize = 100;
 /// Categories named per row.
 const TOP_CATEGORIES: usize = 5;
-/// A rank that arrived last at this share of the matched collectives (or more) is called the late rank.
-const LATE_RANK_SHARE_PCT: f64 = 60.0;
 
 fn pct(part: i64, whole: i64) -> f64 {
     if whole > 0 { 100.0 * part as f64 / whole as f64 } else { 0.0 }
@@ -58,7 +56,12 @@ fn row(out: &mut String, rank: &str, phase: &str, step_ns: Option<i64>, f: &Figu
     }
 }
 
-/// Who kept the others waiting, in one or two lines.
+/// Ranks named beside the late rank in the verdict (the others are counted).
+const OTHER_RANKS_NAMED: usize = 3;
+
+/// Who kept the others waiting, in one or two lines: the rank whose late arrivals caused the most waiting of the
+/// others, with how often it was last; then the next ranks likewise. A rank that is last often but only by a little
+/// costs less than one that is last seldom but long, so the waiting decides, not the count.
 pub fn late_rank_verdict(report: &Report) -> String {
     let matched = report.collectives.matched_instances;
     if matched == 0 {
@@ -68,24 +71,46 @@ pub fn late_rank_verdict(report: &Report) -> String {
             "late rank: no collective was matched across ranks".into()
         };
     }
-    let Some(latest) = report.ranks.iter().max_by_key(|r| (r.figures.late_count, std::cmp::Reverse(r.rank))) else {
-        return String::new();
+    let late = &report.collectives.late_ranks;
+    let all_waiting_ns: i64 = late.iter().fold(0, |sum, l| sum.saturating_add(l.caused_wait_ns));
+    let Some(first) = late.first().filter(|_| all_waiting_ns > 0) else {
+        return format!("late rank: none; no rank waited for another at the {matched} matched collectives");
     };
-    let share = pct(latest.figures.late_count as i64, matched as i64);
-    let waited: i64 = report.ranks.iter().filter(|r| r.rank != latest.rank).map(|r| r.figures.comm_wait_ns).sum();
-    if share >= LATE_RANK_SHARE_PCT {
-        format!(
-            "late rank: rank {} arrived last at {} of {} matched collectives ({share:.0} %); others waited {}",
-            latest.rank,
-            latest.figures.late_count,
-            matched,
-            duration(waited)
-        )
-    } else {
-        let counts: Vec<String> =
-            report.ranks.iter().map(|r| format!("rank {} {}", r.rank, r.figures.late_count)).collect();
-        format!("late rank: none stands out; last arrivals per rank of {matched}: {}", counts.join(", "))
+    let mut text = format!(
+        "late rank: rank {}: the {} of {matched} matched collectives it arrived at last cost the others {} of \
+         waiting ({:.0} % of all)",
+        first.rank,
+        first.arrived_last,
+        duration(first.caused_wait_ns),
+        pct(first.caused_wait_ns, all_waiting_ns)
+    );
+    // One long wait (often start-up) can be most of it: then say so, since it is not a pattern.
+    if 2 * first.largest_wait_ns > first.caused_wait_ns && first.arrived_last > 1 {
+        let _ = write!(text, ", {} of it at one collective", duration(first.largest_wait_ns));
     }
+    for other in late.iter().skip(1).take(OTHER_RANKS_NAMED) {
+        let _ = write!(
+            text,
+            "; rank {}: last at {}, {} ({:.0} %)",
+            other.rank,
+            other.arrived_last,
+            duration(other.caused_wait_ns),
+            pct(other.caused_wait_ns, all_waiting_ns)
+        );
+    }
+    let unnamed = late.len().saturating_sub(1 + OTHER_RANKS_NAMED);
+    if unnamed > 0 {
+        let _ = write!(text, "; {unnamed} more rank(s) last at times");
+    }
+    text
+}
+
+/// The verdict as a block of the HTML page.
+pub fn late_rank_html(report: &Report) -> String {
+    format!(
+        "<section class=\"verdict\" id=\"late-rank\">\n<h2>Late rank</h2>\n<p>{}</p>\n</section>\n",
+        crate::charts::escape(&late_rank_verdict(report))
+    )
 }
 
 /// The summary: a table of ranks and phases, then the late-rank verdict; every line at most [`MAX_COLUMNS`].

@@ -221,6 +221,109 @@ pub struct RankWait {
     pub simulated_wait_ns: i64,
 }
 
+/// How far the replayed model may miss the measured time and still be said to fit it, percent.
+pub const REPLAY_TOLERANCE_PCT: f64 = 1.0;
+
+/// Ranks whose first operations in the window start further apart than this share of the measured time are said to
+/// start staggered, percent.
+const STAGGER_PCT: f64 = 5.0;
+
+/// Whether the model fits the measured run. It fits when the graph replayed with its measured own times gives the
+/// measured time (within [`REPLAY_TOLERANCE_PCT`]), the no-straggler ideal is not slower than measured, and, when
+/// the ideal saves a fifth of the time or more, some single rank explains at least half of it; a replay that cannot reproduce the run, or an ideal that
+/// describes no run these ranks could have had, has no speed-up to sell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fit {
+    /// True when both checks pass.
+    pub fits: bool,
+    /// (replayed unchanged − measured) / measured, percent.
+    pub replay_error_pct: f64,
+    /// The tolerance of the replay check, percent.
+    pub tolerance_pct: f64,
+    /// The largest gap between the ranks' first operation starts in the window, ns.
+    pub start_stagger_ns: i64,
+    /// Why the model does not fit, in sentences (empty when it fits).
+    pub problems: Vec<String>,
+}
+
+/// Below this share of the time the ideal saves removed by the best single rank, the saving belongs to no rank.
+const ONE_RANK_EXPLAINS_PCT: f64 = 50.0;
+
+/// The single-rank check applies from this share of the measured time saved on: a small gain the ranks' noise can
+/// give is shown, a large one must have a rank behind it.
+const LARGE_SAVING_PCT: f64 = 20.0;
+
+/// The third fit check: a slowdown that idealising any one rank removes little of. The ideal then combines the
+/// fastest operations of different ranks (of two ranks the typical time is the smaller): where the ranks are slow at
+/// different operations, typically because a wait the trace does not record shows as a host gap on the waiting
+/// rank, the ideal is a run none of them came near, and S would measure that, not a straggler.
+fn no_rank_explains(by_rank: &[Attribution], measured_ns: i64, ideal_ns: i64) -> Option<String> {
+    let best = by_rank.iter().map(|a| a.removed_pct).fold(f64::NEG_INFINITY, f64::max);
+    let saved_pct = if measured_ns > 0 { 100.0 * (measured_ns - ideal_ns) as f64 / measured_ns as f64 } else { 0.0 };
+    (by_rank.len() > 1 && saved_pct >= LARGE_SAVING_PCT && best < ONE_RANK_EXPLAINS_PCT).then(|| {
+        format!(
+            "no single rank explains the {} the ideal saves (idealising the best one removes \
+             {best:.1} % of it): the ranks are slow at different operations (a wait the trace does not record shows \
+             as a host gap on the waiting rank), and the ideal, the typical of the ranks at each operation (of two, \
+             the faster), is a run none of them came near",
+            human_ns(measured_ns - ideal_ns)
+        )
+    })
+}
+
+/// The fit checks of [`Fit`], with the likely causes named.
+fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
+    let replay_error_pct =
+        if measured_ns > 0 { 100.0 * replay_ns.saturating_sub(measured_ns) as f64 / measured_ns as f64 } else { 0.0 };
+    // Each rank's first operation start in the window: far apart, the ranks did not start the window together.
+    let mut first_start: Vec<i64> = vec![i64::MAX; graph.ranks.len()];
+    for op in &graph.ops {
+        let slot = &mut first_start[op.rank_index as usize];
+        *slot = (*slot).min(op.start_ns);
+    }
+    let starts: Vec<i64> = first_start.into_iter().filter(|&s| s != i64::MAX).collect();
+    let start_stagger_ns = starts.iter().max().zip(starts.iter().min()).map_or(0, |(a, b)| a - b);
+    let staggered = measured_ns > 0 && 100.0 * start_stagger_ns as f64 / measured_ns as f64 > STAGGER_PCT;
+    let stagger_note = || {
+        format!(
+            "the ranks start the window {} apart (staggered step starts), so one rank's delay before an operation \
+             and the typical delay across ranks count from different points",
+            human_ns(start_stagger_ns)
+        )
+    };
+    let mut problems = Vec::new();
+    if replay_error_pct.abs() > REPLAY_TOLERANCE_PCT {
+        let mut text = format!(
+            "replayed unchanged the model gives {}, not the measured {} ({replay_error_pct:+.1} %, more than the \
+             {REPLAY_TOLERANCE_PCT} % allowed)",
+            human_ns(replay_ns),
+            human_ns(measured_ns)
+        );
+        if graph.stats.inconsistent_vertices > 0 {
+            text.push_str(&format!(
+                ": {} recorded time(s) contradict the modelled dependencies",
+                graph.stats.inconsistent_vertices
+            ));
+        }
+        problems.push(text);
+    }
+    if ideal_ns > measured_ns {
+        let mut text = format!(
+            "the no-straggler ideal ({}) is slower than measured ({}): the typical own times do not describe a run \
+             these ranks could have had",
+            human_ns(ideal_ns),
+            human_ns(measured_ns)
+        );
+        if staggered {
+            text.push_str(&format!("; {}", stagger_note()));
+        }
+        problems.push(text);
+    } else if !problems.is_empty() && staggered {
+        problems.push(stagger_note());
+    }
+    Fit { fits: problems.is_empty(), replay_error_pct, tolerance_pct: REPLAY_TOLERANCE_PCT, start_stagger_ns, problems }
+}
+
 /// The what-if report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WhatIf {
@@ -230,6 +333,12 @@ pub struct WhatIf {
     pub window_ns: Option<(i64, i64)>,
     /// The step, when the window is one.
     pub step: Option<usize>,
+    /// The first and last step, when the window is the steady-state steps (the default).
+    pub steps: Option<(usize, usize)>,
+    /// What the steady-state window leaves out of the trace.
+    pub excluded: Vec<String>,
+    /// Whether the model reproduces the measured window; without it, no speed-up or slowdown is given.
+    pub fit: Fit,
     /// Last GPU end minus window start, as recorded.
     pub measured_ns: i64,
     /// The model replayed unchanged (equals `measured_ns` unless `model.inconsistent_vertices` > 0).
@@ -238,17 +347,17 @@ pub struct WhatIf {
     pub scenario: Vec<String>,
     /// Last GPU end minus window start in the scenario.
     pub simulated_ns: i64,
-    /// measured / simulated.
-    pub speedup: f64,
+    /// measured / simulated (`null` when the model does not fit).
+    pub speedup: Option<f64>,
     /// Per rank: collective wait, measured and in the scenario.
     pub rank_waits: Vec<RankWait>,
     /// The no-straggler replay.
     pub ideal_ns: i64,
-    /// S = measured / ideal.
-    pub slowdown: f64,
-    /// Per op category: only it idealised.
+    /// S = measured / ideal (`null` when the model does not fit).
+    pub slowdown: Option<f64>,
+    /// Per op category: only it idealised (empty when the model does not fit).
     pub by_category: Vec<Attribution>,
-    /// Per rank: only it idealised.
+    /// Per rank: only it idealised (empty when the model does not fit).
     pub by_rank: Vec<Attribution>,
     /// Operations without a peer instance on another rank (keep their own times when idealised).
     pub ops_without_peer: u64,
@@ -396,6 +505,11 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
         .map(|&c| attribution(graph.categories[c as usize].clone(), &|o: &Op| o.category == c))
         .collect();
     by_category.sort_by(|a, b| b.removed_pct.total_cmp(&a.removed_pct).then(a.name.cmp(&b.name)));
+    let mut fit = fit(graph, measured_ns, replay_ns, ideal_ns);
+    if !fit.fits {
+        // Idealising a part of a model that does not fit says nothing either.
+        by_category.clear();
+    }
     let mut by_rank: Vec<Attribution> = graph
         .ranks
         .iter()
@@ -403,19 +517,30 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
         .map(|(index, r)| attribution(format!("rank {}", r.rank), &|o: &Op| o.rank_index as usize == index))
         .collect();
     by_rank.sort_by(|a, b| b.removed_pct.total_cmp(&a.removed_pct).then(a.name.cmp(&b.name)));
+    if let Some(problem) = fit.fits.then(|| no_rank_explains(&by_rank, measured_ns, ideal_ns)).flatten() {
+        fit.problems.push(problem);
+        fit.fits = false;
+        by_category.clear();
+    }
+    if !fit.fits {
+        by_rank.clear();
+    }
 
     WhatIf {
         inputs: model.inputs.clone(),
         window_ns: model.window_ns,
         step: model.step,
+        steps: model.steps,
+        excluded: model.excluded.clone(),
         measured_ns,
         replay_ns,
         scenario: scenario.describe(),
         simulated_ns,
-        speedup: ratio(measured_ns, simulated_ns),
+        speedup: fit.fits.then(|| ratio(measured_ns, simulated_ns)),
         rank_waits,
         ideal_ns,
-        slowdown: ratio(measured_ns, ideal_ns),
+        slowdown: fit.fits.then(|| ratio(measured_ns, ideal_ns)),
+        fit,
         by_category,
         by_rank,
         ops_without_peer: without_peer.max(ideal_missing),
@@ -429,25 +554,68 @@ fn ratio(a: i64, b: i64) -> f64 {
     if b > 0 { a as f64 / b as f64 } else { 0.0 }
 }
 
+/// The widest line of the table's sentences, in characters.
+const LINE_COLUMNS: usize = 100;
+
+/// `text` after `first` and then wrapped at word boundaries to [`LINE_COLUMNS`], continued under `indent`.
+fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
+    let mut line = first.to_string();
+    let mut words_on_line = 0;
+    for word in text.split(' ') {
+        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_string();
+            words_on_line = 0;
+        }
+        if words_on_line > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words_on_line += 1;
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
 /// The report as a table.
 pub fn table(report: &WhatIf) -> String {
     let mut out = String::new();
-    let what = match (report.step, report.window_ns) {
-        (Some(n), Some((a, b))) => format!("step {n} ({a}..{b} ns)"),
-        (_, Some((a, b))) => format!("window {a}..{b} ns"),
+    let what = match (report.step, report.steps, report.window_ns) {
+        (Some(n), _, Some((a, b))) => format!("step {n} ({a}..{b} ns)"),
+        (_, Some((first, last)), Some((a, b))) => format!("steps {first} to {last}, the steady state ({a}..{b} ns)"),
+        (_, _, Some((a, b))) => format!("window {a}..{b} ns"),
         _ => "whole trace".to_string(),
     };
     out.push_str(&format!("what-if for {what}\n"));
+    for left_out in &report.excluded {
+        push_wrapped(&mut out, "  left out: ", "    ", left_out);
+    }
     out.push_str(&format!(
-        "  measured {}   replayed unchanged {}\n",
+        "  measured {}   replayed unchanged {} ({:+.1} %)\n",
         human_ns(report.measured_ns),
-        human_ns(report.replay_ns)
+        human_ns(report.replay_ns),
+        report.fit.replay_error_pct
     ));
+    if !report.fit.fits {
+        out.push_str("the model does not fit this window, so it gives no speed-up or slowdown:\n");
+        for problem in &report.fit.problems {
+            push_wrapped(&mut out, "  - ", "    ", problem);
+        }
+        out.push_str("  (--step N models one step; --window START:END one stretch of the trace clock)\n");
+        out.push_str(&format!(
+            "  scenario: {}\n  simulated {} (not comparable with the measured time)\n",
+            report.scenario.join(", "),
+            human_ns(report.simulated_ns)
+        ));
+        out.push_str(&model_lines(&report.model, &report.notes));
+        return out;
+    }
     out.push_str(&format!(
         "  scenario: {}\n  simulated {}   ({:.3}× faster, {} saved)\n",
         report.scenario.join(", "),
         human_ns(report.simulated_ns),
-        report.speedup,
+        report.speedup.unwrap_or(0.0),
         human_ns(report.measured_ns.saturating_sub(report.simulated_ns))
     ));
     out.push_str("  collective wait per rank (measured -> scenario):\n");
@@ -463,8 +631,9 @@ pub fn table(report: &WhatIf) -> String {
         "slowdown S = measured / ideal (no straggler) = {} / {} = {:.3}\n",
         human_ns(report.measured_ns),
         human_ns(report.ideal_ns),
-        report.slowdown
+        report.slowdown.unwrap_or(0.0)
     ));
+
     for (title, rows) in [("per op category", &report.by_category), ("per rank", &report.by_rank)] {
         out.push_str(&format!("  {title}, only it idealised:\n"));
         out.push_str(&format!("    {:<50} {:>10} {:>8} {:>9}\n", "", "simulated", "S", "removed"));

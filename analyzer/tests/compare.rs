@@ -65,7 +65,19 @@ fn tp1_vs_tp2_nsys_golden_efficiency() {
     let tp1 = repo_root().join("sample-traces/tp1_nsys.sqlite.gz");
     let tp2 = repo_root().join("sample-traces/tp2_nsys.sqlite.gz");
     let (tp1, tp2) = (tp1.to_str().unwrap(), tp2.to_str().unwrap());
-    let c = json(&["compare", "--format", "json", "--run", tp1, "--run", tp2, "--tokens", "1000", "--tokens", "1000"]);
+    let c = json(&[
+        "compare",
+        "--format",
+        "json",
+        "--run",
+        tp1,
+        "--run",
+        tp2,
+        "--token-count",
+        "1000",
+        "--token-count",
+        "1000",
+    ]);
     let whole = &c["phases"][0];
     assert_eq!(whole["ranks"], serde_json::json!([1, 2]));
     let row = |what: &str| whole["rows"].as_array().unwrap().iter().find(|r| r["what"] == what).unwrap().clone();
@@ -88,11 +100,11 @@ fn tp1_vs_tp2_nsys_golden_efficiency() {
     let plain = json(&["compare", "--format", "json", "--run", tp1, "--run", tp2]);
     assert!(plain["throughput"].is_null());
     let table = String::from_utf8(
-        analyzer(&["compare", "--run", tp1, "--run", tp2, "--tokens", "-", "--tokens", "1000"]).stdout,
+        analyzer(&["compare", "--run", tp1, "--run", tp2, "--token-count", "-", "--token-count", "1000"]).stdout,
     )
     .unwrap();
     let line = table.lines().find(|l| l.starts_with("tokens/s")).unwrap();
     assert!(line.contains("402.6") && line.contains(" - "), "{line}");
-    let bad = analyzer(&["compare", "--run", tp1, "--run", tp2, "--tokens", "0", "--tokens", "1000"]);
-    assert_one_line_error(&bad, "--tokens");
+    let bad = analyzer(&["compare", "--run", tp1, "--run", tp2, "--token-count", "0", "--token-count", "1000"]);
+    assert_one_line_error(&bad, "--token-count");
 }

@@ -275,7 +275,7 @@ fn skewed_sample_path_runs_through_rank_1_sleeps() {
     assert_eq!(path["model"]["collective_instances"], 73);
     assert_eq!(path["model"]["unmatched_comm_kernels"], 0);
 
-    let whatif = sample_json("what-if", &["--no-straggler"]);
+    let whatif = sample_json("what-if", &["--no-straggler", "--whole-trace"]);
     assert_eq!(whatif["replay_ns"], whatif["measured_ns"]);
     let rank0 = &whatif["rank_waits"][0];
     assert_eq!(rank0["rank"], 0);
@@ -284,8 +284,10 @@ fn skewed_sample_path_runs_through_rank_1_sleeps() {
     assert!(measured > 300_000_000, "{measured}");
     let removed = 1.0 - simulated as f64 / measured as f64;
     assert!(removed > 0.95, "removed {removed:.3} of rank 0's waiting");
-    // Rank 1 is the one to blame.
-    assert_eq!(whatif["by_rank"][0]["name"], "rank 1");
+    // But over the whole trace the ideal saves far more than rank 1's sleeps (start-up, and both ranks' host
+    // gaps at different operations): no single rank explains it, so no slowdown is sold.
+    assert_eq!(whatif["fit"]["fits"], false, "{}", whatif["fit"]);
+    assert!(whatif["slowdown"].is_null() && whatif["by_rank"].as_array().unwrap().is_empty());
 }
 
 /// One decode step of the sample: rank 1's sleep is on that step's path too, and the replay without it removes
@@ -306,6 +308,9 @@ fn skewed_sample_step_path() {
     let removed = 1.0 - rank0["simulated_wait_ns"].as_f64().unwrap() / rank0["measured_wait_ns"].as_f64().unwrap();
     assert!(removed > 0.9, "removed {removed:.3} of rank 0's waiting");
     assert_eq!(whatif["by_rank"][0]["name"], "rank 1");
+    assert_eq!(whatif["fit"]["fits"], true, "{}", whatif["fit"]);
+    let slowdown = whatif["slowdown"].as_f64().unwrap();
+    assert!((slowdown - 2.174).abs() < 0.001, "S = {slowdown}");
 }
 
 #[test]

@@ -88,7 +88,7 @@ fn the_path_and_the_ideal_replay_are_written_beside_the_real_tracks() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("path.pftrace");
     let path = json(&["critical-path", "--format", "json", "--perfetto", out.to_str().unwrap(), sample]);
-    let ideal = json(&["what-if", "--no-straggler", "--format", "json", sample]);
+    let ideal = json(&["what-if", "--no-straggler", "--whole-trace", "--format", "json", sample]);
     let (tracks, slices) = decode(&std::fs::read(&out).unwrap());
     let parent_name = |uuid: u64| tracks[&uuid].parent_uuid.map(|p| name(&tracks, p)).unwrap_or_default();
 

@@ -12,7 +12,10 @@ fn exports_a_two_rank_capture_to_perfetto() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let stderr = String::from_utf8_lossy(&run.stderr);
     // The capture holds 1184 kernels (592 per GPU), all with their launch call.
-    assert!(stderr.contains("kernel_slices: 1184") && stderr.contains("kernel_flows: 1184"), "{stderr}");
+    // Said in a sentence, not as a Rust structure.
+    assert!(stderr.contains(" 1184 kernel, ") && stderr.contains("1184 kernels linked to their launch"), "{stderr}");
+    assert!(!stderr.contains('{') && !stderr.contains("Stats"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     let bytes = std::fs::read(&output).unwrap();
     // A Perfetto trace is a sequence of `Trace.packet` fields (tag 0x0a).
     assert_eq!(bytes.first(), Some(&0x0a));

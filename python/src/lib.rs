@@ -292,7 +292,9 @@ impl Run {
         for instance in &self.report.instances {
             for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
                 let device = self.traces[trace].kernels[kernel as usize].device;
-                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share));
+                let recorded = &self.traces[trace].kernels[kernel as usize];
+                let times = (recorded.start_ns, recorded.end_ns);
+                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share, times));
             }
         }
         table(
@@ -305,6 +307,9 @@ impl Run {
                 ("bytes", opt_u64s(rows.iter().map(|r| r.0.bytes)), true),
                 ("nranks", u32s(rows.iter().map(|r| r.0.nranks)), false),
                 ("rank", u32s(rows.iter().map(|r| r.1)), false),
+                // The member's kernel on its rank's trace clock, as recorded.
+                ("start_ns", i64s(rows.iter().map(|r| r.3.0)), false),
+                ("end_ns", i64s(rows.iter().map(|r| r.3.1)), false),
                 ("wait_ns", i64s(rows.iter().map(|r| r.2.wait_ns)), false),
                 ("transfer_ns", i64s(rows.iter().map(|r| r.2.transfer_ns)), false),
                 ("late", bools(rows.iter().map(|r| r.2.late)), false),
@@ -443,7 +448,13 @@ impl Run {
         // As `analyzer what-if`: the model is built with the options' rules and patterns, not its window.
         let options = Options { window_ns: None, keep_instances: false, ..self.options.clone() };
         let result = py.detach(|| {
-            let model = critical_path::build_model(&self.traces, &options, window_ns, step).map_err(fail)?;
+            // Without a step or window, the steady-state steps, as the CLI.
+            let model = if step.is_none() && window_ns.is_none() {
+                critical_path::build_steady_model(&self.traces, &options)
+            } else {
+                critical_path::build_model(&self.traces, &options, window_ns, step)
+            }
+            .map_err(fail)?;
             whatif::check_scales(&model.graph, &scales).map_err(fail)?;
             let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
             let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };

@@ -48,6 +48,15 @@ def test_tables_agree_with_the_report():
         assert rank["comm_wait_ns"] + rank["comm_transfer_ns"] > 0
     # Instances: one per matched instance and rank taking part.
     assert instances.select(["communicator", "op", "seq"]).unique().height == report["collectives"]["matched_instances"]
+    # Each member's kernel times: the wait is the latest start of its instance less its own start (one host here).
+    latest = instances.group_by(["communicator", "op", "seq"]).agg(polars.col("start_ns").max().alias("latest"))
+    joined = instances.join(latest, on=["communicator", "op", "seq"])
+    start = polars.col("start_ns")
+    checked = joined.select(
+        (polars.col("wait_ns") == polars.min_horizontal(polars.col("latest") - start, polars.col("end_ns") - start))
+        .alias("ok")
+    )
+    assert checked["ok"].all()
     tables = run.report_tables()
     figures = tables["rank_figures"].to_pandas()
     whole = figures[figures.phase.isna()].set_index("rank")

@@ -154,8 +154,19 @@ fn sorted_categories(figures: &Figures) -> Vec<(String, i64)> {
 /// Per-rank figures of `traces`, limited to `window_ns` (start, end) when given, computed by
 /// `shardscope_analyzer::report::analyze` with its default options and `categories`' rules.
 pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Option<(i64, i64)>) -> Vec<RankFigures> {
+    analyze_window_with_verdict(traces, categories, window_ns).0
+}
+
+/// [`analyze_window`] and the report's late-rank verdict for the same window (the sentence `analyzer report`
+/// prints under its summary).
+pub fn analyze_window_with_verdict(
+    traces: &[Trace],
+    categories: &Categories,
+    window_ns: Option<(i64, i64)>,
+) -> (Vec<RankFigures>, String) {
     let report = analyze(traces, &categories.options(window_ns));
-    report
+    let verdict = shardscope_analyzer::summary::late_rank_verdict(&report);
+    let ranks = report
         .ranks
         .iter()
         .map(|rank| {
@@ -187,7 +198,8 @@ pub fn analyze_window(traces: &[Trace], categories: &Categories, window_ns: Opti
                     .collect(),
             }
         })
-        .collect()
+        .collect();
+    (ranks, verdict)
 }
 
 #[cfg(test)]

@@ -358,6 +358,14 @@ impl ViewerApp {
         });
         if let Some(session) = &self.session {
             ui.horizontal_wrapped(|ui| {
+                // First, so that it is never wrapped away: the window shown, as `--window` takes it.
+                let (start_ns, end_ns) = (session.view.start_ns.floor() as i64, session.view.end_ns.ceil() as i64);
+                ui.label(format!(
+                    "window {start_ns}:{end_ns} ns ({})",
+                    crate::timeline::paint::format_duration((end_ns - start_ns) as f64)
+                ))
+                .on_hover_text("Start and end on the trace clock, as --window takes them");
+                ui.separator();
                 for name in session.data.categories.names() {
                     let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
                     ui.painter().rect_filled(rect, 2.0, category_color(&session.data.categories, name));
@@ -448,7 +456,12 @@ impl ViewerApp {
                 if self.summary_stats.is_computing() {
                     ui.spinner();
                 }
-                summary_ui(ui, &session.data.categories, &self.summary_stats.ranks);
+                summary_ui(
+                    ui,
+                    &session.data.categories,
+                    &self.summary_stats.ranks,
+                    &self.summary_stats.late_rank_verdict,
+                );
             }
         });
         if let Some(DetailsAction::Select(selected)) = action {

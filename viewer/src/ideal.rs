@@ -121,11 +121,16 @@ impl IdealReplay {
             0 => String::new(),
             n => format!(" · {n} operations on streams without a track"),
         };
+        // An ideal slower than the run is a model that does not fit it (as `analyzer what-if` says): no S then.
+        let slowdown = if self.ideal_ns > self.measured_ns {
+            "no S: the ideal is slower than measured, the model does not fit (analyzer what-if says why)".to_string()
+        } else {
+            format!("S = {:.3}", self.slowdown())
+        };
         format!(
-            "ideal (no straggler) of {of}: measured {} · ideal {} · S = {:.3}{unplaced}",
+            "ideal (no straggler) of {of}: measured {} · ideal {} · {slowdown}{unplaced}",
             crate::timeline::paint::format_duration(self.measured_ns as f64),
             crate::timeline::paint::format_duration(self.ideal_ns as f64),
-            self.slowdown()
         )
     }
 }

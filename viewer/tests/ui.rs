@@ -434,6 +434,25 @@ fn the_summary_tab_opens_with_its_figures() {
     assert_eq!(app.tab, SideTab::Summary);
     assert!(!app.summary_stats.is_computing());
     assert_eq!(app.summary_stats.ranks.len(), 2);
+    // The late-rank verdict is the report's, word for word.
+    let data = &app.session.as_ref().unwrap().data;
+    let report = shardscope_analyzer::report::analyze(&data.traces, &data.categories.options(None));
+    assert_eq!(app.summary_stats.late_rank_verdict, shardscope_analyzer::summary::late_rank_verdict(&report));
+    assert!(app.summary_stats.late_rank_verdict.starts_with("late rank: rank 0: the 40 of 73"));
+}
+
+/// The header gives the window shown on the trace clock, in the form `--window` takes, and the time axis names its
+/// origin on that clock.
+#[test]
+fn the_header_gives_the_window_on_the_trace_clock() {
+    let mut h = harness(small_app());
+    h.run();
+    let (start, end) = view_span(&h);
+    let (start, end) = (start.floor() as i64, end.ceil() as i64);
+    let length = shardscope_viewer::timeline::paint::format_duration((end - start) as f64);
+    h.get_by_label(&format!("window {start}:{end} ns ({length})"));
+    // Pasted into `--window`, it parses to the same span.
+    assert_eq!(shardscope_analyzer::window::parse(&format!("{start}:{end}")), Ok((start, end)));
 }
 
 /// Step 9 of the skewed sample (3.45 ms): rank 0 launches an all-reduce that rank 1 joins, the path crosses to
@@ -508,7 +527,8 @@ fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
         assert_eq!(replay.ideal_ns, report.ideal_ns);
         assert_eq!(replay.measured_ns, report.measured_ns);
         assert_eq!(replay.last_end_ns().expect("GPU work in step 9") - replay.start_ns, report.ideal_ns);
-        assert!((replay.slowdown() - report.slowdown).abs() < 1e-9, "{} vs {}", replay.slowdown(), report.slowdown);
+        let slowdown = report.slowdown.expect("the model fits step 9");
+        assert!((replay.slowdown() - slowdown).abs() < 1e-9, "{} vs {slowdown}", replay.slowdown());
         assert!(report.ideal_ns < report.measured_ns, "{report:?}");
         // Every GPU operation of the model is on a row, and each row is one of the stream tracks.
         let gpu_ops = model.graph.ops.iter().filter(|o| o.kind.on_gpu()).count();

@@ -259,6 +259,8 @@ pub struct MatchedInstance {
     phase: Option<String>,
     /// Kept only when the report keeps instances ([`Options::keep_instances`]).
     rank_wait_ns: Vec<(u32, i64)>,
+    /// Each rank's kernel start and end; kept as `rank_wait_ns` is.
+    rank_times_ns: Vec<(u32, [i64; 2])>,
     /// How many ranks' kernels the instance matched.
     member_count: u32,
     end_spread_ns: i64,
@@ -331,6 +333,7 @@ impl MatchedInstance {
             busbw_bits: instance.busbw_gbps.map(f64::to_bits),
             phase: instance.phase,
             rank_wait_ns: if keep_rank_waits { instance.rank_wait_ns.into_iter().collect() } else { Vec::new() },
+            rank_times_ns: if keep_rank_waits { instance.rank_times_ns.into_iter().collect() } else { Vec::new() },
             end_spread_ns,
         }
     }
@@ -350,6 +353,7 @@ impl MatchedInstance {
             busbw_gbps: self.busbw_bits.map(f64::from_bits),
             phase: self.phase,
             rank_wait_ns: self.rank_wait_ns.into_iter().collect(),
+            rank_times_ns: self.rank_times_ns.into_iter().collect(),
             // The members' shares went to their traces (`BucketMatch::shares`).
             members: Vec::new(),
             shares: Vec::new(),

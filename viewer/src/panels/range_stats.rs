@@ -5,12 +5,15 @@ use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use egui::{Grid, RichText};
 
-use crate::analysis::{RankFigures, analyze_window};
+use crate::analysis::{RankFigures, analyze_window_with_verdict};
 use crate::timeline::layout::TimelineData;
 use crate::timeline::paint::format_duration;
 
 /// A time window in ns (start, end); `None` = the whole trace.
 type Window = Option<(i64, i64)>;
+
+/// What the background thread sends back: the per-rank figures and the late-rank verdict.
+type WindowFigures = (Vec<RankFigures>, String);
 
 /// Figures for one window, computed on a background thread because the analyzer walks every
 /// event of every rank (seconds for ten million kernels) and the window must stay responsive.
@@ -20,8 +23,10 @@ pub struct RangeStats {
     pub window_ns: Option<(i64, i64)>,
     /// Per-rank figures.
     pub ranks: Vec<RankFigures>,
+    /// The report's late-rank verdict for the window.
+    pub late_rank_verdict: String,
     computed: bool,
-    pending: Option<(Window, Receiver<Vec<RankFigures>>)>,
+    pending: Option<(Window, Receiver<WindowFigures>)>,
 }
 
 impl RangeStats {
@@ -40,7 +45,7 @@ impl RangeStats {
         std::thread::Builder::new()
             .name("viewer-range-stats".into())
             .spawn(move || {
-                let figures = analyze_window(&data.traces, &data.categories, window_ns);
+                let figures = analyze_window_with_verdict(&data.traces, &data.categories, window_ns);
                 // The receiver is gone when the user picked another range meanwhile: drop the result.
                 let _ = sender.send(figures);
                 ctx.request_repaint();
@@ -52,9 +57,10 @@ impl RangeStats {
     fn poll(&mut self) {
         let Some((window, receiver)) = &self.pending else { return };
         match receiver.try_recv() {
-            Ok(ranks) => {
+            Ok((ranks, verdict)) => {
                 self.window_ns = *window;
                 self.ranks = ranks;
+                self.late_rank_verdict = verdict;
                 self.computed = true;
                 self.pending = None;
             }
@@ -66,10 +72,11 @@ impl RangeStats {
     /// Blocks until the figures asked for last are in (for tests and screenshots).
     pub fn wait(&mut self) {
         if let Some((window, receiver)) = self.pending.take()
-            && let Ok(ranks) = receiver.recv()
+            && let Ok((ranks, verdict)) = receiver.recv()
         {
             self.window_ns = window;
             self.ranks = ranks;
+            self.late_rank_verdict = verdict;
             self.computed = true;
         }
     }
@@ -94,11 +101,12 @@ pub fn range_stats_ui(ui: &mut egui::Ui, data: &TimelineData, stats: &RangeStats
     let mut clear = false;
     ui.horizontal(|ui| match stats.window_ns {
         Some((a, b)) => {
+            // On the trace clock, as `--window` takes it, and where it lies on the time axis.
             ui.label(format!(
-                "Range {} – {} ({})",
+                "Range {a}:{b} ns ({}; axis {} – {})",
+                format_duration((b - a) as f64),
                 format_duration((a - data.t0_ns) as f64),
-                format_duration((b - data.t0_ns) as f64),
-                format_duration((b - a) as f64)
+                format_duration((b - data.t0_ns) as f64)
             ));
             clear = ui.button("whole trace").clicked();
         }

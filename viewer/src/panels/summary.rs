@@ -1,6 +1,6 @@
 //! Op-category shares per rank and per phase, as stacked bar charts.
 
-use egui_plot::{Bar, BarChart, Legend, Plot};
+use egui_plot::{Bar, BarChart, Plot};
 
 use crate::analysis::{Categories, RankFigures};
 use crate::timeline::paint::category_color;
@@ -44,7 +44,6 @@ fn stacked_chart(
     }
     Plot::new(id)
         .height(height)
-        .legend(Legend::default())
         .allow_scroll(false)
         .allow_drag(false)
         .allow_zoom(false)
@@ -64,10 +63,26 @@ fn stacked_chart(
                 plot_ui.bar_chart(chart);
             }
         });
+    legend(ui, categories, &category_order);
 }
 
-/// The summary view over `ranks` (whole-trace figures).
-pub fn summary_ui(ui: &mut egui::Ui, categories: &Categories, ranks: &[RankFigures]) {
+/// The categories' colours under a chart, bottom segment first: beside the bars rather than over them.
+fn legend(ui: &mut egui::Ui, categories: &Categories, order: &[String]) {
+    ui.horizontal_wrapped(|ui| {
+        for name in order {
+            let (swatch, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+            ui.painter().rect_filled(swatch, 2.0, category_color(categories, name));
+            ui.label(name);
+        }
+    });
+}
+
+/// The summary view over `ranks` (whole-trace figures), under the report's late-rank verdict.
+pub fn summary_ui(ui: &mut egui::Ui, categories: &Categories, ranks: &[RankFigures], late_rank_verdict: &str) {
+    if !late_rank_verdict.is_empty() {
+        ui.label(egui::RichText::new(late_rank_verdict).strong());
+        ui.add_space(6.0);
+    }
     ui.heading("Op-category share per rank");
     let per_rank: Vec<(String, Vec<(String, i64)>)> =
         ranks.iter().map(|r| (r.label.clone(), r.categories.clone())).collect();

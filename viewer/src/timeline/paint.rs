@@ -62,15 +62,17 @@ fn text_color_on(fill: Color32) -> Color32 {
     if luma > 110.0 { Color32::BLACK } else { Color32::WHITE }
 }
 
-/// The colour of an op category or report label (`comm.<type>`): the one the rules file gives it
-/// (`[[category]]` tables), else one derived from its name, so it stays the same whatever the
-/// category order.
+/// The colour of an op category or report label (`comm.<type>`, `wait.<type>`): the analyzer's one rule
+/// ([`shardscope_analyzer::colors`]), so the timeline, the Summary tab and the report's charts agree.
 pub fn category_color(categories: &Categories, name: &str) -> Color32 {
-    if let Some([r, g, b]) = categories.color_rgb(name) {
-        return Color32::from_rgb(r, g, b);
-    }
-    let hash = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    PALETTE[(hash % PALETTE.len() as u32) as usize]
+    let [r, g, b] = shardscope_analyzer::colors::label_color(categories.classifier(), name);
+    Color32::from_rgb(r, g, b)
+}
+
+/// The colour of a collective's waiting part, from the colour of the kernel (the analyzer's rule, as `wait.<type>`).
+fn waiting_color(color: Color32) -> Color32 {
+    let [r, g, b] = shardscope_analyzer::colors::waiting_color([color.r(), color.g(), color.b()]);
+    Color32::from_rgba_premultiplied(r, g, b, color.a())
 }
 
 /// The fill colour of an event.
@@ -119,9 +121,6 @@ fn elided_text(painter: &egui::Painter, text: &str, width: f32, color: Color32) 
     job.wrap = TextWrapping { max_width: width, max_rows: 1, break_anywhere: true, overflow_character: Some('…') };
     painter.layout_job(job)
 }
-
-/// How much darker the waiting part of a collective kernel is drawn than its transfer part.
-const WAIT_SHADE: f32 = 0.4;
 
 /// For a single collective kernel that waited for another rank: the share of its duration spent waiting.
 fn wait_fraction(data: &TimelineData, trace: usize, item: &DrawItem) -> Option<f32> {
@@ -311,7 +310,7 @@ fn paint_events(c: &Canvas, data: &TimelineData, plan: &FramePlan) {
             Some(fraction) => {
                 let split = event_rect.left() + (event_rect.width() * fraction).max(0.0);
                 let (wait, transfer) = event_rect.split_left_right_at_x(split.min(event_rect.right()));
-                mesh.add_colored_rect(wait, color.gamma_multiply(WAIT_SHADE));
+                mesh.add_colored_rect(wait, waiting_color(color));
                 mesh.add_colored_rect(transfer, color);
             }
             None => mesh.add_colored_rect(event_rect, color),
@@ -522,7 +521,8 @@ fn paint_selected_range(c: &Canvas, view: &TimelineView) {
     }
 }
 
-/// The time axis, counted from the first event of all traces, and the window's length.
+/// The time axis: ticks count from the first event of all traces (short labels), and the label column gives that
+/// origin on the trace clock, so a tick's time on the clock of `--window` and the reports is the origin plus it.
 fn paint_time_axis(c: &Canvas, data: &TimelineData, view: &TimelineView) {
     let screen = view.to_screen(c.plot_rect.width());
     let left = c.plot_rect.left();
@@ -551,7 +551,7 @@ fn paint_time_axis(c: &Canvas, data: &TimelineData, view: &TimelineView) {
     c.painter.text(
         Pos2::new(c.rect.left() + 4.0, c.axis_rect.center().y),
         Align2::LEFT_CENTER,
-        format!("window {}", format_duration(view.span_ns())),
+        format!("0 = {} ns", data.t0_ns),
         FontId::proportional(11.0),
         text_color,
     );
@@ -583,6 +583,24 @@ fn paint_hover_line(c: &Canvas, hover: Option<Pos2>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every label takes the analyzer's colour, so the Summary tab, the timeline and the report's charts agree:
+    /// waiting is communication's colour darkened (one colour for all collective types), never another category's.
+    #[test]
+    fn labels_take_the_analyzers_colours_and_waiting_is_its_own() {
+        let categories = Categories::builtin();
+        let wait = category_color(&categories, "wait.all_reduce");
+        for name in categories.names() {
+            assert_ne!(category_color(&categories, name), wait, "{name}");
+        }
+        assert_eq!(category_color(&categories, "wait.all_gather"), wait);
+        for label in ["gemm", "comm.all_reduce", "wait.all_reduce", "not_a_category"] {
+            let [r, g, b] = shardscope_analyzer::charts::category_color(categories.classifier(), label);
+            assert_eq!(category_color(&categories, label), Color32::from_rgb(r, g, b), "{label}");
+        }
+        // The timeline's waiting part of a communication kernel is the same colour.
+        assert_eq!(waiting_color(category_color(&categories, "comm.all_reduce")), wait);
+    }
 
     #[test]
     fn tick_steps_follow_one_two_five() {
