@@ -22,3 +22,4 @@ pub mod nvml;
 pub mod redact;
 pub mod side_records;
 pub mod sqlite;
+pub mod torch_modules;
