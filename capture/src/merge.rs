@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, Device, DeviceIdx, Kernel, MemOp, Process, ProcessIdx, Range, RangeKind, Trace,
-    kernel_names,
+    ApiCall, ApiKind, CopyKind, Device, DeviceIdx, GraphNodeOrigin, Kernel, MemOp, Process, ProcessIdx, Range,
+    RangeKind, Trace, kernel_names,
 };
 use shardscope_spool::cupti::{
-    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord,
-    ProcessInfo, SpoolRecord,
+    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphNodeRecord, KernelRecord, MarkerRecord, MemcpyRecord,
+    MemsetRecord, ProcessInfo, SpoolRecord,
 };
 use shardscope_spool::{SpoolContents, read_spool};
 
@@ -403,6 +403,7 @@ impl<'a> ProcessMerge<'a> {
                 SpoolRecord::Memset(m) => self.memset(job, m),
                 SpoolRecord::Api(a) => self.api_call(job, a),
                 SpoolRecord::Marker(m) => self.marker(job, m),
+                SpoolRecord::GraphNode(node) => self.graph_node(job, node),
                 SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
@@ -614,6 +615,17 @@ impl<'a> ProcessMerge<'a> {
         } else if m.flags & INSTANT != 0 {
             job.trace.warn("NVTX mark (instant event) not kept");
         }
+    }
+
+    /// A graph node's origin, on the thread numbering and clock of the process's ranges.
+    fn graph_node(&mut self, job: &mut JobMerge, node: &GraphNodeRecord) {
+        job.trace.graph_nodes.push(GraphNodeOrigin {
+            process: self.process,
+            node_id: node.node_id,
+            cloned_from: (node.original_node_id != 0).then_some(node.original_node_id),
+            tid: self.threads.map(node.tid),
+            created_ns: self.to_session(node.timestamp_ns),
+        });
     }
 
     /// Ranges with no end: the process was killed, or CUPTI never delivered the end (seen for

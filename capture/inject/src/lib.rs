@@ -19,6 +19,7 @@
 //! failure switches recording off with one line on stderr.
 
 pub mod decode;
+mod graph_nodes;
 mod live;
 
 pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};

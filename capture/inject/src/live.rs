@@ -24,6 +24,7 @@ use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessI
 use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
+use crate::graph_nodes;
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -215,6 +216,10 @@ fn start() -> Result<(), String> {
             "CUPTI refused to subscribe ({}): another profiler is attached?",
             result_text(api, subscribed)
         ));
+    }
+
+    if kinds.kernel && !graph_nodes::enable(api, loaded.library, subscriber) {
+        eprintln!("shardscope: this CUPTI gives no graph node callbacks; graph kernels keep no module ranges");
     }
 
     let host = hostname();
@@ -617,14 +622,16 @@ fn process_info(pid: u32, hostname: String, cupti_version: u32, cupti_clock_ns: 
     }
 }
 
-/// The subscriber's callback. No callback domain is enabled, so CUPTI never calls it; a real
-/// function is passed because some CUPTI versions refuse a null one.
+/// The subscriber's callback. Only the graph node callbacks are enabled (see [`graph_nodes`]); anything else
+/// is ignored.
 unsafe extern "C" fn ignore_callback(
     _: *mut c_void,
-    _: cupti::CUpti_CallbackDomain,
-    _: cupti::CUpti_CallbackId,
-    _: *const c_void,
+    domain: cupti::CUpti_CallbackDomain,
+    cbid: cupti::CUpti_CallbackId,
+    data: *const c_void,
 ) {
+    // SAFETY: CUPTI passes the data that goes with the domain and callback id.
+    guarded((), || unsafe { graph_nodes::on_callback(domain, cbid, data) })
 }
 
 /// CUPTI asks for an empty buffer. Hands out a pooled one, or none when the pool is spent.
@@ -703,6 +710,10 @@ fn drain(session: &Session) {
         let Some(done) = next else { break };
         write_buffer(session, &mut writer, done.buffer as *mut u8, done.valid_bytes);
         session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).push(done.buffer);
+    }
+    let nodes = graph_nodes::take_pending();
+    if !nodes.is_empty() && writer.spool.write_batch(&nodes).is_ok() {
+        writer.records_written += nodes.len() as u64;
     }
     report_losses(session, &mut writer);
 }

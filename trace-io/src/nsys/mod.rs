@@ -18,6 +18,7 @@
 //! canonical order (processes by `globalPid`, devices by ordinal), independent of row order.
 
 pub(crate) mod enums;
+pub mod graph_nodes;
 mod nccl_tables;
 mod scan;
 pub(crate) mod schema;
@@ -190,6 +191,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
     nccl_tables::attach(&db, &mut trace)?;
+    graph_nodes::attach(&db, &mut trace)?;
     trace.finish();
     Ok(trace)
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One sitting on a GPU machine for `capture --torch-modules`: module captures of a random-weight Qwen3 decoder
+# (eager decode with allocator counters, decode replayed from a CUDA graph captured eagerly, and static-cache
+# generate under torch.compile), torch.profiler's `with_modules=True` trace of the same eager decode, then the
+# cost benchmark. Run from the repository root with the stripped `capture` and `libshardscope_inject.so` in
+# .devcarry/; results (gzipped traces, the benchmark's JSON, a log) go to $OUT.
+#   bash bench/scripts/torch_modules_device.sh [BENCH_BUDGET_S]
+set -u
+OUT=${OUT:-/tmp/torch-modules-out}
+mkdir -p "$OUT"
+BUDGET=${1:-150}
+CAPTURE=$PWD/.devcarry/capture
+NSYS=/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
+WORKLOAD=workloads/qwen3_decode.py
+LOG=$OUT/log.txt
+export PYTHONUNBUFFERED=1 LAYERS=${LAYERS:-4} DECODE=${DECODE:-32}
+step() { echo "== $(date +%T) $*" >>"$LOG"; }
+{ nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } >>"$LOG" 2>&1
+
+step eager capture with memory
+MODE=eager "$CAPTURE" -o /tmp/eager.sqlite --force --torch-modules=memory -- python3 $WORKLOAD >>"$LOG" 2>&1
+step graph capture
+MODE=graph "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+step eager torch.profiler with_modules
+MODE=eager TORCH_PROF=/tmp/eager_kineto.json python3 $WORKLOAD >>"$LOG" 2>&1
+step static compiled capture
+MODE=static DECODE=16 timeout 150 "$CAPTURE" -o /tmp/static.sqlite --force --torch-modules -- python3 $WORKLOAD \
+    >>"$LOG" 2>&1
+for file in /tmp/eager.sqlite /tmp/graph.sqlite /tmp/static.sqlite /tmp/eager_kineto.json; do
+    [ -f "$file" ] && gzip -c "$file" >"$OUT/$(basename "$file").gz"
+done
+ls -la "$OUT" >>"$LOG"
+
+step cost benchmark, budget ${BUDGET}s
+python3 bench/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
+    --out "$OUT/cost.json" >>"$LOG" 2>&1
+step done
