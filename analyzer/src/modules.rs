@@ -81,7 +81,9 @@ fn parse_hook_name(text: &str) -> Option<(String, String, Option<Counters>)> {
     let captures = HOOK_NAME.captures(text)?;
     let path = captures.get(1).map_or("", |m| m.as_str()).to_string();
     let counters = match (captures.get(3), captures.get(4)) {
-        (Some(a), Some(r)) => Some(Counters { allocated: a.as_str().parse().ok()?, reserved: r.as_str().parse().ok()? }),
+        (Some(a), Some(r)) => {
+            Some(Counters { allocated: a.as_str().parse().ok()?, reserved: r.as_str().parse().ok()? })
+        }
         _ => None,
     };
     Some((path, captures[2].to_string(), counters))
@@ -128,7 +130,8 @@ impl ModuleIndex {
             let depth = if path.is_empty() { 0 } else { path.split('.').count() };
             let info = ModuleInfo { path, class, depth, parent: None, entry, exit: None, peak_allocated: None };
             index.info.insert(i as u32, info);
-            let open = OpenRange { start_ns: range.start_ns, end_ns: range.end_ns, phase: 0, range: i as u32, parent: None };
+            let open =
+                OpenRange { start_ns: range.start_ns, end_ns: range.end_ns, phase: 0, range: i as u32, parent: None };
             index.by_thread.entry(thread).or_default().push(open);
         }
         for track in index.by_thread.values_mut() {
@@ -452,7 +455,8 @@ pub fn table(report: &ModuleReport) -> String {
                 "module", "class", "GPU ms", "share", "kernels", "calls", "per step µs"
             );
             for row in &phase.rows {
-                let indent = if row.path == NO_MODULE || row.path.is_empty() { 0 } else { row.path.matches('.').count() };
+                let indent =
+                    if row.path == NO_MODULE || row.path.is_empty() { 0 } else { row.path.matches('.').count() };
                 let name = if row.path.is_empty() { format!("({})", row.class) } else { row.path.clone() };
                 let _ = writeln!(
                     out,
@@ -578,7 +582,9 @@ mod tests {
         trace.ranges = ranges;
         let launch = trace.names.intern("cudaLaunchKernel");
         let mut kernels = Vec::new();
-        for (i, (launch_ns, duration_ns)) in [(30, 10), (200, 20), (450, 30), (900, 40), (950, 50)].into_iter().enumerate() {
+        for (i, (launch_ns, duration_ns)) in
+            [(30, 10), (200, 20), (450, 30), (900, 40), (950, 50)].into_iter().enumerate()
+        {
             let correlation_id = i as u32 + 1;
             let call = ApiCall {
                 start_ns: launch_ns,
@@ -668,9 +674,11 @@ mod tests {
     fn kineto_module_ranges_make_paths_from_their_nesting() {
         let mut trace = Trace::default();
         let p = trace.add_process(Process::default());
-        for (start_ns, end_ns, text) in
-            [(0, 100, "nn.Module: Qwen3Model_0"), (10, 50, "nn.Module: Qwen3DecoderLayer_3"), (20, 30, "nn.Module: Linear_7")]
-        {
+        for (start_ns, end_ns, text) in [
+            (0, 100, "nn.Module: Qwen3Model_0"),
+            (10, 50, "nn.Module: Qwen3DecoderLayer_3"),
+            (20, 30, "nn.Module: Linear_7"),
+        ] {
             let name = trace.names.intern(text);
             trace.ranges.push(Range { start_ns, end_ns, name, process: p, tid: 1, ..Range::default() });
         }

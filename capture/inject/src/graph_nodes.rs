@@ -81,8 +81,7 @@ pub(crate) fn enable(
 /// # Safety
 /// `data` is what CUPTI passes with `domain` and `cbid`: for resource callbacks, a `CUpti_ResourceData`.
 pub(crate) unsafe fn on_callback(domain: cupti::CUpti_CallbackDomain, cbid: u32, data: *const c_void) {
-    if domain != cupti::CUPTI_CB_DOMAIN_RESOURCE || !(cbid == CBID_GRAPHNODE_CREATED || cbid == CBID_GRAPHNODE_CLONED)
-    {
+    if domain != cupti::CUPTI_CB_DOMAIN_RESOURCE || !(cbid == CBID_GRAPHNODE_CREATED || cbid == CBID_GRAPHNODE_CLONED) {
         return;
     }
     let Some(ids) = IDS.get() else { return };
