@@ -7,7 +7,8 @@ MODE (environment):
           eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
           the second is timed.
-Other settings: LAYERS (4), HIDDEN (1024), PROMPT (64 tokens), DECODE (32), TORCH_PROF=FILE (record the timed part
+Other settings: LAYERS (4), HIDDEN (1024), PROMPT (64 tokens), DECODE (32), ATTN (attention implementation,
+transformers' default when unset), TORCH_PROF=FILE (record the timed part
 with torch.profiler, `with_modules=True`, and write its Chrome trace there).
 
 Prints one JSON line: {"mode", "decode_steps", "step_ms", "total_ms"} (wall time of the timed decode loop, GPU
@@ -41,6 +42,8 @@ def build():
         head_dim=64,
         max_position_embeddings=4096,
     )
+    if os.environ.get("ATTN"):
+        config._attn_implementation = os.environ["ATTN"]
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to("cuda", torch.bfloat16).eval()
     return config, model

@@ -175,6 +175,9 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
+        /// Also write an HTML page with a layer × module heatmap and the module shares per rank and phase.
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
     },
     /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
     /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
@@ -406,12 +409,22 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
             }
         }
-        Command::Modules { traces, module_depth, phase_pattern, window, format } => {
-            let traces = load_all(&traces)?;
+        Command::Modules { traces: paths, module_depth, phase_pattern, window, format, html } => {
+            if let Some(out) = &html
+                && let Ok(out_path) = out.canonicalize()
+                && paths.iter().any(|input| input.canonicalize().is_ok_and(|i| out_path.starts_with(i)))
+            {
+                bail!("{}: --html would overwrite an input", out.display());
+            }
+            let traces = load_all(&paths)?;
             print_load_warnings(&traces);
             let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
             let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
             let report = modules::module_report(&traces, &options);
+            if let Some(path) = html {
+                let page = shardscope_analyzer::module_charts::page(&report).map_err(anyhow::Error::msg)?;
+                std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
+            }
             match format {
                 OutputFormat::Table => emit(&modules::table(&report))?,
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,

@@ -6,6 +6,7 @@
 # .devcarry/; results (gzipped traces, the benchmark's JSON, a log) go to $OUT.
 #   bash bench/scripts/torch_modules_device.sh captures        # the captures and the torch.profiler trace
 #   bash bench/scripts/torch_modules_device.sh bench [BUDGET_S] # the cost benchmark
+#   bash bench/scripts/torch_modules_device.sh all [BUDGET_S]   # both
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -19,15 +20,20 @@ export PYTHONUNBUFFERED=1 LAYERS=${LAYERS:-4} DECODE=${DECODE:-32}
 step() { echo "== $(date +%T) $*" >>"$LOG"; }
 { nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } >>"$LOG" 2>&1
 
-if [ "$STAGE" = captures ]; then
+if [ "$STAGE" = captures ] || [ "$STAGE" = all ]; then
 step eager capture with memory
 MODE=eager "$CAPTURE" -o /tmp/eager.sqlite --force --torch-modules=memory -- python3 $WORKLOAD >>"$LOG" 2>&1
 step graph capture
-MODE=graph "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+MODE=graph "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1 || {
+    step graph capture again with eager attention
+    MODE=graph ATTN=eager "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+    MODE=eager ATTN=eager "$CAPTURE" -o /tmp/eager_attn.sqlite --force --torch-modules -- python3 $WORKLOAD \
+        >>"$LOG" 2>&1
+}
 step eager torch.profiler with_modules
 MODE=eager TORCH_PROF=/tmp/eager_kineto.json python3 $WORKLOAD >>"$LOG" 2>&1
 step static compiled capture
-MODE=static DECODE=16 timeout 150 "$CAPTURE" -o /tmp/static.sqlite --force --torch-modules -- python3 $WORKLOAD \
+MODE=static DECODE=16 timeout 100 "$CAPTURE" -o /tmp/static.sqlite --force --torch-modules -- python3 $WORKLOAD \
     >>"$LOG" 2>&1
 # What the captures hold: module ranges, graph nodes, graph kernels.
 python3 - >>"$LOG" 2>&1 <<'PY'
@@ -47,13 +53,13 @@ for name in ("eager", "graph", "static"):
     print(name, "module ranges", modules, "nodes", nodes, "graph kernels", graph_kernels, "kernels", kernels)
     print("  ", [s[0] for s in sample])
 PY
-for file in /tmp/eager.sqlite /tmp/graph.sqlite /tmp/static.sqlite /tmp/eager_kineto.json; do
+for file in /tmp/eager.sqlite /tmp/graph.sqlite /tmp/eager_attn.sqlite /tmp/static.sqlite /tmp/eager_kineto.json; do
     [ -f "$file" ] && gzip -c "$file" >"$OUT/$(basename "$file").gz"
 done
 ls -la "$OUT" >>"$LOG"
 fi
 
-if [ "$STAGE" = bench ]; then
+if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
 step cost benchmark, budget ${BUDGET}s
 python3 bench/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
     --out "$OUT/cost.json" >>"$LOG" 2>&1

@@ -262,6 +262,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
     let module_hook = match &args.torch_modules {
         Some(text) => {
             let settings = ModuleSettings::parse(text).map_err(anyhow::Error::msg).context("--torch-modules")?;
+            if !kinds.nvtx {
+                bail!("--torch-modules records NVTX ranges: add nvtx to --trace");
+            }
             // Beside the spool folder, not in it: the merge takes every file there for a spool.
             let mut folder = spool_dir.clone().into_os_string();
             folder.push(".python");
