@@ -46,7 +46,7 @@ fn layer_heatmap(name: String, title: String, phase: &PhaseModules) -> Option<Se
 /// The shares of the phase's kernel time taken by its largest module rows.
 fn share_chart(name: String, title: String, phase: &PhaseModules) -> Section {
     let mut rows: Vec<_> = phase.rows.iter().collect();
-    rows.sort_by(|a, b| b.gpu_ns.cmp(&a.gpu_ns));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.gpu_ns));
     let label = |path: &str, class: &str| if path.is_empty() { format!("({class})") } else { path.to_string() };
     let mut segments: Vec<Segment> = rows
         .iter()

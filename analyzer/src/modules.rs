@@ -332,6 +332,14 @@ struct Tally {
     class: String,
 }
 
+/// One phase being added up: its instances (phase ranges), its kernel time and its rows by path.
+#[derive(Default)]
+struct PhaseTally {
+    instances: HashSet<u32>,
+    gpu_ns: i64,
+    rows: BTreeMap<String, Tally>,
+}
+
 /// The module tables of `traces` (ranks of one run).
 pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport {
     let mut phase_names = Vec::new();
@@ -344,7 +352,7 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
         let inside = |k: &Kernel| options.window_ns.is_none_or(|(a, b)| k.start_ns >= a && k.end_ns <= b);
         // Per phase (in order of first kernel): its instances, its kernel time and its rows.
         let mut order: Vec<String> = Vec::new();
-        let mut tallies: HashMap<String, (HashSet<u32>, i64, BTreeMap<String, Tally>)> = HashMap::new();
+        let mut tallies: HashMap<String, PhaseTally> = HashMap::new();
         for kernel in trace.kernels.iter().filter(|k| k.device == key.device && inside(k)) {
             let call = kernel.launch.and_then(|l| trace.api_calls.get(l as usize));
             let hit = match call {
@@ -355,7 +363,7 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
             if !tallies.contains_key(&phase) {
                 order.push(phase.clone());
             }
-            let (instances, phase_ns, rows) = tallies.entry(phase).or_default();
+            let PhaseTally { instances, gpu_ns: phase_ns, rows } = tallies.entry(phase).or_default();
             instances.insert(hit.map_or(u32::MAX, |h| h.range));
             *phase_ns += kernel.duration_ns();
             let (module, from_graph) = modules.module_of(trace, kernel);
@@ -373,8 +381,8 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
         let phases_out = order
             .into_iter()
             .map(|phase| {
-                let (instances, gpu_ns, rows) = tallies.remove(&phase).unwrap_or_default();
-                phase_rows(modules, phase, instances.len() as u64, gpu_ns, rows)
+                let tally = tallies.remove(&phase).unwrap_or_default();
+                phase_rows(modules, phase, tally.instances.len() as u64, tally.gpu_ns, tally.rows)
             })
             .collect();
         ranks.push(RankModules { rank, phases: phases_out });
