@@ -421,6 +421,14 @@ fn run(cli: Cli) -> Result<()> {
             let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
             let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
             let report = modules::module_report(&traces, &options);
+            let mut rows = report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows);
+            if rows.all(|row| row.path == modules::NO_MODULE) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "analyzer: no module ranges in the input (record with `capture --torch-modules`, or torch.profiler \
+                     with with_modules=True)"
+                );
+            }
             if let Some(path) = html {
                 let page = shardscope_analyzer::module_charts::page(&report).map_err(anyhow::Error::msg)?;
                 std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
