@@ -4,12 +4,14 @@ their cost. Nothing here knows about shardscope: `capture --torch-modules` adds 
 MODE (environment):
   eager   prefill, then DECODE steps with a dynamic KV cache, each step inside an NVTX range `decode`.
   graph   the same with a static KV cache, one decode step captured into a CUDA graph (with the model running
-          eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do.
+          eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do. With torch 2.11 and
+          transformers 5.17 this failed: with SDPA the replays indexed the cache out of bounds, with eager attention
+          the mask copies a CPU tensor during capture.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
           the second is timed.
 Other settings: LAYERS (4), HIDDEN (1024), PROMPT (64 tokens), DECODE (32), ATTN (attention implementation,
 transformers' default when unset), TORCH_PROF=FILE (record the timed part
-with torch.profiler, `with_modules=True`, and write its Chrome trace there).
+with torch.profiler, `with_modules=True, with_stack=True`, and write its Chrome trace there).
 
 Prints one JSON line: {"mode", "decode_steps", "step_ms", "total_ms"} (wall time of the timed decode loop, GPU
 synchronised before and after only).
@@ -62,7 +64,9 @@ def profiled():
     if not PROFILE:
         return contextlib.nullcontext()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    return torch.profiler.profile(activities=activities, with_modules=True)
+    # For an eager model torch.profiler records the module hierarchy only through its Python tracer (with_stack);
+    # with_modules alone adds nothing to an eager trace (seen with torch 2.11).
+    return torch.profiler.profile(activities=activities, with_modules=True, with_stack=True)
 
 
 def timed(loop):

@@ -10,7 +10,8 @@ Modes:
   capture-modules   capture --torch-modules
   capture-memory    capture --torch-modules=memory
   nsys-autograd     Nsight Systems -t cuda,nvtx --pytorch=autograd-nvtx (an NVTX range per aten op)
-  torch-profiler    torch.profiler with with_modules=True (CPU and CUDA activities)
+  torch-profiler    torch.profiler with with_modules=True and with_stack=True (CPU and CUDA activities; the first
+                    sitting ran with_modules=True alone, which records no module hierarchy for an eager model)
 
 Writes every sample, and per mode the median with min–max and the per-round ratio to that round's uncaptured run.
 """
