@@ -20,6 +20,11 @@ fn layer_heatmap(name: String, title: String, phase: &PhaseModules) -> Option<Se
         layers
     };
     let last = *layers.last()?;
+    // Columns are layer numbers read from range names: a number far beyond the layers present is no model's layer
+    // count, and no grid is sized from it.
+    if last as usize > 4 * layers.len() + 64 {
+        return None;
+    }
     let mut cells: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
     let steps = phase.instances.max(1) as f64;
     for row in phase.rows.iter().filter(|r| r.layer.is_some()) {
@@ -98,4 +103,33 @@ pub fn page(report: &ModuleReport) -> Result<String, String> {
     }
     page.push_str(html::page_end());
     Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::ModuleRow;
+
+    fn phase(layers: &[u32]) -> PhaseModules {
+        let rows = layers
+            .iter()
+            .map(|&layer| ModuleRow {
+                path: format!("model.layers.{layer}.mlp"),
+                layer: Some(layer),
+                within_layer: "mlp".into(),
+                gpu_ns: 2000,
+                ..ModuleRow::default()
+            })
+            .collect();
+        PhaseModules { phase: "decode".into(), instances: 2, gpu_ns: 2000 * layers.len() as i64, rows }
+    }
+
+    #[test]
+    fn heatmap_has_a_column_per_layer_and_refuses_absurd_layer_numbers() {
+        let section = layer_heatmap("l".into(), "t".into(), &phase(&[0, 1, 3])).expect("a heatmap");
+        let ChartKind::Heatmap { rows, cells, .. } = section.chart.kind else { panic!("not a heatmap") };
+        assert_eq!(rows, ["mlp"]);
+        assert_eq!(cells, [vec![Some(1.0), Some(1.0), None, Some(1.0)]]);
+        assert!(layer_heatmap("l".into(), "t".into(), &phase(&[0, 4_000_000_000])).is_none());
+    }
 }
