@@ -32,6 +32,8 @@ pub mod intervals;
 pub mod kernel_summary;
 pub mod layers;
 pub mod mfu;
+pub mod module_charts;
+pub mod modules;
 pub mod parquet_export;
 pub mod phases;
 pub mod progress;

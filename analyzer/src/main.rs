@@ -18,7 +18,7 @@ use shardscope_analyzer::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::run::{self, RunIdentity};
 use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, html, straggler_artifact, whatif, window};
+use shardscope_analyzer::{compare, critical_path, hta, html, modules, straggler_artifact, whatif, window};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -162,6 +162,29 @@ enum Command {
         /// Only kernels reaching into START_NS:END_NS of the trace clock, clipped to it (as `report` counts them).
         #[arg(long, value_parser = window::parse)]
         window: Option<(i64, i64)>,
+    },
+    /// GPU time per PyTorch module and layer, per rank and phase, from module ranges (`capture --torch-modules`,
+    /// or torch.profiler's `with_modules=True`); kernels replayed from CUDA graphs count for the modules open when
+    /// their node was captured. Allocator memory per module where the capture recorded it (`--torch-modules=memory`).
+    Modules {
+        /// Trace files or folders; several = ranks of one run.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Fold modules deeper than this many path parts into their ancestor (`model.layers.3` is 3 deep).
+        #[arg(long, value_name = "N")]
+        module_depth: Option<usize>,
+        /// Regex selecting phase ranges (NVTX or annotations); its first group, if any, names the phase.
+        #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
+        phase_pattern: String,
+        /// Only kernels inside START_NS:END_NS of the trace clock.
+        #[arg(long, value_parser = window::parse)]
+        window: Option<(i64, i64)>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+        /// Also write an HTML page with a layer × module heatmap and the module shares per rank and phase.
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
     },
     /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
     /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
@@ -434,6 +457,36 @@ fn run(cli: Cli) -> Result<()> {
                 OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
                 OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
                 OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
+            }
+        }
+        Command::Modules { traces: paths, module_depth, phase_pattern, window, format, html } => {
+            if let Some(out) = &html
+                && let Ok(out_path) = out.canonicalize()
+                && paths.iter().any(|input| input.canonicalize().is_ok_and(|i| out_path.starts_with(i)))
+            {
+                bail!("{}: --html would overwrite an input", out.display());
+            }
+            let traces = load_all(&paths)?;
+            print_load_warnings(&traces);
+            let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
+            let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
+            let report = modules::module_report(&traces, &options);
+            let mut rows = report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows);
+            if rows.all(|row| row.path == modules::NO_MODULE) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "analyzer: no module ranges in the input (record with `capture --torch-modules`, or torch.profiler \
+                     with with_modules=True)"
+                );
+            }
+            if let Some(path) = html {
+                let page = shardscope_analyzer::module_charts::page(&report).map_err(anyhow::Error::msg)?;
+                std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
+            }
+            match format {
+                OutputFormat::Table => emit(&modules::table(&report))?,
+                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+                OutputFormat::Csv => emit(&modules::csv(&report))?,
             }
         }
         Command::KernSum { traces, format, window } => {

@@ -36,15 +36,17 @@ pub struct PhaseHit {
 /// Index of a phase name in [`PhaseIndex::names`].
 pub type PhaseId = u16;
 
+/// A range on one thread's or device's track, as the innermost-range lookup sees it (phases here, module ranges in
+/// [`crate::modules`]).
 #[derive(Debug, Clone, Copy)]
-struct OpenRange {
-    start_ns: i64,
-    end_ns: i64,
-    phase: PhaseId,
+pub(crate) struct OpenRange {
+    pub(crate) start_ns: i64,
+    pub(crate) end_ns: i64,
+    pub(crate) phase: PhaseId,
     /// Index in [`Trace::ranges`].
-    range: u32,
+    pub(crate) range: u32,
     /// Index of the innermost phase range of the same track that contains this one.
-    parent: Option<u32>,
+    pub(crate) parent: Option<u32>,
 }
 
 /// Phase ranges of one trace, ready for lookups.
@@ -162,7 +164,7 @@ impl PhaseIndex {
 }
 
 /// Sorts a track's ranges by start (outer first) and points each at its enclosing range.
-fn link_parents(track: &mut [OpenRange]) {
+pub(crate) fn link_parents(track: &mut [OpenRange]) {
     track.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
     let mut stack: Vec<u32> = Vec::new();
     for i in 0..track.len() {
@@ -179,7 +181,7 @@ fn link_parents(track: &mut [OpenRange]) {
 }
 
 /// The innermost range containing `time_ns`: the last range starting at or before it, or one of its ancestors.
-fn innermost(track: &[OpenRange], time_ns: i64) -> Option<PhaseHit> {
+pub(crate) fn innermost(track: &[OpenRange], time_ns: i64) -> Option<PhaseHit> {
     let after = track.partition_point(|r| r.start_ns <= time_ns);
     let mut candidate = after.checked_sub(1)?;
     loop {

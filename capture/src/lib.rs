@@ -23,3 +23,4 @@ pub mod nvml;
 pub mod redact;
 pub mod side_records;
 pub mod sqlite;
+pub mod torch_modules;

@@ -10,6 +10,7 @@ use clap::Parser;
 use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
+use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
 use shardscope_capture::{control, names, nvml, redact, sqlite};
 use shardscope_io::nccl::{self, NcclProcess};
 use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
@@ -119,6 +120,12 @@ struct Args {
     /// are replaced by `<redacted>`.
     #[arg(long)]
     keep_cmdline: bool,
+    /// Record every PyTorch module forward as an NVTX range named by its path and class
+    /// (`model.layers.3.mlp (Qwen3MLP)`), through a Python start-up hook put first on PYTHONPATH; a
+    /// sitecustomize the workload has still runs. DEPTH keeps modules with at most that many dotted path parts;
+    /// `memory` adds the allocator's allocated and reserved bytes at entry and exit (costlier).
+    #[arg(long, value_name = "DEPTH[,memory]", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    torch_modules: Option<String>,
     /// Merge the spool files in DIR into --output without running anything.
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     merge: Option<PathBuf>,
@@ -341,7 +348,28 @@ fn run(args: Args) -> anyhow::Result<i32> {
     }
 
     let registration = control::Registration::new(&spool_dir);
-    let exit = match launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0))) {
+    let module_hook = match &args.torch_modules {
+        Some(text) => {
+            let settings = ModuleSettings::parse(text).map_err(anyhow::Error::msg).context("--torch-modules")?;
+            if !kinds.nvtx {
+                bail!("--torch-modules records NVTX ranges: add nvtx to --trace");
+            }
+            // Beside the spool folder, not in it: the merge takes every file there for a spool.
+            let mut folder = spool_dir.clone().into_os_string();
+            folder.push(".python");
+            let folder = PathBuf::from(folder);
+            let hook = HookFolder::create(&folder, &settings, std::env::var_os("PYTHONPATH"))
+                .with_context(|| format!("{}: cannot write the module hook", folder.display()))?;
+            env.extend(hook.env.iter().cloned());
+            Some((hook, settings))
+        }
+        None => None,
+    };
+    let launched = launch::run(&args.command, &env, Duration::from_secs_f64(args.group_wait.max(0.0)));
+    if let Some((hook, _)) = &module_hook {
+        hook.remove();
+    }
+    let exit = match launched {
         Ok(exit) => exit,
         Err(error) => {
             // Nothing ran, so nothing was spooled: leave no empty folder behind (remove_dir
@@ -364,6 +392,9 @@ fn run(args: Args) -> anyhow::Result<i32> {
     let mut meta = vec![("command".to_string(), command_json), ("exitStatus".to_string(), exit_text)];
     if let Some((_, value)) = env.iter().find(|(name, _)| name == "NCCL_NVTX_DISABLE") {
         meta.push(("ncclNvtx".into(), format!("off (NCCL_NVTX_DISABLE={})", value.to_string_lossy())));
+    }
+    if let Some((_, settings)) = &module_hook {
+        meta.push(("torchModules".into(), settings.env_text()));
     }
     if let Some(cupti) = &args.cupti_lib {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use shardscope_model::{
-    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process, ProcessIdx,
+    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, GraphNodeOrigin, Kernel, MemOp, Process, ProcessIdx,
     Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
 };
 use shardscope_spool::config::WindowTrigger;
 use shardscope_spool::cupti::{
-    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord,
+    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphNodeRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord,
     MemsetRecord, ProcessInfo, SpoolRecord, WindowRecord,
 };
 use shardscope_spool::{SpoolContents, read_spool};
@@ -441,6 +441,7 @@ impl<'a> ProcessMerge<'a> {
                 SpoolRecord::WindowStrayStop { .. } => {
                     job.trace.warn("capture window stop while recording was off (ignored; nothing lost)")
                 }
+                SpoolRecord::GraphNode(node) => self.graph_node(job, node),
                 SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
@@ -688,6 +689,17 @@ impl<'a> ProcessMerge<'a> {
         } else if m.flags & INSTANT != 0 {
             job.trace.warn("NVTX mark (instant event) not kept");
         }
+    }
+
+    /// A graph node's origin, on the thread numbering and clock of the process's ranges.
+    fn graph_node(&mut self, job: &mut JobMerge, node: &GraphNodeRecord) {
+        job.trace.graph_nodes.push(GraphNodeOrigin {
+            process: self.process,
+            node_id: node.node_id,
+            cloned_from: (node.original_node_id != 0).then_some(node.original_node_id),
+            tid: self.threads.map(node.tid),
+            created_ns: self.to_session(node.timestamp_ns),
+        });
     }
 
     /// Ranges with no end: the process was killed, or CUPTI never delivered the end (seen for

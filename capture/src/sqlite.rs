@@ -57,6 +57,10 @@ pub fn write_capture(path: &Path, trace: &Trace, extras: &CaptureExtras, facts: 
         nccl::write_tables(writer.connection(), &facts.nccl, &table_options)
             .with_context(|| format!("{}: cannot write NCCL tables", path.display()))?;
     }
+    if !trace.graph_nodes.is_empty() {
+        shardscope_io::nsys::graph_nodes::write_table(writer.connection(), trace)
+            .with_context(|| format!("{}: cannot write the graph node table", path.display()))?;
+    }
     writer.finish()?;
     Ok(())
 }

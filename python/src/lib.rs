@@ -714,6 +714,24 @@ fn check_one_run(headers: Vec<PyBackedBytes>, allow_mixed: bool) -> PyResult<()>
     }
 }
 
+/// The module tables of the run in `paths`, as `analyzer modules --format json` prints them.
+#[pyfunction]
+#[pyo3(signature = (paths, depth=None, phase_pattern=None))]
+fn modules_json(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    depth: Option<usize>,
+    phase_pattern: Option<String>,
+) -> PyResult<String> {
+    let pattern = phase_pattern.as_deref().unwrap_or(shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN);
+    let phase_pattern = Regex::new(pattern).map_err(|e| fail(format!("phase_pattern: {e}")))?;
+    py.detach(|| {
+        let traces = load_paths(&paths)?;
+        let options = shardscope_analyzer::modules::ModuleOptions { depth, phase_pattern, window_ns: None };
+        serde_json::to_string_pretty(&shardscope_analyzer::modules::module_report(&traces, &options)).map_err(fail)
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ShardscopeError", m.py().get_type::<ShardscopeError>())?;
@@ -730,5 +748,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(check_one_run, m)?)?;
     m.add_function(wrap_pyfunction!(commands::run_analyzer, m)?)?;
+    m.add_function(wrap_pyfunction!(modules_json, m)?)?;
     Ok(())
 }

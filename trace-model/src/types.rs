@@ -253,6 +253,24 @@ impl GraphLaunch {
     }
 }
 
+/// Where a CUDA graph node came from (recorded by the capture): made on a thread at a time (by stream capture or a
+/// graph API call), or cloned from another node when a graph was instantiated. A kernel replayed from a graph
+/// names its node ([`Kernel::graph_node_id`]); following clones back to the made node gives the thread and time of
+/// its capture, so that the ranges open then (modules, phases) can stand for the replay's launch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphNodeOrigin {
+    /// Process the node belongs to (node ids are per process).
+    pub process: ProcessIdx,
+    /// The node's id (CUPTI's `graphNodeId`).
+    pub node_id: u64,
+    /// The node it was cloned from; `None` for a node made on `tid` at `created_ns`.
+    pub cloned_from: Option<u64>,
+    /// Thread that made or cloned it.
+    pub tid: u32,
+    /// When it was made or cloned (CPU time).
+    pub created_ns: i64,
+}
+
 /// A memory copy or a memory set on the GPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemOp {
@@ -551,6 +569,8 @@ pub struct Trace {
     /// When recording was on, per process, for a capture taken in windows (empty: the whole run, or
     /// unknown); sorted by process and start after [`Trace::finish`].
     pub capture_windows: Vec<CaptureWindow>,
+    /// Where the CUDA graph nodes of replayed kernels came from, where the source records it (captures).
+    pub graph_nodes: Vec<GraphNodeOrigin>,
 }
 
 impl Trace {

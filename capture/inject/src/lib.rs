@@ -22,6 +22,7 @@
 //! failure switches recording off with one line on stderr.
 
 pub mod decode;
+mod graph_nodes;
 mod live;
 mod switch;
 pub mod window;

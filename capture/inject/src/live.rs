@@ -25,6 +25,7 @@ use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
 use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
+use crate::graph_nodes;
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
@@ -227,6 +228,10 @@ fn start() -> Result<(), String> {
             "CUPTI refused to subscribe ({}): another profiler is attached?",
             result_text(api, subscribed)
         ));
+    }
+
+    if kinds.kernel && !graph_nodes::enable(api, loaded.library, subscriber) {
+        eprintln!("shardscope: this CUPTI gives no graph node callbacks; graph kernels keep no module ranges");
     }
 
     let host = hostname();
@@ -628,7 +633,8 @@ fn process_info(pid: u32, hostname: String, cupti_version: u32, cupti_clock_ns: 
     }
 }
 
-/// The subscriber's callback: only the callbacks of window triggers are switched on (see `switch.rs`).
+/// The subscriber's callback: only the callbacks of window triggers (see `switch.rs`) and of graph nodes (see
+/// [`graph_nodes`]) are switched on.
 unsafe extern "C" fn trigger_callback(
     _: *mut c_void,
     domain: cupti::CUpti_CallbackDomain,
@@ -636,6 +642,8 @@ unsafe extern "C" fn trigger_callback(
     cbdata: *const c_void,
 ) {
     guarded((), || {
+        // SAFETY: CUPTI passes the data that goes with the domain and callback id.
+        unsafe { graph_nodes::on_callback(domain, cbid, cbdata) };
         if let Some(switch) = SWITCH.get() {
             // SAFETY: CUPTI's own arguments, forwarded.
             unsafe { switch::dispatch(switch, domain, cbid, cbdata) };
@@ -760,6 +768,10 @@ fn drain(session: &Session) -> bool {
         let Some(done) = next else { break };
         write_buffer(session, &mut writer, done.buffer as *mut u8, done.valid_bytes);
         session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).push(done.buffer);
+    }
+    let nodes = graph_nodes::take_pending();
+    if !nodes.is_empty() && writer.spool.write_batch(&nodes).is_ok() {
+        writer.records_written += nodes.len() as u64;
     }
     report_losses(session, &mut writer);
     let Some(switch) = SWITCH.get() else { return false };

@@ -188,6 +188,26 @@ pub struct ApiRecord {
 }
 
 crate::spool_struct! {
+/// A CUDA graph node made by stream capture or a graph API call (`CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`), or
+/// cloned from another one when a graph is instantiated or cloned (`..._GRAPHNODE_CLONED`). A kernel replayed
+/// from an instantiated graph names its node (`graphNodeId`); following clones back to the created node gives
+/// the thread and time of its capture, and so the NVTX ranges (modules) that were open then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphNodeRecord {
+    /// The node's CUPTI id.
+    pub node_id: u64,
+    /// For a clone, the id of the node it was cloned from; 0 for a created node.
+    pub original_node_id: u64,
+    /// CUPTI id of the graph the node belongs to (0 when unknown).
+    pub graph_id: u32,
+    /// CPU time of the callback, CUPTI clock, ns.
+    pub timestamp_ns: u64,
+    /// Thread that made the node, as CUPTI names threads in its records (`pthread_self` truncated).
+    pub tid: u32,
+}
+}
+
+crate::spool_struct! {
 /// One end of an NVTX range or an NVTX mark (`CUpti_ActivityMarker2`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MarkerRecord {
@@ -373,6 +393,8 @@ crate::spool_records! {
         } = 17,
         /// A CUDA graph launch recorded whole.
         GraphTrace(GraphTraceRecord) = 18,
+        /// A CUDA graph node created or cloned, with the thread and time it happened at.
+        GraphNode(GraphNodeRecord) = 21,
     }
 }
 

@@ -28,7 +28,7 @@ from ._native import ShardscopeError
 # defines it under the package, where the client finds it.
 ShardscopeError.__module__ = "shardscope._native"
 
-__all__ = ["Options", "Run", "ShardscopeError", "load", "report", "report_json"]
+__all__ = ["Options", "Run", "ShardscopeError", "load", "module_rows", "modules", "report", "report_json"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +143,22 @@ def report_json(*paths: str, options: Optional[Options] = None, **overrides: Any
 def report(*paths: str, options: Optional[Options] = None, **overrides: Any) -> Dict[str, Any]:
     """The report of the run in ``paths`` as a dict."""
     return json.loads(report_json(*paths, options=options, **overrides))
+
+
+def modules(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None) -> Dict[str, Any]:
+    """GPU time per module path, rank and phase (``analyzer modules --format json``) from module ranges: a capture
+    made with ``capture --torch-modules`` or a torch.profiler trace with ``with_modules=True``. ``depth`` folds
+    deeper modules into their ancestor at that many path parts."""
+    return json.loads(_native.modules_json([str(p) for p in paths], depth, phase_pattern))
+
+
+def module_rows(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The module tables as flat rows (one per rank, phase and module path), ready for ``pandas.DataFrame``."""
+    rows = []
+    for rank in modules(*paths, depth=depth, phase_pattern=phase_pattern)["ranks"]:
+        for phase in rank["phases"]:
+            for row in phase["rows"]:
+                memory = row.pop("memory") or {}
+                rows.append({"rank": rank["rank"], "phase": phase["phase"], "phase_instances": phase["instances"],
+                             **row, **memory})
+    return rows

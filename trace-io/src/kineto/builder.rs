@@ -98,6 +98,8 @@ enum Category {
     GpuAnnotation,
     /// `cpu_op`: kept only for `ProfilerStep#N` and `record_param_comms`.
     CpuOp,
+    /// `python_function`: kept only for module calls (`nn.Module: Linear_3`, from `with_modules=True`).
+    PythonFunction,
 }
 
 impl Category {
@@ -112,6 +114,7 @@ impl Category {
             "user_annotation" => Category::CpuAnnotation,
             "gpu_user_annotation" => Category::GpuAnnotation,
             "cpu_op" | "Operator" => Category::CpuOp,
+            "python_function" => Category::PythonFunction,
             _ => return None,
         })
     }
@@ -127,6 +130,7 @@ impl Category {
             Category::CpuAnnotation => "user_annotation",
             Category::GpuAnnotation => "gpu_user_annotation",
             Category::CpuOp => "cpu_op",
+            Category::PythonFunction => "python_function",
         }
     }
 }
@@ -318,6 +322,14 @@ impl Builder {
     }
 
     fn add_complete_event(&mut self, category: Category, event: &RawEvent) {
+        if let Category::PythonFunction = category {
+            // Module calls become CPU ranges, which the analyzer's module table reads; other Python calls are
+            // too many to keep.
+            if str_of(&event.name).is_some_and(|name| name.starts_with("nn.Module: ")) {
+                self.add_cpu_annotation(&category, event, &RawArgs::default());
+            }
+            return;
+        }
         if let Category::CpuOp = category {
             let name = str_of(&event.name).unwrap_or("");
             // Older PyTorch recorded the step ranges as ops; the analyzer finds steps by them.
@@ -338,7 +350,7 @@ impl Builder {
             Category::CpuAnnotation => self.add_cpu_annotation(&category, event, &args),
             Category::GpuAnnotation => self.add_gpu_annotation(&category, event, &args),
             // Handled above.
-            Category::CpuOp => {}
+            Category::CpuOp | Category::PythonFunction => {}
         }
     }
 

@@ -12,11 +12,12 @@
 //! | `gpu_memcpy`, `gpu_memset` | [`MemOp`](shardscope_model::MemOp) |
 //! | `cuda_runtime`, `cuda_driver` | [`ApiCall`](shardscope_model::ApiCall) |
 //! | `user_annotation`, `ProfilerStep#N` ops | CPU-annotation [`Range`](shardscope_model::Range) |
+//! | `python_function` module calls (`nn.Module: Linear_0`, `with_modules=True`) | CPU-annotation range |
 //! | `gpu_user_annotation` | GPU-annotation range on its device and stream |
 //! | `ph: M` `process_name` / `thread_name` | process name / [`ThreadName`](shardscope_model::ThreadName) |
 //! | `deviceProperties`, `distributedInfo` | [`Device`](shardscope_model::Device)s, process rank |
 //!
-//! Other categories (`cpu_op`, `python_function`, …) are skipped on purpose.
+//! Other categories (`cpu_op`, other `python_function` events, …) are skipped on purpose.
 
 mod builder;
 mod collective;

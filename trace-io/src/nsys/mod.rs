@@ -18,6 +18,7 @@
 //! canonical order (processes by `globalPid`, devices by ordinal), independent of row order.
 
 pub(crate) mod enums;
+pub mod graph_nodes;
 mod nccl_tables;
 mod scan;
 pub(crate) mod schema;
@@ -192,6 +193,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     read_capture_windows(&db, &global_pids, &mut trace)?;
     nccl_tables::attach(&db, &mut trace)?;
     read_capture_warnings(&db, &mut trace)?;
+    graph_nodes::attach(&db, &mut trace)?;
     trace.finish();
     Ok(trace)
 }

@@ -4,7 +4,8 @@
  *   kind_off <activity kind>        (cuptiActivityDisable)
  *   runtime <callback id> <0|1>
  *   driver <callback id> <0|1>
- *   callback <domain> <callback id> <0|1>
+ *   callback <domain × 1000 + callback id> <0|1>
+ *   resource-callback <callback id> <0|1>   (the resource domain, 3)
  * Built with -DNO_SINGLE_CALLS it lacks cuptiActivityEnableRuntimeApi/DriverApi, like a CUPTI older than 12.6.
  * Callback names follow CUPTI's spelling; ids are this fake's own.
  *
@@ -15,6 +16,8 @@
  *     completed records only; a forced flush hands over the unfinished ones too, with zero timestamps (as
  *     CUPTI does), so a library that forced a flush at a window's end would lose their times.
  *   fake_api_call / fake_nvtx: a runtime/driver or NVTX call; the subscriber's callback runs if switched on.
+ * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
+ * ids are the handles' own values.
  * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -65,6 +68,8 @@ enum { KIND_DRIVER = 4, KIND_RUNTIME = 5 };
 static int kind_on[MAX_KIND];
 static int runtime_on[MAX_CBID], driver_on[MAX_CBID];
 static int callback_on[DOMAINS][MAX_CBID];
+/* Graph node callbacks (resource domain) switched on so far. */
+static int graph_callbacks_on;
 
 struct Pending { uint8_t bytes[RECORD_STRIDE]; size_t size; size_t timestamps_at; int complete; };
 static struct Pending pending[MAX_PENDING];
@@ -83,6 +88,11 @@ CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, int domain, u
     (void)subscriber;
     if (domain < 0 || domain >= DOMAINS || cbid >= MAX_CBID) return INVALID_PARAMETER;
     callback_on[domain][cbid] = enable != 0;
+    if (domain == 3) {
+        note("resource-callback", cbid, (int)enable);
+        if (enable) graph_callbacks_on++;
+        return OK;
+    }
     note("callback", (unsigned)domain * 1000u + cbid, (int)enable);
     return OK;
 }
@@ -207,3 +217,25 @@ CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
     return OK;
 }
 #endif
+
+/* Graph node and graph ids (the handles' values). */
+CUptiResult cuptiGetGraphNodeId(void *node, uint64_t *id) { *id = (uint64_t)(uintptr_t)node; return OK; }
+CUptiResult cuptiGetGraphId(void *graph, uint32_t *id) { *id = (uint32_t)(uintptr_t)graph; return OK; }
+
+/* CUPTI's CUpti_ResourceData and CUpti_GraphData. */
+typedef struct { void *context; void *resource_handle; void *resource_descriptor; } ResourceData;
+typedef struct {
+    void *graph, *original_graph, *node, *original_node;
+    int node_type;
+    void *dependency, *graph_exec;
+} GraphData;
+
+/* Calls the subscriber as CUPTI does when a node is made (cbid 13) or cloned (20); returns 0 when the library
+ * never switched the graph callbacks on (then CUPTI would not call it either). */
+int fake_cupti_graph_node(uint32_t cbid, uintptr_t graph, uintptr_t node, uintptr_t original) {
+    if (!subscriber_callback || graph_callbacks_on == 0) return 0;
+    GraphData graph_data = {(void *)graph, NULL, (void *)node, (void *)original, 1, NULL, NULL};
+    ResourceData resource = {NULL, NULL, &graph_data};
+    subscriber_callback(subscriber_data, 3, cbid, &resource);
+    return 1;
+}

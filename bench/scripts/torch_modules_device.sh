@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One sitting on a GPU machine for `capture --torch-modules`: module captures of a random-weight Qwen3 decoder
+# (eager decode with allocator counters, decode replayed from a CUDA graph captured eagerly, and static-cache
+# generate under torch.compile), torch.profiler's `with_modules=True` trace of the same eager decode, then the
+# cost benchmark. Run from the repository root with the stripped `capture` and `libshardscope_inject.so` in
+# .devcarry/; results (gzipped traces, the benchmark's JSON, a log) go to $OUT.
+#   bash bench/scripts/torch_modules_device.sh captures        # the captures and the torch.profiler trace
+#   bash bench/scripts/torch_modules_device.sh bench [BUDGET_S] # the cost benchmark
+#   bash bench/scripts/torch_modules_device.sh all [BUDGET_S]   # both
+set -u
+OUT=${OUT:-/tmp/torch-modules-out}
+mkdir -p "$OUT"
+STAGE=${1:-captures}
+BUDGET=${2:-150}
+CAPTURE=$PWD/.devcarry/capture
+NSYS=/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
+WORKLOAD=workloads/qwen3_decode.py
+LOG=$OUT/log.txt
+export PYTHONUNBUFFERED=1 LAYERS=${LAYERS:-4} DECODE=${DECODE:-32}
+step() { echo "== $(date +%T) $*" >>"$LOG"; }
+{ nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } >>"$LOG" 2>&1
+
+if [ "$STAGE" = captures ] || [ "$STAGE" = all ]; then
+step eager capture with memory
+MODE=eager "$CAPTURE" -o /tmp/eager.sqlite --force --torch-modules=memory -- python3 $WORKLOAD >>"$LOG" 2>&1
+step graph capture
+MODE=graph "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1 || {
+    step graph capture again with eager attention
+    MODE=graph ATTN=eager "$CAPTURE" -o /tmp/graph.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+    MODE=eager ATTN=eager "$CAPTURE" -o /tmp/eager_attn.sqlite --force --torch-modules -- python3 $WORKLOAD \
+        >>"$LOG" 2>&1
+}
+step eager torch.profiler with_modules
+MODE=eager TORCH_PROF=/tmp/eager_kineto.json python3 $WORKLOAD >>"$LOG" 2>&1
+step static compiled capture
+MODE=static DECODE=16 timeout 100 "$CAPTURE" -o /tmp/static.sqlite --force --torch-modules -- python3 $WORKLOAD \
+    >>"$LOG" 2>&1
+# What the captures hold: module ranges, graph nodes, graph kernels.
+python3 - >>"$LOG" 2>&1 <<'PY'
+import sqlite3, os
+for name in ("eager", "graph", "static"):
+    path = f"/tmp/{name}.sqlite"
+    if not os.path.exists(path):
+        print(name, "missing"); continue
+    db = sqlite3.connect(path)
+    q = lambda sql: db.execute(sql).fetchall()
+    modules = q("SELECT count(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE s.value LIKE '%)%'")
+    sample = q("SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId LIMIT 12")
+    tables = [r[0] for r in q("SELECT name FROM sqlite_master WHERE type='table'")]
+    nodes = q("SELECT count(*) FROM SHARDSCOPE_GRAPH_NODES") if "SHARDSCOPE_GRAPH_NODES" in tables else "no table"
+    graph_kernels = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL AND graphNodeId != 0")
+    kernels = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    print(name, "module ranges", modules, "nodes", nodes, "graph kernels", graph_kernels, "kernels", kernels)
+    print("  ", [s[0] for s in sample])
+PY
+for file in /tmp/eager.sqlite /tmp/graph.sqlite /tmp/eager_attn.sqlite /tmp/static.sqlite /tmp/eager_kineto.json; do
+    [ -f "$file" ] && gzip -c "$file" >"$OUT/$(basename "$file").gz"
+done
+ls -la "$OUT" >>"$LOG"
+fi
+
+if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
+step cost benchmark, budget ${BUDGET}s
+python3 bench/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
+    --out "$OUT/cost.json" >>"$LOG" 2>&1
+fi
+step done

@@ -1,0 +1,2 @@
+# The workload's own sitecustomize: must still run when the module hook is on the path ahead of it.
+CHAINED = "yes"

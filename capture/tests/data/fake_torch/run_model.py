@@ -1,0 +1,35 @@
+"""Runs a small model on the stand-in torch and prints what the module hook did, as JSON."""
+
+import json
+import sys
+
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add("q_proj", torch.nn.Linear())
+        self.add("o_proj", torch.nn.Linear())
+
+
+class Model(torch.nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        stack = self.add("layers", torch.nn.Module())
+        for i in range(layers):
+            stack.add(str(i), Block())
+
+
+model = Model(2)
+model(0)
+model(0)
+torch.compiling[0] = True
+model(0)
+torch.compiling[0] = False
+# A module called by another without being its child is named under its caller.
+stray = torch.nn.Linear()
+model.layers.forward = lambda x: stray(x)
+model(0)
+print(json.dumps({"events": torch.events, "sitecustomize": sorted(m for m in sys.modules if "sitecustomize" in m),
+                  "chained": getattr(sys.modules.get("sitecustomize"), "CHAINED", None)}))

@@ -1,0 +1,117 @@
+//! `capture --torch-modules`: the Python start-up hook, run by the real launcher on a stand-in torch
+//! (`tests/data/fake_torch`) that logs every NVTX call and counter read. Checks the ranges' names, nesting,
+//! depth limit, memory counters, that nothing happens while torch.compile traces, and that the workload's own
+//! sitecustomize still runs. Skipped, by name, where no `python3` is on the path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn python_available() -> bool {
+    Command::new("python3").arg("--version").output().is_ok_and(|out| out.status.success())
+}
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake_torch")
+}
+
+/// Runs the stand-in model under `capture --torch-modules<option>` and returns what the hook did.
+fn run_model(test: &str, option: &str) -> Value {
+    let dir = std::env::temp_dir().join(format!("shardscope-torch-modules-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake_lib = dir.join("libfake_inject.so");
+    std::fs::write(&fake_lib, b"").unwrap();
+    let pythonpath = format!("{}:{}", data().display(), data().join("own_site").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_capture"))
+        .arg("-o")
+        .arg(dir.join("out.sqlite"))
+        .arg("--inject-lib")
+        .arg(&fake_lib)
+        .arg(format!("--torch-modules{option}"))
+        .args(["--group-wait", "5", "--", "python3"])
+        .arg(data().join("run_model.py"))
+        .env("PYTHONPATH", pythonpath)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers.len(), 2, "only the stand-in library and the output stay: {leftovers:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The log as lines: `push NAME`, `pop`, `stats`.
+fn log(result: &Value) -> Vec<String> {
+    let events = result["events"].as_array().unwrap();
+    events
+        .iter()
+        .map(|event| {
+            let parts: Vec<&str> = event.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+            parts.join(" ")
+        })
+        .collect()
+}
+
+fn one_call(prefix: &str, layers: usize) -> Vec<String> {
+    let mut lines = vec![format!("push (Model){prefix}"), "push layers (Module)".into()];
+    for layer in 0..layers {
+        lines.push(format!("push layers.{layer} (Block)"));
+        for proj in ["q_proj", "o_proj"] {
+            lines.push(format!("push layers.{layer}.{proj} (Linear)"));
+            lines.push("pop".into());
+        }
+        lines.push("pop".into());
+    }
+    lines.extend(["pop".into(), "pop".into()]);
+    lines
+}
+
+#[test]
+fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
+    if !python_available() {
+        eprintln!("every_module_forward_is_one_named_range_and_compiling_adds_none: skipped, no python3");
+        return;
+    }
+    let result = run_model("all", "");
+    let mut expected = one_call("", 2);
+    expected.extend(one_call("", 2));
+    // The compiled call adds nothing; the last call's stray module is named under its caller.
+    expected.extend(
+        ["push (Model)", "push layers (Module)", "push layers.Linear (Linear)", "pop", "pop", "pop"].map(String::from),
+    );
+    assert_eq!(log(&result), expected);
+    assert_eq!(result["chained"], "yes", "the workload's own sitecustomize ran after the hook");
+}
+
+#[test]
+fn depth_limit_and_memory_counters() {
+    if !python_available() {
+        eprintln!("depth_limit_and_memory_counters: skipped, no python3");
+        return;
+    }
+    let result = run_model("depth", "=2,memory");
+    let lines = log(&result);
+    // Depth 2 keeps the root (0 parts), `layers` (1) and `layers.N` (2), not the projections (3).
+    let pushes: Vec<&str> = lines.iter().filter(|l| l.starts_with("push")).map(String::as_str).take(6).collect();
+    assert_eq!(
+        pushes,
+        [
+            "push (Model) mem=0,4096",
+            "push layers (Module) mem=0,4096",
+            "push layers.0 (Block) mem=0,4096",
+            "push mem=200,4096",
+            "push layers.1 (Block) mem=200,4096",
+            "push mem=400,4096",
+        ]
+    );
+    // Each exit reading is a zero-length range just inside its module's range.
+    let exit = lines.iter().position(|l| l == "push mem=200,4096").unwrap();
+    assert_eq!(lines[exit - 1], "stats");
+    assert_eq!(&lines[exit + 1..exit + 3], ["pop", "pop"]);
+    let stats = lines.iter().filter(|l| *l == "stats").count();
+    let ranges = lines.iter().filter(|l| l.starts_with("push") && !l.starts_with("push mem=")).count();
+    assert_eq!(stats, 2 * ranges, "one counter read at entry and one at exit of every recorded module");
+}

@@ -1,0 +1,171 @@
+"""A random-weight Qwen3 decoder (transformers) doing a prefill and single-token decode steps, for module tables and
+their cost. Nothing here knows about shardscope: `capture --torch-modules` adds the module ranges from outside.
+
+MODE (environment):
+  eager   prefill, then DECODE steps with a dynamic KV cache, each step inside an NVTX range `decode`.
+  graph   the same with a static KV cache, one decode step captured into a CUDA graph (with the model running
+          eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do. With torch 2.11 and
+          transformers 5.17 this failed: with SDPA the replays indexed the cache out of bounds, with eager attention
+          the mask copies a CPU tensor during capture.
+  static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
+          the second is timed.
+Other settings: LAYERS (4), HIDDEN (1024), PROMPT (64 tokens), DECODE (32), ATTN (attention implementation,
+transformers' default when unset), TORCH_PROF=FILE (record the timed part
+with torch.profiler, `with_modules=True, with_stack=True`, and write its Chrome trace there).
+
+Prints one JSON line: {"mode", "decode_steps", "step_ms", "total_ms"} (wall time of the timed decode loop, GPU
+synchronised before and after only).
+"""
+
+import contextlib
+import json
+import os
+import time
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+MODE = os.environ.get("MODE", "eager")
+LAYERS = int(os.environ.get("LAYERS", "4"))
+HIDDEN = int(os.environ.get("HIDDEN", "1024"))
+PROMPT = int(os.environ.get("PROMPT", "64"))
+DECODE = int(os.environ.get("DECODE", "32"))
+PROFILE = os.environ.get("TORCH_PROF")
+
+
+def build():
+    config = Qwen3Config(
+        vocab_size=32000,
+        hidden_size=HIDDEN,
+        intermediate_size=3 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HIDDEN // 64,
+        num_key_value_heads=max(1, HIDDEN // 128),
+        head_dim=64,
+        max_position_embeddings=4096,
+    )
+    if os.environ.get("ATTN"):
+        config._attn_implementation = os.environ["ATTN"]
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    return config, model
+
+
+@contextlib.contextmanager
+def nvtx(name):
+    torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
+
+
+def profiled():
+    if not PROFILE:
+        return contextlib.nullcontext()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    # For an eager model torch.profiler records the module hierarchy only through its Python tracer (with_stack);
+    # with_modules alone adds nothing to an eager trace (seen with torch 2.11).
+    return torch.profiler.profile(activities=activities, with_modules=True, with_stack=True)
+
+
+def timed(loop):
+    """Runs `loop` (under torch.profiler when asked) between two synchronisations; returns its wall ms."""
+    with profiled() as prof:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loop()
+        torch.cuda.synchronize()
+        total_ms = (time.perf_counter() - start) * 1e3
+    if prof is not None:
+        prof.export_chrome_trace(PROFILE)
+    return total_ms
+
+
+def eager(config, model):
+    ids = torch.randint(0, config.vocab_size, (1, PROMPT), device="cuda")
+    with torch.no_grad():
+        for _ in range(2):  # warm-up pass, then the timed one
+            with nvtx("prefill"):
+                out = model(input_ids=ids, use_cache=True)
+            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+
+            def loop():
+                nonlocal token
+                for _ in range(DECODE):
+                    with nvtx("decode"):
+                        token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+
+            total_ms = timed(loop)
+    return total_ms
+
+
+def static_cache(config):
+    from transformers import StaticCache
+
+    length = PROMPT + DECODE + 8
+    try:
+        return StaticCache(config=config, max_cache_len=length)
+    except TypeError:
+        return StaticCache(config=config, max_batch_size=1, max_cache_len=length, device="cuda", dtype=torch.bfloat16)
+
+
+def graph(config, model):
+    cache = static_cache(config)
+    ids = torch.randint(0, config.vocab_size, (1, PROMPT), device="cuda")
+    token = torch.zeros((1, 1), dtype=torch.long, device="cuda")
+    position = torch.tensor([PROMPT], device="cuda")
+
+    def step():
+        out = model(input_ids=token, past_key_values=cache, cache_position=position, position_ids=position[None],
+                    use_cache=True)
+        return out.logits[:, -1:].argmax(-1)
+
+    with torch.no_grad():
+        with nvtx("prefill"):
+            out = model(input_ids=ids, past_key_values=cache, cache_position=torch.arange(PROMPT, device="cuda"))
+        token.copy_(out.logits[:, -1:].argmax(-1))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        replay = torch.cuda.CUDAGraph()
+        with nvtx("capture"), torch.cuda.graph(replay):
+            next_token = step()
+
+        def loop():
+            for _ in range(DECODE):
+                with nvtx("decode"):
+                    replay.replay()
+                    token.copy_(next_token)
+                    position.add_(1)
+
+        position.fill_(PROMPT)
+        timed(loop)  # warm-up replays
+        position.fill_(PROMPT)
+        return timed(loop)
+
+
+def static(config, model):
+    ids = torch.randint(0, config.vocab_size, (1, PROMPT), device="cuda")
+    with torch.no_grad():
+        def run():
+            with nvtx("generate"):
+                model.generate(ids, max_new_tokens=DECODE, min_new_tokens=DECODE, do_sample=False,
+                               cache_implementation="static")
+
+        run()  # compiles
+        return timed(run)
+
+
+def main():
+    config, model = build()
+    total_ms = {"eager": eager, "graph": graph, "static": static}[MODE](config, model)
+    print(json.dumps({"mode": MODE, "decode_steps": DECODE, "step_ms": total_ms / DECODE, "total_ms": total_ms}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
