@@ -16,11 +16,12 @@ use common::repo_root;
 
 /// README placeholder → committed sample (relative to the repository root) it stands for. Longest first, so that
 /// `tp1.sqlite` is not read as `1.sqlite`; matched as whole words.
-const PLACEHOLDERS: [(&str, &str); 10] = [
+const PLACEHOLDERS: [(&str, &str); 11] = [
     ("rank0.json.gz", "sample-traces/kineto_tp2/rank0.pt.trace.json.gz"),
     ("rank1.json.gz", "sample-traces/kineto_tp2/rank1.pt.trace.json.gz"),
     ("trace-ST.parquet", "analyzer/tests/data/straggler-artifact/trace-ST.parquet"),
     ("meta-ST.yaml", "analyzer/tests/data/straggler-artifact/meta-ST.yaml"),
+    ("decode.sqlite", "sample-traces/modules/qwen3_eager.sqlite.gz"),
     ("run.sqlite", "sample-traces/tp2_skew_capture.sqlite.gz"),
     ("tp1.sqlite", "sample-traces/tp1_capture.sqlite.gz"),
     ("tp2.sqlite", "sample-traces/tp2_capture.sqlite.gz"),

@@ -78,9 +78,10 @@ struct Args {
     /// Start with recording off; `capture start` (from another shell) switches it on.
     #[arg(long)]
     start_paused: bool,
-    /// CUDA graphs: `node` records every kernel, copy and set of each replay (CUPTI times each node on the GPU,
-    /// which lengthens a replay of many small kernels); `graph` records one activity per graph launch, with its
-    /// graph id (nearly free, but nothing of what ran inside the graph: no kernel names or per-kernel times).
+    /// CUDA graphs: `node` records every kernel, copy and set of each replay (CUPTI times each node on the GPU:
+    /// a replay of 400 tiny kernels took 1.38× on one H100); `graph` records one activity per graph launch, with
+    /// its graph id (1.09× on the same replays, and nothing of what ran inside the graph: no kernel names or
+    /// per-kernel times). BENCHMARKS.md has the measurement.
     #[arg(long, value_name = "graph|node", default_value = "node")]
     cuda_graph_trace: String,
     /// libcupti to load in the workload (default: library path, then the usual CUDA folders).
