@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use shardscope_model::{
-    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, GraphNodeOrigin, Kernel, MemOp, Process, ProcessIdx,
-    Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
+    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, GraphNodeOrigin, Kernel, MemOp, Process,
+    ProcessIdx, Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
 };
 use shardscope_spool::config::WindowTrigger;
 use shardscope_spool::cupti::{
-    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphNodeRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord,
-    MemsetRecord, ProcessInfo, SpoolRecord, WindowRecord,
+    ApiRecord, ApiSelection, CaptureCost, DeviceRecord, GraphNodeRecord, GraphTraceRecord, KernelRecord, MarkerRecord,
+    MemcpyRecord, MemsetRecord, ProcessInfo, SpoolRecord, WindowRecord,
 };
 use shardscope_spool::{SpoolContents, read_spool};
 

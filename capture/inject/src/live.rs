@@ -24,8 +24,8 @@ use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessI
 use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
-use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 use crate::graph_nodes;
+use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
 const BUFFER_BYTES: usize = 4 << 20;
