@@ -68,19 +68,6 @@ const LABEL_PX: u32 = 15;
 const TITLE_PX: u32 = 20;
 /// Bars at most this many get their value written above them.
 const MAX_VALUE_LABELS: usize = 24;
-/// Colours for categories and series the rules file gives none (Tableau 10, as the viewer uses).
-const PALETTE: [[u8; 3]; 10] = [
-    [0x4e, 0x79, 0xa7],
-    [0xf2, 0x8e, 0x2b],
-    [0xe1, 0x57, 0x59],
-    [0x76, 0xb7, 0xb2],
-    [0x59, 0xa1, 0x4f],
-    [0xed, 0xc9, 0x48],
-    [0xb0, 0x7a, 0xa1],
-    [0xff, 0x9d, 0xa7],
-    [0x9c, 0x75, 0x5f],
-    [0xba, 0xb0, 0xac],
-];
 /// The font family name the charts use; registered once with the embedded font.
 const FONT: &str = "sans-serif";
 /// Width of the legend column right of a chart, pixels.
@@ -233,8 +220,9 @@ pub fn palette(name: &str) -> [u8; 3] {
     crate::colors::palette(name)
 }
 
-/// The n-th palette colour, for series.
+/// The n-th colour of the one palette ([`crate::colors::PALETTE`]), for series.
 pub fn series_color(index: usize) -> [u8; 3] {
+    use crate::colors::PALETTE;
     PALETTE[index % PALETTE.len()]
 }
 
