@@ -11,14 +11,17 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use regex::Regex;
-use shardscope_analyzer::bench_peaks::BenchPeaks;
-use shardscope_analyzer::categories::{BUILTIN_RULES_TOML, Classifier};
-use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
-use shardscope_analyzer::render::{self, OutputFormat};
+use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
+use shardscope_analyzer::figures::categories::{BUILTIN_RULES_TOML, Classifier};
+use shardscope_analyzer::figures::run::{self, RunIdentity};
+use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
+use shardscope_analyzer::output::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
-use shardscope_analyzer::run::{self, RunIdentity};
-use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
-use shardscope_analyzer::{compare, critical_path, hta, html, modules, straggler_artifact, whatif, window};
+use shardscope_analyzer::{
+    dependency::critical_path, dependency::straggler_artifact, dependency::whatif, figures::hta, figures::window,
+    llm::modules, output::html, report::compare,
+};
 use shardscope_model::Trace;
 
 /// The two-rank sample trace compiled into the binary, used when no trace is named.
@@ -79,21 +82,21 @@ struct ChartArgs {
     /// The model's shape, for each phase's FLOP/s and MFU in the charts:
     /// `layers=8,hidden=4096,ffn=11008[,vocab=V][,heads=H][,dtype=bf16][,peak_tflops=989]` or `parameters=N,…`.
     #[arg(long, value_name = "KEY=VALUE,…", requires = "tokens", value_parser = parse_model)]
-    model: Option<shardscope_analyzer::mfu::ModelShape>,
+    model: Option<shardscope_analyzer::report::mfu::ModelShape>,
     /// Tokens per phase instance: `batch=B[,seq=S][,decode_steps=D]` (prefill: B × S tokens, decode: B per step).
     #[arg(long, value_name = "KEY=VALUE,…", requires = "model", value_parser = parse_tokens)]
-    tokens: Option<shardscope_analyzer::mfu::Tokens>,
+    tokens: Option<shardscope_analyzer::report::mfu::Tokens>,
     /// Colours of the charts and the HTML page: light (for slides and print) or dark (the viewer's).
     #[arg(long, value_enum, default_value_t)]
-    chart_theme: shardscope_analyzer::charts::ChartTheme,
+    chart_theme: shardscope_analyzer::output::charts::ChartTheme,
 }
 
-fn parse_model(text: &str) -> Result<shardscope_analyzer::mfu::ModelShape, String> {
-    shardscope_analyzer::mfu::ModelShape::parse(text)
+fn parse_model(text: &str) -> Result<shardscope_analyzer::report::mfu::ModelShape, String> {
+    shardscope_analyzer::report::mfu::ModelShape::parse(text)
 }
 
-fn parse_tokens(text: &str) -> Result<shardscope_analyzer::mfu::Tokens, String> {
-    shardscope_analyzer::mfu::Tokens::parse(text)
+fn parse_tokens(text: &str) -> Result<shardscope_analyzer::report::mfu::Tokens, String> {
+    shardscope_analyzer::report::mfu::Tokens::parse(text)
 }
 
 #[derive(Subcommand)]
@@ -375,7 +378,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Report { analysis, format, top, pictures } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
-            shardscope_analyzer::charts::set_theme(pictures.chart_theme);
+            shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
             if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
                 bail!("--model and --tokens are figures of the charts: give --html or --charts too");
             }
@@ -391,7 +394,7 @@ fn run(cli: Cli) -> Result<()> {
             let text = match format {
                 // The one-screen summary first, the details after it.
                 OutputFormat::Table => {
-                    shardscope_analyzer::summary::summary(&report)
+                    shardscope_analyzer::output::summary::summary(&report)
                         + "\n"
                         + &render::table(&report, if top == 0 { usize::MAX } else { top })
                 }
@@ -480,7 +483,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             if let Some(path) = html {
-                let page = shardscope_analyzer::module_charts::page(&report).map_err(anyhow::Error::msg)?;
+                let page = shardscope_analyzer::output::module_charts::page(&report).map_err(anyhow::Error::msg)?;
                 std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
             }
             match format {
@@ -502,7 +505,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             let rows = report::kernel_summary(&traces);
-            let saturated = shardscope_analyzer::kernel_summary::saturated_rows(&rows);
+            let saturated = shardscope_analyzer::figures::kernel_summary::saturated_rows(&rows);
             if saturated > 0 {
                 let _ = writeln!(
                     std::io::stderr(),
@@ -576,7 +579,8 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("inputs are not one run: {why}");
             }
             print_load_warnings(&loaded);
-            let stats = shardscope_analyzer::parquet_export::export(&output, &run, &loaded, &Options::default())?;
+            let stats =
+                shardscope_analyzer::output::parquet_export::export(&output, &run, &loaded, &Options::default())?;
             let rows: Vec<String> = stats.rows.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
             let _ = writeln!(
                 std::io::stderr(),
@@ -712,7 +716,7 @@ fn write_report_charts(
     let bench = bench_path.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
     let mut drawn = html::report_charts(report, &classifier, bench.as_ref());
     let peak = match &pictures.model {
-        Some(model) => shardscope_analyzer::mfu::peak(bench_path, model, "--model peak_tflops")
+        Some(model) => shardscope_analyzer::report::mfu::peak(bench_path, model, "--model peak_tflops")
             .map_err(|e| anyhow::anyhow!("--bench: {e}"))?,
         None => None,
     };
@@ -861,7 +865,8 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
     }
     let mut traces = Vec::new();
     for path in paths {
-        let loaded = shardscope_analyzer::progress::loading(&path.display().to_string(), || shardscope_io::load(path));
+        let loaded =
+            shardscope_analyzer::output::progress::loading(&path.display().to_string(), || shardscope_io::load(path));
         traces.extend(loaded?);
     }
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {

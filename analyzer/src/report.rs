@@ -18,26 +18,28 @@
 //! Phases come from the trace's phase ranges; a trace without any gets prefill and decode inferred from its kernels
 //! ([`inferred_phases`]), marked `inferred` in [`RankReport::phase_source`] and [`Phase::source`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use regex::Regex;
 use serde::{Serialize, Serializer};
 use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
 
-use crate::bench_peaks::BenchPeaks;
-use crate::capture_gaps;
-use crate::categories::{self, Classifier, KernelClass};
-use crate::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankKey, RankShare};
-use crate::generate_calls::{self, GenerateCalls};
-use crate::hta::{self, HtaFigures};
-use crate::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
-use crate::intervals::IntervalUnion;
-use crate::kernel_summary::{self, KernelSummaryRow};
-use crate::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
-use crate::run::{self, RunIdentity};
-use crate::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
-use crate::window::clip;
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::figures::capture_gaps;
+use crate::figures::categories::{self, Classifier, KernelClass};
+use crate::figures::collectives::{self, GroupSummary, Instance, Matching, RankInput, RankShare};
+use crate::figures::hta::{self, HtaFigures};
+use crate::figures::intervals::IntervalUnion;
+use crate::figures::kernel_summary::{self, KernelSummaryRow};
+use crate::figures::run::{self, RunIdentity, assign_ranks};
+use crate::figures::window::clip;
+use crate::llm::generate_calls::{self, GenerateCalls};
+use crate::llm::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
+use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
+use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 
+pub mod compare;
+pub mod mfu;
 pub mod partial;
 
 /// What to analyse and how.
@@ -525,44 +527,6 @@ fn phases_from_steps(
     (graph_served, inferred_phases::from_steps(&work, warmup))
 }
 
-/// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
-pub fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
-    let recorded: BTreeSet<u32> =
-        traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
-    let keys: Vec<(RankKey, Option<u32>)> = traces
-        .iter()
-        .enumerate()
-        .flat_map(|(trace_index, trace)| {
-            devices_with_gpu_work(trace)
-                .into_iter()
-                .map(move |device| (RankKey { trace: trace_index, device }, trace.device_rank(device)))
-        })
-        .collect();
-    let numbers = number_ranks(&recorded, keys.iter().map(|(_, rank)| *rank));
-    keys.into_iter().zip(numbers).map(|((key, _), (rank, rank_recorded))| (key, rank, rank_recorded)).collect()
-}
-
-/// The rank rule, shared with the report in parts: each GPU (in input order) keeps its recorded rank, and one
-/// without gets the next number that no GPU recorded. Returns (rank, recorded) per GPU.
-pub(crate) fn number_ranks(
-    recorded: &BTreeSet<u32>,
-    recorded_per_gpu: impl Iterator<Item = Option<u32>>,
-) -> Vec<(u32, bool)> {
-    let mut next_unrecorded_rank = 0u32;
-    recorded_per_gpu
-        .map(|rank| match rank {
-            Some(rank) => (rank, true),
-            None => {
-                while recorded.contains(&next_unrecorded_rank) {
-                    next_unrecorded_rank += 1;
-                }
-                next_unrecorded_rank += 1;
-                (next_unrecorded_rank - 1, false)
-            }
-        })
-        .collect()
-}
-
 /// Indices of each device's kernels and memory operations, in time order: built in one pass over the trace so that
 /// per-rank work never scans the other ranks' events.
 struct ByDevice {
@@ -604,22 +568,6 @@ fn in_window(indices: &[u32], start_ns: impl Fn(u32) -> i64, longest_ns: i64, wi
     let first = indices.partition_point(|&i| start_ns(i) < w0.saturating_sub(longest_ns));
     let end = indices.partition_point(|&i| start_ns(i) < w1).max(first);
     &indices[first..end]
-}
-
-/// Devices that ran at least one kernel, copy or set, in ordinal order.
-fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
-    let mut used = vec![false; trace.devices.len()];
-    let kernel_devices = trace.kernels.iter().map(|k| k.device);
-    let other_devices = trace.memops.iter().map(|m| m.device).chain(trace.graph_launches.iter().map(|g| g.device));
-    for device in kernel_devices.chain(other_devices) {
-        if let Some(slot) = used.get_mut(device.0 as usize) {
-            *slot = true;
-        }
-    }
-    let mut devices: Vec<DeviceIdx> =
-        (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
-    devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
-    devices
 }
 
 /// One kernel of a rank after clipping.

@@ -8,6 +8,8 @@
 //! status and the study goes on. The analysis then reads every finished point with the same options as
 //! `analyzer report`.
 
+pub mod command;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,12 +18,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench_peaks::BenchPeaks;
-use crate::categories::{self, Classifier};
-use crate::charts::{self, Chart, ChartKind, Line, Segment, SeriesPoint, escape};
-use crate::html::{self, Section, Table};
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::figures::categories::{self, Classifier};
+use crate::output::charts::{self, Chart, ChartKind, Line, Segment, SeriesPoint, escape};
+use crate::output::html::{self, Section, Table};
 use crate::report::{self, Options, Report};
-use crate::study_command::CommandTemplate;
+use crate::study::command::CommandTemplate;
 
 /// Placeholders every template knows besides the grid's parameters.
 const BUILTIN_PLACEHOLDERS: [&str; 3] = ["out", "rep", "point"];
@@ -38,7 +40,7 @@ pub struct StudyFile {
     #[serde(default)]
     pub name: Option<String>,
     /// Command line with `{param}` placeholders, `{out}` (the trace path), `{rep}` and `{point}`: split into
-    /// words and run without a shell, each value one argument (see [`crate::study_command`]).
+    /// words and run without a shell, each value one argument (see [`crate::study::command`]).
     pub command: String,
     /// Run `command` under `sh -c` (pipes, `&&`, redirections), each value quoted as one shell word.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -88,7 +90,7 @@ fn one() -> u32 {
     1
 }
 
-pub use crate::mfu::ModelShape;
+pub use crate::report::mfu::ModelShape;
 
 /// The tokens of one phase instance, for FLOP/s and MFU: values may hold placeholders (grid parameters and the
 /// names of `[env]`), and must then read as positive numbers.
@@ -434,7 +436,7 @@ fn absolute(path: &Path) -> PathBuf {
 
 impl Study {
     /// The tokens of a point's phase instances, from `[tokens]` with its placeholders filled in.
-    pub fn tokens(&self, point: &Point) -> Result<Option<crate::mfu::Tokens>, String> {
+    pub fn tokens(&self, point: &Point) -> Result<Option<crate::report::mfu::Tokens>, String> {
         let Some(template) = &self.file.tokens else { return Ok(None) };
         let out = self.trace_path_for_command(point);
         let env = self.environment(point);
@@ -446,7 +448,7 @@ impl Study {
         if let Some(steps) = &template.decode_steps {
             text += &format!(",decode_steps={}", expand(steps, &values)?);
         }
-        crate::mfu::Tokens::parse(&text).map(Some).map_err(|e| format!("tokens: {e}"))
+        crate::report::mfu::Tokens::parse(&text).map(Some).map_err(|e| format!("tokens: {e}"))
     }
 }
 
@@ -503,7 +505,7 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
     let total = study.points.len();
     let mut statuses = Vec::new();
     // The bar (on a terminal only) stands under the log lines, which are written with it lifted.
-    let bar = crate::progress::points(total as u64);
+    let bar = crate::output::progress::points(total as u64);
     for (index, point) in study.points.iter().enumerate() {
         bar.set_position(index as u64);
         bar.set_message(format!("{} r{}", safe(&point.config()), point.rep));
@@ -659,19 +661,19 @@ pub struct PointFigures {
     pub phase_categories_ns: BTreeMap<String, BTreeMap<String, i64>>,
     /// Per phase, the instance times after the warm-up on the slowest rank: prefill gives the time to first
     /// token, decode the time per output token (recorded phase ranges only).
-    pub latency: Vec<crate::layers::PhaseLatency>,
+    pub latency: Vec<crate::llm::layers::PhaseLatency>,
     /// Per phase: model FLOPs, achieved FLOP/s and MFU (with `[model]` and `[tokens]`).
-    pub mfu: Vec<crate::mfu::PhaseMfu>,
+    pub mfu: Vec<crate::report::mfu::PhaseMfu>,
     /// Why there is no MFU (tokens that do not read as numbers), if so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mfu_error: Option<String>,
     /// Per phase: kernel time per layer and op category, after the warm-up.
-    pub layers: Vec<crate::layers::PhaseLayers>,
+    pub layers: Vec<crate::llm::layers::PhaseLayers>,
 }
 
 /// Figures of a report, as the study compares them.
 pub fn point_figures(report: &Report) -> PointFigures {
-    let steps: Vec<&crate::steps::Distribution> =
+    let steps: Vec<&crate::llm::steps::Distribution> =
         report.ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| &s.time).filter(|t| t.count > 0).collect();
     let mut phases: BTreeMap<String, [i64; 3]> = BTreeMap::new();
     for rank in &report.ranks {
@@ -792,7 +794,7 @@ pub fn analyse(
     statuses: &[Option<RunStatus>],
     classifier: &Classifier,
     bench: Option<&BenchPeaks>,
-    peak: Option<&crate::mfu::Peak>,
+    peak: Option<&crate::report::mfu::Peak>,
 ) -> StudyResults {
     let mut points = Vec::new();
     for (point, status) in study.points.iter().zip(statuses) {
@@ -815,7 +817,7 @@ pub fn analyse(
             Some(s) if !s.succeeded() => result.status = "failed",
             Some(_) => {
                 result.trace = Some(relative.clone());
-                match crate::progress::loading(&relative, || shardscope_io::load(&trace)) {
+                match crate::output::progress::loading(&relative, || shardscope_io::load(&trace)) {
                     Ok(traces) => {
                         let options = Options {
                             classifier: classifier.clone(),
@@ -827,14 +829,15 @@ pub fn analyse(
                         result.status = "ok";
                         let mut figures = point_figures(&report);
                         let skip = study.file.warmup_steps;
-                        let instances = crate::layers::instances(&traces, classifier, &options.phase_pattern, None);
-                        figures.latency = crate::layers::latencies(&instances, skip);
-                        figures.layers = crate::layers::phase_layers(&instances, skip);
+                        let instances =
+                            crate::llm::layers::instances(&traces, classifier, &options.phase_pattern, None);
+                        figures.latency = crate::llm::layers::latencies(&instances, skip);
+                        figures.layers = crate::llm::layers::phase_layers(&instances, skip);
                         if let Some(model) = &study.file.model {
                             match study.tokens(point) {
                                 Ok(Some(tokens)) => {
                                     let times = latency_p50(&figures.latency);
-                                    figures.mfu = crate::mfu::phase_mfu(&report, model, &tokens, peak, &times);
+                                    figures.mfu = crate::report::mfu::phase_mfu(&report, model, &tokens, peak, &times);
                                 }
                                 Ok(None) => {}
                                 Err(e) => figures.mfu_error = Some(e),
@@ -856,7 +859,7 @@ pub fn analyse(
 }
 
 /// Per phase, the slowest rank's median instance time after the warm-up.
-fn latency_p50(latency: &[crate::layers::PhaseLatency]) -> BTreeMap<String, i64> {
+fn latency_p50(latency: &[crate::llm::layers::PhaseLatency]) -> BTreeMap<String, i64> {
     latency.iter().filter(|l| l.time.count > 0).map(|l| (l.phase.clone(), l.time.p50_ns)).collect()
 }
 
@@ -1381,7 +1384,7 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
         let rows: Vec<(String, Vec<Option<f64>>)> = analysed
             .iter()
             .filter_map(|(label, figures)| {
-                let tables: Vec<&crate::layers::PhaseLayers> =
+                let tables: Vec<&crate::llm::layers::PhaseLayers> =
                     figures.iter().filter_map(|f| f.layers.iter().find(|l| l.phase == *phase)).collect();
                 let layers = tables.first()?.layers;
                 let cells = (0..layers)
@@ -1438,7 +1441,7 @@ fn median_of(values: Vec<f64>) -> Option<f64> {
 }
 
 fn ms_text(ns: Option<i64>) -> String {
-    ns.map_or_else(|| "–".into(), crate::render::duration)
+    ns.map_or_else(|| "–".into(), crate::output::render::duration)
 }
 
 /// The tables LLM scaling studies show, per configuration (medians over repetitions): latency (step, time to first
@@ -1551,7 +1554,11 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
                     vec![
                         s.config.clone(),
                         format!("{} → {}", s.base_gpus, s.gpus),
-                        format!("{} → {}", crate::render::duration(s.base_step_ns), crate::render::duration(s.step_ns)),
+                        format!(
+                            "{} → {}",
+                            crate::output::render::duration(s.base_step_ns),
+                            crate::output::render::duration(s.step_ns)
+                        ),
                         format!("{:.2}×", s.speedup),
                         format!("{:.1} %", s.efficiency_pct),
                         phase("prefill", false),
@@ -1567,7 +1574,7 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
     let mut mfu_rows = Vec::new();
     for (label, figures) in &analysed {
         for phase in &phases {
-            let list: Vec<&crate::mfu::PhaseMfu> =
+            let list: Vec<&crate::report::mfu::PhaseMfu> =
                 figures.iter().filter_map(|f| f.mfu.iter().find(|m| m.phase == *phase)).collect();
             let Some(first) = list.first() else { continue };
             let why = list.iter().find_map(|m| m.inconsistent.clone());
@@ -1624,7 +1631,7 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
                 label.clone(),
                 phase.clone(),
                 format!("{} ({})", table.layers, table.source),
-                crate::render::duration(mean),
+                crate::output::render::duration(mean),
                 format!("{} – {}", ms_text(min), ms_text(max)),
                 table.ops.first().cloned().unwrap_or_default(),
             ]);
@@ -1690,10 +1697,10 @@ pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -
             point.point.rep,
             escape(&status),
             cell(f.map(|f| f.ranks.to_string())),
-            cell(f.and_then(|f| f.step_p50_ns).map(crate::render::duration)),
+            cell(f.and_then(|f| f.step_p50_ns).map(crate::output::render::duration)),
             cell(f.map(|f| format!("{:.1} %", f.all_reduce_pct))),
-            cell(f.map(|f| crate::render::duration(f.comm_wait_ns))),
-            cell(f.map(|f| crate::render::duration(f.comm_transfer_ns))),
+            cell(f.map(|f| crate::output::render::duration(f.comm_wait_ns))),
+            cell(f.map(|f| crate::output::render::duration(f.comm_transfer_ns))),
         );
     }
     page.push_str("</table>\n");
@@ -1728,7 +1735,7 @@ pub fn run_study(
         None => None,
     };
     let peak = match &study.file.model {
-        Some(model) => crate::mfu::peak(
+        Some(model) => crate::report::mfu::peak(
             study.file.bench.as_ref().map(|b| study.base_dir.join(b)).as_deref(),
             model,
             &format!("datasheet peak_tflops of {}", study.path.display()),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::{repo_root, shared_traces};
-use shardscope_analyzer::categories::{Classifier, report_label};
+use shardscope_analyzer::figures::categories::{Classifier, report_label};
 
 /// The largest share of kernel time, in percent, that may stay `other` on a real trace.
 const OTHER_BOUND_PCT: f64 = 5.0;

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use shardscope_analyzer::bench_peaks::BenchPeaks;
-use shardscope_analyzer::critical_path;
+use shardscope_analyzer::dependency::critical_path;
+use shardscope_analyzer::dependency::whatif::{self, Scenario};
+use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::report::Options;
-use shardscope_analyzer::whatif::{self, Scenario};
 use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
 use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, Kernel, Process, Trace};
 

@@ -6,9 +6,9 @@ mod common;
 use common::{analyzer, assert_one_line_error, repo_root};
 use proptest::prelude::*;
 use serde_json::Value;
-use shardscope_analyzer::critical_path::{self, CriticalPath, Model};
+use shardscope_analyzer::dependency::critical_path::{self, CriticalPath, Model};
+use shardscope_analyzer::dependency::whatif::{self, ScaleRule, ScaleTarget, Scenario};
 use shardscope_analyzer::report::Options;
-use shardscope_analyzer::whatif::{self, ScaleRule, ScaleTarget, Scenario};
 use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, Kernel, Process, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";

@@ -133,5 +133,5 @@ fn jax_loop_of_eight_identical_blocks_in_one_command_buffer() {
 
 /// The table's duration format (`render::duration`), for matching its lines.
 fn duration(ns: i64) -> String {
-    shardscope_analyzer::render::duration(ns)
+    shardscope_analyzer::output::render::duration(ns)
 }

@@ -3,7 +3,7 @@
 //! a direct count and never wrap.
 
 use proptest::prelude::*;
-use shardscope_analyzer::intervals::IntervalUnion;
+use shardscope_analyzer::figures::intervals::IntervalUnion;
 
 /// Time covered by `intervals` (end after start only), counted point by point on a small range.
 fn covered(intervals: &[(i64, i64)], at: i64) -> bool {

@@ -9,10 +9,10 @@ use std::path::Path;
 use common::repo_root;
 use proptest::prelude::*;
 use regex::Regex;
-use shardscope_analyzer::categories::Classifier;
-use shardscope_analyzer::layers;
-use shardscope_analyzer::mfu::{self, ModelShape, Tokens};
-use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::figures::categories::Classifier;
+use shardscope_analyzer::llm::layers;
+use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::report::mfu::{self, ModelShape, Tokens};
 use shardscope_analyzer::report::{self, Options};
 
 const BENCH: &str = "bench/results/h200x2.json";

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
-use shardscope_analyzer::modules::{ModuleOptions, ModuleReport, module_report};
-use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::llm::modules::{ModuleOptions, ModuleReport, module_report};
+use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_model::Trace;
 
 fn sample(name: &str) -> PathBuf {

@@ -8,7 +8,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use common::repo_root;
-use shardscope_analyzer::render;
+use shardscope_analyzer::output::render;
 use shardscope_analyzer::report::partial::{self, KeyedRow, TracePart};
 use shardscope_analyzer::report::{Options, analyze};
 use shardscope_model::Trace;
@@ -60,7 +60,7 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
     }
     let offsets = if partial::hosts_differ(parts) {
         let differences = by_bucket.iter().flat_map(|rows| partial::row_differences(rows.clone()));
-        shardscope_analyzer::collectives::alignment_offsets(ranks.len(), differences)
+        shardscope_analyzer::figures::collectives::alignment_offsets(ranks.len(), differences)
     } else {
         Vec::new()
     };

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use shardscope_analyzer::straggler_artifact::{self, GroupSlowdown, JobMeta, StragglerReport};
+use shardscope_analyzer::dependency::straggler_artifact::{self, GroupSlowdown, JobMeta, StragglerReport};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/straggler-artifact").join(name)

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 
-# The analyzer's defaults (analyzer/src/phases.rs, analyzer/src/steps.rs), in RE2 syntax, which both are.
+# The analyzer's defaults (analyzer/src/llm/phases.rs, analyzer/src/llm/steps.rs), in RE2 syntax, which both are.
 PHASE_PATTERN = r"(?:^|[^A-Za-z])((?i:prefill|decode)|EXTEND|MIXED)(?:[^A-Za-z]|$)"
 STEP_PATTERN = (r"(?i)^(ProfilerStep#\d+|execute_model|_?forward_step\b.*|(train_|training_)?step([ _#:-]*\d+)?"
                 r"|iter(ation)?([ _#:-]*\d+)?)$")

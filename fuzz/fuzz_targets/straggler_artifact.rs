@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use libfuzzer_sys::fuzz_target;
-use shardscope_analyzer::straggler_artifact::{ArtifactTrace, JobMeta, StragglerModel};
+use shardscope_analyzer::dependency::straggler_artifact::{ArtifactTrace, JobMeta, StragglerModel};
 
 fuzz_target!(|data: &[u8]| {
     let mut file = tempfile::NamedTempFile::new().expect("a temporary file");

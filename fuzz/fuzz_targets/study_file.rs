@@ -7,7 +7,7 @@ use std::io::Write;
 
 use libfuzzer_sys::fuzz_target;
 use shardscope_analyzer::study::{MAX_RUNS, Study};
-use shardscope_analyzer::study_command::CommandTemplate;
+use shardscope_analyzer::study::command::CommandTemplate;
 
 fuzz_target!(|data: &[u8]| {
     let mut file = tempfile::Builder::new().suffix(".toml").tempfile().expect("a temporary file");

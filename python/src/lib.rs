@@ -24,14 +24,14 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 use regex::Regex;
 use serde_json::Value;
-use shardscope_analyzer::bench_peaks::BenchPeaks;
-use shardscope_analyzer::categories::{self, Classifier};
+use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
+use shardscope_analyzer::figures::categories::{self, Classifier};
+use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::report::partial::{
     self, FinishedTrace, KeyedRow, MatchedInstance, RankEntry, TracePart, TraceTallies,
 };
 use shardscope_analyzer::report::{self, Figures, Options, Report};
-use shardscope_analyzer::run::{self, RunIdentity};
-use shardscope_analyzer::{critical_path, hta, render, whatif};
+use shardscope_analyzer::{dependency::critical_path, dependency::whatif, figures::hta, output::render};
 use shardscope_model::{DeviceIdx, Trace};
 
 mod commands;
@@ -130,8 +130,10 @@ fn load(py: Python<'_>, paths: Vec<PathBuf>, options: &str) -> PyResult<Run> {
             return Err(fail(format!("inputs are not one run: {why} (allow_mixed=True analyses them together)")));
         }
         let report = report::analyze(&traces, &Options { keep_instances: true, ..options.clone() });
-        let ranks =
-            report::assign_ranks(&traces).into_iter().map(|(key, rank, _)| ((key.trace, key.device), rank)).collect();
+        let ranks = shardscope_analyzer::figures::run::assign_ranks(&traces)
+            .into_iter()
+            .map(|(key, rank, _)| ((key.trace, key.device), rank))
+            .collect();
         Ok(Run { traces, options, report, ranks })
     })
 }
@@ -383,7 +385,7 @@ impl Run {
                 ],
             )?,
         )?;
-        let kernels: Vec<(&FigureRow, &shardscope_analyzer::kernel_summary::KernelSummaryRow)> =
+        let kernels: Vec<(&FigureRow, &shardscope_analyzer::figures::kernel_summary::KernelSummaryRow)> =
             rows.iter().flat_map(|r| r.figures.kernels.iter().map(move |k| (r, k))).collect();
         out.set_item(
             "kernel_summary",
@@ -613,7 +615,7 @@ fn alignment_offsets(inputs: usize, differences: Vec<PyBackedBytes>) -> PyResult
     for d in &differences {
         all.extend(from_binary::<Vec<(usize, i64)>>(d, "clock differences")?);
     }
-    Ok(shardscope_analyzer::collectives::alignment_offsets(inputs, all))
+    Ok(shardscope_analyzer::figures::collectives::alignment_offsets(inputs, all))
 }
 
 /// Matches the rows of one bucket (its rows from every trace, see `rows_from`) into collective instances: returns
@@ -723,12 +725,12 @@ fn modules_json(
     depth: Option<usize>,
     phase_pattern: Option<String>,
 ) -> PyResult<String> {
-    let pattern = phase_pattern.as_deref().unwrap_or(shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN);
+    let pattern = phase_pattern.as_deref().unwrap_or(shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN);
     let phase_pattern = Regex::new(pattern).map_err(|e| fail(format!("phase_pattern: {e}")))?;
     py.detach(|| {
         let traces = load_paths(&paths)?;
-        let options = shardscope_analyzer::modules::ModuleOptions { depth, phase_pattern, window_ns: None };
-        serde_json::to_string_pretty(&shardscope_analyzer::modules::module_report(&traces, &options)).map_err(fail)
+        let options = shardscope_analyzer::llm::modules::ModuleOptions { depth, phase_pattern, window_ns: None };
+        serde_json::to_string_pretty(&shardscope_analyzer::llm::modules::module_report(&traces, &options)).map_err(fail)
     })
 }
 

@@ -9,10 +9,10 @@
 use std::path::Path;
 
 use regex::Regex;
-use shardscope_analyzer::categories::{CategoryId as AnalyzerCategoryId, Classifier};
-use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::figures::categories::{CategoryId as AnalyzerCategoryId, Classifier};
+use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
+use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::report::{Figures, Options, PHASES_INFERRED, analyze};
-use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
 use shardscope_model::Trace;
 
 /// Index of an op category in [`Categories::names`].
@@ -165,7 +165,7 @@ pub fn analyze_window_with_verdict(
     window_ns: Option<(i64, i64)>,
 ) -> (Vec<RankFigures>, String) {
     let report = analyze(traces, &categories.options(window_ns));
-    let verdict = shardscope_analyzer::summary::late_rank_verdict(&report);
+    let verdict = shardscope_analyzer::output::summary::late_rank_verdict(&report);
     let ranks = report
         .ranks
         .iter()

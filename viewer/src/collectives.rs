@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use shardscope_analyzer::collectives::match_traces;
+use shardscope_analyzer::figures::collectives::match_traces;
 use shardscope_model::CollectiveOp;
 
 use crate::timeline::Selected;

@@ -1,5 +1,5 @@
 //! The critical path across ranks, on the timeline: the analyzer's path of one step or window
-//! (`shardscope_analyzer::critical_path`, what `analyzer critical-path` prints) placed on the viewer's tracks.
+//! (`shardscope_analyzer::dependency::critical_path`, what `analyzer critical-path` prints) placed on the viewer's tracks.
 //!
 //! Each segment of the path names its rank and lane (`stream N` or `thread N`); the rank is one GPU of one trace
 //! (the model's rank table), a stream lane is that GPU's stream track and a thread lane is that thread's CUDA API
@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-use shardscope_analyzer::critical_path::{Share, build_model, critical_path};
+use shardscope_analyzer::dependency::critical_path::{Share, build_model, critical_path};
 use shardscope_model::DeviceIdx;
 
 use crate::timeline::layout::TimelineData;

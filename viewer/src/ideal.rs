@@ -1,6 +1,6 @@
 //! The no-straggler replay beside the real timeline: every GPU operation of a step or window at the start and end
 //! the analyzer's dependency model gives it once every rank runs each operation at its typical (median across
-//! ranks) duration (`shardscope_analyzer::whatif::no_straggler_times`, the ideal of the slowdown `S` that
+//! ranks) duration (`shardscope_analyzer::dependency::whatif::no_straggler_times`, the ideal of the slowdown `S` that
 //! `analyzer what-if --no-straggler` reports and `analyzer critical-path --perfetto` exports).
 //!
 //! Each operation is placed on the viewer's stream track of its rank (the model's rank table names the trace and
@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use shardscope_analyzer::critical_path::build_model;
-use shardscope_analyzer::depgraph::{OpKind, end_vertex, start_vertex};
-use shardscope_analyzer::whatif::no_straggler_times;
+use shardscope_analyzer::dependency::critical_path::build_model;
+use shardscope_analyzer::dependency::graph::{OpKind, end_vertex, start_vertex};
+use shardscope_analyzer::dependency::whatif::no_straggler_times;
 
 use crate::critical::{Computed, PathRequest};
 use crate::timeline::events::{EventKind, EventRef};

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
-use shardscope_analyzer::window;
+use shardscope_analyzer::figures::window;
+use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_viewer::analysis::Categories;
 use shardscope_viewer::app::{SideTab, StartOptions, ViewerApp};
 

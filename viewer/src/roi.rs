@@ -8,7 +8,7 @@
 //!    as steps (its step pattern: `ProfilerStep#N`, `execute_model`, `step N`, …), first start to last end over
 //!    all ranks, and on to the end of the GPU work launched inside them (which runs after its host range ends);
 //! 2. without such ranges, where the analyzer detects warm-up (compilation, autotuning) among the steps it infers
-//!    from the kernels and graph launches (`shardscope_analyzer::steps`), their steady state: from the first step
+//!    from the kernels and graph launches (`shardscope_analyzer::llm::steps`), their steady state: from the first step
 //!    after the warm-up to the end of the last step, over all ranks;
 //! 3. without steps either, the GPU work: first start to last end of the kernels, copies and sets of all ranks,
 //!    which leaves out the host-only start-up (interpreter, imports, CUDA context creation) and tear-down.
@@ -18,8 +18,8 @@
 use std::collections::HashMap;
 
 use regex::Regex;
-use shardscope_analyzer::categories::{self, Classifier};
-use shardscope_analyzer::steps::{self, StepSource, step_ranges};
+use shardscope_analyzer::figures::categories::{self, Classifier};
+use shardscope_analyzer::llm::steps::{self, StepSource, step_ranges};
 use shardscope_model::{DeviceIdx, NameId, Trace};
 
 /// Where the region of interest came from.
@@ -131,8 +131,8 @@ pub fn region_of_interest(traces: &[Trace], phase_pattern: &Regex, step_pattern:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardscope_analyzer::phases::DEFAULT_PHASE_PATTERN;
-    use shardscope_analyzer::steps::DEFAULT_STEP_PATTERN;
+    use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
+    use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
     use shardscope_model::{ApiCall, Kernel, Process, Range};
 
     fn patterns() -> (Regex, Regex) {

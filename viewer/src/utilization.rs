@@ -9,7 +9,7 @@
 //! A column's busy time is the difference of two values of a running total of covered time, each one binary search
 //! away, so a frame costs a few searches per pixel column whatever the number of kernels.
 
-use shardscope_analyzer::intervals::IntervalUnion;
+use shardscope_analyzer::figures::intervals::IntervalUnion;
 use shardscope_model::{DeviceIdx, Trace};
 
 /// The busy time of one GPU of one trace.

@@ -437,7 +437,7 @@ fn the_summary_tab_opens_with_its_figures() {
     // The late-rank verdict is the report's, word for word.
     let data = &app.session.as_ref().unwrap().data;
     let report = shardscope_analyzer::report::analyze(&data.traces, &data.categories.options(None));
-    assert_eq!(app.summary_stats.late_rank_verdict, shardscope_analyzer::summary::late_rank_verdict(&report));
+    assert_eq!(app.summary_stats.late_rank_verdict, shardscope_analyzer::output::summary::late_rank_verdict(&report));
     assert!(app.summary_stats.late_rank_verdict.starts_with("late rank: rank 0: the 40 of 73"));
 }
 
@@ -452,7 +452,7 @@ fn the_header_gives_the_window_on_the_trace_clock() {
     let length = shardscope_viewer::timeline::paint::format_duration((end - start) as f64);
     h.get_by_label(&format!("window {start}:{end} ns ({length})"));
     // Pasted into `--window`, it parses to the same span.
-    assert_eq!(shardscope_analyzer::window::parse(&format!("{start}:{end}")), Ok((start, end)));
+    assert_eq!(shardscope_analyzer::figures::window::parse(&format!("{start}:{end}")), Ok((start, end)));
 }
 
 /// Step 9 of the skewed sample (3.45 ms): rank 0 launches an all-reduce that rank 1 joins, the path crosses to
@@ -509,8 +509,8 @@ fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
 #[test]
 #[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
 fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
-    use shardscope_analyzer::critical_path::build_model;
-    use shardscope_analyzer::whatif::{Scenario, what_if};
+    use shardscope_analyzer::dependency::critical_path::build_model;
+    use shardscope_analyzer::dependency::whatif::{Scenario, what_if};
     use shardscope_viewer::timeline::layout::RowContent;
 
     let start = StartOptions { ideal: Some(Some(9)), ..StartOptions::default() };

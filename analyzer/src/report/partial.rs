@@ -31,15 +31,15 @@ use serde_json::{Map, Value};
 use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, Trace};
 
 use super::{
-    ByDevice, CollectiveReport, DeviceContext, FileWarning, Options, Report, analyze_device, devices_with_gpu_work,
-    in_window, infer_phases, phase_of,
+    ByDevice, CollectiveReport, DeviceContext, FileWarning, Options, Report, analyze_device, in_window, infer_phases,
+    phase_of,
 };
-use crate::categories::{self, Classifier, KernelClass};
-use crate::collectives::{self, CommKernel, Instance, Matching, RankInput, RankKey, RankShare, op_by_name};
-use crate::hta;
-use crate::phases::PhaseIndex;
-use crate::run::{self, RunIdentity};
-use crate::window::clip;
+use crate::figures::categories::{self, Classifier, KernelClass};
+use crate::figures::collectives::{self, CommKernel, Instance, Matching, RankInput, RankKey, RankShare, op_by_name};
+use crate::figures::hta;
+use crate::figures::run::{self, RunIdentity, devices_with_gpu_work};
+use crate::figures::window::clip;
+use crate::llm::phases::PhaseIndex;
 
 /// What one trace contributes to the report of its run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -480,7 +480,7 @@ pub fn rank_entries(parts: &[TracePart]) -> Vec<RankEntry> {
     let recorded: BTreeSet<u32> = parts.iter().flat_map(|p| p.recorded_ranks.iter().copied()).collect();
     let devices: Vec<(usize, &DevicePart)> =
         parts.iter().enumerate().flat_map(|(trace, p)| p.devices.iter().map(move |d| (trace, d))).collect();
-    let numbers = super::number_ranks(&recorded, devices.iter().map(|(_, d)| d.recorded_rank));
+    let numbers = crate::figures::run::number_ranks(&recorded, devices.iter().map(|(_, d)| d.recorded_rank));
     devices
         .into_iter()
         .zip(numbers)

@@ -9,7 +9,7 @@ use super::events::{EventKindInfo, dispatch};
 use super::layout::{EventKind, EventRef, RowContent, TimelineData};
 use super::lod::DrawItem;
 use super::{FramePlan, Highlights, Selected, TimelineView};
-use shardscope_analyzer::render::{self, DurationDecimals};
+use shardscope_analyzer::output::render::{self, DurationDecimals};
 
 use std::collections::HashMap;
 
@@ -63,15 +63,15 @@ fn text_color_on(fill: Color32) -> Color32 {
 }
 
 /// The colour of an op category or report label (`comm.<type>`, `wait.<type>`): the analyzer's one rule
-/// ([`shardscope_analyzer::colors`]), so the timeline, the Summary tab and the report's charts agree.
+/// ([`shardscope_analyzer::output::colors`]), so the timeline, the Summary tab and the report's charts agree.
 pub fn category_color(categories: &Categories, name: &str) -> Color32 {
-    let [r, g, b] = shardscope_analyzer::colors::label_color(categories.classifier(), name);
+    let [r, g, b] = shardscope_analyzer::output::colors::label_color(categories.classifier(), name);
     Color32::from_rgb(r, g, b)
 }
 
 /// The colour of a collective's waiting part, from the colour of the kernel (the analyzer's rule, as `wait.<type>`).
 fn waiting_color(color: Color32) -> Color32 {
-    let [r, g, b] = shardscope_analyzer::colors::waiting_color([color.r(), color.g(), color.b()]);
+    let [r, g, b] = shardscope_analyzer::output::colors::waiting_color([color.r(), color.g(), color.b()]);
     Color32::from_rgba_premultiplied(r, g, b, color.a())
 }
 
@@ -595,7 +595,7 @@ mod tests {
         }
         assert_eq!(category_color(&categories, "wait.all_gather"), wait);
         for label in ["gemm", "comm.all_reduce", "wait.all_reduce", "not_a_category"] {
-            let [r, g, b] = shardscope_analyzer::charts::category_color(categories.classifier(), label);
+            let [r, g, b] = shardscope_analyzer::output::charts::category_color(categories.classifier(), label);
             assert_eq!(category_color(&categories, label), Color32::from_rgb(r, g, b), "{label}");
         }
         // The timeline's waiting part of a communication kernel is the same colour.

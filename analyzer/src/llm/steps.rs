@@ -35,7 +35,7 @@ use regex::Regex;
 use serde::Serialize;
 use shardscope_model::{DeviceIdx, NameId, ProcessIdx, RangeKind, Trace};
 
-use crate::window::clip;
+use crate::figures::window::clip;
 
 /// The default step pattern: PyTorch profiler steps, vLLM's model-execution call, TensorRT-LLM's forward step,
 /// and ranges named `step`, `iteration`, `train_step`, `training_step` with an optional number.

@@ -14,7 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use shardscope_model::Trace;
+use shardscope_model::{DeviceIdx, Trace};
+
+use crate::figures::collectives::RankKey;
 
 /// What one input file says about its run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -116,6 +118,60 @@ pub fn partial_run_note(identities: &[RunIdentity], ranks_analysed: usize) -> Op
              these ranks only, and the slowest rank of the job may be missing"
         )
     })
+}
+
+// Rank numbering: which rank each GPU of the inputs is. The report, its parts, layers and modules all number ranks
+// this one way.
+
+/// Every GPU with work, with its rank: recorded by the trace, or else numbered in input order, skipping recorded ones.
+pub fn assign_ranks(traces: &[Trace]) -> Vec<(RankKey, u32, bool)> {
+    let recorded: BTreeSet<u32> =
+        traces.iter().flat_map(|t| (0..t.devices.len()).filter_map(|d| t.device_rank(DeviceIdx(d as u32)))).collect();
+    let keys: Vec<(RankKey, Option<u32>)> = traces
+        .iter()
+        .enumerate()
+        .flat_map(|(trace_index, trace)| {
+            devices_with_gpu_work(trace)
+                .into_iter()
+                .map(move |device| (RankKey { trace: trace_index, device }, trace.device_rank(device)))
+        })
+        .collect();
+    let numbers = number_ranks(&recorded, keys.iter().map(|(_, rank)| *rank));
+    keys.into_iter().zip(numbers).map(|((key, _), (rank, rank_recorded))| (key, rank, rank_recorded)).collect()
+}
+
+/// The rank rule, shared with the report in parts: each GPU (in input order) keeps its recorded rank, and one
+/// without gets the next number that no GPU recorded. Returns (rank, recorded) per GPU.
+pub fn number_ranks(recorded: &BTreeSet<u32>, recorded_per_gpu: impl Iterator<Item = Option<u32>>) -> Vec<(u32, bool)> {
+    let mut next_unrecorded_rank = 0u32;
+    recorded_per_gpu
+        .map(|rank| match rank {
+            Some(rank) => (rank, true),
+            None => {
+                while recorded.contains(&next_unrecorded_rank) {
+                    next_unrecorded_rank += 1;
+                }
+                next_unrecorded_rank += 1;
+                (next_unrecorded_rank - 1, false)
+            }
+        })
+        .collect()
+}
+
+/// Devices that ran at least one kernel, copy or set, in ordinal order.
+pub fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
+    let mut used = vec![false; trace.devices.len()];
+    let kernel_devices = trace.kernels.iter().map(|k| k.device);
+    let other_devices = trace.memops.iter().map(|m| m.device).chain(trace.graph_launches.iter().map(|g| g.device));
+    for device in kernel_devices.chain(other_devices) {
+        if let Some(slot) = used.get_mut(device.0 as usize) {
+            *slot = true;
+        }
+    }
+    let mut devices: Vec<DeviceIdx> =
+        (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
+    devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
+    devices
 }
 
 #[cfg(test)]

@@ -43,12 +43,12 @@
 //! idealised, with the selection the 3 % of workers with the highest `min(S_dp, S_stage)` for `M_W`, and the last
 //! stage for `M_S`. The *addition* form (only the selection at recorded times, in the ideal) is reported beside it.
 //!
-//! **Shared with the trace-based what-if.** The model is a [`crate::depgraph::Graph`] built with
+//! **Shared with the trace-based what-if.** The model is a [`crate::dependency::graph::Graph`] built with
 //! [`Graph::from_explicit`]: one operation per row, each collective group one barrier vertex, and the replay is
-//! [`Graph::simulate`], the same one [`crate::whatif`] runs. What is not shared is how own times are idealised and
+//! [`Graph::simulate`], the same one [`crate::dependency::whatif`] runs. What is not shared is how own times are idealised and
 //! aggregated: the paper averages step times over many steps and replaces durations with the mean or median of
 //! the operation *type* over all workers (so that a slow stage counts as a straggler), whereas
-//! [`crate::whatif`] analyses one window and takes the median of the same operation *instance* across ranks.
+//! [`crate::dependency::whatif`] analyses one window and takes the median of the same operation *instance* across ranks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -64,8 +64,10 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
 use shardscope_model::DeviceIdx;
 
-use crate::collectives::RankKey;
-use crate::depgraph::{EdgeKind, ExplicitEdge, ExplicitModel, Graph, Op, OpKind, RankSpec, end_vertex, start_vertex};
+use crate::dependency::graph::{
+    EdgeKind, ExplicitEdge, ExplicitModel, Graph, Op, OpKind, RankSpec, end_vertex, start_vertex,
+};
+use crate::figures::collectives::RankKey;
 
 /// Operation types the model knows (the artifact's `OpType`).
 pub mod optype {
@@ -1414,20 +1416,20 @@ pub fn heatmap_cells(report: &StragglerReport) -> (Vec<String>, Vec<Vec<Option<f
 }
 
 /// The heatmap of [`heatmap_cells`] as a chart.
-pub fn heatmap_chart(report: &StragglerReport) -> crate::charts::Chart {
+pub fn heatmap_chart(report: &StragglerReport) -> crate::output::charts::Chart {
     let (rows, cells) = heatmap_cells(report);
     let first = report.per_step.first().map_or(0, |s| s.step);
     let last = report.per_step.last().map_or(0, |s| s.step);
     let height_px = (150 + 16 * rows.len() as u32).clamp(300, 2400);
     let width_px = (420 + 18 * report.per_step.len() as u32).clamp(700, 2400);
-    crate::charts::Chart {
+    crate::output::charts::Chart {
         name: "straggler_heatmap".into(),
         title: format!(
             "Slowdown per worker and step, min(S_dp, S_stage) − 1 (S = {:.3}; steps {first}–{last})",
             report.slowdown
         ),
         size_px: (width_px, height_px),
-        kind: crate::charts::ChartKind::Heatmap {
+        kind: crate::output::charts::ChartKind::Heatmap {
             rows,
             x_label: format!("step (index of {} recorded steps)", report.per_step.len()),
             cells,
@@ -1439,8 +1441,8 @@ pub fn heatmap_chart(report: &StragglerReport) -> crate::charts::Chart {
 /// Draws the heatmap into `png_path` and the same path with the extension `svg`; returns both paths.
 pub fn write_heatmap(report: &StragglerReport, png_path: &Path) -> Result<[std::path::PathBuf; 2], String> {
     let chart = heatmap_chart(report);
-    let png = crate::charts::render_png(&chart).map_err(|e| format!("heatmap: {e}"))?;
-    let svg = crate::charts::render_svg(&chart).map_err(|e| format!("heatmap: {e}"))?;
+    let png = crate::output::charts::render_png(&chart).map_err(|e| format!("heatmap: {e}"))?;
+    let svg = crate::output::charts::render_svg(&chart).map_err(|e| format!("heatmap: {e}"))?;
     let svg_path = png_path.with_extension("svg");
     shardscope_io::output::write_output(png_path, &png).map_err(|e| e.to_string())?;
     shardscope_io::output::write_output(&svg_path, svg.as_bytes()).map_err(|e| e.to_string())?;

@@ -22,7 +22,7 @@
 //! Programs whose decode steps are served from CUDA graphs or compiled programs (torch.compile, XLA) repeat no
 //! kernel sequence that covers prefill and decode alike: there [`from_steps`] comes first. It takes the rank's
 //! steps (see [`steps::infer_from_work`]: graph launches with the kernels around them), tells prefill steps by
-//! their GEMM time ([`crate::generate_calls::prefill_steps`]) and makes each step one instance: a prefill from its
+//! their GEMM time ([`crate::llm::generate_calls::prefill_steps`]) and makes each step one instance: a prefill from its
 //! start to its last kernel's end, a decode step from its start to the next step's. Steps of the warm-up (given
 //! or detected) get no phase, so that the phase figures are the steady state's.
 
@@ -30,8 +30,8 @@ use std::collections::HashMap;
 
 use shardscope_model::NameId;
 
-use crate::generate_calls::{self, StepWork};
-use crate::steps::{self, Distribution};
+use crate::llm::generate_calls::{self, StepWork};
+use crate::llm::steps::{self, Distribution};
 
 /// A segment holds a prefill only with at least this many times the median step's GEMM time.
 pub const PREFILL_GEMM_FACTOR: i64 = 4;

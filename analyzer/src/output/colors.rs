@@ -7,7 +7,7 @@
 //! [`WAIT_DARKEN`], so that waiting reads as communication that moved no data, and never as another category. The
 //! darkening is towards black, not towards a background, so that it is the same colour on a light or dark page.
 
-use crate::categories::{self, CategoryId, Classifier};
+use crate::figures::categories::{self, CategoryId, Classifier};
 
 /// How much of its colour a collective's waiting part keeps (each channel times this).
 pub const WAIT_DARKEN: f64 = 0.55;

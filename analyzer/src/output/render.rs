@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::compare::Comparison;
-use crate::kernel_summary::KernelSummaryRow;
+use crate::figures::kernel_summary::KernelSummaryRow;
+use crate::report::compare::Comparison;
 use crate::report::{Figures, PHASES_INFERRED, Report};
 
 /// Output format.

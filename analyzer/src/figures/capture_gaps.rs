@@ -8,7 +8,7 @@
 
 use shardscope_model::{ProcessIdx, Trace};
 
-use crate::intervals::IntervalUnion;
+use crate::figures::intervals::IntervalUnion;
 
 /// The gaps between the capture windows of `process` (of all processes together when `None`), in time order.
 pub fn gaps(trace: &Trace, process: Option<ProcessIdx>) -> Vec<(i64, i64)> {

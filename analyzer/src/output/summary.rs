@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::render::duration;
+use crate::output::render::duration;
 use crate::report::{Figures, Report};
 
 /// The widest line of the summary, in characters.
@@ -109,7 +109,7 @@ pub fn late_rank_verdict(report: &Report) -> String {
 pub fn late_rank_html(report: &Report) -> String {
     format!(
         "<section class=\"verdict\" id=\"late-rank\">\n<h2>Late rank</h2>\n<p>{}</p>\n</section>\n",
-        crate::charts::escape(&late_rank_verdict(report))
+        crate::output::charts::escape(&late_rank_verdict(report))
     )
 }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use shardscope_model::{Kernel, MemOp, Trace};
 
-use crate::intervals::IntervalUnion;
+use crate::figures::intervals::IntervalUnion;
 
 /// Which profiler steps the HTA-compatible figures keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

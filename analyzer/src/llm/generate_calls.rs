@@ -2,7 +2,7 @@
 //! (TPOT) per call, without annotations.
 //!
 //! A generate call is one prefill (the forward over the whole prompt) followed by a run of decode steps (one token
-//! per sequence each). Among a rank's steps (see [`crate::steps`]) a step holds a prefill when its GEMM time is at
+//! per sequence each). Among a rank's steps (see [`crate::llm::steps`]) a step holds a prefill when its GEMM time is at
 //! least [`PREFILL_WORK_FACTOR`] × the median step's (the prompt's tokens go through the same weights at once);
 //! where the trace records no GEMM time (graphs recorded whole), kernel time decides instead. A call runs from its
 //! prefill step to the step before the next prefill and needs at least one decode step.
@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 
-use crate::steps::Distribution;
+use crate::llm::steps::Distribution;
 
 /// A step holds a prefill with at least this many times the median step's GEMM (or kernel) time.
 pub const PREFILL_WORK_FACTOR: i64 = 4;

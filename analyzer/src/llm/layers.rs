@@ -22,9 +22,9 @@ use regex::Regex;
 use serde::Serialize;
 use shardscope_model::{NameId, RangeKind, Trace};
 
-use crate::categories::{self, Classifier};
-use crate::phases::PhaseIndex;
-use crate::steps::Distribution;
+use crate::figures::categories::{self, Classifier};
+use crate::llm::phases::PhaseIndex;
+use crate::llm::steps::Distribution;
 
 /// Names of layer ranges (module paths ending in a layer index, or a decoder-layer class name).
 pub const LAYER_PATTERN: &str = r"(?i)^layer$|(^|[.:/ ])(layers?|h|blocks?)[._ ]?\d+$|(decoderlayer|transformerblock|transformerlayer|encoderlayer|decoderblock)(_\d+)?$";
@@ -75,7 +75,7 @@ pub fn instances(
     let mut names = Vec::new();
     let indexes: Vec<PhaseIndex> = traces.iter().map(|t| PhaseIndex::build(t, phase_pattern, &mut names)).collect();
     let mut out = Vec::new();
-    for (key, rank, _) in crate::report::assign_ranks(traces) {
+    for (key, rank, _) in crate::figures::run::assign_ranks(traces) {
         let trace = &traces[key.trace];
         let index = &indexes[key.trace];
         if index.is_empty() {

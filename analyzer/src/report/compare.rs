@@ -8,7 +8,7 @@
 //! - `efficiency = speedup ÷ (n / n₀)`: 100 % when doubling the GPUs halves the time.
 //!
 //! Communication has no baseline on one GPU; its per-rank time, wait and transfer are given as they are.
-//! The whole-run table ends with `step_time_p50`: the median step time (see [`crate::steps`]) averaged over the
+//! The whole-run table ends with `step_time_p50`: the median step time (see [`crate::llm::steps`]) averaged over the
 //! run's ranks.
 //!
 //! Throughput, only where the caller says how many tokens a run processed (a trace records no token counts):

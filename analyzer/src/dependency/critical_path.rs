@@ -1,4 +1,4 @@
-//! The cross-rank critical path of one step or window, from the dependency model of [`crate::depgraph`].
+//! The cross-rank critical path of one step or window, from the dependency model of [`crate::dependency::graph`].
 //!
 //! The path ends at the end of the GPU operation that ends last (over all ranks) and is walked back along each
 //! vertex's binding dependency (the predecessor that finished last) to the window start; it crosses to another
@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use shardscope_model::Trace;
 
-use crate::collectives::{self, RankKey};
-use crate::depgraph::{BEFORE_WINDOW, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex};
+use crate::dependency::graph::{
+    BEFORE_WINDOW, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex,
+};
+use crate::figures::collectives::{self, RankKey};
 use crate::report::{self, Options};
 
 /// A model ready for analysis: the graph and how its window was chosen.

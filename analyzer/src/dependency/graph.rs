@@ -13,7 +13,7 @@
 //!   synchronous `cudaMemcpy`, their driver forms) ends after the GPU operation it waited for: the operation of
 //!   its rank, issued before the call, that ended last while the call was blocked;
 //! - *collective*: every matched instance of a collective or point-to-point operation (see
-//!   [`crate::collectives`]) gets one barrier vertex that is reached when the last member starts; each member's
+//!   [`crate::figures::collectives`]) gets one barrier vertex that is reached when the last member starts; each member's
 //!   transfer begins at the later of its own start and the barrier, so a collective cannot finish before the
 //!   last rank arrives. The time a member spends before its transfer begins is its wait; it is not a duration;
 //! - *cross-stream (inferred)*: the trace model keeps no event handles, so `cudaEventRecord` /
@@ -47,8 +47,8 @@ use std::collections::{BinaryHeap, HashMap};
 
 use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
-use crate::categories::{COMM_PREFIX, Classifier, KernelClass};
-use crate::collectives::{Matching, RankKey};
+use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
+use crate::figures::collectives::{Matching, RankKey};
 
 /// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
 /// taken as an (inferred) cross-stream wait.
@@ -407,7 +407,7 @@ impl Graph {
     /// Builds the model of `ranks` of `traces`, each rank within its window in `windows_ns` (`[start, end)` of
     /// the trace clock; `None`: everything): host calls that start in it, and GPU operations whose launching call
     /// starts in it, or that start in it when no call is recorded. The collective instances come from `matching`
-    /// ([`crate::collectives::match_traces`] over the same traces).
+    /// ([`crate::figures::collectives::match_traces`] over the same traces).
     pub fn build(
         traces: &[Trace],
         ranks: &[RankSpec],
@@ -428,9 +428,9 @@ impl Graph {
             }
         };
         let host_category = category_id(HOST, &mut categories);
-        let graph_category = category_id(crate::categories::CUDA_GRAPH, &mut categories);
-        let memcpy_category = category_id(crate::categories::MEMCPY, &mut categories);
-        let memset_category = category_id(crate::categories::MEMSET, &mut categories);
+        let graph_category = category_id(crate::figures::categories::CUDA_GRAPH, &mut categories);
+        let memcpy_category = category_id(crate::figures::categories::MEMCPY, &mut categories);
+        let memset_category = category_id(crate::figures::categories::MEMSET, &mut categories);
 
         let mut maps: Vec<TraceMaps> = traces
             .iter()

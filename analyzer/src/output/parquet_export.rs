@@ -32,7 +32,7 @@ pub fn export(root: &Path, run: &str, traces: &[Trace], options: &Options) -> Re
     let options = Options { keep_instances: true, ..options.clone() };
     let report = report::analyze(traces, &options);
     let mut device_ranks: Vec<Vec<Option<u32>>> = traces.iter().map(|t| vec![None; t.devices.len()]).collect();
-    for (key, rank, _) in report::assign_ranks(traces) {
+    for (key, rank, _) in crate::figures::run::assign_ranks(traces) {
         if let Some(slot) = device_ranks.get_mut(key.trace).and_then(|d| d.get_mut(key.device.0 as usize)) {
             *slot = Some(rank);
         }
@@ -82,7 +82,7 @@ fn write_figures(writer: &DatasetWriter, report: &Report, stats: &mut WriteStats
         })?;
         note(stats, CATEGORIES, written);
 
-        let kernels: Vec<(&FigureRow, &crate::kernel_summary::KernelSummaryRow)> =
+        let kernels: Vec<(&FigureRow, &crate::figures::kernel_summary::KernelSummaryRow)> =
             rows.iter().flat_map(|r| r.figures.kernels.iter().map(move |k| (r, k))).collect();
         let written = writer.write_rows(KERNEL_SUMMARY, Some(i64::from(rank)), 0, &kernels, |rows| {
             vec![
@@ -108,15 +108,16 @@ fn figure_columns(rows: &[FigureRow]) -> Vec<shardscope_io::parquet::Column> {
     let f = |pick: fn(&Figures) -> i64| i64s(rows.iter().map(|r| pick(r.figures)));
     let pct = |pick: fn(&Figures) -> f64| f64s(rows.iter().map(|r| pick(r.figures)));
     let count = |pick: fn(&Figures) -> u64| u64s(rows.iter().map(|r| pick(r.figures)));
-    let instances = |pick: fn(&crate::steps::Distribution) -> i64| {
+    let instances = |pick: fn(&crate::llm::steps::Distribution) -> i64| {
         opt_i64s(rows.iter().map(|r| r.figures.instances.as_ref().map(pick)))
     };
     // Steps belong to the whole rank: on its row only.
-    fn steps<'r>(r: &FigureRow<'r>) -> Option<&'r crate::steps::Steps> {
+    fn steps<'r>(r: &FigureRow<'r>) -> Option<&'r crate::llm::steps::Steps> {
         r.rank.steps.as_ref().filter(|_| r.phase.is_none())
     }
-    let step_time =
-        |pick: fn(&crate::steps::Distribution) -> i64| opt_i64s(rows.iter().map(|r| steps(r).map(|s| pick(&s.time))));
+    let step_time = |pick: fn(&crate::llm::steps::Distribution) -> i64| {
+        opt_i64s(rows.iter().map(|r| steps(r).map(|s| pick(&s.time))))
+    };
     let step_source: Vec<Option<String>> = rows
         .iter()
         .map(|r| steps(r).and_then(|s| serde_json::to_value(s.source).ok()?.as_str().map(str::to_string)))
@@ -170,12 +171,12 @@ fn figure_columns(rows: &[FigureRow]) -> Vec<shardscope_io::parquet::Column> {
 /// One rank's part in a matched instance.
 struct InstanceRow<'a> {
     id: u32,
-    instance: &'a crate::collectives::Instance,
+    instance: &'a crate::figures::collectives::Instance,
     rank: u32,
     device: u32,
     start_ns: i64,
     end_ns: i64,
-    share: crate::collectives::RankShare,
+    share: crate::figures::collectives::RankShare,
 }
 
 fn write_instances(
@@ -207,7 +208,7 @@ fn write_instances(
     }
     for (&rank, rows) in &by_rank {
         let written = writer.write_rows(COLLECTIVE_INSTANCES, Some(i64::from(rank)), 0, rows, |rows| {
-            fn i<'r>(r: &InstanceRow<'r>) -> &'r crate::collectives::Instance {
+            fn i<'r>(r: &InstanceRow<'r>) -> &'r crate::figures::collectives::Instance {
                 r.instance
             }
             vec![

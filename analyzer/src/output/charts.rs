@@ -21,7 +21,7 @@ use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
 use plotters::coord::types::{RangedCoordf64, RangedCoordusize};
 use plotters::prelude::*;
 
-use crate::categories::Classifier;
+use crate::figures::categories::Classifier;
 
 /// The colours around the data: light (the default) or the viewer's dark panel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -210,19 +210,19 @@ fn rgb(color: [u8; 3]) -> RGBColor {
 }
 
 /// The colour of a report label (`gemm`, `comm.all_reduce`, `wait.all_reduce`): the one rule of
-/// [`crate::colors`], which the viewer follows too.
+/// [`crate::output::colors`], which the viewer follows too.
 pub fn category_color(classifier: &Classifier, label: &str) -> [u8; 3] {
-    crate::colors::label_color(classifier, label)
+    crate::output::colors::label_color(classifier, label)
 }
 
 /// A colour from the palette chosen by the name (the viewer's rule for categories without a colour).
 pub fn palette(name: &str) -> [u8; 3] {
-    crate::colors::palette(name)
+    crate::output::colors::palette(name)
 }
 
-/// The n-th colour of the one palette ([`crate::colors::PALETTE`]), for series.
+/// The n-th colour of the one palette ([`crate::output::colors::PALETTE`]), for series.
 pub fn series_color(index: usize) -> [u8; 3] {
-    use crate::colors::PALETTE;
+    use crate::output::colors::PALETTE;
     PALETTE[index % PALETTE.len()]
 }
 

@@ -1,4 +1,4 @@
-//! What-if: replay the dependency model of [`crate::depgraph`] with changed own times and compare the simulated
+//! What-if: replay the dependency model of [`crate::dependency::graph`] with changed own times and compare the simulated
 //! time of the window (last GPU end minus window start) with the measured one.
 //!
 //! Scenarios:
@@ -23,10 +23,10 @@
 
 use serde::Serialize;
 
-use crate::bench_peaks::BenchPeaks;
-use crate::collectives::bus_factor;
-use crate::critical_path::{Model, human_ns, model_lines};
-use crate::depgraph::{Graph, Op, end_vertex, start_vertex};
+use crate::dependency::critical_path::{Model, human_ns, model_lines};
+use crate::dependency::graph::{Graph, Op, end_vertex, start_vertex};
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::figures::collectives::bus_factor;
 
 /// What a `--scale` rule applies to.
 #[derive(Debug, Clone, PartialEq)]
@@ -365,7 +365,7 @@ pub struct WhatIf {
     /// recorded, or no measurement of their type and rank count), which keep their own transfer.
     pub collectives_without_peak: u64,
     /// What was modelled and what could not be.
-    pub model: crate::depgraph::ModelStats,
+    pub model: crate::dependency::graph::ModelStats,
     /// Notes on the inputs.
     pub notes: Vec<String>,
 }

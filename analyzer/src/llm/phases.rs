@@ -8,7 +8,7 @@
 //! (one prefill, one decode step): lookups also say which range, so that figures can be made per
 //! instance and a phase's span is the sum of its instances' spans, not first instance to last.
 //!
-//! A trace without phase ranges may get phases inferred from its kernels instead ([`crate::inferred_phases`]):
+//! A trace without phase ranges may get phases inferred from its kernels instead ([`crate::llm::inferred_phases`]):
 //! stretches of GPU time per device, looked up by a kernel's GPU start whatever thread launched it.
 
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use regex::Regex;
 use shardscope_model::{DeviceIdx, ProcessIdx, RangeKind, Trace};
 
-use crate::inferred_phases::Stretch;
+use crate::llm::inferred_phases::Stretch;
 
 /// The default phase pattern: ranges naming prefill or decode (any case), or SGLang's forward modes `EXTEND`
 /// (prefill, possibly chunked), `DECODE` and `MIXED` (prefill and decode batched together), as a word that may
@@ -37,7 +37,7 @@ pub struct PhaseHit {
 pub type PhaseId = u16;
 
 /// A range on one thread's or device's track, as the innermost-range lookup sees it (phases here, module ranges in
-/// [`crate::modules`]).
+/// [`crate::llm::modules`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OpenRange {
     pub(crate) start_ns: i64,
@@ -55,7 +55,7 @@ pub struct PhaseIndex {
     names: Vec<String>,
     by_thread: HashMap<(ProcessIdx, u32), Vec<OpenRange>>,
     by_device: HashMap<DeviceIdx, Vec<OpenRange>>,
-    /// The phases were inferred from the kernels (see [`crate::inferred_phases`]), not recorded: they are GPU time
+    /// The phases were inferred from the kernels (see [`crate::llm::inferred_phases`]), not recorded: they are GPU time
     /// stretches per device, and a range's index is the instance number.
     inferred: bool,
 }

@@ -9,11 +9,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::bench_peaks::BenchPeaks;
-use crate::categories::Classifier;
-use crate::charts::{self, Chart, ChartKind, Line, PointSet, Segment, SeriesPoint, escape};
-use crate::collectives::Instance;
-use crate::render;
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::figures::categories::Classifier;
+use crate::figures::collectives::Instance;
+use crate::output::charts::{self, Chart, ChartKind, Line, PointSet, Segment, SeriesPoint, escape};
+use crate::output::render;
 use crate::report::{Figures, Report};
 
 /// Columns of the waiting heatmap at most: about a column per two pixels of its plot (more would make a huge SVG of
@@ -48,11 +48,11 @@ pub struct LlmFigures {
     /// Instances of each rank left out as warm-up (`--skip-steps`).
     pub skipped: usize,
     /// Per phase, the slowest rank's instance times.
-    pub latency: Vec<crate::layers::PhaseLatency>,
+    pub latency: Vec<crate::llm::layers::PhaseLatency>,
     /// Per phase, time per layer and op category.
-    pub layers: Vec<crate::layers::PhaseLayers>,
+    pub layers: Vec<crate::llm::layers::PhaseLayers>,
     /// Per phase, model FLOPs, achieved FLOP/s and MFU.
-    pub mfu: Vec<crate::mfu::PhaseMfu>,
+    pub mfu: Vec<crate::report::mfu::PhaseMfu>,
 }
 
 impl LlmFigures {
@@ -63,16 +63,20 @@ impl LlmFigures {
         classifier: &Classifier,
         phase_pattern: &regex::Regex,
         skip: usize,
-        model: Option<(&crate::mfu::ModelShape, &crate::mfu::Tokens, Option<&crate::mfu::Peak>)>,
+        model: Option<(
+            &crate::report::mfu::ModelShape,
+            &crate::report::mfu::Tokens,
+            Option<&crate::report::mfu::Peak>,
+        )>,
     ) -> LlmFigures {
-        let instances = crate::layers::instances(traces, classifier, phase_pattern, report.window_ns);
-        let latency = crate::layers::latencies(&instances, skip);
-        let layers = crate::layers::phase_layers(&instances, skip);
+        let instances = crate::llm::layers::instances(traces, classifier, phase_pattern, report.window_ns);
+        let latency = crate::llm::layers::latencies(&instances, skip);
+        let layers = crate::llm::layers::phase_layers(&instances, skip);
         let mfu = match model {
             Some((shape, tokens, peak)) => {
                 let times =
                     latency.iter().filter(|l| l.time.count > 0).map(|l| (l.phase.clone(), l.time.p50_ns)).collect();
-                crate::mfu::phase_mfu(report, shape, tokens, peak, &times)
+                crate::report::mfu::phase_mfu(report, shape, tokens, peak, &times)
             }
             None => Vec::new(),
         };
@@ -192,7 +196,7 @@ pub fn add_llm_charts(out: &mut ReportCharts, llm: &LlmFigures) {
             }
             .without_empty_last_column(),
         );
-        let with_mfu: Vec<&crate::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
+        let with_mfu: Vec<&crate::report::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
         if with_mfu.is_empty() {
             out.notes.push(
                 "MFU: no peak to divide by (give --bench results or peak_tflops in --model), or the model \
@@ -730,7 +734,7 @@ pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, Str
     for note in &report.notes {
         let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
     }
-    page.push_str(&crate::summary::late_rank_html(report));
+    page.push_str(&crate::output::summary::late_rank_html(report));
     page.push_str(
         "<h2>Per rank</h2>\n<table>\n<tr><th class=\"l\">rank</th><th class=\"l\">GPU</th><th>span</th><th>busy</th>\
          <th>comm</th><th>transfer</th><th>wait</th><th>exposed comm</th><th>late</th><th>step p50</th>\

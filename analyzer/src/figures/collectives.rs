@@ -25,8 +25,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
 
-use crate::bench_peaks::BenchPeaks;
-use crate::categories::{Classifier, KernelClass};
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::figures::categories::{Classifier, KernelClass};
 
 /// One rank of the run: a GPU in one of the traces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,7 +4,7 @@
 //! `mem=ALLOCATED,RESERVED` at entry and a zero-length `mem=…` range at exit when memory was recorded) or from a
 //! torch.profiler trace made with `with_modules=True` (`nn.Module: Qwen3MLP_3` CPU ranges, whose path is the chain
 //! of enclosing module ranges). A kernel belongs to the innermost module range open on its launching thread when
-//! its launch call started, with the same lookup that phases use ([`crate::phases`]). A kernel replayed from a CUDA
+//! its launch call started, with the same lookup that phases use ([`crate::llm::phases`]). A kernel replayed from a CUDA
 //! graph belongs to the module ranges open where and when its graph node was captured (the capture's
 //! [`shardscope_model::GraphNodeOrigin`]s; node ids of an instantiated graph lead back through their clones).
 //!
@@ -19,7 +19,7 @@ use regex::Regex;
 use serde::Serialize;
 use shardscope_model::{GraphNodeOrigin, Kernel, ProcessIdx, Trace};
 
-use crate::phases::{OpenRange, PhaseIndex, innermost, link_parents};
+use crate::llm::phases::{OpenRange, PhaseIndex, innermost, link_parents};
 
 /// The capture hook's range names: `path (Class)`, the root as `(Class)`, optionally ` mem=ALLOCATED,RESERVED`.
 static HOOK_NAME: LazyLock<Regex> = LazyLock::new(|| {
@@ -347,7 +347,7 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
         traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
     let module_indexes: Vec<ModuleIndex> = traces.iter().map(ModuleIndex::build).collect();
     let mut ranks = Vec::new();
-    for (key, rank, _) in crate::report::assign_ranks(traces) {
+    for (key, rank, _) in crate::figures::run::assign_ranks(traces) {
         let (trace, phases, modules) = (&traces[key.trace], &phase_indexes[key.trace], &module_indexes[key.trace]);
         let inside = |k: &Kernel| options.window_ns.is_none_or(|(a, b)| k.start_ns >= a && k.end_ns <= b);
         // Per phase (in order of first kernel): its instances, its kernel time and its rows.
@@ -626,7 +626,7 @@ mod tests {
     }
 
     fn report(depth: Option<usize>) -> ModuleReport {
-        let phase_pattern = Regex::new(crate::phases::DEFAULT_PHASE_PATTERN).unwrap();
+        let phase_pattern = Regex::new(crate::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
         module_report(&[trace()], &ModuleOptions { depth, phase_pattern, window_ns: None })
     }
 

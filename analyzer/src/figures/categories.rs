@@ -17,7 +17,7 @@ use serde::Deserialize;
 use shardscope_model::{CollectiveOp, NameId, Names};
 
 /// The rules shipped with the analyzer.
-pub const BUILTIN_RULES_TOML: &str = include_str!("../rules/categories.toml");
+pub const BUILTIN_RULES_TOML: &str = include_str!("../../rules/categories.toml");
 
 /// The category of runtime helpers that do no work of the program (XLA's autotuning redzone checks and delay
 /// kernels): left out when steps are inferred from kernels.

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::charts::{self, Chart, ChartKind, Segment};
-use crate::html::{self, Section};
-use crate::modules::{ModuleReport, NO_MODULE, PhaseModules};
+use crate::llm::modules::{ModuleReport, NO_MODULE, PhaseModules};
+use crate::output::charts::{self, Chart, ChartKind, Segment};
+use crate::output::html::{self, Section};
 
 /// Rows drawn one by one in the share chart; the rest are summed as `other modules`.
 const SHARE_ROWS: usize = 12;
@@ -108,7 +108,7 @@ pub fn page(report: &ModuleReport) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::ModuleRow;
+    use crate::llm::modules::ModuleRow;
 
     fn phase(layers: &[u32]) -> PhaseModules {
         let rows = layers

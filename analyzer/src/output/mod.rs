@@ -1,0 +1,11 @@
+//! Everything a report becomes for a reader: the table, JSON and CSV renderings, the HTML page, the charts and
+//! their one colour rule, the Parquet dataset, and progress on a terminal.
+
+pub mod charts;
+pub mod colors;
+pub mod html;
+pub mod module_charts;
+pub mod parquet_export;
+pub mod progress;
+pub mod render;
+pub mod summary;
