@@ -445,14 +445,36 @@ fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9).round() as i64
 }
 
-impl Template {
-    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, String> {
+/// The pipeline transfers of one stage before they are paired: per transfer, the compute it carries once matched,
+/// and whether it is a no-op (unless matched to an in-model peer chunk).
+struct StageTransfers {
+    matched: HashMap<u32, u32>,
+    no_op: HashMap<u32, bool>,
+}
+
+/// Builds a [`Template`] from the first step of DP rank 0, one method per part of the dependency model.
+struct TemplateBuilder<'a> {
+    trace: &'a ArtifactTrace,
+    file: &'a str,
+    first_step: i64,
+    /// The template's rows, one per operation.
+    rows_of: Vec<&'a Row>,
+    pp: u32,
+    vpp: i64,
+    t: Template,
+    /// Per operation, whether some dependency or group places it.
+    in_model: Vec<bool>,
+}
+
+const P2P: [&str; 4] = [ot::FORWARD_SEND, ot::FORWARD_RECV, ot::BACKWARD_SEND, ot::BACKWARD_RECV];
+const COMPUTES: [&str; 2] = [ot::FORWARD_COMPUTE, ot::BACKWARD_COMPUTE];
+
+impl<'a> TemplateBuilder<'a> {
+    fn new(trace: &'a ArtifactTrace) -> Result<TemplateBuilder<'a>, String> {
         let file = &trace.source;
-        let id = |name: &str| trace.optypes.iter().position(|o| o == name).map(|i| i as u16);
         let first_step = trace.rows.iter().map(|r| r.step).min().unwrap_or(0);
         let template: Vec<&Row> = trace.rows.iter().filter(|r| r.dp == 0 && r.step == first_step).collect();
         let pp = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
-        let dp = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
         let vpp = template.iter().map(|r| r.mc).max().unwrap_or(0).max(0) + 1;
         let mut names: Vec<OpName> = Vec::new();
         let mut index: HashMap<OpName, u32> = HashMap::new();
@@ -469,7 +491,7 @@ impl Template {
             rows_of.push(row);
         }
         let n = names.len();
-        let mut t = Template {
+        let t = Template {
             names,
             index,
             deps: vec![Vec::new(); n],
@@ -477,183 +499,237 @@ impl Template {
             group_of: vec![None; n],
             dp_sync: vec![false; n],
         };
-        let mut in_model = vec![false; n];
-        let describe = |name: &str, seq: u32, stage: u32| format!("{name} #{seq} on stage {stage}");
-        let lookup = |t: &Template, name: &str, seq: u32, stage: u32| -> Result<u32, String> {
-            id(name).and_then(|o| t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
-                format!(
-                    "{file}: the dependency model needs {} in step {first_step} of DP rank 0, which the trace lacks",
-                    describe(name, seq, stage)
-                )
-            })
-        };
-        // Adds `op` after `after`, and marks both as modelled.
-        let depend = |t: &mut Template, in_model: &mut Vec<bool>, op: u32, after: &[u32]| {
-            t.deps[op as usize].extend_from_slice(after);
-            in_model[op as usize] = true;
-            for &a in after {
-                in_model[a as usize] = true;
-            }
-        };
-        let sorted_of = |stage: u32, types: &[&str]| -> Vec<u32> {
-            let ids: Vec<u16> = types.iter().filter_map(|n| id(n)).collect();
-            let mut ops: Vec<u32> = (0..n as u32)
-                .filter(|&o| rows_of[o as usize].stage == stage && ids.contains(&rows_of[o as usize].optype))
-                .collect();
-            ops.sort_by(|&a, &b| {
-                let (ra, rb) = (rows_of[a as usize], rows_of[b as usize]);
-                ra.start_s
-                    .total_cmp(&rb.start_s)
-                    .then(ra.seq.cmp(&rb.seq))
-                    .then(trace.optypes[ra.optype as usize].cmp(&trace.optypes[rb.optype as usize]))
-            });
-            ops
-        };
-        let chain = |t: &mut Template, in_model: &mut Vec<bool>, ops: &[u32], first_after: &[u32]| {
-            let mut before: Vec<u32> = first_after.to_vec();
-            for &op in ops {
-                depend(t, in_model, op, &before);
-                before = vec![op];
-            }
-        };
-        let is = |op: u32, name: &str| id(name) == Some(rows_of[op as usize].optype);
-        let p2p = [ot::FORWARD_SEND, ot::FORWARD_RECV, ot::BACKWARD_SEND, ot::BACKWARD_RECV];
-        let computes = [ot::FORWARD_COMPUTE, ot::BACKWARD_COMPUTE];
+        Ok(TemplateBuilder { trace, file, first_step, rows_of, pp, vpp, t, in_model: vec![false; n] })
+    }
 
-        // Pipeline transfers: which compute each carries, which are no-ops, and their pairs across stages.
+    fn id(&self, name: &str) -> Option<u16> {
+        self.trace.optypes.iter().position(|o| o == name).map(|i| i as u16)
+    }
+
+    fn describe(name: &str, seq: u32, stage: u32) -> String {
+        format!("{name} #{seq} on stage {stage}")
+    }
+
+    fn lookup(&self, name: &str, seq: u32, stage: u32) -> Result<u32, String> {
+        self.id(name).and_then(|o| self.t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
+            format!(
+                "{}: the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
+                self.file,
+                Self::describe(name, seq, stage),
+                self.first_step
+            )
+        })
+    }
+
+    /// Adds `op` after `after`, and marks both as modelled.
+    fn depend(&mut self, op: u32, after: &[u32]) {
+        self.t.deps[op as usize].extend_from_slice(after);
+        self.in_model[op as usize] = true;
+        for &a in after {
+            self.in_model[a as usize] = true;
+        }
+    }
+
+    /// The operations of `stage` whose type is one of `types`, by start time.
+    fn sorted_of(&self, stage: u32, types: &[&str]) -> Vec<u32> {
+        let rows_of = &self.rows_of;
+        let ids: Vec<u16> = types.iter().filter_map(|n| self.id(n)).collect();
+        let mut ops: Vec<u32> = (0..rows_of.len() as u32)
+            .filter(|&o| rows_of[o as usize].stage == stage && ids.contains(&rows_of[o as usize].optype))
+            .collect();
+        ops.sort_by(|&a, &b| {
+            let (ra, rb) = (rows_of[a as usize], rows_of[b as usize]);
+            ra.start_s
+                .total_cmp(&rb.start_s)
+                .then(ra.seq.cmp(&rb.seq))
+                .then(self.trace.optypes[ra.optype as usize].cmp(&self.trace.optypes[rb.optype as usize]))
+        });
+        ops
+    }
+
+    /// Each of `ops` after the one before it, the first after `first_after`.
+    fn chain(&mut self, ops: &[u32], first_after: &[u32]) {
+        let mut before: Vec<u32> = first_after.to_vec();
+        for &op in ops {
+            self.depend(op, &before);
+            before = vec![op];
+        }
+    }
+
+    fn is(&self, op: u32, name: &str) -> bool {
+        self.id(name) == Some(self.rows_of[op as usize].optype)
+    }
+
+    /// Pipeline transfers: which compute each carries, which are no-ops, and their pairs across stages.
+    fn pipeline_transfers(&mut self) -> Result<(), String> {
         let mut pairs: BTreeMap<(OpName, OpName), Vec<u32>> = BTreeMap::new();
         let mut lone: Vec<u32> = Vec::new();
-        for stage in 0..pp {
-            let comm = sorted_of(stage, &p2p);
-            let comp = sorted_of(stage, &computes);
-            // Per transfer: Some(compute it carries) once matched; no-op unless matched to an in-model peer chunk.
-            let mut matched: HashMap<u32, u32> = HashMap::new();
-            let mut no_op: HashMap<u32, bool> = comm.iter().map(|&o| (o, true)).collect();
-            for (direction, compute_name) in [("forward", ot::FORWARD_COMPUTE), ("backward", ot::BACKWARD_COMPUTE)] {
-                let passes: Vec<u32> = comp.iter().copied().filter(|&o| is(o, compute_name)).collect();
-                let last_start =
-                    passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
-                let first_end =
-                    passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
-                for receive in [false, true] {
-                    let name = match (direction, receive) {
-                        ("forward", false) => ot::FORWARD_SEND,
-                        ("forward", true) => ot::FORWARD_RECV,
-                        (_, false) => ot::BACKWARD_SEND,
-                        _ => ot::BACKWARD_RECV,
-                    };
-                    // A receive after the last compute of its direction started, or a send before the first one
-                    // ended, carried nothing.
-                    let effective = |o: u32| {
-                        let r = rows_of[o as usize];
-                        if receive {
-                            f64::from(r.start_s) <= last_start + NO_OP_TOLERANCE_S
-                        } else {
-                            f64::from(r.end_s) >= first_end - NO_OP_TOLERANCE_S
-                        }
-                    };
-                    let transfers: Vec<u32> = comm.iter().copied().filter(|&o| is(o, name)).collect();
-                    let count = transfers.iter().filter(|&&o| effective(o)).count();
-                    let mut compute_seq = 0u32;
-                    if count != passes.len() {
-                        if stage != 0 && stage != pp - 1 {
-                            return Err(format!(
-                                "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes",
-                                passes.len()
-                            ));
-                        }
-                        if count != 0 && count + 1 != passes.len() {
-                            return Err(format!(
-                                "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes \
-                                 (expected as many, one fewer, or none)",
-                                passes.len()
-                            ));
-                        }
-                        // The first forward receive of the first stage may be missing: its compute is skipped.
-                        if receive && count + 1 == passes.len() {
-                            compute_seq = 1;
-                        }
-                    }
-                    for &transfer in transfers.iter().filter(|&&o| effective(o)) {
-                        let compute = lookup(&t, compute_name, compute_seq, stage)?;
-                        let gmc = rows_of[compute as usize].gmc;
-                        let peer_chunk = if (direction == "forward") != receive { gmc + 1 } else { gmc - 1 };
-                        no_op.insert(transfer, peer_chunk < 0 || peer_chunk >= vpp * i64::from(pp));
-                        matched.insert(transfer, compute);
-                        compute_seq += 1;
-                    }
-                }
-            }
-            for name in p2p {
-                let (peer_name, delta) = match name {
-                    ot::FORWARD_SEND => (ot::FORWARD_RECV, 1),
-                    ot::FORWARD_RECV => (ot::FORWARD_SEND, -1),
-                    ot::BACKWARD_SEND => (ot::BACKWARD_RECV, -1),
-                    _ => (ot::BACKWARD_SEND, 1),
-                };
-                let peer_stage = ((stage + pp) as i64 + delta) as u32 % pp;
-                let mut position = 0;
-                for &transfer in comm.iter().filter(|&&o| is(o, name)) {
-                    if no_op[&transfer] {
-                        lone.push(transfer);
-                        continue;
-                    }
-                    let own = (id(name).unwrap_or(u16::MAX), position, stage);
-                    let peer = (id(peer_name).unwrap_or(u16::MAX), position, peer_stage);
-                    let key = if (trace.optypes.get(own.0 as usize), own.1, own.2)
-                        <= (trace.optypes.get(peer.0 as usize), peer.1, peer.2)
-                    {
-                        (own, peer)
-                    } else {
-                        (peer, own)
-                    };
-                    pairs.entry(key).or_default().push(transfer);
-                    position += 1;
-                }
-            }
-            for &transfer in &comm {
-                let Some(&compute) = matched.get(&transfer) else { continue };
-                if is(transfer, ot::FORWARD_SEND) || is(transfer, ot::BACKWARD_SEND) {
-                    depend(&mut t, &mut in_model, transfer, &[compute]);
-                } else {
-                    depend(&mut t, &mut in_model, compute, &[transfer]);
-                    let (kind, seq, stage) = t.names[compute as usize];
-                    if seq > 0 {
-                        let previous = lookup(&t, &trace.optypes[kind as usize], seq - 1, stage)?;
-                        depend(&mut t, &mut in_model, transfer, &[previous]);
-                    }
-                }
-            }
+        for stage in 0..self.pp {
+            let comm = self.sorted_of(stage, &P2P);
+            let transfers = self.match_transfers(stage, &comm)?;
+            self.pair_transfers(stage, &comm, &transfers, &mut pairs, &mut lone);
+            self.depend_on_transfers(&comm, &transfers)?;
         }
         for ((a, b), members) in &pairs {
             if members.len() != 2 {
-                let label = |o: &OpName| describe(&trace.optypes[o.0 as usize], o.1, o.2);
+                let label = |o: &OpName| Self::describe(&self.trace.optypes[o.0 as usize], o.1, o.2);
                 return Err(format!(
-                    "{file}: the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
+                    "{}: the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
+                    self.file,
                     label(a),
                     label(b),
                     members.len()
                 ));
             }
-            t.groups.push(members.clone());
+            self.t.groups.push(members.clone());
         }
         lone.sort_unstable();
         lone.dedup();
-        t.groups.extend(lone.iter().map(|&o| vec![o]));
+        self.t.groups.extend(lone.iter().map(|&o| vec![o]));
+        Ok(())
+    }
 
-        // Per stage: compute in order, each transfer type in order, the first backward transfers.
-        for stage in 0..pp {
-            let comp = sorted_of(stage, &computes);
-            chain(&mut t, &mut in_model, &comp, &[]);
-            for name in p2p {
-                chain(&mut t, &mut in_model, &sorted_of(stage, &[name]), &[]);
+    /// Matches the transfers `comm` of `stage` to the compute passes they carry.
+    fn match_transfers(&self, stage: u32, comm: &[u32]) -> Result<StageTransfers, String> {
+        let (file, pp, rows_of) = (self.file, self.pp, &self.rows_of);
+        let comp = self.sorted_of(stage, &COMPUTES);
+        let mut matched: HashMap<u32, u32> = HashMap::new();
+        let mut no_op: HashMap<u32, bool> = comm.iter().map(|&o| (o, true)).collect();
+        for (direction, compute_name) in [("forward", ot::FORWARD_COMPUTE), ("backward", ot::BACKWARD_COMPUTE)] {
+            let passes: Vec<u32> = comp.iter().copied().filter(|&o| self.is(o, compute_name)).collect();
+            let last_start =
+                passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
+            let first_end = passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
+            for receive in [false, true] {
+                let name = match (direction, receive) {
+                    ("forward", false) => ot::FORWARD_SEND,
+                    ("forward", true) => ot::FORWARD_RECV,
+                    (_, false) => ot::BACKWARD_SEND,
+                    _ => ot::BACKWARD_RECV,
+                };
+                // A receive after the last compute of its direction started, or a send before the first one
+                // ended, carried nothing.
+                let effective = |o: u32| {
+                    let r = rows_of[o as usize];
+                    if receive {
+                        f64::from(r.start_s) <= last_start + NO_OP_TOLERANCE_S
+                    } else {
+                        f64::from(r.end_s) >= first_end - NO_OP_TOLERANCE_S
+                    }
+                };
+                let transfers: Vec<u32> = comm.iter().copied().filter(|&o| self.is(o, name)).collect();
+                let count = transfers.iter().filter(|&&o| effective(o)).count();
+                let mut compute_seq = 0u32;
+                if count != passes.len() {
+                    if stage != 0 && stage != pp - 1 {
+                        return Err(format!(
+                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes",
+                            passes.len()
+                        ));
+                    }
+                    if count != 0 && count + 1 != passes.len() {
+                        return Err(format!(
+                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes \
+                             (expected as many, one fewer, or none)",
+                            passes.len()
+                        ));
+                    }
+                    // The first forward receive of the first stage may be missing: its compute is skipped.
+                    if receive && count + 1 == passes.len() {
+                        compute_seq = 1;
+                    }
+                }
+                for &transfer in transfers.iter().filter(|&&o| effective(o)) {
+                    let compute = self.lookup(compute_name, compute_seq, stage)?;
+                    let gmc = rows_of[compute as usize].gmc;
+                    let peer_chunk = if (direction == "forward") != receive { gmc + 1 } else { gmc - 1 };
+                    no_op.insert(transfer, peer_chunk < 0 || peer_chunk >= self.vpp * i64::from(pp));
+                    matched.insert(transfer, compute);
+                    compute_seq += 1;
+                }
             }
-            let Some(first_backward) = comp.iter().position(|&o| is(o, ot::BACKWARD_COMPUTE)) else {
-                return Err(format!("{file}: stage {stage} has no {} in step {first_step}", ot::BACKWARD_COMPUTE));
+        }
+        Ok(StageTransfers { matched, no_op })
+    }
+
+    /// Pairs each transfer of `stage` that is not a no-op with its peer on the neighbouring stage (by position
+    /// among its type); no-ops are `lone`.
+    fn pair_transfers(
+        &self,
+        stage: u32,
+        comm: &[u32],
+        transfers: &StageTransfers,
+        pairs: &mut BTreeMap<(OpName, OpName), Vec<u32>>,
+        lone: &mut Vec<u32>,
+    ) {
+        let (pp, trace) = (self.pp, self.trace);
+        for name in P2P {
+            let (peer_name, delta) = match name {
+                ot::FORWARD_SEND => (ot::FORWARD_RECV, 1),
+                ot::FORWARD_RECV => (ot::FORWARD_SEND, -1),
+                ot::BACKWARD_SEND => (ot::BACKWARD_RECV, -1),
+                _ => (ot::BACKWARD_SEND, 1),
+            };
+            let peer_stage = ((stage + pp) as i64 + delta) as u32 % pp;
+            let mut position = 0;
+            for &transfer in comm.iter().filter(|&&o| self.is(o, name)) {
+                if transfers.no_op[&transfer] {
+                    lone.push(transfer);
+                    continue;
+                }
+                let own = (self.id(name).unwrap_or(u16::MAX), position, stage);
+                let peer = (self.id(peer_name).unwrap_or(u16::MAX), position, peer_stage);
+                let key = if (trace.optypes.get(own.0 as usize), own.1, own.2)
+                    <= (trace.optypes.get(peer.0 as usize), peer.1, peer.2)
+                {
+                    (own, peer)
+                } else {
+                    (peer, own)
+                };
+                pairs.entry(key).or_default().push(transfer);
+                position += 1;
+            }
+        }
+    }
+
+    /// A send after the compute it carries; a compute after the receive it carries, which follows the compute
+    /// before.
+    fn depend_on_transfers(&mut self, comm: &[u32], transfers: &StageTransfers) -> Result<(), String> {
+        for &transfer in comm {
+            let Some(&compute) = transfers.matched.get(&transfer) else { continue };
+            if self.is(transfer, ot::FORWARD_SEND) || self.is(transfer, ot::BACKWARD_SEND) {
+                self.depend(transfer, &[compute]);
+            } else {
+                self.depend(compute, &[transfer]);
+                let (kind, seq, stage) = self.t.names[compute as usize];
+                if seq > 0 {
+                    let previous = self.lookup(&self.trace.optypes[kind as usize], seq - 1, stage)?;
+                    self.depend(transfer, &[previous]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per stage: compute in order, each transfer type in order, the first backward transfers.
+    fn stage_order(&mut self) -> Result<(), String> {
+        let file = self.file;
+        for stage in 0..self.pp {
+            let comp = self.sorted_of(stage, &COMPUTES);
+            self.chain(&comp, &[]);
+            for name in P2P {
+                self.chain(&self.sorted_of(stage, &[name]), &[]);
+            }
+            let Some(first_backward) = comp.iter().position(|&o| self.is(o, ot::BACKWARD_COMPUTE)) else {
+                return Err(format!(
+                    "{file}: stage {stage} has no {} in step {}",
+                    ot::BACKWARD_COMPUTE,
+                    self.first_step
+                ));
             };
             if first_backward >= 2 {
-                if !is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
-                    || !is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
+                if !self.is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
+                    || !self.is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
                 {
                     return Err(format!(
                         "{file}: stage {stage}: the two passes before the first backward are not forward"
@@ -661,125 +737,141 @@ impl Template {
                 }
                 let anchor = comp[first_backward - 2];
                 for name in [ot::BACKWARD_RECV, ot::BACKWARD_SEND] {
-                    if let Some(&op) = id(name).and_then(|o| t.index.get(&(o, 0, stage))) {
-                        depend(&mut t, &mut in_model, op, &[anchor]);
+                    if let Some(&op) = self.id(name).and_then(|o| self.t.index.get(&(o, 0, stage))) {
+                        self.depend(op, &[anchor]);
                     }
                 }
             }
         }
+        Ok(())
+    }
 
-        let use_dp = dp * meta.dsp_size > 1;
-        let overlapped_dp =
-            trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
-        if use_dp {
-            for stage in 0..pp {
-                chain(
-                    &mut t,
-                    &mut in_model,
-                    &sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]),
-                    &[],
-                );
+    /// Data parallelism: the parameter gathers and gradient scatters of a stage in order, the first forward of each
+    /// model chunk after the chunk's last gather, and (when overlapped) each scatter after the chunk's last backward.
+    fn data_parallel(&mut self, overlapped_dp: bool) -> Result<(), String> {
+        for stage in 0..self.pp {
+            self.chain(&self.sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]), &[]);
+        }
+        for stage in 0..self.pp {
+            let comp = self.sorted_of(stage, &COMPUTES);
+            // The first forward of each model chunk waits for the chunk's last parameter all-gather.
+            let gathers = self.sorted_of(stage, &[ot::PARAMS_ALL_GATHER]);
+            let mut chunks_done: Vec<i64> = Vec::new();
+            for seq in (0..gathers.len() as u32).rev() {
+                let gather = self.lookup(ot::PARAMS_ALL_GATHER, seq, stage)?;
+                let chunk = self.rows_of[gather as usize].mc;
+                if chunks_done.contains(&chunk) {
+                    continue;
+                }
+                let rows_of = &self.rows_of;
+                let first = comp
+                    .iter()
+                    .copied()
+                    .filter(|&o| self.is(o, ot::FORWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
+                    .min_by(|&a, &b| rows_of[a as usize].start_s.total_cmp(&rows_of[b as usize].start_s));
+                if let Some(first) = first {
+                    self.depend(first, &[gather]);
+                }
+                chunks_done.push(chunk);
             }
-            for stage in 0..pp {
-                let comp = sorted_of(stage, &computes);
-                // The first forward of each model chunk waits for the chunk's last parameter all-gather.
-                let gathers = sorted_of(stage, &[ot::PARAMS_ALL_GATHER]);
+            if overlapped_dp {
+                // Each reduce-scatter waits for the last backward of its chunk.
+                let scatters = self.sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]);
                 let mut chunks_done: Vec<i64> = Vec::new();
-                for seq in (0..gathers.len() as u32).rev() {
-                    let gather = lookup(&t, ot::PARAMS_ALL_GATHER, seq, stage)?;
-                    let chunk = rows_of[gather as usize].mc;
+                for seq in 0..scatters.len() as u32 {
+                    let scatter = self.lookup(ot::GRADS_REDUCE_SCATTER, seq, stage)?;
+                    let chunk = self.rows_of[scatter as usize].mc;
                     if chunks_done.contains(&chunk) {
                         continue;
                     }
-                    let first = comp
+                    let rows_of = &self.rows_of;
+                    let last = comp
                         .iter()
                         .copied()
-                        .filter(|&o| is(o, ot::FORWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
-                        .min_by(|&a, &b| rows_of[a as usize].start_s.total_cmp(&rows_of[b as usize].start_s));
-                    if let Some(first) = first {
-                        depend(&mut t, &mut in_model, first, &[gather]);
+                        .filter(|&o| self.is(o, ot::BACKWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
+                        .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a });
+                    if let Some(last) = last {
+                        self.depend(scatter, &[last]);
                     }
                     chunks_done.push(chunk);
                 }
-                if overlapped_dp {
-                    // Each reduce-scatter waits for the last backward of its chunk.
-                    let scatters = sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]);
-                    let mut chunks_done: Vec<i64> = Vec::new();
-                    for seq in 0..scatters.len() as u32 {
-                        let scatter = lookup(&t, ot::GRADS_REDUCE_SCATTER, seq, stage)?;
-                        let chunk = rows_of[scatter as usize].mc;
-                        if chunks_done.contains(&chunk) {
-                            continue;
-                        }
-                        let last = comp
-                            .iter()
-                            .copied()
-                            .filter(|&o| is(o, ot::BACKWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
-                            .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a });
-                        if let Some(last) = last {
-                            depend(&mut t, &mut in_model, scatter, &[last]);
-                        }
-                        chunks_done.push(chunk);
-                    }
-                }
             }
         }
-        // After the last compute of each stage.
+        Ok(())
+    }
+
+    /// After the last compute of each stage: garbage collection, the gradient all-reduces and scatters, clipping,
+    /// the optimizer.
+    fn step_tail(&mut self, use_dp: bool, overlapped_dp: bool) -> Result<(), String> {
+        let (file, pp) = (self.file, self.pp);
         for stage in 0..pp {
-            let comp = sorted_of(stage, &computes);
+            let comp = self.sorted_of(stage, &COMPUTES);
+            let rows_of = &self.rows_of;
             let Some(last) = comp
                 .iter()
                 .copied()
                 .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a })
             else {
-                return Err(format!("{file}: stage {stage} has no compute in step {first_step}"));
+                return Err(format!("{file}: stage {stage} has no compute in step {}", self.first_step));
             };
-            let gc = lookup(&t, ot::GC, 0, stage)?;
-            depend(&mut t, &mut in_model, gc, &[last]);
-            let mut tail = vec![lookup(&t, ot::LAYERNORM_GRADS_ALL_REDUCE, 0, stage)?];
+            let gc = self.lookup(ot::GC, 0, stage)?;
+            self.depend(gc, &[last]);
+            let mut tail = vec![self.lookup(ot::LAYERNORM_GRADS_ALL_REDUCE, 0, stage)?];
             if stage == 0 || stage == pp - 1 {
-                tail.push(lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, stage)?);
+                tail.push(self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, stage)?);
             }
-            let scatters = sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]).len() as u32;
+            let scatters = self.sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]).len() as u32;
             let mut first_after = vec![gc];
             // Without data parallelism nothing more; with an overlapped separate all-reduce, it follows the
             // embedding and the last reduce-scatter; otherwise the reduce-scatters follow the embedding in order.
             if use_dp && overlapped_dp {
-                tail.push(lookup(&t, ot::SEPARATE_GRADS_ALL_REDUCE, 0, stage)?);
+                tail.push(self.lookup(ot::SEPARATE_GRADS_ALL_REDUCE, 0, stage)?);
                 if scatters > 0 {
-                    first_after.insert(0, lookup(&t, ot::GRADS_REDUCE_SCATTER, scatters - 1, stage)?);
+                    first_after.insert(0, self.lookup(ot::GRADS_REDUCE_SCATTER, scatters - 1, stage)?);
                 }
             } else if use_dp {
                 for seq in 0..scatters {
-                    tail.push(lookup(&t, ot::GRADS_REDUCE_SCATTER, seq, stage)?);
+                    tail.push(self.lookup(ot::GRADS_REDUCE_SCATTER, seq, stage)?);
                 }
             }
-            tail.push(lookup(&t, ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, stage)?);
-            tail.push(lookup(&t, ot::OPTIMIZER, 0, stage)?);
-            chain(&mut t, &mut in_model, &tail, &first_after);
+            tail.push(self.lookup(ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, stage)?);
+            tail.push(self.lookup(ot::OPTIMIZER, 0, stage)?);
+            self.chain(&tail, &first_after);
         }
+        Ok(())
+    }
 
-        // Groups across workers: data-parallel collectives alone (they sync over DP ranks), the embedding
-        // all-reduce of the first and last stage, gradient clipping of all stages.
+    /// Groups across workers: data-parallel collectives alone (they sync over DP ranks), the embedding
+    /// all-reduce of the first and last stage, gradient clipping of all stages.
+    fn worker_groups(&mut self, use_dp: bool) -> Result<(), String> {
+        let n = self.rows_of.len();
         if use_dp {
             let collective_ids: Vec<u16> =
                 [ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER, ot::SEPARATE_GRADS_ALL_REDUCE]
                     .iter()
-                    .filter_map(|n| id(n))
+                    .filter_map(|n| self.id(n))
                     .collect();
             for op in 0..n as u32 {
-                if collective_ids.contains(&rows_of[op as usize].optype) {
-                    t.groups.push(vec![op]);
+                if collective_ids.contains(&self.rows_of[op as usize].optype) {
+                    self.t.groups.push(vec![op]);
                 }
             }
         }
-        let mut embedding = vec![lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, 0)?];
-        if pp > 1 {
-            embedding.push(lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, pp - 1)?);
+        let mut embedding = vec![self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, 0)?];
+        if self.pp > 1 {
+            embedding.push(self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, self.pp - 1)?);
         }
-        t.groups.push(embedding);
-        let clips = (0..pp).map(|s| lookup(&t, ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, s)).collect::<Result<Vec<_>, _>>()?;
-        t.groups.push(clips);
+        self.t.groups.push(embedding);
+        let clips =
+            (0..self.pp).map(|s| self.lookup(ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, s)).collect::<Result<Vec<_>, _>>()?;
+        self.t.groups.push(clips);
+        Ok(())
+    }
+
+    /// Each operation's group and DP sync; refuses an operation nothing placed.
+    fn finish(mut self) -> Result<Template, String> {
+        let n = self.rows_of.len();
+        let t = &mut self.t;
         for (g, members) in t.groups.iter().enumerate() {
             for &op in members {
                 t.group_of[op as usize] = Some(g as u32);
@@ -792,26 +884,45 @@ impl Template {
             ot::OPTIMIZER_CLIP_MAIN_GRAD,
         ]
         .iter()
-        .filter_map(|n| id(n))
+        .filter_map(|n| self.trace.optypes.iter().position(|o| o == n).map(|i| i as u16))
         .collect();
         for op in 0..n {
-            t.dp_sync[op] = t.group_of[op].is_some() && synced.contains(&rows_of[op].optype);
+            t.dp_sync[op] = t.group_of[op].is_some() && synced.contains(&self.rows_of[op].optype);
             if t.group_of[op].is_some() {
-                in_model[op] = true;
+                self.in_model[op] = true;
             }
         }
-        if let Some(op) = (0..n).find(|&o| !in_model[o]) {
+        if let Some(op) = (0..n).find(|&o| !self.in_model[o]) {
             let (kind, seq, stage) = t.names[op];
             return Err(format!(
-                "{file}: {} has no place in the dependency model",
-                describe(&trace.optypes[kind as usize], seq, stage)
+                "{}: {} has no place in the dependency model",
+                self.file,
+                Self::describe(&self.trace.optypes[kind as usize], seq, stage)
             ));
         }
         for deps in &mut t.deps {
             deps.sort_unstable();
             deps.dedup();
         }
-        Ok(t)
+        Ok(self.t)
+    }
+}
+
+impl Template {
+    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, String> {
+        let mut builder = TemplateBuilder::new(trace)?;
+        builder.pipeline_transfers()?;
+        builder.stage_order()?;
+        let dp = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
+        let use_dp = dp * meta.dsp_size > 1;
+        let overlapped_dp =
+            trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
+        if use_dp {
+            builder.data_parallel(overlapped_dp)?;
+        }
+        builder.step_tail(use_dp, overlapped_dp)?;
+        builder.worker_groups(use_dp)?;
+        builder.finish()
     }
 }
 
