@@ -942,22 +942,26 @@ fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
     Ok(())
 }
 
-impl StragglerModel {
-    /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
-    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
+/// Where each operation of the laid-out model comes from. Operation id = lane × names + name, lane = step index ×
+/// DP size + DP rank: a lane's operations lie together, and so do the lanes of a step, which the replay visits
+/// together.
+struct Layout {
+    /// Named operations per lane.
+    names: usize,
+    /// (step, DP rank) lanes.
+    lanes: usize,
+    dp_size: u32,
+    /// Per operation id, its row in the trace.
+    row_of: Vec<u32>,
+}
+
+impl Layout {
+    /// Places every row of `trace` in its slot; refuses a row outside the template, a row twice, and a missing one.
+    fn place(trace: &ArtifactTrace, template: &Template, steps: &[i64], dp_size: u32) -> Result<Layout, String> {
         let file = &trace.source;
-        check_lanes_bounded(trace)?;
-        let template = Template::build(trace, meta)?;
-        let mut steps: Vec<i64> = trace.rows.iter().map(|r| r.step).collect();
-        steps.sort_unstable();
-        steps.dedup();
-        let dp_size = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
-        let pp_size = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
         let lanes = steps.len() * dp_size as usize;
         let names = template.names.len();
         let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
-        // Operation id = lane × names + name, lane = step index × DP size + DP rank: a lane's operations lie
-        // together, and so do the lanes of a step, which the replay visits together.
         // Every (step, DP rank) lane runs the template's operations, one row each: more slots than rows means a
         // missing one, found here without sizing anything from the values in the file.
         let slots = names.checked_mul(lanes).filter(|&n| n <= trace.rows.len()).ok_or_else(|| {
@@ -997,43 +1001,37 @@ impl StragglerModel {
                 lane % dp_size as usize
             ));
         }
-        let row_at = |name: u32, lane: usize| &trace.rows[row_of[lane * names + name as usize] as usize];
-        let op_id = |name: u32, lane: usize| (lane * names + name as usize) as u32;
+        Ok(Layout { names, lanes, dp_size, row_of })
+    }
 
-        // Workers (global ranks) in order.
-        let mut workers: Vec<(u32, u32, u32)> = trace.rows.iter().map(|r| (r.rank, r.dp, r.stage)).collect();
-        workers.sort_unstable();
-        workers.dedup();
-        let worker_index: HashMap<u32, u32> = workers.iter().enumerate().map(|(i, w)| (w.0, i as u32)).collect();
-        let ranks: Vec<RankSpec> = workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| RankSpec { key: RankKey { trace: 0, device: DeviceIdx(i as u32) }, rank: w.0 })
-            .collect();
+    fn op_id(&self, name: u32, lane: usize) -> u32 {
+        (lane * self.names + name as usize) as u32
+    }
 
-        // Step starts: the earliest recorded start of each step.
-        let mut step_start_s = vec![f32::INFINITY; steps.len()];
-        for row in &trace.rows {
-            let s = step_index[&row.step] as usize;
-            step_start_s[s] = step_start_s[s].min(row.start_s);
-        }
-        let step_start_ns: Vec<i64> = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).collect();
+    fn row_at<'t>(&self, trace: &'t ArtifactTrace, name: u32, lane: usize) -> &'t Row {
+        &trace.rows[self.row_of[lane * self.names + name as usize] as usize]
+    }
 
-        // Transfers: a communication operation's end minus the latest start in its group.
-        let op_count = row_of.len();
+    /// The operations, their placement (step index, DP rank, stage, global rank) and recorded durations.
+    fn ops(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        worker_index: &HashMap<u32, u32>,
+    ) -> (Vec<Op>, Vec<(u32, u32, u32, u32)>, Vec<i64>) {
+        let op_count = self.row_of.len();
         let mut recorded_own_ns = vec![0i64; op_count];
-        let mut launch_delay_ns = vec![0i64; op_count];
         let mut ops: Vec<Op> = Vec::with_capacity(op_count);
         let mut placement = Vec::with_capacity(op_count);
-        for lane in 0..lanes {
-            for name in 0..names as u32 {
-                let row = row_at(name, lane);
+        for lane in 0..self.lanes {
+            for name in 0..self.names as u32 {
+                let row = self.row_at(trace, name, lane);
                 let comm = template.group_of[name as usize].is_some();
                 ops.push(Op {
                     kind: OpKind::Kernel,
                     rank_index: worker_index[&row.rank],
                     trace: 0,
-                    index: row_of[lane * names + name as usize],
+                    index: self.row_of[lane * self.names + name as usize],
                     lane: 0,
                     category: row.optype,
                     comm,
@@ -1042,25 +1040,37 @@ impl StragglerModel {
                     end_ns: seconds_to_ns(f64::from(row.end_s)),
                     instance: name,
                 });
-                placement.push(((lane / dp_size as usize) as u32, row.dp, row.stage, row.rank));
-                recorded_own_ns[op_id(name, lane) as usize] = seconds_to_ns(f64::from(row.duration_s));
+                placement.push(((lane / self.dp_size as usize) as u32, row.dp, row.stage, row.rank));
+                recorded_own_ns[self.op_id(name, lane) as usize] = seconds_to_ns(f64::from(row.duration_s));
             }
         }
-        // Barriers: per group and step (DP-synchronised) or per group, step and DP rank.
-        let mut edges: Vec<ExplicitEdge> = Vec::new();
+        (ops, placement, recorded_own_ns)
+    }
+
+    /// Barriers: per group and step (DP-synchronised) or per group, step and DP rank, each a list of operations.
+    /// A member's recorded own time becomes its transfer: its end minus the latest start in its barrier.
+    fn barriers(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        steps: usize,
+        ops: &[Op],
+        recorded_own_ns: &mut [i64],
+    ) -> Vec<Vec<u32>> {
+        let dp_size = self.dp_size as usize;
         let mut barrier_members: Vec<Vec<u32>> = Vec::new();
         for (g, members) in template.groups.iter().enumerate() {
             let synced = members.iter().any(|&m| template.dp_sync[m as usize]);
             debug_assert!(members.iter().all(|&m| template.group_of[m as usize] == Some(g as u32)));
-            for step in 0..steps.len() {
+            for step in 0..steps {
                 let dp_groups: Vec<Vec<usize>> = if synced {
-                    vec![(0..dp_size as usize).map(|d| step * dp_size as usize + d).collect()]
+                    vec![(0..dp_size).map(|d| step * dp_size + d).collect()]
                 } else {
-                    (0..dp_size as usize).map(|d| vec![step * dp_size as usize + d]).collect()
+                    (0..dp_size).map(|d| vec![step * dp_size + d]).collect()
                 };
                 for lane_set in dp_groups {
                     let list: Vec<u32> =
-                        members.iter().flat_map(|&m| lane_set.iter().map(move |&l| op_id(m, l))).collect();
+                        members.iter().flat_map(|&m| lane_set.iter().map(move |&l| self.op_id(m, l))).collect();
                     // The transfer: end minus the latest start of the group, as recorded.
                     let latest_start_s = list
                         .iter()
@@ -1076,62 +1086,132 @@ impl StragglerModel {
                 }
             }
         }
-        let barrier_base = 2 * op_count as u32;
-        for (b, list) in barrier_members.iter().enumerate() {
-            let barrier = barrier_base + b as u32;
-            for &o in list {
-                edges.push(ExplicitEdge {
-                    source: start_vertex(o),
-                    target: barrier,
-                    kind: EdgeKind::CollectiveArrival,
-                });
-                edges.push(ExplicitEdge { source: barrier, target: end_vertex(o), kind: EdgeKind::CollectiveRelease });
-            }
-        }
-        // Dependencies within each lane; the launch delay is the start minus the latest end waited for.
-        let vertex_count = 2 * op_count + barrier_members.len();
+        barrier_members
+    }
+
+    /// Dependencies within each lane (added to `edges`); returns the external times of the vertices (a lane's
+    /// first operations wait for their step's start) and each operation's launch delay: its start minus the
+    /// latest end waited for.
+    fn lane_dependencies(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        step_start_s: &[f32],
+        vertex_count: usize,
+        edges: &mut Vec<ExplicitEdge>,
+    ) -> (Vec<i64>, Vec<i64>) {
+        let step_start_ns: Vec<i64> = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).collect();
+        let mut launch_delay_ns = vec![0i64; self.row_of.len()];
         let mut external_ns = vec![i64::MIN; vertex_count];
-        for name in 0..names as u32 {
+        for name in 0..self.names as u32 {
             let deps = &template.deps[name as usize];
-            for lane in 0..lanes {
-                let o = op_id(name, lane);
-                let row = row_at(name, lane);
+            for lane in 0..self.lanes {
+                let o = self.op_id(name, lane);
+                let row = self.row_at(trace, name, lane);
                 let ready_s = if deps.is_empty() {
-                    let step = lane / dp_size as usize;
+                    let step = lane / self.dp_size as usize;
                     external_ns[start_vertex(o) as usize] = step_start_ns[step];
                     step_start_s[step]
                 } else {
-                    deps.iter().map(|&d| row_at(d, lane).end_s).fold(f32::NEG_INFINITY, f32::max)
+                    deps.iter().map(|&d| self.row_at(trace, d, lane).end_s).fold(f32::NEG_INFINITY, f32::max)
                 };
                 let delay_s = f64::from(row.start_s - ready_s);
                 launch_delay_ns[o as usize] = if delay_s <= -NEGATIVE_LIMIT_S { 0 } else { seconds_to_ns(delay_s) };
                 for &d in deps {
                     edges.push(ExplicitEdge {
-                        source: end_vertex(op_id(d, lane)),
+                        source: end_vertex(self.op_id(d, lane)),
                         target: start_vertex(o),
                         kind: EdgeKind::StreamOrder,
                     });
                 }
             }
         }
-        let mut measured_ns = vec![0i64; vertex_count];
-        for (o, op) in ops.iter().enumerate() {
-            measured_ns[2 * o] = op.start_ns;
-            measured_ns[2 * o + 1] = op.end_ns;
+        (external_ns, launch_delay_ns)
+    }
+}
+
+/// The workers (global ranks) in order: each one's index by global rank, and one rank of the model each.
+fn workers_of(trace: &ArtifactTrace) -> (HashMap<u32, u32>, Vec<RankSpec>) {
+    let mut workers: Vec<(u32, u32, u32)> = trace.rows.iter().map(|r| (r.rank, r.dp, r.stage)).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    let worker_index: HashMap<u32, u32> = workers.iter().enumerate().map(|(i, w)| (w.0, i as u32)).collect();
+    let ranks: Vec<RankSpec> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| RankSpec { key: RankKey { trace: 0, device: DeviceIdx(i as u32) }, rank: w.0 })
+        .collect();
+    (worker_index, ranks)
+}
+
+/// The arrival and release edges of each barrier (vertex `2 × op_count + index`).
+fn barrier_edges(barrier_members: &[Vec<u32>], op_count: usize) -> Vec<ExplicitEdge> {
+    let mut edges: Vec<ExplicitEdge> = Vec::new();
+    let barrier_base = 2 * op_count as u32;
+    for (b, list) in barrier_members.iter().enumerate() {
+        let barrier = barrier_base + b as u32;
+        for &o in list {
+            edges.push(ExplicitEdge { source: start_vertex(o), target: barrier, kind: EdgeKind::CollectiveArrival });
+            edges.push(ExplicitEdge { source: barrier, target: end_vertex(o), kind: EdgeKind::CollectiveRelease });
         }
-        for (b, list) in barrier_members.iter().enumerate() {
-            measured_ns[2 * op_count + b] = list.iter().map(|&o| ops[o as usize].start_ns).max().unwrap_or(0);
+    }
+    edges
+}
+
+/// The recorded time of every vertex: operation starts and ends, then each barrier's latest member start.
+fn measured_vertex_times(ops: &[Op], barrier_members: &[Vec<u32>], vertex_count: usize) -> Vec<i64> {
+    let mut measured_ns = vec![0i64; vertex_count];
+    for (o, op) in ops.iter().enumerate() {
+        measured_ns[2 * o] = op.start_ns;
+        measured_ns[2 * o + 1] = op.end_ns;
+    }
+    for (b, list) in barrier_members.iter().enumerate() {
+        measured_ns[2 * ops.len() + b] = list.iter().map(|&o| ops[o as usize].start_ns).max().unwrap_or(0);
+    }
+    measured_ns
+}
+
+impl StragglerModel {
+    /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
+    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
+        let file = &trace.source;
+        check_lanes_bounded(trace)?;
+        let template = Template::build(trace, meta)?;
+        let mut steps: Vec<i64> = trace.rows.iter().map(|r| r.step).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let dp_size = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
+        let pp_size = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
+        let layout = Layout::place(trace, &template, &steps, dp_size)?;
+        let (worker_index, ranks) = workers_of(trace);
+
+        // Step starts: the earliest recorded start of each step.
+        let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
+        let mut step_start_s = vec![f32::INFINITY; steps.len()];
+        for row in &trace.rows {
+            let s = step_index[&row.step] as usize;
+            step_start_s[s] = step_start_s[s].min(row.start_s);
         }
+
+        let (ops, placement, mut recorded_own_ns) = layout.ops(trace, &template, &worker_index);
+        let op_count = ops.len();
+        let barrier_members = layout.barriers(trace, &template, steps.len(), &ops, &mut recorded_own_ns);
+        let mut edges = barrier_edges(&barrier_members, op_count);
+        let vertex_count = 2 * op_count + barrier_members.len();
+        let (external_ns, launch_delay_ns) =
+            layout.lane_dependencies(trace, &template, &step_start_s, vertex_count, &mut edges);
+        let measured_ns = measured_vertex_times(&ops, &barrier_members, vertex_count);
+        let window_start_ns = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).min().unwrap_or(0);
         let graph = Graph::from_explicit(ExplicitModel {
             ops,
             ranks,
             categories: trace.optypes.clone(),
-            window_start_ns: step_start_ns.iter().copied().min().unwrap_or(0),
+            window_start_ns,
             barriers: barrier_members.len() as u32,
             edges,
             external_ns,
             measured_ns,
-            instances: names as u32,
+            instances: layout.names as u32,
         });
         if graph.stats.edges_dropped_for_cycles > 0 {
             return Err(format!(
@@ -1149,7 +1229,7 @@ impl StragglerModel {
             recorded_own_ns,
             launch_delay_ns,
 
-            names_per_lane: names,
+            names_per_lane: layout.names,
             groups: template.groups.len(),
         })
     }
@@ -1307,17 +1387,34 @@ pub struct StragglerReport {
 
 const NS_PER_S: f64 = 1e9;
 
-/// Runs the analysis on a model.
-pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) -> StragglerReport {
-    let graph = &model.graph;
-    let op_count = graph.ops.len();
-    let recorded = &model.recorded_own_ns;
+/// The replays behind the decompositions: the ideal own times and the means the slowdowns are measured against.
+struct Replays<'a> {
+    model: &'a StragglerModel,
+    /// Per operation, its ideal own time, ns.
+    ideal: Vec<i64>,
+    /// Per step, the ideal replay's step time, ns.
+    ideal_steps: Vec<i64>,
+    /// Mean step time without launch delays, ns.
+    t_no_delay: f64,
+    /// Mean step time of the ideal, ns.
+    t_ideal: f64,
+}
 
-    // The ideal: per operation type, the mean (compute) or median (communication) of the no-delay replay's
-    // own times over the whole trace. Communication synchronised in a group is idealised by its transfer.
+/// A decomposition of the slowdown: by operation type group, DP rank or stage.
+#[derive(Clone, Copy)]
+enum Dimension {
+    Optype,
+    DpRank,
+    Stage,
+}
+
+/// The ideal: per operation type, the mean (compute) or median (communication) of the no-delay replay's own times
+/// over the whole trace. Communication synchronised in a group is idealised by its transfer.
+fn ideal_own_times(model: &StragglerModel) -> Vec<i64> {
+    let graph = &model.graph;
     let mut by_type: Vec<Vec<i64>> = vec![Vec::new(); model.optypes.len()];
     for (o, op) in graph.ops.iter().enumerate() {
-        by_type[op.category as usize].push(recorded[o]);
+        by_type[op.category as usize].push(model.recorded_own_ns[o]);
     }
     let centre: Vec<i64> = by_type
         .iter_mut()
@@ -1328,7 +1425,124 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
             value.round() as i64
         })
         .collect();
-    let ideal: Vec<i64> = graph.ops.iter().map(|op| centre[op.category as usize]).collect();
+    graph.ops.iter().map(|op| centre[op.category as usize]).collect()
+}
+
+impl Replays<'_> {
+    /// Own times with `select`ed operations taken from `chosen` and the rest from `base`.
+    fn mix(&self, base: &[i64], chosen: &[i64], select: &(dyn Fn(usize) -> bool + Sync)) -> Vec<i64> {
+        (0..self.model.graph.ops.len()).map(|o| if select(o) { chosen[o] } else { base[o] }).collect()
+    }
+
+    /// The ideal with only the `select`ed operations at their recorded own times.
+    fn group(&self, name: String, select: &(dyn Fn(usize) -> bool + Sync)) -> GroupSlowdown {
+        let steps = self.model.step_times(&self.mix(&self.ideal, &self.model.recorded_own_ns, select), None);
+        let mean = mean_ns(&steps);
+        GroupSlowdown {
+            name,
+            step_time_s: mean / NS_PER_S,
+            slowdown: ratio(mean, self.t_ideal),
+            per_step: steps.iter().zip(&self.ideal_steps).map(|(&a, &b)| ratio(a as f64, b as f64)).collect(),
+        }
+    }
+
+    /// The decompositions, largest slowdown first: one replay per operation type group, DP rank and stage,
+    /// spread over the cores.
+    fn decompositions(&self) -> (Vec<GroupSlowdown>, Vec<GroupSlowdown>, Vec<GroupSlowdown>) {
+        let model = self.model;
+        let sort = |mut v: Vec<GroupSlowdown>| {
+            v.sort_by(|a, b| b.slowdown.total_cmp(&a.slowdown).then(a.name.cmp(&b.name)));
+            v
+        };
+        let mut attribution_groups: Vec<&str> = model.optypes.iter().map(|t| ot::attribution_group(t)).collect();
+        attribution_groups.sort_unstable();
+        attribution_groups.dedup();
+        let optype_group: Vec<u32> = model
+            .optypes
+            .iter()
+            .map(|t| attribution_groups.iter().position(|g| *g == ot::attribution_group(t)).unwrap_or(0) as u32)
+            .collect();
+        let key = |dimension: Dimension, o: usize| match dimension {
+            Dimension::Optype => optype_group[model.graph.ops[o].category as usize],
+            Dimension::DpRank => model.placement[o].1,
+            Dimension::Stage => model.placement[o].2,
+        };
+        let mut jobs: Vec<(Dimension, String, u32)> = Vec::new();
+        jobs.extend(attribution_groups.iter().enumerate().map(|(i, g)| (Dimension::Optype, g.to_string(), i as u32)));
+        jobs.extend((0..model.dp_size).map(|d| (Dimension::DpRank, d.to_string(), d)));
+        jobs.extend((0..model.pp_size).map(|s| (Dimension::Stage, s.to_string(), s)));
+        let results = parallel_map(&jobs, |(dimension, name, value)| {
+            (*dimension, self.group(name.clone(), &|o: usize| key(*dimension, o) == *value))
+        });
+        let pick = |wanted: fn(Dimension) -> bool| -> Vec<GroupSlowdown> {
+            sort(results.iter().filter(|(d, _)| wanted(*d)).map(|(_, g)| g.clone()).collect())
+        };
+        (
+            pick(|d| matches!(d, Dimension::Optype)),
+            pick(|d| matches!(d, Dimension::DpRank)),
+            pick(|d| matches!(d, Dimension::Stage)),
+        )
+    }
+
+    /// Removing the selection from the original, and adding it to the ideal.
+    fn explain(&self, selection: String, ranks: Vec<u32>, select: &(dyn Fn(usize) -> bool + Sync)) -> Explained {
+        let (recorded, ideal) = (&self.model.recorded_own_ns, &self.ideal);
+        let replays = parallel_map(&[false, true], |&add| {
+            let own = if add { self.mix(ideal, recorded, select) } else { self.mix(recorded, ideal, select) };
+            mean_ns(&self.model.step_times(&own, None))
+        });
+        let (removed, added) = (replays[0], replays[1]);
+        let (t_no_delay, t_ideal) = (self.t_no_delay, self.t_ideal);
+        let excess = t_no_delay - t_ideal;
+        Explained {
+            selection,
+            ranks,
+            t_original_s: t_no_delay / NS_PER_S,
+            t_ideal_s: t_ideal / NS_PER_S,
+            t_removed_s: removed / NS_PER_S,
+            t_added_s: added / NS_PER_S,
+            removed: ratio(t_no_delay - removed, excess),
+            added: ratio(added - t_ideal, excess),
+        }
+    }
+
+    /// `M_W` (the workers whose DP rank and stage both stand out most) and `M_S` (the last stage), from the
+    /// workers (global rank, DP rank, stage) and the per-DP-rank and per-stage slowdowns.
+    fn worker_selections(
+        &self,
+        workers: &[(u32, u32, u32)],
+        by_dp_rank: &[GroupSlowdown],
+        by_stage: &[GroupSlowdown],
+    ) -> (Explained, Explained) {
+        let model = self.model;
+        let dp_score: HashMap<u32, f64> =
+            by_dp_rank.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+        let stage_score: HashMap<u32, f64> =
+            by_stage.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+        let mut scored: Vec<(f64, u32)> =
+            workers.iter().map(|&(rank, dp, stage)| (dp_score[&dp].min(stage_score[&stage]), rank)).collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let selected = (workers.len() * WORKER_SHARE_PCT).div_ceil(100);
+        let chosen: Vec<u32> = scored.iter().take(selected).map(|s| s.1).collect();
+        let m_w = self.explain(
+            format!("the {selected} worker(s) ({WORKER_SHARE_PCT} %) with the highest min(S_dp, S_stage)"),
+            chosen.clone(),
+            &|o: usize| chosen.contains(&model.placement[o].3),
+        );
+        let last_stage = model.pp_size - 1;
+        let last_stage_ranks: Vec<u32> = workers.iter().filter(|w| w.2 == last_stage).map(|w| w.0).collect();
+        let m_s = self.explain(format!("the last stage ({last_stage})"), last_stage_ranks, &|o: usize| {
+            model.placement[o].2 == last_stage
+        });
+        (m_w, m_s)
+    }
+}
+
+/// Runs the analysis on a model.
+pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) -> StragglerReport {
+    let graph = &model.graph;
+    let recorded = &model.recorded_own_ns;
+    let ideal = ideal_own_times(model);
     let mut base = parallel_map(&[0, 1, 2], |&which| match which {
         0 => model.step_times(recorded, Some(&model.launch_delay_ns)),
         1 => model.step_times(recorded, None),
@@ -1348,98 +1562,12 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
         })
         .collect();
 
-    // Own times with `select`ed operations taken from `chosen` and the rest from `base`.
-    let mix = |base: &[i64], chosen: &[i64], select: &(dyn Fn(usize) -> bool + Sync)| -> Vec<i64> {
-        (0..op_count).map(|o| if select(o) { chosen[o] } else { base[o] }).collect()
-    };
-    let group = |name: String, select: &(dyn Fn(usize) -> bool + Sync)| -> GroupSlowdown {
-        let steps = model.step_times(&mix(&ideal, recorded, select), None);
-        let mean = mean_ns(&steps);
-        GroupSlowdown {
-            name,
-            step_time_s: mean / NS_PER_S,
-            slowdown: ratio(mean, t_ideal),
-            per_step: steps.iter().zip(&ideal_steps).map(|(&a, &b)| ratio(a as f64, b as f64)).collect(),
-        }
-    };
-    let sort = |mut v: Vec<GroupSlowdown>| {
-        v.sort_by(|a, b| b.slowdown.total_cmp(&a.slowdown).then(a.name.cmp(&b.name)));
-        v
-    };
-    let mut attribution_groups: Vec<&str> = model.optypes.iter().map(|t| ot::attribution_group(t)).collect();
-    attribution_groups.sort_unstable();
-    attribution_groups.dedup();
-    // The decompositions: one replay per operation type group, DP rank and stage, spread over the cores.
-    #[derive(Clone, Copy)]
-    enum Dimension {
-        Optype,
-        DpRank,
-        Stage,
-    }
-    let optype_group: Vec<u32> = model
-        .optypes
-        .iter()
-        .map(|t| attribution_groups.iter().position(|g| *g == ot::attribution_group(t)).unwrap_or(0) as u32)
-        .collect();
-    let key = |dimension: Dimension, o: usize| match dimension {
-        Dimension::Optype => optype_group[graph.ops[o].category as usize],
-        Dimension::DpRank => model.placement[o].1,
-        Dimension::Stage => model.placement[o].2,
-    };
-    let mut jobs: Vec<(Dimension, String, u32)> = Vec::new();
-    jobs.extend(attribution_groups.iter().enumerate().map(|(i, g)| (Dimension::Optype, g.to_string(), i as u32)));
-    jobs.extend((0..model.dp_size).map(|d| (Dimension::DpRank, d.to_string(), d)));
-    jobs.extend((0..model.pp_size).map(|s| (Dimension::Stage, s.to_string(), s)));
-    let results = parallel_map(&jobs, |(dimension, name, value)| {
-        (*dimension, group(name.clone(), &|o: usize| key(*dimension, o) == *value))
-    });
-    let pick = |wanted: fn(Dimension) -> bool| -> Vec<GroupSlowdown> {
-        sort(results.iter().filter(|(d, _)| wanted(*d)).map(|(_, g)| g.clone()).collect())
-    };
-    let by_optype = pick(|d| matches!(d, Dimension::Optype));
-    let by_dp_rank = pick(|d| matches!(d, Dimension::DpRank));
-    let by_stage = pick(|d| matches!(d, Dimension::Stage));
-
-    // Removing the selection from the original, and adding it to the ideal.
-    let explain = |selection: String, ranks: Vec<u32>, select: &(dyn Fn(usize) -> bool + Sync)| -> Explained {
-        let replays = parallel_map(&[false, true], |&add| {
-            let own = if add { mix(&ideal, recorded, select) } else { mix(recorded, &ideal, select) };
-            mean_ns(&model.step_times(&own, None))
-        });
-        let (removed, added) = (replays[0], replays[1]);
-        let excess = t_no_delay - t_ideal;
-        Explained {
-            selection,
-            ranks,
-            t_original_s: t_no_delay / NS_PER_S,
-            t_ideal_s: t_ideal / NS_PER_S,
-            t_removed_s: removed / NS_PER_S,
-            t_added_s: added / NS_PER_S,
-            removed: ratio(t_no_delay - removed, excess),
-            added: ratio(added - t_ideal, excess),
-        }
-    };
-    // M_W: the workers whose DP rank and stage both stand out most.
-    let dp_score: HashMap<u32, f64> = by_dp_rank.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
-    let stage_score: HashMap<u32, f64> = by_stage.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+    let replays = Replays { model, ideal, ideal_steps, t_no_delay, t_ideal };
+    let (by_optype, by_dp_rank, by_stage) = replays.decompositions();
     let mut workers: Vec<(u32, u32, u32)> = model.placement.iter().map(|p| (p.3, p.1, p.2)).collect();
     workers.sort_unstable();
     workers.dedup();
-    let mut scored: Vec<(f64, u32)> =
-        workers.iter().map(|&(rank, dp, stage)| (dp_score[&dp].min(stage_score[&stage]), rank)).collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let selected = (workers.len() * WORKER_SHARE_PCT).div_ceil(100);
-    let chosen: Vec<u32> = scored.iter().take(selected).map(|s| s.1).collect();
-    let m_w = explain(
-        format!("the {selected} worker(s) ({WORKER_SHARE_PCT} %) with the highest min(S_dp, S_stage)"),
-        chosen.clone(),
-        &|o: usize| chosen.contains(&model.placement[o].3),
-    );
-    let last_stage = model.pp_size - 1;
-    let last_stage_ranks: Vec<u32> = workers.iter().filter(|w| w.2 == last_stage).map(|w| w.0).collect();
-    let m_s = explain(format!("the last stage ({last_stage})"), last_stage_ranks, &|o: usize| {
-        model.placement[o].2 == last_stage
-    });
+    let (m_w, m_s) = replays.worker_selections(&workers, &by_dp_rank, &by_stage);
 
     StragglerReport {
         source: trace.source.clone(),
