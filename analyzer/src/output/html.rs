@@ -355,8 +355,17 @@ fn ms(ns: i64) -> f64 {
 /// bandwidth and waiting charts.
 pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&BenchPeaks>) -> ReportCharts {
     let mut out = ReportCharts::default();
+    add_share_chart(&mut out, report, classifier);
+    let labels: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+    add_step_time_chart(&mut out, report, &labels);
+    add_phase_time_chart(&mut out, report, &labels);
+    add_busbw_chart(&mut out, report, bench);
+    add_wait_heatmap(&mut out, report);
+    out
+}
 
-    // Op-category shares: per rank, the whole rank, then each phase.
+/// Op-category shares: per rank, the whole rank, then each phase.
+fn add_share_chart(out: &mut ReportCharts, report: &Report, classifier: &Classifier) {
     let order = category_order(
         report.ranks.iter().flat_map(|r| std::iter::once(&r.figures).chain(r.phases.iter().map(|p| &p.figures))),
     );
@@ -384,9 +393,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Step times per rank: median, with the min–max spread.
-    let labels: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+/// Step times per rank: median, with the min–max spread.
+fn add_step_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String]) {
     let step_points: Vec<Option<SeriesPoint>> = report
         .ranks
         .iter()
@@ -426,7 +436,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 title: "Step time per rank".into(),
                 size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
                 kind: ChartKind::Series {
-                    x_labels: labels.clone(),
+                    x_labels: labels.to_vec(),
                     x_label: "rank".into(),
                     y_label: "ms".into(),
                     lines,
@@ -440,8 +450,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 .into(),
         );
     }
+}
 
-    // Phase instance times per rank (time to first token for prefill, per output token for decode).
+/// Phase instance times per rank (time to first token for prefill, per output token for decode).
+fn add_phase_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String]) {
     let mut phase_names: Vec<&str> = Vec::new();
     for rank in &report.ranks {
         for phase in &rank.phases {
@@ -482,7 +494,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 title: "Phase instance time per rank".into(),
                 size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
                 kind: ChartKind::Series {
-                    x_labels: labels.clone(),
+                    x_labels: labels.to_vec(),
                     x_label: "rank".into(),
                     y_label: "ms".into(),
                     lines,
@@ -490,8 +502,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Bus bandwidth against message size, beside bench's curve.
+/// Bus bandwidth against message size, beside bench's curve.
+fn add_busbw_chart(out: &mut ReportCharts, report: &Report, bench: Option<&BenchPeaks>) {
     let mut sets: Vec<PointSet> = Vec::new();
     for instance in &report.instances {
         let (Some(bytes), Some(busbw)) = (instance.bytes, instance.busbw_gbps) else { continue };
@@ -544,8 +558,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Waiting per rank and collective instance.
+/// Waiting per rank and collective instance.
+fn add_wait_heatmap(out: &mut ReportCharts, report: &Report) {
     if report.instances.is_empty() {
         out.notes.push("Waiting heatmap: no collective was matched across two or more ranks.".into());
     } else {
@@ -580,7 +596,6 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
-    out
 }
 
 /// A table of figures, as text (the terminal, `study.txt`) and as HTML.
