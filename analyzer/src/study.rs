@@ -962,104 +962,159 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             }
         }
     }
-    let ms = |ns: i64| ns as f64 / 1e6;
     for (param, values) in &swept {
-        // One line per configuration of the other parameters.
-        let mut others: Vec<String> = Vec::new();
-        for (params, _) in &configs {
-            let label = config_label(params, Some(param));
-            if !others.contains(&label) {
-                others.push(label);
-            }
-        }
-        let measure = |pick: &dyn Fn(&PointFigures) -> Option<[i64; 3]>| -> Vec<Line> {
-            others
-                .iter()
-                .enumerate()
-                .map(|(index, other)| Line {
-                    joined: true,
-                    label: other.clone(),
-                    color: charts::series_color(index),
-                    points: values
-                        .iter()
-                        .map(|value| {
-                            let (_, list) = configs.iter().find(|(params, _)| {
-                                params.get(*param) == Some(value) && config_label(params, Some(param)) == *other
-                            })?;
-                            let picked: Vec<[i64; 3]> = list.iter().filter_map(|p| pick(p.figures.as_ref()?)).collect();
-                            let value = median(picked.iter().map(|v| v[0]).collect())?;
-                            Some(SeriesPoint {
-                                value: ms(value),
-                                low: ms(picked.iter().map(|v| v[1]).min()?),
-                                high: ms(picked.iter().map(|v| v[2]).max()?),
-                            })
-                        })
-                        .collect(),
-                })
-                .collect()
-        };
-        // A chart of times in ms against the swept parameter, one line per series.
-        let ms_section = |caption: String, name: String, title: String, lines: Vec<Line>| Section {
-            caption,
-            chart: Chart {
-                name,
-                title,
-                size_px: (1000, 440),
-                kind: ChartKind::Series {
-                    x_labels: values.clone(),
-                    x_label: param.to_string(),
-                    y_label: "ms".into(),
-                    lines,
-                },
-            },
-        };
-        let step_lines = measure(&|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
-        if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
-            sections.push(ms_section(
-                format!(
-                    "Step time against {param}: the slowest rank's median step (median over repetitions), with \
-                     the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
-                    study.file.warmup_steps
-                ),
-                format!("step_time_vs_{}", safe_id(param)),
-                format!("Step time against {param}"),
-                step_lines,
-            ));
-        }
-        for phase in &phase_names {
-            let lines = measure(&|f| f.phases.get(phase).copied());
-            sections.push(ms_section(
-                format!(
-                    "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
-                     to longest instance."
-                ),
-                format!("{}_vs_{}", safe_id(phase), safe_id(param)),
-                format!("{phase} time against {param}"),
-                lines,
-            ));
-        }
-        for (phase, title) in LATENCY_PHASES {
-            let lines = measure(&|f| {
-                let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
-                Some([t.p50_ns, t.p50_ns, t.p90_ns])
-            });
-            if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
-                continue;
-            }
-            sections.push(ms_section(
-                format!(
-                    "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
-                     median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
-                ),
-                format!("{}_vs_{}", latency_name(phase), safe_id(param)),
-                format!("{title} against {param}"),
-                lines,
-            ));
-        }
+        parameter_charts(study, &configs, param, values, &phase_names, &mut sections);
     }
     sections.extend(llm_charts(&configs, classifier));
+    share_charts(&configs, classifier, &mut sections);
+    if let Some(section) = comm_vs_gpus_chart(study, results) {
+        sections.push(section);
+    }
+    sections.extend(scaling_chart(study, results));
+    sections
+}
 
-    // Op shares and all-reduce share per configuration (summed over ranks and repetitions).
+/// Milliseconds from nanoseconds, for axes.
+fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The charts against one swept parameter `param` (its `values`): step time, each phase's instance time, the LLM
+/// latencies; one line per configuration of the other parameters.
+fn parameter_charts(
+    study: &Study,
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    param: &str,
+    values: &[String],
+    phase_names: &[String],
+    sections: &mut Vec<Section>,
+) {
+    // One line per configuration of the other parameters.
+    let mut others: Vec<String> = Vec::new();
+    for (params, _) in configs {
+        let label = config_label(params, Some(param));
+        if !others.contains(&label) {
+            others.push(label);
+        }
+    }
+    let step_lines =
+        measure_lines(configs, param, values, &others, &|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
+    if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "Step time against {param}: the slowest rank's median step (median over repetitions), with \
+                 the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
+                study.file.warmup_steps
+            ),
+            format!("step_time_vs_{}", safe_id(param)),
+            format!("Step time against {param}"),
+            step_lines,
+        ));
+    }
+    for phase in phase_names {
+        let lines = measure_lines(configs, param, values, &others, &|f| f.phases.get(phase).copied());
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
+                 to longest instance."
+            ),
+            format!("{}_vs_{}", safe_id(phase), safe_id(param)),
+            format!("{phase} time against {param}"),
+            lines,
+        ));
+    }
+    for (phase, title) in LATENCY_PHASES {
+        let lines = measure_lines(configs, param, values, &others, &|f| {
+            let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
+            Some([t.p50_ns, t.p50_ns, t.p90_ns])
+        });
+        if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
+            continue;
+        }
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
+                 median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
+            ),
+            format!("{}_vs_{}", latency_name(phase), safe_id(param)),
+            format!("{title} against {param}"),
+            lines,
+        ));
+    }
+}
+
+/// One line per configuration of the other parameters (`others`): the median over repetitions of what `pick` takes
+/// from a point's figures (median, low, high, ns) at each value of `param`, with the spread.
+fn measure_lines(
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    param: &str,
+    values: &[String],
+    others: &[String],
+    pick: &dyn Fn(&PointFigures) -> Option<[i64; 3]>,
+) -> Vec<Line> {
+    others
+        .iter()
+        .enumerate()
+        .map(|(index, other)| Line {
+            joined: true,
+            label: other.clone(),
+            color: charts::series_color(index),
+            points: values
+                .iter()
+                .map(|value| {
+                    let (_, list) = configs.iter().find(|(params, _)| {
+                        params.get(param) == Some(value) && config_label(params, Some(param)) == *other
+                    })?;
+                    let picked: Vec<[i64; 3]> = list.iter().filter_map(|p| pick(p.figures.as_ref()?)).collect();
+                    let value = median(picked.iter().map(|v| v[0]).collect())?;
+                    Some(SeriesPoint {
+                        value: ms(value),
+                        low: ms(picked.iter().map(|v| v[1]).min()?),
+                        high: ms(picked.iter().map(|v| v[2]).max()?),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A chart of times in ms against the swept parameter, one line per series.
+fn ms_section(
+    param: &str,
+    values: &[String],
+    caption: String,
+    name: String,
+    title: String,
+    lines: Vec<Line>,
+) -> Section {
+    Section {
+        caption,
+        chart: Chart {
+            name,
+            title,
+            size_px: (1000, 440),
+            kind: ChartKind::Series {
+                x_labels: values.to_vec(),
+                x_label: param.to_string(),
+                y_label: "ms".into(),
+                lines,
+            },
+        },
+    }
+}
+
+/// Op shares and all-reduce share per configuration (summed over ranks and repetitions).
+fn share_charts(
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    classifier: &Classifier,
+    sections: &mut Vec<Section>,
+) {
     let analysed: Vec<(String, BTreeMap<String, i64>, Vec<f64>)> = configs
         .iter()
         .filter_map(|(params, list)| {
@@ -1132,11 +1187,10 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             },
         });
     }
+}
 
-    if let Some(section) = comm_vs_gpus_chart(study, results) {
-        sections.push(section);
-    }
-
+/// Scaling efficiency against the GPU count, one line per configuration, when the study has scaling figures.
+fn scaling_chart(study: &Study, results: &StudyResults) -> Option<Section> {
     if !results.scaling.is_empty() {
         let mut counts: Vec<u32> = results.scaling.iter().flat_map(|s| [s.base_gpus, s.gpus]).collect();
         counts.sort_unstable();
@@ -1164,7 +1218,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             })
             .collect();
         let gpus = study.gpus.clone().unwrap_or_default();
-        sections.push(Section {
+        return Some(Section {
             caption: format!(
                 "Scaling efficiency: speedup of the step time over the smallest {gpus} ÷ the ratio of GPU counts \
                  (100 % = linear)."
@@ -1182,7 +1236,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             },
         });
     }
-    sections
+    None
 }
 
 /// The phases whose instance times are a latency an LLM server is judged by, with the latency's name.
