@@ -1357,11 +1357,23 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
         .collect();
     let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
 
-    // Op shares per configuration and phase.
+    share_by_phase_chart(&analysed, &phases, classifier, &mut sections);
+    mfu_chart(&analysed, &phases, &mut sections);
+    layer_charts(&analysed, &phases, &mut sections);
+    sections
+}
+
+/// Op shares per configuration and phase.
+fn share_by_phase_chart(
+    analysed: &[(String, Vec<&PointFigures>)],
+    phases: &[String],
+    classifier: &Classifier,
+    sections: &mut Vec<Section>,
+) {
     let mut columns = Vec::new();
     let mut summed: Vec<BTreeMap<String, i64>> = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let mut categories: BTreeMap<String, i64> = BTreeMap::new();
             for f in figures {
                 for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
@@ -1392,8 +1404,10 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
+}
 
-    // MFU per configuration, one line per phase.
+/// MFU per configuration, one line per phase.
+fn mfu_chart(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], sections: &mut Vec<Section>) {
     let x_labels: Vec<String> = analysed.iter().map(|(label, _)| label.clone()).collect();
     let lines: Vec<Line> = phases
         .iter()
@@ -1432,9 +1446,11 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
+}
 
-    // Time per layer: rows are configurations, columns layers.
-    for phase in &phases {
+/// Time per layer: rows are configurations, columns layers.
+fn layer_charts(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], sections: &mut Vec<Section>) {
+    for phase in phases {
         let rows: Vec<(String, Vec<Option<f64>>)> = analysed
             .iter()
             .filter_map(|(label, figures)| {
@@ -1477,7 +1493,6 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
-    sections
 }
 
 /// Width of a chart with one slot per label: wide enough for the longest label (about 7 px a character).
