@@ -1524,6 +1524,16 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
     let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
     let mut tables = Vec::new();
 
+    latency_table(&analysed, &mut tables);
+    share_table(&analysed, &phases, &mut tables);
+    scaling_table(results, &mut tables);
+    mfu_table(&analysed, &phases, &mut tables);
+    layer_table(&analysed, &phases, &mut tables);
+    tables
+}
+
+/// Latency per configuration: step time, TTFT and TPOT, all-reduce share.
+fn latency_table(analysed: &[(String, Vec<&PointFigures>)], tables: &mut Vec<Table>) {
     let latency = |figures: &[&PointFigures], phase: &str, p90: bool| {
         median(
             figures
@@ -1559,10 +1569,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             })
             .collect(),
     });
+}
 
+/// The top op categories per configuration and phase.
+fn share_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut shares = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let mut categories: BTreeMap<&str, i64> = BTreeMap::new();
             for f in figures {
                 for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
@@ -1587,7 +1600,10 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             rows: shares,
         });
     }
+}
 
+/// Scaling from the smallest GPU count, when the study has scaling figures.
+fn scaling_table(results: &StudyResults, tables: &mut Vec<Table>) {
     if !results.scaling.is_empty() {
         tables.push(Table {
             title:
@@ -1639,10 +1655,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
                 .collect(),
         });
     }
+}
 
+/// Achieved FLOP/s and MFU per configuration and phase.
+fn mfu_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut mfu_rows = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let list: Vec<&crate::report::mfu::PhaseMfu> =
                 figures.iter().filter_map(|f| f.mfu.iter().find(|m| m.phase == *phase)).collect();
             let Some(first) = list.first() else { continue };
@@ -1686,10 +1705,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             .without_empty_last_column(),
         );
     }
+}
 
+/// Layers per phase instance of each configuration.
+fn layer_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut layer_rows = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let Some(table) = figures.iter().find_map(|f| f.layers.iter().find(|l| l.phase == *phase)) else {
                 continue;
             };
@@ -1715,7 +1737,6 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             rows: layer_rows,
         });
     }
-    tables
 }
 
 /// The study's tables as text, for the terminal and `study.txt`.
