@@ -199,94 +199,153 @@ fn safe_id(text: &str) -> String {
     text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
 }
 
+/// Refuses an empty command or grid, no repetitions, and a grid of more than [`MAX_RUNS`] runs.
+fn check_size(file: &StudyFile) -> Result<(), String> {
+    if file.command.trim().is_empty() {
+        return Err("`command` is empty".into());
+    }
+    if file.grid.is_empty() {
+        return Err("`[grid]` names no parameter".into());
+    }
+    if file.repetitions == 0 {
+        return Err("`repetitions` must be at least 1".into());
+    }
+    let runs = file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
+    if runs.is_none_or(|n| n > MAX_RUNS) {
+        let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
+        return Err(format!(
+            "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
+            sizes.join(", "),
+            file.repetitions
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an `output` folder outside the study file's folder.
+fn check_output(file: &StudyFile) -> Result<(), String> {
+    if let Some(output) = &file.output
+        && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
+    {
+        return Err(format!(
+            "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
+             `analyzer study --out DIR` names any other",
+            output.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Each grid parameter with its values as text; refuses reserved, malformed and empty parameters.
+fn grid_values(file: &StudyFile) -> Result<Vec<(String, Vec<String>)>, String> {
+    let mut values: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, list) in &file.grid {
+        if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+            return Err(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)"));
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("parameter name '{name}' is not made of letters, digits and '_'"));
+        }
+        if list.is_empty() {
+            return Err(format!("parameter '{name}' has no values"));
+        }
+        let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
+        let texts = texts.ok_or_else(|| format!("parameter '{name}': values must be numbers or strings"))?;
+        values.push((name.clone(), texts));
+    }
+    Ok(values)
+}
+
+/// Refuses placeholders in the command, the environment and `[tokens]` that nothing sets, `[tokens]` without
+/// `[model]`, and a model shape that does not hold together.
+fn check_placeholders(file: &StudyFile) -> Result<(), String> {
+    let known =
+        |name: &str| (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string());
+    expand(&file.command, &known).map_err(|e| format!("command: {e}"))?;
+    for (key, value) in &file.env {
+        expand(value, &known).map_err(|e| format!("env {key}: {e}"))?;
+    }
+    let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
+    if let Some(tokens) = &file.tokens {
+        let fields = [
+            ("batch", Some(&tokens.batch)),
+            ("seq", tokens.seq.as_ref()),
+            ("decode_steps", tokens.decode_steps.as_ref()),
+        ];
+        for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
+            expand(value, &known_or_env).map_err(|e| format!("tokens {key}: {e}"))?;
+        }
+        if file.model.is_none() {
+            return Err("`[tokens]` without `[model]`: FLOPs need the model's shape".into());
+        }
+    }
+    if let Some(model) = &file.model {
+        model.check().map_err(|e| format!("model: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The grid parameter that counts GPUs, if any; refuses one that is not in the grid or not positive integers.
+fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, String> {
+    let gpus = match &file.gpus {
+        Some(name) if !file.grid.contains_key(name) => {
+            return Err(format!("gpus = '{name}' is not a parameter of the grid"));
+        }
+        Some(name) => Some(name.clone()),
+        None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
+    };
+    if let Some(name) = &gpus {
+        for value in &file.grid[name] {
+            if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
+                return Err(format!("parameter '{name}' counts GPUs: its values must be positive integers"));
+            }
+        }
+    }
+    Ok(gpus)
+}
+
+/// The grid's points, the last parameter varying fastest, `repetitions` each; refuses two with the same file name.
+fn grid_points(values: &[(String, Vec<String>)], repetitions: u32) -> Result<Vec<Point>, String> {
+    let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
+    for (name, texts) in values {
+        combos = combos
+            .into_iter()
+            .flat_map(|combo| {
+                texts.iter().map(move |t| {
+                    let mut next = combo.clone();
+                    next.insert(name.clone(), t.clone());
+                    next
+                })
+            })
+            .collect();
+    }
+    let mut points = Vec::new();
+    for params in combos {
+        for rep in 0..repetitions {
+            let stem = params.iter().map(|(k, v)| format!("{k}-{v}")).collect::<Vec<_>>().join("_");
+            points.push(Point { id: safe_id(&format!("{stem}_r{rep}")), params: params.clone(), rep });
+        }
+    }
+    let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
+    ids.sort_unstable();
+    if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("two points have the same file name '{}'", pair[0]));
+    }
+    Ok(points)
+}
+
 impl Study {
     /// Reads and checks a study file. Errors are one line naming the file and the cause.
     pub fn load(path: &Path, out_override: Option<&Path>) -> Result<Study, String> {
         let fail = |cause: String| format!("{}: {cause}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
         let file: StudyFile = toml::from_str(&text).map_err(|e| fail(e.message().replace('\n', " ")))?;
-        if file.command.trim().is_empty() {
-            return Err(fail("`command` is empty".into()));
-        }
-        if file.grid.is_empty() {
-            return Err(fail("`[grid]` names no parameter".into()));
-        }
-        if file.repetitions == 0 {
-            return Err(fail("`repetitions` must be at least 1".into()));
-        }
-        let runs =
-            file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
-        if runs.is_none_or(|n| n > MAX_RUNS) {
-            let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
-            return Err(fail(format!(
-                "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
-                sizes.join(", "),
-                file.repetitions
-            )));
-        }
+        check_size(&file).map_err(fail)?;
         let template = CommandTemplate::parse(&file.command, file.shell).map_err(|e| fail(format!("command {e}")))?;
-        if let Some(output) = &file.output
-            && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
-        {
-            return Err(fail(format!(
-                "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
-                 `analyzer study --out DIR` names any other",
-                output.display()
-            )));
-        }
-        let mut values: Vec<(String, Vec<String>)> = Vec::new();
-        for (name, list) in &file.grid {
-            if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
-                return Err(fail(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)")));
-            }
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(fail(format!("parameter name '{name}' is not made of letters, digits and '_'")));
-            }
-            if list.is_empty() {
-                return Err(fail(format!("parameter '{name}' has no values")));
-            }
-            let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
-            let texts = texts.ok_or_else(|| fail(format!("parameter '{name}': values must be numbers or strings")))?;
-            values.push((name.clone(), texts));
-        }
-        let known = |name: &str| {
-            (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string())
-        };
-        expand(&file.command, &known).map_err(|e| fail(format!("command: {e}")))?;
-        for (key, value) in &file.env {
-            expand(value, &known).map_err(|e| fail(format!("env {key}: {e}")))?;
-        }
-        let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
-        if let Some(tokens) = &file.tokens {
-            let fields = [
-                ("batch", Some(&tokens.batch)),
-                ("seq", tokens.seq.as_ref()),
-                ("decode_steps", tokens.decode_steps.as_ref()),
-            ];
-            for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
-                expand(value, &known_or_env).map_err(|e| fail(format!("tokens {key}: {e}")))?;
-            }
-            if file.model.is_none() {
-                return Err(fail("`[tokens]` without `[model]`: FLOPs need the model's shape".into()));
-            }
-        }
-        if let Some(model) = &file.model {
-            model.check().map_err(|e| fail(format!("model: {e}")))?;
-        }
-        let gpus = match &file.gpus {
-            Some(name) if !file.grid.contains_key(name) => {
-                return Err(fail(format!("gpus = '{name}' is not a parameter of the grid")));
-            }
-            Some(name) => Some(name.clone()),
-            None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
-        };
-        if let Some(name) = &gpus {
-            for value in &file.grid[name] {
-                if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
-                    return Err(fail(format!("parameter '{name}' counts GPUs: its values must be positive integers")));
-                }
-            }
-        }
+        check_output(&file).map_err(fail)?;
+        let values = grid_values(&file).map_err(fail)?;
+        check_placeholders(&file).map_err(fail)?;
+        let gpus = gpus_parameter(&file).map_err(fail)?;
         if let Some(bench) = &file.bench {
             let resolved = path.parent().unwrap_or(Path::new(".")).join(bench);
             if !resolved.is_file() {
@@ -303,32 +362,7 @@ impl Study {
             Some(dir) => dir.to_path_buf(),
             None => base_dir.join(file.output.clone().unwrap_or_else(|| PathBuf::from(format!("{name}-study")))),
         };
-        // The grid's points, the last parameter varying fastest.
-        let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
-        for (name, texts) in &values {
-            combos = combos
-                .into_iter()
-                .flat_map(|combo| {
-                    texts.iter().map(move |t| {
-                        let mut next = combo.clone();
-                        next.insert(name.clone(), t.clone());
-                        next
-                    })
-                })
-                .collect();
-        }
-        let mut points = Vec::new();
-        for params in combos {
-            for rep in 0..file.repetitions {
-                let stem = params.iter().map(|(k, v)| format!("{k}-{v}")).collect::<Vec<_>>().join("_");
-                points.push(Point { id: safe_id(&format!("{stem}_r{rep}")), params: params.clone(), rep });
-            }
-        }
-        let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
-        ids.sort_unstable();
-        if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(fail(format!("two points have the same file name '{}'", pair[0])));
-        }
+        let points = grid_points(&values, file.repetitions).map_err(fail)?;
         let out_inside = out_override.is_none();
         Ok(Study { path: path.to_path_buf(), file, name, base_dir, out_dir, out_inside, template, points, gpus })
     }
