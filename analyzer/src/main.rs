@@ -127,33 +127,8 @@ enum Command {
     /// Compare runs of one workload at different scales (TP=1 vs TP=2, 4 vs 8 GPUs): per phase and op category,
     /// per-rank time, speedup over the first run and scaling efficiency.
     Compare {
-        /// One run: a trace file or folder, or several comma-separated (its ranks). Give it once per run,
-        /// baseline first.
-        #[arg(long = "run", required = true, value_name = "TRACE[,TRACE...]")]
-        runs: Vec<String>,
-        /// A name for each run, in order (default: the file names).
-        #[arg(long = "label")]
-        labels: Vec<String>,
-        /// Regex selecting phase ranges.
-        #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
-        phase_pattern: String,
-        /// Op-category rules file replacing the built-in rules.
-        #[arg(long)]
-        rules: Option<PathBuf>,
-        /// Only analyse START_NS:END_NS of each run's trace clock: given once per run, in order (`-` for a whole
-        /// run), as each run has its own clock.
-        #[arg(long = "window", value_name = "START_NS:END_NS", value_parser = parse_run_window)]
-        windows: Vec<Option<(i64, i64)>>,
-        /// How many tokens each run processed in the analysed time, once per run in order (`-` where unknown):
-        /// adds a tokens/s row (tokens ÷ the run's mean per-rank span). (`report --tokens` is the batch shape.)
-        #[arg(long = "token-count", value_name = "N")]
-        tokens: Vec<String>,
-        /// Leave each rank's first N steps (warm-up) out of the step-time distribution, in every run.
-        #[arg(long, default_value_t = 0, value_name = "N")]
-        skip_steps: usize,
-        /// Output format.
-        #[arg(long, value_enum, default_value = "table")]
-        format: OutputFormat,
+        #[command(flatten)]
+        args: CompareArgs,
     },
     /// The kernel summary of all GPUs together, with the fields and numbers of `nsys stats --report cuda_gpu_kern_sum`.
     KernSum {
@@ -282,6 +257,38 @@ enum Command {
     },
 }
 
+/// The runs and options of `compare`.
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// One run: a trace file or folder, or several comma-separated (its ranks). Give it once per run,
+    /// baseline first.
+    #[arg(long = "run", required = true, value_name = "TRACE[,TRACE...]")]
+    runs: Vec<String>,
+    /// A name for each run, in order (default: the file names).
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Regex selecting phase ranges.
+    #[arg(long, default_value = DEFAULT_PHASE_PATTERN)]
+    phase_pattern: String,
+    /// Op-category rules file replacing the built-in rules.
+    #[arg(long)]
+    rules: Option<PathBuf>,
+    /// Only analyse START_NS:END_NS of each run's trace clock: given once per run, in order (`-` for a whole
+    /// run), as each run has its own clock.
+    #[arg(long = "window", value_name = "START_NS:END_NS", value_parser = parse_run_window)]
+    windows: Vec<Option<(i64, i64)>>,
+    /// How many tokens each run processed in the analysed time, once per run in order (`-` where unknown):
+    /// adds a tokens/s row (tokens ÷ the run's mean per-rank span). (`report --tokens` is the batch shape.)
+    #[arg(long = "token-count", value_name = "N")]
+    tokens: Vec<String>,
+    /// Leave each rank's first N steps (warm-up) out of the step-time distribution, in every run.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    skip_steps: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutputFormat,
+}
+
 /// What `kern-sum` writes.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum KernSumFormat {
@@ -376,300 +383,377 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures } => {
-            let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
-            shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
-            if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
-                bail!("--model and --tokens are figures of the charts: give --html or --charts too");
-            }
-            refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
-            let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
-            let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
-            if let Some((rules, bench)) = chart_inputs {
-                let inputs = ChartInputs { traces: &traces, options: &options };
-                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
-                // The instances were kept for the charts only: the printed report is the same with or without them.
-                report.instances.clear();
-            }
-            let text = match format {
-                // The one-screen summary first, the details after it.
-                OutputFormat::Table => {
-                    shardscope_analyzer::output::summary::summary(&report)
-                        + "\n"
-                        + &render::table(&report, if top == 0 { usize::MAX } else { top })
-                }
-                OutputFormat::Json => render::json(&report) + "\n",
-                OutputFormat::Csv => render::csv(&report),
-            };
-            emit(&text)?;
+        Command::Report { analysis, format, top, pictures } => report_command(analysis, format, top, pictures),
+        Command::Collectives { analysis, format } => collectives_command(analysis, format),
+        Command::Compare { args } => compare_command(args),
+        Command::Modules { traces, module_depth, phase_pattern, window, format, html } => {
+            modules_command(traces, module_depth, phase_pattern, window, format, html)
         }
-        Command::Collectives { analysis, format } => {
-            let report = run_analysis(analysis, format == OutputFormat::Json)?;
-            let text = match format {
-                OutputFormat::Table => render::collectives_table(&report),
-                OutputFormat::Json => render::collectives_json(&report) + "\n",
-                OutputFormat::Csv => render::collectives_csv(&report),
-            };
-            emit(&text)?;
-        }
-        Command::Compare { runs, labels, phase_pattern, rules, windows, tokens, skip_steps, format } => {
-            if !labels.is_empty() && labels.len() != runs.len() {
-                bail!("--label: {} labels for {} runs", labels.len(), runs.len());
-            }
-            // Each run has its own clock: a window is given per run, never one for all.
-            if !windows.is_empty() && windows.len() != runs.len() {
-                bail!("--window: {} windows for {} runs (one per run, `-` for a whole run)", windows.len(), runs.len());
-            }
-            if !tokens.is_empty() && tokens.len() != runs.len() {
-                bail!(
-                    "--token-count: {} counts for {} runs (one per run, `-` where unknown)",
-                    tokens.len(),
-                    runs.len()
-                );
-            }
-            let tokens: Vec<Option<u64>> = tokens
-                .iter()
-                .map(|text| match text.trim() {
-                    "-" => Ok(None),
-                    number => match number.parse::<u64>() {
-                        Ok(n) if n > 0 => Ok(Some(n)),
-                        _ => Err(anyhow::anyhow!("--token-count: {number:?} is not a positive whole number or `-`")),
-                    },
-                })
-                .collect::<Result<_>>()?;
-            let mut reports = Vec::new();
-            let mut names = Vec::new();
-            for (index, run) in runs.iter().enumerate() {
-                let paths: Vec<PathBuf> = run.split(',').filter(|p| !p.is_empty()).map(PathBuf::from).collect();
-                let analysis = AnalysisArgs {
-                    traces: paths,
-                    phase_pattern: phase_pattern.clone(),
-                    rules: rules.clone(),
-                    window: windows.get(index).copied().flatten(),
-                    hta_include_last_step: false,
-                    bench: None,
-                    step_pattern: DEFAULT_STEP_PATTERN.to_string(),
-                    skip_steps,
-                    allow_mixed: false,
-                };
-                reports.push(run_analysis(analysis, false)?);
-                names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
-            }
-            let comparison = compare::compare(&names, &reports, &tokens);
-            match format {
-                OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
-                OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
-            }
-        }
-        Command::Modules { traces: paths, module_depth, phase_pattern, window, format, html } => {
-            if let Some(out) = &html
-                && let Ok(out_path) = out.canonicalize()
-                && paths.iter().any(|input| input.canonicalize().is_ok_and(|i| out_path.starts_with(i)))
-            {
-                bail!("{}: --html would overwrite an input", out.display());
-            }
-            let traces = load_all(&paths)?;
-            print_load_warnings(&traces);
-            let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
-            let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
-            let report = modules::module_report(&traces, &options);
-            let mut rows = report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows);
-            if rows.all(|row| row.path == modules::NO_MODULE) {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "analyzer: no module ranges in the input (record with `capture --torch-modules`, or torch.profiler \
-                     with with_modules=True)"
-                );
-            }
-            if let Some(path) = html {
-                let page = shardscope_analyzer::output::module_charts::page(&report).map_err(anyhow::Error::msg)?;
-                std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
-            }
-            match format {
-                OutputFormat::Table => emit(&modules::table(&report))?,
-                OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-                OutputFormat::Csv => emit(&modules::csv(&report))?,
-            }
-        }
-        Command::KernSum { traces, format, window } => {
-            let mut traces = load_all(&traces)?;
-            print_load_warnings(&traces);
-            if let Some(window_ns) = window {
-                for trace in &mut traces {
-                    window::restrict(trace, window_ns);
-                }
-                // The CSV keeps nsys' layout to the byte, so the window is said on stderr there.
-                if format == KernSumFormat::Csv {
-                    let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
-                }
-            }
-            let rows = report::kernel_summary(&traces);
-            let saturated = shardscope_analyzer::figures::kernel_summary::saturated_rows(&rows);
-            if saturated > 0 {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "analyzer: warning: {saturated} × kernel total time beyond 2^63 ns (shown as {}; mean and shares \
-                     exact)",
-                    i64::MAX
-                );
-            }
-            match format {
-                // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
-                KernSumFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
-                KernSumFormat::Table => {
-                    let note = window.map(|w| render::window_note(w) + "\n").unwrap_or_default();
-                    emit(&(note + &render::kernel_summary_table(&rows)))?
-                }
-                KernSumFormat::Json => {
-                    let inputs: Vec<&str> = traces.iter().map(|t| t.source.path.as_str()).collect();
-                    let value = serde_json::json!({ "inputs": inputs, "window_ns": window, "kernels": rows });
-                    emit(&(serde_json::to_string_pretty(&value)? + "\n"))?
-                }
-            }
-        }
+        Command::KernSum { traces, format, window } => kern_sum_command(traces, format, window),
         Command::Export { traces, output, window, format: ExportFormat::Perfetto, run: _ } => {
-            let output = output.context("--output: name the Perfetto file to write")?;
-            let mut kept = window::Kept::default();
-            let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
-                if let Some(window_ns) = window {
-                    for trace in traces {
-                        kept.add(window::restrict(trace, window_ns));
-                    }
-                }
-            })
-            .map_err(anyhow::Error::msg)?;
-            let mut stderr = std::io::stderr();
-            let _ = writeln!(stderr, "analyzer: wrote {}: {}", output.display(), perfetto_export_sentence(&stats));
-            if let Some(window_ns) = window {
-                let _ = writeln!(
-                    stderr,
-                    "analyzer: {}: kept {} of {} kernels, {} of {} copies/sets, {} of {} API calls, {} of {} ranges",
-                    render::window_note(window_ns),
-                    kept.kernels.0,
-                    kept.kernels.1,
-                    kept.memops.0,
-                    kept.memops.1,
-                    kept.api_calls.0,
-                    kept.api_calls.1,
-                    kept.ranges.0,
-                    kept.ranges.1
-                );
-            }
+            export_perfetto_command(traces, output, window)
         }
-        Command::Export { mut traces, output, window, format: ExportFormat::Parquet, run } => {
-            if window.is_some() {
-                bail!("--window: a Parquet dataset holds whole traces (the window applies to the Perfetto export)");
-            }
-            let output = match output {
-                Some(output) => output,
-                None => traces.remove(0),
-            };
-            if traces.is_empty() {
-                bail!("export --format parquet: name the dataset folder and at least one trace (OUT_DIR TRACE…)");
-            }
-            let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
-            shardscope_io::output::check_outputs(&[&output], &inputs)?;
-            let run = run.unwrap_or_else(|| {
-                shardscope_io::parquet::sanitize_run_name(&run_label(&traces[0].display().to_string()))
-            });
-            let loaded = load_all(&traces)?;
-            let identities: Vec<RunIdentity> = loaded.iter().map(RunIdentity::of).collect();
-            if let Some(why) = run::mixed_runs(&identities) {
-                bail!("inputs are not one run: {why}");
-            }
-            print_load_warnings(&loaded);
-            let stats =
-                shardscope_analyzer::output::parquet_export::export(&output, &run, &loaded, &Options::default())?;
-            let rows: Vec<String> = stats.rows.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
-            let _ = writeln!(
-                std::io::stderr(),
-                "analyzer: wrote run {run} to {} ({} files; rows: {})",
-                output.display(),
-                stats.files,
-                rows.join(", ")
-            );
+        Command::Export { traces, output, window, format: ExportFormat::Parquet, run } => {
+            export_parquet_command(traces, output, window, run)
         }
-        Command::Rules => emit(BUILTIN_RULES_TOML)?,
-        Command::CriticalPath { model, limit, perfetto } => {
-            let format = model.format;
-            refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
-            let (traces, model) = load_model(model, false)?;
-            let path = critical_path::critical_path(&traces, &model);
-            if let Some(out) = perfetto {
-                let ideal = whatif::no_straggler_times(&model);
-                let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
-                let mut file = std::io::BufWriter::new(shardscope_io::output::OutputFile::create(&out)?);
-                shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
-                    .and_then(|_| file.flush())
-                    .with_context(|| out.display().to_string())?;
-                file.into_inner().map_err(|e| e.into_error()).with_context(|| out.display().to_string())?.commit()?;
-                let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
-            }
-            match format {
-                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
-                ModelFormat::Table => emit(&critical_path::table(&path, limit))?,
-            }
-        }
+        Command::Rules => emit(BUILTIN_RULES_TOML),
+        Command::CriticalPath { model, limit, perfetto } => critical_path_command(model, limit, perfetto),
         Command::WhatIf { model, straggler_artifact: Some(trace), artifact_meta, heatmap, .. } => {
-            let format = model.format;
-            if !model.analysis.traces.is_empty() {
-                bail!("--straggler-artifact analyses its own trace: name no other input");
-            }
-            if model.step.is_some() || model.analysis.window.is_some() {
-                bail!("--straggler-artifact analyses every step of its trace: --step and --window do not apply");
-            }
-            if let Some(png) = &heatmap {
-                let inputs: Vec<&Path> = std::iter::once(trace.as_path()).chain(artifact_meta.as_deref()).collect();
-                shardscope_io::output::check_outputs(&[png, &png.with_extension("svg")], &inputs)?;
-            }
-            let meta = artifact_meta
-                .map(|path| straggler_artifact::JobMeta::load(&path))
-                .transpose()
-                .map_err(anyhow::Error::msg)?
-                .unwrap_or_default();
-            let report = straggler_artifact::run(&trace, &meta).map_err(anyhow::Error::msg)?;
-            if let Some(path) = heatmap {
-                let [png, svg] = straggler_artifact::write_heatmap(&report, &path).map_err(anyhow::Error::msg)?;
-                let _ = writeln!(std::io::stderr(), "analyzer: wrote {} and {}", png.display(), svg.display());
-            }
-            match format {
-                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-                ModelFormat::Table => emit(&straggler_artifact::table(&report))?,
-            }
+            straggler_artifact_command(model, trace, artifact_meta, heatmap)
         }
         Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace, .. } => {
-            let format = model.format;
-            let scales = scales
-                .iter()
-                .map(|s| whatif::parse_scale(s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(anyhow::Error::msg)?;
-            let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
-            let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
-            let (_, model) = load_model(model, !whole_trace)?;
-            whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
-            let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
-            let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
-            let report = whatif::what_if(&model, &scenario);
-            match format {
-                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-                ModelFormat::Table => emit(&whatif::table(&report))?,
-            }
+            what_if_command(model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace)
         }
         Command::Study { study, no_capture, capture, out, analyse_only } => {
-            let study = shardscope_analyzer::study::Study::load(&study, out.as_deref()).map_err(anyhow::Error::msg)?;
-            let capture = capture.unwrap_or_else(|| {
-                let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("capture")));
-                beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("capture"))
-            });
-            let options = shardscope_analyzer::study::RunOptions { no_capture, capture };
-            let results = shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
-                .map_err(anyhow::Error::msg)?;
-            // The tables LLM scaling studies show (also in study.txt).
-            emit(&shardscope_analyzer::study::study_text(&results))?;
+            study_command(study, no_capture, capture, out, analyse_only)
         }
     }
+}
+
+/// `report`: the report as a table (after the summary), JSON or CSV, and its charts.
+fn report_command(analysis: AnalysisArgs, format: OutputFormat, top: usize, pictures: ChartArgs) -> Result<()> {
+    let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+    shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
+    if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
+        bail!("--model and --tokens are figures of the charts: give --html or --charts too");
+    }
+    refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
+    let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
+    let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
+    if let Some((rules, bench)) = chart_inputs {
+        let inputs = ChartInputs { traces: &traces, options: &options };
+        write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
+        // The instances were kept for the charts only: the printed report is the same with or without them.
+        report.instances.clear();
+    }
+    let text = match format {
+        // The one-screen summary first, the details after it.
+        OutputFormat::Table => {
+            shardscope_analyzer::output::summary::summary(&report)
+                + "\n"
+                + &render::table(&report, if top == 0 { usize::MAX } else { top })
+        }
+        OutputFormat::Json => render::json(&report) + "\n",
+        OutputFormat::Csv => render::csv(&report),
+    };
+    emit(&text)?;
+    Ok(())
+}
+
+/// `collectives`: the matched collectives.
+fn collectives_command(analysis: AnalysisArgs, format: OutputFormat) -> Result<()> {
+    let report = run_analysis(analysis, format == OutputFormat::Json)?;
+    let text = match format {
+        OutputFormat::Table => render::collectives_table(&report),
+        OutputFormat::Json => render::collectives_json(&report) + "\n",
+        OutputFormat::Csv => render::collectives_csv(&report),
+    };
+    emit(&text)?;
+    Ok(())
+}
+
+/// `compare`: runs of one workload side by side.
+fn compare_command(args: CompareArgs) -> Result<()> {
+    let CompareArgs { runs, labels, phase_pattern, rules, windows, tokens, skip_steps, format } = args;
+    if !labels.is_empty() && labels.len() != runs.len() {
+        bail!("--label: {} labels for {} runs", labels.len(), runs.len());
+    }
+    // Each run has its own clock: a window is given per run, never one for all.
+    if !windows.is_empty() && windows.len() != runs.len() {
+        bail!("--window: {} windows for {} runs (one per run, `-` for a whole run)", windows.len(), runs.len());
+    }
+    if !tokens.is_empty() && tokens.len() != runs.len() {
+        bail!("--token-count: {} counts for {} runs (one per run, `-` where unknown)", tokens.len(), runs.len());
+    }
+    let tokens: Vec<Option<u64>> = tokens
+        .iter()
+        .map(|text| match text.trim() {
+            "-" => Ok(None),
+            number => match number.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(anyhow::anyhow!("--token-count: {number:?} is not a positive whole number or `-`")),
+            },
+        })
+        .collect::<Result<_>>()?;
+    let mut reports = Vec::new();
+    let mut names = Vec::new();
+    for (index, run) in runs.iter().enumerate() {
+        let paths: Vec<PathBuf> = run.split(',').filter(|p| !p.is_empty()).map(PathBuf::from).collect();
+        let analysis = AnalysisArgs {
+            traces: paths,
+            phase_pattern: phase_pattern.clone(),
+            rules: rules.clone(),
+            window: windows.get(index).copied().flatten(),
+            hta_include_last_step: false,
+            bench: None,
+            step_pattern: DEFAULT_STEP_PATTERN.to_string(),
+            skip_steps,
+            allow_mixed: false,
+        };
+        reports.push(run_analysis(analysis, false)?);
+        names.push(labels.get(index).cloned().unwrap_or_else(|| run_label(run)));
+    }
+    let comparison = compare::compare(&names, &reports, &tokens);
+    match format {
+        OutputFormat::Table => emit(&render::comparison_table(&comparison))?,
+        OutputFormat::Json => emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
+        OutputFormat::Csv => emit(&render::comparison_csv(&comparison))?,
+    }
+    Ok(())
+}
+
+/// `modules`: GPU time per module and layer.
+fn modules_command(
+    paths: Vec<PathBuf>,
+    module_depth: Option<usize>,
+    phase_pattern: String,
+    window: Option<(i64, i64)>,
+    format: OutputFormat,
+    html: Option<PathBuf>,
+) -> Result<()> {
+    if let Some(out) = &html
+        && let Ok(out_path) = out.canonicalize()
+        && paths.iter().any(|input| input.canonicalize().is_ok_and(|i| out_path.starts_with(i)))
+    {
+        bail!("{}: --html would overwrite an input", out.display());
+    }
+    let traces = load_all(&paths)?;
+    print_load_warnings(&traces);
+    let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
+    let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
+    let report = modules::module_report(&traces, &options);
+    let mut rows = report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows);
+    if rows.all(|row| row.path == modules::NO_MODULE) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "analyzer: no module ranges in the input (record with `capture --torch-modules`, or torch.profiler \
+             with with_modules=True)"
+        );
+    }
+    if let Some(path) = html {
+        let page = shardscope_analyzer::output::module_charts::page(&report).map_err(anyhow::Error::msg)?;
+        std::fs::write(&path, page).with_context(|| format!("{}", path.display()))?;
+    }
+    match format {
+        OutputFormat::Table => emit(&modules::table(&report))?,
+        OutputFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        OutputFormat::Csv => emit(&modules::csv(&report))?,
+    }
+    Ok(())
+}
+
+/// `kern-sum`: the kernel summary of all GPUs together.
+fn kern_sum_command(traces: Vec<PathBuf>, format: KernSumFormat, window: Option<(i64, i64)>) -> Result<()> {
+    let mut traces = load_all(&traces)?;
+    print_load_warnings(&traces);
+    if let Some(window_ns) = window {
+        for trace in &mut traces {
+            window::restrict(trace, window_ns);
+        }
+        // The CSV keeps nsys' layout to the byte, so the window is said on stderr there.
+        if format == KernSumFormat::Csv {
+            let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
+        }
+    }
+    let rows = report::kernel_summary(&traces);
+    let saturated = shardscope_analyzer::figures::kernel_summary::saturated_rows(&rows);
+    if saturated > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "analyzer: warning: {saturated} × kernel total time beyond 2^63 ns (shown as {}; mean and shares \
+             exact)",
+            i64::MAX
+        );
+    }
+    match format {
+        // nsys ends its CSV with an empty line; so do we, so that outputs compare byte for byte.
+        KernSumFormat::Csv => emit(&(render::kernel_summary_csv(&rows) + "\n"))?,
+        KernSumFormat::Table => {
+            let note = window.map(|w| render::window_note(w) + "\n").unwrap_or_default();
+            emit(&(note + &render::kernel_summary_table(&rows)))?
+        }
+        KernSumFormat::Json => {
+            let inputs: Vec<&str> = traces.iter().map(|t| t.source.path.as_str()).collect();
+            let value = serde_json::json!({ "inputs": inputs, "window_ns": window, "kernels": rows });
+            emit(&(serde_json::to_string_pretty(&value)? + "\n"))?
+        }
+    }
+    Ok(())
+}
+
+/// `export`: one Perfetto trace of all ranks.
+fn export_perfetto_command(traces: Vec<PathBuf>, output: Option<PathBuf>, window: Option<(i64, i64)>) -> Result<()> {
+    let output = output.context("--output: name the Perfetto file to write")?;
+    let mut kept = window::Kept::default();
+    let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
+        if let Some(window_ns) = window {
+            for trace in traces {
+                kept.add(window::restrict(trace, window_ns));
+            }
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    let mut stderr = std::io::stderr();
+    let _ = writeln!(stderr, "analyzer: wrote {}: {}", output.display(), perfetto_export_sentence(&stats));
+    if let Some(window_ns) = window {
+        let _ = writeln!(
+            stderr,
+            "analyzer: {}: kept {} of {} kernels, {} of {} copies/sets, {} of {} API calls, {} of {} ranges",
+            render::window_note(window_ns),
+            kept.kernels.0,
+            kept.kernels.1,
+            kept.memops.0,
+            kept.memops.1,
+            kept.api_calls.0,
+            kept.api_calls.1,
+            kept.ranges.0,
+            kept.ranges.1
+        );
+    }
+    Ok(())
+}
+
+/// `export --format parquet`: a Parquet dataset of one run.
+fn export_parquet_command(
+    mut traces: Vec<PathBuf>,
+    output: Option<PathBuf>,
+    window: Option<(i64, i64)>,
+    run: Option<String>,
+) -> Result<()> {
+    if window.is_some() {
+        bail!("--window: a Parquet dataset holds whole traces (the window applies to the Perfetto export)");
+    }
+    let output = match output {
+        Some(output) => output,
+        None => traces.remove(0),
+    };
+    if traces.is_empty() {
+        bail!("export --format parquet: name the dataset folder and at least one trace (OUT_DIR TRACE…)");
+    }
+    let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
+    shardscope_io::output::check_outputs(&[&output], &inputs)?;
+    let run =
+        run.unwrap_or_else(|| shardscope_io::parquet::sanitize_run_name(&run_label(&traces[0].display().to_string())));
+    let loaded = load_all(&traces)?;
+    let identities: Vec<RunIdentity> = loaded.iter().map(RunIdentity::of).collect();
+    if let Some(why) = run::mixed_runs(&identities) {
+        bail!("inputs are not one run: {why}");
+    }
+    print_load_warnings(&loaded);
+    let stats = shardscope_analyzer::output::parquet_export::export(&output, &run, &loaded, &Options::default())?;
+    let rows: Vec<String> = stats.rows.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
+    let _ = writeln!(
+        std::io::stderr(),
+        "analyzer: wrote run {run} to {} ({} files; rows: {})",
+        output.display(),
+        stats.files,
+        rows.join(", ")
+    );
+    Ok(())
+}
+
+/// `critical-path`: the longest dependency path.
+fn critical_path_command(model: ModelArgs, limit: usize, perfetto: Option<PathBuf>) -> Result<()> {
+    let format = model.format;
+    refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
+    let (traces, model) = load_model(model, false)?;
+    let path = critical_path::critical_path(&traces, &model);
+    if let Some(out) = perfetto {
+        let ideal = whatif::no_straggler_times(&model);
+        let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
+        let mut file = std::io::BufWriter::new(shardscope_io::output::OutputFile::create(&out)?);
+        shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
+            .and_then(|_| file.flush())
+            .with_context(|| out.display().to_string())?;
+        file.into_inner().map_err(|e| e.into_error()).with_context(|| out.display().to_string())?.commit()?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", out.display());
+    }
+    match format {
+        ModelFormat::Json => emit(&(serde_json::to_string_pretty(&path)? + "\n"))?,
+        ModelFormat::Table => emit(&critical_path::table(&path, limit))?,
+    }
+    Ok(())
+}
+
+/// `what-if --straggler-artifact`: the straggler analysis of a training-operation trace.
+fn straggler_artifact_command(
+    model: ModelArgs,
+    trace: PathBuf,
+    artifact_meta: Option<PathBuf>,
+    heatmap: Option<PathBuf>,
+) -> Result<()> {
+    let format = model.format;
+    if !model.analysis.traces.is_empty() {
+        bail!("--straggler-artifact analyses its own trace: name no other input");
+    }
+    if model.step.is_some() || model.analysis.window.is_some() {
+        bail!("--straggler-artifact analyses every step of its trace: --step and --window do not apply");
+    }
+    if let Some(png) = &heatmap {
+        let inputs: Vec<&Path> = std::iter::once(trace.as_path()).chain(artifact_meta.as_deref()).collect();
+        shardscope_io::output::check_outputs(&[png, &png.with_extension("svg")], &inputs)?;
+    }
+    let meta = artifact_meta
+        .map(|path| straggler_artifact::JobMeta::load(&path))
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_default();
+    let report = straggler_artifact::run(&trace, &meta).map_err(anyhow::Error::msg)?;
+    if let Some(path) = heatmap {
+        let [png, svg] = straggler_artifact::write_heatmap(&report, &path).map_err(anyhow::Error::msg)?;
+        let _ = writeln!(std::io::stderr(), "analyzer: wrote {} and {}", png.display(), svg.display());
+    }
+    match format {
+        ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        ModelFormat::Table => emit(&straggler_artifact::table(&report))?,
+    }
+    Ok(())
+}
+
+/// `what-if`: the dependency model replayed with changed durations.
+fn what_if_command(
+    model: ModelArgs,
+    no_straggler: bool,
+    comm_overlapped: bool,
+    scales: Vec<String>,
+    comm_at_peak: Option<PathBuf>,
+    whole_trace: bool,
+) -> Result<()> {
+    let format = model.format;
+    let scales =
+        scales.iter().map(|s| whatif::parse_scale(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let no_straggler = no_straggler || (!comm_overlapped && scales.is_empty() && comm_at_peak.is_none());
+    let bench = comm_at_peak.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
+    let (_, model) = load_model(model, !whole_trace)?;
+    whatif::check_scales(&model.graph, &scales).map_err(anyhow::Error::msg)?;
+    let comm_at_peak = bench.map(|bench| whatif::peak_transfers(&model, &bench));
+    let scenario = whatif::Scenario { no_straggler, comm_overlapped, scales, comm_at_peak };
+    let report = whatif::what_if(&model, &scenario);
+    match format {
+        ModelFormat::Json => emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        ModelFormat::Table => emit(&whatif::table(&report))?,
+    }
+    Ok(())
+}
+
+/// `study`: runs a grid of configurations and analyses every run.
+fn study_command(
+    study: PathBuf,
+    no_capture: bool,
+    capture: Option<PathBuf>,
+    out: Option<PathBuf>,
+    analyse_only: bool,
+) -> Result<()> {
+    let study = shardscope_analyzer::study::Study::load(&study, out.as_deref()).map_err(anyhow::Error::msg)?;
+    let capture = capture.unwrap_or_else(|| {
+        let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("capture")));
+        beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("capture"))
+    });
+    let options = shardscope_analyzer::study::RunOptions { no_capture, capture };
+    let results = shardscope_analyzer::study::run_study(&study, &options, analyse_only, &mut std::io::stderr())
+        .map_err(anyhow::Error::msg)?;
+    // The tables LLM scaling studies show (also in study.txt).
+    emit(&shardscope_analyzer::study::study_text(&results))?;
     Ok(())
 }
 

@@ -199,94 +199,153 @@ fn safe_id(text: &str) -> String {
     text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
 }
 
+/// Refuses an empty command or grid, no repetitions, and a grid of more than [`MAX_RUNS`] runs.
+fn check_size(file: &StudyFile) -> Result<(), String> {
+    if file.command.trim().is_empty() {
+        return Err("`command` is empty".into());
+    }
+    if file.grid.is_empty() {
+        return Err("`[grid]` names no parameter".into());
+    }
+    if file.repetitions == 0 {
+        return Err("`repetitions` must be at least 1".into());
+    }
+    let runs = file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
+    if runs.is_none_or(|n| n > MAX_RUNS) {
+        let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
+        return Err(format!(
+            "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
+            sizes.join(", "),
+            file.repetitions
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an `output` folder outside the study file's folder.
+fn check_output(file: &StudyFile) -> Result<(), String> {
+    if let Some(output) = &file.output
+        && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
+    {
+        return Err(format!(
+            "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
+             `analyzer study --out DIR` names any other",
+            output.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Each grid parameter with its values as text; refuses reserved, malformed and empty parameters.
+fn grid_values(file: &StudyFile) -> Result<Vec<(String, Vec<String>)>, String> {
+    let mut values: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, list) in &file.grid {
+        if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+            return Err(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)"));
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("parameter name '{name}' is not made of letters, digits and '_'"));
+        }
+        if list.is_empty() {
+            return Err(format!("parameter '{name}' has no values"));
+        }
+        let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
+        let texts = texts.ok_or_else(|| format!("parameter '{name}': values must be numbers or strings"))?;
+        values.push((name.clone(), texts));
+    }
+    Ok(values)
+}
+
+/// Refuses placeholders in the command, the environment and `[tokens]` that nothing sets, `[tokens]` without
+/// `[model]`, and a model shape that does not hold together.
+fn check_placeholders(file: &StudyFile) -> Result<(), String> {
+    let known =
+        |name: &str| (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string());
+    expand(&file.command, &known).map_err(|e| format!("command: {e}"))?;
+    for (key, value) in &file.env {
+        expand(value, &known).map_err(|e| format!("env {key}: {e}"))?;
+    }
+    let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
+    if let Some(tokens) = &file.tokens {
+        let fields = [
+            ("batch", Some(&tokens.batch)),
+            ("seq", tokens.seq.as_ref()),
+            ("decode_steps", tokens.decode_steps.as_ref()),
+        ];
+        for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
+            expand(value, &known_or_env).map_err(|e| format!("tokens {key}: {e}"))?;
+        }
+        if file.model.is_none() {
+            return Err("`[tokens]` without `[model]`: FLOPs need the model's shape".into());
+        }
+    }
+    if let Some(model) = &file.model {
+        model.check().map_err(|e| format!("model: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The grid parameter that counts GPUs, if any; refuses one that is not in the grid or not positive integers.
+fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, String> {
+    let gpus = match &file.gpus {
+        Some(name) if !file.grid.contains_key(name) => {
+            return Err(format!("gpus = '{name}' is not a parameter of the grid"));
+        }
+        Some(name) => Some(name.clone()),
+        None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
+    };
+    if let Some(name) = &gpus {
+        for value in &file.grid[name] {
+            if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
+                return Err(format!("parameter '{name}' counts GPUs: its values must be positive integers"));
+            }
+        }
+    }
+    Ok(gpus)
+}
+
+/// The grid's points, the last parameter varying fastest, `repetitions` each; refuses two with the same file name.
+fn grid_points(values: &[(String, Vec<String>)], repetitions: u32) -> Result<Vec<Point>, String> {
+    let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
+    for (name, texts) in values {
+        combos = combos
+            .into_iter()
+            .flat_map(|combo| {
+                texts.iter().map(move |t| {
+                    let mut next = combo.clone();
+                    next.insert(name.clone(), t.clone());
+                    next
+                })
+            })
+            .collect();
+    }
+    let mut points = Vec::new();
+    for params in combos {
+        for rep in 0..repetitions {
+            let stem = params.iter().map(|(k, v)| format!("{k}-{v}")).collect::<Vec<_>>().join("_");
+            points.push(Point { id: safe_id(&format!("{stem}_r{rep}")), params: params.clone(), rep });
+        }
+    }
+    let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
+    ids.sort_unstable();
+    if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("two points have the same file name '{}'", pair[0]));
+    }
+    Ok(points)
+}
+
 impl Study {
     /// Reads and checks a study file. Errors are one line naming the file and the cause.
     pub fn load(path: &Path, out_override: Option<&Path>) -> Result<Study, String> {
         let fail = |cause: String| format!("{}: {cause}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
         let file: StudyFile = toml::from_str(&text).map_err(|e| fail(e.message().replace('\n', " ")))?;
-        if file.command.trim().is_empty() {
-            return Err(fail("`command` is empty".into()));
-        }
-        if file.grid.is_empty() {
-            return Err(fail("`[grid]` names no parameter".into()));
-        }
-        if file.repetitions == 0 {
-            return Err(fail("`repetitions` must be at least 1".into()));
-        }
-        let runs =
-            file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
-        if runs.is_none_or(|n| n > MAX_RUNS) {
-            let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
-            return Err(fail(format!(
-                "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
-                sizes.join(", "),
-                file.repetitions
-            )));
-        }
+        check_size(&file).map_err(fail)?;
         let template = CommandTemplate::parse(&file.command, file.shell).map_err(|e| fail(format!("command {e}")))?;
-        if let Some(output) = &file.output
-            && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
-        {
-            return Err(fail(format!(
-                "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
-                 `analyzer study --out DIR` names any other",
-                output.display()
-            )));
-        }
-        let mut values: Vec<(String, Vec<String>)> = Vec::new();
-        for (name, list) in &file.grid {
-            if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
-                return Err(fail(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)")));
-            }
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(fail(format!("parameter name '{name}' is not made of letters, digits and '_'")));
-            }
-            if list.is_empty() {
-                return Err(fail(format!("parameter '{name}' has no values")));
-            }
-            let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
-            let texts = texts.ok_or_else(|| fail(format!("parameter '{name}': values must be numbers or strings")))?;
-            values.push((name.clone(), texts));
-        }
-        let known = |name: &str| {
-            (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string())
-        };
-        expand(&file.command, &known).map_err(|e| fail(format!("command: {e}")))?;
-        for (key, value) in &file.env {
-            expand(value, &known).map_err(|e| fail(format!("env {key}: {e}")))?;
-        }
-        let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
-        if let Some(tokens) = &file.tokens {
-            let fields = [
-                ("batch", Some(&tokens.batch)),
-                ("seq", tokens.seq.as_ref()),
-                ("decode_steps", tokens.decode_steps.as_ref()),
-            ];
-            for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
-                expand(value, &known_or_env).map_err(|e| fail(format!("tokens {key}: {e}")))?;
-            }
-            if file.model.is_none() {
-                return Err(fail("`[tokens]` without `[model]`: FLOPs need the model's shape".into()));
-            }
-        }
-        if let Some(model) = &file.model {
-            model.check().map_err(|e| fail(format!("model: {e}")))?;
-        }
-        let gpus = match &file.gpus {
-            Some(name) if !file.grid.contains_key(name) => {
-                return Err(fail(format!("gpus = '{name}' is not a parameter of the grid")));
-            }
-            Some(name) => Some(name.clone()),
-            None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
-        };
-        if let Some(name) = &gpus {
-            for value in &file.grid[name] {
-                if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
-                    return Err(fail(format!("parameter '{name}' counts GPUs: its values must be positive integers")));
-                }
-            }
-        }
+        check_output(&file).map_err(fail)?;
+        let values = grid_values(&file).map_err(fail)?;
+        check_placeholders(&file).map_err(fail)?;
+        let gpus = gpus_parameter(&file).map_err(fail)?;
         if let Some(bench) = &file.bench {
             let resolved = path.parent().unwrap_or(Path::new(".")).join(bench);
             if !resolved.is_file() {
@@ -303,32 +362,7 @@ impl Study {
             Some(dir) => dir.to_path_buf(),
             None => base_dir.join(file.output.clone().unwrap_or_else(|| PathBuf::from(format!("{name}-study")))),
         };
-        // The grid's points, the last parameter varying fastest.
-        let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
-        for (name, texts) in &values {
-            combos = combos
-                .into_iter()
-                .flat_map(|combo| {
-                    texts.iter().map(move |t| {
-                        let mut next = combo.clone();
-                        next.insert(name.clone(), t.clone());
-                        next
-                    })
-                })
-                .collect();
-        }
-        let mut points = Vec::new();
-        for params in combos {
-            for rep in 0..file.repetitions {
-                let stem = params.iter().map(|(k, v)| format!("{k}-{v}")).collect::<Vec<_>>().join("_");
-                points.push(Point { id: safe_id(&format!("{stem}_r{rep}")), params: params.clone(), rep });
-            }
-        }
-        let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
-        ids.sort_unstable();
-        if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(fail(format!("two points have the same file name '{}'", pair[0])));
-        }
+        let points = grid_points(&values, file.repetitions).map_err(fail)?;
         let out_inside = out_override.is_none();
         Ok(Study { path: path.to_path_buf(), file, name, base_dir, out_dir, out_inside, template, points, gpus })
     }
@@ -962,104 +996,159 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             }
         }
     }
-    let ms = |ns: i64| ns as f64 / 1e6;
     for (param, values) in &swept {
-        // One line per configuration of the other parameters.
-        let mut others: Vec<String> = Vec::new();
-        for (params, _) in &configs {
-            let label = config_label(params, Some(param));
-            if !others.contains(&label) {
-                others.push(label);
-            }
-        }
-        let measure = |pick: &dyn Fn(&PointFigures) -> Option<[i64; 3]>| -> Vec<Line> {
-            others
-                .iter()
-                .enumerate()
-                .map(|(index, other)| Line {
-                    joined: true,
-                    label: other.clone(),
-                    color: charts::series_color(index),
-                    points: values
-                        .iter()
-                        .map(|value| {
-                            let (_, list) = configs.iter().find(|(params, _)| {
-                                params.get(*param) == Some(value) && config_label(params, Some(param)) == *other
-                            })?;
-                            let picked: Vec<[i64; 3]> = list.iter().filter_map(|p| pick(p.figures.as_ref()?)).collect();
-                            let value = median(picked.iter().map(|v| v[0]).collect())?;
-                            Some(SeriesPoint {
-                                value: ms(value),
-                                low: ms(picked.iter().map(|v| v[1]).min()?),
-                                high: ms(picked.iter().map(|v| v[2]).max()?),
-                            })
-                        })
-                        .collect(),
-                })
-                .collect()
-        };
-        // A chart of times in ms against the swept parameter, one line per series.
-        let ms_section = |caption: String, name: String, title: String, lines: Vec<Line>| Section {
-            caption,
-            chart: Chart {
-                name,
-                title,
-                size_px: (1000, 440),
-                kind: ChartKind::Series {
-                    x_labels: values.clone(),
-                    x_label: param.to_string(),
-                    y_label: "ms".into(),
-                    lines,
-                },
-            },
-        };
-        let step_lines = measure(&|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
-        if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
-            sections.push(ms_section(
-                format!(
-                    "Step time against {param}: the slowest rank's median step (median over repetitions), with \
-                     the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
-                    study.file.warmup_steps
-                ),
-                format!("step_time_vs_{}", safe_id(param)),
-                format!("Step time against {param}"),
-                step_lines,
-            ));
-        }
-        for phase in &phase_names {
-            let lines = measure(&|f| f.phases.get(phase).copied());
-            sections.push(ms_section(
-                format!(
-                    "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
-                     to longest instance."
-                ),
-                format!("{}_vs_{}", safe_id(phase), safe_id(param)),
-                format!("{phase} time against {param}"),
-                lines,
-            ));
-        }
-        for (phase, title) in LATENCY_PHASES {
-            let lines = measure(&|f| {
-                let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
-                Some([t.p50_ns, t.p50_ns, t.p90_ns])
-            });
-            if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
-                continue;
-            }
-            sections.push(ms_section(
-                format!(
-                    "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
-                     median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
-                ),
-                format!("{}_vs_{}", latency_name(phase), safe_id(param)),
-                format!("{title} against {param}"),
-                lines,
-            ));
-        }
+        parameter_charts(study, &configs, param, values, &phase_names, &mut sections);
     }
     sections.extend(llm_charts(&configs, classifier));
+    share_charts(&configs, classifier, &mut sections);
+    if let Some(section) = comm_vs_gpus_chart(study, results) {
+        sections.push(section);
+    }
+    sections.extend(scaling_chart(study, results));
+    sections
+}
 
-    // Op shares and all-reduce share per configuration (summed over ranks and repetitions).
+/// Milliseconds from nanoseconds, for axes.
+fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The charts against one swept parameter `param` (its `values`): step time, each phase's instance time, the LLM
+/// latencies; one line per configuration of the other parameters.
+fn parameter_charts(
+    study: &Study,
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    param: &str,
+    values: &[String],
+    phase_names: &[String],
+    sections: &mut Vec<Section>,
+) {
+    // One line per configuration of the other parameters.
+    let mut others: Vec<String> = Vec::new();
+    for (params, _) in configs {
+        let label = config_label(params, Some(param));
+        if !others.contains(&label) {
+            others.push(label);
+        }
+    }
+    let step_lines =
+        measure_lines(configs, param, values, &others, &|f| Some([f.step_p50_ns?, f.step_min_ns?, f.step_max_ns?]));
+    if step_lines.iter().any(|l| l.points.iter().any(Option::is_some)) {
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "Step time against {param}: the slowest rank's median step (median over repetitions), with \
+                 the shortest to longest step of any rank and repetition; warm-up steps left out: {}.",
+                study.file.warmup_steps
+            ),
+            format!("step_time_vs_{}", safe_id(param)),
+            format!("Step time against {param}"),
+            step_lines,
+        ));
+    }
+    for phase in phase_names {
+        let lines = measure_lines(configs, param, values, &others, &|f| f.phases.get(phase).copied());
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "Time of one {phase} instance against {param}: the slowest rank's median, with the shortest \
+                 to longest instance."
+            ),
+            format!("{}_vs_{}", safe_id(phase), safe_id(param)),
+            format!("{phase} time against {param}"),
+            lines,
+        ));
+    }
+    for (phase, title) in LATENCY_PHASES {
+        let lines = measure_lines(configs, param, values, &others, &|f| {
+            let t = &f.latency.iter().find(|l| l.phase == phase && l.time.count > 0)?.time;
+            Some([t.p50_ns, t.p50_ns, t.p90_ns])
+        });
+        if lines.iter().all(|l| l.points.iter().all(Option::is_none)) {
+            continue;
+        }
+        sections.push(ms_section(
+            param,
+            values,
+            format!(
+                "{title} against {param}: the {phase} instance time after the warm-up on the slowest rank, \
+                 median over repetitions of its p50, with the spread from the lowest p50 to the highest p90."
+            ),
+            format!("{}_vs_{}", latency_name(phase), safe_id(param)),
+            format!("{title} against {param}"),
+            lines,
+        ));
+    }
+}
+
+/// One line per configuration of the other parameters (`others`): the median over repetitions of what `pick` takes
+/// from a point's figures (median, low, high, ns) at each value of `param`, with the spread.
+fn measure_lines(
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    param: &str,
+    values: &[String],
+    others: &[String],
+    pick: &dyn Fn(&PointFigures) -> Option<[i64; 3]>,
+) -> Vec<Line> {
+    others
+        .iter()
+        .enumerate()
+        .map(|(index, other)| Line {
+            joined: true,
+            label: other.clone(),
+            color: charts::series_color(index),
+            points: values
+                .iter()
+                .map(|value| {
+                    let (_, list) = configs.iter().find(|(params, _)| {
+                        params.get(param) == Some(value) && config_label(params, Some(param)) == *other
+                    })?;
+                    let picked: Vec<[i64; 3]> = list.iter().filter_map(|p| pick(p.figures.as_ref()?)).collect();
+                    let value = median(picked.iter().map(|v| v[0]).collect())?;
+                    Some(SeriesPoint {
+                        value: ms(value),
+                        low: ms(picked.iter().map(|v| v[1]).min()?),
+                        high: ms(picked.iter().map(|v| v[2]).max()?),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A chart of times in ms against the swept parameter, one line per series.
+fn ms_section(
+    param: &str,
+    values: &[String],
+    caption: String,
+    name: String,
+    title: String,
+    lines: Vec<Line>,
+) -> Section {
+    Section {
+        caption,
+        chart: Chart {
+            name,
+            title,
+            size_px: (1000, 440),
+            kind: ChartKind::Series {
+                x_labels: values.to_vec(),
+                x_label: param.to_string(),
+                y_label: "ms".into(),
+                lines,
+            },
+        },
+    }
+}
+
+/// Op shares and all-reduce share per configuration (summed over ranks and repetitions).
+fn share_charts(
+    configs: &[(BTreeMap<String, String>, Vec<&PointResult>)],
+    classifier: &Classifier,
+    sections: &mut Vec<Section>,
+) {
     let analysed: Vec<(String, BTreeMap<String, i64>, Vec<f64>)> = configs
         .iter()
         .filter_map(|(params, list)| {
@@ -1132,11 +1221,10 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             },
         });
     }
+}
 
-    if let Some(section) = comm_vs_gpus_chart(study, results) {
-        sections.push(section);
-    }
-
+/// Scaling efficiency against the GPU count, one line per configuration, when the study has scaling figures.
+fn scaling_chart(study: &Study, results: &StudyResults) -> Option<Section> {
     if !results.scaling.is_empty() {
         let mut counts: Vec<u32> = results.scaling.iter().flat_map(|s| [s.base_gpus, s.gpus]).collect();
         counts.sort_unstable();
@@ -1164,7 +1252,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             })
             .collect();
         let gpus = study.gpus.clone().unwrap_or_default();
-        sections.push(Section {
+        return Some(Section {
             caption: format!(
                 "Scaling efficiency: speedup of the step time over the smallest {gpus} ÷ the ratio of GPU counts \
                  (100 % = linear)."
@@ -1182,7 +1270,7 @@ pub fn study_charts(study: &Study, results: &StudyResults, classifier: &Classifi
             },
         });
     }
-    sections
+    None
 }
 
 /// The phases whose instance times are a latency an LLM server is judged by, with the latency's name.
@@ -1303,11 +1391,23 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
         .collect();
     let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
 
-    // Op shares per configuration and phase.
+    share_by_phase_chart(&analysed, &phases, classifier, &mut sections);
+    mfu_chart(&analysed, &phases, &mut sections);
+    layer_charts(&analysed, &phases, &mut sections);
+    sections
+}
+
+/// Op shares per configuration and phase.
+fn share_by_phase_chart(
+    analysed: &[(String, Vec<&PointFigures>)],
+    phases: &[String],
+    classifier: &Classifier,
+    sections: &mut Vec<Section>,
+) {
     let mut columns = Vec::new();
     let mut summed: Vec<BTreeMap<String, i64>> = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let mut categories: BTreeMap<String, i64> = BTreeMap::new();
             for f in figures {
                 for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
@@ -1338,8 +1438,10 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
+}
 
-    // MFU per configuration, one line per phase.
+/// MFU per configuration, one line per phase.
+fn mfu_chart(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], sections: &mut Vec<Section>) {
     let x_labels: Vec<String> = analysed.iter().map(|(label, _)| label.clone()).collect();
     let lines: Vec<Line> = phases
         .iter()
@@ -1378,9 +1480,11 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
+}
 
-    // Time per layer: rows are configurations, columns layers.
-    for phase in &phases {
+/// Time per layer: rows are configurations, columns layers.
+fn layer_charts(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], sections: &mut Vec<Section>) {
+    for phase in phases {
         let rows: Vec<(String, Vec<Option<f64>>)> = analysed
             .iter()
             .filter_map(|(label, figures)| {
@@ -1423,7 +1527,6 @@ fn llm_charts(configs: &[(BTreeMap<String, String>, Vec<&PointResult>)], classif
             },
         });
     }
-    sections
 }
 
 /// Width of a chart with one slot per label: wide enough for the longest label (about 7 px a character).
@@ -1455,6 +1558,16 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
     let phases = phases_of(analysed.iter().flat_map(|(_, f)| f.iter().copied()));
     let mut tables = Vec::new();
 
+    latency_table(&analysed, &mut tables);
+    share_table(&analysed, &phases, &mut tables);
+    scaling_table(results, &mut tables);
+    mfu_table(&analysed, &phases, &mut tables);
+    layer_table(&analysed, &phases, &mut tables);
+    tables
+}
+
+/// Latency per configuration: step time, TTFT and TPOT, all-reduce share.
+fn latency_table(analysed: &[(String, Vec<&PointFigures>)], tables: &mut Vec<Table>) {
     let latency = |figures: &[&PointFigures], phase: &str, p90: bool| {
         median(
             figures
@@ -1490,10 +1603,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             })
             .collect(),
     });
+}
 
+/// The top op categories per configuration and phase.
+fn share_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut shares = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let mut categories: BTreeMap<&str, i64> = BTreeMap::new();
             for f in figures {
                 for (category, ns) in f.phase_categories_ns.get(phase).into_iter().flatten() {
@@ -1518,7 +1634,10 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             rows: shares,
         });
     }
+}
 
+/// Scaling from the smallest GPU count, when the study has scaling figures.
+fn scaling_table(results: &StudyResults, tables: &mut Vec<Table>) {
     if !results.scaling.is_empty() {
         tables.push(Table {
             title:
@@ -1570,10 +1689,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
                 .collect(),
         });
     }
+}
 
+/// Achieved FLOP/s and MFU per configuration and phase.
+fn mfu_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut mfu_rows = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let list: Vec<&crate::report::mfu::PhaseMfu> =
                 figures.iter().filter_map(|f| f.mfu.iter().find(|m| m.phase == *phase)).collect();
             let Some(first) = list.first() else { continue };
@@ -1617,10 +1739,13 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             .without_empty_last_column(),
         );
     }
+}
 
+/// Layers per phase instance of each configuration.
+fn layer_table(analysed: &[(String, Vec<&PointFigures>)], phases: &[String], tables: &mut Vec<Table>) {
     let mut layer_rows = Vec::new();
-    for (label, figures) in &analysed {
-        for phase in &phases {
+    for (label, figures) in analysed {
+        for phase in phases {
             let Some(table) = figures.iter().find_map(|f| f.layers.iter().find(|l| l.phase == *phase)) else {
                 continue;
             };
@@ -1646,7 +1771,6 @@ pub fn study_tables(results: &StudyResults) -> Vec<Table> {
             rows: layer_rows,
         });
     }
-    tables
 }
 
 /// The study's tables as text, for the terminal and `study.txt`.

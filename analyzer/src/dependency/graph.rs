@@ -361,27 +361,68 @@ fn strip_version(name: &str) -> &str {
     }
 }
 
-/// Collects operations and edges while the model is built.
-struct Builder {
+/// Collects operations and edges while the model is built: [`Graph::build`] adds the operations, then each kind of
+/// edge of the module doc, one method each.
+struct Builder<'a> {
+    traces: &'a [Trace],
+    ranks: &'a [RankSpec],
+    matching: &'a Matching,
+    windows_ns: &'a [Option<(i64, i64)>],
     ops: Vec<Op>,
     /// (target vertex, edge).
     edges: Vec<(u32, Edge)>,
     external_ns: Vec<i64>,
     stats: ModelStats,
+    /// The classifier's categories, then those the model adds (host, graph, copies, sets, each collective).
+    categories: Vec<String>,
+    maps: Vec<TraceMaps>,
+    instances: InstanceKeys,
+    /// Each rank's GPU events, per stream in start order.
+    rank_gpu_events: Vec<Vec<GpuEvent>>,
+    /// Operations in the model (vertices `0..2 × op_count`), known once all are added.
+    op_count: usize,
+    window_start_ns: i64,
+    /// Indices into `matching.instances` of the instances with a member in the model: one barrier vertex each.
+    instances_in_model: Vec<usize>,
+    /// The measured release of each operation: when its own time (duration) begins.
+    release_ns: Vec<i64>,
+    /// Per rank, GPU operations in the model by end time: for host sync and cross-stream searches.
+    gpu_by_end: Vec<Vec<u32>>,
 }
 
-impl Builder {
-    /// Adds an edge whose lag makes the measured times satisfy it: `min(0, target_ref − source_time)`.
-    fn edge(&mut self, source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) {
-        let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
-        self.edges.push((target, Edge { source, lag_ns, kind }));
-    }
+/// Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The lane of
+/// a host call is its thread's ordinal on the rank (threads numbered by their first call), so that a helper
+/// thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may differ between
+/// ranks).
+#[derive(Default)]
+struct InstanceKeys {
+    global_names: HashMap<String, u32>,
+    instance_ids: HashMap<(u8, u32, u32, u32), u32>,
+    occurrences: HashMap<(u32, u8, u32, u32), u32>,
+}
 
-    /// A dependency on work outside the model: a constant time for `target`.
-    fn external(&mut self, target: u32, source_ns: i64, target_ref_ns: i64) {
-        let at = source_ns.min(target_ref_ns);
-        let slot = &mut self.external_ns[target as usize];
-        *slot = (*slot).max(at);
+impl InstanceKeys {
+    /// The instance id of the next occurrence of (`kind`, `lane`, `name`) on the rank, or `NONE` when the
+    /// operation is not `in_model`. Occurrences count from the start of the trace, inside the window or not, so
+    /// that the windows of different ranks (their own step N) still pair the same instances.
+    fn next(&mut self, rank_index: u32, kind: OpKind, lane: u32, name: &str, in_model: bool) -> u32 {
+        let name_id = match self.global_names.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = self.global_names.len() as u32;
+                self.global_names.insert(name.to_string(), id);
+                id
+            }
+        };
+        let kind_code = kind as u8;
+        let occurrence = self.occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
+        let key = (kind_code, lane, name_id, *occurrence);
+        *occurrence += 1;
+        if !in_model {
+            return NONE;
+        }
+        let next = self.instance_ids.len() as u32;
+        *self.instance_ids.entry(key).or_insert(next)
     }
 }
 
@@ -403,36 +444,70 @@ struct GpuEvent {
     launch: Option<u32>,
 }
 
-impl Graph {
-    /// Builds the model of `ranks` of `traces`, each rank within its window in `windows_ns` (`[start, end)` of
-    /// the trace clock; `None`: everything): host calls that start in it, and GPU operations whose launching call
-    /// starts in it, or that start in it when no call is recorded. The collective instances come from `matching`
-    /// ([`crate::figures::collectives::match_traces`] over the same traces).
-    pub fn build(
-        traces: &[Trace],
-        ranks: &[RankSpec],
-        matching: &Matching,
-        classifier: &Classifier,
-        windows_ns: &[Option<(i64, i64)>],
-    ) -> Graph {
-        let in_window = |rank_index: u32, t: i64| windows_ns[rank_index as usize].is_none_or(|(a, b)| t >= a && t < b);
-        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
-        let mut categories: Vec<String> = classifier.categories().to_vec();
-        let category_id = |name: &str, categories: &mut Vec<String>| -> u16 {
-            match categories.iter().position(|c| c == name) {
-                Some(i) => i as u16,
-                None => {
-                    categories.push(name.to_string());
-                    (categories.len() - 1) as u16
-                }
-            }
-        };
-        let host_category = category_id(HOST, &mut categories);
-        let graph_category = category_id(crate::figures::categories::CUDA_GRAPH, &mut categories);
-        let memcpy_category = category_id(crate::figures::categories::MEMCPY, &mut categories);
-        let memset_category = category_id(crate::figures::categories::MEMSET, &mut categories);
+/// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
+fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
+    let mut rank_gpu_events: Vec<Vec<GpuEvent>> = Vec::with_capacity(ranks.len());
+    for spec in ranks {
+        let trace = &traces[spec.key.trace];
+        let device: DeviceIdx = spec.key.device;
+        let mut events: Vec<GpuEvent> = Vec::new();
+        for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+            events.push(GpuEvent {
+                kind: OpKind::Kernel,
+                index: index as u32,
+                stream: k.stream,
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+                launch: k.launch,
+            });
+        }
+        for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
+            events.push(GpuEvent {
+                kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
+                index: index as u32,
+                stream: m.stream,
+                start_ns: m.start_ns,
+                end_ns: m.end_ns,
+                launch: m.launch,
+            });
+        }
+        for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
+            events.push(GpuEvent {
+                kind: OpKind::Graph,
+                index: index as u32,
+                stream: g.stream,
+                start_ns: g.start_ns,
+                end_ns: g.end_ns,
+                launch: g.launch,
+            });
+        }
+        events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
+        rank_gpu_events.push(events);
+    }
+    rank_gpu_events
+}
 
-        let mut maps: Vec<TraceMaps> = traces
+/// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
+fn process_ranks(traces: &[Trace], ranks: &[RankSpec]) -> HashMap<(usize, ProcessIdx), u32> {
+    let mut process_rank: HashMap<(usize, ProcessIdx), u32> = HashMap::new();
+    for (rank_index, spec) in ranks.iter().enumerate() {
+        let trace = &traces[spec.key.trace];
+        if let Some(process) = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process) {
+            process_rank.entry((spec.key.trace, process)).or_insert(rank_index as u32);
+        }
+    }
+    process_rank
+}
+
+impl<'a> Builder<'a> {
+    fn new(
+        traces: &'a [Trace],
+        ranks: &'a [RankSpec],
+        matching: &'a Matching,
+        classifier: &Classifier,
+        windows_ns: &'a [Option<(i64, i64)>],
+    ) -> Builder<'a> {
+        let maps: Vec<TraceMaps> = traces
             .iter()
             .map(|t| TraceMaps {
                 kernels: vec![NONE; t.kernels.len()],
@@ -441,57 +516,69 @@ impl Graph {
                 calls: vec![NONE; t.api_calls.len()],
             })
             .collect();
-        let mut b =
-            Builder { ops: Vec::new(), edges: Vec::new(), external_ns: Vec::new(), stats: ModelStats::default() };
-        b.stats.clocks_not_aligned = matching.clocks_aligned;
+        let stats = ModelStats { clocks_not_aligned: matching.clocks_aligned, ..ModelStats::default() };
+        Builder {
+            traces,
+            ranks,
+            matching,
+            windows_ns,
+            ops: Vec::new(),
+            edges: Vec::new(),
+            external_ns: Vec::new(),
+            stats,
+            categories: classifier.categories().to_vec(),
+            maps,
+            instances: InstanceKeys::default(),
+            rank_gpu_events: Vec::new(),
+            op_count: 0,
+            window_start_ns: 0,
+            instances_in_model: Vec::new(),
+            release_ns: Vec::new(),
+            gpu_by_end: Vec::new(),
+        }
+    }
 
-        // The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
-        let mut process_rank: HashMap<(usize, ProcessIdx), u32> = HashMap::new();
-        for (rank_index, spec) in ranks.iter().enumerate() {
-            let trace = &traces[spec.key.trace];
-            if let Some(process) = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process) {
-                process_rank.entry((spec.key.trace, process)).or_insert(rank_index as u32);
+    /// Adds an edge whose lag makes the measured times satisfy it: `min(0, target_ref − source_time)`.
+    fn edge(&mut self, source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) {
+        let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
+        self.edges.push((target, Edge { source, lag_ns, kind }));
+    }
+
+    /// A dependency on work outside the model: a constant time for `target`.
+    fn external(&mut self, target: u32, source_ns: i64, target_ref_ns: i64) {
+        let at = source_ns.min(target_ref_ns);
+        let slot = &mut self.external_ns[target as usize];
+        *slot = (*slot).max(at);
+    }
+
+    /// Whether time `t` of the trace clock is in the window of rank `rank_index`.
+    fn in_window(&self, rank_index: u32, t: i64) -> bool {
+        self.windows_ns[rank_index as usize].is_none_or(|(a, b)| t >= a && t < b)
+    }
+
+    /// The id of category `name`, added after the known ones when new.
+    fn category_id(&mut self, name: &str) -> u16 {
+        match self.categories.iter().position(|c| c == name) {
+            Some(i) => i as u16,
+            None => {
+                self.categories.push(name.to_string());
+                (self.categories.len() - 1) as u16
             }
         }
+    }
 
-        // Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The
-        // lane of a host call is its thread's ordinal on the rank (threads numbered by their first call), so that
-        // a helper thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may
-        // differ between ranks).
-        let mut global_names: HashMap<String, u32> = HashMap::new();
-        let mut instance_ids: HashMap<(u8, u32, u32, u32), u32> = HashMap::new();
-        let mut occurrences: HashMap<(u32, u8, u32, u32), u32> = HashMap::new();
+    /// The host calls of each rank's process that start in its window (first: GPU operations refer to them).
+    fn add_host_calls(&mut self, host_category: u16) {
+        let traces = self.traces;
+        let process_rank = process_ranks(traces, self.ranks);
         let mut thread_ordinals: HashMap<(u32, u32), u32> = HashMap::new();
-        let mut threads_per_rank: Vec<u32> = vec![0; ranks.len()];
-        // Occurrences count from the start of the trace, inside the window or not, so that the windows of
-        // different ranks (their own step N) still pair the same instances.
-        let mut instance_of = |rank_index: u32, kind: OpKind, lane: u32, name: &str, in_model: bool| -> u32 {
-            let name_id = match global_names.get(name) {
-                Some(&id) => id,
-                None => {
-                    let id = global_names.len() as u32;
-                    global_names.insert(name.to_string(), id);
-                    id
-                }
-            };
-            let kind_code = kind as u8;
-            let occurrence = occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
-            let key = (kind_code, lane, name_id, *occurrence);
-            *occurrence += 1;
-            if !in_model {
-                return NONE;
-            }
-            let next = instance_ids.len() as u32;
-            *instance_ids.entry(key).or_insert(next)
-        };
-
-        // Host calls first: GPU operations refer to them.
+        let mut threads_per_rank: Vec<u32> = vec![0; self.ranks.len()];
         for (trace_index, trace) in traces.iter().enumerate() {
             for (index, call) in trace.api_calls.iter().enumerate() {
                 let Some(&rank_index) = process_rank.get(&(trace_index, call.process)) else {
                     let counted =
-                        windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
-                    b.stats.host_calls_without_rank += u64::from(counted);
+                        self.windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
+                    self.stats.host_calls_without_rank += u64::from(counted);
                     continue;
                 };
                 let name = trace.names.get(call.name);
@@ -500,15 +587,16 @@ impl Graph {
                     threads_per_rank[rank_index as usize] += 1;
                     threads_per_rank[rank_index as usize] - 1
                 });
-                if !in_window(rank_index, call.start_ns) {
-                    instance_of(rank_index, OpKind::HostCall, thread, base, false);
+                if !self.in_window(rank_index, call.start_ns) {
+                    self.instances.next(rank_index, OpKind::HostCall, thread, base, false);
                     continue;
                 }
                 if base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent" {
-                    b.stats.stream_wait_calls_not_followed += 1;
+                    self.stats.stream_wait_calls_not_followed += 1;
                 }
-                maps[trace_index].calls[index] = b.ops.len() as u32;
-                b.ops.push(Op {
+                self.maps[trace_index].calls[index] = self.ops.len() as u32;
+                let instance = self.instances.next(rank_index, OpKind::HostCall, thread, base, true);
+                self.ops.push(Op {
                     kind: OpKind::HostCall,
                     rank_index,
                     trace: trace_index as u32,
@@ -519,50 +607,22 @@ impl Graph {
                     matched: false,
                     start_ns: call.start_ns,
                     end_ns: call.end_ns,
-                    instance: instance_of(rank_index, OpKind::HostCall, thread, base, true),
+                    instance,
                 });
             }
         }
+    }
 
-        // GPU work of each rank, per stream in start order.
-        let mut rank_gpu_events: Vec<Vec<GpuEvent>> = Vec::with_capacity(ranks.len());
-        for spec in ranks {
-            let trace = &traces[spec.key.trace];
-            let device: DeviceIdx = spec.key.device;
-            let mut events: Vec<GpuEvent> = Vec::new();
-            for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
-                events.push(GpuEvent {
-                    kind: OpKind::Kernel,
-                    index: index as u32,
-                    stream: k.stream,
-                    start_ns: k.start_ns,
-                    end_ns: k.end_ns,
-                    launch: k.launch,
-                });
-            }
-            for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
-                events.push(GpuEvent {
-                    kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
-                    index: index as u32,
-                    stream: m.stream,
-                    start_ns: m.start_ns,
-                    end_ns: m.end_ns,
-                    launch: m.launch,
-                });
-            }
-            for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
-                events.push(GpuEvent {
-                    kind: OpKind::Graph,
-                    index: index as u32,
-                    stream: g.stream,
-                    start_ns: g.start_ns,
-                    end_ns: g.end_ns,
-                    launch: g.launch,
-                });
-            }
-            events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
-            rank_gpu_events.push(events);
-        }
+    /// The GPU work of each rank, in start order, whose launching call starts in the rank's window (or that starts
+    /// in it when no call is recorded).
+    fn add_gpu_ops(&mut self, classifier: &Classifier) {
+        let traces = self.traces;
+        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
+        let graph_category = self.category_id(crate::figures::categories::CUDA_GRAPH);
+        let memcpy_category = self.category_id(crate::figures::categories::MEMCPY);
+        let memset_category = self.category_id(crate::figures::categories::MEMSET);
+        let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
+        let ranks = self.ranks;
         for (rank_index, spec) in ranks.iter().enumerate() {
             let trace_index = spec.key.trace;
             let trace = &traces[trace_index];
@@ -582,7 +642,7 @@ impl Graph {
                         if classifier.is_communication(class.category) {
                             let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
                             let op = class.collective.or(meta.map(|m| m.op)).unwrap_or_default();
-                            (category_id(&format!("{COMM_PREFIX}{}", op.label()), &mut categories), true, name)
+                            (self.category_id(&format!("{COMM_PREFIX}{}", op.label())), true, name)
                         } else {
                             (class.category.0, false, name)
                         }
@@ -592,18 +652,22 @@ impl Graph {
                     OpKind::Graph => (graph_category, false, "[CUDA graph]"),
                     OpKind::HostCall => unreachable!("GPU events only"),
                 };
-                if !in_window(rank_index as u32, anchor) {
-                    instance_of(rank_index as u32, event.kind, 0, name, false);
+                if !self.in_window(rank_index as u32, anchor) {
+                    self.instances.next(rank_index as u32, event.kind, 0, name, false);
                     continue;
                 }
+                let op_id = self.ops.len() as u32;
+                let maps = &mut self.maps[trace_index];
                 let map = match event.kind {
-                    OpKind::Kernel => &mut maps[trace_index].kernels,
-                    OpKind::Graph => &mut maps[trace_index].graphs,
-                    _ => &mut maps[trace_index].memops,
+                    OpKind::Kernel => &mut maps.kernels,
+                    OpKind::Graph => &mut maps.graphs,
+                    _ => &mut maps.memops,
                 };
-                map[event.index as usize] = b.ops.len() as u32;
-                let matched = event.kind == OpKind::Kernel && matching.shares.contains_key(&(trace_index, event.index));
-                b.ops.push(Op {
+                map[event.index as usize] = op_id;
+                let matched =
+                    event.kind == OpKind::Kernel && self.matching.shares.contains_key(&(trace_index, event.index));
+                let instance = self.instances.next(rank_index as u32, event.kind, 0, name, true);
+                self.ops.push(Op {
                     kind: event.kind,
                     rank_index: rank_index as u32,
                     trace: trace_index as u32,
@@ -614,20 +678,29 @@ impl Graph {
                     matched,
                     start_ns: event.start_ns,
                     end_ns: event.end_ns,
-                    instance: instance_of(rank_index as u32, event.kind, 0, name, true),
+                    instance,
                 });
             }
         }
-        let op_count = b.ops.len();
-        let window_start_ns = windows_ns
+        self.rank_gpu_events = rank_gpu_events;
+    }
+
+    /// Once every operation is in: the window start, the barrier vertices (after the operations' vertices), the
+    /// external times of start vertices and each operation's measured release.
+    fn prepare_vertices(&mut self) {
+        let op_count = self.ops.len();
+        self.op_count = op_count;
+        self.window_start_ns = self
+            .windows_ns
             .iter()
             .map(|w| w.map(|(a, _)| a))
             .collect::<Option<Vec<i64>>>()
             .and_then(|starts| starts.into_iter().min())
-            .or_else(|| b.ops.iter().map(|o| o.start_ns).min())
+            .or_else(|| self.ops.iter().map(|o| o.start_ns).min())
             .unwrap_or(0);
-        // Barrier vertices come after the operations' vertices; their count is known once instances are seen.
-        let instances_in_model: Vec<usize> = matching
+        let maps = &self.maps;
+        self.instances_in_model = self
+            .matching
             .instances
             .iter()
             .enumerate()
@@ -636,75 +709,82 @@ impl Graph {
             })
             .map(|(i, _)| i)
             .collect();
-        let vertex_count = 2 * op_count + instances_in_model.len();
-        b.external_ns = vec![i64::MIN; vertex_count];
+        let vertex_count = 2 * op_count + self.instances_in_model.len();
+        self.external_ns = vec![i64::MIN; vertex_count];
         for op in 0..op_count as u32 {
-            b.external_ns[start_vertex(op) as usize] = window_start_ns.min(b.ops[op as usize].start_ns);
+            self.external_ns[start_vertex(op) as usize] = self.window_start_ns.min(self.ops[op as usize].start_ns);
         }
-
-        // The measured release of each operation: when its own time (duration) begins.
-        let mut release_ns: Vec<i64> = b.ops.iter().map(|o| o.start_ns).collect();
-        for (op_id, op) in b.ops.iter().enumerate() {
+        self.release_ns = self.ops.iter().map(|o| o.start_ns).collect();
+        for (op_id, op) in self.ops.iter().enumerate() {
             if op.matched
-                && let Some(share) = matching.shares.get(&(op.trace as usize, op.index))
+                && let Some(share) = self.matching.shares.get(&(op.trace as usize, op.index))
             {
-                release_ns[op_id] = (op.start_ns + share.wait_ns).min(op.end_ns);
+                self.release_ns[op_id] = (op.start_ns + share.wait_ns).min(op.end_ns);
             }
         }
+    }
 
-        // Run edges.
-        for op in 0..op_count as u32 {
-            let o = b.ops[op as usize];
-            b.edge(start_vertex(op), end_vertex(op), o.start_ns, release_ns[op as usize], EdgeKind::Run);
+    /// Run edges: each operation's end after its own start.
+    fn add_run_edges(&mut self) {
+        for op in 0..self.op_count as u32 {
+            let o = self.ops[op as usize];
+            self.edge(start_vertex(op), end_vertex(op), o.start_ns, self.release_ns[op as usize], EdgeKind::Run);
         }
+    }
 
-        // Stream order and launch edges.
+    /// Stream order and launch edges.
+    fn add_stream_order_and_launch_edges(&mut self) {
+        let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
+        let ranks = self.ranks;
         for (rank_index, spec) in ranks.iter().enumerate() {
             let trace_index = spec.key.trace;
-            let trace = &traces[trace_index];
+            let trace = &self.traces[trace_index];
             let events = &rank_gpu_events[rank_index];
             for (position, event) in events.iter().enumerate() {
-                let op = op_of(&maps[trace_index], event.kind, event.index);
+                let op = op_of(&self.maps[trace_index], event.kind, event.index);
                 if op == NONE {
                     continue;
                 }
                 let target = start_vertex(op);
                 if position > 0 && events[position - 1].stream == event.stream {
                     let previous = &events[position - 1];
-                    let source = op_of(&maps[trace_index], previous.kind, previous.index);
+                    let source = op_of(&self.maps[trace_index], previous.kind, previous.index);
                     if source == NONE {
-                        b.external(target, previous.end_ns, event.start_ns);
+                        self.external(target, previous.end_ns, event.start_ns);
                     } else {
-                        b.edge(end_vertex(source), target, previous.end_ns, event.start_ns, EdgeKind::StreamOrder);
+                        self.edge(end_vertex(source), target, previous.end_ns, event.start_ns, EdgeKind::StreamOrder);
                     }
                 }
                 match event.launch {
                     Some(call_index) => {
                         let call_start = trace.api_calls[call_index as usize].start_ns;
-                        let source = maps[trace_index].calls[call_index as usize];
+                        let source = self.maps[trace_index].calls[call_index as usize];
                         if source == NONE {
-                            b.external(target, call_start, event.start_ns);
+                            self.external(target, call_start, event.start_ns);
                         } else {
-                            b.edge(start_vertex(source), target, call_start, event.start_ns, EdgeKind::Launch);
+                            self.edge(start_vertex(source), target, call_start, event.start_ns, EdgeKind::Launch);
                         }
                     }
-                    None => b.stats.gpu_ops_without_launch += 1,
+                    None => self.stats.gpu_ops_without_launch += 1,
                 }
             }
         }
+        self.rank_gpu_events = rank_gpu_events;
+    }
 
-        // Host order per thread; nested calls after their parent's start.
+    /// Host order per thread; nested calls after their parent's start.
+    fn add_host_order_edges(&mut self) {
         let mut host_ops: Vec<u32> =
-            (0..op_count as u32).filter(|&o| b.ops[o as usize].kind == OpKind::HostCall).collect();
+            (0..self.op_count as u32).filter(|&o| self.ops[o as usize].kind == OpKind::HostCall).collect();
         host_ops.sort_by_key(|&o| {
-            let op = &b.ops[o as usize];
+            let op = &self.ops[o as usize];
             (op.trace, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
         });
         let mut open: Vec<u32> = Vec::new();
         for (position, &op) in host_ops.iter().enumerate() {
-            let o = b.ops[op as usize];
+            let o = self.ops[op as usize];
             let same_thread = position > 0 && {
-                let p = &b.ops[host_ops[position - 1] as usize];
+                let p = &self.ops[host_ops[position - 1] as usize];
                 (p.trace, p.rank_index, p.lane) == (o.trace, o.rank_index, o.lane)
             };
             if !same_thread {
@@ -712,7 +792,7 @@ impl Graph {
             }
             let mut closed = None;
             while let Some(&top) = open.last() {
-                if b.ops[top as usize].end_ns <= o.start_ns {
+                if self.ops[top as usize].end_ns <= o.start_ns {
                     closed = Some(top);
                     open.pop();
                 } else {
@@ -721,146 +801,197 @@ impl Graph {
             }
             match (closed, open.last()) {
                 (Some(previous), _) => {
-                    let p = b.ops[previous as usize];
-                    b.edge(end_vertex(previous), start_vertex(op), p.end_ns, o.start_ns, EdgeKind::HostOrder);
+                    let p = self.ops[previous as usize];
+                    self.edge(end_vertex(previous), start_vertex(op), p.end_ns, o.start_ns, EdgeKind::HostOrder);
                 }
                 (None, Some(&parent)) => {
-                    let p = b.ops[parent as usize];
-                    b.edge(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, EdgeKind::NestedCall);
+                    let p = self.ops[parent as usize];
+                    self.edge(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, EdgeKind::NestedCall);
                 }
                 (None, None) => {}
             }
             open.push(op);
         }
+    }
 
-        // Per rank, GPU operations in the model by end time: for host sync and cross-stream searches.
-        let mut gpu_by_end: Vec<Vec<u32>> = vec![Vec::new(); ranks.len()];
-        for (op_id, op) in b.ops.iter().enumerate() {
+    /// Per rank, the GPU operations in the model by end time.
+    fn sort_gpu_ops_by_end(&mut self) {
+        let mut gpu_by_end: Vec<Vec<u32>> = vec![Vec::new(); self.ranks.len()];
+        for (op_id, op) in self.ops.iter().enumerate() {
             if op.kind.on_gpu() {
                 gpu_by_end[op.rank_index as usize].push(op_id as u32);
             }
         }
         for list in &mut gpu_by_end {
-            list.sort_by_key(|&o| (b.ops[o as usize].end_ns, o));
+            list.sort_by_key(|&o| (self.ops[o as usize].end_ns, o));
         }
-        let launch_start = |op: &Op| -> Option<(i64, u32)> {
-            let trace = &traces[op.trace as usize];
-            let launch = match op.kind {
-                OpKind::Kernel => trace.kernels[op.index as usize].launch,
-                OpKind::Copy | OpKind::Set => trace.memops[op.index as usize].launch,
-                OpKind::Graph => trace.graph_launches[op.index as usize].launch,
-                OpKind::HostCall => None,
-            }?;
-            Some((trace.api_calls[launch as usize].start_ns, launch))
-        };
+        self.gpu_by_end = gpu_by_end;
+    }
 
-        // Host sync: a blocking call's end waits for the GPU operation it was blocked on.
-        for op in 0..op_count as u32 {
-            let o = b.ops[op as usize];
+    /// The start time and index of the call that launched GPU operation `op`, if recorded.
+    fn launch_start(&self, op: &Op) -> Option<(i64, u32)> {
+        let trace = &self.traces[op.trace as usize];
+        let launch = match op.kind {
+            OpKind::Kernel => trace.kernels[op.index as usize].launch,
+            OpKind::Copy | OpKind::Set => trace.memops[op.index as usize].launch,
+            OpKind::Graph => trace.graph_launches[op.index as usize].launch,
+            OpKind::HostCall => None,
+        }?;
+        Some((trace.api_calls[launch as usize].start_ns, launch))
+    }
+
+    /// Host sync: a blocking call's end waits for the GPU operation it was blocked on.
+    fn add_host_sync_edges(&mut self) {
+        for op in 0..self.op_count as u32 {
+            let o = self.ops[op as usize];
             if o.kind != OpKind::HostCall {
                 continue;
             }
-            let trace = &traces[o.trace as usize];
+            let trace = &self.traces[o.trace as usize];
             if !is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name)) {
                 continue;
             }
-            let list = &gpu_by_end[o.rank_index as usize];
-            let upto = list.partition_point(|&g| b.ops[g as usize].end_ns <= o.end_ns);
+            let list = &self.gpu_by_end[o.rank_index as usize];
+            let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.end_ns);
             let awaited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
-                let gpu = &b.ops[g as usize];
+                let gpu = &self.ops[g as usize];
                 gpu.end_ns > o.start_ns
-                    && launch_start(gpu).is_some_and(|(start, call)| start < o.start_ns || call == o.index)
+                    && self.launch_start(gpu).is_some_and(|(start, call)| start < o.start_ns || call == o.index)
             });
             match awaited {
                 Some(g) => {
-                    let release = o.start_ns.max(b.ops[g as usize].end_ns);
-                    release_ns[op as usize] = release;
-                    b.edge(end_vertex(g), end_vertex(op), b.ops[g as usize].end_ns, release, EdgeKind::HostSync);
+                    let release = o.start_ns.max(self.ops[g as usize].end_ns);
+                    self.release_ns[op as usize] = release;
+                    let end_ns = self.ops[g as usize].end_ns;
+                    self.edge(end_vertex(g), end_vertex(op), end_ns, release, EdgeKind::HostSync);
                 }
-                None => b.stats.blocking_calls_without_gpu_work += 1,
+                None => self.stats.blocking_calls_without_gpu_work += 1,
             }
         }
         // The run edge of a blocking call was added with release = start; its lag is 0 either way.
+    }
 
-        // Collective barriers.
-        for (barrier, &instance_index) in instances_in_model.iter().enumerate() {
-            let instance = &matching.instances[instance_index];
+    /// Collective barriers: every member's start reaches the barrier, which its transfer waits for.
+    fn add_collective_edges(&mut self) {
+        let op_count = self.op_count;
+        for barrier in 0..self.instances_in_model.len() {
+            let instance = &self.matching.instances[self.instances_in_model[barrier]];
             let vertex = (2 * op_count + barrier) as u32;
             let starts: Vec<(u32, i64)> = instance
                 .members
                 .iter()
-                .map(|&(t, k)| (maps[t].kernels[k as usize], traces[t].kernels[k as usize].start_ns))
+                .map(|&(t, k)| (self.maps[t].kernels[k as usize], self.traces[t].kernels[k as usize].start_ns))
                 .collect();
             let latest_ns = starts.iter().map(|s| s.1).max().unwrap_or(0);
             for &(op, start_ns) in &starts {
                 if op == NONE {
-                    b.external(vertex, start_ns, latest_ns);
+                    self.external(vertex, start_ns, latest_ns);
                 } else {
-                    b.edge(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);
-                    b.edge(vertex, end_vertex(op), latest_ns, release_ns[op as usize], EdgeKind::CollectiveRelease);
+                    self.edge(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);
+                    let release_ns = self.release_ns[op as usize];
+                    self.edge(vertex, end_vertex(op), latest_ns, release_ns, EdgeKind::CollectiveRelease);
                 }
             }
         }
-        b.stats.collective_instances = instances_in_model.len() as u64;
-        b.stats.unmatched_comm_kernels = b.ops.iter().filter(|o| o.comm && !o.matched).count() as u64;
+        self.stats.collective_instances = self.instances_in_model.len() as u64;
+        self.stats.unmatched_comm_kernels = self.ops.iter().filter(|o| o.comm && !o.matched).count() as u64;
+    }
 
-        // Inferred cross-stream waits: a GPU operation that started later than its modelled dependencies allow,
-        // just after an operation on another stream of its GPU ended.
-        let mut ready_ns: Vec<i64> = (0..op_count).map(|o| b.external_ns[start_vertex(o as u32) as usize]).collect();
-        for &(target, edge) in &b.edges {
+    /// The measured time of vertex `vertex` (see [`vertex_measured`]).
+    fn measured(&self, vertex: u32) -> i64 {
+        vertex_measured(&self.ops, self.op_count, &self.instances_in_model, self.matching, self.traces, vertex)
+    }
+
+    /// Inferred cross-stream waits: a GPU operation that started later than its modelled dependencies allow,
+    /// just after an operation on another stream of its GPU ended.
+    fn add_cross_stream_edges(&mut self) {
+        let op_count = self.op_count;
+        let mut ready_ns: Vec<i64> = (0..op_count).map(|o| self.external_ns[start_vertex(o as u32) as usize]).collect();
+        for &(target, edge) in &self.edges {
             if target % 2 == 0 && (target as usize) < 2 * op_count {
-                let source_ns = vertex_measured(&b.ops, op_count, &instances_in_model, matching, traces, edge.source);
+                let source_ns = self.measured(edge.source);
                 let slot = &mut ready_ns[(target / 2) as usize];
                 *slot = (*slot).max(source_ns.saturating_add(edge.lag_ns));
             }
         }
         for op in 0..op_count as u32 {
-            let o = b.ops[op as usize];
+            let o = self.ops[op as usize];
             if !o.kind.on_gpu() || o.start_ns <= ready_ns[op as usize] {
                 continue;
             }
-            let list = &gpu_by_end[o.rank_index as usize];
-            let upto = list.partition_point(|&g| b.ops[g as usize].end_ns <= o.start_ns);
+            let list = &self.gpu_by_end[o.rank_index as usize];
+            let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.start_ns);
             let waited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
-                let other = &b.ops[g as usize];
+                let other = &self.ops[g as usize];
                 other.lane != o.lane
             });
             if let Some(g) = waited {
-                let end_ns = b.ops[g as usize].end_ns;
+                let end_ns = self.ops[g as usize].end_ns;
                 if end_ns > ready_ns[op as usize] && o.start_ns - end_ns <= CROSS_STREAM_SLACK_NS {
-                    b.edge(end_vertex(g), start_vertex(op), end_ns, o.start_ns, EdgeKind::CrossStream);
+                    self.edge(end_vertex(g), start_vertex(op), end_ns, o.start_ns, EdgeKind::CrossStream);
                 }
             }
         }
+    }
 
-        // Measured vertex times.
+    /// The graph: measured vertex times and the counts of the stats.
+    fn finish(mut self) -> Graph {
+        let op_count = self.op_count;
+        let vertex_count = 2 * op_count + self.instances_in_model.len();
         let mut measured_ns = vec![0i64; vertex_count];
-        for (op_id, op) in b.ops.iter().enumerate() {
+        for (op_id, op) in self.ops.iter().enumerate() {
             measured_ns[2 * op_id] = op.start_ns;
             measured_ns[2 * op_id + 1] = op.end_ns;
         }
         for (v, slot) in measured_ns.iter_mut().enumerate().skip(2 * op_count) {
-            *slot = vertex_measured(&b.ops, op_count, &instances_in_model, matching, traces, v as u32);
+            *slot = self.measured(v as u32);
         }
-
-        b.stats.ops = op_count as u64;
-        b.stats.host_calls = b.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
-        b.stats.gpu_ops = b.stats.ops - b.stats.host_calls;
+        self.stats.ops = op_count as u64;
+        self.stats.host_calls = self.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
+        self.stats.gpu_ops = self.stats.ops - self.stats.host_calls;
         Graph::assemble(Parts {
-            ops: b.ops,
-            ranks: ranks.to_vec(),
-            categories,
-            window_start_ns,
-            stats: b.stats,
-            edges: b.edges,
-            external_ns: b.external_ns,
+            ops: self.ops,
+            ranks: self.ranks.to_vec(),
+            categories: self.categories,
+            window_start_ns: self.window_start_ns,
+            stats: self.stats,
+            edges: self.edges,
+            external_ns: self.external_ns,
             measured_ns,
-            barriers: instances_in_model.len() as u32,
-            barrier_instances: instances_in_model.iter().map(|&i| i as u32).collect(),
-            instances: instance_ids.len() as u32,
+            barriers: self.instances_in_model.len() as u32,
+            barrier_instances: self.instances_in_model.iter().map(|&i| i as u32).collect(),
+            instances: self.instances.instance_ids.len() as u32,
         })
     }
+}
 
+impl Graph {
+    /// Builds the model of `ranks` of `traces`, each rank within its window in `windows_ns` (`[start, end)` of
+    /// the trace clock; `None`: everything): host calls that start in it, and GPU operations whose launching call
+    /// starts in it, or that start in it when no call is recorded. The collective instances come from `matching`
+    /// ([`crate::figures::collectives::match_traces`] over the same traces).
+    pub fn build(
+        traces: &[Trace],
+        ranks: &[RankSpec],
+        matching: &Matching,
+        classifier: &Classifier,
+        windows_ns: &[Option<(i64, i64)>],
+    ) -> Graph {
+        let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
+        let host_category = b.category_id(HOST);
+        b.add_host_calls(host_category);
+        b.rank_gpu_events = gpu_events_per_rank(traces, ranks);
+        b.add_gpu_ops(classifier);
+        b.prepare_vertices();
+        b.add_run_edges();
+        b.add_stream_order_and_launch_edges();
+        b.add_host_order_edges();
+        b.sort_gpu_ops_by_end();
+        b.add_host_sync_edges();
+        b.add_collective_edges();
+        b.add_cross_stream_edges();
+        b.finish()
+    }
     /// Builds a model whose operations and dependencies are given rather than inferred from a trace (a dataset
     /// that records its own dependency structure, or a synthetic case): every edge has lag 0, and the measured own
     /// times follow from `measured_ns` as in [`Graph::build`].

@@ -445,14 +445,36 @@ fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9).round() as i64
 }
 
-impl Template {
-    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, String> {
+/// The pipeline transfers of one stage before they are paired: per transfer, the compute it carries once matched,
+/// and whether it is a no-op (unless matched to an in-model peer chunk).
+struct StageTransfers {
+    matched: HashMap<u32, u32>,
+    no_op: HashMap<u32, bool>,
+}
+
+/// Builds a [`Template`] from the first step of DP rank 0, one method per part of the dependency model.
+struct TemplateBuilder<'a> {
+    trace: &'a ArtifactTrace,
+    file: &'a str,
+    first_step: i64,
+    /// The template's rows, one per operation.
+    rows_of: Vec<&'a Row>,
+    pp: u32,
+    vpp: i64,
+    t: Template,
+    /// Per operation, whether some dependency or group places it.
+    in_model: Vec<bool>,
+}
+
+const P2P: [&str; 4] = [ot::FORWARD_SEND, ot::FORWARD_RECV, ot::BACKWARD_SEND, ot::BACKWARD_RECV];
+const COMPUTES: [&str; 2] = [ot::FORWARD_COMPUTE, ot::BACKWARD_COMPUTE];
+
+impl<'a> TemplateBuilder<'a> {
+    fn new(trace: &'a ArtifactTrace) -> Result<TemplateBuilder<'a>, String> {
         let file = &trace.source;
-        let id = |name: &str| trace.optypes.iter().position(|o| o == name).map(|i| i as u16);
         let first_step = trace.rows.iter().map(|r| r.step).min().unwrap_or(0);
         let template: Vec<&Row> = trace.rows.iter().filter(|r| r.dp == 0 && r.step == first_step).collect();
         let pp = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
-        let dp = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
         let vpp = template.iter().map(|r| r.mc).max().unwrap_or(0).max(0) + 1;
         let mut names: Vec<OpName> = Vec::new();
         let mut index: HashMap<OpName, u32> = HashMap::new();
@@ -469,7 +491,7 @@ impl Template {
             rows_of.push(row);
         }
         let n = names.len();
-        let mut t = Template {
+        let t = Template {
             names,
             index,
             deps: vec![Vec::new(); n],
@@ -477,183 +499,237 @@ impl Template {
             group_of: vec![None; n],
             dp_sync: vec![false; n],
         };
-        let mut in_model = vec![false; n];
-        let describe = |name: &str, seq: u32, stage: u32| format!("{name} #{seq} on stage {stage}");
-        let lookup = |t: &Template, name: &str, seq: u32, stage: u32| -> Result<u32, String> {
-            id(name).and_then(|o| t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
-                format!(
-                    "{file}: the dependency model needs {} in step {first_step} of DP rank 0, which the trace lacks",
-                    describe(name, seq, stage)
-                )
-            })
-        };
-        // Adds `op` after `after`, and marks both as modelled.
-        let depend = |t: &mut Template, in_model: &mut Vec<bool>, op: u32, after: &[u32]| {
-            t.deps[op as usize].extend_from_slice(after);
-            in_model[op as usize] = true;
-            for &a in after {
-                in_model[a as usize] = true;
-            }
-        };
-        let sorted_of = |stage: u32, types: &[&str]| -> Vec<u32> {
-            let ids: Vec<u16> = types.iter().filter_map(|n| id(n)).collect();
-            let mut ops: Vec<u32> = (0..n as u32)
-                .filter(|&o| rows_of[o as usize].stage == stage && ids.contains(&rows_of[o as usize].optype))
-                .collect();
-            ops.sort_by(|&a, &b| {
-                let (ra, rb) = (rows_of[a as usize], rows_of[b as usize]);
-                ra.start_s
-                    .total_cmp(&rb.start_s)
-                    .then(ra.seq.cmp(&rb.seq))
-                    .then(trace.optypes[ra.optype as usize].cmp(&trace.optypes[rb.optype as usize]))
-            });
-            ops
-        };
-        let chain = |t: &mut Template, in_model: &mut Vec<bool>, ops: &[u32], first_after: &[u32]| {
-            let mut before: Vec<u32> = first_after.to_vec();
-            for &op in ops {
-                depend(t, in_model, op, &before);
-                before = vec![op];
-            }
-        };
-        let is = |op: u32, name: &str| id(name) == Some(rows_of[op as usize].optype);
-        let p2p = [ot::FORWARD_SEND, ot::FORWARD_RECV, ot::BACKWARD_SEND, ot::BACKWARD_RECV];
-        let computes = [ot::FORWARD_COMPUTE, ot::BACKWARD_COMPUTE];
+        Ok(TemplateBuilder { trace, file, first_step, rows_of, pp, vpp, t, in_model: vec![false; n] })
+    }
 
-        // Pipeline transfers: which compute each carries, which are no-ops, and their pairs across stages.
+    fn id(&self, name: &str) -> Option<u16> {
+        self.trace.optypes.iter().position(|o| o == name).map(|i| i as u16)
+    }
+
+    fn describe(name: &str, seq: u32, stage: u32) -> String {
+        format!("{name} #{seq} on stage {stage}")
+    }
+
+    fn lookup(&self, name: &str, seq: u32, stage: u32) -> Result<u32, String> {
+        self.id(name).and_then(|o| self.t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
+            format!(
+                "{}: the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
+                self.file,
+                Self::describe(name, seq, stage),
+                self.first_step
+            )
+        })
+    }
+
+    /// Adds `op` after `after`, and marks both as modelled.
+    fn depend(&mut self, op: u32, after: &[u32]) {
+        self.t.deps[op as usize].extend_from_slice(after);
+        self.in_model[op as usize] = true;
+        for &a in after {
+            self.in_model[a as usize] = true;
+        }
+    }
+
+    /// The operations of `stage` whose type is one of `types`, by start time.
+    fn sorted_of(&self, stage: u32, types: &[&str]) -> Vec<u32> {
+        let rows_of = &self.rows_of;
+        let ids: Vec<u16> = types.iter().filter_map(|n| self.id(n)).collect();
+        let mut ops: Vec<u32> = (0..rows_of.len() as u32)
+            .filter(|&o| rows_of[o as usize].stage == stage && ids.contains(&rows_of[o as usize].optype))
+            .collect();
+        ops.sort_by(|&a, &b| {
+            let (ra, rb) = (rows_of[a as usize], rows_of[b as usize]);
+            ra.start_s
+                .total_cmp(&rb.start_s)
+                .then(ra.seq.cmp(&rb.seq))
+                .then(self.trace.optypes[ra.optype as usize].cmp(&self.trace.optypes[rb.optype as usize]))
+        });
+        ops
+    }
+
+    /// Each of `ops` after the one before it, the first after `first_after`.
+    fn chain(&mut self, ops: &[u32], first_after: &[u32]) {
+        let mut before: Vec<u32> = first_after.to_vec();
+        for &op in ops {
+            self.depend(op, &before);
+            before = vec![op];
+        }
+    }
+
+    fn is(&self, op: u32, name: &str) -> bool {
+        self.id(name) == Some(self.rows_of[op as usize].optype)
+    }
+
+    /// Pipeline transfers: which compute each carries, which are no-ops, and their pairs across stages.
+    fn pipeline_transfers(&mut self) -> Result<(), String> {
         let mut pairs: BTreeMap<(OpName, OpName), Vec<u32>> = BTreeMap::new();
         let mut lone: Vec<u32> = Vec::new();
-        for stage in 0..pp {
-            let comm = sorted_of(stage, &p2p);
-            let comp = sorted_of(stage, &computes);
-            // Per transfer: Some(compute it carries) once matched; no-op unless matched to an in-model peer chunk.
-            let mut matched: HashMap<u32, u32> = HashMap::new();
-            let mut no_op: HashMap<u32, bool> = comm.iter().map(|&o| (o, true)).collect();
-            for (direction, compute_name) in [("forward", ot::FORWARD_COMPUTE), ("backward", ot::BACKWARD_COMPUTE)] {
-                let passes: Vec<u32> = comp.iter().copied().filter(|&o| is(o, compute_name)).collect();
-                let last_start =
-                    passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
-                let first_end =
-                    passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
-                for receive in [false, true] {
-                    let name = match (direction, receive) {
-                        ("forward", false) => ot::FORWARD_SEND,
-                        ("forward", true) => ot::FORWARD_RECV,
-                        (_, false) => ot::BACKWARD_SEND,
-                        _ => ot::BACKWARD_RECV,
-                    };
-                    // A receive after the last compute of its direction started, or a send before the first one
-                    // ended, carried nothing.
-                    let effective = |o: u32| {
-                        let r = rows_of[o as usize];
-                        if receive {
-                            f64::from(r.start_s) <= last_start + NO_OP_TOLERANCE_S
-                        } else {
-                            f64::from(r.end_s) >= first_end - NO_OP_TOLERANCE_S
-                        }
-                    };
-                    let transfers: Vec<u32> = comm.iter().copied().filter(|&o| is(o, name)).collect();
-                    let count = transfers.iter().filter(|&&o| effective(o)).count();
-                    let mut compute_seq = 0u32;
-                    if count != passes.len() {
-                        if stage != 0 && stage != pp - 1 {
-                            return Err(format!(
-                                "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes",
-                                passes.len()
-                            ));
-                        }
-                        if count != 0 && count + 1 != passes.len() {
-                            return Err(format!(
-                                "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes \
-                                 (expected as many, one fewer, or none)",
-                                passes.len()
-                            ));
-                        }
-                        // The first forward receive of the first stage may be missing: its compute is skipped.
-                        if receive && count + 1 == passes.len() {
-                            compute_seq = 1;
-                        }
-                    }
-                    for &transfer in transfers.iter().filter(|&&o| effective(o)) {
-                        let compute = lookup(&t, compute_name, compute_seq, stage)?;
-                        let gmc = rows_of[compute as usize].gmc;
-                        let peer_chunk = if (direction == "forward") != receive { gmc + 1 } else { gmc - 1 };
-                        no_op.insert(transfer, peer_chunk < 0 || peer_chunk >= vpp * i64::from(pp));
-                        matched.insert(transfer, compute);
-                        compute_seq += 1;
-                    }
-                }
-            }
-            for name in p2p {
-                let (peer_name, delta) = match name {
-                    ot::FORWARD_SEND => (ot::FORWARD_RECV, 1),
-                    ot::FORWARD_RECV => (ot::FORWARD_SEND, -1),
-                    ot::BACKWARD_SEND => (ot::BACKWARD_RECV, -1),
-                    _ => (ot::BACKWARD_SEND, 1),
-                };
-                let peer_stage = ((stage + pp) as i64 + delta) as u32 % pp;
-                let mut position = 0;
-                for &transfer in comm.iter().filter(|&&o| is(o, name)) {
-                    if no_op[&transfer] {
-                        lone.push(transfer);
-                        continue;
-                    }
-                    let own = (id(name).unwrap_or(u16::MAX), position, stage);
-                    let peer = (id(peer_name).unwrap_or(u16::MAX), position, peer_stage);
-                    let key = if (trace.optypes.get(own.0 as usize), own.1, own.2)
-                        <= (trace.optypes.get(peer.0 as usize), peer.1, peer.2)
-                    {
-                        (own, peer)
-                    } else {
-                        (peer, own)
-                    };
-                    pairs.entry(key).or_default().push(transfer);
-                    position += 1;
-                }
-            }
-            for &transfer in &comm {
-                let Some(&compute) = matched.get(&transfer) else { continue };
-                if is(transfer, ot::FORWARD_SEND) || is(transfer, ot::BACKWARD_SEND) {
-                    depend(&mut t, &mut in_model, transfer, &[compute]);
-                } else {
-                    depend(&mut t, &mut in_model, compute, &[transfer]);
-                    let (kind, seq, stage) = t.names[compute as usize];
-                    if seq > 0 {
-                        let previous = lookup(&t, &trace.optypes[kind as usize], seq - 1, stage)?;
-                        depend(&mut t, &mut in_model, transfer, &[previous]);
-                    }
-                }
-            }
+        for stage in 0..self.pp {
+            let comm = self.sorted_of(stage, &P2P);
+            let transfers = self.match_transfers(stage, &comm)?;
+            self.pair_transfers(stage, &comm, &transfers, &mut pairs, &mut lone);
+            self.depend_on_transfers(&comm, &transfers)?;
         }
         for ((a, b), members) in &pairs {
             if members.len() != 2 {
-                let label = |o: &OpName| describe(&trace.optypes[o.0 as usize], o.1, o.2);
+                let label = |o: &OpName| Self::describe(&self.trace.optypes[o.0 as usize], o.1, o.2);
                 return Err(format!(
-                    "{file}: the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
+                    "{}: the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
+                    self.file,
                     label(a),
                     label(b),
                     members.len()
                 ));
             }
-            t.groups.push(members.clone());
+            self.t.groups.push(members.clone());
         }
         lone.sort_unstable();
         lone.dedup();
-        t.groups.extend(lone.iter().map(|&o| vec![o]));
+        self.t.groups.extend(lone.iter().map(|&o| vec![o]));
+        Ok(())
+    }
 
-        // Per stage: compute in order, each transfer type in order, the first backward transfers.
-        for stage in 0..pp {
-            let comp = sorted_of(stage, &computes);
-            chain(&mut t, &mut in_model, &comp, &[]);
-            for name in p2p {
-                chain(&mut t, &mut in_model, &sorted_of(stage, &[name]), &[]);
+    /// Matches the transfers `comm` of `stage` to the compute passes they carry.
+    fn match_transfers(&self, stage: u32, comm: &[u32]) -> Result<StageTransfers, String> {
+        let (file, pp, rows_of) = (self.file, self.pp, &self.rows_of);
+        let comp = self.sorted_of(stage, &COMPUTES);
+        let mut matched: HashMap<u32, u32> = HashMap::new();
+        let mut no_op: HashMap<u32, bool> = comm.iter().map(|&o| (o, true)).collect();
+        for (direction, compute_name) in [("forward", ot::FORWARD_COMPUTE), ("backward", ot::BACKWARD_COMPUTE)] {
+            let passes: Vec<u32> = comp.iter().copied().filter(|&o| self.is(o, compute_name)).collect();
+            let last_start =
+                passes.iter().map(|&o| f64::from(rows_of[o as usize].start_s)).fold(f64::NEG_INFINITY, f64::max);
+            let first_end = passes.iter().map(|&o| f64::from(rows_of[o as usize].end_s)).fold(f64::INFINITY, f64::min);
+            for receive in [false, true] {
+                let name = match (direction, receive) {
+                    ("forward", false) => ot::FORWARD_SEND,
+                    ("forward", true) => ot::FORWARD_RECV,
+                    (_, false) => ot::BACKWARD_SEND,
+                    _ => ot::BACKWARD_RECV,
+                };
+                // A receive after the last compute of its direction started, or a send before the first one
+                // ended, carried nothing.
+                let effective = |o: u32| {
+                    let r = rows_of[o as usize];
+                    if receive {
+                        f64::from(r.start_s) <= last_start + NO_OP_TOLERANCE_S
+                    } else {
+                        f64::from(r.end_s) >= first_end - NO_OP_TOLERANCE_S
+                    }
+                };
+                let transfers: Vec<u32> = comm.iter().copied().filter(|&o| self.is(o, name)).collect();
+                let count = transfers.iter().filter(|&&o| effective(o)).count();
+                let mut compute_seq = 0u32;
+                if count != passes.len() {
+                    if stage != 0 && stage != pp - 1 {
+                        return Err(format!(
+                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes",
+                            passes.len()
+                        ));
+                    }
+                    if count != 0 && count + 1 != passes.len() {
+                        return Err(format!(
+                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes \
+                             (expected as many, one fewer, or none)",
+                            passes.len()
+                        ));
+                    }
+                    // The first forward receive of the first stage may be missing: its compute is skipped.
+                    if receive && count + 1 == passes.len() {
+                        compute_seq = 1;
+                    }
+                }
+                for &transfer in transfers.iter().filter(|&&o| effective(o)) {
+                    let compute = self.lookup(compute_name, compute_seq, stage)?;
+                    let gmc = rows_of[compute as usize].gmc;
+                    let peer_chunk = if (direction == "forward") != receive { gmc + 1 } else { gmc - 1 };
+                    no_op.insert(transfer, peer_chunk < 0 || peer_chunk >= self.vpp * i64::from(pp));
+                    matched.insert(transfer, compute);
+                    compute_seq += 1;
+                }
             }
-            let Some(first_backward) = comp.iter().position(|&o| is(o, ot::BACKWARD_COMPUTE)) else {
-                return Err(format!("{file}: stage {stage} has no {} in step {first_step}", ot::BACKWARD_COMPUTE));
+        }
+        Ok(StageTransfers { matched, no_op })
+    }
+
+    /// Pairs each transfer of `stage` that is not a no-op with its peer on the neighbouring stage (by position
+    /// among its type); no-ops are `lone`.
+    fn pair_transfers(
+        &self,
+        stage: u32,
+        comm: &[u32],
+        transfers: &StageTransfers,
+        pairs: &mut BTreeMap<(OpName, OpName), Vec<u32>>,
+        lone: &mut Vec<u32>,
+    ) {
+        let (pp, trace) = (self.pp, self.trace);
+        for name in P2P {
+            let (peer_name, delta) = match name {
+                ot::FORWARD_SEND => (ot::FORWARD_RECV, 1),
+                ot::FORWARD_RECV => (ot::FORWARD_SEND, -1),
+                ot::BACKWARD_SEND => (ot::BACKWARD_RECV, -1),
+                _ => (ot::BACKWARD_SEND, 1),
+            };
+            let peer_stage = ((stage + pp) as i64 + delta) as u32 % pp;
+            let mut position = 0;
+            for &transfer in comm.iter().filter(|&&o| self.is(o, name)) {
+                if transfers.no_op[&transfer] {
+                    lone.push(transfer);
+                    continue;
+                }
+                let own = (self.id(name).unwrap_or(u16::MAX), position, stage);
+                let peer = (self.id(peer_name).unwrap_or(u16::MAX), position, peer_stage);
+                let key = if (trace.optypes.get(own.0 as usize), own.1, own.2)
+                    <= (trace.optypes.get(peer.0 as usize), peer.1, peer.2)
+                {
+                    (own, peer)
+                } else {
+                    (peer, own)
+                };
+                pairs.entry(key).or_default().push(transfer);
+                position += 1;
+            }
+        }
+    }
+
+    /// A send after the compute it carries; a compute after the receive it carries, which follows the compute
+    /// before.
+    fn depend_on_transfers(&mut self, comm: &[u32], transfers: &StageTransfers) -> Result<(), String> {
+        for &transfer in comm {
+            let Some(&compute) = transfers.matched.get(&transfer) else { continue };
+            if self.is(transfer, ot::FORWARD_SEND) || self.is(transfer, ot::BACKWARD_SEND) {
+                self.depend(transfer, &[compute]);
+            } else {
+                self.depend(compute, &[transfer]);
+                let (kind, seq, stage) = self.t.names[compute as usize];
+                if seq > 0 {
+                    let previous = self.lookup(&self.trace.optypes[kind as usize], seq - 1, stage)?;
+                    self.depend(transfer, &[previous]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per stage: compute in order, each transfer type in order, the first backward transfers.
+    fn stage_order(&mut self) -> Result<(), String> {
+        let file = self.file;
+        for stage in 0..self.pp {
+            let comp = self.sorted_of(stage, &COMPUTES);
+            self.chain(&comp, &[]);
+            for name in P2P {
+                self.chain(&self.sorted_of(stage, &[name]), &[]);
+            }
+            let Some(first_backward) = comp.iter().position(|&o| self.is(o, ot::BACKWARD_COMPUTE)) else {
+                return Err(format!(
+                    "{file}: stage {stage} has no {} in step {}",
+                    ot::BACKWARD_COMPUTE,
+                    self.first_step
+                ));
             };
             if first_backward >= 2 {
-                if !is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
-                    || !is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
+                if !self.is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
+                    || !self.is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
                 {
                     return Err(format!(
                         "{file}: stage {stage}: the two passes before the first backward are not forward"
@@ -661,125 +737,141 @@ impl Template {
                 }
                 let anchor = comp[first_backward - 2];
                 for name in [ot::BACKWARD_RECV, ot::BACKWARD_SEND] {
-                    if let Some(&op) = id(name).and_then(|o| t.index.get(&(o, 0, stage))) {
-                        depend(&mut t, &mut in_model, op, &[anchor]);
+                    if let Some(&op) = self.id(name).and_then(|o| self.t.index.get(&(o, 0, stage))) {
+                        self.depend(op, &[anchor]);
                     }
                 }
             }
         }
+        Ok(())
+    }
 
-        let use_dp = dp * meta.dsp_size > 1;
-        let overlapped_dp =
-            trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
-        if use_dp {
-            for stage in 0..pp {
-                chain(
-                    &mut t,
-                    &mut in_model,
-                    &sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]),
-                    &[],
-                );
+    /// Data parallelism: the parameter gathers and gradient scatters of a stage in order, the first forward of each
+    /// model chunk after the chunk's last gather, and (when overlapped) each scatter after the chunk's last backward.
+    fn data_parallel(&mut self, overlapped_dp: bool) -> Result<(), String> {
+        for stage in 0..self.pp {
+            self.chain(&self.sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]), &[]);
+        }
+        for stage in 0..self.pp {
+            let comp = self.sorted_of(stage, &COMPUTES);
+            // The first forward of each model chunk waits for the chunk's last parameter all-gather.
+            let gathers = self.sorted_of(stage, &[ot::PARAMS_ALL_GATHER]);
+            let mut chunks_done: Vec<i64> = Vec::new();
+            for seq in (0..gathers.len() as u32).rev() {
+                let gather = self.lookup(ot::PARAMS_ALL_GATHER, seq, stage)?;
+                let chunk = self.rows_of[gather as usize].mc;
+                if chunks_done.contains(&chunk) {
+                    continue;
+                }
+                let rows_of = &self.rows_of;
+                let first = comp
+                    .iter()
+                    .copied()
+                    .filter(|&o| self.is(o, ot::FORWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
+                    .min_by(|&a, &b| rows_of[a as usize].start_s.total_cmp(&rows_of[b as usize].start_s));
+                if let Some(first) = first {
+                    self.depend(first, &[gather]);
+                }
+                chunks_done.push(chunk);
             }
-            for stage in 0..pp {
-                let comp = sorted_of(stage, &computes);
-                // The first forward of each model chunk waits for the chunk's last parameter all-gather.
-                let gathers = sorted_of(stage, &[ot::PARAMS_ALL_GATHER]);
+            if overlapped_dp {
+                // Each reduce-scatter waits for the last backward of its chunk.
+                let scatters = self.sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]);
                 let mut chunks_done: Vec<i64> = Vec::new();
-                for seq in (0..gathers.len() as u32).rev() {
-                    let gather = lookup(&t, ot::PARAMS_ALL_GATHER, seq, stage)?;
-                    let chunk = rows_of[gather as usize].mc;
+                for seq in 0..scatters.len() as u32 {
+                    let scatter = self.lookup(ot::GRADS_REDUCE_SCATTER, seq, stage)?;
+                    let chunk = self.rows_of[scatter as usize].mc;
                     if chunks_done.contains(&chunk) {
                         continue;
                     }
-                    let first = comp
+                    let rows_of = &self.rows_of;
+                    let last = comp
                         .iter()
                         .copied()
-                        .filter(|&o| is(o, ot::FORWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
-                        .min_by(|&a, &b| rows_of[a as usize].start_s.total_cmp(&rows_of[b as usize].start_s));
-                    if let Some(first) = first {
-                        depend(&mut t, &mut in_model, first, &[gather]);
+                        .filter(|&o| self.is(o, ot::BACKWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
+                        .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a });
+                    if let Some(last) = last {
+                        self.depend(scatter, &[last]);
                     }
                     chunks_done.push(chunk);
                 }
-                if overlapped_dp {
-                    // Each reduce-scatter waits for the last backward of its chunk.
-                    let scatters = sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]);
-                    let mut chunks_done: Vec<i64> = Vec::new();
-                    for seq in 0..scatters.len() as u32 {
-                        let scatter = lookup(&t, ot::GRADS_REDUCE_SCATTER, seq, stage)?;
-                        let chunk = rows_of[scatter as usize].mc;
-                        if chunks_done.contains(&chunk) {
-                            continue;
-                        }
-                        let last = comp
-                            .iter()
-                            .copied()
-                            .filter(|&o| is(o, ot::BACKWARD_COMPUTE) && rows_of[o as usize].mc == chunk)
-                            .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a });
-                        if let Some(last) = last {
-                            depend(&mut t, &mut in_model, scatter, &[last]);
-                        }
-                        chunks_done.push(chunk);
-                    }
-                }
             }
         }
-        // After the last compute of each stage.
+        Ok(())
+    }
+
+    /// After the last compute of each stage: garbage collection, the gradient all-reduces and scatters, clipping,
+    /// the optimizer.
+    fn step_tail(&mut self, use_dp: bool, overlapped_dp: bool) -> Result<(), String> {
+        let (file, pp) = (self.file, self.pp);
         for stage in 0..pp {
-            let comp = sorted_of(stage, &computes);
+            let comp = self.sorted_of(stage, &COMPUTES);
+            let rows_of = &self.rows_of;
             let Some(last) = comp
                 .iter()
                 .copied()
                 .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a })
             else {
-                return Err(format!("{file}: stage {stage} has no compute in step {first_step}"));
+                return Err(format!("{file}: stage {stage} has no compute in step {}", self.first_step));
             };
-            let gc = lookup(&t, ot::GC, 0, stage)?;
-            depend(&mut t, &mut in_model, gc, &[last]);
-            let mut tail = vec![lookup(&t, ot::LAYERNORM_GRADS_ALL_REDUCE, 0, stage)?];
+            let gc = self.lookup(ot::GC, 0, stage)?;
+            self.depend(gc, &[last]);
+            let mut tail = vec![self.lookup(ot::LAYERNORM_GRADS_ALL_REDUCE, 0, stage)?];
             if stage == 0 || stage == pp - 1 {
-                tail.push(lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, stage)?);
+                tail.push(self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, stage)?);
             }
-            let scatters = sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]).len() as u32;
+            let scatters = self.sorted_of(stage, &[ot::GRADS_REDUCE_SCATTER]).len() as u32;
             let mut first_after = vec![gc];
             // Without data parallelism nothing more; with an overlapped separate all-reduce, it follows the
             // embedding and the last reduce-scatter; otherwise the reduce-scatters follow the embedding in order.
             if use_dp && overlapped_dp {
-                tail.push(lookup(&t, ot::SEPARATE_GRADS_ALL_REDUCE, 0, stage)?);
+                tail.push(self.lookup(ot::SEPARATE_GRADS_ALL_REDUCE, 0, stage)?);
                 if scatters > 0 {
-                    first_after.insert(0, lookup(&t, ot::GRADS_REDUCE_SCATTER, scatters - 1, stage)?);
+                    first_after.insert(0, self.lookup(ot::GRADS_REDUCE_SCATTER, scatters - 1, stage)?);
                 }
             } else if use_dp {
                 for seq in 0..scatters {
-                    tail.push(lookup(&t, ot::GRADS_REDUCE_SCATTER, seq, stage)?);
+                    tail.push(self.lookup(ot::GRADS_REDUCE_SCATTER, seq, stage)?);
                 }
             }
-            tail.push(lookup(&t, ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, stage)?);
-            tail.push(lookup(&t, ot::OPTIMIZER, 0, stage)?);
-            chain(&mut t, &mut in_model, &tail, &first_after);
+            tail.push(self.lookup(ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, stage)?);
+            tail.push(self.lookup(ot::OPTIMIZER, 0, stage)?);
+            self.chain(&tail, &first_after);
         }
+        Ok(())
+    }
 
-        // Groups across workers: data-parallel collectives alone (they sync over DP ranks), the embedding
-        // all-reduce of the first and last stage, gradient clipping of all stages.
+    /// Groups across workers: data-parallel collectives alone (they sync over DP ranks), the embedding
+    /// all-reduce of the first and last stage, gradient clipping of all stages.
+    fn worker_groups(&mut self, use_dp: bool) -> Result<(), String> {
+        let n = self.rows_of.len();
         if use_dp {
             let collective_ids: Vec<u16> =
                 [ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER, ot::SEPARATE_GRADS_ALL_REDUCE]
                     .iter()
-                    .filter_map(|n| id(n))
+                    .filter_map(|n| self.id(n))
                     .collect();
             for op in 0..n as u32 {
-                if collective_ids.contains(&rows_of[op as usize].optype) {
-                    t.groups.push(vec![op]);
+                if collective_ids.contains(&self.rows_of[op as usize].optype) {
+                    self.t.groups.push(vec![op]);
                 }
             }
         }
-        let mut embedding = vec![lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, 0)?];
-        if pp > 1 {
-            embedding.push(lookup(&t, ot::EMBEDDING_GRADS_ALL_REDUCE, 0, pp - 1)?);
+        let mut embedding = vec![self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, 0)?];
+        if self.pp > 1 {
+            embedding.push(self.lookup(ot::EMBEDDING_GRADS_ALL_REDUCE, 0, self.pp - 1)?);
         }
-        t.groups.push(embedding);
-        let clips = (0..pp).map(|s| lookup(&t, ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, s)).collect::<Result<Vec<_>, _>>()?;
-        t.groups.push(clips);
+        self.t.groups.push(embedding);
+        let clips =
+            (0..self.pp).map(|s| self.lookup(ot::OPTIMIZER_CLIP_MAIN_GRAD, 0, s)).collect::<Result<Vec<_>, _>>()?;
+        self.t.groups.push(clips);
+        Ok(())
+    }
+
+    /// Each operation's group and DP sync; refuses an operation nothing placed.
+    fn finish(mut self) -> Result<Template, String> {
+        let n = self.rows_of.len();
+        let t = &mut self.t;
         for (g, members) in t.groups.iter().enumerate() {
             for &op in members {
                 t.group_of[op as usize] = Some(g as u32);
@@ -792,26 +884,45 @@ impl Template {
             ot::OPTIMIZER_CLIP_MAIN_GRAD,
         ]
         .iter()
-        .filter_map(|n| id(n))
+        .filter_map(|n| self.trace.optypes.iter().position(|o| o == n).map(|i| i as u16))
         .collect();
         for op in 0..n {
-            t.dp_sync[op] = t.group_of[op].is_some() && synced.contains(&rows_of[op].optype);
+            t.dp_sync[op] = t.group_of[op].is_some() && synced.contains(&self.rows_of[op].optype);
             if t.group_of[op].is_some() {
-                in_model[op] = true;
+                self.in_model[op] = true;
             }
         }
-        if let Some(op) = (0..n).find(|&o| !in_model[o]) {
+        if let Some(op) = (0..n).find(|&o| !self.in_model[o]) {
             let (kind, seq, stage) = t.names[op];
             return Err(format!(
-                "{file}: {} has no place in the dependency model",
-                describe(&trace.optypes[kind as usize], seq, stage)
+                "{}: {} has no place in the dependency model",
+                self.file,
+                Self::describe(&self.trace.optypes[kind as usize], seq, stage)
             ));
         }
         for deps in &mut t.deps {
             deps.sort_unstable();
             deps.dedup();
         }
-        Ok(t)
+        Ok(self.t)
+    }
+}
+
+impl Template {
+    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, String> {
+        let mut builder = TemplateBuilder::new(trace)?;
+        builder.pipeline_transfers()?;
+        builder.stage_order()?;
+        let dp = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
+        let use_dp = dp * meta.dsp_size > 1;
+        let overlapped_dp =
+            trace.rows.iter().any(|r| trace.optypes[r.optype as usize] == ot::SEPARATE_GRADS_ALL_REDUCE);
+        if use_dp {
+            builder.data_parallel(overlapped_dp)?;
+        }
+        builder.step_tail(use_dp, overlapped_dp)?;
+        builder.worker_groups(use_dp)?;
+        builder.finish()
     }
 }
 
@@ -831,22 +942,26 @@ fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
     Ok(())
 }
 
-impl StragglerModel {
-    /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
-    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
+/// Where each operation of the laid-out model comes from. Operation id = lane × names + name, lane = step index ×
+/// DP size + DP rank: a lane's operations lie together, and so do the lanes of a step, which the replay visits
+/// together.
+struct Layout {
+    /// Named operations per lane.
+    names: usize,
+    /// (step, DP rank) lanes.
+    lanes: usize,
+    dp_size: u32,
+    /// Per operation id, its row in the trace.
+    row_of: Vec<u32>,
+}
+
+impl Layout {
+    /// Places every row of `trace` in its slot; refuses a row outside the template, a row twice, and a missing one.
+    fn place(trace: &ArtifactTrace, template: &Template, steps: &[i64], dp_size: u32) -> Result<Layout, String> {
         let file = &trace.source;
-        check_lanes_bounded(trace)?;
-        let template = Template::build(trace, meta)?;
-        let mut steps: Vec<i64> = trace.rows.iter().map(|r| r.step).collect();
-        steps.sort_unstable();
-        steps.dedup();
-        let dp_size = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
-        let pp_size = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
         let lanes = steps.len() * dp_size as usize;
         let names = template.names.len();
         let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
-        // Operation id = lane × names + name, lane = step index × DP size + DP rank: a lane's operations lie
-        // together, and so do the lanes of a step, which the replay visits together.
         // Every (step, DP rank) lane runs the template's operations, one row each: more slots than rows means a
         // missing one, found here without sizing anything from the values in the file.
         let slots = names.checked_mul(lanes).filter(|&n| n <= trace.rows.len()).ok_or_else(|| {
@@ -886,43 +1001,37 @@ impl StragglerModel {
                 lane % dp_size as usize
             ));
         }
-        let row_at = |name: u32, lane: usize| &trace.rows[row_of[lane * names + name as usize] as usize];
-        let op_id = |name: u32, lane: usize| (lane * names + name as usize) as u32;
+        Ok(Layout { names, lanes, dp_size, row_of })
+    }
 
-        // Workers (global ranks) in order.
-        let mut workers: Vec<(u32, u32, u32)> = trace.rows.iter().map(|r| (r.rank, r.dp, r.stage)).collect();
-        workers.sort_unstable();
-        workers.dedup();
-        let worker_index: HashMap<u32, u32> = workers.iter().enumerate().map(|(i, w)| (w.0, i as u32)).collect();
-        let ranks: Vec<RankSpec> = workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| RankSpec { key: RankKey { trace: 0, device: DeviceIdx(i as u32) }, rank: w.0 })
-            .collect();
+    fn op_id(&self, name: u32, lane: usize) -> u32 {
+        (lane * self.names + name as usize) as u32
+    }
 
-        // Step starts: the earliest recorded start of each step.
-        let mut step_start_s = vec![f32::INFINITY; steps.len()];
-        for row in &trace.rows {
-            let s = step_index[&row.step] as usize;
-            step_start_s[s] = step_start_s[s].min(row.start_s);
-        }
-        let step_start_ns: Vec<i64> = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).collect();
+    fn row_at<'t>(&self, trace: &'t ArtifactTrace, name: u32, lane: usize) -> &'t Row {
+        &trace.rows[self.row_of[lane * self.names + name as usize] as usize]
+    }
 
-        // Transfers: a communication operation's end minus the latest start in its group.
-        let op_count = row_of.len();
+    /// The operations, their placement (step index, DP rank, stage, global rank) and recorded durations.
+    fn ops(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        worker_index: &HashMap<u32, u32>,
+    ) -> (Vec<Op>, Vec<(u32, u32, u32, u32)>, Vec<i64>) {
+        let op_count = self.row_of.len();
         let mut recorded_own_ns = vec![0i64; op_count];
-        let mut launch_delay_ns = vec![0i64; op_count];
         let mut ops: Vec<Op> = Vec::with_capacity(op_count);
         let mut placement = Vec::with_capacity(op_count);
-        for lane in 0..lanes {
-            for name in 0..names as u32 {
-                let row = row_at(name, lane);
+        for lane in 0..self.lanes {
+            for name in 0..self.names as u32 {
+                let row = self.row_at(trace, name, lane);
                 let comm = template.group_of[name as usize].is_some();
                 ops.push(Op {
                     kind: OpKind::Kernel,
                     rank_index: worker_index[&row.rank],
                     trace: 0,
-                    index: row_of[lane * names + name as usize],
+                    index: self.row_of[lane * self.names + name as usize],
                     lane: 0,
                     category: row.optype,
                     comm,
@@ -931,25 +1040,37 @@ impl StragglerModel {
                     end_ns: seconds_to_ns(f64::from(row.end_s)),
                     instance: name,
                 });
-                placement.push(((lane / dp_size as usize) as u32, row.dp, row.stage, row.rank));
-                recorded_own_ns[op_id(name, lane) as usize] = seconds_to_ns(f64::from(row.duration_s));
+                placement.push(((lane / self.dp_size as usize) as u32, row.dp, row.stage, row.rank));
+                recorded_own_ns[self.op_id(name, lane) as usize] = seconds_to_ns(f64::from(row.duration_s));
             }
         }
-        // Barriers: per group and step (DP-synchronised) or per group, step and DP rank.
-        let mut edges: Vec<ExplicitEdge> = Vec::new();
+        (ops, placement, recorded_own_ns)
+    }
+
+    /// Barriers: per group and step (DP-synchronised) or per group, step and DP rank, each a list of operations.
+    /// A member's recorded own time becomes its transfer: its end minus the latest start in its barrier.
+    fn barriers(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        steps: usize,
+        ops: &[Op],
+        recorded_own_ns: &mut [i64],
+    ) -> Vec<Vec<u32>> {
+        let dp_size = self.dp_size as usize;
         let mut barrier_members: Vec<Vec<u32>> = Vec::new();
         for (g, members) in template.groups.iter().enumerate() {
             let synced = members.iter().any(|&m| template.dp_sync[m as usize]);
             debug_assert!(members.iter().all(|&m| template.group_of[m as usize] == Some(g as u32)));
-            for step in 0..steps.len() {
+            for step in 0..steps {
                 let dp_groups: Vec<Vec<usize>> = if synced {
-                    vec![(0..dp_size as usize).map(|d| step * dp_size as usize + d).collect()]
+                    vec![(0..dp_size).map(|d| step * dp_size + d).collect()]
                 } else {
-                    (0..dp_size as usize).map(|d| vec![step * dp_size as usize + d]).collect()
+                    (0..dp_size).map(|d| vec![step * dp_size + d]).collect()
                 };
                 for lane_set in dp_groups {
                     let list: Vec<u32> =
-                        members.iter().flat_map(|&m| lane_set.iter().map(move |&l| op_id(m, l))).collect();
+                        members.iter().flat_map(|&m| lane_set.iter().map(move |&l| self.op_id(m, l))).collect();
                     // The transfer: end minus the latest start of the group, as recorded.
                     let latest_start_s = list
                         .iter()
@@ -965,62 +1086,132 @@ impl StragglerModel {
                 }
             }
         }
-        let barrier_base = 2 * op_count as u32;
-        for (b, list) in barrier_members.iter().enumerate() {
-            let barrier = barrier_base + b as u32;
-            for &o in list {
-                edges.push(ExplicitEdge {
-                    source: start_vertex(o),
-                    target: barrier,
-                    kind: EdgeKind::CollectiveArrival,
-                });
-                edges.push(ExplicitEdge { source: barrier, target: end_vertex(o), kind: EdgeKind::CollectiveRelease });
-            }
-        }
-        // Dependencies within each lane; the launch delay is the start minus the latest end waited for.
-        let vertex_count = 2 * op_count + barrier_members.len();
+        barrier_members
+    }
+
+    /// Dependencies within each lane (added to `edges`); returns the external times of the vertices (a lane's
+    /// first operations wait for their step's start) and each operation's launch delay: its start minus the
+    /// latest end waited for.
+    fn lane_dependencies(
+        &self,
+        trace: &ArtifactTrace,
+        template: &Template,
+        step_start_s: &[f32],
+        vertex_count: usize,
+        edges: &mut Vec<ExplicitEdge>,
+    ) -> (Vec<i64>, Vec<i64>) {
+        let step_start_ns: Vec<i64> = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).collect();
+        let mut launch_delay_ns = vec![0i64; self.row_of.len()];
         let mut external_ns = vec![i64::MIN; vertex_count];
-        for name in 0..names as u32 {
+        for name in 0..self.names as u32 {
             let deps = &template.deps[name as usize];
-            for lane in 0..lanes {
-                let o = op_id(name, lane);
-                let row = row_at(name, lane);
+            for lane in 0..self.lanes {
+                let o = self.op_id(name, lane);
+                let row = self.row_at(trace, name, lane);
                 let ready_s = if deps.is_empty() {
-                    let step = lane / dp_size as usize;
+                    let step = lane / self.dp_size as usize;
                     external_ns[start_vertex(o) as usize] = step_start_ns[step];
                     step_start_s[step]
                 } else {
-                    deps.iter().map(|&d| row_at(d, lane).end_s).fold(f32::NEG_INFINITY, f32::max)
+                    deps.iter().map(|&d| self.row_at(trace, d, lane).end_s).fold(f32::NEG_INFINITY, f32::max)
                 };
                 let delay_s = f64::from(row.start_s - ready_s);
                 launch_delay_ns[o as usize] = if delay_s <= -NEGATIVE_LIMIT_S { 0 } else { seconds_to_ns(delay_s) };
                 for &d in deps {
                     edges.push(ExplicitEdge {
-                        source: end_vertex(op_id(d, lane)),
+                        source: end_vertex(self.op_id(d, lane)),
                         target: start_vertex(o),
                         kind: EdgeKind::StreamOrder,
                     });
                 }
             }
         }
-        let mut measured_ns = vec![0i64; vertex_count];
-        for (o, op) in ops.iter().enumerate() {
-            measured_ns[2 * o] = op.start_ns;
-            measured_ns[2 * o + 1] = op.end_ns;
+        (external_ns, launch_delay_ns)
+    }
+}
+
+/// The workers (global ranks) in order: each one's index by global rank, and one rank of the model each.
+fn workers_of(trace: &ArtifactTrace) -> (HashMap<u32, u32>, Vec<RankSpec>) {
+    let mut workers: Vec<(u32, u32, u32)> = trace.rows.iter().map(|r| (r.rank, r.dp, r.stage)).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    let worker_index: HashMap<u32, u32> = workers.iter().enumerate().map(|(i, w)| (w.0, i as u32)).collect();
+    let ranks: Vec<RankSpec> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| RankSpec { key: RankKey { trace: 0, device: DeviceIdx(i as u32) }, rank: w.0 })
+        .collect();
+    (worker_index, ranks)
+}
+
+/// The arrival and release edges of each barrier (vertex `2 × op_count + index`).
+fn barrier_edges(barrier_members: &[Vec<u32>], op_count: usize) -> Vec<ExplicitEdge> {
+    let mut edges: Vec<ExplicitEdge> = Vec::new();
+    let barrier_base = 2 * op_count as u32;
+    for (b, list) in barrier_members.iter().enumerate() {
+        let barrier = barrier_base + b as u32;
+        for &o in list {
+            edges.push(ExplicitEdge { source: start_vertex(o), target: barrier, kind: EdgeKind::CollectiveArrival });
+            edges.push(ExplicitEdge { source: barrier, target: end_vertex(o), kind: EdgeKind::CollectiveRelease });
         }
-        for (b, list) in barrier_members.iter().enumerate() {
-            measured_ns[2 * op_count + b] = list.iter().map(|&o| ops[o as usize].start_ns).max().unwrap_or(0);
+    }
+    edges
+}
+
+/// The recorded time of every vertex: operation starts and ends, then each barrier's latest member start.
+fn measured_vertex_times(ops: &[Op], barrier_members: &[Vec<u32>], vertex_count: usize) -> Vec<i64> {
+    let mut measured_ns = vec![0i64; vertex_count];
+    for (o, op) in ops.iter().enumerate() {
+        measured_ns[2 * o] = op.start_ns;
+        measured_ns[2 * o + 1] = op.end_ns;
+    }
+    for (b, list) in barrier_members.iter().enumerate() {
+        measured_ns[2 * ops.len() + b] = list.iter().map(|&o| ops[o as usize].start_ns).max().unwrap_or(0);
+    }
+    measured_ns
+}
+
+impl StragglerModel {
+    /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
+    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
+        let file = &trace.source;
+        check_lanes_bounded(trace)?;
+        let template = Template::build(trace, meta)?;
+        let mut steps: Vec<i64> = trace.rows.iter().map(|r| r.step).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let dp_size = trace.rows.iter().map(|r| r.dp).max().unwrap_or(0) + 1;
+        let pp_size = trace.rows.iter().map(|r| r.stage).max().unwrap_or(0) + 1;
+        let layout = Layout::place(trace, &template, &steps, dp_size)?;
+        let (worker_index, ranks) = workers_of(trace);
+
+        // Step starts: the earliest recorded start of each step.
+        let step_index: HashMap<i64, u32> = steps.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
+        let mut step_start_s = vec![f32::INFINITY; steps.len()];
+        for row in &trace.rows {
+            let s = step_index[&row.step] as usize;
+            step_start_s[s] = step_start_s[s].min(row.start_s);
         }
+
+        let (ops, placement, mut recorded_own_ns) = layout.ops(trace, &template, &worker_index);
+        let op_count = ops.len();
+        let barrier_members = layout.barriers(trace, &template, steps.len(), &ops, &mut recorded_own_ns);
+        let mut edges = barrier_edges(&barrier_members, op_count);
+        let vertex_count = 2 * op_count + barrier_members.len();
+        let (external_ns, launch_delay_ns) =
+            layout.lane_dependencies(trace, &template, &step_start_s, vertex_count, &mut edges);
+        let measured_ns = measured_vertex_times(&ops, &barrier_members, vertex_count);
+        let window_start_ns = step_start_s.iter().map(|&s| seconds_to_ns(f64::from(s))).min().unwrap_or(0);
         let graph = Graph::from_explicit(ExplicitModel {
             ops,
             ranks,
             categories: trace.optypes.clone(),
-            window_start_ns: step_start_ns.iter().copied().min().unwrap_or(0),
+            window_start_ns,
             barriers: barrier_members.len() as u32,
             edges,
             external_ns,
             measured_ns,
-            instances: names as u32,
+            instances: layout.names as u32,
         });
         if graph.stats.edges_dropped_for_cycles > 0 {
             return Err(format!(
@@ -1038,7 +1229,7 @@ impl StragglerModel {
             recorded_own_ns,
             launch_delay_ns,
 
-            names_per_lane: names,
+            names_per_lane: layout.names,
             groups: template.groups.len(),
         })
     }
@@ -1196,17 +1387,34 @@ pub struct StragglerReport {
 
 const NS_PER_S: f64 = 1e9;
 
-/// Runs the analysis on a model.
-pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) -> StragglerReport {
-    let graph = &model.graph;
-    let op_count = graph.ops.len();
-    let recorded = &model.recorded_own_ns;
+/// The replays behind the decompositions: the ideal own times and the means the slowdowns are measured against.
+struct Replays<'a> {
+    model: &'a StragglerModel,
+    /// Per operation, its ideal own time, ns.
+    ideal: Vec<i64>,
+    /// Per step, the ideal replay's step time, ns.
+    ideal_steps: Vec<i64>,
+    /// Mean step time without launch delays, ns.
+    t_no_delay: f64,
+    /// Mean step time of the ideal, ns.
+    t_ideal: f64,
+}
 
-    // The ideal: per operation type, the mean (compute) or median (communication) of the no-delay replay's
-    // own times over the whole trace. Communication synchronised in a group is idealised by its transfer.
+/// A decomposition of the slowdown: by operation type group, DP rank or stage.
+#[derive(Clone, Copy)]
+enum Dimension {
+    Optype,
+    DpRank,
+    Stage,
+}
+
+/// The ideal: per operation type, the mean (compute) or median (communication) of the no-delay replay's own times
+/// over the whole trace. Communication synchronised in a group is idealised by its transfer.
+fn ideal_own_times(model: &StragglerModel) -> Vec<i64> {
+    let graph = &model.graph;
     let mut by_type: Vec<Vec<i64>> = vec![Vec::new(); model.optypes.len()];
     for (o, op) in graph.ops.iter().enumerate() {
-        by_type[op.category as usize].push(recorded[o]);
+        by_type[op.category as usize].push(model.recorded_own_ns[o]);
     }
     let centre: Vec<i64> = by_type
         .iter_mut()
@@ -1217,7 +1425,124 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
             value.round() as i64
         })
         .collect();
-    let ideal: Vec<i64> = graph.ops.iter().map(|op| centre[op.category as usize]).collect();
+    graph.ops.iter().map(|op| centre[op.category as usize]).collect()
+}
+
+impl Replays<'_> {
+    /// Own times with `select`ed operations taken from `chosen` and the rest from `base`.
+    fn mix(&self, base: &[i64], chosen: &[i64], select: &(dyn Fn(usize) -> bool + Sync)) -> Vec<i64> {
+        (0..self.model.graph.ops.len()).map(|o| if select(o) { chosen[o] } else { base[o] }).collect()
+    }
+
+    /// The ideal with only the `select`ed operations at their recorded own times.
+    fn group(&self, name: String, select: &(dyn Fn(usize) -> bool + Sync)) -> GroupSlowdown {
+        let steps = self.model.step_times(&self.mix(&self.ideal, &self.model.recorded_own_ns, select), None);
+        let mean = mean_ns(&steps);
+        GroupSlowdown {
+            name,
+            step_time_s: mean / NS_PER_S,
+            slowdown: ratio(mean, self.t_ideal),
+            per_step: steps.iter().zip(&self.ideal_steps).map(|(&a, &b)| ratio(a as f64, b as f64)).collect(),
+        }
+    }
+
+    /// The decompositions, largest slowdown first: one replay per operation type group, DP rank and stage,
+    /// spread over the cores.
+    fn decompositions(&self) -> (Vec<GroupSlowdown>, Vec<GroupSlowdown>, Vec<GroupSlowdown>) {
+        let model = self.model;
+        let sort = |mut v: Vec<GroupSlowdown>| {
+            v.sort_by(|a, b| b.slowdown.total_cmp(&a.slowdown).then(a.name.cmp(&b.name)));
+            v
+        };
+        let mut attribution_groups: Vec<&str> = model.optypes.iter().map(|t| ot::attribution_group(t)).collect();
+        attribution_groups.sort_unstable();
+        attribution_groups.dedup();
+        let optype_group: Vec<u32> = model
+            .optypes
+            .iter()
+            .map(|t| attribution_groups.iter().position(|g| *g == ot::attribution_group(t)).unwrap_or(0) as u32)
+            .collect();
+        let key = |dimension: Dimension, o: usize| match dimension {
+            Dimension::Optype => optype_group[model.graph.ops[o].category as usize],
+            Dimension::DpRank => model.placement[o].1,
+            Dimension::Stage => model.placement[o].2,
+        };
+        let mut jobs: Vec<(Dimension, String, u32)> = Vec::new();
+        jobs.extend(attribution_groups.iter().enumerate().map(|(i, g)| (Dimension::Optype, g.to_string(), i as u32)));
+        jobs.extend((0..model.dp_size).map(|d| (Dimension::DpRank, d.to_string(), d)));
+        jobs.extend((0..model.pp_size).map(|s| (Dimension::Stage, s.to_string(), s)));
+        let results = parallel_map(&jobs, |(dimension, name, value)| {
+            (*dimension, self.group(name.clone(), &|o: usize| key(*dimension, o) == *value))
+        });
+        let pick = |wanted: fn(Dimension) -> bool| -> Vec<GroupSlowdown> {
+            sort(results.iter().filter(|(d, _)| wanted(*d)).map(|(_, g)| g.clone()).collect())
+        };
+        (
+            pick(|d| matches!(d, Dimension::Optype)),
+            pick(|d| matches!(d, Dimension::DpRank)),
+            pick(|d| matches!(d, Dimension::Stage)),
+        )
+    }
+
+    /// Removing the selection from the original, and adding it to the ideal.
+    fn explain(&self, selection: String, ranks: Vec<u32>, select: &(dyn Fn(usize) -> bool + Sync)) -> Explained {
+        let (recorded, ideal) = (&self.model.recorded_own_ns, &self.ideal);
+        let replays = parallel_map(&[false, true], |&add| {
+            let own = if add { self.mix(ideal, recorded, select) } else { self.mix(recorded, ideal, select) };
+            mean_ns(&self.model.step_times(&own, None))
+        });
+        let (removed, added) = (replays[0], replays[1]);
+        let (t_no_delay, t_ideal) = (self.t_no_delay, self.t_ideal);
+        let excess = t_no_delay - t_ideal;
+        Explained {
+            selection,
+            ranks,
+            t_original_s: t_no_delay / NS_PER_S,
+            t_ideal_s: t_ideal / NS_PER_S,
+            t_removed_s: removed / NS_PER_S,
+            t_added_s: added / NS_PER_S,
+            removed: ratio(t_no_delay - removed, excess),
+            added: ratio(added - t_ideal, excess),
+        }
+    }
+
+    /// `M_W` (the workers whose DP rank and stage both stand out most) and `M_S` (the last stage), from the
+    /// workers (global rank, DP rank, stage) and the per-DP-rank and per-stage slowdowns.
+    fn worker_selections(
+        &self,
+        workers: &[(u32, u32, u32)],
+        by_dp_rank: &[GroupSlowdown],
+        by_stage: &[GroupSlowdown],
+    ) -> (Explained, Explained) {
+        let model = self.model;
+        let dp_score: HashMap<u32, f64> =
+            by_dp_rank.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+        let stage_score: HashMap<u32, f64> =
+            by_stage.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+        let mut scored: Vec<(f64, u32)> =
+            workers.iter().map(|&(rank, dp, stage)| (dp_score[&dp].min(stage_score[&stage]), rank)).collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let selected = (workers.len() * WORKER_SHARE_PCT).div_ceil(100);
+        let chosen: Vec<u32> = scored.iter().take(selected).map(|s| s.1).collect();
+        let m_w = self.explain(
+            format!("the {selected} worker(s) ({WORKER_SHARE_PCT} %) with the highest min(S_dp, S_stage)"),
+            chosen.clone(),
+            &|o: usize| chosen.contains(&model.placement[o].3),
+        );
+        let last_stage = model.pp_size - 1;
+        let last_stage_ranks: Vec<u32> = workers.iter().filter(|w| w.2 == last_stage).map(|w| w.0).collect();
+        let m_s = self.explain(format!("the last stage ({last_stage})"), last_stage_ranks, &|o: usize| {
+            model.placement[o].2 == last_stage
+        });
+        (m_w, m_s)
+    }
+}
+
+/// Runs the analysis on a model.
+pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) -> StragglerReport {
+    let graph = &model.graph;
+    let recorded = &model.recorded_own_ns;
+    let ideal = ideal_own_times(model);
     let mut base = parallel_map(&[0, 1, 2], |&which| match which {
         0 => model.step_times(recorded, Some(&model.launch_delay_ns)),
         1 => model.step_times(recorded, None),
@@ -1237,98 +1562,12 @@ pub fn analyze(trace: &ArtifactTrace, meta: &JobMeta, model: &StragglerModel) ->
         })
         .collect();
 
-    // Own times with `select`ed operations taken from `chosen` and the rest from `base`.
-    let mix = |base: &[i64], chosen: &[i64], select: &(dyn Fn(usize) -> bool + Sync)| -> Vec<i64> {
-        (0..op_count).map(|o| if select(o) { chosen[o] } else { base[o] }).collect()
-    };
-    let group = |name: String, select: &(dyn Fn(usize) -> bool + Sync)| -> GroupSlowdown {
-        let steps = model.step_times(&mix(&ideal, recorded, select), None);
-        let mean = mean_ns(&steps);
-        GroupSlowdown {
-            name,
-            step_time_s: mean / NS_PER_S,
-            slowdown: ratio(mean, t_ideal),
-            per_step: steps.iter().zip(&ideal_steps).map(|(&a, &b)| ratio(a as f64, b as f64)).collect(),
-        }
-    };
-    let sort = |mut v: Vec<GroupSlowdown>| {
-        v.sort_by(|a, b| b.slowdown.total_cmp(&a.slowdown).then(a.name.cmp(&b.name)));
-        v
-    };
-    let mut attribution_groups: Vec<&str> = model.optypes.iter().map(|t| ot::attribution_group(t)).collect();
-    attribution_groups.sort_unstable();
-    attribution_groups.dedup();
-    // The decompositions: one replay per operation type group, DP rank and stage, spread over the cores.
-    #[derive(Clone, Copy)]
-    enum Dimension {
-        Optype,
-        DpRank,
-        Stage,
-    }
-    let optype_group: Vec<u32> = model
-        .optypes
-        .iter()
-        .map(|t| attribution_groups.iter().position(|g| *g == ot::attribution_group(t)).unwrap_or(0) as u32)
-        .collect();
-    let key = |dimension: Dimension, o: usize| match dimension {
-        Dimension::Optype => optype_group[graph.ops[o].category as usize],
-        Dimension::DpRank => model.placement[o].1,
-        Dimension::Stage => model.placement[o].2,
-    };
-    let mut jobs: Vec<(Dimension, String, u32)> = Vec::new();
-    jobs.extend(attribution_groups.iter().enumerate().map(|(i, g)| (Dimension::Optype, g.to_string(), i as u32)));
-    jobs.extend((0..model.dp_size).map(|d| (Dimension::DpRank, d.to_string(), d)));
-    jobs.extend((0..model.pp_size).map(|s| (Dimension::Stage, s.to_string(), s)));
-    let results = parallel_map(&jobs, |(dimension, name, value)| {
-        (*dimension, group(name.clone(), &|o: usize| key(*dimension, o) == *value))
-    });
-    let pick = |wanted: fn(Dimension) -> bool| -> Vec<GroupSlowdown> {
-        sort(results.iter().filter(|(d, _)| wanted(*d)).map(|(_, g)| g.clone()).collect())
-    };
-    let by_optype = pick(|d| matches!(d, Dimension::Optype));
-    let by_dp_rank = pick(|d| matches!(d, Dimension::DpRank));
-    let by_stage = pick(|d| matches!(d, Dimension::Stage));
-
-    // Removing the selection from the original, and adding it to the ideal.
-    let explain = |selection: String, ranks: Vec<u32>, select: &(dyn Fn(usize) -> bool + Sync)| -> Explained {
-        let replays = parallel_map(&[false, true], |&add| {
-            let own = if add { mix(&ideal, recorded, select) } else { mix(recorded, &ideal, select) };
-            mean_ns(&model.step_times(&own, None))
-        });
-        let (removed, added) = (replays[0], replays[1]);
-        let excess = t_no_delay - t_ideal;
-        Explained {
-            selection,
-            ranks,
-            t_original_s: t_no_delay / NS_PER_S,
-            t_ideal_s: t_ideal / NS_PER_S,
-            t_removed_s: removed / NS_PER_S,
-            t_added_s: added / NS_PER_S,
-            removed: ratio(t_no_delay - removed, excess),
-            added: ratio(added - t_ideal, excess),
-        }
-    };
-    // M_W: the workers whose DP rank and stage both stand out most.
-    let dp_score: HashMap<u32, f64> = by_dp_rank.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
-    let stage_score: HashMap<u32, f64> = by_stage.iter().map(|g| (g.name.parse().unwrap_or(0), g.slowdown)).collect();
+    let replays = Replays { model, ideal, ideal_steps, t_no_delay, t_ideal };
+    let (by_optype, by_dp_rank, by_stage) = replays.decompositions();
     let mut workers: Vec<(u32, u32, u32)> = model.placement.iter().map(|p| (p.3, p.1, p.2)).collect();
     workers.sort_unstable();
     workers.dedup();
-    let mut scored: Vec<(f64, u32)> =
-        workers.iter().map(|&(rank, dp, stage)| (dp_score[&dp].min(stage_score[&stage]), rank)).collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let selected = (workers.len() * WORKER_SHARE_PCT).div_ceil(100);
-    let chosen: Vec<u32> = scored.iter().take(selected).map(|s| s.1).collect();
-    let m_w = explain(
-        format!("the {selected} worker(s) ({WORKER_SHARE_PCT} %) with the highest min(S_dp, S_stage)"),
-        chosen.clone(),
-        &|o: usize| chosen.contains(&model.placement[o].3),
-    );
-    let last_stage = model.pp_size - 1;
-    let last_stage_ranks: Vec<u32> = workers.iter().filter(|w| w.2 == last_stage).map(|w| w.0).collect();
-    let m_s = explain(format!("the last stage ({last_stage})"), last_stage_ranks, &|o: usize| {
-        model.placement[o].2 == last_stage
-    });
+    let (m_w, m_s) = replays.worker_selections(&workers, &by_dp_rank, &by_stage);
 
     StragglerReport {
         source: trace.source.clone(),

@@ -93,196 +93,205 @@ fn latency_title(phase: &str) -> String {
     }
 }
 
-/// Adds the LLM figures' tables and charts: latency, MFU, layers per phase.
-pub fn add_llm_charts(out: &mut ReportCharts, llm: &LlmFigures) {
-    if !llm.latency.is_empty() {
-        let x_labels: Vec<String> = llm.latency.iter().map(|l| latency_title(&l.phase)).collect();
-        let p50 = llm
-            .latency
-            .iter()
-            .map(|l| Some(SeriesPoint { value: ms(l.time.p50_ns), low: ms(l.time.min_ns), high: ms(l.time.max_ns) }));
-        let p90 = llm
-            .latency
-            .iter()
-            .map(|l| Some(SeriesPoint { value: ms(l.time.p90_ns), low: ms(l.time.p90_ns), high: ms(l.time.p90_ns) }));
-        out.sections.push(Section {
-            caption: format!(
-                "Time to first token (one prefill instance) and time per output token (one decode step) on the \
-                 slowest rank, after leaving out each rank's first {} instances: p50 with the min–max spread, \
-                 and p90.",
-                llm.skipped
-            ),
-            chart: Chart {
-                name: "latency".into(),
-                title: "Time to first token and per output token".into(),
-                size_px: (900, 420),
-                kind: ChartKind::Series {
-                    x_labels,
-                    x_label: "phase".into(),
-                    y_label: "ms".into(),
-                    lines: vec![
-                        Line {
-                            joined: false,
-                            label: "p50 (min–max)".into(),
-                            color: charts::series_color(0),
-                            points: p50.collect(),
-                        },
-                        Line {
-                            joined: false,
-                            label: "p90".into(),
-                            color: charts::series_color(1),
-                            points: p90.collect(),
-                        },
-                    ],
-                },
-            },
-        });
-        out.tables.push(Table {
-            title: format!("Latency per phase (slowest rank; first {} instances of each rank left out)", llm.skipped),
-            header: ["phase", "rank", "instances", "p50", "p90", "min", "max"].map(String::from).to_vec(),
+/// The achieved FLOP/s and MFU per phase: the table, and the chart when some phase has an MFU.
+fn add_mfu_chart(out: &mut ReportCharts, llm: &LlmFigures) {
+    out.tables.push(
+        Table {
+            title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its p50 time)".into(),
+            header: [
+                "phase",
+                "tokens",
+                "context",
+                "GFLOP",
+                "time p50",
+                "TFLOP/s",
+                "GPUs",
+                "peak TFLOP/s",
+                "MFU",
+                "why no MFU",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows: llm
-                .latency
+                .mfu
                 .iter()
-                .map(|l| {
+                .map(|m| {
                     vec![
-                        latency_title(&l.phase),
-                        l.rank.to_string(),
-                        l.time.count.to_string(),
-                        duration(l.time.p50_ns),
-                        duration(l.time.p90_ns),
-                        duration(l.time.min_ns),
-                        duration(l.time.max_ns),
+                        m.phase.clone(),
+                        format!("{}", m.tokens_per_instance),
+                        m.context_per_token.map_or("–".into(), |c| format!("{c}")),
+                        format!("{:.2}", m.flops_per_instance / 1e9),
+                        duration(m.instance_p50_ns),
+                        format!("{:.1}", m.achieved_tflops),
+                        m.gpus.to_string(),
+                        m.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
+                        m.mfu_pct.map_or("–".into(), |p| format!("{p:.1} %")),
+                        m.inconsistent.clone().unwrap_or_default(),
                     ]
                 })
                 .collect(),
-        });
-    }
-    if !llm.mfu.is_empty() {
-        out.tables.push(
-            Table {
-                title: "Achieved FLOP/s and MFU per phase (model FLOPs of one instance ÷ its p50 time)".into(),
-                header: [
-                    "phase",
-                    "tokens",
-                    "context",
-                    "GFLOP",
-                    "time p50",
-                    "TFLOP/s",
-                    "GPUs",
-                    "peak TFLOP/s",
-                    "MFU",
-                    "why no MFU",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows: llm
-                    .mfu
-                    .iter()
-                    .map(|m| {
-                        vec![
-                            m.phase.clone(),
-                            format!("{}", m.tokens_per_instance),
-                            m.context_per_token.map_or("–".into(), |c| format!("{c}")),
-                            format!("{:.2}", m.flops_per_instance / 1e9),
-                            duration(m.instance_p50_ns),
-                            format!("{:.1}", m.achieved_tflops),
-                            m.gpus.to_string(),
-                            m.peak.as_ref().map_or("–".into(), |p| format!("{:.0} ({})", p.tflops, p.kind)),
-                            m.mfu_pct.map_or("–".into(), |p| format!("{p:.1} %")),
-                            m.inconsistent.clone().unwrap_or_default(),
-                        ]
-                    })
-                    .collect(),
-            }
-            .without_empty_last_column(),
-        );
-        let with_mfu: Vec<&crate::report::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
-        if with_mfu.is_empty() {
-            out.notes.push(
-                "MFU: no peak to divide by (give --bench results or peak_tflops in --model), or the model \
-                            FLOPs were inconsistent with the trace (see the table)."
-                    .into(),
-            );
-        } else {
-            out.sections.push(Section {
-                caption: "Model FLOPs utilisation per phase: model FLOPs of one instance ÷ the slowest rank's median \
-                          instance time ÷ (peak of one GPU × GPUs). The peak is bench's measured GEMM peak when \
-                          --bench is given, else the datasheet figure of --model peak_tflops."
-                    .into(),
-                chart: Chart {
-                    name: "mfu".into(),
-                    title: "MFU per phase".into(),
-                    size_px: (900, 420),
-                    kind: ChartKind::Series {
-                        x_labels: with_mfu.iter().map(|m| m.phase.clone()).collect(),
-                        x_label: "phase".into(),
-                        y_label: "% of peak".into(),
-                        lines: vec![Line {
-                            joined: false,
-                            label: "MFU".into(),
-                            color: charts::series_color(2),
-                            points: with_mfu
-                                .iter()
-                                .map(|m| m.mfu_pct.map(|v| SeriesPoint { value: v, low: v, high: v }))
-                                .collect(),
-                        }],
-                    },
-                },
-            });
         }
-    }
-    for table in &llm.layers {
-        let mut header = vec!["layer".to_string()];
-        header.extend(table.ops.iter().cloned());
-        out.tables.push(Table {
-            title: format!(
-                "Kernel time per layer in one {} instance ({} layers, {}{}; mean over {} rank-instances)",
-                table.phase,
-                table.layers,
-                table.source,
-                table.kernels_per_layer.map_or(String::new(), |k| format!(", {k} kernels each")),
-                table.instances
-            ),
-            header,
-            rows: table
-                .time_ns
-                .iter()
-                .enumerate()
-                .map(|(layer, row)| {
-                    std::iter::once(format!("L{layer}")).chain(row.iter().map(|&ns| duration(ns))).collect()
-                })
-                .collect(),
-        });
+        .without_empty_last_column(),
+    );
+    let with_mfu: Vec<&crate::report::mfu::PhaseMfu> = llm.mfu.iter().filter(|m| m.mfu_pct.is_some()).collect();
+    if with_mfu.is_empty() {
+        out.notes.push(
+            "MFU: no peak to divide by (give --bench results or peak_tflops in --model), or the model \
+                        FLOPs were inconsistent with the trace (see the table)."
+                .into(),
+        );
+    } else {
         out.sections.push(Section {
-            caption: format!(
-                "Kernel time of each op category in each layer of one {} instance, mean over ranks and instances \
-                 ({} layers {}).",
-                table.phase,
-                table.layers,
-                if table.source == "inferred" {
-                    "inferred from the repeating kernel sequence"
-                } else {
-                    "from layer ranges"
-                }
-            ),
+            caption: "Model FLOPs utilisation per phase: model FLOPs of one instance ÷ the slowest rank's median \
+                      instance time ÷ (peak of one GPU × GPUs). The peak is bench's measured GEMM peak when \
+                      --bench is given, else the datasheet figure of --model peak_tflops."
+                .into(),
             chart: Chart {
-                name: format!("layers_{}", table.phase.replace(|c: char| !c.is_ascii_alphanumeric(), "_")),
-                title: format!("Time per layer and op in {}", table.phase),
-                size_px: (
-                    (400 + 40 * table.layers as u32).clamp(800, 2400),
-                    (140 + 36 * table.ops.len() as u32).clamp(260, 2400),
-                ),
-                kind: ChartKind::Heatmap {
-                    rows: table.ops.clone(),
-                    x_label: "layer".into(),
-                    cells: (0..table.ops.len())
-                        .map(|op| table.time_ns.iter().map(|row| Some(row[op] as f64 / 1e3)).collect())
-                        .collect(),
-                    unit: "µs".into(),
+                name: "mfu".into(),
+                title: "MFU per phase".into(),
+                size_px: (900, 420),
+                kind: ChartKind::Series {
+                    x_labels: with_mfu.iter().map(|m| m.phase.clone()).collect(),
+                    x_label: "phase".into(),
+                    y_label: "% of peak".into(),
+                    lines: vec![Line {
+                        joined: false,
+                        label: "MFU".into(),
+                        color: charts::series_color(2),
+                        points: with_mfu
+                            .iter()
+                            .map(|m| m.mfu_pct.map(|v| SeriesPoint { value: v, low: v, high: v }))
+                            .collect(),
+                    }],
                 },
             },
         });
     }
+}
+/// Time to first token and per output token: the chart and the table.
+fn add_latency_chart(out: &mut ReportCharts, llm: &LlmFigures) {
+    let x_labels: Vec<String> = llm.latency.iter().map(|l| latency_title(&l.phase)).collect();
+    let p50 = llm
+        .latency
+        .iter()
+        .map(|l| Some(SeriesPoint { value: ms(l.time.p50_ns), low: ms(l.time.min_ns), high: ms(l.time.max_ns) }));
+    let p90 = llm
+        .latency
+        .iter()
+        .map(|l| Some(SeriesPoint { value: ms(l.time.p90_ns), low: ms(l.time.p90_ns), high: ms(l.time.p90_ns) }));
+    out.sections.push(Section {
+        caption: format!(
+            "Time to first token (one prefill instance) and time per output token (one decode step) on the \
+             slowest rank, after leaving out each rank's first {} instances: p50 with the min–max spread, \
+             and p90.",
+            llm.skipped
+        ),
+        chart: Chart {
+            name: "latency".into(),
+            title: "Time to first token and per output token".into(),
+            size_px: (900, 420),
+            kind: ChartKind::Series {
+                x_labels,
+                x_label: "phase".into(),
+                y_label: "ms".into(),
+                lines: vec![
+                    Line {
+                        joined: false,
+                        label: "p50 (min–max)".into(),
+                        color: charts::series_color(0),
+                        points: p50.collect(),
+                    },
+                    Line { joined: false, label: "p90".into(), color: charts::series_color(1), points: p90.collect() },
+                ],
+            },
+        },
+    });
+    out.tables.push(Table {
+        title: format!("Latency per phase (slowest rank; first {} instances of each rank left out)", llm.skipped),
+        header: ["phase", "rank", "instances", "p50", "p90", "min", "max"].map(String::from).to_vec(),
+        rows: llm
+            .latency
+            .iter()
+            .map(|l| {
+                vec![
+                    latency_title(&l.phase),
+                    l.rank.to_string(),
+                    l.time.count.to_string(),
+                    duration(l.time.p50_ns),
+                    duration(l.time.p90_ns),
+                    duration(l.time.min_ns),
+                    duration(l.time.max_ns),
+                ]
+            })
+            .collect(),
+    });
+}
+
+/// Adds the LLM figures' tables and charts: latency, MFU, layers per phase.
+pub fn add_llm_charts(out: &mut ReportCharts, llm: &LlmFigures) {
+    if !llm.latency.is_empty() {
+        add_latency_chart(out, llm);
+    }
+    if !llm.mfu.is_empty() {
+        add_mfu_chart(out, llm);
+    }
+    for table in &llm.layers {
+        add_layer_chart(out, table);
+    }
+}
+
+/// The kernel time per layer and op of one phase: its table and heatmap.
+fn add_layer_chart(out: &mut ReportCharts, table: &crate::llm::layers::PhaseLayers) {
+    let mut header = vec!["layer".to_string()];
+    header.extend(table.ops.iter().cloned());
+    out.tables.push(Table {
+        title: format!(
+            "Kernel time per layer in one {} instance ({} layers, {}{}; mean over {} rank-instances)",
+            table.phase,
+            table.layers,
+            table.source,
+            table.kernels_per_layer.map_or(String::new(), |k| format!(", {k} kernels each")),
+            table.instances
+        ),
+        header,
+        rows: table
+            .time_ns
+            .iter()
+            .enumerate()
+            .map(|(layer, row)| {
+                std::iter::once(format!("L{layer}")).chain(row.iter().map(|&ns| duration(ns))).collect()
+            })
+            .collect(),
+    });
+    out.sections.push(Section {
+        caption: format!(
+            "Kernel time of each op category in each layer of one {} instance, mean over ranks and instances \
+         ({} layers {}).",
+            table.phase,
+            table.layers,
+            if table.source == "inferred" {
+                "inferred from the repeating kernel sequence"
+            } else {
+                "from layer ranges"
+            }
+        ),
+        chart: Chart {
+            name: format!("layers_{}", table.phase.replace(|c: char| !c.is_ascii_alphanumeric(), "_")),
+            title: format!("Time per layer and op in {}", table.phase),
+            size_px: (
+                (400 + 40 * table.layers as u32).clamp(800, 2400),
+                (140 + 36 * table.ops.len() as u32).clamp(260, 2400),
+            ),
+            kind: ChartKind::Heatmap {
+                rows: table.ops.clone(),
+                x_label: "layer".into(),
+                cells: (0..table.ops.len())
+                    .map(|op| table.time_ns.iter().map(|row| Some(row[op] as f64 / 1e3)).collect())
+                    .collect(),
+                unit: "µs".into(),
+            },
+        },
+    });
 }
 
 /// Column label of a rank, or of one of its phases.
@@ -346,8 +355,17 @@ fn ms(ns: i64) -> f64 {
 /// bandwidth and waiting charts.
 pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&BenchPeaks>) -> ReportCharts {
     let mut out = ReportCharts::default();
+    add_share_chart(&mut out, report, classifier);
+    let labels: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+    add_step_time_chart(&mut out, report, &labels);
+    add_phase_time_chart(&mut out, report, &labels);
+    add_busbw_chart(&mut out, report, bench);
+    add_wait_heatmap(&mut out, report);
+    out
+}
 
-    // Op-category shares: per rank, the whole rank, then each phase.
+/// Op-category shares: per rank, the whole rank, then each phase.
+fn add_share_chart(out: &mut ReportCharts, report: &Report, classifier: &Classifier) {
     let order = category_order(
         report.ranks.iter().flat_map(|r| std::iter::once(&r.figures).chain(r.phases.iter().map(|p| &p.figures))),
     );
@@ -375,9 +393,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Step times per rank: median, with the min–max spread.
-    let labels: Vec<String> = report.ranks.iter().map(|r| column_label(r.rank, None)).collect();
+/// Step times per rank: median, with the min–max spread.
+fn add_step_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String]) {
     let step_points: Vec<Option<SeriesPoint>> = report
         .ranks
         .iter()
@@ -417,7 +436,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 title: "Step time per rank".into(),
                 size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
                 kind: ChartKind::Series {
-                    x_labels: labels.clone(),
+                    x_labels: labels.to_vec(),
                     x_label: "rank".into(),
                     y_label: "ms".into(),
                     lines,
@@ -431,8 +450,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 .into(),
         );
     }
+}
 
-    // Phase instance times per rank (time to first token for prefill, per output token for decode).
+/// Phase instance times per rank (time to first token for prefill, per output token for decode).
+fn add_phase_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String]) {
     let mut phase_names: Vec<&str> = Vec::new();
     for rank in &report.ranks {
         for phase in &rank.phases {
@@ -473,7 +494,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
                 title: "Phase instance time per rank".into(),
                 size_px: (bar_chart_width_px(labels.len()).min(1400), 420),
                 kind: ChartKind::Series {
-                    x_labels: labels.clone(),
+                    x_labels: labels.to_vec(),
                     x_label: "rank".into(),
                     y_label: "ms".into(),
                     lines,
@@ -481,8 +502,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Bus bandwidth against message size, beside bench's curve.
+/// Bus bandwidth against message size, beside bench's curve.
+fn add_busbw_chart(out: &mut ReportCharts, report: &Report, bench: Option<&BenchPeaks>) {
     let mut sets: Vec<PointSet> = Vec::new();
     for instance in &report.instances {
         let (Some(bytes), Some(busbw)) = (instance.bytes, instance.busbw_gbps) else { continue };
@@ -535,8 +558,10 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+}
 
-    // Waiting per rank and collective instance.
+/// Waiting per rank and collective instance.
+fn add_wait_heatmap(out: &mut ReportCharts, report: &Report) {
     if report.instances.is_empty() {
         out.notes.push("Waiting heatmap: no collective was matched across two or more ranks.".into());
     } else {
@@ -571,7 +596,6 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
-    out
 }
 
 /// A table of figures, as text (the terminal, `study.txt`) and as HTML.

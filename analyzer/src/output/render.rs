@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::figures::kernel_summary::KernelSummaryRow;
 use crate::report::compare::Comparison;
-use crate::report::{Figures, PHASES_INFERRED, Report};
+use crate::report::{Figures, PHASES_INFERRED, RankReport, Report};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,160 +98,11 @@ pub fn table(report: &Report, top: usize) -> String {
         let gpu = if rank.gpu_name.is_empty() { String::new() } else { format!(" {}", rank.gpu_name) };
         let _ = writeln!(out, "\n== rank {}{recorded}: GPU {}{gpu}{pid}  [{}]", rank.rank, rank.device, rank.source);
         figures_block(&mut out, &rank.figures, "  ");
-        let kernels = &rank.figures.kernels;
-        if !kernels.is_empty() {
-            let _ = writeln!(out, "  top kernels ({} of {} names):", top.min(kernels.len()), kernels.len());
-            let _ = writeln!(
-                out,
-                "    {:>6} {:>11} {:>9} {:>11} {:>11} {:>11}  name",
-                "time%", "total", "instances", "avg", "med", "max"
-            );
-            for row in kernels.iter().take(top) {
-                let _ = writeln!(
-                    out,
-                    "    {:>6.1} {:>11} {:>9} {:>11} {:>11} {:>11}  {}",
-                    row.time_pct,
-                    duration(row.total_ns),
-                    row.instances,
-                    duration(row.avg_ns.round() as i64),
-                    duration(row.med_ns.round() as i64),
-                    duration(row.max_ns),
-                    truncate(&row.name, 90)
-                );
-            }
-        }
-        match &rank.steps {
-            Some(steps) if steps.time.count == 0 => {
-                let _ = writeln!(
-                    out,
-                    "  steps ({}): {} found, all left out as warm-up by --skip-steps",
-                    steps.source.describe(),
-                    steps.found
-                );
-            }
-            Some(steps) => {
-                let t = &steps.time;
-                let skipped = match (steps.skipped, steps.warmup) {
-                    (0, _) => String::new(),
-                    (n, "detected") => {
-                        format!(", first {n} left out as warm-up (detected: slower than 1.5 × the steady median)")
-                    }
-                    (n, _) => format!(", first {n} skipped"),
-                };
-                let _ = writeln!(
-                    out,
-                    "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
-                    steps.source.describe(),
-                    steps.found,
-                    duration(t.p50_ns),
-                    duration(t.p90_ns),
-                    duration(t.p99_ns),
-                    duration(t.min_ns),
-                    duration(t.max_ns)
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
-            }
-        }
-        if let Some(steady) = &rank.steady_state {
-            let f = &steady.figures;
-            let _ = writeln!(
-                out,
-                "  steady state ({} steps after the warm-up, {} .. {} on the trace clock): span {}   GPU busy {} ({:.1}%)   \
-                 kernels {}   (whole run: span {}, busy {:.1}%)",
-                steady.steps,
-                steady.window_ns.0,
-                steady.window_ns.1,
-                duration(f.span_ns),
-                duration(f.gpu_busy_ns),
-                share(f.gpu_busy_ns, f.span_ns),
-                f.kernel_count,
-                duration(rank.figures.span_ns),
-                share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
-            );
-        }
-        if let Some(calls) = &rank.generate_calls {
-            let warmup = calls.calls.iter().filter(|c| c.warmup).count();
-            let _ = writeln!(
-                out,
-                "  generate calls (inferred: a prefill step and the decode steps after it): {} ({} in the warm-up, left \
-                 out); TTFT median {}  min {}  max {}; TPOT median {}  min {}  max {}",
-                calls.calls.len(),
-                warmup,
-                duration(calls.ttft.p50_ns),
-                duration(calls.ttft.min_ns),
-                duration(calls.ttft.max_ns),
-                duration(calls.tpot.p50_ns),
-                duration(calls.tpot.min_ns),
-                duration(calls.tpot.max_ns)
-            );
-        }
-        if let Some(replays) = &rank.graph_replays {
-            let r = &replays.replay_ns;
-            let what = if replays.source == "graph_records" {
-                "recorded whole".to_string()
-            } else {
-                format!("{} node kernels/copies", replays.node_activities)
-            };
-            let graphs: Vec<String> = replays
-                .by_graph
-                .iter()
-                .take(5)
-                .map(|g| {
-                    let name = match (g.graph_id, g.first_node_id) {
-                        (Some(id), _) => format!("graph {id}"),
-                        (None, Some(node)) => format!("graph of node {node}"),
-                        (None, None) => "graph ?".to_string(),
-                    };
-                    let nodes =
-                        if g.nodes_per_replay > 0 { format!(" ({} nodes)", g.nodes_per_replay) } else { String::new() };
-                    // Count × each = total: the mean replay time, so that the line reads as a product.
-                    let each_ns = g.total_ns / i64::try_from(g.replays.max(1)).unwrap_or(i64::MAX);
-                    format!("{name}{nodes}: {} × {} = {}", g.replays, duration(each_ns), duration(g.total_ns))
-                })
-                .collect();
-            let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };
-            let _ = writeln!(
-                out,
-                "  CUDA graph replays ({what}): {}; per replay median {}  p90 {}  max {}{graphs}",
-                r.count,
-                duration(r.p50_ns),
-                duration(r.p90_ns),
-                duration(r.max_ns)
-            );
-        }
-        if rank.phase_source == Some(PHASES_INFERRED) {
-            let _ = writeln!(
-                out,
-                "  phases (inferred): no phase ranges; prefill told apart from the repeating decode steps by its GEMM \
-                 time and larger grids"
-            );
-        }
-        if rank.phases.is_empty() {
-            let why = if rank.annotation_ranges == 0 {
-                "the trace has no NVTX or annotation ranges".to_string()
-            } else {
-                format!("none of its {} NVTX/annotation ranges match the phase pattern", rank.annotation_ranges)
-            };
-            let _ = writeln!(out, "  phases: none ({why})");
-        }
-        for phase in &rank.phases {
-            let inferred = if phase.source == PHASES_INFERRED { " (inferred)" } else { "" };
-            let _ = writeln!(out, "  -- phase {}{inferred} --", phase.name);
-            if let Some(instances) = &phase.figures.instances {
-                let _ = writeln!(
-                    out,
-                    "    {} instance(s), summed span {}; per instance median {}  p90 {}  max {}",
-                    instances.count,
-                    duration(instances.total_ns),
-                    duration(instances.p50_ns),
-                    duration(instances.p90_ns),
-                    duration(instances.max_ns)
-                );
-            }
-            figures_block(&mut out, &phase.figures, "    ");
-        }
+        top_kernels(&mut out, rank, top);
+        steps_line(&mut out, rank);
+        steady_state_and_generate_calls(&mut out, rank);
+        graph_replays_line(&mut out, rank);
+        rank_phases(&mut out, rank);
     }
     if let Some(bench) = &report.collectives.bench {
         bus_bandwidth_against_bench(&mut out, report, bench);
@@ -263,6 +114,180 @@ pub fn table(report: &Report, top: usize) -> String {
         let _ = writeln!(out, "\nwarning: {}: {} × {}", warning.source, warning.count, warning.what);
     }
     out
+}
+
+/// The `top` kernels of a rank by total time.
+fn top_kernels(out: &mut String, rank: &RankReport, top: usize) {
+    let kernels = &rank.figures.kernels;
+    if !kernels.is_empty() {
+        let _ = writeln!(out, "  top kernels ({} of {} names):", top.min(kernels.len()), kernels.len());
+        let _ = writeln!(
+            out,
+            "    {:>6} {:>11} {:>9} {:>11} {:>11} {:>11}  name",
+            "time%", "total", "instances", "avg", "med", "max"
+        );
+        for row in kernels.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "    {:>6.1} {:>11} {:>9} {:>11} {:>11} {:>11}  {}",
+                row.time_pct,
+                duration(row.total_ns),
+                row.instances,
+                duration(row.avg_ns.round() as i64),
+                duration(row.med_ns.round() as i64),
+                duration(row.max_ns),
+                truncate(&row.name, 90)
+            );
+        }
+    }
+}
+
+/// The step-time distribution of a rank, or why there is none.
+fn steps_line(out: &mut String, rank: &RankReport) {
+    match &rank.steps {
+        Some(steps) if steps.time.count == 0 => {
+            let _ = writeln!(
+                out,
+                "  steps ({}): {} found, all left out as warm-up by --skip-steps",
+                steps.source.describe(),
+                steps.found
+            );
+        }
+        Some(steps) => {
+            let t = &steps.time;
+            let skipped = match (steps.skipped, steps.warmup) {
+                (0, _) => String::new(),
+                (n, "detected") => {
+                    format!(", first {n} left out as warm-up (detected: slower than 1.5 × the steady median)")
+                }
+                (n, _) => format!(", first {n} skipped"),
+            };
+            let _ = writeln!(
+                out,
+                "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
+                steps.source.describe(),
+                steps.found,
+                duration(t.p50_ns),
+                duration(t.p90_ns),
+                duration(t.p99_ns),
+                duration(t.min_ns),
+                duration(t.max_ns)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  steps: none found (no step or phase ranges, no repeating kernel sequence)");
+        }
+    }
+}
+
+/// The steady state after the warm-up and the inferred generate calls of a rank, when found.
+fn steady_state_and_generate_calls(out: &mut String, rank: &RankReport) {
+    if let Some(steady) = &rank.steady_state {
+        let f = &steady.figures;
+        let _ = writeln!(
+            out,
+            "  steady state ({} steps after the warm-up, {} .. {} on the trace clock): span {}   GPU busy {} ({:.1}%)   \
+             kernels {}   (whole run: span {}, busy {:.1}%)",
+            steady.steps,
+            steady.window_ns.0,
+            steady.window_ns.1,
+            duration(f.span_ns),
+            duration(f.gpu_busy_ns),
+            share(f.gpu_busy_ns, f.span_ns),
+            f.kernel_count,
+            duration(rank.figures.span_ns),
+            share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
+        );
+    }
+    if let Some(calls) = &rank.generate_calls {
+        let warmup = calls.calls.iter().filter(|c| c.warmup).count();
+        let _ = writeln!(
+            out,
+            "  generate calls (inferred: a prefill step and the decode steps after it): {} ({} in the warm-up, left \
+             out); TTFT median {}  min {}  max {}; TPOT median {}  min {}  max {}",
+            calls.calls.len(),
+            warmup,
+            duration(calls.ttft.p50_ns),
+            duration(calls.ttft.min_ns),
+            duration(calls.ttft.max_ns),
+            duration(calls.tpot.p50_ns),
+            duration(calls.tpot.min_ns),
+            duration(calls.tpot.max_ns)
+        );
+    }
+}
+
+/// The CUDA graph replays of a rank, when it has any.
+fn graph_replays_line(out: &mut String, rank: &RankReport) {
+    if let Some(replays) = &rank.graph_replays {
+        let r = &replays.replay_ns;
+        let what = if replays.source == "graph_records" {
+            "recorded whole".to_string()
+        } else {
+            format!("{} node kernels/copies", replays.node_activities)
+        };
+        let graphs: Vec<String> = replays
+            .by_graph
+            .iter()
+            .take(5)
+            .map(|g| {
+                let name = match (g.graph_id, g.first_node_id) {
+                    (Some(id), _) => format!("graph {id}"),
+                    (None, Some(node)) => format!("graph of node {node}"),
+                    (None, None) => "graph ?".to_string(),
+                };
+                let nodes =
+                    if g.nodes_per_replay > 0 { format!(" ({} nodes)", g.nodes_per_replay) } else { String::new() };
+                // Count × each = total: the mean replay time, so that the line reads as a product.
+                let each_ns = g.total_ns / i64::try_from(g.replays.max(1)).unwrap_or(i64::MAX);
+                format!("{name}{nodes}: {} × {} = {}", g.replays, duration(each_ns), duration(g.total_ns))
+            })
+            .collect();
+        let graphs = if graphs.is_empty() { String::new() } else { format!("; {}", graphs.join(", ")) };
+        let _ = writeln!(
+            out,
+            "  CUDA graph replays ({what}): {}; per replay median {}  p90 {}  max {}{graphs}",
+            r.count,
+            duration(r.p50_ns),
+            duration(r.p90_ns),
+            duration(r.max_ns)
+        );
+    }
+}
+
+/// The phases of a rank (or why it has none), each with its instances and figures.
+fn rank_phases(out: &mut String, rank: &RankReport) {
+    if rank.phase_source == Some(PHASES_INFERRED) {
+        let _ = writeln!(
+            out,
+            "  phases (inferred): no phase ranges; prefill told apart from the repeating decode steps by its GEMM \
+             time and larger grids"
+        );
+    }
+    if rank.phases.is_empty() {
+        let why = if rank.annotation_ranges == 0 {
+            "the trace has no NVTX or annotation ranges".to_string()
+        } else {
+            format!("none of its {} NVTX/annotation ranges match the phase pattern", rank.annotation_ranges)
+        };
+        let _ = writeln!(out, "  phases: none ({why})");
+    }
+    for phase in &rank.phases {
+        let inferred = if phase.source == PHASES_INFERRED { " (inferred)" } else { "" };
+        let _ = writeln!(out, "  -- phase {}{inferred} --", phase.name);
+        if let Some(instances) = &phase.figures.instances {
+            let _ = writeln!(
+                out,
+                "    {} instance(s), summed span {}; per instance median {}  p90 {}  max {}",
+                instances.count,
+                duration(instances.total_ns),
+                duration(instances.p50_ns),
+                duration(instances.p90_ns),
+                duration(instances.max_ns)
+            );
+        }
+        figures_block(out, &phase.figures, "    ");
+    }
 }
 
 /// With `--bench`: each collective group's median bus bandwidth against what `bench` measured, so that the report's
