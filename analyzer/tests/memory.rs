@@ -1,0 +1,109 @@
+//! The report's `memory` section: the framework allocator's peaks of a real Kineto trace (`profile_memory=True`)
+//! against the same trace's `[memory]` events read here with serde_json, and the CUDA-level peak, its kernels,
+//! live allocations and phases on a trace built by hand.
+
+mod common;
+
+use std::io::Read;
+
+use common::{analyzer, shared_traces};
+use serde_json::Value;
+use shardscope_analyzer::report::{Options, analyze};
+use shardscope_model::{
+    Device, Kernel, MemoryEvent, MemoryKind, MemoryOperation, Process, Range, RangeKind, Trace,
+};
+
+/// rank 1 of 2 (V100) with 28,010 `[memory]` events: the report's framework peak is the highest `Total Allocated`
+/// and `Total Reserved` of the GPU's events, as the file states them.
+#[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
+fn kineto_framework_peaks_are_the_files_own_totals() {
+    let path = shared_traces().join("kineto/df_index_resolver.json.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()).read_to_string(&mut text).unwrap();
+    let file: Value = serde_json::from_str(&text).unwrap();
+    let gpu_events: Vec<&Value> = file["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "[memory]" && e["args"]["Device Type"] == 1)
+        .collect();
+    let max_of = |key: &str| gpu_events.iter().map(|e| e["args"][key].as_u64().unwrap()).max().unwrap();
+    let (allocated, reserved) = (max_of("Total Allocated"), max_of("Total Reserved"));
+
+    let output = analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let memory = report["memory"].as_array().expect("a memory section");
+    assert_eq!(memory.len(), 1);
+    let framework = &memory[0]["framework"];
+    assert_eq!(framework["samples"].as_u64().unwrap(), gpu_events.len() as u64);
+    assert_eq!(framework["peak_allocated_bytes"].as_u64().unwrap(), allocated);
+    assert_eq!(framework["peak_reserved_bytes"].as_u64().unwrap(), reserved);
+    assert!(memory[0]["cuda"].is_null(), "a Kineto trace holds no CUDA-level allocations");
+}
+
+fn event(time_ns: i64, operation: MemoryOperation, address: u64, bytes: u64) -> MemoryEvent {
+    MemoryEvent { time_ns, operation, address, bytes, kind: MemoryKind::Device, ..MemoryEvent::default() }
+}
+
+/// One GPU: weights (1 GiB) in `load`, then in `decode` a 512 MiB activation during a GEMM, released, and a
+/// 256 MiB one.
+fn built_trace() -> Trace {
+    let mut trace = Trace::default();
+    let process = trace.add_process(Process { pid: 7, rank: Some(0), ..Process::default() });
+    let device = trace.add_device(Device { ordinal: 0, process: Some(process), ..Device::default() });
+    let gemm = trace.names.intern("gemm_kernel");
+    let other = trace.names.intern("elementwise");
+    for (start_ns, end_ns, name) in [(1_000, 1_900, other), (2_000, 3_000, gemm), (3_100, 3_200, other)] {
+        trace.kernels.push(Kernel { start_ns, end_ns, name, short_name: name, device, process, ..Kernel::default() });
+    }
+    for (name, start_ns, end_ns) in [("load", 0, 1_500), ("decode", 1_500, 4_000)] {
+        let name = trace.names.intern(name);
+        trace.ranges.push(Range { start_ns, end_ns, name, kind: RangeKind::default(), process, ..Range::default() });
+    }
+    trace.memory_events = vec![
+        event(100, MemoryOperation::Allocation, 0x1000, 1 << 30),
+        MemoryEvent { kind: MemoryKind::Pinned, ..event(200, MemoryOperation::Allocation, 0x9000, 8 << 30) },
+        event(2_500, MemoryOperation::Allocation, 0x2000, 512 << 20),
+        event(2_800, MemoryOperation::Release, 0x2000, 512 << 20),
+        event(3_150, MemoryOperation::Allocation, 0x3000, 256 << 20),
+    ];
+    trace.finish();
+    trace
+}
+
+#[test]
+fn cuda_peak_names_its_kernels_allocations_and_phases() {
+    let options = Options { phase_pattern: regex::Regex::new("^(load|decode)$").unwrap(), ..Options::default() };
+    let report = analyze(&[built_trace()], &options);
+    let json = serde_json::to_value(&report).unwrap();
+    let rank = &json["memory"][0];
+    let cuda = &rank["cuda"];
+    assert_eq!(cuda["peak_bytes"].as_u64(), Some((1 << 30) + (512 << 20)), "pinned host memory is not counted");
+    assert_eq!(cuda["peak_ns"].as_i64(), Some(2_500));
+    assert_eq!(cuda["kernels_at_peak"], serde_json::json!(["gemm_kernel"]));
+    assert_eq!(cuda["end_bytes"].as_u64(), Some((1 << 30) + (256 << 20)));
+    let live: Vec<u64> = cuda["live_at_peak"].as_array().unwrap().iter().map(|a| a["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(live, [1 << 30, 512 << 20]);
+    assert_eq!((cuda["allocations"].as_u64(), cuda["releases"].as_u64()), (Some(3), Some(1)));
+
+    let phases = rank["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["load", "decode"]);
+    assert_eq!(phases[0]["cuda"]["peak_bytes"].as_u64(), Some(1 << 30));
+    assert_eq!(phases[0]["cuda"]["kernels_at_peak"], serde_json::json!([]));
+    let decode = &phases[1]["cuda"];
+    assert_eq!(decode["peak_bytes"].as_u64(), Some((1 << 30) + (512 << 20)));
+    let made: Vec<u64> =
+        decode["largest_allocations"].as_array().unwrap().iter().map(|a| a["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(made, [512 << 20, 256 << 20], "the weights were made in load, not decode");
+}
+
+#[test]
+fn a_trace_without_memory_events_has_no_memory_section() {
+    let mut trace = built_trace();
+    trace.memory_events.clear();
+    let json = serde_json::to_value(analyze(&[trace], &Options::default())).unwrap();
+    assert!(json.get("memory").is_none());
+}
