@@ -107,3 +107,40 @@ fn a_trace_without_memory_events_has_no_memory_section() {
     let json = serde_json::to_value(analyze(&[trace], &Options::default())).unwrap();
     assert!(json.get("memory").is_none());
 }
+
+/// `sample-traces/memory/`: one program (`workloads/memory_probe.py`, one H100) captured with `capture --trace
+/// all,memory` and with Nsight Systems `--cuda-memory-usage=true`, and run under torch.profiler. Both SQLite files
+/// read to the same CUDA memory events (kind, operation, bytes, in order) and the same peak; the Kineto trace's
+/// framework peaks are what PyTorch printed for the run (`torch.cuda.max_memory_allocated()` 419,433,984 and
+/// `max_memory_reserved()` 654,311,424, `bench/results/memory-check-h100-sitting1.json.gz`).
+#[test]
+fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
+    let dir = common::repo_root().join("sample-traces/memory");
+    let load = |name: &str| shardscope_io::load(&dir.join(name)).unwrap().remove(0);
+    let (ours, nsys) = (load("memory_probe_capture.sqlite.gz"), load("memory_probe_nsys.sqlite.gz"));
+    let shape = |t: &Trace| -> Vec<(MemoryKind, MemoryOperation, u64)> {
+        t.memory_events.iter().map(|e| (e.kind, e.operation, e.bytes)).collect()
+    };
+    assert_eq!(ours.memory_events.len(), 504);
+    assert_eq!(shape(&ours), shape(&nsys), "event for event");
+
+    let peak = |path: &str| -> Value {
+        let input = dir.join(path);
+        let args = ["report", "--format", "json", "--phase-pattern", "^(load|grow|trim|steady)$", input.to_str().unwrap()];
+        let output = analyzer(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["memory"][0].clone()
+    };
+    let (ours, nsys) = (peak("memory_probe_capture.sqlite.gz"), peak("memory_probe_nsys.sqlite.gz"));
+    for rank in [&ours, &nsys] {
+        // 654,311,424 reserved by PyTorch's allocator plus 64 MiB + 128 KiB + 1 KiB allocated outside it.
+        assert_eq!(rank["cuda"]["peak_bytes"].as_u64(), Some(721_552_384));
+        assert_eq!(rank["cuda"]["end_bytes"].as_u64(), Some(241_304_576));
+        let grow = rank["phases"].as_array().unwrap().iter().find(|p| p["name"] == "grow").expect("grow phase");
+        assert_eq!(grow["cuda"]["peak_bytes"].as_u64(), Some(721_552_384));
+    }
+    let kineto = peak("memory_probe_kineto.json.gz");
+    assert_eq!(kineto["framework"]["peak_allocated_bytes"].as_u64(), Some(419_433_984));
+    assert_eq!(kineto["framework"]["peak_reserved_bytes"].as_u64(), Some(654_311_424));
+}

@@ -39,10 +39,12 @@ pub struct CudaSeries {
     pub unmatched_releases: u64,
 }
 
-/// Memory kinds that live on the GPU and so count toward its level. Pinned and pageable host memory, and managed
-/// memory (which migrates), are left out.
+/// The memory kind the level counts: device memory allocated at run time (`cudaMalloc`, `cudaMallocAsync`,
+/// `cuMemAlloc`), what nsys users sum as `memKind = 2` and what an allocator's reserved bytes are made of. Host
+/// memory (pinned, pageable), managed memory (it migrates), arrays and static `__device__` variables (a few hundred
+/// bytes per loaded module, never released) stay in the tables but out of the level.
 pub fn counts_on_gpu(kind: MemoryKind) -> bool {
-    matches!(kind, MemoryKind::Device | MemoryKind::DeviceStatic | MemoryKind::Array)
+    kind == MemoryKind::Device
 }
 
 /// The CUDA-level series of `device`: device memory allocated minus released, after each event.

@@ -39,6 +39,34 @@ const CREATE_POOL: &str = "CREATE TABLE IF NOT EXISTS CUDA_GPU_MEMORY_POOL_EVENT
 const ENUM_DEV_MEM_EVENT_OPER: &[(i64, &str, &str)] =
     &[(0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"), (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation")];
 
+/// Rows of nsys' `ENUM_CUDA_MEMPOOL_OPER` (the same numbers as CUPTI's `CUpti_ActivityMemoryPoolOperationType`,
+/// seen in an nsys 2025.3 export).
+const ENUM_MEMPOOL_OPER: &[(i64, &str, &str)] = &[
+    (0, "CUDA_MEMPOOL_OPERATION_TYPE_INVALID", "Invalid"),
+    (1, "CUDA_MEMPOOL_OPERATION_TYPE_CREATED", "Created"),
+    (2, "CUDA_MEMPOOL_OPERATION_TYPE_DESTROYED", "Destroyed"),
+    (3, "CUDA_MEMPOOL_OPERATION_TYPE_TRIMMED", "Trimmed"),
+];
+
+/// Rows of nsys' `ENUM_CUDA_MEMPOOL_TYPE` (CUPTI's `CUpti_ActivityMemoryPoolType` numbers, likewise).
+const ENUM_MEMPOOL_TYPE: &[(i64, &str, &str)] = &[
+    (0, "CUDA_MEMPOOL_TYPE_INVALID", "Invalid"),
+    (1, "CUDA_MEMPOOL_TYPE_LOCAL", "Local"),
+    (2, "CUDA_MEMPOOL_TYPE_IMPORTED", "Imported"),
+];
+
+/// Creates an `(id, name, label)` enum table if missing and fills in its rows.
+fn write_enum(conn: &Connection, table: &str, rows: &[(i64, &str, &str)]) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {table} (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)"
+    ))?;
+    let mut row = conn.prepare(&format!("INSERT OR IGNORE INTO {table} VALUES (?1, ?2, ?3)"))?;
+    for (id, name, label) in rows {
+        row.execute(params![id, name, label])?;
+    }
+    Ok(())
+}
+
 /// Writes the two tables (created when the trace has rows for them) and the operation enum table. Addresses and
 /// sizes beyond `i64` (none are real) are stored wrapped, as SQLite integers are signed.
 pub fn write_tables(
@@ -49,14 +77,7 @@ pub fn write_tables(
 ) -> rusqlite::Result<()> {
     if !trace.memory_events.is_empty() {
         conn.execute_batch(CREATE_USAGE)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS ENUM_CUDA_DEV_MEM_EVENT_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, \
-             label TEXT)",
-        )?;
-        let mut enum_row = conn.prepare("INSERT OR IGNORE INTO ENUM_CUDA_DEV_MEM_EVENT_OPER VALUES (?1, ?2, ?3)")?;
-        for (id, name, label) in ENUM_DEV_MEM_EVENT_OPER {
-            enum_row.execute(params![id, name, label])?;
-        }
+        write_enum(conn, "ENUM_CUDA_DEV_MEM_EVENT_OPER", ENUM_DEV_MEM_EVENT_OPER)?;
         let mut row = conn.prepare(
             "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?11, \
              ?12, ?13, ?14, ?15, ?16, ?17)",
@@ -98,6 +119,8 @@ fn write_pool_table(
         return Ok(());
     }
     conn.execute_batch(CREATE_POOL)?;
+    write_enum(conn, "ENUM_CUDA_MEMPOOL_OPER", ENUM_MEMPOOL_OPER)?;
+    write_enum(conn, "ENUM_CUDA_MEMPOOL_TYPE", ENUM_MEMPOOL_TYPE)?;
     let mut row =
         conn.prepare("INSERT INTO CUDA_GPU_MEMORY_POOL_EVENTS VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?;
     for p in &trace.memory_pool_events {
