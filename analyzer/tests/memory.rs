@@ -9,9 +9,7 @@ use std::io::Read;
 use common::{analyzer, shared_traces};
 use serde_json::Value;
 use shardscope_analyzer::report::{Options, analyze};
-use shardscope_model::{
-    Device, Kernel, MemoryEvent, MemoryKind, MemoryOperation, Process, Range, RangeKind, Trace,
-};
+use shardscope_model::{Device, Kernel, MemoryEvent, MemoryKind, MemoryOperation, Process, Range, RangeKind, Trace};
 
 /// rank 1 of 2 (V100) with 28,010 `[memory]` events: the report's framework peak is the highest `Total Allocated`
 /// and `Total Reserved` of the GPU's events, as the file states them.
@@ -84,7 +82,8 @@ fn cuda_peak_names_its_kernels_allocations_and_phases() {
     assert_eq!(cuda["peak_ns"].as_i64(), Some(2_500));
     assert_eq!(cuda["kernels_at_peak"], serde_json::json!(["gemm_kernel"]));
     assert_eq!(cuda["end_bytes"].as_u64(), Some((1 << 30) + (256 << 20)));
-    let live: Vec<u64> = cuda["live_at_peak"].as_array().unwrap().iter().map(|a| a["bytes"].as_u64().unwrap()).collect();
+    let live: Vec<u64> =
+        cuda["live_at_peak"].as_array().unwrap().iter().map(|a| a["bytes"].as_u64().unwrap()).collect();
     assert_eq!(live, [1 << 30, 512 << 20]);
     assert_eq!((cuda["allocations"].as_u64(), cuda["releases"].as_u64()), (Some(3), Some(1)));
 
@@ -126,7 +125,8 @@ fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
 
     let peak = |path: &str| -> Value {
         let input = dir.join(path);
-        let args = ["report", "--format", "json", "--phase-pattern", "^(load|grow|trim|steady)$", input.to_str().unwrap()];
+        let args =
+            ["report", "--format", "json", "--phase-pattern", "^(load|grow|trim|steady)$", input.to_str().unwrap()];
         let output = analyzer(&args);
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let report: Value = serde_json::from_slice(&output.stdout).unwrap();

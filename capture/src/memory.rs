@@ -15,7 +15,12 @@ const NO_STREAM: u32 = u32::MAX;
 
 /// The model event of `record`, at `time_ns` on the session clock; `None` for an operation CUPTI marks invalid
 /// (neither allocation nor release), which the caller counts.
-pub fn memory_event(record: &MemoryRecord, process: ProcessIdx, device: DeviceIdx, time_ns: i64) -> Option<MemoryEvent> {
+pub fn memory_event(
+    record: &MemoryRecord,
+    process: ProcessIdx,
+    device: DeviceIdx,
+    time_ns: i64,
+) -> Option<MemoryEvent> {
     let operation = MemoryOperation::from_cupti(record.operation)?;
     let pool = (record.pool_type != 0).then(|| {
         let imported = record.pool_type == POOL_TYPE_IMPORTED;

@@ -110,9 +110,8 @@ fn memory_records_land_in_nsys_tables_and_read_back() {
             (400, 1 << 20, 2, 0, Some(7), Some(32 << 20)),
         ]
     );
-    let label: String = conn
-        .query_row("SELECT label FROM ENUM_CUDA_DEV_MEM_EVENT_OPER WHERE id = 1", [], |r| r.get(0))
-        .unwrap();
+    let label: String =
+        conn.query_row("SELECT label FROM ENUM_CUDA_DEV_MEM_EVENT_OPER WHERE id = 1", [], |r| r.get(0)).unwrap();
     assert_eq!(label, "Deallocation");
     let pool_rows: i64 = conn.query_row("SELECT count(*) FROM CUDA_GPU_MEMORY_POOL_EVENTS", [], |r| r.get(0)).unwrap();
     assert_eq!(pool_rows, 1);

@@ -132,7 +132,13 @@ fn peak_window(points: &[MemoryPoint], windows: &[(i64, i64)]) -> Option<(i64, i
 }
 
 /// CUDA-level figures in `[start_ns, end_ns)`.
-fn cuda_memory(trace: &Trace, device: DeviceIdx, series: &CudaSeries, start_ns: i64, end_ns: i64) -> Option<CudaMemory> {
+fn cuda_memory(
+    trace: &Trace,
+    device: DeviceIdx,
+    series: &CudaSeries,
+    start_ns: i64,
+    end_ns: i64,
+) -> Option<CudaMemory> {
     let (peak, index) = memory::peak_in(&series.points, start_ns, end_ns)?;
     // A peak carried into the window is the level at its start: alive then is what was alive after the last
     // event before it.
@@ -184,7 +190,8 @@ fn framework_memory(
     end_ns: i64,
 ) -> Option<FrameworkMemory> {
     let (peak_allocated, _) = memory::peak_in(allocated, start_ns, end_ns)?;
-    let (peak_reserved, _) = memory::peak_in(reserved, start_ns, end_ns).unwrap_or((MemoryPoint { time_ns: 0, bytes: 0 }, None));
+    let (peak_reserved, _) =
+        memory::peak_in(reserved, start_ns, end_ns).unwrap_or((MemoryPoint { time_ns: 0, bytes: 0 }, None));
     let samples = allocated.iter().filter(|p| p.time_ns >= start_ns && p.time_ns < end_ns).count() as u64;
     Some(FrameworkMemory {
         samples,

@@ -19,7 +19,11 @@ pub const UNUSABLE: &str = "[memory] event without a valid 'ts', 'Bytes' or tota
 
 /// The sample of one `[memory]` event, with the GPU ordinal it names (`None` for host memory); its `device`
 /// field is left for the builder to fill once GPUs are known.
-pub fn sample(event: &RawEvent, args: &MemoryArgs, process: ProcessIdx) -> Option<(Option<u32>, FrameworkMemorySample)> {
+pub fn sample(
+    event: &RawEvent,
+    args: &MemoryArgs,
+    process: ProcessIdx,
+) -> Option<(Option<u32>, FrameworkMemorySample)> {
     let time_ns = event.ts.and_then(micros_text_to_ns)?;
     let bytes = args.bytes.get()?;
     let unsigned = |value: Option<i64>| value.and_then(|v| u64::try_from(v).ok());

@@ -36,8 +36,10 @@ const CREATE_POOL: &str = "CREATE TABLE IF NOT EXISTS CUDA_GPU_MEMORY_POOL_EVENT
     localMemoryPoolReleaseThreshold INTEGER, localMemoryPoolSize INTEGER, localMemoryPoolUtilizedSize INTEGER)";
 
 /// Rows of nsys' `ENUM_CUDA_DEV_MEM_EVENT_OPER`.
-const ENUM_DEV_MEM_EVENT_OPER: &[(i64, &str, &str)] =
-    &[(0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"), (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation")];
+const ENUM_DEV_MEM_EVENT_OPER: &[(i64, &str, &str)] = &[
+    (0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
+    (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation"),
+];
 
 /// Rows of nsys' `ENUM_CUDA_MEMPOOL_OPER` (the same numbers as CUPTI's `CUpti_ActivityMemoryPoolOperationType`,
 /// seen in an nsys 2025.3 export).
@@ -171,8 +173,7 @@ struct Places {
 
 impl Places {
     fn new(trace: &Trace) -> Places {
-        let processes =
-            trace.processes.iter().enumerate().map(|(i, p)| (p.global_pid, ProcessIdx(i as u32))).collect();
+        let processes = trace.processes.iter().enumerate().map(|(i, p)| (p.global_pid, ProcessIdx(i as u32))).collect();
         let devices = trace.devices.iter().enumerate().map(|(i, d)| (d.ordinal, DeviceIdx(i as u32))).collect();
         Places { processes, devices }
     }
