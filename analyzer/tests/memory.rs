@@ -144,3 +144,30 @@ fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
     assert_eq!(kineto["framework"]["peak_allocated_bytes"].as_u64(), Some(419_433_984));
     assert_eq!(kineto["framework"]["peak_reserved_bytes"].as_u64(), Some(654_311_424));
 }
+
+/// Memory over time: 120 buckets at most, each the highest level in it, drawn as one chart per rank in the HTML
+/// report's charts.
+#[test]
+fn memory_over_time_is_bucketed_and_drawn_per_rank() {
+    let options = Options { phase_pattern: regex::Regex::new("^(load|decode)$").unwrap(), ..Options::default() };
+    let report = analyze(&[built_trace()], &options);
+    let buckets = &report.memory[0].over_time;
+    assert!(!buckets.is_empty() && buckets.len() <= 120);
+    assert_eq!(buckets[0].start_ns, 100, "from the first memory event");
+    let highest = buckets.iter().filter_map(|b| b.cuda_bytes).max();
+    assert_eq!(highest, Some((1 << 30) + (512 << 20)), "the peak falls in a bucket");
+    // The bucket holding 2,500 ns reaches the peak; the one just after the release at 2,800 holds 1 GiB.
+    let at = |t: i64| buckets.iter().rev().find(|b| b.start_ns <= t).unwrap();
+    assert_eq!(at(2_500).cuda_bytes, Some((1 << 30) + (512 << 20)));
+    assert_eq!(at(2_900).cuda_bytes, Some(1 << 30));
+
+    let charts = shardscope_analyzer::output::html::report_charts(&report, &options.classifier, None);
+    let section = charts.sections.iter().find(|s| s.chart.name == "memory_rank0").expect("a memory chart");
+    let shardscope_analyzer::output::charts::ChartKind::Series { lines, x_labels, .. } = &section.chart.kind else {
+        panic!("a line chart")
+    };
+    assert_eq!(x_labels.len(), buckets.len());
+    assert_eq!(lines.len(), 1, "CUDA level only: the trace has no framework samples");
+    let drawn_peak = lines[0].points.iter().flatten().map(|p| p.value).fold(0.0, f64::max);
+    assert_eq!(drawn_peak, 1.5, "GiB");
+}

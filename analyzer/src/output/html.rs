@@ -571,6 +571,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
             },
         });
     }
+    out.sections.extend(super::memory_charts::sections(report));
     out
 }
 

@@ -13,6 +13,9 @@ use crate::figures::memory::{self, CudaSeries, MemoryPoint};
 /// Allocations listed per peak or phase.
 const LISTED: usize = 5;
 
+/// Time buckets of [`RankMemory::over_time`]: enough for a chart's width, few enough for a JSON report.
+const BUCKETS: usize = 120;
+
 /// One rank's memory figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankMemory {
@@ -26,6 +29,22 @@ pub struct RankMemory {
     pub framework: Option<FrameworkMemory>,
     /// Per recorded phase, in order of first appearance.
     pub phases: Vec<PhaseMemory>,
+    /// Memory over time: the highest level of each source in each of up to 120 equal time buckets spanning the
+    /// rank's memory events (the level carried into a bucket counts).
+    pub over_time: Vec<MemoryBucket>,
+}
+
+/// One time bucket of [`RankMemory::over_time`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryBucket {
+    /// Start of the bucket (trace clock); it ends where the next one starts.
+    pub start_ns: i64,
+    /// Highest CUDA-level device memory in the bucket.
+    pub cuda_bytes: Option<u64>,
+    /// Highest framework `Total Allocated`.
+    pub allocated_bytes: Option<u64>,
+    /// Highest framework `Total Reserved`.
+    pub reserved_bytes: Option<u64>,
 }
 
 /// CUDA-level memory of a rank (or of a phase).
@@ -122,7 +141,28 @@ fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &Rege
         cuda: cuda_memory(trace, device, &series, i64::MIN, i64::MAX),
         framework: framework_memory(&allocated, &reserved, i64::MIN, i64::MAX),
         phases,
+        over_time: over_time(&[&series.points, &allocated, &reserved]),
     })
+}
+
+/// The buckets over the time range of `sources` (CUDA level, allocated, reserved).
+fn over_time(sources: &[&[MemoryPoint]; 3]) -> Vec<MemoryBucket> {
+    let first = sources.iter().filter_map(|s| s.first()).map(|p| p.time_ns).min();
+    let last = sources.iter().filter_map(|s| s.last()).map(|p| p.time_ns).max();
+    let (Some(first), Some(last)) = (first, last) else { return Vec::new() };
+    let width_ns = ((last - first) / BUCKETS as i64).max(1) + 1;
+    let highest =
+        |points: &[MemoryPoint], start: i64| memory::peak_in(points, start, start + width_ns).map(|(p, _)| p.bytes);
+    (0..BUCKETS as i64)
+        .map(|i| first + i * width_ns)
+        .take_while(|&start| start <= last)
+        .map(|start_ns| MemoryBucket {
+            start_ns,
+            cuda_bytes: highest(sources[0], start_ns),
+            allocated_bytes: highest(sources[1], start_ns),
+            reserved_bytes: highest(sources[2], start_ns),
+        })
+        .collect()
 }
 
 /// The window of `windows` in which `points` reach their highest level (the first of equals).
