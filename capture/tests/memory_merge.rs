@@ -11,6 +11,9 @@ use shardscope_spool::cupti::{
 
 const T0_UTC_NS: u64 = 1_800_000_000_000_000_000;
 
+/// One row as the test reads it: start, bytes, memKind, memoryOperationType, streamId, localMemoryPoolSize.
+type UsageRow = (i64, i64, i64, i64, Option<i64>, Option<i64>);
+
 fn memory(timestamp_ns: u64, operation: u8, memory_kind: u8, address: u64, bytes: u64) -> SpoolRecord {
     SpoolRecord::Memory(MemoryRecord {
         timestamp_ns,
@@ -91,7 +94,7 @@ fn memory_records_land_in_nsys_tables_and_read_back() {
 
     // nsys' numbering: memKind 2 device / 1 pinned, memoryOperationType 0 allocation / 1 deallocation.
     let conn = rusqlite::Connection::open(&out).unwrap();
-    let rows: Vec<(i64, i64, i64, i64, Option<i64>, Option<i64>)> = conn
+    let rows: Vec<UsageRow> = conn
         .prepare(
             "SELECT start, bytes, memKind, memoryOperationType, streamId, localMemoryPoolSize \
              FROM CUDA_GPU_MEMORY_USAGE_EVENTS ORDER BY start",

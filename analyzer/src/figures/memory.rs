@@ -159,16 +159,18 @@ mod tests {
     }
 
     fn trace() -> Trace {
-        let mut trace = Trace::default();
-        trace.memory_events = vec![
-            event(10, MemoryOperation::Release, 0x9, 50), // allocated before recording
-            event(20, MemoryOperation::Allocation, 0x1, 100),
-            event(30, MemoryOperation::Allocation, 0x2, 300),
-            MemoryEvent { kind: MemoryKind::Pinned, ..event(35, MemoryOperation::Allocation, 0x3, 1000) },
-            event(40, MemoryOperation::Release, 0x1, 100),
-            event(50, MemoryOperation::Allocation, 0x4, 200),
-            event(60, MemoryOperation::Release, 0x2, 300),
-        ];
+        let mut trace = Trace {
+            memory_events: vec![
+                event(10, MemoryOperation::Release, 0x9, 50), // allocated before recording
+                event(20, MemoryOperation::Allocation, 0x1, 100),
+                event(30, MemoryOperation::Allocation, 0x2, 300),
+                MemoryEvent { kind: MemoryKind::Pinned, ..event(35, MemoryOperation::Allocation, 0x3, 1000) },
+                event(40, MemoryOperation::Release, 0x1, 100),
+                event(50, MemoryOperation::Allocation, 0x4, 200),
+                event(60, MemoryOperation::Release, 0x2, 300),
+            ],
+            ..Trace::default()
+        };
         let name = trace.names.intern("gemm");
         trace.kernels = vec![
             Kernel { start_ns: 0, end_ns: 45, name, process: ProcessIdx(0), ..Kernel::default() },

@@ -10,6 +10,9 @@ use crate::report::memory::{MemoryBucket, RankMemory};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// Reads one source's value from a bucket.
+type BucketValue = fn(&MemoryBucket) -> Option<u64>;
+
 /// One chart per rank with memory figures.
 pub fn sections(report: &Report) -> Vec<Section> {
     report.memory.iter().filter(|r| !r.over_time.is_empty()).map(rank_section).collect()
@@ -18,7 +21,7 @@ pub fn sections(report: &Report) -> Vec<Section> {
 fn rank_section(rank: &RankMemory) -> Section {
     let first_ns = rank.over_time[0].start_ns;
     let x_labels = rank.over_time.iter().map(|b| format!("{:.2}", (b.start_ns - first_ns) as f64 / 1e9)).collect();
-    let sources: [(&str, fn(&MemoryBucket) -> Option<u64>); 3] = [
+    let sources: [(&str, BucketValue); 3] = [
         ("CUDA level (allocator segments + library allocations)", |b| b.cuda_bytes),
         ("framework allocated (tensors)", |b| b.allocated_bytes),
         ("framework reserved", |b| b.reserved_bytes),
