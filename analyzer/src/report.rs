@@ -39,6 +39,7 @@ use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
 use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
 
 pub mod compare;
+pub mod memory;
 pub mod mfu;
 pub mod partial;
 
@@ -269,6 +270,9 @@ pub struct Report {
     pub run_identities: Vec<RunIdentity>,
     /// Notes on the inputs as a whole: a partial set of ranks, inputs from different runs analysed together.
     pub notes: Vec<String>,
+    /// GPU memory per rank and phase, for traces that hold memory events (see [`memory`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<memory::RankMemory>,
 }
 
 /// Collectives across ranks.
@@ -436,6 +440,7 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
         warnings,
         run_identities,
         notes,
+        memory: memory::section(traces, &ranks_in_input, &options.phase_pattern),
     }
 }
 

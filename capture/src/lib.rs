@@ -17,6 +17,7 @@
 pub mod control;
 pub mod cost;
 pub mod launch;
+pub mod memory;
 pub mod merge;
 pub mod names;
 pub mod nvml;

@@ -51,7 +51,9 @@ struct Args {
     /// What to record: comma-separated of kernel, memcpy, memset, api, nvtx, sync, or all; and the costly
     /// extras api-all (every runtime and driver call, not only those that launch, copy, set, synchronise or
     /// order streams), nccl-timers (the NCCL plugin's per-channel GPU timers) and nccl-nvtx (NCCL's own
-    /// NVTX range per call, switched off with NCCL_NVTX_DISABLE=1 while the plugin records collectives).
+    /// NVTX range per call, switched off with NCCL_NVTX_DISABLE=1 while the plugin records collectives);
+    /// memory (CUDA allocations and releases, and memory pools, into CUDA_GPU_MEMORY_USAGE_EVENTS) is off
+    /// unless named, e.g. --trace all,memory.
     #[arg(long, default_value = "all")]
     trace: String,
     /// Record only from this many seconds after launch (in every process; recording is off before).

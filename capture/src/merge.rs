@@ -442,6 +442,8 @@ impl<'a> ProcessMerge<'a> {
                     job.trace.warn("capture window stop while recording was off (ignored; nothing lost)")
                 }
                 SpoolRecord::GraphNode(node) => self.graph_node(job, node),
+                SpoolRecord::Memory(m) => self.memory(job, m),
+                SpoolRecord::MemoryPool(p) => self.memory_pool(job, p),
                 SpoolRecord::ApiSelection(selection) => self.extra.api_selection = Some(*selection),
                 SpoolRecord::Cost(cost) => self.extra.cost = Some(*cost),
                 SpoolRecord::RefusedClient { count } => {
@@ -689,6 +691,23 @@ impl<'a> ProcessMerge<'a> {
         } else if m.flags & INSTANT != 0 {
             job.trace.warn("NVTX mark (instant event) not kept");
         }
+    }
+
+    /// A CUDA allocation or release (`--trace memory`), on the session clock.
+    fn memory(&mut self, job: &mut JobMerge, m: &shardscope_spool::cupti::MemoryRecord) {
+        let device = self.device(job, m.device_id);
+        let time_ns = self.to_session(m.timestamp_ns);
+        match crate::memory::memory_event(m, self.process, device, time_ns) {
+            Some(event) => job.trace.memory_events.push(event),
+            None => job.trace.warn("CUDA memory record that is neither an allocation nor a release (skipped)"),
+        }
+    }
+
+    /// A stream-ordered memory pool made, destroyed or trimmed, on the session clock.
+    fn memory_pool(&mut self, job: &mut JobMerge, p: &shardscope_spool::cupti::MemoryPoolRecord) {
+        let device = self.device(job, p.device_id);
+        let time_ns = self.to_session(p.timestamp_ns);
+        job.trace.memory_pool_events.push(crate::memory::pool_event(p, self.process, device, time_ns));
     }
 
     /// A graph node's origin, on the thread numbering and clock of the process's ranges.

@@ -35,6 +35,7 @@ use shardscope_analyzer::{dependency::critical_path, dependency::whatif, figures
 use shardscope_model::{DeviceIdx, Trace};
 
 mod commands;
+mod memory;
 
 create_exception!(
     _native,
@@ -247,6 +248,12 @@ impl Run {
                 ("correlation_id", u32s(correlation), false),
             ],
         )
+    }
+
+    /// Every memory event of every rank: CUDA-level allocations and releases with the device's level after each,
+    /// and the framework allocator's samples (see `docs/memory.md`).
+    fn memory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        memory::memory_table(py, &self.traces, &self.ranks)
     }
 
     /// Every collective operation the traces record (NCCL profiler plugin, Kineto's collective records), with the

@@ -244,7 +244,8 @@ impl Writer {
         write_api_calls(&r, &mut strings)?;
         write_graph_launches(&r)?;
         write_capture_windows(&r)?;
-        write_ranges(&r, &mut strings, &mut self.domain_ids)
+        write_ranges(&r, &mut strings, &mut self.domain_ids)?;
+        crate::nsys::memory::write_tables(r.conn, trace, &|p| r.global_pid(p), &|d| r.ordinal(d))
     }
 
     /// The `globalPid` of each process: its own, or one made from its pid (kept unique by

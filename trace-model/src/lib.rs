@@ -22,8 +22,10 @@
 //! ```
 
 pub mod kernel_names;
+mod memory;
 mod names;
 mod types;
 
+pub use memory::*;
 pub use names::{NameId, Names};
 pub use types::*;

@@ -571,6 +571,12 @@ pub struct Trace {
     pub capture_windows: Vec<CaptureWindow>,
     /// Where the CUDA graph nodes of replayed kernels came from, where the source records it (captures).
     pub graph_nodes: Vec<GraphNodeOrigin>,
+    /// CUDA-level allocations and releases (`memory.rs`), sorted by time after [`Trace::finish`].
+    pub memory_events: Vec<crate::MemoryEvent>,
+    /// Stream-ordered memory pools made, destroyed or trimmed, sorted by time after [`Trace::finish`].
+    pub memory_pool_events: Vec<crate::MemoryPoolEvent>,
+    /// The framework allocator's events (Kineto `[memory]`), sorted by time after [`Trace::finish`].
+    pub framework_memory: Vec<crate::FrameworkMemorySample>,
 }
 
 impl Trace {
@@ -637,6 +643,10 @@ impl Trace {
             }
         }
         self.graph_launches.sort_by_key(|g| (g.start_ns, g.end_ns));
+        // Stable: events at one time keep their recorded order (an allocation right after a release).
+        self.memory_events.sort_by_key(|m| m.time_ns);
+        self.memory_pool_events.sort_by_key(|m| m.time_ns);
+        self.framework_memory.sort_by_key(|m| m.time_ns);
         self.capture_windows.sort_by_key(|w| (w.process, w.start_ns, w.end_ns));
         for graph in &mut self.graph_launches {
             if graph.correlation_id != 0 {

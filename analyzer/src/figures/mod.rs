@@ -10,5 +10,6 @@ pub mod collectives;
 pub mod hta;
 pub mod intervals;
 pub mod kernel_summary;
+pub mod memory;
 pub mod run;
 pub mod window;

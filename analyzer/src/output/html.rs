@@ -361,6 +361,7 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
     add_phase_time_chart(&mut out, report, &labels);
     add_busbw_chart(&mut out, report, bench);
     add_wait_heatmap(&mut out, report);
+    out.sections.extend(super::memory_charts::sections(report));
     out
 }
 

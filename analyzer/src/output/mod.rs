@@ -4,6 +4,7 @@
 pub mod charts;
 pub mod colors;
 pub mod html;
+pub mod memory_charts;
 pub mod module_charts;
 pub mod parquet_export;
 pub mod progress;

@@ -305,6 +305,7 @@ mod tests {
             warnings: vec![],
             run_identities: vec![],
             notes: vec![],
+            memory: vec![],
         }
     }
 

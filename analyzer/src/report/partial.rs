@@ -735,6 +735,8 @@ fn run_report(parts: &[TracePart], mut rank_values: Vec<(u32, Value)>, matching:
         warnings: parts.iter().flat_map(|p| p.warnings.iter().cloned()).collect(),
         run_identities: identities,
         notes,
+        // Memory figures need the whole trace of a rank; the report in parts leaves them out.
+        memory: Vec::new(),
     };
     let mut value = serde_json::to_value(&report).expect("a report serialises");
     value["ranks"] = Value::Array(rank_values.into_iter().map(|(_, v)| v).collect());

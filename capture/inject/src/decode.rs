@@ -14,8 +14,8 @@ use shardscope_cupti_sys::{v12, v13};
 
 use shardscope_spool::config::TraceKinds;
 use shardscope_spool::cupti::{
-    ApiRecord, DeviceRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemsetRecord, SpoolRecord,
-    SyncRecord,
+    ApiRecord, DeviceRecord, GraphTraceRecord, KernelRecord, MarkerRecord, MemcpyRecord, MemoryPoolRecord,
+    MemoryRecord, MemsetRecord, SpoolRecord, SyncRecord,
 };
 
 /// Builds a [`SpoolRecord::Kernel`] from either major's kernel struct (same field names).
@@ -74,6 +74,100 @@ pub struct ActivityGraphTrace2 {
     pub reserved: *mut std::ffi::c_void,
 }
 
+/// `CUpti_ActivityMemory4` (CUDA 12.6+ and 13.x, kind `MEMORY2`): one allocation or release. Not in the
+/// generated bindings, so declared here with the header's field order; the 8-byte fields after the two pads sit
+/// where the header's 64-bit layout puts them (the size and offsets are checked below).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_snake_case)]
+pub struct ActivityMemory4 {
+    /// `CUPTI_ACTIVITY_KIND_MEMORY2`.
+    pub kind: v13::CUpti_ActivityKind,
+    /// 1 allocation, 2 release.
+    pub memoryOperationType: u32,
+    /// `CUpti_ActivityMemoryKind`.
+    pub memoryKind: u32,
+    /// Correlation id of the API call.
+    pub correlationId: u32,
+    /// Virtual address.
+    pub address: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// CPU time, ns.
+    pub timestamp: u64,
+    /// Program counter of the call.
+    pub PC: u64,
+    /// Process id.
+    pub processId: u32,
+    /// Device ordinal.
+    pub deviceId: u32,
+    /// Context id.
+    pub contextId: u32,
+    /// Stream id.
+    pub streamId: u32,
+    /// Variable name, when CUPTI has one.
+    pub name: *const c_char,
+    /// Stream-ordered operation.
+    pub isAsync: u32,
+    /// Padding of the 64-bit layout.
+    pub pad1: u32,
+    /// `CUpti_ActivityMemoryPoolType`.
+    pub memoryPoolType: u32,
+    /// Padding of the 64-bit layout.
+    pub pad2: u32,
+    /// Pool base address.
+    pub poolAddress: u64,
+    /// Pool release threshold.
+    pub poolReleaseThreshold: u64,
+    /// Local pool size, or imported pool's process id.
+    pub poolSizeOrProcessId: u64,
+    /// Pool bytes in use.
+    pub poolUtilizedSize: u64,
+    /// Source of the allocation (CUDA 12.6+), unused here.
+    pub source: *const c_char,
+}
+
+/// `CUpti_ActivityMemoryPool2` (CUDA 12.x; `MemoryPool3` of CUDA 13 appends `isManagedPool` and padding): one
+/// stream-ordered pool made, destroyed or trimmed. Declared here for the same reason as [`ActivityMemory4`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_snake_case)]
+pub struct ActivityMemoryPool2 {
+    /// `CUPTI_ACTIVITY_KIND_MEMORY_POOL`.
+    pub kind: v13::CUpti_ActivityKind,
+    /// 1 created, 2 destroyed, 3 trimmed.
+    pub memoryPoolOperationType: u32,
+    /// 1 local, 2 imported.
+    pub memoryPoolType: u32,
+    /// Correlation id of the API call.
+    pub correlationId: u32,
+    /// Process id.
+    pub processId: u32,
+    /// Device ordinal.
+    pub deviceId: u32,
+    /// Bytes a trim keeps.
+    pub minBytesToKeep: u64,
+    /// Pool base address.
+    pub address: u64,
+    /// Pool size.
+    pub size: u64,
+    /// Release threshold.
+    pub releaseThreshold: u64,
+    /// CPU time, ns.
+    pub timestamp: u64,
+    /// Bytes in use.
+    pub utilizedSize: u64,
+}
+
+/// Size of CUDA 13's `CUpti_ActivityMemoryPool3`: [`ActivityMemoryPool2`] plus `isManagedPool` and 7 pad bytes.
+const MEMORY_POOL3_BYTES: usize = std::mem::size_of::<ActivityMemoryPool2>() + 8;
+
+// The header's 64-bit sizes and offsets (cupti_activity.h of CUDA 13.0).
+const _: () = assert!(std::mem::size_of::<ActivityMemory4>() == 128);
+const _: () = assert!(std::mem::offset_of!(ActivityMemory4, memoryPoolType) == 80);
+const _: () = assert!(std::mem::offset_of!(ActivityMemory4, poolUtilizedSize) == 112);
+const _: () = assert!(std::mem::size_of::<ActivityMemoryPool2>() == 72);
+
 /// The activity kinds to enable for `kinds`, beside the decoders that read them, so that a new kind is
 /// switched on and read in this one file. The runtime and driver API kinds are not here: the injection
 /// library selects those one callback id at a time (`live.rs`).
@@ -94,6 +188,10 @@ pub fn activity_kinds(kinds: &TraceKinds) -> Vec<v13::CUpti_ActivityKind> {
     }
     if kinds.sync {
         wanted.push(v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+    }
+    if kinds.memory {
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_MEMORY2);
+        wanted.push(v13::CUPTI_ACTIVITY_KIND_MEMORY_POOL);
     }
     wanted
 }
@@ -132,6 +230,11 @@ impl Layout {
             v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<v13::CUpti_ActivitySynchronization2>(),
             v13::CUPTI_ACTIVITY_KIND_DEVICE => size_of::<v13::CUpti_ActivityDevice5>(),
             v13::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<ActivityGraphTrace2>(),
+            v13::CUPTI_ACTIVITY_KIND_MEMORY2 => size_of::<ActivityMemory4>(),
+            v13::CUPTI_ACTIVITY_KIND_MEMORY_POOL => match self {
+                Layout::Cuda12 => size_of::<ActivityMemoryPool2>(),
+                Layout::Cuda13 => MEMORY_POOL3_BYTES,
+            },
             _ => return None,
         })
     }
@@ -355,6 +458,28 @@ impl Decoder {
                     graph_id: g.graphId,
                 }));
             }
+            v13::CUPTI_ACTIVITY_KIND_MEMORY2 => {
+                // SAFETY: the record is a memory record (its kind says so).
+                let m = unsafe { std::ptr::read_unaligned(record as *const ActivityMemory4) };
+                out.push(memory_record(&m));
+            }
+            v13::CUPTI_ACTIVITY_KIND_MEMORY_POOL => {
+                // Both majors share the `MemoryPool2` prefix; CUDA 13 only appends fields.
+                // SAFETY: the record is a memory pool record (its kind says so).
+                let p = unsafe { std::ptr::read_unaligned(record as *const ActivityMemoryPool2) };
+                out.push(SpoolRecord::MemoryPool(MemoryPoolRecord {
+                    timestamp_ns: p.timestamp,
+                    operation: small(p.memoryPoolOperationType),
+                    pool_type: small(p.memoryPoolType),
+                    device_id: p.deviceId,
+                    correlation_id: p.correlationId,
+                    address: p.address,
+                    min_bytes_to_keep: p.minBytesToKeep,
+                    size: p.size,
+                    release_threshold: p.releaseThreshold,
+                    utilized_bytes: p.utilizedSize,
+                }));
+            }
             _ => self.undecoded += 1,
         }
     }
@@ -382,6 +507,33 @@ impl Decoder {
         self.ids_by_callback.insert((driver, cbid), id);
         id
     }
+}
+
+/// CUPTI enums stored in a byte; a value beyond one (none is defined) becomes 255 so it reads as unknown.
+fn small(value: u32) -> u8 {
+    u8::try_from(value).unwrap_or(u8::MAX)
+}
+
+/// The spool record of one CUPTI memory record.
+fn memory_record(m: &ActivityMemory4) -> SpoolRecord {
+    SpoolRecord::Memory(MemoryRecord {
+        timestamp_ns: m.timestamp,
+        operation: small(m.memoryOperationType),
+        memory_kind: small(m.memoryKind),
+        address: m.address,
+        bytes: m.bytes,
+        pc: m.PC,
+        device_id: m.deviceId,
+        context_id: m.contextId,
+        stream_id: m.streamId,
+        correlation_id: m.correlationId,
+        is_async: m.isAsync != 0,
+        pool_type: small(m.memoryPoolType),
+        pool_address: m.poolAddress,
+        pool_release_threshold: m.poolReleaseThreshold,
+        pool_size_or_pid: m.poolSizeOrProcessId,
+        pool_utilized_bytes: m.poolUtilizedSize,
+    })
 }
 
 /// Walks a buffer of records by their sizes in `layout`, calling `visit` on each, the way

@@ -78,6 +78,9 @@ pub struct TraceKinds {
     /// they say nothing more, yet under a recorder each one becomes two marker records on the launch
     /// path; without this kind `capture` sets `NCCL_NVTX_DISABLE=1` when it loads the plugin.
     pub nccl_nvtx: bool,
+    /// CUDA memory allocations and releases (`MEMORY2`) and stream-ordered pool changes (`MEMORY_POOL`). Opt-in:
+    /// every `cudaMalloc`/`cudaFree` becomes a record; PyTorch's caching allocator makes few once it is warm.
+    pub memory: bool,
 }
 
 impl Default for TraceKinds {
@@ -92,6 +95,7 @@ impl Default for TraceKinds {
             api_all: false,
             nccl_timers: false,
             nccl_nvtx: false,
+            memory: false,
         }
     }
 }
@@ -99,10 +103,10 @@ impl Default for TraceKinds {
 impl TraceKinds {
     /// The group names, as `--trace` accepts them.
     pub const NAMES: &[&str] =
-        &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "api-all", "nccl-timers", "nccl-nvtx"];
+        &["kernel", "memcpy", "memset", "api", "nvtx", "sync", "api-all", "nccl-timers", "nccl-nvtx", "memory"];
 
     /// Parses `kernel,memcpy,…`; `all` selects the default groups, every group but the costly `sync`, `api-all`,
-    /// `nccl-timers` and `nccl-nvtx`
+    /// `nccl-timers`, `nccl-nvtx` and `memory`
     /// (`driver-all`, the older name of `api-all`, is accepted). Errors name the unknown word.
     pub fn parse(text: &str) -> Result<TraceKinds, String> {
         let mut kinds = TraceKinds {
@@ -115,13 +119,14 @@ impl TraceKinds {
             api_all: false,
             nccl_timers: false,
             nccl_nvtx: false,
+            memory: false,
         };
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => {
                     let (sync, api_all) = (kinds.sync, kinds.api_all);
-                    let (nccl_timers, nccl_nvtx) = (kinds.nccl_timers, kinds.nccl_nvtx);
-                    kinds = TraceKinds { sync, api_all, nccl_timers, nccl_nvtx, ..TraceKinds::default() };
+                    let (nccl_timers, nccl_nvtx, memory) = (kinds.nccl_timers, kinds.nccl_nvtx, kinds.memory);
+                    kinds = TraceKinds { sync, api_all, nccl_timers, nccl_nvtx, memory, ..TraceKinds::default() };
                 }
                 "kernel" => kinds.kernel = true,
                 "memcpy" => kinds.memcpy = true,
@@ -135,6 +140,7 @@ impl TraceKinds {
                 }
                 "nccl-timers" => kinds.nccl_timers = true,
                 "nccl-nvtx" => kinds.nccl_nvtx = true,
+                "memory" => kinds.memory = true,
                 other => {
                     return Err(format!("unknown trace kind '{other}' (known: all, {})", Self::NAMES.join(", ")));
                 }
@@ -155,6 +161,7 @@ impl TraceKinds {
             self.api_all,
             self.nccl_timers,
             self.nccl_nvtx,
+            self.memory,
         ];
         Self::NAMES.iter().zip(flags).filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
     }

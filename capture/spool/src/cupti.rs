@@ -330,6 +330,74 @@ pub struct GraphTraceRecord {
 }
 }
 
+crate::spool_struct! {
+/// A CUDA memory allocation or release (`CUpti_ActivityMemory4`, kind `MEMORY2`): what the CUDA driver handed
+/// out or took back, so for PyTorch the caching allocator's segments, not tensors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryRecord {
+    /// CPU time of the operation, CUPTI clock, ns.
+    pub timestamp_ns: u64,
+    /// CUPTI `CUpti_ActivityMemoryOperationType`: 1 allocation, 2 release.
+    pub operation: u8,
+    /// CUPTI `CUpti_ActivityMemoryKind` (1 pageable, 2 pinned, 3 device, 4 array, 5 managed, 6 device static,
+    /// 7 managed static, 0 unknown).
+    pub memory_kind: u8,
+    /// Virtual address of the allocation.
+    pub address: u64,
+    /// Bytes allocated or released.
+    pub bytes: u64,
+    /// Program counter of the call.
+    pub pc: u64,
+    /// CUDA device ordinal in the process.
+    pub device_id: u32,
+    /// CUDA context id.
+    pub context_id: u32,
+    /// CUDA stream id (`u32::MAX` for a synchronous allocation).
+    pub stream_id: u32,
+    /// Correlation id of the API call that allocated or released.
+    pub correlation_id: u32,
+    /// True for a stream-ordered (`cudaMallocAsync`, `cudaFreeAsync`) operation.
+    pub is_async: bool,
+    /// CUPTI `CUpti_ActivityMemoryPoolType` of the pool it came from: 0 none, 1 local, 2 imported.
+    pub pool_type: u8,
+    /// The pool's base address (0 outside pools).
+    pub pool_address: u64,
+    /// The pool's release threshold, bytes.
+    pub pool_release_threshold: u64,
+    /// A local pool's size, bytes; an imported pool's owning process id.
+    pub pool_size_or_pid: u64,
+    /// Bytes of the pool in use after the operation.
+    pub pool_utilized_bytes: u64,
+}
+}
+
+crate::spool_struct! {
+/// A stream-ordered memory pool made, destroyed or trimmed (`CUpti_ActivityMemoryPool2`/`3`, kind `MEMORY_POOL`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryPoolRecord {
+    /// CPU time of the operation, CUPTI clock, ns.
+    pub timestamp_ns: u64,
+    /// CUPTI `CUpti_ActivityMemoryPoolOperationType`: 1 created, 2 destroyed, 3 trimmed.
+    pub operation: u8,
+    /// CUPTI `CUpti_ActivityMemoryPoolType`: 1 local, 2 imported.
+    pub pool_type: u8,
+    /// CUDA device ordinal in the process.
+    pub device_id: u32,
+    /// Correlation id of the API call.
+    pub correlation_id: u32,
+    /// The pool's base address.
+    pub address: u64,
+    /// Bytes a trim keeps.
+    pub min_bytes_to_keep: u64,
+    /// The pool's size, bytes.
+    pub size: u64,
+    /// The pool's release threshold, bytes.
+    pub release_threshold: u64,
+    /// Bytes of the pool in use.
+    pub utilized_bytes: u64,
+}
+}
+
 crate::spool_records! {
     /// One item of a spool file.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -395,6 +463,10 @@ crate::spool_records! {
         GraphTrace(GraphTraceRecord) = 18,
         /// A CUDA graph node created or cloned, with the thread and time it happened at.
         GraphNode(GraphNodeRecord) = 21,
+        /// A CUDA memory allocation or release (`--trace memory`).
+        Memory(MemoryRecord) = 22,
+        /// A stream-ordered memory pool made, destroyed or trimmed (`--trace memory`).
+        MemoryPool(MemoryPoolRecord) = 23,
     }
 }
 

@@ -9,6 +9,8 @@ hands over their results:
 - ``Run.kernels()``, ``Run.collectives()``, ``Run.instances()``: every kernel, every recorded collective operation and
   every collective instance matched across ranks with each rank's wait and transfer;
 - ``Run.what_if(...)``: ``analyzer what-if`` with its tables.
+- ``Run.memory()``: every memory event (CUDA-level allocations and framework allocator samples) with the level after
+  it; the report's ``memory`` section has the peaks per rank and phase.
 
 Tables are ``pyarrow.Table`` objects handed over through the Arrow C data interface, without copying; pandas
 (``table.to_pandas()``) and polars (``polars.from_arrow(table)``) read them. ``shardscope.dask`` runs the analysis of
@@ -97,6 +99,13 @@ class Run:
     def kernels(self):
         """Every kernel of every rank (pyarrow table)."""
         return self._native.kernels()
+
+    def memory(self):
+        """Every memory event of every rank (pyarrow table): ``level`` ``cuda`` rows are the CUDA driver's
+        allocations and releases (the caching allocator's segments) with the device's level after each in
+        ``in_use_bytes``; ``framework`` rows are the framework allocator's samples (tensors) with its
+        ``Total Allocated`` in ``in_use_bytes`` and ``Total Reserved`` in ``reserved_bytes``."""
+        return self._native.memory()
 
     def collectives(self):
         """Every collective operation the traces record, with its kernel's times where known (pyarrow table)."""

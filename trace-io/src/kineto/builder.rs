@@ -85,6 +85,8 @@ pub struct Builder {
     /// NCCL kernels whose own args do not describe the collective.
     nccl_kernels_without_args: Vec<usize>,
     short_names: HashMap<NameId, NameId>,
+    /// `[memory]` samples with the GPU ordinal each names, until GPUs are resolved.
+    memory: Vec<(Option<u32>, shardscope_model::FrameworkMemorySample)>,
 }
 
 /// The event categories the model keeps; every other category is skipped on purpose.
@@ -220,6 +222,7 @@ impl Builder {
             }
             "M" => self.add_metadata(event),
             "f" => self.add_flow_end(event),
+            "i" if str_of(&event.name) == Some(super::memory::MEMORY_EVENT_NAME) => self.add_memory(event),
             // Flow starts, instants, counters and async events carry nothing the model keeps.
             _ => {}
         }
@@ -239,6 +242,16 @@ impl Builder {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A `[memory]` instant: a framework allocator sample of its CPU process.
+    fn add_memory(&mut self, event: &RawEvent) {
+        let args = event.parse_args().unwrap_or_default();
+        let Some(process) = self.cpu_process(&Category::CpuOp, event) else { return };
+        match super::memory::sample(event, &args.memory, process) {
+            Some(sample) => self.memory.push(sample),
+            None => self.trace.warn(super::memory::UNUSABLE),
         }
     }
 
@@ -631,6 +644,7 @@ impl Builder {
         ordinals.extend(self.trace.kernels.iter().map(|k| k.device.0));
         ordinals.extend(self.trace.memops.iter().map(|m| m.device.0));
         ordinals.extend(self.trace.ranges.iter().filter_map(|r| r.device.map(|d| d.0)));
+        ordinals.extend(self.memory.iter().filter_map(|(ordinal, _)| *ordinal));
         let mut index_of = HashMap::new();
         for ordinal in ordinals {
             let properties = self.device_properties.get(&ordinal).cloned().unwrap_or_default();
@@ -654,6 +668,10 @@ impl Builder {
             if let Some(device) = range.device {
                 range.device = Some(index_of[&device.0]);
             }
+        }
+        for (ordinal, mut sample) in std::mem::take(&mut self.memory) {
+            sample.device = ordinal.map(|o| index_of[&o]);
+            self.trace.framework_memory.push(sample);
         }
     }
 

@@ -16,11 +16,13 @@
 //! | `gpu_user_annotation` | GPU-annotation range on its device and stream |
 //! | `ph: M` `process_name` / `thread_name` | process name / [`ThreadName`](shardscope_model::ThreadName) |
 //! | `deviceProperties`, `distributedInfo` | [`Device`](shardscope_model::Device)s, process rank |
+//! | `[memory]` instants (`profile_memory=True`) | [`FrameworkMemorySample`](shardscope_model::FrameworkMemorySample) |
 //!
 //! Other categories (`cpu_op`, other `python_function` events, …) are skipped on purpose.
 
 mod builder;
 mod collective;
+mod memory;
 mod raw;
 mod scan;
 mod time;

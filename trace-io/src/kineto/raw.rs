@@ -82,6 +82,25 @@ pub struct RawArgs<'a> {
     pub input_dims: Option<&'a str>,
     /// `Input type`, as written: types of an op's inputs, `["float", "Scalar", …]`.
     pub input_type: Option<&'a str>,
+    /// `[memory]` events (`profile_memory=True`): their own keys, see [`MemoryArgs`].
+    pub memory: MemoryArgs,
+}
+
+/// The keys of a `[memory]` instant event's `args`.
+#[derive(Debug, Default)]
+pub struct MemoryArgs {
+    /// `Device Type`: 0 CPU, 1 CUDA (c10's `DeviceType`).
+    pub device_type: LooseInt,
+    /// `Device Id`: the GPU ordinal (-1 for host memory).
+    pub device_id: LooseInt,
+    /// `Addr`: the tensor's address.
+    pub addr: LooseInt,
+    /// `Bytes`: positive for an allocation, negative for a free.
+    pub bytes: LooseInt,
+    /// `Total Allocated`: bytes in tensors after the event.
+    pub total_allocated: LooseInt,
+    /// `Total Reserved`: bytes the allocator holds after the event.
+    pub total_reserved: LooseInt,
 }
 
 /// An integer that may be written as a number, a float, or a string (`"7"`, `"stream 7"`).

@@ -88,6 +88,12 @@ pub fn parse_args(text: &str) -> Option<RawArgs<'_>> {
                 "Process Group Ranks" => args.process_group_ranks = Some(s.skip_value()?),
                 "Input Dims" => args.input_dims = Some(s.skip_value()?),
                 "Input type" => args.input_type = Some(s.skip_value()?),
+                "Device Type" => args.memory.device_type = s.loose_int()?,
+                "Device Id" => args.memory.device_id = s.loose_int()?,
+                "Addr" => args.memory.addr = s.loose_int()?,
+                "Bytes" => args.memory.bytes = s.loose_int()?,
+                "Total Allocated" => args.memory.total_allocated = s.loose_int()?,
+                "Total Reserved" => args.memory.total_reserved = s.loose_int()?,
                 _ => {
                     s.skip_value()?;
                 }

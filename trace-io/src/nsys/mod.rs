@@ -19,6 +19,7 @@
 
 pub(crate) mod enums;
 pub mod graph_nodes;
+pub mod memory;
 mod nccl_tables;
 mod scan;
 pub(crate) mod schema;
@@ -194,6 +195,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     nccl_tables::attach(&db, &mut trace)?;
     read_capture_warnings(&db, &mut trace)?;
     graph_nodes::attach(&db, &mut trace)?;
+    memory::attach(&db, &mut trace)?;
     trace.finish();
     Ok(trace)
 }
