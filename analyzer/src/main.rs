@@ -20,7 +20,7 @@ use shardscope_analyzer::output::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::{
     dependency::critical_path, dependency::straggler_artifact, dependency::whatif, figures::hta, figures::window,
-    llm::modules, output::html, report::compare,
+    findings, llm::modules, output::html, report::compare,
 };
 use shardscope_model::Trace;
 
@@ -114,6 +114,25 @@ enum Command {
         top: usize,
         #[command(flatten)]
         pictures: ChartArgs,
+        /// Findings thresholds replacing the built-in ones (see `analyzer findings --print-rules`).
+        #[arg(long, value_name = "FINDINGS.toml")]
+        findings_rules: Option<PathBuf>,
+    },
+    /// What limits the run, ranked by the time removing each cause saves (per step and per run), each saving
+    /// obtained by replaying the dependency model of the steady-state steps with that cause removed, or a stated
+    /// bound where no replay applies. Thresholds: `--findings-rules` (defaults: `--print-rules`).
+    Findings {
+        #[command(flatten)]
+        analysis: AnalysisArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: ModelFormat,
+        /// Findings thresholds replacing the built-in ones.
+        #[arg(long, value_name = "FINDINGS.toml")]
+        findings_rules: Option<PathBuf>,
+        /// Print the built-in findings rules (a starting point for `--findings-rules`) and exit.
+        #[arg(long)]
+        print_rules: bool,
     },
     /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
     /// message size and phase.
@@ -376,7 +395,7 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures } => {
+        Command::Report { analysis, format, top, pictures, findings_rules } => {
             let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
             shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
             if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
@@ -385,6 +404,7 @@ fn run(cli: Cli) -> Result<()> {
             refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
             let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
             let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
+            let found = findings_of(&traces, &report, &options, findings_rules.as_deref())?;
             if let Some((rules, bench)) = chart_inputs {
                 let inputs = ChartInputs { traces: &traces, options: &options };
                 write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
@@ -394,14 +414,27 @@ fn run(cli: Cli) -> Result<()> {
             let text = match format {
                 // The one-screen summary first, the details after it.
                 OutputFormat::Table => {
-                    shardscope_analyzer::output::summary::summary(&report)
+                    found.as_ref().map(|f| findings::table(f) + "\n").unwrap_or_default()
+                        + &shardscope_analyzer::output::summary::summary(&report)
                         + "\n"
                         + &render::table(&report, if top == 0 { usize::MAX } else { top })
                 }
-                OutputFormat::Json => render::json(&report) + "\n",
+                OutputFormat::Json => findings::report_json(found.as_ref(), &report)? + "\n",
                 OutputFormat::Csv => render::csv(&report),
             };
             emit(&text)?;
+        }
+        Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML)?,
+        Command::Findings { analysis, format, findings_rules, .. } => {
+            let rules = load_findings_rules(findings_rules.as_deref())?;
+            let inputs = display_list(&analysis.traces);
+            let (report, traces, options) = analyse_keeping_traces(analysis, false)?;
+            let found = findings::findings(&traces, &report, &options, options.bench_peaks.as_ref(), &rules)
+                .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
+            match format {
+                ModelFormat::Json => emit(&(serde_json::to_string_pretty(&found)? + "\n"))?,
+                ModelFormat::Table => emit(&findings::table(&found))?,
+            }
         }
         Command::Collectives { analysis, format } => {
             let report = run_analysis(analysis, format == OutputFormat::Json)?;
@@ -746,6 +779,22 @@ fn write_report_charts(
         let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The findings rules of `--findings-rules`, or the built-in ones.
+fn load_findings_rules(path: Option<&Path>) -> Result<findings::rules::FindingsRules> {
+    Ok(path.map(findings::rules::FindingsRules::load).transpose()?.unwrap_or_else(findings::rules::FindingsRules::builtin))
+}
+
+/// The findings section of `report`: `None` when the run has no dependency model (no GPU work to model).
+fn findings_of(
+    traces: &[Trace],
+    report: &report::Report,
+    options: &Options,
+    rules_path: Option<&Path>,
+) -> Result<Option<findings::Findings>> {
+    let rules = load_findings_rules(rules_path)?;
+    Ok(findings::findings(traces, report, options, options.bench_peaks.as_ref(), &rules).ok())
 }
 
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.
