@@ -407,7 +407,8 @@ fn run(cli: Cli) -> Result<()> {
             let found = findings_of(&traces, &report, &options, findings_rules.as_deref())?;
             if let Some((rules, bench)) = chart_inputs {
                 let inputs = ChartInputs { traces: &traces, options: &options };
-                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
+                let lead_html = found.as_ref().map(findings::html).unwrap_or_default();
+                write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs, lead_html)?;
                 // The instances were kept for the charts only: the printed report is the same with or without them.
                 report.instances.clear();
             }
@@ -741,6 +742,7 @@ fn write_report_charts(
     bench_path: Option<&Path>,
     pictures: &ChartArgs,
     inputs: ChartInputs,
+    lead_html: String,
 ) -> Result<()> {
     let classifier = match rules {
         Some(path) => Classifier::load(path)?,
@@ -748,6 +750,7 @@ fn write_report_charts(
     };
     let bench = bench_path.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
     let mut drawn = html::report_charts(report, &classifier, bench.as_ref());
+    drawn.lead_html = lead_html;
     let peak = match &pictures.model {
         Some(model) => shardscope_analyzer::report::mfu::peak(bench_path, model, "--model peak_tflops")
             .map_err(|e| anyhow::anyhow!("--bench: {e}"))?,
@@ -783,7 +786,10 @@ fn write_report_charts(
 
 /// The findings rules of `--findings-rules`, or the built-in ones.
 fn load_findings_rules(path: Option<&Path>) -> Result<findings::rules::FindingsRules> {
-    Ok(path.map(findings::rules::FindingsRules::load).transpose()?.unwrap_or_else(findings::rules::FindingsRules::builtin))
+    Ok(path
+        .map(findings::rules::FindingsRules::load)
+        .transpose()?
+        .unwrap_or_else(findings::rules::FindingsRules::builtin))
 }
 
 /// The findings section of `report`: `None` when the run has no dependency model (no GPU work to model).

@@ -26,13 +26,17 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         return Err(Quiet { kind: KIND, why: "not evaluated: one rank".into() });
     }
     let whole = OwnParts { delay: true, duration: true };
-    let (rank_index, saving_ns) = (0..graph.ranks.len() as u32)
-        .map(|r| (r, saving(context, r, |_| whole)))
-        .max_by_key(|&(r, s)| (s, std::cmp::Reverse(r)))
-        .expect("two ranks or more");
+    let by_rank: Vec<(u32, i64)> = (0..graph.ranks.len() as u32).map(|r| (r, saving(context, r, |_| whole))).collect();
+    let (rank_index, saving_ns) =
+        by_rank.iter().copied().max_by_key(|&(r, s)| (s, std::cmp::Reverse(r))).expect("two ranks or more");
     let rank = graph.ranks[rank_index as usize].rank;
     if context.pct(saving_ns) < rule.min_saving_pct {
-        return Err(context.below(KIND, &format!("idealising the latest rank (rank {rank})"), saving_ns, rule.min_saving_pct));
+        return Err(context.below(
+            KIND,
+            &format!("idealising the latest rank (rank {rank})"),
+            saving_ns,
+            rule.min_saving_pct,
+        ));
     }
     let host = saving(context, rank_index, |op| if op.kind.on_gpu() { OwnParts::default() } else { whole });
     let kernels = saving(context, rank_index, |op| OwnParts { delay: false, duration: op.kind.on_gpu() });
@@ -45,6 +49,13 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         human_ns(kernels),
         human_ns(input)
     )];
+    let others: Vec<String> = by_rank
+        .iter()
+        .filter(|&&(r, _)| r != rank_index)
+        .take(4)
+        .map(|&(r, s)| format!("rank {} {}", graph.ranks[r as usize].rank, human_ns(s)))
+        .collect();
+    evidence.push(format!("the same replay of another rank saves: {}", others.join(", ")));
     if let Some(late) = context.report.collectives.late_ranks.iter().find(|l| l.rank == rank) {
         evidence.push(format!(
             "over the run it arrived last at {} collectives, making the others wait {} (longest {})",

@@ -7,7 +7,7 @@
 use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::{GPU_DELAY, HOST, HOST_GAP, end_vertex, start_vertex};
 use crate::findings::rules::LaunchRule;
-use crate::findings::{Context, Outcome, top_names};
+use crate::findings::{Context, Outcome, top_by_time};
 
 const KIND: &str = "launch_bound";
 
@@ -41,12 +41,13 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
         return Err(context.below(KIND, "a free host launch path", saving_ns, rule.min_saving_pct));
     }
     let gpu_ops = graph.ops.iter().filter(|o| o.kind.on_gpu()).count() as u64;
-    let per_step = context.window_steps.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {} per step", gpu_ops / n));
+    let per_step =
+        context.window_steps.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {} per step", gpu_ops / n));
     let gaps = context.path.segments.iter().filter(|s| s.category == HOST_GAP || s.category == GPU_DELAY);
-    let before: Vec<String> = gaps.map(|s| s.op.clone()).collect();
+    let before: Vec<(String, i64)> = gaps.map(|s| (s.op.clone(), s.duration_ns)).collect();
     Ok(context.replayed(
         KIND,
-        "the GPU waits for the host to launch work (launch-bound)".into(),
+        "the GPU waits for the host: launches and host work between them (launch-bound)".into(),
         vec![
             format!(
                 "on the critical path: host gaps {}, GPU launch delays {}, host calls {} ({:.1} % of the window)",
@@ -56,7 +57,7 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
                 context.pct(idle_ns)
             ),
             format!("{gpu_ops} GPU operations launched in the window{per_step}"),
-            format!("the path waits most often before: {}", top_names(before, 3)),
+            format!("on the path, the longest waits for the host come before: {}", top_by_time(before, 3)),
         ],
         "every host call and host gap replayed at no time (all launches issued at once, as CUDA graphs or fewer \
          launches would)"

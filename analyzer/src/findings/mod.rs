@@ -56,7 +56,7 @@ pub struct Finding {
     pub basis: Basis,
     /// Time saved over the modelled window (measured minus replayed).
     pub saving_ns: i64,
-    /// The same as a share of the window's measured time, percent.
+    /// The same as a share of the window's measured time (of a bound: of the run), percent.
     pub saving_pct: f64,
     /// Per step of the window (`null` without steps).
     pub saving_per_step_ns: Option<i64>,
@@ -86,7 +86,7 @@ pub struct Findings {
     pub measured_ns: i64,
     /// The model replayed unchanged.
     pub replay_ns: i64,
-    /// The findings, the largest saving per run first.
+    /// The findings: replayed ones first, then bounds, each by saving per run, largest first.
     pub findings: Vec<Finding>,
     /// The types that did not fire, and why.
     pub quiet: Vec<Quiet>,
@@ -129,7 +129,14 @@ impl Context<'_> {
     }
 
     /// A replayed finding: the saving of `times` against the measured time.
-    pub fn replayed(&self, kind: &'static str, title: String, evidence: Vec<String>, how: String, times: &[i64]) -> Finding {
+    pub fn replayed(
+        &self,
+        kind: &'static str,
+        title: String,
+        evidence: Vec<String>,
+        how: String,
+        times: &[i64],
+    ) -> Finding {
         self.finding(kind, title, evidence, how, Basis::Replay, self.measured_ns - self.span_ns(times))
     }
 
@@ -230,8 +237,7 @@ pub fn findings_of_model(
     rules: &FindingsRules,
 ) -> Findings {
     let graph = &model.graph;
-    let measured_ns =
-        graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
     let replay = graph.simulate(graph.own_ns(), false);
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
     let mut context = Context {
@@ -272,7 +278,11 @@ pub fn findings_of_model(
             Err(q) => quiet.push(q),
         }
     }
-    fired.sort_by(|a, b| b.saving_per_run_ns.cmp(&a.saving_per_run_ns).then(a.kind.cmp(b.kind)));
+    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run.
+    let replayed_first = |f: &Finding| f.basis != Basis::Replay;
+    fired.sort_by(|a, b| {
+        (replayed_first(a), b.saving_per_run_ns, a.kind).cmp(&(replayed_first(b), a.saving_per_run_ns, b.kind))
+    });
     quiet.push(Quiet {
         kind: "pageable_copies",
         why: "not evaluated: the trace model records no host memory kind (pinned or pageable) of a copy".into(),
@@ -327,15 +337,15 @@ pub fn table(findings: &Findings) -> String {
         let per_step = f.saving_per_step_ns.map(|ns| format!("{} per step, ", human_ns(ns))).unwrap_or_default();
         let bound = if f.basis == Basis::Bound { "up to " } else { "" };
         out.push_str(&format!(
-            "{}. [{}] {}\n   worth {bound}{per_step}{} per run ({:.1} % of the window; {})\n",
+            "{}. [{}] {}\n   worth {bound}{per_step}{} per run ({:.1} % of {})\n",
             rank + 1,
             f.kind,
             f.title,
             human_ns(f.saving_per_run_ns),
             f.saving_pct,
             match f.basis {
-                Basis::Replay => "replayed",
-                Basis::Bound => "bound",
+                Basis::Replay => "the window; replayed",
+                Basis::Bound => "the run; bound",
             }
         ));
         out.push_str(&format!("   how: {}\n", f.how));
@@ -352,6 +362,46 @@ pub fn table(findings: &Findings) -> String {
     out
 }
 
+/// The findings as the first section of the HTML report: a table of the findings, most worth first.
+pub fn html(findings: &Findings) -> String {
+    let mut out = format!(
+        "<h2>Findings</h2>\n<p>{}: measured {}; each saving replays the dependency model with the cause removed \
+         (or is a stated bound).</p>\n",
+        escape(&findings.window),
+        human_ns(findings.measured_ns)
+    );
+    if findings.findings.is_empty() {
+        out.push_str("<p>Nothing found above its threshold.</p>\n");
+        return out;
+    }
+    out.push_str(
+        "<table>\n<tr><th>#</th><th class=\"l\">finding</th><th>per step</th><th>per run</th><th>share</th>\
+         <th class=\"l\">how</th><th class=\"l\">evidence</th></tr>\n",
+    );
+    for (rank, f) in findings.findings.iter().enumerate() {
+        let evidence: Vec<String> = f.evidence.iter().map(|e| escape(e)).collect();
+        let bound = if f.basis == Basis::Bound { "≤ " } else { "" };
+        out.push_str(&format!(
+            "<tr><td>{}</td><td class=\"l\"><b>{}</b><br>{}</td><td>{}</td><td>{bound}{}</td><td>{:.1} %</td>\
+             <td class=\"l\">{}</td><td class=\"l\">{}</td></tr>\n",
+            rank + 1,
+            escape(f.kind),
+            escape(&f.title),
+            f.saving_per_step_ns.map_or("–".to_string(), human_ns),
+            human_ns(f.saving_per_run_ns),
+            f.saving_pct,
+            escape(&f.how),
+            evidence.join("<br>")
+        ));
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
 /// The op names of up to `limit` operations, most frequent first, as `name ×count`.
 pub fn top_names(names: impl IntoIterator<Item = String>, limit: usize) -> String {
     let mut counts: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
@@ -361,4 +411,15 @@ pub fn top_names(names: impl IntoIterator<Item = String>, limit: usize) -> Strin
     let mut list: Vec<(String, u64)> = counts.into_iter().collect();
     list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     list.iter().take(limit).map(|(n, c)| format!("{n} ×{c}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Up to `limit` names with the most time, as `name 1.2 ms`.
+pub fn top_by_time(items: impl IntoIterator<Item = (String, i64)>, limit: usize) -> String {
+    let mut totals: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for (name, ns) in items {
+        *totals.entry(name).or_default() += ns;
+    }
+    let mut list: Vec<(String, i64)> = totals.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    list.iter().take(limit).map(|(n, ns)| format!("{n} {}", human_ns(*ns))).collect::<Vec<_>>().join(", ")
 }

@@ -90,7 +90,13 @@ pub struct FindingsRules {
 impl FindingsRules {
     /// The built-in rules.
     pub fn builtin() -> FindingsRules {
-        FindingsRules::from_toml(BUILTIN_FINDINGS_TOML, "built-in findings rules").expect("the built-in rules are valid")
+        FindingsRules::from_toml(BUILTIN_FINDINGS_TOML, "built-in findings rules")
+            .expect("the built-in rules are valid")
+    }
+
+    /// The text of the built-in rules.
+    pub fn builtin_text() -> &'static str {
+        BUILTIN_FINDINGS_TOML
     }
 
     /// Rules from a TOML file.

@@ -78,7 +78,10 @@ pub fn evaluate(context: &Context, rule: &CollectiveRule) -> Outcome {
         KIND,
         format!("collectives run far below the measured link ({regime})"),
         evidence,
-        format!("matched collectives replayed at the bus bandwidth {} measured for their type, ranks and size", bench.source),
+        format!(
+            "matched collectives replayed at the bus bandwidth {} measured for their type, ranks and size",
+            bench.source
+        ),
         &times,
     ))
 }
