@@ -374,7 +374,12 @@ fn report_shows_the_findings_first() {
     let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
     let table = analyzer(&["report", trace.to_str().unwrap()]);
     assert!(table.status.success());
-    assert!(String::from_utf8(table.stdout).unwrap().starts_with("findings for steps 1 to 17"));
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with("findings for steps 1 to 17"));
+    let section = &table[..table.find("\nsummary: ").expect("the summary follows")];
+    for line in section.lines() {
+        assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+    }
     let json = analyzer(&["report", trace.to_str().unwrap(), "--format", "json"]);
     let text = String::from_utf8(json.stdout).unwrap();
     assert!(text.starts_with("{\n  \"findings\": {"), "{}", &text[..200]);

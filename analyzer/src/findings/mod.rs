@@ -324,23 +324,19 @@ fn window_words(model: &Model) -> String {
 
 /// The findings as a table: one block per finding, most worth first, then what did not fire.
 pub fn table(findings: &Findings) -> String {
-    let mut out = format!(
-        "findings for {}: measured {}, replayed unchanged {}\n",
-        findings.window,
-        human_ns(findings.measured_ns),
-        human_ns(findings.replay_ns)
-    );
+    let mut out = String::new();
+    let heading =
+        format!("measured {}, replayed unchanged {}", human_ns(findings.measured_ns), human_ns(findings.replay_ns));
+    push_wrapped(&mut out, "findings for ", "  ", &format!("{}: {heading}", findings.window));
     if findings.findings.is_empty() {
         out.push_str("  nothing found above its threshold\n");
     }
     for (rank, f) in findings.findings.iter().enumerate() {
         let per_step = f.saving_per_step_ns.map(|ns| format!("{} per step, ", human_ns(ns))).unwrap_or_default();
         let bound = if f.basis == Basis::Bound { "up to " } else { "" };
+        push_wrapped(&mut out, &format!("{}. [{}] ", rank + 1, f.kind), "   ", &f.title);
         out.push_str(&format!(
-            "{}. [{}] {}\n   worth {bound}{per_step}{} per run ({:.1} % of {})\n",
-            rank + 1,
-            f.kind,
-            f.title,
+            "   worth {bound}{per_step}{} per run ({:.1} % of {})\n",
             human_ns(f.saving_per_run_ns),
             f.saving_pct,
             match f.basis {
@@ -348,18 +344,43 @@ pub fn table(findings: &Findings) -> String {
                 Basis::Bound => "the run; bound",
             }
         ));
-        out.push_str(&format!("   how: {}\n", f.how));
+        push_wrapped(&mut out, "   how: ", "        ", &f.how);
         for line in &f.evidence {
-            out.push_str(&format!("   - {line}\n"));
+            push_wrapped(&mut out, "   - ", "     ", line);
         }
     }
     if !findings.quiet.is_empty() {
         out.push_str("did not fire:\n");
         for q in &findings.quiet {
-            out.push_str(&format!("  {:<26} {}\n", q.kind, q.why));
+            push_wrapped(&mut out, &format!("  {:<25} ", q.kind), &" ".repeat(28), &q.why);
         }
     }
     out
+}
+
+/// The widest line of the table, in characters.
+const LINE_COLUMNS: usize = 100;
+
+/// `text` after `first`, wrapped at spaces to [`LINE_COLUMNS`] and continued under `indent` (a word longer than a
+/// line stays whole).
+fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
+    let mut line = first.to_string();
+    let mut words_on_line = 0;
+    for word in text.split(' ') {
+        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_string();
+            words_on_line = 0;
+        }
+        if words_on_line > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words_on_line += 1;
+    }
+    out.push_str(&line);
+    out.push('\n');
 }
 
 /// The findings as the first section of the HTML report: a table of the findings, most worth first.
