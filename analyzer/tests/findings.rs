@@ -385,6 +385,17 @@ fn report_shows_the_findings_first() {
     assert!(text.starts_with("{\n  \"findings\": {"), "{}", &text[..200]);
     let value: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["findings"], findings_json(&trace, &[]));
+
+    // The HTML page: the findings table before the per-rank table, the top finding's title in it.
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let output = analyzer(&["report", trace.to_str().unwrap(), "--html", page.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let findings_at = html.find("<h2>Findings</h2>").expect("a findings section");
+    assert!(findings_at < html.find("<h2>Per rank</h2>").unwrap());
+    let top = value["findings"]["findings"][0]["title"].as_str().unwrap().replace('<', "&lt;");
+    assert!(html[findings_at..].contains(&top), "{top}");
 }
 
 /// The public two-GPU nsys traces: every finding is above its threshold, replayed ones first by saving, and a
