@@ -15,9 +15,11 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 
-// The wings, each depending only on those listed before it.
+// The wings, in their order: figures, llm, report, output, dependency, findings, study; each depends only on those
+// before it (the declarations below are in rustfmt's alphabetical order).
 pub mod dependency;
 pub mod figures;
+pub mod findings;
 pub mod llm;
 pub mod output;
 pub mod report;

@@ -20,7 +20,7 @@ use shardscope_analyzer::output::render::{self, OutputFormat};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::{
     dependency::critical_path, dependency::straggler_artifact, dependency::whatif, figures::hta, figures::window,
-    llm::modules, output::html, report::compare,
+    findings, llm::modules, output::html, report::compare,
 };
 use shardscope_model::Trace;
 
@@ -114,6 +114,25 @@ enum Command {
         top: usize,
         #[command(flatten)]
         pictures: ChartArgs,
+        /// Findings thresholds replacing the built-in ones (see `analyzer findings --print-rules`).
+        #[arg(long, value_name = "FINDINGS.toml")]
+        findings_rules: Option<PathBuf>,
+    },
+    /// What limits the run, ranked by the time removing each cause saves (per step and per run), each saving
+    /// obtained by replaying the dependency model of the steady-state steps with that cause removed, or a stated
+    /// bound where no replay applies. Thresholds: `--findings-rules` (defaults: `--print-rules`).
+    Findings {
+        #[command(flatten)]
+        analysis: AnalysisArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: ModelFormat,
+        /// Findings thresholds replacing the built-in ones.
+        #[arg(long, value_name = "FINDINGS.toml")]
+        findings_rules: Option<PathBuf>,
+        /// Print the built-in findings rules (a starting point for `--findings-rules`) and exit.
+        #[arg(long)]
+        print_rules: bool,
     },
     /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
     /// message size and phase.
@@ -383,7 +402,11 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures } => report_command(analysis, format, top, pictures),
+        Command::Report { analysis, format, top, pictures, findings_rules } => {
+            report_command(analysis, format, top, pictures, findings_rules)
+        }
+        Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML),
+        Command::Findings { analysis, format, findings_rules, .. } => findings_command(analysis, format, findings_rules),
         Command::Collectives { analysis, format } => collectives_command(analysis, format),
         Command::Compare { args } => compare_command(args),
         Command::Modules { traces, module_depth, phase_pattern, window, format, html } => {
@@ -411,7 +434,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// `report`: the report as a table (after the summary), JSON or CSV, and its charts.
-fn report_command(analysis: AnalysisArgs, format: OutputFormat, top: usize, pictures: ChartArgs) -> Result<()> {
+fn report_command(
+    analysis: AnalysisArgs,
+    format: OutputFormat,
+    top: usize,
+    pictures: ChartArgs,
+    findings_rules: Option<PathBuf>,
+) -> Result<()> {
     let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
     shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
     if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
@@ -420,24 +449,40 @@ fn report_command(analysis: AnalysisArgs, format: OutputFormat, top: usize, pict
     refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
     let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
     let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
+    let found = findings_of(&traces, &report, &options, findings_rules.as_deref())?;
     if let Some((rules, bench)) = chart_inputs {
         let inputs = ChartInputs { traces: &traces, options: &options };
-        write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs)?;
+        let lead_html = found.as_ref().map(findings::html).unwrap_or_default();
+        write_report_charts(&report, rules.as_deref(), bench.as_deref(), &pictures, inputs, lead_html)?;
         // The instances were kept for the charts only: the printed report is the same with or without them.
         report.instances.clear();
     }
     let text = match format {
         // The one-screen summary first, the details after it.
         OutputFormat::Table => {
-            shardscope_analyzer::output::summary::summary(&report)
+            found.as_ref().map(|f| findings::table(f) + "\n").unwrap_or_default()
+                + &shardscope_analyzer::output::summary::summary(&report)
                 + "\n"
                 + &render::table(&report, if top == 0 { usize::MAX } else { top })
         }
-        OutputFormat::Json => render::json(&report) + "\n",
+        OutputFormat::Json => findings::report_json(found.as_ref(), &report)? + "\n",
         OutputFormat::Csv => render::csv(&report),
     };
     emit(&text)?;
     Ok(())
+}
+
+/// `findings`: what limits the run, ranked by the time removing each cause saves.
+fn findings_command(analysis: AnalysisArgs, format: ModelFormat, findings_rules: Option<PathBuf>) -> Result<()> {
+    let rules = load_findings_rules(findings_rules.as_deref())?;
+    let inputs = display_list(&analysis.traces);
+    let (report, traces, options) = analyse_keeping_traces(analysis, false)?;
+    let found = findings::findings(&traces, &report, &options, options.bench_peaks.as_ref(), &rules)
+        .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
+    match format {
+        ModelFormat::Json => emit(&(serde_json::to_string_pretty(&found)? + "\n")),
+        ModelFormat::Table => emit(&findings::table(&found)),
+    }
 }
 
 /// `collectives`: the matched collectives.
@@ -792,6 +837,7 @@ fn write_report_charts(
     bench_path: Option<&Path>,
     pictures: &ChartArgs,
     inputs: ChartInputs,
+    lead_html: String,
 ) -> Result<()> {
     let classifier = match rules {
         Some(path) => Classifier::load(path)?,
@@ -799,6 +845,7 @@ fn write_report_charts(
     };
     let bench = bench_path.map(BenchPeaks::load).transpose().map_err(anyhow::Error::msg)?;
     let mut drawn = html::report_charts(report, &classifier, bench.as_ref());
+    drawn.lead_html = lead_html;
     let peak = match &pictures.model {
         Some(model) => shardscope_analyzer::report::mfu::peak(bench_path, model, "--model peak_tflops")
             .map_err(|e| anyhow::anyhow!("--bench: {e}"))?,
@@ -830,6 +877,25 @@ fn write_report_charts(
         let _ = writeln!(std::io::stderr(), "analyzer: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The findings rules of `--findings-rules`, or the built-in ones.
+fn load_findings_rules(path: Option<&Path>) -> Result<findings::rules::FindingsRules> {
+    Ok(path
+        .map(findings::rules::FindingsRules::load)
+        .transpose()?
+        .unwrap_or_else(findings::rules::FindingsRules::builtin))
+}
+
+/// The findings section of `report`: `None` when the run has no dependency model (no GPU work to model).
+fn findings_of(
+    traces: &[Trace],
+    report: &report::Report,
+    options: &Options,
+    rules_path: Option<&Path>,
+) -> Result<Option<findings::Findings>> {
+    let rules = load_findings_rules(rules_path)?;
+    Ok(findings::findings(traces, report, options, options.bench_peaks.as_ref(), &rules).ok())
 }
 
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.

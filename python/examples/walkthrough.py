@@ -57,9 +57,19 @@ print(json.dumps({k: result[k] for k in ("measured_ns", "ideal_ns", "slowdown")}
 print(what_if_tables["by_rank"].to_pandas())
 
 # %% [markdown]
+# ## What to fix first
+# `findings()` ranks what limits the run, each cause with the time removing it saves in the replayed model, as
+# `analyzer findings` does (docs/findings.md).
+
+# %%
+for finding in run.findings()["findings"]:
+    print(finding["kind"], finding["saving_per_run_ns"], finding["title"])
+
+# %% [markdown]
 # ## Many ranks: Dask
 # `shardscope.dask.analyze` reads and analyses every input on a Dask worker, matches the collectives as a keyed
-# reduction and gives the same JSON; without a client it starts a `LocalCluster`. From a shell:
+# reduction and gives the same JSON less its `findings` (they replay the whole run's dependency model, which needs
+# every trace in one place: `run.findings()`); without a client it starts a `LocalCluster`. From a shell:
 # `python -m shardscope.dask --workers 4 -o out/ traces/` writes `report.json` and the tables as Parquet.
 
 # %%
@@ -72,5 +82,7 @@ from shardscope import dask as shardscope_dask
 with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
     # The Kineto sample: one file per rank, so each rank is read by a task of its own.
     text = shardscope_dask.analyze_json(["sample-traces/kineto_tp2"], client=client)
-assert text == shardscope.report_json("sample-traces/kineto_tp2")
+whole = shardscope.load("sample-traces/kineto_tp2").report()
+whole.pop("findings")
+assert json.loads(text) == whole
 print(json.loads(text)["collectives"]["matched_instances"], "collective instances matched on Dask")

@@ -27,6 +27,7 @@ use serde_json::Value;
 use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::figures::categories::{self, Classifier};
 use shardscope_analyzer::figures::run::{self, RunIdentity};
+use shardscope_analyzer::findings::{self, rules::FindingsRules};
 use shardscope_analyzer::report::partial::{
     self, FinishedTrace, KeyedRow, MatchedInstance, RankEntry, TracePart, TraceTallies,
 };
@@ -200,7 +201,27 @@ impl Run {
                 instances: if self.options.keep_instances { self.report.instances.clone() } else { Vec::new() },
                 ..self.report.clone()
             };
-            render::json(&printed)
+            // The findings first, as `analyzer report` prints them.
+            let rules = FindingsRules::builtin();
+            let found =
+                findings::findings(&self.traces, &printed, &self.options, self.options.bench_peaks.as_ref(), &rules);
+            findings::report_json(found.ok().as_ref(), &printed).unwrap_or_else(|_| render::json(&printed))
+        })
+    }
+
+    /// `analyzer findings`: what limits the run, ranked by the time removing each cause saves, as the JSON the CLI
+    /// prints. `rules` names a findings rules file, as `--findings-rules`.
+    #[pyo3(signature = (rules=None))]
+    fn findings(&self, py: Python<'_>, rules: Option<PathBuf>) -> PyResult<String> {
+        let rules = rules
+            .map(|path| FindingsRules::load(&path))
+            .transpose()
+            .map_err(fail)?
+            .unwrap_or_else(FindingsRules::builtin);
+        py.detach(|| {
+            let bench = self.options.bench_peaks.as_ref();
+            let found = findings::findings(&self.traces, &self.report, &self.options, bench, &rules).map_err(fail)?;
+            serde_json::to_string_pretty(&found).map_err(fail)
         })
     }
 

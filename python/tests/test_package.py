@@ -15,6 +15,14 @@ def test_report_is_the_clis(run, cli):
     assert shardscope.report_json(run) == cli("report", "--format", "json", run).rstrip("\n")
 
 
+def test_findings_are_the_clis(cli):
+    run = "sample-traces/tp2_skew_capture.sqlite.gz"
+    found = shardscope.load(run).findings()
+    assert found == json.loads(cli("findings", "--format", "json", run))
+    assert found["findings"][0]["basis"] == "replay"
+    assert shardscope.load(run).report()["findings"] == found
+
+
 def test_options_reach_the_analysis(cli):
     run = "sample-traces/tp2_nsys.sqlite.gz"
     whole = shardscope.report(run)

@@ -261,8 +261,8 @@ struct ReplayPlan {
 #[derive(Debug, Clone, Copy)]
 struct PlanEdge {
     source_position: u32,
-    /// A collective's barrier releasing a member (skipped when communication is free).
-    release: bool,
+    /// Why the target waits (a replay may skip some kinds: [`Graph::simulate_skipping`]).
+    kind: EdgeKind,
     lag_ns: i64,
 }
 
@@ -331,7 +331,7 @@ pub fn end_vertex(op: u32) -> u32 {
 const NONE: u32 = u32::MAX;
 
 /// Calls that block the host until GPU work completes (names without the `_vNNNN` version suffix).
-fn is_blocking_call(name: &str) -> bool {
+pub fn is_blocking_call(name: &str) -> bool {
     let base = strip_version(name);
     matches!(
         base,
@@ -1215,13 +1215,23 @@ impl Graph {
     /// Replays the model with own times `own_ns` (one per vertex); with `comm_free`, matched collectives no longer
     /// wait for their barrier. Returns every vertex's simulated time.
     pub fn simulate(&self, own_ns: &[i64], comm_free: bool) -> Vec<i64> {
+        let skip: &[EdgeKind] = if comm_free { &[EdgeKind::CollectiveRelease] } else { &[] };
+        self.simulate_skipping(own_ns, skip)
+    }
+
+    /// Replays the model with own times `own_ns`, ignoring every edge of the kinds in `skip` (a collective's
+    /// release: communication free; a host sync: the host no longer waits for the GPU). Returns every vertex's
+    /// simulated time.
+    pub fn simulate_skipping(&self, own_ns: &[i64], skip: &[EdgeKind]) -> Vec<i64> {
         let plan = &self.plan;
+        // One bit per edge kind: the test in the inner loop stays one shift and one mask.
+        let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
         // Times by position in the order: written in sequence, and the predecessors read are recent ones.
         let mut at = vec![0i64; self.order.len()];
         for (position, &vertex) in self.order.iter().enumerate() {
             let mut ready = plan.external_ns[position];
             for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {
-                if comm_free && edge.release {
+                if skip_mask & (1 << edge.kind as u32) != 0 {
                     continue;
                 }
                 ready = ready.max(at[edge.source_position as usize].saturating_add(edge.lag_ns));
@@ -1252,7 +1262,7 @@ impl Graph {
             for edge in self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped) {
                 plan.edges.push(PlanEdge {
                     source_position: position_of[edge.source as usize],
-                    release: edge.kind == EdgeKind::CollectiveRelease,
+                    kind: edge.kind,
                     lag_ns: edge.lag_ns,
                 });
             }

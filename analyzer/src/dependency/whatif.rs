@@ -193,6 +193,37 @@ fn own_with(graph: &Graph, typical: &Typical, base: &[i64], idealise: impl Fn(&O
     (own, without_peer)
 }
 
+/// Which own times of an operation [`typical_own_ns`] replaces by the typical ones of its instance across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OwnParts {
+    /// The delay before it starts (a host gap, a GPU delay).
+    pub delay: bool,
+    /// Its duration (a matched collective keeps its own transfer either way).
+    pub duration: bool,
+}
+
+/// The measured own times with the parts `select` names of each operation at the typical own times of its
+/// instance (as the no-straggler scenario: operations without a peer keep theirs).
+pub fn typical_own_ns(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> Vec<i64> {
+    let typical = typical(graph);
+    let base = graph.own_ns();
+    let mut own = base.to_vec();
+    for (op_id, op) in graph.ops.iter().enumerate() {
+        let parts = select(op);
+        let instance = op.instance as usize;
+        if typical.members[instance] < 2 {
+            continue;
+        }
+        if parts.delay {
+            own[start_vertex(op_id as u32) as usize] = typical.start_ns[instance];
+        }
+        if parts.duration && !op.matched {
+            own[end_vertex(op_id as u32) as usize] = typical.end_ns[instance];
+        }
+    }
+    own
+}
+
 fn scale(ns: i64, factor: f64) -> i64 {
     (ns as f64 * factor).round() as i64
 }

@@ -38,6 +38,8 @@ pub struct ReportCharts {
     pub notes: Vec<String>,
     /// Tables shown before the charts.
     pub tables: Vec<Table>,
+    /// HTML shown first, before the per-rank table (the findings section, made by a later wing).
+    pub lead_html: String,
 }
 
 /// The LLM figures of one run, computed from its traces beside the report: instance times after the warm-up
@@ -759,6 +761,7 @@ pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, Str
     for note in &report.notes {
         let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
     }
+    page.push_str(&charts.lead_html);
     page.push_str(&crate::output::summary::late_rank_html(report));
     page.push_str(
         "<h2>Per rank</h2>\n<table>\n<tr><th class=\"l\">rank</th><th class=\"l\">GPU</th><th>span</th><th>busy</th>\

@@ -91,6 +91,11 @@ class Run:
         """The report as a dict (the JSON of ``report_json``)."""
         return json.loads(self.report_json())
 
+    def findings(self, rules: Optional[str] = None) -> Dict[str, Any]:
+        """What limits the run, ranked by the time removing each cause saves: the JSON of ``analyzer findings``, as
+        a dict. ``rules``: a findings rules file, as ``--findings-rules``."""
+        return json.loads(self._native.findings(rules))
+
     def report_tables(self) -> Dict[str, Any]:
         """The report's tables as pyarrow tables: ``rank_figures``, ``categories``, ``kernel_summary``,
         ``collective_groups``."""

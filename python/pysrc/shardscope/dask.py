@@ -6,8 +6,9 @@ communicator, collective type and sequence number (or position) — into buckets
 into collective instances and every member's wait and transfer, added up per rank, collective label and phase.
 Those sums go back, split by groups of inputs, to tasks that finish those inputs' ranks from their parts (which
 travel without their rows); the report is assembled from the finished ranks and the instances. No task holds every
-communication kernel of the job, so a worker's memory depends on its inputs and buckets, not on the job's size. The result is the JSON ``analyzer report --format json`` prints for the same files, byte for byte; with
-an output folder it is written there with its tables as Parquet.
+communication kernel of the job, so a worker's memory depends on its inputs and buckets, not on the job's size. The result is the JSON ``analyzer report --format json`` prints for the same files, less its ``findings`` (they
+replay the run's dependency model, which needs every trace in one place: ``analyzer findings`` or
+``Run.findings()`` give them); with an output folder it is written there with its tables as Parquet.
 
     python -m shardscope.dask [--scheduler tcp://host:8786] [--workers 4] [-o OUT] TRACE...
 
@@ -121,7 +122,8 @@ def analyze_json(
     chunks: Optional[int] = None,
     memory_limit: Optional[str] = None,
 ) -> str:
-    """The report JSON of the run in ``paths``, computed on Dask: the text ``analyzer report --format json`` prints.
+    """The report JSON of the run in ``paths``, computed on Dask: what ``analyzer report --format json`` prints, less
+    its ``findings``.
 
     ``client``: a ``distributed.Client`` to use; else one for ``scheduler`` (an address), else a ``LocalCluster``
     of ``workers`` single-threaded worker processes, closed afterwards. ``buckets``: how many keyed reductions the

@@ -1,0 +1,446 @@
+//! Findings: what limits a run, ranked by the time removing it would save.
+//!
+//! Each finding type (one file each) removes one cause from the run's dependency model
+//! ([`crate::dependency::graph`]) and replays it ([`crate::dependency::whatif`]): the saving is the measured time of
+//! the modelled steps minus the replayed one, so every stated saving is a replay, not a guess. Where no replay
+//! applies (warm-up before the modelled steps), the saving is a stated bound. The model is that of `analyzer
+//! what-if`: the steady-state steps (step 0 and the start-up left out, and said so), or the whole trace without
+//! steps. Savings are per step (the window's saving over its steps) and per run (per step × the steps of the
+//! run); they do not add up, as two causes can hide behind each other. The thresholds come from
+//! [`rules::FindingsRules`] (`analyzer/rules/findings.toml`, replaceable with `--findings-rules`).
+//!
+//! A finding is only given when the model replayed unchanged reproduces the measured time within
+//! [`REPLAY_TOLERANCE_PCT`]; otherwise every replayed type is reported as not evaluated, with the reason.
+
+pub mod exposed_comm;
+pub mod host_copies;
+pub mod late_rank;
+pub mod launch_bound;
+pub mod rules;
+pub mod slow_collectives;
+pub mod syncs;
+pub mod warmup;
+
+use serde::Serialize;
+use shardscope_model::Trace;
+
+use crate::dependency::critical_path::{self, CriticalPath, Model, human_ns};
+use crate::dependency::whatif::REPLAY_TOLERANCE_PCT;
+use crate::figures::bench_peaks::BenchPeaks;
+use crate::report::Report;
+use rules::FindingsRules;
+
+/// How a saving was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// The dependency model replayed with the cause removed.
+    Replay,
+    /// An upper bound stated in `how`.
+    Bound,
+}
+
+/// One thing that limits the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The finding type: `late_rank`, `exposed_communication`, `launch_bound`, `synchronising_calls`,
+    /// `host_device_copies`, `slow_collectives`, `warmup`.
+    pub kind: &'static str,
+    /// What limits the run, in one sentence.
+    pub title: String,
+    /// The figures behind it.
+    pub evidence: Vec<String>,
+    /// What was removed in the replay, or how the bound is computed.
+    pub how: String,
+    /// Replay or bound.
+    pub basis: Basis,
+    /// Time saved over the modelled window (measured minus replayed).
+    pub saving_ns: i64,
+    /// The same as a share of the window's measured time (of a bound: of the run), percent.
+    pub saving_pct: f64,
+    /// Per step of the window (`null` without steps).
+    pub saving_per_step_ns: Option<i64>,
+    /// Over the whole run: per step × the run's steps, or the window's saving without steps.
+    pub saving_per_run_ns: i64,
+}
+
+/// Why a finding type did not fire.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Quiet {
+    /// The finding type.
+    pub kind: &'static str,
+    /// Below its threshold (with the figure), or not evaluated (with the reason).
+    pub why: String,
+}
+
+/// The findings of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Findings {
+    /// The modelled window: the steady-state steps, or the whole trace.
+    pub window: String,
+    /// The first and last step modelled, when the window is steps.
+    pub steps: Option<(usize, usize)>,
+    /// Steps in the run (every rank has at least these many), when the run has steps.
+    pub run_steps: Option<u64>,
+    /// Last GPU end minus window start, as recorded.
+    pub measured_ns: i64,
+    /// The model replayed unchanged.
+    pub replay_ns: i64,
+    /// The findings: replayed ones first, then bounds, each by saving per run, largest first.
+    pub findings: Vec<Finding>,
+    /// The types that did not fire, and why.
+    pub quiet: Vec<Quiet>,
+    /// What the window leaves out of the run.
+    pub excluded: Vec<String>,
+}
+
+/// What every finding type reads.
+pub struct Context<'a> {
+    /// The traces.
+    pub traces: &'a [Trace],
+    /// The report of the whole run.
+    pub report: &'a Report,
+    /// The dependency model of the steady-state steps.
+    pub model: &'a Model,
+    /// Its critical path.
+    pub path: CriticalPath,
+    /// Measured time of the window.
+    pub measured_ns: i64,
+    /// The model replayed unchanged.
+    pub replay_ns: i64,
+    /// Steps in the window.
+    pub window_steps: Option<u64>,
+    /// Steps in the run.
+    pub run_steps: Option<u64>,
+    /// `bench` results, when given.
+    pub bench: Option<&'a BenchPeaks>,
+}
+
+impl Context<'_> {
+    /// Last GPU end minus window start in replayed vertex times.
+    pub fn span_ns(&self, times: &[i64]) -> i64 {
+        let graph = &self.model.graph;
+        graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
+    }
+
+    /// A share of the window's measured time, percent.
+    pub fn pct(&self, ns: i64) -> f64 {
+        if self.measured_ns > 0 { 100.0 * ns as f64 / self.measured_ns as f64 } else { 0.0 }
+    }
+
+    /// A replayed finding: the saving of `times` against the measured time.
+    pub fn replayed(
+        &self,
+        kind: &'static str,
+        title: String,
+        evidence: Vec<String>,
+        how: String,
+        times: &[i64],
+    ) -> Finding {
+        self.finding(kind, title, evidence, how, Basis::Replay, self.measured_ns - self.span_ns(times))
+    }
+
+    /// A replayed finding whose saving was computed already.
+    pub fn replayed_saving(
+        &self,
+        kind: &'static str,
+        title: String,
+        evidence: Vec<String>,
+        how: String,
+        saving_ns: i64,
+    ) -> Finding {
+        self.finding(kind, title, evidence, how, Basis::Replay, saving_ns)
+    }
+
+    /// A finding of `saving_ns` over the window.
+    pub fn finding(
+        &self,
+        kind: &'static str,
+        title: String,
+        evidence: Vec<String>,
+        how: String,
+        basis: Basis,
+        saving_ns: i64,
+    ) -> Finding {
+        let per_step = self.window_steps.filter(|&n| n > 0).map(|n| saving_ns / n as i64);
+        let per_run = match (per_step, self.run_steps) {
+            (Some(step), Some(run)) => step.saturating_mul(run as i64),
+            _ => saving_ns,
+        };
+        Finding {
+            kind,
+            title,
+            evidence,
+            how,
+            basis,
+            saving_ns,
+            saving_pct: self.pct(saving_ns),
+            saving_per_step_ns: per_step,
+            saving_per_run_ns: per_run,
+        }
+    }
+
+    /// True when the model replayed unchanged gives the measured time.
+    pub fn replay_fits(&self) -> bool {
+        self.pct((self.replay_ns - self.measured_ns).abs()) <= REPLAY_TOLERANCE_PCT
+    }
+
+    /// A "below its threshold" line.
+    pub fn below(&self, kind: &'static str, what: &str, saving_ns: i64, min_pct: f64) -> Quiet {
+        Quiet {
+            kind,
+            why: format!(
+                "{what} saves {} ({:.2} % of the window), below the {min_pct} % threshold",
+                human_ns(saving_ns),
+                self.pct(saving_ns)
+            ),
+        }
+    }
+}
+
+/// What one finding type gives.
+pub type Outcome = Result<Finding, Quiet>;
+
+/// The findings of `traces` (with `report`, their report) on the model of the steady-state steps, or of
+/// `options.window_ns` when set.
+pub fn findings(
+    traces: &[Trace],
+    report: &Report,
+    options: &crate::report::Options,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+) -> Result<Findings, String> {
+    let model = match options.window_ns {
+        Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
+        None => critical_path::build_steady_model(traces, options)?,
+    };
+    Ok(findings_of_model(traces, report, &model, bench, rules))
+}
+
+/// The JSON of `analyzer report`: `findings` first (`null` when the run could not be modelled), then the report's
+/// own keys, unchanged.
+pub fn report_json(findings: Option<&Findings>, report: &Report) -> Result<String, serde_json::Error> {
+    let mut map = serde_json::Map::new();
+    map.insert("findings".into(), serde_json::to_value(findings)?);
+    if let serde_json::Value::Object(rest) = serde_json::to_value(report)? {
+        map.extend(rest);
+    }
+    serde_json::to_string_pretty(&map)
+}
+
+/// The findings on a model already built.
+pub fn findings_of_model(
+    traces: &[Trace],
+    report: &Report,
+    model: &Model,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+) -> Findings {
+    let graph = &model.graph;
+    let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    let replay = graph.simulate(graph.own_ns(), false);
+    let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
+    let mut context = Context {
+        traces,
+        report,
+        model,
+        path: critical_path::critical_path(traces, model),
+        measured_ns,
+        replay_ns: 0,
+        window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
+        run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
+        bench,
+    };
+    context.replay_ns = context.span_ns(&replay);
+    let mut outcomes = vec![warmup::evaluate(&context, &rules.warmup)];
+    if context.replay_fits() {
+        outcomes.push(late_rank::evaluate(&context, &rules.late_rank));
+        outcomes.push(exposed_comm::evaluate(&context, &rules.exposed_communication));
+        outcomes.push(launch_bound::evaluate(&context, &rules.launch_bound));
+        outcomes.push(syncs::evaluate(&context, &rules.synchronising_calls));
+        outcomes.push(host_copies::evaluate(&context, &rules.host_device_copies));
+        outcomes.push(slow_collectives::evaluate(&context, &rules.slow_collectives));
+    } else {
+        let why = format!(
+            "not evaluated: the model replayed unchanged gives {}, not the measured {} (more than {} % apart)",
+            human_ns(context.replay_ns),
+            human_ns(measured_ns),
+            REPLAY_TOLERANCE_PCT
+        );
+        for kind in REPLAYED_KINDS {
+            outcomes.push(Err(Quiet { kind, why: why.clone() }));
+        }
+    }
+    let (mut fired, mut quiet) = (Vec::new(), Vec::new());
+    for outcome in outcomes {
+        match outcome {
+            Ok(finding) => fired.push(finding),
+            Err(q) => quiet.push(q),
+        }
+    }
+    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run.
+    let replayed_first = |f: &Finding| f.basis != Basis::Replay;
+    fired.sort_by(|a, b| {
+        (replayed_first(a), b.saving_per_run_ns, a.kind).cmp(&(replayed_first(b), a.saving_per_run_ns, b.kind))
+    });
+    quiet.push(Quiet {
+        kind: "pageable_copies",
+        why: "not evaluated: the trace model records no host memory kind (pinned or pageable) of a copy".into(),
+    });
+    quiet.push(Quiet {
+        kind: "pipeline_stage_imbalance",
+        why: "not evaluated: pipeline stages are not identified in the trace model".into(),
+    });
+    Findings {
+        window: window_words(model),
+        steps: model.steps,
+        run_steps: context.run_steps,
+        measured_ns,
+        replay_ns: context.replay_ns,
+        findings: fired,
+        quiet,
+        excluded: model.excluded.clone(),
+    }
+}
+
+/// The finding types that need a fitting replay.
+const REPLAYED_KINDS: [&str; 6] = [
+    "late_rank",
+    "exposed_communication",
+    "launch_bound",
+    "synchronising_calls",
+    "host_device_copies",
+    "slow_collectives",
+];
+
+fn window_words(model: &Model) -> String {
+    match (model.step, model.steps, model.window_ns) {
+        (Some(n), _, Some((a, b))) => format!("step {n} ({a}..{b} ns)"),
+        (_, Some((first, last)), Some((a, b))) => format!("steps {first} to {last}, the steady state ({a}..{b} ns)"),
+        (_, _, Some((a, b))) => format!("window {a}..{b} ns"),
+        _ => "whole trace".to_string(),
+    }
+}
+
+/// The findings as a table: one block per finding, most worth first, then what did not fire.
+pub fn table(findings: &Findings) -> String {
+    let mut out = String::new();
+    let heading =
+        format!("measured {}, replayed unchanged {}", human_ns(findings.measured_ns), human_ns(findings.replay_ns));
+    push_wrapped(&mut out, "findings for ", "  ", &format!("{}: {heading}", findings.window));
+    if findings.findings.is_empty() {
+        out.push_str("  nothing found above its threshold\n");
+    }
+    for (rank, f) in findings.findings.iter().enumerate() {
+        let per_step = f.saving_per_step_ns.map(|ns| format!("{} per step, ", human_ns(ns))).unwrap_or_default();
+        let bound = if f.basis == Basis::Bound { "up to " } else { "" };
+        push_wrapped(&mut out, &format!("{}. [{}] ", rank + 1, f.kind), "   ", &f.title);
+        out.push_str(&format!(
+            "   worth {bound}{per_step}{} per run ({:.1} % of {})\n",
+            human_ns(f.saving_per_run_ns),
+            f.saving_pct,
+            match f.basis {
+                Basis::Replay => "the window; replayed",
+                Basis::Bound => "the run; bound",
+            }
+        ));
+        push_wrapped(&mut out, "   how: ", "        ", &f.how);
+        for line in &f.evidence {
+            push_wrapped(&mut out, "   - ", "     ", line);
+        }
+    }
+    if !findings.quiet.is_empty() {
+        out.push_str("did not fire:\n");
+        for q in &findings.quiet {
+            push_wrapped(&mut out, &format!("  {:<25} ", q.kind), &" ".repeat(28), &q.why);
+        }
+    }
+    out
+}
+
+/// The widest line of the table, in characters.
+const LINE_COLUMNS: usize = 100;
+
+/// `text` after `first`, wrapped at spaces to [`LINE_COLUMNS`] and continued under `indent` (a word longer than a
+/// line stays whole).
+fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
+    let mut line = first.to_string();
+    let mut words_on_line = 0;
+    for word in text.split(' ') {
+        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_string();
+            words_on_line = 0;
+        }
+        if words_on_line > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words_on_line += 1;
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// The findings as the first section of the HTML report: a table of the findings, most worth first.
+pub fn html(findings: &Findings) -> String {
+    let mut out = format!(
+        "<h2>Findings</h2>\n<p>{}: measured {}; each saving replays the dependency model with the cause removed \
+         (or is a stated bound).</p>\n",
+        escape(&findings.window),
+        human_ns(findings.measured_ns)
+    );
+    if findings.findings.is_empty() {
+        out.push_str("<p>Nothing found above its threshold.</p>\n");
+        return out;
+    }
+    out.push_str(
+        "<table>\n<tr><th>#</th><th class=\"l\">finding</th><th>per step</th><th>per run</th><th>share</th>\
+         <th class=\"l\">how</th><th class=\"l\">evidence</th></tr>\n",
+    );
+    for (rank, f) in findings.findings.iter().enumerate() {
+        let evidence: Vec<String> = f.evidence.iter().map(|e| escape(e)).collect();
+        let bound = if f.basis == Basis::Bound { "≤ " } else { "" };
+        out.push_str(&format!(
+            "<tr><td>{}</td><td class=\"l\"><b>{}</b><br>{}</td><td>{}</td><td>{bound}{}</td><td>{:.1} %</td>\
+             <td class=\"l\">{}</td><td class=\"l\">{}</td></tr>\n",
+            rank + 1,
+            escape(f.kind),
+            escape(&f.title),
+            f.saving_per_step_ns.map_or("–".to_string(), human_ns),
+            human_ns(f.saving_per_run_ns),
+            f.saving_pct,
+            escape(&f.how),
+            evidence.join("<br>")
+        ));
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The op names of up to `limit` operations, most frequent first, as `name ×count`.
+pub fn top_names(names: impl IntoIterator<Item = String>, limit: usize) -> String {
+    let mut counts: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for name in names {
+        *counts.entry(name).or_default() += 1;
+    }
+    let mut list: Vec<(String, u64)> = counts.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    list.iter().take(limit).map(|(n, c)| format!("{n} ×{c}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Up to `limit` names with the most time, as `name 1.2 ms`.
+pub fn top_by_time(items: impl IntoIterator<Item = (String, i64)>, limit: usize) -> String {
+    let mut totals: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for (name, ns) in items {
+        *totals.entry(name).or_default() += ns;
+    }
+    let mut list: Vec<(String, i64)> = totals.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    list.iter().take(limit).map(|(n, ns)| format!("{n} {}", human_ns(*ns))).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,75 @@
+//! Warm-up dominating the run: the time before the modelled steady-state steps (start-up, compilation,
+//! autotuning, the first steps) beyond what as many steady steps would take. No replay applies (the warm-up is not
+//! in the model); the saving is the bound "the warm-up steps as fast as the steady ones, and no start-up", per run
+//! only, taken on the rank where it is largest.
+
+use crate::dependency::critical_path::human_ns;
+use crate::findings::rules::WarmupRule;
+use crate::findings::{Basis, Context, Finding, Outcome, Quiet};
+
+const KIND: &str = "warmup";
+
+/// One rank's warm-up: (rank, warm-up ns, steps in it, excess ns, run ns).
+type RankWarmup = (u32, i64, usize, i64, i64);
+
+fn rank_warmups(context: &Context, first_steady: usize) -> Vec<RankWarmup> {
+    let mut out = Vec::new();
+    for rank in &context.report.ranks {
+        let Some(steps) = &rank.steps else { continue };
+        let Some(&(steady_start, _)) = steps.intervals.get(first_steady) else { continue };
+        let Some(trace) = context.traces.iter().find(|t| t.source.path == rank.source) else { continue };
+        let Some(device) = trace.devices.iter().position(|d| d.ordinal == rank.device) else { continue };
+        let device = shardscope_model::DeviceIdx(device as u32);
+        let kernels = trace.kernels.iter().filter(|k| k.device == device).map(|k| (k.start_ns, k.end_ns));
+        let memops = trace.memops.iter().filter(|m| m.device == device).map(|m| (m.start_ns, m.end_ns));
+        let spans: Vec<(i64, i64)> = kernels.chain(memops).collect();
+        let (Some(first), Some(last)) = (spans.iter().map(|s| s.0).min(), spans.iter().map(|s| s.1).max()) else {
+            continue;
+        };
+        let warmup_ns = (steady_start - first).max(0);
+        let steps_before = steps.found_intervals.iter().filter(|s| s.0 < steady_start).count();
+        let excess_ns = (warmup_ns - steps_before as i64 * steps.time.p50_ns).max(0);
+        out.push((rank.rank, warmup_ns, steps_before, excess_ns, (last - first).max(0)));
+    }
+    out
+}
+
+/// See the module documentation.
+pub fn evaluate(context: &Context, rule: &WarmupRule) -> Outcome {
+    let Some((first_steady, _)) = context.model.steps else {
+        return Err(Quiet { kind: KIND, why: "not evaluated: no steady-state steps on every rank".into() });
+    };
+    let warmups = rank_warmups(context, first_steady);
+    let Some(&(rank, warmup_ns, steps_before, excess_ns, run_ns)) = warmups.iter().max_by_key(|w| (w.3, w.0)) else {
+        return Err(Quiet { kind: KIND, why: "not evaluated: no rank with steps and GPU work".into() });
+    };
+    let share = if run_ns > 0 { 100.0 * excess_ns as f64 / run_ns as f64 } else { 0.0 };
+    if share < rule.min_share_of_run_pct {
+        return Err(Quiet {
+            kind: KIND,
+            why: format!(
+                "warm-up beyond steady steps is {} ({share:.1} % of the run on rank {rank}), below the {} % threshold",
+                human_ns(excess_ns),
+                rule.min_share_of_run_pct
+            ),
+        });
+    }
+    Ok(Finding {
+        kind: KIND,
+        title: format!("warm-up takes {share:.0} % of the run (start-up, compilation, slow first steps)"),
+        evidence: vec![
+            format!(
+                "rank {rank}: {} from its first GPU work to the steady steps, {steps_before} step(s) in it; the run is {}",
+                human_ns(warmup_ns),
+                human_ns(run_ns)
+            ),
+            "the saving applies once per run (a longer run dilutes it)".into(),
+        ],
+        how: "bound: the warm-up less as many steps at the steady median step time".into(),
+        basis: Basis::Bound,
+        saving_ns: excess_ns,
+        saving_pct: share,
+        saving_per_step_ns: None,
+        saving_per_run_ns: excess_ns,
+    })
+}
