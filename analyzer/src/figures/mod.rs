@@ -12,3 +12,4 @@ pub mod intervals;
 pub mod kernel_summary;
 pub mod run;
 pub mod window;
+pub mod workers;
