@@ -1006,28 +1006,52 @@ fn graph_replays(
         .filter_map(|g| clip(g.start_ns, g.end_ns, window_ns).map(|(start, end)| (start, end, g.graph_id)))
         .collect();
     if !records.is_empty() {
-        let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
-        for &(start, end, graph_id) in &records {
-            let total = by_graph.entry(graph_id).or_insert(GraphTotal {
-                graph_id: Some(graph_id),
-                first_node_id: None,
-                nodes_per_replay: 0,
-                replays: 0,
-                total_ns: 0,
-            });
-            total.replays += 1;
-            total.total_ns += end - start;
-        }
-        let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
-        by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
-        return Some(GraphReplays {
-            source: "graph_records",
-            node_activities: 0,
-            replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
-            by_graph,
-        });
+        return Some(whole_graph_replays(&records));
     }
-    // Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph.
+    let (replays, node_activities) = node_replays(trace, kernel_indices, memop_indices, window_ns);
+    if replays.is_empty() {
+        return None;
+    }
+    Some(GraphReplays {
+        source: "node_kernels",
+        node_activities,
+        replay_ns: Distribution::of(replays.values().map(|r| r.end_ns - r.start_ns).collect()),
+        by_graph: node_graph_totals(&replays),
+    })
+}
+
+/// Replays recorded whole, `(start_ns, end_ns, graph id)` each.
+fn whole_graph_replays(records: &[(i64, i64, u32)]) -> GraphReplays {
+    let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
+    for &(start, end, graph_id) in records {
+        let total = by_graph.entry(graph_id).or_insert(GraphTotal {
+            graph_id: Some(graph_id),
+            first_node_id: None,
+            nodes_per_replay: 0,
+            replays: 0,
+            total_ns: 0,
+        });
+        total.replays += 1;
+        total.total_ns += end - start;
+    }
+    let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
+    by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
+    GraphReplays {
+        source: "graph_records",
+        node_activities: 0,
+        replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
+        by_graph,
+    }
+}
+
+/// Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph. The replays
+/// by launch call, and how many kernels and copies ran in them.
+fn node_replays(
+    trace: &Trace,
+    kernel_indices: &[u32],
+    memop_indices: &[u32],
+    window_ns: Option<(i64, i64)>,
+) -> (HashMap<u32, Replay>, u64) {
     let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
     let mut replays: HashMap<u32, Replay> = HashMap::new();
     let mut node_activities = 0u64;
@@ -1057,10 +1081,12 @@ fn graph_replays(
             (a, b) => a.or(b),
         };
     }
-    if replays.is_empty() {
-        return None;
-    }
-    // Graph identity: the recorded graph id, else the node ids. Replays with neither are left out of `by_graph`.
+    (replays, node_activities)
+}
+
+/// Per graph, its replays recorded node by node added up, most time first. A graph is its recorded graph id, else
+/// its node ids; replays with neither are left out.
+fn node_graph_totals(replays: &HashMap<u32, Replay>) -> Vec<GraphTotal> {
     // (graph id, first node id) → the graph's totals and its replays counted by size.
     type GraphKey = (Option<u32>, Option<u64>);
     let mut by_graph: BTreeMap<GraphKey, (GraphTotal, BTreeMap<u64, u64>)> = BTreeMap::new();
@@ -1099,12 +1125,7 @@ fn graph_replays(
         })
         .collect();
     by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id, g.first_node_id));
-    Some(GraphReplays {
-        source: "node_kernels",
-        node_activities,
-        replay_ns: Distribution::of(replays.values().map(|r| r.end_ns - r.start_ns).collect()),
-        by_graph,
-    })
+    by_graph
 }
 
 /// One launch of a graph recorded node by node.

@@ -232,7 +232,7 @@ fn read_capture_warnings(db: &Database<'_>, trace: &mut Trace) -> Result<(), Err
 const ROWS_PER_JOB: i64 = 400_000;
 
 /// Threads for the table readers, at most.
-const MAX_READER_THREADS: usize = 8;
+const MAX_READER_THREADS: usize = 16;
 
 /// One unit of reading work.
 enum Job {
