@@ -701,8 +701,7 @@ struct RankWork {
 
 impl RankWork {
     fn note(&mut self, hit: PhaseHit, start_ns: i64, end_ns: i64) {
-        let extent =
-            self.instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start_ns, end_ns));
+        let extent = self.instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start_ns, end_ns));
         *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
     }
 

@@ -17,10 +17,15 @@ use shardscope_model::{
 /// The report as `report --format json` prints it, on 1 thread, on 3 and on the shared pool: all three the same.
 fn check_threads(name: &str, traces: &[Trace], options: &Options) -> String {
     let one = render::json(&analyze_on_threads(traces, options, 1));
-    for (label, parallel) in
-        [("3 threads", render::json(&analyze_on_threads(traces, options, 3))), ("the pool", render::json(&analyze(traces, options)))]
-    {
-        assert!(parallel == one, "{name}: the report on {label} differs from 1 thread:\n{}", first_difference(&parallel, &one));
+    for (label, parallel) in [
+        ("3 threads", render::json(&analyze_on_threads(traces, options, 3))),
+        ("the pool", render::json(&analyze(traces, options))),
+    ] {
+        assert!(
+            parallel == one,
+            "{name}: the report on {label} differs from 1 thread:\n{}",
+            first_difference(&parallel, &one)
+        );
     }
     one
 }
@@ -79,12 +84,26 @@ fn multi_rank_trace(ranks: u32, steps: u32) -> Trace {
             let name = if step % 4 == 0 { prefill } else { decode };
             let end_ns = step_start_ns + 900_000;
             let (domain, kind, stream) = (Default::default(), RangeKind::PushPop, None);
-            trace.ranges.push(Range { start_ns: step_start_ns, end_ns, name, domain, kind, process, tid, device: None, stream, depth: 0 });
+            trace.ranges.push(Range {
+                start_ns: step_start_ns,
+                end_ns,
+                name,
+                domain,
+                kind,
+                process,
+                tid,
+                device: None,
+                stream,
+                depth: 0,
+            });
             for layer in 0..4i64 {
                 let at_ns = step_start_ns + 10_000 + layer * 200_000;
                 // Rank r arrives (r × 3 + step) µs late at the all-reduce.
                 let skew_ns = i64::from(rank * 3 + step % 5) * 1_000;
-                let kernels = [(gemm, at_ns, at_ns + 80_000, None), (all_reduce, at_ns + 90_000 + skew_ns, at_ns + 150_000, Some(layer))];
+                let kernels = [
+                    (gemm, at_ns, at_ns + 80_000, None),
+                    (all_reduce, at_ns + 90_000 + skew_ns, at_ns + 150_000, Some(layer)),
+                ];
                 for (kernel_name, start_ns, end_ns, seq) in kernels {
                     correlation_id += 1;
                     let call_ns = start_ns - 5_000;
@@ -159,13 +178,42 @@ fn tied_phases_trace(rank: u32, first: &str, second: &str) -> Trace {
         // The range listed first starts first.
         let start_ns = index as i64 * 10;
         let (domain, kind) = (Default::default(), RangeKind::PushPop);
-        trace.ranges.push(Range { start_ns, end_ns: 100_000, name, domain, kind, process, tid, device: None, stream: None, depth: 0 });
+        trace.ranges.push(Range {
+            start_ns,
+            end_ns: 100_000,
+            name,
+            domain,
+            kind,
+            process,
+            tid,
+            device: None,
+            stream: None,
+            depth: 0,
+        });
         let correlation_id = 1 + index as u32;
-        trace.api_calls.push(ApiCall { start_ns: 100, end_ns: 200, name: launch, kind: ApiKind::Runtime, process, tid, correlation_id });
+        trace.api_calls.push(ApiCall {
+            start_ns: 100,
+            end_ns: 200,
+            name: launch,
+            kind: ApiKind::Runtime,
+            process,
+            tid,
+            correlation_id,
+        });
         // Both kernels start at 5 µs, on two streams.
         let (start_ns, end_ns) = (5_000, 9_000 + index as i64 * 1_000);
         let stream = 7 + index as u32;
-        trace.kernels.push(Kernel { start_ns, end_ns, name: gemm, short_name: gemm, device, process: ProcessIdx(0), stream, correlation_id, ..Kernel::default() });
+        trace.kernels.push(Kernel {
+            start_ns,
+            end_ns,
+            name: gemm,
+            short_name: gemm,
+            device,
+            process: ProcessIdx(0),
+            stream,
+            correlation_id,
+            ..Kernel::default()
+        });
     }
     trace.finish();
     trace

@@ -342,8 +342,10 @@ pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKerne
 /// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
 pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_differ: bool) -> Matching {
     let ranks: Vec<(RankKey, u32)> = inputs.iter().map(|input| (input.key, input.rank)).collect();
-    let kernels: Vec<Vec<CommKernel>> = inputs.par_iter().map(|input| comm_kernels(input, classifier)).collect();
-    match_comm_kernels(&ranks, kernels, hosts_differ)
+    crate::figures::workers::run(|| {
+        let kernels: Vec<Vec<CommKernel>> = inputs.par_iter().map(|input| comm_kernels(input, classifier)).collect();
+        match_comm_kernels(&ranks, kernels, hosts_differ)
+    })
 }
 
 /// The instance slot of each kernel of one rank: its sequence number when recorded, else its position among the
@@ -403,6 +405,10 @@ fn instance_runs(slots: &[u64], members: &[(usize, CommKernel)]) -> Vec<std::ops
 /// number) and `kernels[i]` its communication kernels in time order. Instances are matched in parallel, each from
 /// its own run of the sorted kernels, and kept in (communicator, type, slot) order.
 pub fn match_comm_kernels(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
+    crate::figures::workers::run(|| match_sorted(ranks, kernels, hosts_differ))
+}
+
+fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
     let total_comm_kernels: u64 = kernels.iter().map(|k| k.len() as u64).sum();
     let (slots, members) = in_instance_order(kernels);
     let runs = instance_runs(&slots, &members);
@@ -551,8 +557,7 @@ pub fn match_traces(traces: &[Trace], classifier: &Classifier) -> Matching {
             phase_of_kernel: &no_phase,
         })
         .collect();
-    let hosts_differ = ranks_on_different_hosts(traces);
-    crate::figures::workers::run(|| match_collectives(&inputs, classifier, hosts_differ))
+    match_collectives(&inputs, classifier, ranks_on_different_hosts(traces))
 }
 
 /// The median (the mean of the middle two for an even count), `None` for no values.

@@ -14,10 +14,13 @@ fn build(threads: usize) -> Result<ThreadPool, ThreadPoolBuildError> {
     ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("shardscope-analyze-{i}")).build()
 }
 
-/// Runs `work` on the shared pool (one worker per core, made on first use). Where no thread can be started, `work`
-/// runs on the calling thread alone.
+/// Runs `work` on the shared pool (one worker per core, made on first use); on a worker of any pool already (a step
+/// inside another), where it is. Where no thread can be started, `work` runs on the calling thread alone.
 pub fn run<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
     match POOL.get_or_init(|| build(0).ok()) {
         Some(pool) => pool.install(work),
         None => work(),

@@ -452,13 +452,16 @@ fn comm_rows(context: &DeviceContext, options: &Options) -> Vec<CommRow> {
     let windowed: Vec<u32> = match options.window_ns {
         None => all.clone(),
         Some(window) => {
-            let reaches_in = |i: &u32| clip(trace.kernels[*i as usize].start_ns, trace.kernels[*i as usize].end_ns, Some(window)).is_some();
+            let reaches_in = |i: &u32| {
+                clip(trace.kernels[*i as usize].start_ns, trace.kernels[*i as usize].end_ns, Some(window)).is_some()
+            };
             all.iter().copied().filter(reaches_in).collect()
         }
     };
     let phase_of_kernel = |kernel: u32| {
         let k = &trace.kernels[kernel as usize];
-        phase_of(trace, phase_index, k.launch, k.device, k.start_ns).map(|p| phase_index.names()[p.phase as usize].clone())
+        phase_of(trace, phase_index, k.launch, k.device, k.start_ns)
+            .map(|p| phase_index.names()[p.phase as usize].clone())
     };
     let input = RankInput {
         key: RankKey { trace: 0, device },

@@ -315,18 +315,19 @@ fn run_jobs(
         }
     };
     // The calling thread takes jobs too; a helper that cannot be started leaves its share to the others.
-    let results: Vec<Result<Vec<(usize, Output)>, Error>> = std::thread::scope(|s| {
-        let helpers: Vec<_> = (1..threads.min(jobs.len()))
-            .filter_map(|i| {
-                std::thread::Builder::new().name(format!("shardscope-nsys-read-{i}")).spawn_scoped(s, worker).ok()
-            })
-            .collect();
-        let mut results = vec![worker()];
-        results.extend(helpers.into_iter().map(|h| {
-            h.join().unwrap_or_else(|_| Err(Error::format(path, "internal error: a table reader panicked")))
-        }));
-        results
-    });
+    let results: Vec<Result<Vec<(usize, Output)>, Error>> =
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads.min(jobs.len()))
+                .filter_map(|i| {
+                    std::thread::Builder::new().name(format!("shardscope-nsys-read-{i}")).spawn_scoped(s, worker).ok()
+                })
+                .collect();
+            let mut results = vec![worker()];
+            results.extend(helpers.into_iter().map(|h| {
+                h.join().unwrap_or_else(|_| Err(Error::format(path, "internal error: a table reader panicked")))
+            }));
+            results
+        });
     let mut outputs = Vec::with_capacity(jobs.len());
     for result in results {
         outputs.extend(result?);
