@@ -630,7 +630,7 @@ fn adopt<T: Send, K: Ord>(
     let group = parts.len().div_ceil(threads).max(1);
     // Groups are taken from a queue by the calling thread and its helpers: a helper that cannot be started leaves
     // its groups to the others.
-    let groups: Vec<Mutex<&mut [(Vec<T>, IdMap)]>> = parts.chunks_mut(group).map(Mutex::new).collect();
+    let groups: Vec<Mutex<&mut [ScanRows<T>]>> = parts.chunks_mut(group).map(Mutex::new).collect();
     let next_group = std::sync::atomic::AtomicUsize::new(0);
     let work = || {
         while let Some(group) = groups.get(next_group.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
@@ -649,6 +649,9 @@ fn adopt<T: Send, K: Ord>(
     drop(groups);
     join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
 }
+
+/// The rows of one scan and the map from its local ids to the trace's.
+type ScanRows<T> = (Vec<T>, IdMap);
 
 /// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
 /// sorted list: what a stable sort of their concatenation gives, so `Trace::finish` finds its
