@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rayon::prelude::*;
 use regex::Regex;
 use serde::{Serialize, Serializer};
 use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
@@ -33,6 +34,7 @@ use crate::figures::intervals::IntervalUnion;
 use crate::figures::kernel_summary::{self, KernelSummaryRow};
 use crate::figures::run::{self, RunIdentity, assign_ranks};
 use crate::figures::window::clip;
+use crate::figures::workers;
 use crate::llm::generate_calls::{self, GenerateCalls};
 use crate::llm::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
@@ -321,27 +323,95 @@ pub struct FileWarning {
     pub count: u64,
 }
 
-/// Analyses the traces of one run (several files = several ranks).
+/// Analyses the traces of one run (several files = several ranks), on the analyzer's worker threads (see
+/// [`workers`]): the same report on any number of threads.
 pub fn analyze(traces: &[Trace], options: &Options) -> Report {
+    workers::run(|| analyze_here(traces, options))
+}
+
+/// [`analyze`] on a pool of `threads` workers of its own (1: every step in turn).
+pub fn analyze_on_threads(traces: &[Trace], options: &Options, threads: usize) -> Report {
+    workers::with_threads(threads, || analyze_here(traces, options))
+}
+
+fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     let filter_steps = hta::job_has_steps(traces);
-    let mut phase_names: Vec<String> = Vec::new();
-    let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| options.classifier.classify_names(&t.names)).collect();
-    let mut phase_indexes: Vec<PhaseIndex> =
-        traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
-    let ranks_in_input = assign_ranks(traces);
-    let by_device: Vec<ByDevice> = traces.iter().map(ByDevice::build).collect();
-    // Without phase ranges, prefill and decode are inferred from each GPU's kernels (never over recorded phases).
-    for (trace_index, trace) in traces.iter().enumerate() {
-        if phase_indexes[trace_index].is_empty() {
-            let inferred = infer_phases(trace, &by_device[trace_index], &classes[trace_index], options);
+    let prepared = Prepared::build(traces, options);
+    // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
+    let matching = match_across_ranks(traces, &prepared, options);
+    let mut ranks: Vec<RankReport> = prepared
+        .ranks_in_input
+        .par_iter()
+        .map(|&(key, rank, rank_recorded)| {
+            let context = DeviceContext {
+                trace: &traces[key.trace],
+                trace_index: key.trace,
+                device: key.device,
+                by_device: &prepared.by_device[key.trace],
+                classes: &prepared.classes[key.trace],
+                phase_index: &prepared.phase_indexes[key.trace],
+                filter_steps,
+                matching: &matching,
+            };
+            analyze_device(&context, rank, rank_recorded, options)
+        })
+        .collect();
+    ranks.sort_by_key(|r| r.rank);
+    run_report(traces, ranks, matching, filter_steps, options)
+}
+
+/// What every rank of a trace shares: its names' classes, its phases, its events by device; and the ranks of the
+/// run.
+struct Prepared {
+    classes: Vec<Vec<KernelClass>>,
+    phase_indexes: Vec<PhaseIndex>,
+    by_device: Vec<ByDevice>,
+    /// (rank key, rank, recorded) per rank, in input order.
+    ranks_in_input: Vec<(collectives::RankKey, u32, bool)>,
+}
+
+impl Prepared {
+    fn build(traces: &[Trace], options: &Options) -> Prepared {
+        // Phase ids are numbered across traces in input order, so the phase indexes are built one after the other
+        // while the classes and device lists are made in parallel.
+        let ((classes, by_device), (mut phase_indexes, mut phase_names)) = rayon::join(
+            || -> (Vec<Vec<KernelClass>>, Vec<ByDevice>) {
+                traces
+                    .par_iter()
+                    .map(|t| rayon::join(|| options.classifier.classify_names(&t.names), || ByDevice::build(t)))
+                    .unzip()
+            },
+            || {
+                let mut phase_names: Vec<String> = Vec::new();
+                let indexes: Vec<PhaseIndex> =
+                    traces.iter().map(|t| PhaseIndex::build(t, &options.phase_pattern, &mut phase_names)).collect();
+                (indexes, phase_names)
+            },
+        );
+        // Without phase ranges, prefill and decode are inferred from each GPU's kernels (never over recorded phases).
+        let inferred: Vec<Vec<(DeviceIdx, Vec<Stretch>)>> = (traces.par_iter().enumerate())
+            .map(|(i, trace)| {
+                if phase_indexes[i].is_empty() {
+                    infer_phases(trace, &by_device[i], &classes[i], options)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        for (index, inferred) in phase_indexes.iter_mut().zip(inferred) {
             if !inferred.is_empty() {
-                phase_indexes[trace_index] = PhaseIndex::inferred(inferred, &mut phase_names);
+                *index = PhaseIndex::inferred(inferred, &mut phase_names);
             }
         }
+        Prepared { classes, phase_indexes, by_device, ranks_in_input: assign_ranks(traces) }
     }
+}
 
-    // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
-    let phase_closures: Vec<Box<dyn Fn(u32) -> Option<String> + '_>> = ranks_in_input
+/// Matches the collectives of all ranks; with a window, among the kernels that reach into it, as the rank figures
+/// count them.
+fn match_across_ranks(traces: &[Trace], prepared: &Prepared, options: &Options) -> Matching {
+    let Prepared { classes, phase_indexes, by_device, ranks_in_input } = prepared;
+    let phase_closures: Vec<Box<dyn Fn(u32) -> Option<String> + Sync + '_>> = ranks_in_input
         .iter()
         .map(|&(key, _, _)| {
             let trace = &traces[key.trace];
@@ -349,12 +419,11 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
             Box::new(move |kernel: u32| {
                 let k = &trace.kernels[kernel as usize];
                 phase_of(trace, index, k.launch, k.device, k.start_ns).map(|p| index.names()[p.phase as usize].clone())
-            }) as Box<dyn Fn(u32) -> Option<String>>
+            }) as Box<dyn Fn(u32) -> Option<String> + Sync>
         })
         .collect();
-    // With a window, collectives are matched among the kernels that reach into it, as the rank figures count them.
     let windowed_kernels: Vec<Vec<u32>> = ranks_in_input
-        .iter()
+        .par_iter()
         .map(|&(key, _, _)| {
             let trace = &traces[key.trace];
             let all = &by_device[key.trace].kernels[key.device.0 as usize];
@@ -389,25 +458,17 @@ pub fn analyze(traces: &[Trace], options: &Options) -> Report {
         })
         .collect();
     let hosts_differ = collectives::ranks_on_different_hosts(traces);
-    let matching = collectives::match_collectives(&inputs, &options.classifier, hosts_differ);
+    collectives::match_collectives(&inputs, &options.classifier, hosts_differ)
+}
 
-    let mut ranks: Vec<RankReport> = ranks_in_input
-        .iter()
-        .map(|&(key, rank, rank_recorded)| {
-            let context = DeviceContext {
-                trace: &traces[key.trace],
-                trace_index: key.trace,
-                device: key.device,
-                by_device: &by_device[key.trace],
-                classes: &classes[key.trace],
-                phase_index: &phase_indexes[key.trace],
-                filter_steps,
-                matching: &matching,
-            };
-            analyze_device(&context, rank, rank_recorded, options)
-        })
-        .collect();
-    ranks.sort_by_key(|r| r.rank);
+/// The report from its rank reports (ordered by rank) and the matching: the run-level parts.
+fn run_report(
+    traces: &[Trace],
+    ranks: Vec<RankReport>,
+    matching: Matching,
+    filter_steps: bool,
+    options: &Options,
+) -> Report {
     let warnings = traces
         .iter()
         .flat_map(|t| {
@@ -461,39 +522,38 @@ fn infer_phases(
             _ => ComputeKind::Other,
         })
         .collect();
-    let mut out = Vec::new();
-    for (device, kernel_indices) in by_device.kernels.iter().enumerate() {
-        let kernels: Vec<KernelShape> = kernel_indices
-            .iter()
-            .map(|&i| {
-                let kernel = &trace.kernels[i as usize];
-                let category = Classifier::lookup(classes, kernel.name).category;
-                KernelShape {
-                    start_ns: kernel.start_ns,
-                    end_ns: kernel.end_ns,
-                    name: kernel.name,
-                    // Three u32 dimensions can exceed u64: saturate rather than overflow.
-                    grid_blocks: kernel.grid.iter().fold(1u64, |blocks, &d| blocks.saturating_mul(u64::from(d))),
-                    kind: kind_of.get(category.0 as usize).copied().unwrap_or(ComputeKind::Other),
-                }
-            })
-            .collect();
-        let (graph_served, step_phases) =
-            phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
-        // Graph-served programs repeat no kernel sequence over prefill and decode alike: their steps decide. Other
-        // programs get the kernel-sequence inference, and the steps where it finds nothing (its outermost period
-        // is a whole generate call when a run makes several).
-        let stretches = if graph_served {
-            step_phases
-        } else {
-            let by_kernels = inferred_phases::infer(&kernels);
-            if by_kernels.is_empty() { step_phases } else { by_kernels }
-        };
-        if !stretches.is_empty() {
-            out.push((DeviceIdx(device as u32), stretches));
-        }
-    }
-    out
+    // Each GPU on its own: in time order of its kernels, in device order.
+    (by_device.kernels.par_iter().enumerate())
+        .filter_map(|(device, kernel_indices)| {
+            let kernels: Vec<KernelShape> = kernel_indices
+                .iter()
+                .map(|&i| {
+                    let kernel = &trace.kernels[i as usize];
+                    let category = Classifier::lookup(classes, kernel.name).category;
+                    KernelShape {
+                        start_ns: kernel.start_ns,
+                        end_ns: kernel.end_ns,
+                        name: kernel.name,
+                        // Three u32 dimensions can exceed u64: saturate rather than overflow.
+                        grid_blocks: kernel.grid.iter().fold(1u64, |blocks, &d| blocks.saturating_mul(u64::from(d))),
+                        kind: kind_of.get(category.0 as usize).copied().unwrap_or(ComputeKind::Other),
+                    }
+                })
+                .collect();
+            let (graph_served, step_phases) =
+                phases_from_steps(trace, DeviceIdx(device as u32), by_device, classes, options);
+            // Graph-served programs repeat no kernel sequence over prefill and decode alike: their steps decide.
+            // Other programs get the kernel-sequence inference, and the steps where it finds nothing (its outermost
+            // period is a whole generate call when a run makes several).
+            let stretches = if graph_served {
+                step_phases
+            } else {
+                let by_kernels = inferred_phases::infer(&kernels);
+                if by_kernels.is_empty() { step_phases } else { by_kernels }
+            };
+            (!stretches.is_empty()).then_some((DeviceIdx(device as u32), stretches))
+        })
+        .collect()
 }
 
 /// Prefill and decode from one GPU's steps (see [`inferred_phases::from_steps`]), the warm-up steps left out; with
@@ -633,81 +693,171 @@ struct DeviceContext<'a> {
     matching: &'a Matching,
 }
 
-fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
-    let DeviceContext { trace, trace_index, device, by_device, classes, phase_index, filter_steps, matching } =
-        *context;
+/// A rank's GPU work after clipping, whole and per phase, with when each phase first ran and each phase instance's
+/// extent.
+#[derive(Default)]
+struct RankWork {
+    whole: Work,
+    by_phase: BTreeMap<PhaseId, Work>,
+    first_seen: BTreeMap<PhaseId, i64>,
+    /// Per phase, per instance (phase range): first start and last end of the GPU work launched in it.
+    instance_extents: BTreeMap<PhaseId, HashMap<u32, (i64, i64)>>,
+}
+
+impl RankWork {
+    fn note(&mut self, hit: PhaseHit, start_ns: i64, end_ns: i64) {
+        let extent = self.instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start_ns, end_ns));
+        *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
+    }
+
+    /// The device's kernels, memory operations and whole-graph records inside the window, filed whole and by phase.
+    fn collect(context: &DeviceContext, kernel_indices: &[u32], memop_indices: &[u32], options: &Options) -> RankWork {
+        let DeviceContext { trace, trace_index, device, classes, phase_index, matching, .. } = *context;
+        let mut work = RankWork::default();
+        for &index in kernel_indices {
+            let kernel = &trace.kernels[index as usize];
+            let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
+            let clipped = (start, end) != (kernel.start_ns, kernel.end_ns);
+            let row = WorkKernel {
+                start_ns: start,
+                end_ns: end,
+                name: kernel.name,
+                class: Classifier::lookup(classes, kernel.name),
+                collective: kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op),
+                // A kernel cut by the window has no meaningful wait/transfer split.
+                share: if clipped { None } else { matching.shares.get(&(trace_index, index)).copied() },
+            };
+            work.whole.kernels.push(row);
+            if let Some(hit) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
+                work.first_seen.entry(hit.phase).or_insert(start);
+                work.by_phase.entry(hit.phase).or_default().kernels.push(row);
+                work.note(hit, start, end);
+            }
+        }
+        for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
+            let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
+            let row = (start, end, memop.is_memset());
+            work.whole.memops.push(row);
+            if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
+                work.first_seen.entry(hit.phase).or_insert(start);
+                work.by_phase.entry(hit.phase).or_default().memops.push(row);
+                work.note(hit, start, end);
+            }
+        }
+        for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
+            let Some((start, end)) = clip(graph.start_ns, graph.end_ns, options.window_ns) else { continue };
+            work.whole.graphs.push((start, end));
+            if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
+                work.first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
+                work.by_phase.entry(hit.phase).or_default().graphs.push((start, end));
+                work.note(hit, start, end);
+            }
+        }
+        work
+    }
+
+    /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
+    /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way.
+    fn phases(&self, trace: &Trace, phase_index: &PhaseIndex, options: &Options) -> Vec<Phase> {
+        let source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
+        let names = phase_index.names();
+        let mut order: Vec<(i64, &str, PhaseId)> =
+            self.first_seen.iter().map(|(&phase, &t)| (t, names[phase as usize].as_str(), phase)).collect();
+        order.sort_unstable();
+        order
+            .into_par_iter()
+            .map(|(_, name, phase)| {
+                let mut extents: Vec<(i64, i64)> = self.instance_extents[&phase].values().copied().collect();
+                extents.sort_unstable();
+                let mut figures = figures(&self.by_phase[&phase], trace, &options.classifier);
+                // The phase's span is its instances' time, not first instance to last: the gaps between instances
+                // belong to other phases or to the host.
+                figures.span_ns = IntervalUnion::from_intervals(extents.clone()).length_ns();
+                figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
+                figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
+                figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
+                Phase { name: name.to_string(), source, figures }
+            })
+            .collect()
+    }
+}
+
+/// The device's kernels and memory operations (indices in time order) that can reach into the analysis window.
+fn device_events<'a>(context: &DeviceContext<'a>, window_ns: Option<(i64, i64)>) -> (&'a [u32], &'a [u32]) {
+    let DeviceContext { trace, device, by_device, .. } = *context;
     let d = device.0 as usize;
     let kernel_start = |i: u32| trace.kernels[i as usize].start_ns;
-    let kernel_indices =
-        in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], options.window_ns);
+    let kernels = in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], window_ns);
     let memop_start = |i: u32| trace.memops[i as usize].start_ns;
-    let memop_indices = in_window(&by_device.memops[d], memop_start, by_device.longest_memop_ns[d], options.window_ns);
-    let mut whole = Work::default();
-    let mut by_phase: BTreeMap<PhaseId, Work> = BTreeMap::new();
-    let mut first_seen: BTreeMap<PhaseId, i64> = BTreeMap::new();
-    // Per phase, per instance (phase range): first start and last end of the GPU work launched in it.
-    let mut instance_extents: BTreeMap<PhaseId, HashMap<u32, (i64, i64)>> = BTreeMap::new();
-    let mut note_instance = |hit: PhaseHit, start: i64, end: i64| {
-        let extent = instance_extents.entry(hit.phase).or_default().entry(hit.range).or_insert((start, end));
-        *extent = (extent.0.min(start), extent.1.max(end));
-    };
-    for &index in kernel_indices {
-        let kernel = &trace.kernels[index as usize];
-        let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
-        let clipped = (start, end) != (kernel.start_ns, kernel.end_ns);
-        let row = WorkKernel {
-            start_ns: start,
-            end_ns: end,
-            name: kernel.name,
-            class: Classifier::lookup(classes, kernel.name),
-            collective: kernel.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op),
-            // A kernel cut by the window has no meaningful wait/transfer split.
-            share: if clipped { None } else { matching.shares.get(&(trace_index, index)).copied() },
-        };
-        whole.kernels.push(row);
-        if let Some(hit) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
-            first_seen.entry(hit.phase).or_insert(start);
-            by_phase.entry(hit.phase).or_default().kernels.push(row);
-            note_instance(hit, start, end);
-        }
-    }
-    for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
-        let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
-        let row = (start, end, memop.is_memset());
-        whole.memops.push(row);
-        if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
-            first_seen.entry(hit.phase).or_insert(start);
-            by_phase.entry(hit.phase).or_default().memops.push(row);
-            note_instance(hit, start, end);
-        }
-    }
-    for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
-        let Some((start, end)) = clip(graph.start_ns, graph.end_ns, options.window_ns) else { continue };
-        whole.graphs.push((start, end));
-        if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
-            first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
-            by_phase.entry(hit.phase).or_default().graphs.push((start, end));
-            note_instance(hit, start, end);
-        }
-    }
+    let memops = in_window(&by_device.memops[d], memop_start, by_device.longest_memop_ns[d], window_ns);
+    (kernels, memops)
+}
+
+/// A rank's report. Its independent parts (phase figures, whole-rank figures, steps, graph replays, HTA figures)
+/// are computed in parallel.
+fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
+    let DeviceContext { trace, device, phase_index, filter_steps, .. } = *context;
+    let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
+    let work = RankWork::collect(context, kernel_indices, memop_indices, options);
+    let owner = trace.devices[device.0 as usize].process;
+    let gaps = capture_gaps::gaps(trace, owner);
+    let ((phases, whole_figures), (graph_replays, hta)) = rayon::join(
+        || {
+            rayon::join(
+                || work.phases(trace, phase_index, options),
+                || without_capture_gaps(figures(&work.whole, trace, &options.classifier), &work.whole, &gaps),
+            )
+        },
+        || {
+            rayon::join(
+                || graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns),
+                || {
+                    let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+                    let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
+                    hta::figures(trace, &kernels, &memops, filter_steps, options.hta_step_mode, options.window_ns)
+                },
+            )
+        },
+    );
+    let step_figures = rank_step_figures(context, &work.whole, kernel_indices, &phases, &gaps, options);
+    let info = &trace.devices[device.0 as usize];
     let phase_source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
-    let mut phase_order: Vec<(i64, PhaseId)> = first_seen.into_iter().map(|(p, t)| (t, p)).collect();
-    phase_order.sort();
-    let phases: Vec<Phase> = phase_order
-        .into_iter()
-        .map(|(_, phase)| {
-            let mut extents: Vec<(i64, i64)> = instance_extents[&phase].values().copied().collect();
-            extents.sort_unstable();
-            let mut figures = figures(&by_phase[&phase], trace, &options.classifier);
-            // The phase's span is its instances' time, not first instance to last: the gaps between instances
-            // belong to other phases or to the host.
-            figures.span_ns = IntervalUnion::from_intervals(extents.clone()).length_ns();
-            figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
-            figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
-            figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
-            Phase { name: phase_index.names()[phase as usize].clone(), source: phase_source, figures }
-        })
-        .collect();
+    RankReport {
+        rank,
+        rank_recorded,
+        source: trace.source.path.clone(),
+        device: info.ordinal,
+        gpu_name: info.name.clone(),
+        pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
+        figures: whole_figures,
+        phase_source: (!phases.is_empty()).then_some(phase_source),
+        phases,
+        annotation_ranges: trace.ranges.len() as u64,
+        steps: step_figures.steps,
+        graph_replays,
+        steady_state: step_figures.steady_state,
+        generate_calls: step_figures.generate_calls,
+        hta,
+    }
+}
+
+/// What a rank's steps give: the steps, its generate calls and its steady state.
+struct StepFigures {
+    steps: Option<Steps>,
+    generate_calls: Option<GenerateCalls>,
+    steady_state: Option<SteadyState>,
+}
+
+/// The rank's steps (see [`rank_steps`]), the generate calls in inferred steps and the figures of its steady state.
+fn rank_step_figures(
+    context: &DeviceContext,
+    whole: &Work,
+    kernel_indices: &[u32],
+    phases: &[Phase],
+    gaps: &[(i64, i64)],
+    options: &Options,
+) -> StepFigures {
+    let DeviceContext { trace, device, classes, .. } = *context;
     let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
         options.classifier.name(Classifier::lookup(classes, name).category) == categories::RUNTIME
     });
@@ -721,9 +871,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
     let work_of = |intervals: &[(i64, i64)]| generate_calls::step_work(&step_kernels, &step_memops, intervals);
     let heavy_of = |intervals: &[(i64, i64)]| generate_calls::prefill_steps(&work_of(intervals)).unwrap_or_default();
     let owner = trace.devices[device.0 as usize].process;
-    let gaps = capture_gaps::gaps(trace, owner);
-    let steps = rank_steps(trace, owner, &phases, &units, &heavy_of, &gaps, options);
-    let graph_replays = graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns);
+    let steps = rank_steps(trace, owner, phases, &units, &heavy_of, gaps, options);
     let generate_calls = steps
         .as_ref()
         .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
@@ -733,33 +881,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
         let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
         Some(SteadyState { window_ns, steps: s.time.count, figures })
     });
-    let info = &trace.devices[device.0 as usize];
-    let kernels_on_device: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-    let memops_on_device: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-    RankReport {
-        rank,
-        rank_recorded,
-        source: trace.source.path.clone(),
-        device: info.ordinal,
-        gpu_name: info.name.clone(),
-        pid: info.process.and_then(|p| trace.processes.get(p.0 as usize)).map(|p| p.pid),
-        figures: without_capture_gaps(figures(&whole, trace, &options.classifier), &whole, &gaps),
-        phase_source: (!phases.is_empty()).then_some(phase_source),
-        phases,
-        annotation_ranges: trace.ranges.len() as u64,
-        steps,
-        graph_replays,
-        steady_state,
-        generate_calls,
-        hta: hta::figures(
-            trace,
-            &kernels_on_device,
-            &memops_on_device,
-            filter_steps,
-            options.hta_step_mode,
-            options.window_ns,
-        ),
-    }
+    StepFigures { steps, generate_calls, steady_state }
 }
 
 fn phase_of(
@@ -888,28 +1010,52 @@ fn graph_replays(
         .filter_map(|g| clip(g.start_ns, g.end_ns, window_ns).map(|(start, end)| (start, end, g.graph_id)))
         .collect();
     if !records.is_empty() {
-        let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
-        for &(start, end, graph_id) in &records {
-            let total = by_graph.entry(graph_id).or_insert(GraphTotal {
-                graph_id: Some(graph_id),
-                first_node_id: None,
-                nodes_per_replay: 0,
-                replays: 0,
-                total_ns: 0,
-            });
-            total.replays += 1;
-            total.total_ns += end - start;
-        }
-        let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
-        by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
-        return Some(GraphReplays {
-            source: "graph_records",
-            node_activities: 0,
-            replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
-            by_graph,
-        });
+        return Some(whole_graph_replays(&records));
     }
-    // Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph.
+    let (replays, node_activities) = node_replays(trace, kernel_indices, memop_indices, window_ns);
+    if replays.is_empty() {
+        return None;
+    }
+    Some(GraphReplays {
+        source: "node_kernels",
+        node_activities,
+        replay_ns: Distribution::of(replays.values().map(|r| r.end_ns - r.start_ns).collect()),
+        by_graph: node_graph_totals(&replays),
+    })
+}
+
+/// Replays recorded whole, `(start_ns, end_ns, graph id)` each.
+fn whole_graph_replays(records: &[(i64, i64, u32)]) -> GraphReplays {
+    let mut by_graph: BTreeMap<u32, GraphTotal> = BTreeMap::new();
+    for &(start, end, graph_id) in records {
+        let total = by_graph.entry(graph_id).or_insert(GraphTotal {
+            graph_id: Some(graph_id),
+            first_node_id: None,
+            nodes_per_replay: 0,
+            replays: 0,
+            total_ns: 0,
+        });
+        total.replays += 1;
+        total.total_ns += end - start;
+    }
+    let mut by_graph: Vec<GraphTotal> = by_graph.into_values().collect();
+    by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id));
+    GraphReplays {
+        source: "graph_records",
+        node_activities: 0,
+        replay_ns: Distribution::of(records.iter().map(|(start, end, _)| end - start).collect()),
+        by_graph,
+    }
+}
+
+/// Node-level recording: a graph's nodes carry the correlation id of the call that launched the graph. The replays
+/// by launch call, and how many kernels and copies ran in them.
+fn node_replays(
+    trace: &Trace,
+    kernel_indices: &[u32],
+    memop_indices: &[u32],
+    window_ns: Option<(i64, i64)>,
+) -> (HashMap<u32, Replay>, u64) {
     let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
     let mut replays: HashMap<u32, Replay> = HashMap::new();
     let mut node_activities = 0u64;
@@ -939,10 +1085,12 @@ fn graph_replays(
             (a, b) => a.or(b),
         };
     }
-    if replays.is_empty() {
-        return None;
-    }
-    // Graph identity: the recorded graph id, else the node ids. Replays with neither are left out of `by_graph`.
+    (replays, node_activities)
+}
+
+/// Per graph, its replays recorded node by node added up, most time first. A graph is its recorded graph id, else
+/// its node ids; replays with neither are left out.
+fn node_graph_totals(replays: &HashMap<u32, Replay>) -> Vec<GraphTotal> {
     // (graph id, first node id) → the graph's totals and its replays counted by size.
     type GraphKey = (Option<u32>, Option<u64>);
     let mut by_graph: BTreeMap<GraphKey, (GraphTotal, BTreeMap<u64, u64>)> = BTreeMap::new();
@@ -981,12 +1129,7 @@ fn graph_replays(
         })
         .collect();
     by_graph.sort_by_key(|g| (std::cmp::Reverse(g.total_ns), g.graph_id, g.first_node_id));
-    Some(GraphReplays {
-        source: "node_kernels",
-        node_activities,
-        replay_ns: Distribution::of(replays.values().map(|r| r.end_ns - r.start_ns).collect()),
-        by_graph,
-    })
+    by_graph
 }
 
 /// One launch of a graph recorded node by node.

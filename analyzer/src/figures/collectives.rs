@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
 
@@ -267,7 +268,7 @@ pub struct RankInput<'a> {
     /// Classes of the trace's names (from [`Classifier::classify_names`]).
     pub classes: &'a [KernelClass],
     /// Phase of a kernel, by index.
-    pub phase_of_kernel: &'a dyn Fn(u32) -> Option<String>,
+    pub phase_of_kernel: &'a (dyn Fn(u32) -> Option<String> + Sync),
 }
 
 /// The bus factor of nccl-tests for `op` over `n` ranks.
@@ -341,8 +342,10 @@ pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKerne
 /// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
 pub fn match_collectives(inputs: &[RankInput], classifier: &Classifier, hosts_differ: bool) -> Matching {
     let ranks: Vec<(RankKey, u32)> = inputs.iter().map(|input| (input.key, input.rank)).collect();
-    let kernels: Vec<Vec<CommKernel>> = inputs.iter().map(|input| comm_kernels(input, classifier)).collect();
-    match_comm_kernels(&ranks, kernels, hosts_differ)
+    crate::figures::workers::run(|| {
+        let kernels: Vec<Vec<CommKernel>> = inputs.par_iter().map(|input| comm_kernels(input, classifier)).collect();
+        match_comm_kernels(&ranks, kernels, hosts_differ)
+    })
 }
 
 /// The instance slot of each kernel of one rank: its sequence number when recorded, else its position among the
@@ -360,43 +363,79 @@ pub fn slots(kernels: &[CommKernel]) -> Vec<u64> {
         .collect()
 }
 
-/// [`match_collectives`] on kernels already taken from their ranks: `ranks[i]` is rank input i (its key and rank
-/// number) and `kernels[i]` its communication kernels in time order.
-pub fn match_comm_kernels(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
-    let mut groups: Groups = BTreeMap::new();
-    let mut total_comm_kernels = 0u64;
-    for (input_index, rank_kernels) in kernels.into_iter().enumerate() {
-        total_comm_kernels += rank_kernels.len() as u64;
-        for (slot, kernel) in slots(&rank_kernels).into_iter().zip(rank_kernels) {
-            groups
-                .entry((kernel.communicator.clone(), kernel.op))
-                .or_default()
-                .entry(slot)
-                .or_default()
-                .push((input_index, kernel));
+/// Every rank's communication kernels in instance order: by communicator, collective type and slot, and within one
+/// instance by rank input (then time). Returns each kernel's slot and (rank input, kernel), in that order, so that
+/// the kernels of one instance are one run of the list.
+fn in_instance_order(kernels: Vec<Vec<CommKernel>>) -> (Vec<u64>, Vec<(usize, CommKernel)>) {
+    let slotted: Vec<Vec<(u64, usize, CommKernel)>> = kernels
+        .into_par_iter()
+        .enumerate()
+        .map(|(input, rank_kernels)| {
+            let slots = slots(&rank_kernels);
+            slots.into_iter().zip(rank_kernels).map(|(slot, kernel)| (slot, input, kernel)).collect()
+        })
+        .collect();
+    let mut all: Vec<(u64, usize, CommKernel)> = slotted.into_iter().flatten().collect();
+    // Stable: one rank's kernels of one slot (a repeated sequence number) keep their time order.
+    all.par_sort_by(|a, b| {
+        (a.2.communicator.as_str(), a.2.op, a.0, a.1).cmp(&(b.2.communicator.as_str(), b.2.op, b.0, b.1))
+    });
+    all.into_iter().map(|(slot, input, kernel)| (slot, (input, kernel))).unzip()
+}
+
+/// The runs of one instance each in [`in_instance_order`]'s list, as index ranges.
+fn instance_runs(slots: &[u64], members: &[(usize, CommKernel)]) -> Vec<std::ops::Range<usize>> {
+    let same = |a: usize, b: usize| {
+        slots[a] == slots[b]
+            && members[a].1.op == members[b].1.op
+            && members[a].1.communicator == members[b].1.communicator
+    };
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..=members.len() {
+        if i == members.len() || !same(start, i) {
+            runs.push(start..i);
+            start = i;
         }
     }
+    runs
+}
+
+/// [`match_collectives`] on kernels already taken from their ranks: `ranks[i]` is rank input i (its key and rank
+/// number) and `kernels[i]` its communication kernels in time order. Instances are matched in parallel, each from
+/// its own run of the sorted kernels, and kept in (communicator, type, slot) order.
+pub fn match_comm_kernels(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
+    crate::figures::workers::run(|| match_sorted(ranks, kernels, hosts_differ))
+}
+
+fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
+    let total_comm_kernels: u64 = kernels.iter().map(|k| k.len() as u64).sum();
+    let (slots, members) = in_instance_order(kernels);
+    let runs = instance_runs(&slots, &members);
     let offsets = if hosts_differ {
-        let differences = groups.values().flat_map(|slots| slots.values()).flat_map(|m| alignment_differences(m));
-        alignment_offsets(ranks.len(), differences)
+        let differences: Vec<Vec<(usize, i64)>> =
+            runs.par_iter().map(|run| alignment_differences(&members[run.clone()])).collect();
+        alignment_offsets(ranks.len(), differences.into_iter().flatten())
     } else {
         vec![0; ranks.len()]
     };
+    let matched: Vec<Option<(Instance, i64)>> = runs
+        .par_iter()
+        .map(|run| {
+            let first = &members[run.start].1;
+            match_instance(&first.communicator, first.op, slots[run.start], &members[run.clone()], ranks, &offsets)
+        })
+        .collect();
     let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
     let mut spreads = Vec::new();
     let mut matched_kernels = 0u64;
-    for ((communicator, op), slots) in &groups {
-        for (&seq, members) in slots {
-            let Some((instance, spread_ns)) = match_instance(communicator, *op, seq, members, ranks, &offsets) else {
-                continue;
-            };
-            matched_kernels += members.len() as u64;
-            spreads.push(spread_ns);
-            for (member, share) in instance.members.iter().zip(&instance.shares) {
-                matching.shares.insert(*member, *share);
-            }
-            matching.instances.push(instance);
+    for (instance, spread_ns) in matched.into_iter().flatten() {
+        matched_kernels += instance.members.len() as u64;
+        spreads.push(spread_ns);
+        for (member, share) in instance.members.iter().zip(&instance.shares) {
+            matching.shares.insert(*member, *share);
         }
+        matching.instances.push(instance);
     }
     matching.unmatched_kernels = total_comm_kernels - matched_kernels;
     matching.end_spread_median_ns = median_i64(&mut spreads);
@@ -484,11 +523,6 @@ pub fn match_instance(
     };
     Some((instance, last_end - first_end))
 }
-
-/// Instance key (sequence number or position) → the kernels of that instance, with their rank input index.
-type Slots = BTreeMap<u64, Vec<(usize, CommKernel)>>;
-/// (communicator, collective type) → its instances.
-type Groups = BTreeMap<(String, CollectiveOp), Slots>;
 
 /// True when the traces say their processes ran on more than one host (their clocks then need aligning).
 pub fn ranks_on_different_hosts(traces: &[Trace]) -> bool {

@@ -13,3 +13,4 @@ pub mod kernel_summary;
 pub mod memory;
 pub mod run;
 pub mod window;
+pub mod workers;

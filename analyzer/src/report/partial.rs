@@ -21,24 +21,26 @@
 //!   kernel's row is held twice, which is what keeps one worker's memory bounded on a job of hundreds of ranks.
 //!   Clocks of ranks on several hosts are aligned first from [`row_differences`].
 //!
-//! The one thing a part cannot know: when two phases of one rank first run GPU work at the same nanosecond,
-//! `analyze` orders them by their number among the phase names of all traces, a part by its own trace's.
+//! Phases of one rank that first run GPU work at the same nanosecond are ordered by name, in `analyze` as in a
+//! part: their numbers differ between the two (numbered across all traces, or within one), their names do not.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, Trace};
 
 use super::{
-    ByDevice, CollectiveReport, DeviceContext, FileWarning, Options, Report, analyze_device, in_window, infer_phases,
-    phase_of,
+    ByDevice, CollectiveReport, DeviceContext, FileWarning, Options, Report, analyze_device, device_events,
+    infer_phases, phase_of,
 };
-use crate::figures::categories::{self, Classifier, KernelClass};
+use crate::figures::categories::{self, Classifier};
 use crate::figures::collectives::{self, CommKernel, Instance, Matching, RankInput, RankKey, RankShare, op_by_name};
 use crate::figures::hta;
 use crate::figures::run::{self, RunIdentity, devices_with_gpu_work};
 use crate::figures::window::clip;
+use crate::figures::workers;
 use crate::llm::phases::PhaseIndex;
 
 /// What one trace contributes to the report of its run.
@@ -362,8 +364,13 @@ impl MatchedInstance {
     }
 }
 
-/// Analyses one trace as far as it can be without the other ranks (see the module documentation).
+/// Analyses one trace as far as it can be without the other ranks (see the module documentation); its GPUs in
+/// parallel on the analyzer's worker threads.
 pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
+    workers::run(|| trace_part_here(trace, options))
+}
+
+fn trace_part_here(trace: &Trace, options: &Options) -> TracePart {
     let step_names: BTreeSet<String> = trace
         .ranges
         .iter()
@@ -372,10 +379,10 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
         .map(str::to_string)
         .collect();
     let trace_has_steps = step_names.len() >= 2;
-    let classes: Vec<KernelClass> = options.classifier.classify_names(&trace.names);
+    let (classes, by_device) =
+        rayon::join(|| options.classifier.classify_names(&trace.names), || ByDevice::build(trace));
     let mut phase_names = Vec::new();
     let mut phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
-    let by_device = ByDevice::build(trace);
     if phase_index.is_empty() {
         let inferred = infer_phases(trace, &by_device, &classes, options);
         if !inferred.is_empty() {
@@ -383,15 +390,9 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
         }
     }
     let no_matching = Matching::default();
-    let phase_of_kernel = |kernel: u32| {
-        let k = &trace.kernels[kernel as usize];
-        phase_of(trace, &phase_index, k.launch, k.device, k.start_ns)
-            .map(|p| phase_index.names()[p.phase as usize].clone())
-    };
     let devices = devices_with_gpu_work(trace)
-        .into_iter()
+        .into_par_iter()
         .map(|device| {
-            let d = device.0 as usize;
             let context = DeviceContext {
                 trace,
                 trace_index: 0,
@@ -402,62 +403,7 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
                 filter_steps: trace_has_steps,
                 matching: &no_matching,
             };
-            let report = analyze_device(&context, 0, false, options);
-            let hta_if_job_has_steps = (!trace_has_steps).then(|| {
-                let kernel_start = |i: u32| trace.kernels[i as usize].start_ns;
-                let kernel_indices =
-                    in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], options.window_ns);
-                let memop_start = |i: u32| trace.memops[i as usize].start_ns;
-                let memop_indices =
-                    in_window(&by_device.memops[d], memop_start, by_device.longest_memop_ns[d], options.window_ns);
-                let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-                let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-                let figures = hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns);
-                serde_json::to_value(figures).expect("HTA figures serialise")
-            });
-            // The matcher's view of the rank: as `analyze` builds it (with a window, the kernels reaching into it).
-            let windowed: Vec<u32> = match options.window_ns {
-                None => by_device.kernels[d].clone(),
-                Some(window) => by_device.kernels[d]
-                    .iter()
-                    .copied()
-                    .filter(|&i| {
-                        clip(trace.kernels[i as usize].start_ns, trace.kernels[i as usize].end_ns, Some(window))
-                            .is_some()
-                    })
-                    .collect(),
-            };
-            let input = RankInput {
-                key: RankKey { trace: 0, device },
-                rank: 0,
-                trace,
-                kernel_indices: &windowed,
-                classes: &classes,
-                phase_of_kernel: &phase_of_kernel,
-            };
-            let comm = collectives::comm_kernels(&input, &options.classifier)
-                .into_iter()
-                .map(|kernel| {
-                    let k = &trace.kernels[kernel.kernel as usize];
-                    let class = Classifier::lookup(&classes, k.name);
-                    let collective = k.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
-                    CommRow {
-                        label: categories::report_label(&options.classifier, class, collective),
-                        clipped: clip(k.start_ns, k.end_ns, options.window_ns) != Some((k.start_ns, k.end_ns)),
-                        kernel,
-                    }
-                })
-                .collect::<Vec<CommRow>>();
-            let comm_labels: BTreeSet<&String> = comm.iter().map(|row| &row.label).collect();
-            DevicePart {
-                device: device.0,
-                recorded_rank: trace.device_rank(device),
-                report: serde_json::to_value(report).expect("a rank report serialises"),
-                hta_if_job_has_steps,
-                comm_labels: comm_labels.into_iter().cloned().collect(),
-                comm_count: comm.len() as u64,
-                comm,
-            }
+            device_part(&context, options)
         })
         .collect();
     TracePart {
@@ -472,6 +418,72 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
         recorded_ranks: (0..trace.devices.len()).filter_map(|d| trace.device_rank(DeviceIdx(d as u32))).collect(),
         devices,
     }
+}
+
+/// One GPU's part: its report before matching, its HTA figures for a job with steps, its communication kernels.
+fn device_part(context: &DeviceContext, options: &Options) -> DevicePart {
+    let DeviceContext { trace, device, filter_steps: trace_has_steps, .. } = *context;
+    let report = analyze_device(context, 0, false, options);
+    let hta_if_job_has_steps = (!trace_has_steps).then(|| {
+        let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
+        let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+        let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
+        let figures = hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns);
+        serde_json::to_value(figures).expect("HTA figures serialise")
+    });
+    let comm = comm_rows(context, options);
+    let comm_labels: BTreeSet<&String> = comm.iter().map(|row| &row.label).collect();
+    DevicePart {
+        device: device.0,
+        recorded_rank: trace.device_rank(device),
+        report: serde_json::to_value(report).expect("a rank report serialises"),
+        hta_if_job_has_steps,
+        comm_labels: comm_labels.into_iter().cloned().collect(),
+        comm_count: comm.len() as u64,
+        comm,
+    }
+}
+
+/// The GPU's communication kernels as the matcher sees them (as `analyze` builds them: with a window, the kernels
+/// reaching into it), with their report labels.
+fn comm_rows(context: &DeviceContext, options: &Options) -> Vec<CommRow> {
+    let DeviceContext { trace, device, by_device, classes, phase_index, .. } = *context;
+    let all = &by_device.kernels[device.0 as usize];
+    let windowed: Vec<u32> = match options.window_ns {
+        None => all.clone(),
+        Some(window) => {
+            let reaches_in = |i: &u32| {
+                clip(trace.kernels[*i as usize].start_ns, trace.kernels[*i as usize].end_ns, Some(window)).is_some()
+            };
+            all.iter().copied().filter(reaches_in).collect()
+        }
+    };
+    let phase_of_kernel = |kernel: u32| {
+        let k = &trace.kernels[kernel as usize];
+        phase_of(trace, phase_index, k.launch, k.device, k.start_ns)
+            .map(|p| phase_index.names()[p.phase as usize].clone())
+    };
+    let input = RankInput {
+        key: RankKey { trace: 0, device },
+        rank: 0,
+        trace,
+        kernel_indices: &windowed,
+        classes,
+        phase_of_kernel: &phase_of_kernel,
+    };
+    collectives::comm_kernels(&input, &options.classifier)
+        .into_iter()
+        .map(|kernel| {
+            let k = &trace.kernels[kernel.kernel as usize];
+            let class = Classifier::lookup(classes, k.name);
+            let collective = k.collective.and_then(|c| trace.collectives.get(c as usize)).map(|c| c.op);
+            CommRow {
+                label: categories::report_label(&options.classifier, class, collective),
+                clipped: clip(k.start_ns, k.end_ns, options.window_ns) != Some((k.start_ns, k.end_ns)),
+                kernel,
+            }
+        })
+        .collect()
 }
 
 /// The ranks of the run the parts make, in rank input order (parts in order, GPUs in ordinal order), numbered as

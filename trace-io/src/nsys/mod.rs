@@ -27,6 +27,7 @@ mod strings;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
@@ -233,7 +234,7 @@ fn read_capture_warnings(db: &Database<'_>, trace: &mut Trace) -> Result<(), Err
 const ROWS_PER_JOB: i64 = 400_000;
 
 /// Threads for the table readers, at most.
-const MAX_READER_THREADS: usize = 8;
+const MAX_READER_THREADS: usize = 16;
 
 /// One unit of reading work.
 enum Job {
@@ -315,12 +316,20 @@ fn run_jobs(
             done.push((index, output));
         }
     };
-    let results: Vec<Result<Vec<(usize, Output)>, Error>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.min(jobs.len())).map(|_| s.spawn(worker)).collect();
-        (handles.into_iter())
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::format(path, "internal error: a table reader panicked"))))
-            .collect()
-    });
+    // The calling thread takes jobs too; a helper that cannot be started leaves its share to the others.
+    let results: Vec<Result<Vec<(usize, Output)>, Error>> =
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads.min(jobs.len()))
+                .filter_map(|i| {
+                    std::thread::Builder::new().name(format!("shardscope-nsys-read-{i}")).spawn_scoped(s, worker).ok()
+                })
+                .collect();
+            let mut results = vec![worker()];
+            results.extend(helpers.into_iter().map(|h| {
+                h.join().unwrap_or_else(|_| Err(Error::format(path, "internal error: a table reader panicked")))
+            }));
+            results
+        });
     let mut outputs = Vec::with_capacity(jobs.len());
     for result in results {
         outputs.extend(result?);
@@ -621,18 +630,30 @@ fn adopt<T: Send, K: Ord>(
     }
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
     let group = parts.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        for group in parts.chunks_mut(group) {
-            let remap = &remap;
-            s.spawn(move || {
-                for (rows, map) in group.iter_mut() {
-                    rows.iter_mut().for_each(|row| remap(row, map));
-                }
-            });
+    // Groups are taken from a queue by the calling thread and its helpers: a helper that cannot be started leaves
+    // its groups to the others.
+    let groups: Vec<Mutex<&mut [ScanRows<T>]>> = parts.chunks_mut(group).map(Mutex::new).collect();
+    let next_group = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        while let Some(group) = groups.get(next_group.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            let mut group = group.lock().unwrap_or_else(PoisonError::into_inner);
+            for (rows, map) in group.iter_mut() {
+                rows.iter_mut().for_each(|row| remap(row, map));
+            }
         }
+    };
+    std::thread::scope(|s| {
+        for i in 1..groups.len() {
+            let _ = std::thread::Builder::new().name(format!("shardscope-nsys-remap-{i}")).spawn_scoped(s, work);
+        }
+        work();
     });
+    drop(groups);
     join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
 }
+
+/// The rows of one scan and the map from its local ids to the trace's.
+type ScanRows<T> = (Vec<T>, IdMap);
 
 /// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
 /// sorted list: what a stable sort of their concatenation gives, so `Trace::finish` finds its

@@ -1,0 +1,37 @@
+//! The analyzer's worker threads: one pool of named threads (`shardscope-analyze-N`) that the report's parallel
+//! steps run on, so that a stack dump or `top -H` says whose threads they are.
+//!
+//! Work is split by rank, by device and by collective instance; every parallel step collects its results in input
+//! order, so the report is the same bytes on any number of threads ([`with_threads`] with 1 runs every step in
+//! turn, which the tests compare against).
+
+use std::sync::OnceLock;
+
+use rayon::{ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
+
+/// Builds a pool of `threads` named workers (0: one per available core).
+fn build(threads: usize) -> Result<ThreadPool, ThreadPoolBuildError> {
+    ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("shardscope-analyze-{i}")).build()
+}
+
+/// Runs `work` on the shared pool (one worker per core, made on first use); on a worker of any pool already (a step
+/// inside another), where it is. Where no thread can be started, `work` runs on the calling thread alone.
+pub fn run<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
+    match POOL.get_or_init(|| build(0).ok()) {
+        Some(pool) => pool.install(work),
+        None => work(),
+    }
+}
+
+/// Runs `work` on a pool of its own with `threads` workers (1: every parallel step in turn), or on the calling
+/// thread alone where no thread can be started.
+pub fn with_threads<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) -> R {
+    match build(threads.max(1)) {
+        Ok(pool) => pool.install(work),
+        Err(_) => work(),
+    }
+}
