@@ -501,7 +501,7 @@ fn run_report(
         warnings,
         run_identities,
         notes,
-        memory: memory::section(traces, &ranks_in_input, &options.phase_pattern),
+        memory: memory::section(traces, &assign_ranks(traces), &options.phase_pattern),
     }
 }
 
