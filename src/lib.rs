@@ -11,7 +11,7 @@
 //! let inputs = [PathBuf::from("rank0.sqlite"), PathBuf::from("rank1.sqlite")];
 //! let stats = shardscope::perfetto::export_file(&inputs, "run.pftrace".as_ref())?;
 //! println!("{} kernels written", stats.kernel_slices);
-//! # Ok::<(), String>(())
+//! # Ok::<(), shardscope::perfetto::Error>(())
 //! ```
 
 pub mod perfetto;

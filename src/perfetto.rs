@@ -121,9 +121,31 @@ pub struct ExtraSlice {
     pub flows_in: Vec<u64>,
 }
 
+/// Why an export or a decode failed. The text is one line; for an export it names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An input could not be read (the reader's whole chain of causes).
+    #[error("{0:#}")]
+    Input(shardscope_io::Error),
+    /// The output would overwrite an input, or could not be created or put in place.
+    #[error("{0}")]
+    Output(shardscope_io::Error),
+    /// Writing the output failed.
+    #[error("{}: {error}", path.display())]
+    Write {
+        /// The output file.
+        path: PathBuf,
+        /// The operating system's reason.
+        error: std::io::Error,
+    },
+    /// The bytes are not a Perfetto trace.
+    #[error("not a Perfetto trace: {0}")]
+    Decode(prost::DecodeError),
+}
+
 /// Decodes a written Perfetto file (for checks of what an export wrote).
-pub fn decode(bytes: &[u8]) -> Result<proto::Trace, String> {
-    proto::Trace::decode(bytes).map_err(|e| format!("not a Perfetto trace: {e}"))
+pub fn decode(bytes: &[u8]) -> Result<proto::Trace, Error> {
+    proto::Trace::decode(bytes).map_err(Error::Decode)
 }
 
 /// [`write_trace`], followed by the `extra` processes, each a packet sequence of its own.
@@ -256,7 +278,7 @@ fn write_extra_process<W: Write>(
 ///
 /// Errors are one line naming the file: the input that could not be read, or the output that
 /// could not be written.
-pub fn export_file(inputs: &[PathBuf], output: &Path) -> Result<ExportStats, String> {
+pub fn export_file(inputs: &[PathBuf], output: &Path) -> Result<ExportStats, Error> {
     export_file_with(inputs, output, |_| {})
 }
 
@@ -265,21 +287,22 @@ pub fn export_file_with(
     inputs: &[PathBuf],
     output: &Path,
     prepare: impl FnOnce(&mut [Trace]),
-) -> Result<ExportStats, String> {
+) -> Result<ExportStats, Error> {
     // The output must not be one of the inputs (or inside one), by any name.
     let input_paths: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    shardscope_io::output::check_outputs(&[output], &input_paths).map_err(|e| e.to_string())?;
+    shardscope_io::output::check_outputs(&[output], &input_paths).map_err(Error::Output)?;
     let mut traces = Vec::new();
     for input in inputs {
-        traces.extend(shardscope_io::load(input).map_err(|e| format!("{e:#}"))?);
+        traces.extend(shardscope_io::load(input).map_err(Error::Input)?);
     }
     prepare(&mut traces);
     // Written beside the target and renamed into place: a link at its name is replaced, never followed.
-    let file = shardscope_io::output::OutputFile::create(output).map_err(|e| e.to_string())?;
+    let file = shardscope_io::output::OutputFile::create(output).map_err(Error::Output)?;
     let mut file = std::io::BufWriter::new(file);
-    let stats = write_trace(&traces, &mut file).map_err(|e| format!("{}: {e}", output.display()))?;
-    let file = file.into_inner().map_err(|e| format!("{}: {}", output.display(), e.error()))?;
-    file.commit().map_err(|e| e.to_string())?;
+    let write_error = |error| Error::Write { path: output.to_path_buf(), error };
+    let stats = write_trace(&traces, &mut file).map_err(write_error)?;
+    let file = file.into_inner().map_err(|e| write_error(e.into_error()))?;
+    file.commit().map_err(Error::Output)?;
     Ok(stats)
 }
 

@@ -565,7 +565,7 @@ fn fabricated_trace_round_trips_exactly() {
 fn export_file_names_the_bad_input() {
     let missing = PathBuf::from("/nonexistent/rank0.sqlite");
     let output = std::env::temp_dir().join(format!("shardscope-perfetto-{}.pftrace", std::process::id()));
-    let error = shardscope::perfetto::export_file(&[missing], &output).unwrap_err();
+    let error = shardscope::perfetto::export_file(&[missing], &output).unwrap_err().to_string();
     assert!(error.contains("/nonexistent/rank0.sqlite"), "{error}");
     assert!(!error.contains('\n'));
 

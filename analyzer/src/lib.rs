@@ -15,12 +15,19 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 
-// The wings, in their order: figures, llm, report, output, dependency, findings, study; each depends only on those
-// before it (the declarations below are in rustfmt's alphabetical order).
-pub mod dependency;
+// The wings, each using only those listed before it (`tests/wings.rs` checks it; the comments between them keep
+// rustfmt from sorting them).
+// Figures of one trace: op categories, intervals, kernel summary, matched collectives, window, run identity.
 pub mod figures;
-pub mod findings;
+// The LLM structure read from a trace: phases, steps, generate calls, layers, modules.
 pub mod llm;
-pub mod output;
+// The report per rank and phase, MFU, and the comparison of runs.
 pub mod report;
+// What a report becomes: table, JSON, CSV, charts, HTML, Parquet.
+pub mod output;
+// The dependency model: graph, critical path, what-if, the straggler artifact.
+pub mod dependency;
+// What limits the run, each cause with the time removing it saves (replayed on the dependency model).
+pub mod findings;
+// Studies over a grid of configurations.
 pub mod study;

@@ -942,6 +942,9 @@ fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
     Ok(())
 }
 
+/// Where an operation sits: (step index, DP rank, stage, global rank).
+type Placement = (u32, u32, u32, u32);
+
 /// Where each operation of the laid-out model comes from. Operation id = lane × names + name, lane = step index ×
 /// DP size + DP rank: a lane's operations lie together, and so do the lanes of a step, which the replay visits
 /// together.
@@ -1018,7 +1021,7 @@ impl Layout {
         trace: &ArtifactTrace,
         template: &Template,
         worker_index: &HashMap<u32, u32>,
-    ) -> (Vec<Op>, Vec<(u32, u32, u32, u32)>, Vec<i64>) {
+    ) -> (Vec<Op>, Vec<Placement>, Vec<i64>) {
         let op_count = self.row_of.len();
         let mut recorded_own_ns = vec![0i64; op_count];
         let mut ops: Vec<Op> = Vec::with_capacity(op_count);

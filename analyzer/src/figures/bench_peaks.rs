@@ -24,10 +24,15 @@ fn bench_op(op: CollectiveOp) -> Option<BenchOp> {
     }
 }
 
+/// Why a `bench` results file cannot be used: the reader's reason, which names the file, on one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.to_string().replace('\n', " "))]
+pub struct LoadError(pub shardscope_bench::results::Error);
+
 impl BenchPeaks {
     /// Reads a `bench` results file. Errors are one line naming the file.
-    pub fn load(path: &Path) -> Result<BenchPeaks, String> {
-        let results = BenchResults::load(path).map_err(|e| e.to_string().replace('\n', " "))?;
+    pub fn load(path: &Path) -> Result<BenchPeaks, LoadError> {
+        let results = BenchResults::load(path).map_err(LoadError)?;
         Ok(BenchPeaks { source: path.display().to_string(), results })
     }
 

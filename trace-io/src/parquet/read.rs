@@ -41,8 +41,25 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     let run = the_run(root)?;
     let part_rows = if has_manifest { Some(manifest::verify_run(root, &run, &manifest::read(root)?)?) } else { None };
     let source = Source { root, run: run.clone(), part_rows };
+    let mut traces = read_traces(&source)?;
+    read_string_ids(&source, &mut traces)?;
+    read_processes(&source, &mut traces)?;
+    read_threads(&source, &mut traces)?;
+    read_devices(&source, &mut traces)?;
+    read_warnings(&source, &mut traces)?;
+    read_kernels(&source, &mut traces)?;
+    read_memops(&source, &mut traces)?;
+    read_cuda_api(&source, &mut traces)?;
+    read_nvtx(&source, &mut traces)?;
+    let collectives = read_collectives(&source, &mut traces)?;
+    read_cuda_graphs(&source, &mut traces)?;
+    Ok(finish_traces(traces, collectives, has_manifest))
+}
+
+/// The inputs of the run (its traces table), each an empty trace to fill; refuses a run that lists none.
+fn read_traces(source: &Source) -> Result<BTreeMap<u32, Reading>, Error> {
     let mut traces: BTreeMap<u32, Reading> = BTreeMap::new();
-    for_each_batch(&source, tables::TRACES, |file, batch| {
+    for_each_batch(source, tables::TRACES, |file, batch| {
         let b = Columns { batch, file };
         let (id, path, format) = (b.u32("traceId")?, b.str("path")?, b.str("format")?);
         let (schema_version, producer, offset) = (b.str("schemaVersion")?, b.str("producer")?, b.i64("clockOffsetNs")?);
@@ -71,10 +88,16 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         Ok(())
     })?;
     if traces.is_empty() {
+        let (root, run) = (source.root, &source.run);
         return Err(Error::format(root, format!("run {run} lists no input (its {} table is empty)", tables::TRACES)));
     }
+    Ok(traces)
+}
+
+/// The string table: each input's names, interned in their order.
+fn read_string_ids(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
     let mut names: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
-    read_rows(&source, tables::STRING_IDS, &mut traces, |b, _, row, _| {
+    read_rows(source, tables::STRING_IDS, traces, |b, _, row, _| {
         let (Some(id), Some(text)) = (value(b.u32("id")?, row), text(b.str("value")?, row)) else { return Ok(false) };
         names.entry(b.trace_id(row)?).or_default().push((id, text.to_string()));
         Ok(true)
@@ -88,7 +111,12 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             }
         }
     }
-    read_rows(&source, tables::PROCESSES, &mut traces, |b, r, row, _| {
+    Ok(())
+}
+
+/// The processes of each input, by global pid.
+fn read_processes(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::PROCESSES, traces, |b, r, row, _| {
         let (Some(global_pid), Some(pid), Some(name)) =
             (value(b.i64("globalPid")?, row), value(b.u32("pid")?, row), text(b.str("name")?, row))
         else {
@@ -105,8 +133,12 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         });
         r.processes.insert(global_pid, index);
         Ok(true)
-    })?;
-    read_rows(&source, tables::THREADS, &mut traces, |b, r, row, _| {
+    })
+}
+
+/// The thread names.
+fn read_threads(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::THREADS, traces, |b, r, row, _| {
         let (Some(process), Some(tid), Some(name)) =
             (r.process(value(b.i64("globalPid")?, row)), value(b.u32("tid")?, row), text(b.str("name")?, row))
         else {
@@ -114,8 +146,12 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         };
         r.trace.threads.push(ThreadName { process, tid, name: name.to_string() });
         Ok(true)
-    })?;
-    read_rows(&source, tables::DEVICES, &mut traces, |b, r, row, _| {
+    })
+}
+
+/// The GPUs of each input, by ordinal.
+fn read_devices(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::DEVICES, traces, |b, r, row, _| {
         let (Some(ordinal), Some(name)) = (value(b.u32("deviceId")?, row), text(b.str("name")?, row)) else {
             return Ok(false);
         };
@@ -138,16 +174,24 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         });
         r.devices.insert(ordinal, index);
         Ok(true)
-    })?;
-    read_rows(&source, tables::WARNINGS, &mut traces, |b, r, row, _| {
+    })
+}
+
+/// The inputs' own warnings.
+fn read_warnings(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::WARNINGS, traces, |b, r, row, _| {
         let (Some(what), Some(count)) = (text(b.str("what")?, row), value(b.u64("count")?, row)) else {
             return Ok(false);
         };
         r.trace.warn_n(what, count);
         Ok(true)
-    })?;
-    // The event tables are the large ones: their columns are looked up once per batch, not once per row.
-    for_each_batch(&source, tables::KERNELS, |file, batch| {
+    })
+}
+
+/// The kernels. The event tables are the large ones: their columns are looked up once per batch, not once
+/// per row.
+fn read_kernels(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    for_each_batch(source, tables::KERNELS, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
@@ -158,7 +202,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         // Added in schema 1.1: absent from files of 1.0.
         let (graph_id, graph_node_id) = (b.optional_u32("graphId")?, b.optional_u64("graphNodeId")?);
         for row in 0..batch.num_rows() {
-            let r = b.reading(&mut traces, row)?;
+            let r = b.reading(traces, row)?;
             let dims =
                 |d: [&PrimitiveArray<UInt32Type>; 3]| Some([value(d[0], row)?, value(d[1], row)?, value(d[2], row)?]);
             let fields = (|| {
@@ -188,15 +232,19 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             r.order.kernels.push(order);
         }
         Ok(())
-    })?;
-    for_each_batch(&source, tables::MEMOPS, |file, batch| {
+    })
+}
+
+/// The memory copies and sets.
+fn read_memops(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    for_each_batch(source, tables::MEMOPS, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
         let (correlation, global_pid, bytes) = (b.u32("correlationId")?, b.i64("globalPid")?, b.u64("bytes")?);
         let (copy_kind, src, dst) = (b.u32("copyKind")?, b.u32("srcDeviceId")?, b.u32("dstDeviceId")?);
         for row in 0..batch.num_rows() {
-            let r = b.reading(&mut traces, row)?;
+            let r = b.reading(traces, row)?;
             let memop = (|| {
                 Some(MemOp {
                     start_ns: value(start, row)?,
@@ -221,15 +269,19 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             }
         }
         Ok(())
-    })?;
-    for_each_batch(&source, tables::CUDA_API, |file, batch| {
+    })
+}
+
+/// The CUDA API calls.
+fn read_cuda_api(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    for_each_batch(source, tables::CUDA_API, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, class, global_pid) =
             (b.i64("start")?, b.i64("end")?, b.u32("eventClass")?, b.i64("globalPid")?);
         let (tid, correlation, name) = (b.u32("tid")?, b.u32("correlationId")?, b.str("name")?);
         for row in 0..batch.num_rows() {
-            let r = b.reading(&mut traces, row)?;
+            let r = b.reading(traces, row)?;
             let fields = (|| {
                 let kind =
                     if value(class, row)? == EVENT_CLASS_CUDA_DRIVER { ApiKind::Driver } else { ApiKind::Runtime };
@@ -253,9 +305,13 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             r.order.api_calls.push(order);
         }
         Ok(())
-    })?;
+    })
+}
+
+/// The NVTX and annotation ranges.
+fn read_nvtx(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
     let range_kinds = [RangeKind::PushPop, RangeKind::StartEnd, RangeKind::CpuAnnotation, RangeKind::GpuAnnotation];
-    for_each_batch(&source, tables::NVTX, |file, batch| {
+    for_each_batch(source, tables::NVTX, |file, batch| {
         let b = Columns { batch, file };
         let event_index = b.u64("eventIndex")?;
         let (start, end, name, domain, kind) =
@@ -263,7 +319,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         let (global_pid, tid, device, stream) =
             (b.i64("globalPid")?, b.u32("tid")?, b.u32("deviceId")?, b.u32("streamId")?);
         for row in 0..batch.num_rows() {
-            let r = b.reading(&mut traces, row)?;
+            let r = b.reading(traces, row)?;
             let fields = (|| {
                 // A GPU annotation names its GPU; one the input does not list makes the row unusable.
                 let device = match value(device, row) {
@@ -292,11 +348,19 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             r.order.ranges.push(order);
         }
         Ok(())
-    })?;
+    })
+}
+
+/// The collectives of each input by `collectiveId`: referred to by position, so gathered first and placed
+/// after ([`link_collectives`]).
+fn read_collectives(
+    source: &Source,
+    traces: &mut BTreeMap<u32, Reading>,
+) -> Result<BTreeMap<u32, BTreeMap<u32, Collective>>, Error> {
     let ops = CollectiveOp::ALL;
     // Collectives are referred to by position (`collectiveId`): gathered first, placed after.
     let mut collectives: BTreeMap<u32, BTreeMap<u32, Collective>> = BTreeMap::new();
-    read_rows(&source, tables::COLLECTIVES, &mut traces, |b, r, row, trace_id| {
+    read_rows(source, tables::COLLECTIVES, traces, |b, r, row, trace_id| {
         let (Some(id), Some(op), Some(dtype), Some(group_name)) = (
             value(b.u32("collectiveId")?, row),
             text(b.str("op")?, row).and_then(|o| ops.into_iter().find(|op| op.name() == o)),
@@ -328,7 +392,12 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         };
         Ok(collectives.entry(trace_id).or_default().insert(id, collective).is_none())
     })?;
-    read_rows(&source, tables::CUDA_GRAPHS, &mut traces, |b, r, row, _| {
+    Ok(collectives)
+}
+
+/// The CUDA graph launches recorded whole.
+fn read_cuda_graphs(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::CUDA_GRAPHS, traces, |b, r, row, _| {
         let (Some(start_ns), Some(end_ns), Some(device), Some(stream), Some(correlation_id), Some(process)) = (
             value(b.i64("start")?, row),
             value(b.i64("end")?, row),
@@ -354,7 +423,16 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
             launch: None,
         });
         Ok(true)
-    })?;
+    })
+}
+
+/// Each input's trace with its events in their recorded order, its collectives linked and the skipped rows
+/// counted.
+fn finish_traces(
+    traces: BTreeMap<u32, Reading>,
+    mut collectives: BTreeMap<u32, BTreeMap<u32, Collective>>,
+    has_manifest: bool,
+) -> Vec<Trace> {
     let mut out = Vec::with_capacity(traces.len());
     for (id, reading) in traces {
         let mut trace = reading.trace;
@@ -379,7 +457,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
         trace.finish();
         out.push(trace);
     }
-    Ok(out)
+    out
 }
 
 /// Puts the collectives of one input in place, numbered by their rows: `collectiveId`s as written are 0..n, but

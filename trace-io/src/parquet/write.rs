@@ -191,26 +191,74 @@ impl DatasetWriter {
         if let Some(device) = trace.devices.iter().find(|d| !seen.insert(d.ordinal)) {
             return Err(Error::format(source, format!("two GPUs share device ordinal {}", device.ordinal)));
         }
-        let part_id = part as u32;
         let layout = Layout::new(trace, device_ranks);
         // Rows name their process by `globalPid`: two processes with one would be merged on reading.
         let mut seen = HashSet::new();
         if let Some(global_pid) = layout.global_pids.iter().find(|&&g| !seen.insert(g)) {
             return Err(Error::format(source, format!("two processes share globalPid {global_pid}")));
         }
-        let mut stats = WriteStats::default();
-        let mut note = |table: &'static str, rows: u64| {
-            if rows > 0 {
-                stats.files += 1;
-                *stats.rows.entry(table).or_default() += rows;
-            }
-        };
-        let trace_ids =
-            |n: usize| -> ArrayRef { Arc::new(UInt32Array::from_iter_values(std::iter::repeat_n(part_id, n))) };
+        let mut rows =
+            TraceRows { dataset: self, part, trace, layout: &layout, device_ranks, stats: WriteStats::default() };
+        rows.traces()?;
+        rows.string_ids()?;
+        rows.processes()?;
+        rows.threads()?;
+        rows.devices()?;
+        rows.warnings()?;
+        rows.kernels()?;
+        rows.memops()?;
+        rows.cuda_api()?;
+        rows.nvtx()?;
+        rows.collectives()?;
+        rows.cuda_graphs()?;
+        Ok(rows.stats)
+    }
+}
 
-        let rows = self.write_rows(tables::TRACES, None, part, &[trace], |rows| {
+/// The rows of one trace on their way into the dataset's tables, one method per table.
+struct TraceRows<'a> {
+    dataset: &'a DatasetWriter,
+    /// The trace's position among the run's inputs (its `traceId`).
+    part: usize,
+    trace: &'a Trace,
+    layout: &'a Layout,
+    device_ranks: &'a [Option<u32>],
+    stats: WriteStats,
+}
+
+impl TraceRows<'_> {
+    /// Counts a table file of `rows` rows.
+    fn note(&mut self, table: &'static str, rows: u64) {
+        if rows > 0 {
+            self.stats.files += 1;
+            *self.stats.rows.entry(table).or_default() += rows;
+        }
+    }
+
+    /// The `traceId` column of `n` rows.
+    fn trace_ids(&self, n: usize) -> ArrayRef {
+        Arc::new(UInt32Array::from_iter_values(std::iter::repeat_n(self.part as u32, n)))
+    }
+
+    /// The `globalPid` of process `p`.
+    fn gpid(&self, p: shardscope_model::ProcessIdx) -> i64 {
+        self.layout.global_pids.get(p.0 as usize).copied().unwrap_or(0)
+    }
+
+    fn name(&self, id: shardscope_model::NameId) -> &str {
+        self.trace.names.get(id)
+    }
+
+    /// The device ordinal of GPU `d`.
+    fn ordinal(&self, d: DeviceIdx) -> u32 {
+        self.trace.devices.get(d.0 as usize).map_or(0, |d| d.ordinal)
+    }
+
+    /// The traces table: this input.
+    fn traces(&mut self) -> Result<(), Error> {
+        let rows = self.dataset.write_rows(tables::TRACES, None, self.part, &[self.trace], |rows| {
             vec![
-                column("traceId", trace_ids(rows.len()), false),
+                column("traceId", self.trace_ids(rows.len()), false),
                 column("path", strs(rows.iter().map(|t| t.source.path.as_str())), false),
                 column("format", strs(rows.iter().map(|t| format_name(t.source.format))), false),
                 column("schemaVersion", opt_strs(rows.iter().map(|t| t.source.schema_version.as_deref())), true),
@@ -218,25 +266,32 @@ impl DatasetWriter {
                 column("clockOffsetNs", Arc::new(Int64Array::from_iter(rows.iter().map(|t| t.clock_offset_ns))), true),
             ]
         })?;
-        note(tables::TRACES, rows);
+        self.note(tables::TRACES, rows);
+        Ok(())
+    }
 
-        let names: Vec<(u32, &str)> = trace.names.iter().map(|(id, s)| (id.0, s)).collect();
-        let rows = self.write_rows(tables::STRING_IDS, None, part, &names, |rows| {
+    /// The string table.
+    fn string_ids(&mut self) -> Result<(), Error> {
+        let names: Vec<(u32, &str)> = self.trace.names.iter().map(|(id, s)| (id.0, s)).collect();
+        let rows = self.dataset.write_rows(tables::STRING_IDS, None, self.part, &names, |rows| {
             vec![
-                column("traceId", trace_ids(rows.len()), false),
+                column("traceId", self.trace_ids(rows.len()), false),
                 column("id", u32s(rows.iter().map(|r| r.0)), false),
                 column("value", strs(rows.iter().map(|r| r.1)), false),
             ]
         })?;
-        note(tables::STRING_IDS, rows);
+        self.note(tables::STRING_IDS, rows);
+        Ok(())
+    }
 
-        let gpid = |p: shardscope_model::ProcessIdx| layout.global_pids.get(p.0 as usize).copied().unwrap_or(0);
-        let indices: Vec<usize> = (0..trace.processes.len()).collect();
-        let rows = self.write_rows(tables::PROCESSES, None, part, &indices, |rows| {
-            let p = |i: &usize| &trace.processes[*i];
+    /// The processes, by `globalPid`.
+    fn processes(&mut self) -> Result<(), Error> {
+        let indices: Vec<usize> = (0..self.trace.processes.len()).collect();
+        let rows = self.dataset.write_rows(tables::PROCESSES, None, self.part, &indices, |rows| {
+            let p = |i: &usize| &self.trace.processes[*i];
             vec![
-                column("traceId", trace_ids(rows.len()), false),
-                column("globalPid", i64s(rows.iter().map(|&i| layout.global_pids[i])), false),
+                column("traceId", self.trace_ids(rows.len()), false),
+                column("globalPid", i64s(rows.iter().map(|&i| self.layout.global_pids[i])), false),
                 column("pid", u32s(rows.iter().map(|i| p(i).pid)), false),
                 column("name", strs(rows.iter().map(|i| p(i).name.as_str())), false),
                 column("host", opt_strs(rows.iter().map(|i| p(i).host.as_deref())), true),
@@ -245,26 +300,34 @@ impl DatasetWriter {
                 column("globalPidRecorded", bools(rows.iter().map(|i| p(i).global_pid != 0)), false),
             ]
         })?;
-        note(tables::PROCESSES, rows);
+        self.note(tables::PROCESSES, rows);
+        Ok(())
+    }
 
-        let rows = self.write_rows(tables::THREADS, None, part, &trace.threads, |rows| {
+    /// The thread names.
+    fn threads(&mut self) -> Result<(), Error> {
+        let rows = self.dataset.write_rows(tables::THREADS, None, self.part, &self.trace.threads, |rows| {
             vec![
-                column("traceId", trace_ids(rows.len()), false),
-                column("globalPid", i64s(rows.iter().map(|t| gpid(t.process))), false),
+                column("traceId", self.trace_ids(rows.len()), false),
+                column("globalPid", i64s(rows.iter().map(|t| self.gpid(t.process))), false),
                 column("tid", u32s(rows.iter().map(|t| t.tid)), false),
                 column("name", strs(rows.iter().map(|t| t.name.as_str())), false),
             ]
         })?;
-        note(tables::THREADS, rows);
+        self.note(tables::THREADS, rows);
+        Ok(())
+    }
 
-        let indices: Vec<usize> = (0..trace.devices.len()).collect();
-        let rows = self.write_rows(tables::DEVICES, None, part, &indices, |rows| {
-            let d = |i: &usize| &trace.devices[*i];
+    /// The GPUs, with their ranks.
+    fn devices(&mut self) -> Result<(), Error> {
+        let indices: Vec<usize> = (0..self.trace.devices.len()).collect();
+        let rows = self.dataset.write_rows(tables::DEVICES, None, self.part, &indices, |rows| {
+            let d = |i: &usize| &self.trace.devices[*i];
             vec![
-                column("traceId", trace_ids(rows.len()), false),
+                column("traceId", self.trace_ids(rows.len()), false),
                 column("deviceId", u32s(rows.iter().map(|i| d(i).ordinal)), false),
-                column("rank", opt_u32s(rows.iter().map(|&i| device_ranks.get(i).copied().flatten())), true),
-                column("globalPid", opt_i64s(rows.iter().map(|i| d(i).process.map(gpid))), true),
+                column("rank", opt_u32s(rows.iter().map(|&i| self.device_ranks.get(i).copied().flatten())), true),
+                column("globalPid", opt_i64s(rows.iter().map(|i| d(i).process.map(|p| self.gpid(p)))), true),
                 column("name", strs(rows.iter().map(|i| d(i).name.as_str())), false),
                 column("smCount", opt_u32s(rows.iter().map(|i| d(i).sm_count)), true),
                 column("totalMemory", opt_u64s(rows.iter().map(|i| d(i).memory_bytes)), true),
@@ -273,35 +336,41 @@ impl DatasetWriter {
                 column("busLocation", opt_strs(rows.iter().map(|i| d(i).bus_location.as_deref())), true),
             ]
         })?;
-        note(tables::DEVICES, rows);
+        self.note(tables::DEVICES, rows);
+        Ok(())
+    }
 
-        let rows = self.write_rows(tables::WARNINGS, None, part, &trace.warnings, |rows| {
+    /// The input's warnings.
+    fn warnings(&mut self) -> Result<(), Error> {
+        let rows = self.dataset.write_rows(tables::WARNINGS, None, self.part, &self.trace.warnings, |rows| {
             vec![
-                column("traceId", trace_ids(rows.len()), false),
+                column("traceId", self.trace_ids(rows.len()), false),
                 column("what", strs(rows.iter().map(|w| w.what.as_str())), false),
                 column("count", u64s(rows.iter().map(|w| w.count)), false),
             ]
         })?;
-        note(tables::WARNINGS, rows);
+        self.note(tables::WARNINGS, rows);
+        Ok(())
+    }
 
-        let name = |id: shardscope_model::NameId| trace.names.get(id);
-        let ordinal = |d: DeviceIdx| trace.devices.get(d.0 as usize).map_or(0, |d| d.ordinal);
-
-        for (rank, rows) in layout.partition(trace.kernels.iter().map(|k| layout.device_rank(k.device))) {
-            let rows = self.write_rows(tables::KERNELS, Some(rank), part, &rows, |rows| {
-                let k = |i: &usize| &trace.kernels[*i];
+    /// The kernels, partitioned by the rank of their GPU.
+    fn kernels(&mut self) -> Result<(), Error> {
+        for (rank, rows) in self.layout.partition(self.trace.kernels.iter().map(|k| self.layout.device_rank(k.device)))
+        {
+            let rows = self.dataset.write_rows(tables::KERNELS, Some(rank), self.part, &rows, |rows| {
+                let k = |i: &usize| &self.trace.kernels[*i];
                 let dims = |pick: fn(&shardscope_model::Kernel) -> u32| u32s(rows.iter().map(|i| pick(k(i))));
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| k(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| k(i).end_ns)), false),
-                    column("deviceId", u32s(rows.iter().map(|i| ordinal(k(i).device))), false),
+                    column("deviceId", u32s(rows.iter().map(|i| self.ordinal(k(i).device))), false),
                     column("streamId", u32s(rows.iter().map(|i| k(i).stream)), false),
                     column("correlationId", u32s(rows.iter().map(|i| k(i).correlation_id)), false),
-                    column("globalPid", i64s(rows.iter().map(|i| gpid(k(i).process))), false),
-                    column("demangledName", strs(rows.iter().map(|i| name(k(i).name))), false),
-                    column("shortName", strs(rows.iter().map(|i| name(k(i).short_name))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(k(i).process))), false),
+                    column("demangledName", strs(rows.iter().map(|i| self.name(k(i).name))), false),
+                    column("shortName", strs(rows.iter().map(|i| self.name(k(i).short_name))), false),
                     column("gridX", dims(|k| k.grid[0]), false),
                     column("gridY", dims(|k| k.grid[1]), false),
                     column("gridZ", dims(|k| k.grid[2]), false),
@@ -313,121 +382,145 @@ impl DatasetWriter {
                     column("graphNodeId", opt_u64s(rows.iter().map(|i| k(i).graph_node_id)), true),
                 ]
             })?;
-            note(tables::KERNELS, rows);
+            self.note(tables::KERNELS, rows);
         }
+        Ok(())
+    }
 
-        for (rank, rows) in layout.partition(trace.memops.iter().map(|m| layout.device_rank(m.device))) {
-            let rows = self.write_rows(tables::MEMOPS, Some(rank), part, &rows, |rows| {
-                let m = |i: &usize| &trace.memops[*i];
+    /// The memory copies and sets, partitioned by the rank of their GPU.
+    fn memops(&mut self) -> Result<(), Error> {
+        for (rank, rows) in self.layout.partition(self.trace.memops.iter().map(|m| self.layout.device_rank(m.device))) {
+            let rows = self.dataset.write_rows(tables::MEMOPS, Some(rank), self.part, &rows, |rows| {
+                let m = |i: &usize| &self.trace.memops[*i];
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| m(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| m(i).end_ns)), false),
-                    column("deviceId", u32s(rows.iter().map(|i| ordinal(m(i).device))), false),
+                    column("deviceId", u32s(rows.iter().map(|i| self.ordinal(m(i).device))), false),
                     column("streamId", u32s(rows.iter().map(|i| m(i).stream)), false),
                     column("correlationId", u32s(rows.iter().map(|i| m(i).correlation_id)), false),
-                    column("globalPid", i64s(rows.iter().map(|i| gpid(m(i).process))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(m(i).process))), false),
                     column("bytes", u64s(rows.iter().map(|i| m(i).bytes)), false),
                     column("copyKind", opt_u32s(rows.iter().map(|i| m(i).copy_kind.map(cupti_copy_kind))), true),
                     column("srcDeviceId", opt_u32s(rows.iter().map(|i| m(i).src_device)), true),
                     column("dstDeviceId", opt_u32s(rows.iter().map(|i| m(i).dst_device)), true),
                 ]
             })?;
-            note(tables::MEMOPS, rows);
+            self.note(tables::MEMOPS, rows);
         }
+        Ok(())
+    }
 
-        for (rank, rows) in layout.partition(trace.api_calls.iter().map(|a| layout.process_rank(a.process))) {
-            let rows = self.write_rows(tables::CUDA_API, Some(rank), part, &rows, |rows| {
-                let a = |i: &usize| &trace.api_calls[*i];
+    /// The CUDA API calls, partitioned by the rank of their process.
+    fn cuda_api(&mut self) -> Result<(), Error> {
+        for (rank, rows) in
+            self.layout.partition(self.trace.api_calls.iter().map(|a| self.layout.process_rank(a.process)))
+        {
+            let rows = self.dataset.write_rows(tables::CUDA_API, Some(rank), self.part, &rows, |rows| {
+                let a = |i: &usize| &self.trace.api_calls[*i];
                 let class = |kind| match kind {
                     ApiKind::Runtime => EVENT_CLASS_CUDA_RUNTIME,
                     ApiKind::Driver => EVENT_CLASS_CUDA_DRIVER,
                 };
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| a(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| a(i).end_ns)), false),
                     column("eventClass", u32s(rows.iter().map(|i| class(a(i).kind))), false),
-                    column("globalPid", i64s(rows.iter().map(|i| gpid(a(i).process))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(a(i).process))), false),
                     column("tid", u32s(rows.iter().map(|i| a(i).tid)), false),
                     column("correlationId", u32s(rows.iter().map(|i| a(i).correlation_id)), false),
-                    column("name", strs(rows.iter().map(|i| name(a(i).name))), false),
+                    column("name", strs(rows.iter().map(|i| self.name(a(i).name))), false),
                 ]
             })?;
-            note(tables::CUDA_API, rows);
+            self.note(tables::CUDA_API, rows);
         }
+        Ok(())
+    }
 
+    /// The ranges, partitioned by the rank of their GPU, else of their process.
+    fn nvtx(&mut self) -> Result<(), Error> {
         let range_rank = |r: &shardscope_model::Range| match r.device {
-            Some(device) if layout.device_rank(device) >= 0 => layout.device_rank(device),
-            _ => layout.process_rank(r.process),
+            Some(device) if self.layout.device_rank(device) >= 0 => self.layout.device_rank(device),
+            _ => self.layout.process_rank(r.process),
         };
-        for (rank, rows) in layout.partition(trace.ranges.iter().map(range_rank)) {
-            let rows = self.write_rows(tables::NVTX, Some(rank), part, &rows, |rows| {
-                let r = |i: &usize| &trace.ranges[*i];
+        for (rank, rows) in self.layout.partition(self.trace.ranges.iter().map(range_rank)) {
+            let rows = self.dataset.write_rows(tables::NVTX, Some(rank), self.part, &rows, |rows| {
+                let r = |i: &usize| &self.trace.ranges[*i];
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| r(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| r(i).end_ns)), false),
-                    column("text", strs(rows.iter().map(|i| name(r(i).name))), false),
-                    column("domain", strs(rows.iter().map(|i| name(r(i).domain))), false),
+                    column("text", strs(rows.iter().map(|i| self.name(r(i).name))), false),
+                    column("domain", strs(rows.iter().map(|i| self.name(r(i).domain))), false),
                     column("rangeKind", strs(rows.iter().map(|i| range_kind_name(r(i).kind))), false),
-                    column("globalPid", i64s(rows.iter().map(|i| gpid(r(i).process))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(r(i).process))), false),
                     column("tid", u32s(rows.iter().map(|i| r(i).tid)), false),
-                    column("deviceId", opt_u32s(rows.iter().map(|i| r(i).device.map(ordinal))), true),
+                    column("deviceId", opt_u32s(rows.iter().map(|i| r(i).device.map(|d| self.ordinal(d)))), true),
                     column("streamId", opt_u32s(rows.iter().map(|i| r(i).stream)), true),
                 ]
             })?;
-            note(tables::NVTX, rows);
+            self.note(tables::NVTX, rows);
         }
+        Ok(())
+    }
 
+    /// The collectives, partitioned by the rank of their kernel's GPU.
+    fn collectives(&mut self) -> Result<(), Error> {
         let collective_rank = |c: &shardscope_model::Collective| {
             c.kernel
-                .and_then(|k| trace.kernels.get(k as usize))
-                .map_or(layout.trace_rank, |k| layout.device_rank(k.device))
+                .and_then(|k| self.trace.kernels.get(k as usize))
+                .map_or(self.layout.trace_rank, |k| self.layout.device_rank(k.device))
         };
-        for (rank, rows) in layout.partition(trace.collectives.iter().map(collective_rank)) {
-            let rows = self.write_rows(tables::COLLECTIVES, Some(rank), part, &rows, |rows| {
-                let c = |i: &usize| &trace.collectives[*i];
+        for (rank, rows) in self.layout.partition(self.trace.collectives.iter().map(collective_rank)) {
+            let rows = self.dataset.write_rows(tables::COLLECTIVES, Some(rank), self.part, &rows, |rows| {
+                let c = |i: &usize| &self.trace.collectives[*i];
                 let ranks = rows.iter().map(|i| Some(c(i).group_ranks.iter().map(|&r| Some(r))));
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("collectiveId", u32s(rows.iter().map(|&i| i as u32)), false),
                     column("op", strs(rows.iter().map(|i| c(i).op.name())), false),
                     column("bytes", opt_u64s(rows.iter().map(|i| c(i).bytes)), true),
                     column("inElems", opt_u64s(rows.iter().map(|i| c(i).in_elems)), true),
                     column("outElems", opt_u64s(rows.iter().map(|i| c(i).out_elems)), true),
-                    column("datatype", strs(rows.iter().map(|i| name(c(i).dtype))), false),
-                    column("commName", strs(rows.iter().map(|i| name(c(i).group_name))), false),
+                    column("datatype", strs(rows.iter().map(|i| self.name(c(i).dtype))), false),
+                    column("commName", strs(rows.iter().map(|i| self.name(c(i).group_name))), false),
                     column("nRanks", opt_u32s(rows.iter().map(|i| c(i).group_size)), true),
                     column("groupRanks", Arc::new(ListArray::from_iter_primitive::<UInt32Type, _, _>(ranks)), false),
                     column("commId", opt_u64s(rows.iter().map(|i| c(i).communicator)), true),
                     column("seqNumber", opt_u64s(rows.iter().map(|i| c(i).seq)), true),
                 ]
             })?;
-            note(tables::COLLECTIVES, rows);
+            self.note(tables::COLLECTIVES, rows);
         }
+        Ok(())
+    }
 
-        for (rank, rows) in layout.partition(trace.graph_launches.iter().map(|g| layout.device_rank(g.device))) {
-            let rows = self.write_rows(tables::CUDA_GRAPHS, Some(rank), part, &rows, |rows| {
-                let g = |i: &usize| &trace.graph_launches[*i];
+    /// The CUDA graph launches, partitioned by the rank of their GPU.
+    fn cuda_graphs(&mut self) -> Result<(), Error> {
+        for (rank, rows) in
+            self.layout.partition(self.trace.graph_launches.iter().map(|g| self.layout.device_rank(g.device)))
+        {
+            let rows = self.dataset.write_rows(tables::CUDA_GRAPHS, Some(rank), self.part, &rows, |rows| {
+                let g = |i: &usize| &self.trace.graph_launches[*i];
                 vec![
-                    column("traceId", trace_ids(rows.len()), false),
+                    column("traceId", self.trace_ids(rows.len()), false),
                     column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
                     column("start", i64s(rows.iter().map(|i| g(i).start_ns)), false),
                     column("end", i64s(rows.iter().map(|i| g(i).end_ns)), false),
-                    column("deviceId", u32s(rows.iter().map(|i| ordinal(g(i).device))), false),
+                    column("deviceId", u32s(rows.iter().map(|i| self.ordinal(g(i).device))), false),
                     column("streamId", u32s(rows.iter().map(|i| g(i).stream)), false),
                     column("correlationId", u32s(rows.iter().map(|i| g(i).correlation_id)), false),
-                    column("globalPid", i64s(rows.iter().map(|i| gpid(g(i).process))), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(g(i).process))), false),
                     column("graphId", u32s(rows.iter().map(|i| g(i).graph_id)), false),
                 ]
             })?;
-            note(tables::CUDA_GRAPHS, rows);
+            self.note(tables::CUDA_GRAPHS, rows);
         }
-        Ok(stats)
+        Ok(())
     }
 }
 
