@@ -447,6 +447,8 @@ fn report_command(
         bail!("--model and --tokens are figures of the charts: give --html or --charts too");
     }
     refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
+    let outputs: Vec<&Path> = [pictures.html.as_deref(), pictures.charts.as_deref()].into_iter().flatten().collect();
+    shardscope_io::output::check_outputs(&outputs, &findings_rules.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
     let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
     let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
     let found = findings_of(&traces, &report, &options, findings_rules.as_deref())?;
