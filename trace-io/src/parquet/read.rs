@@ -60,6 +60,7 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
                     format,
                     schema_version: text(schema_version, row).map(str::to_string),
                     producer: text(producer, row).map(str::to_string),
+                    capture_mode: None,
                 },
                 clock_offset_ns: value(offset, row),
                 ..Trace::default()
