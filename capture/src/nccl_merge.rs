@@ -19,14 +19,18 @@ use crate::merge::{CaptureExtras, DeviceExtra};
 pub struct ClockNote {
     /// OS process id.
     pub pid: u32,
-    /// GPU `%globaltimer` minus wall-clock time, ns (see `nccl::GpuClock`).
+    /// GPU `%globaltimer` minus wall-clock time, ns, the median over the run (see `nccl::GpuClock`).
     pub timer_minus_utc_ns: i64,
+    /// How fast that offset changed over the run, ns per second.
+    pub drift_ns_per_s: i64,
+    /// Stretches of GPU time with their own offset.
+    pub knots: u64,
     /// Channel reports the estimate rests on.
     pub reports: u64,
     /// Median delay of NCCL's reports against the estimate, ns.
     pub median_report_delay_ns: i64,
-    /// Where CUPTI also recorded the NCCL kernels: the estimate placed channel starts this many ns after
-    /// the linked kernels' starts (median), a check of the estimate against CUPTI's clock.
+    /// Where CUPTI also recorded the NCCL kernels: the estimate placed operations' first channel starts this
+    /// many ns after their linked kernels' starts (median), a check of the estimate against CUPTI's clock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channel_start_after_kernel_ns: Option<i64>,
 }
@@ -86,21 +90,38 @@ pub fn attach_operations(
             process.kernel_links = nccl::kernel_links(trace, process_idx, first_collective, process.operations.len());
             summary.linked += stats.launches_linked;
             summary.unlinked += stats.launches_unlinked;
-            // The linked kernels' offset is GPU timer minus trace time; the estimate's is minus wall time.
-            check = stats.gpu_timer_minus_trace_ns;
+            check = process.gpu_clock.as_ref().and_then(|clock| channel_lag(trace, process, first_collective, clock));
         }
-        if let Some(clock) = process.gpu_clock {
+        if let Some(clock) = &process.gpu_clock {
             summary.clocks.push(ClockNote {
                 pid: process.pid,
                 timer_minus_utc_ns: clock.timer_minus_utc_ns,
+                drift_ns_per_s: clock.drift_ns_per_s,
+                knots: clock.knots.len() as u64,
                 reports: clock.reports,
                 median_report_delay_ns: clock.median_report_delay_ns,
-                channel_start_after_kernel_ns: check.map(|measured| measured - (clock.timer_minus_utc_ns + offset)),
+                channel_start_after_kernel_ns: check,
             });
         }
     }
     report_to_trace(trace, &summary);
     summary
+}
+
+/// Median over the process's linked kernels of (first channel start, placed by `clock`) − (kernel start).
+fn channel_lag(trace: &Trace, process: &NcclProcess, first_collective: u32, clock: &nccl::GpuClock) -> Option<i64> {
+    let start_utc = trace.clock_offset_ns.unwrap_or(0);
+    let mut lags: Vec<i64> = trace
+        .kernels
+        .iter()
+        .filter_map(|kernel| {
+            let index = kernel.collective?.checked_sub(first_collective)? as usize;
+            let gpu_start = process.operations.get(index)?.gpu_start_ns?;
+            Some(clock.to_trace_ns(gpu_start, start_utc) - kernel.start_ns)
+        })
+        .collect();
+    let middle = lags.len() / 2;
+    (!lags.is_empty()).then(|| *lags.select_nth_unstable(middle).1)
 }
 
 fn add_stats(total: &mut TimerKernelStats, stats: TimerKernelStats) {
@@ -193,9 +214,12 @@ impl NcclMergeSummary {
         }
         for clock in &self.clocks {
             lines.push(format!(
-                "NCCL GPU timer of pid {}: {:+.1} µs from wall clock ({} reports, median report delay {:.1} µs{})",
+                "NCCL GPU timer of pid {}: {:+.1} µs from wall clock, drifting {:+.1} µs/s ({} stretches, {} reports, \
+                 median report delay {:.1} µs{})",
                 clock.pid,
                 clock.timer_minus_utc_ns as f64 / 1e3,
+                clock.drift_ns_per_s as f64 / 1e3,
+                clock.knots,
                 clock.reports,
                 clock.median_report_delay_ns as f64 / 1e3,
                 clock

@@ -36,11 +36,12 @@
 //! truncatedBytes, badRecords, droppedRecords, orphanRecords)`: per process, the NCCL that was
 //! loaded (`ncclVersion` as `ncclGetVersion` gives it, e.g. 22803) and what was lost.
 //!
-//! `SHARDSCOPE_NCCL_CHANNELS(globalPid, pid, event, channel, gpuStart, gpuEnd, start, end)`: one row per
-//! kernel-channel event (`capture --comm-only`, `--trace nccl-timers`): the operation's `event`, the channel
-//! index, its GPU start and stop as NCCL's kernel read `%globaltimer` (`gpuEnd` NULL when the stop never
-//! came), and the same two placed on the session clock with the process's estimated GPU clock (`start`,
-//! `end`; NULL without an estimate, see `nccl::timers`).
+//! `SHARDSCOPE_NCCL_CHANNELS(globalPid, pid, event, channel, gpuStart, gpuEnd, start, end, reportedStart,
+//! reportedEnd)`: one row per kernel-channel event (`capture --comm-only`, `--trace nccl-timers`): the
+//! operation's `event`, the channel index, its GPU start and stop as NCCL's kernel read `%globaltimer`
+//! (`gpuEnd` NULL when the stop never came), the same two placed on the session clock with the process's
+//! estimated GPU clock (`start`, `end`; NULL without an estimate, see `nccl::timers`), and when the plugin
+//! heard of each (session ns: what the estimate rests on).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -98,7 +99,8 @@ fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
             droppedRecords INTEGER NOT NULL, orphanRecords INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS {CHANNELS_TABLE} (
             globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, event INTEGER NOT NULL, channel INTEGER NOT NULL,
-            gpuStart INTEGER NOT NULL, gpuEnd INTEGER, start INTEGER, end INTEGER);"
+            gpuStart INTEGER NOT NULL, gpuEnd INTEGER, start INTEGER, end INTEGER, reportedStart INTEGER,
+            reportedEnd INTEGER);"
     ))
 }
 
@@ -109,8 +111,11 @@ fn insert_channels(
     global_pid: i64,
     options: &TableOptions,
 ) -> rusqlite::Result<()> {
-    let mut insert = conn.prepare_cached(&format!("INSERT INTO {CHANNELS_TABLE} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"))?;
-    let place = |gpu_ns: i64| process.gpu_clock.map(|clock| clock.to_trace_ns(gpu_ns, options.session_start_utc_ns));
+    let mut insert =
+        conn.prepare_cached(&format!("INSERT INTO {CHANNELS_TABLE} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"))?;
+    let place =
+        |gpu_ns: i64| process.gpu_clock.as_ref().map(|clock| clock.to_trace_ns(gpu_ns, options.session_start_utc_ns));
+    let session = |monotonic: i64| process.realtime_ns(monotonic).map(|t| t - options.session_start_utc_ns);
     for c in &process.channels {
         insert.execute(params![
             global_pid,
@@ -121,6 +126,8 @@ fn insert_channels(
             c.gpu_stop_ns,
             place(c.gpu_start_ns),
             c.gpu_stop_ns.and_then(place),
+            session(c.reported_start_ns),
+            c.reported_stop_ns.and_then(session),
         ])?;
     }
     Ok(())

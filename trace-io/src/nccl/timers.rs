@@ -5,11 +5,13 @@
 //! late rank, bus bandwidth) comes out of these records as it does from CUPTI's.
 //!
 //! Clock: `%globaltimer` counts ns on the GPU's own clock, near the host's wall clock but off by a
-//! per-GPU amount (about 0.35 ms on H200s, different per GPU). The plugin hears of each channel's start
-//! and stop from NCCL's host side, always after the kernel wrote the time, so every report gives an upper
-//! bound on the GPU time in host time: `timer − offset ≤ reported`, i.e. `offset ≥ timer − reported`. The
-//! estimate is the largest of these bounds (the report heard soonest); the delays of the other reports
-//! against it say how prompt the reports were.
+//! per-GPU amount (0.35 ms on H200s, 11–12 ms on H100s, different per GPU) that drifts (about 20 µs per
+//! second on two H100s). The plugin hears of each channel's start and stop from NCCL's host side, always
+//! after the kernel wrote the time, so every report gives a bound on the GPU time in host time:
+//! `timer − offset ≤ reported`, i.e. `offset ≥ timer − reported`. Per stretch of GPU time
+//! ([`KNOT_SPAN_NS`]) the estimate is the largest of these bounds (the report heard soonest), and between
+//! stretches the offset is interpolated; the delays of the other reports against it say how prompt the
+//! reports were.
 
 use std::collections::HashMap;
 
@@ -22,43 +24,84 @@ use super::ops::{NcclOperation, NcclProcess, OpKind};
 /// above the stream ids CUDA hands out, so they never share a timeline row with a recorded stream.
 pub const TIMER_STREAM_BASE: u32 = 0x7000_0000;
 
+/// GPU time covered by one knot of a [`GpuClock`]: the timer drifts against the host clock (about 20 µs per
+/// second was seen on two H100s, against CUPTI's clock), so the offset is estimated per stretch of this much
+/// GPU time and interpolated between stretches.
+pub const KNOT_SPAN_NS: i64 = 200_000_000;
+
 /// How one process's GPU timer relates to the host's wall clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuClock {
-    /// GPU `%globaltimer` minus `CLOCK_REALTIME` (ns since the Unix epoch), in ns: subtract it from a GPU
-    /// time to get wall-clock time.
+    /// `(GPU time, GPU timer minus wall time)` in ns, one per stretch of [`KNOT_SPAN_NS`] that had reports,
+    /// in GPU-time order: the tightest bound of the stretch, at the GPU time it came from.
+    pub knots: Vec<(i64, i64)>,
+    /// GPU `%globaltimer` minus `CLOCK_REALTIME` (ns since the Unix epoch), in ns, the median over the knots
+    /// (subtract the offset at a GPU time, [`GpuClock::timer_minus_utc_at`], to get wall-clock time).
     pub timer_minus_utc_ns: i64,
+    /// How fast the offset changed from the first knot to the last, in ns per second of GPU time.
+    pub drift_ns_per_s: i64,
     /// Channel starts and stops the estimate was made from.
     pub reports: u64,
     /// Median time between the kernel writing a time and the plugin hearing of it, against the estimate:
-    /// how prompt NCCL's reports were (the estimate itself rests on the promptest one).
+    /// how prompt NCCL's reports were (each knot rests on the promptest report of its stretch).
     pub median_report_delay_ns: i64,
 }
 
 impl GpuClock {
+    /// The timer's offset from wall time at GPU time `gpu_ns`: on the line through the two knots around it,
+    /// or, before the first or after the last knot, through the first two or the last two (one knot: its offset).
+    pub fn timer_minus_utc_at(&self, gpu_ns: i64) -> i64 {
+        let n = self.knots.len();
+        if n < 2 {
+            return self.knots.first().map_or(self.timer_minus_utc_ns, |k| k.1);
+        }
+        let after = self.knots.partition_point(|&(t, _)| t <= gpu_ns).clamp(1, n - 1);
+        let ((t0, o0), (t1, o1)) = (self.knots[after - 1], self.knots[after]);
+        if t1 <= t0 {
+            return o0;
+        }
+        o0 + ((o1 - o0) as i128 * (gpu_ns - t0) as i128 / (t1 - t0) as i128) as i64
+    }
+
     /// A GPU time on a trace clock that starts at `trace_start_utc_ns` (ns since the Unix epoch).
     pub fn to_trace_ns(&self, gpu_ns: i64, trace_start_utc_ns: i64) -> i64 {
-        gpu_ns.saturating_sub(self.timer_minus_utc_ns).saturating_sub(trace_start_utc_ns)
+        gpu_ns.saturating_sub(self.timer_minus_utc_at(gpu_ns)).saturating_sub(trace_start_utc_ns)
     }
 }
 
-/// Estimates the GPU timer's offset from the process's channel reports (see the module docs); `None`
-/// without any report that could be placed on the wall clock.
+/// Estimates the GPU timer's offset from the process's channel reports (see the module docs), per stretch
+/// of [`KNOT_SPAN_NS`]; `None` without any report that could be placed on the wall clock.
 pub fn estimate_gpu_clock(process: &NcclProcess) -> Option<GpuClock> {
-    let mut bounds: Vec<i64> = Vec::with_capacity(process.channels.len() * 2);
+    // (GPU time, bound on the offset) per report.
+    let mut bounds: Vec<(i64, i64)> = Vec::with_capacity(process.channels.len() * 2);
     for channel in &process.channels {
         let stop = channel.gpu_stop_ns.zip(channel.reported_stop_ns);
         for (gpu_ns, reported_ns) in std::iter::once((channel.gpu_start_ns, channel.reported_start_ns)).chain(stop) {
             if let Some(reported_utc_ns) = process.realtime_ns(reported_ns) {
-                bounds.push(gpu_ns.saturating_sub(reported_utc_ns));
+                bounds.push((gpu_ns, gpu_ns.saturating_sub(reported_utc_ns)));
             }
         }
     }
-    let offset = *bounds.iter().max()?;
-    let mut delays: Vec<i64> = bounds.iter().map(|b| offset - b).collect();
+    let mut tightest: std::collections::BTreeMap<i64, (i64, i64)> = std::collections::BTreeMap::new();
+    for &(gpu_ns, bound) in &bounds {
+        let slot = tightest.entry(gpu_ns.div_euclid(KNOT_SPAN_NS)).or_insert((gpu_ns, bound));
+        if bound > slot.1 {
+            *slot = (gpu_ns, bound);
+        }
+    }
+    let knots: Vec<(i64, i64)> = tightest.into_values().collect();
+    let (&(first_t, first_o), &(last_t, last_o)) = (knots.first()?, knots.last()?);
+    let mut offsets: Vec<i64> = knots.iter().map(|k| k.1).collect();
+    let middle = offsets.len() / 2;
+    let timer_minus_utc_ns = *offsets.select_nth_unstable(middle).1;
+    let drift_ns_per_s =
+        if last_t > first_t { ((last_o - first_o) as i128 * 1_000_000_000 / (last_t - first_t) as i128) as i64 } else { 0 };
+    let mut clock =
+        GpuClock { knots, timer_minus_utc_ns, drift_ns_per_s, reports: bounds.len() as u64, median_report_delay_ns: 0 };
+    let mut delays: Vec<i64> = bounds.iter().map(|&(t, b)| clock.timer_minus_utc_at(t) - b).collect();
     let middle = delays.len() / 2;
-    let median_report_delay_ns = *delays.select_nth_unstable(middle).1;
-    Some(GpuClock { timer_minus_utc_ns: offset, reports: bounds.len() as u64, median_report_delay_ns })
+    clock.median_report_delay_ns = *delays.select_nth_unstable(middle).1;
+    Some(clock)
 }
 
 /// What [`add_timer_kernels`] made and what it could not.
@@ -280,6 +323,40 @@ mod tests {
         late.clock_syncs.clear();
         assert_eq!(estimate_gpu_clock(&late), None);
         assert_eq!(estimate_gpu_clock(&process_with(vec![operation(1, 0, 1)])), None);
+    }
+
+    /// The timer drifts 20 µs per second against the wall clock over three seconds; in each stretch one report
+    /// is heard of within 1 µs: every time comes out within about 1 µs, where one offset would be 60 µs off.
+    #[test]
+    fn a_drifting_timer_is_followed_stretch_by_stretch() {
+        let t0 = 1_700_000_000_000_000_000i64;
+        let drift = |wall: i64| TIMER_AHEAD_NS + (wall - t0) / 50_000; // 20 µs per s
+        let mut process = process_with(Vec::new());
+        for i in 0..300u64 {
+            let wall = t0 + i as i64 * 10_000_000;
+            let mut op = operation(i + 1, i, 1);
+            let gpu = wall + drift(wall);
+            (op.gpu_start_ns, op.gpu_end_ns, op.kernel_channels) = (Some(gpu), Some(gpu + 5_000), 1);
+            let delay = if i % 10 == 3 { 1_000 } else { 3_000 + (i as i64 % 7) * 2_000 };
+            process.channels.push(ChannelTiming {
+                operation_event: op.event,
+                channel: 0,
+                gpu_start_ns: gpu,
+                gpu_stop_ns: Some(gpu + 5_000),
+                reported_start_ns: wall + delay - WALL_MINUS_MONOTONIC,
+                reported_stop_ns: Some(wall + 5_000 + delay + 2_000 - WALL_MINUS_MONOTONIC),
+            });
+            process.operations.push(op);
+        }
+        let clock = estimate_gpu_clock(&process).unwrap();
+        assert_eq!(clock.knots.len(), 15, "3 s of GPU time in stretches of 0.2 s");
+        assert!((clock.drift_ns_per_s - 20_000).abs() < 200, "{}", clock.drift_ns_per_s);
+        for op in &process.operations {
+            let gpu = op.gpu_start_ns.unwrap();
+            let wall = t0 + (op.seq.unwrap() as i64) * 10_000_000;
+            let error = clock.to_trace_ns(gpu, t0) - (wall - t0);
+            assert!((-300..=1_500).contains(&error), "seq {:?}: {error} ns", op.seq);
+        }
     }
 
     #[test]
