@@ -227,7 +227,13 @@ fn late_reports_shift_the_figures_by_at_most_the_difference_of_the_delays() {
     let bound = (promptest[1] - promptest[0]).abs();
     assert_eq!(shifted.instances.len(), full.instances.len());
     for (a, b) in full.instances.iter().zip(&shifted.instances) {
-        assert!((a.transfer_ns - b.transfer_ns).abs() <= bound, "seq {}: {} vs {}", a.seq, a.transfer_ns, b.transfer_ns);
+        assert!(
+            (a.transfer_ns - b.transfer_ns).abs() <= bound,
+            "seq {}: {} vs {}",
+            a.seq,
+            a.transfer_ns,
+            b.transfer_ns
+        );
         assert!((a.max_wait_ns - b.max_wait_ns).abs() <= bound, "seq {}", a.seq);
     }
 }

@@ -134,8 +134,11 @@ def main():
                 "notes": notes,
                 "warnings": warnings,
             }
-        if "capture" in entry and "capture-comm-only" in entry:
-            base, light = entry["capture"], entry["capture-comm-only"]
+        # The default capture's kernels; where only the one with GPU timers was kept, its kernels (CUPTI's too).
+        base_mode = "capture" if "capture" in entry else "capture-timers"
+        if base_mode in entry and "capture-comm-only" in entry:
+            entry["baseline"] = base_mode
+            base, light = entry[base_mode], entry["capture-comm-only"]
             entry["comm_only_over_capture"] = {
                 key: {
                     "transfer_ratio": round(light["groups"][key]["transfer_median_ns"]
@@ -162,7 +165,8 @@ def main():
                 print(f"  {mode}: {e['instances']} instances, transfer median {e['transfer_median_ns']} ns, "
                       f"longest-wait median {e['max_wait_median_ns']} ns, wait total {e['wait_total_ns']} ns")
         for key, ratio in entry.get("comm_only_over_capture", {}).items():
-            print(f"  {key}: comm-only / capture transfer {ratio['transfer_ratio']}, wait {ratio['max_wait_ratio']}")
+            print(f"  {key}: comm-only / {entry['baseline']} transfer {ratio['transfer_ratio']}, "
+                  f"wait {ratio['max_wait_ratio']}")
         if "same_run_channels_vs_kernels" in entry:
             print(f"  same run, channels vs kernels: {entry['same_run_channels_vs_kernels']}")
 

@@ -12,8 +12,8 @@ use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
 use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
 use shardscope_capture::{control, names, nccl_merge, nvml, redact, sqlite};
-use shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY;
 use shardscope_io::nccl::{self, NcclProcess};
+use shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY;
 use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.

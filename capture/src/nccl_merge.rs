@@ -306,7 +306,10 @@ mod tests {
     fn comm_only_times_collectives_on_their_gpu_and_reports_what_it_could_not() {
         let (mut trace, mut extras, mut processes) = setup();
         let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
-        assert_eq!((summary.timer_processes, summary.timers.launches, summary.timers.launches_without_channels), (1, 1, 1));
+        assert_eq!(
+            (summary.timer_processes, summary.timers.launches, summary.timers.launches_without_channels),
+            (1, 1, 1)
+        );
         // On the GPU whose UUID the plugin read, which is now the process's.
         assert_eq!(trace.kernels.len(), 1);
         let kernel = &trace.kernels[0];
@@ -323,7 +326,10 @@ mod tests {
         assert_eq!(warning("NCCL launch without kernel-channel times"), Some(1));
         assert_eq!(warning("NCCL 2.31.2: kernel-channel timing is known"), Some(1));
         let lines = summary.lines(1);
-        assert!(lines.iter().any(|l| l.contains("1 collective launches timed") && l.contains("1 without")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains("1 collective launches timed") && l.contains("1 without")),
+            "{lines:?}"
+        );
         assert!(lines.iter().any(|l| l.starts_with("warning: NCCL 2.31.2")), "{lines:?}");
     }
 

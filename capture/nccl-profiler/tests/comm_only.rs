@@ -130,7 +130,12 @@ fn channel_timers_become_kernels_on_the_host_clock() {
         nccl::add_timer_kernels(&mut trace, ProcessIdx(0), DeviceIdx(0), &process, Some(&clock), session_start);
     assert_eq!(
         stats,
-        nccl::TimerKernelStats { launches: 4, launches_without_channels: 1, launches_partial: 2, channels_without_stop: 1 }
+        nccl::TimerKernelStats {
+            launches: 4,
+            launches_without_channels: 1,
+            launches_partial: 2,
+            channels_without_stop: 1
+        }
     );
     assert_eq!(links.iter().flatten().count(), 4);
     for (kernel, (begin, end)) in trace.kernels.iter().zip(&spans) {

@@ -13,7 +13,8 @@ pub mod timers;
 
 pub use attach::{AttachStats, KernelLink, attach_linked, attach_to_kernels, kernel_links, to_collectives};
 pub use ops::{
-    ChannelTiming, CommDevice, NcclOperation, NcclProcess, OpKind, ReadError, element_bytes, read_process, read_spool_dir, torch_dtype_name,
+    ChannelTiming, CommDevice, NcclOperation, NcclProcess, OpKind, ReadError, element_bytes, read_process,
+    read_spool_dir, torch_dtype_name,
 };
 pub use tables::{StoredOperation, TableOptions, read_tables, write_tables};
 pub use timers::{GpuClock, TimerKernelStats, add_timer_kernels, estimate_gpu_clock};

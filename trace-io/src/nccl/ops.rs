@@ -256,26 +256,26 @@ impl NcclProcess {
                     Some(&i) => process.operations[i].cpu_end_ns = Some(*cpu_ns as i64),
                     None => process.orphan_records += 1,
                 },
-                NcclRecord::KernelChStart { event, parent, gpu_start_ns, cpu_ns, channel } => match op_by_event
-                    .get(parent)
-                {
-                    Some(&i) => {
-                        channel_parent.insert(*event, (i, process.channels.len()));
-                        process.channels.push(ChannelTiming {
-                            operation_event: *parent,
-                            channel: *channel,
-                            gpu_start_ns: *gpu_start_ns as i64,
-                            gpu_stop_ns: None,
-                            reported_start_ns: *cpu_ns as i64,
-                            reported_stop_ns: None,
-                        });
-                        let op = &mut process.operations[i];
-                        op.kernel_channels += 1;
-                        let start = *gpu_start_ns as i64;
-                        op.gpu_start_ns = Some(op.gpu_start_ns.map_or(start, |s| s.min(start)));
+                NcclRecord::KernelChStart { event, parent, gpu_start_ns, cpu_ns, channel } => {
+                    match op_by_event.get(parent) {
+                        Some(&i) => {
+                            channel_parent.insert(*event, (i, process.channels.len()));
+                            process.channels.push(ChannelTiming {
+                                operation_event: *parent,
+                                channel: *channel,
+                                gpu_start_ns: *gpu_start_ns as i64,
+                                gpu_stop_ns: None,
+                                reported_start_ns: *cpu_ns as i64,
+                                reported_stop_ns: None,
+                            });
+                            let op = &mut process.operations[i];
+                            op.kernel_channels += 1;
+                            let start = *gpu_start_ns as i64;
+                            op.gpu_start_ns = Some(op.gpu_start_ns.map_or(start, |s| s.min(start)));
+                        }
+                        None => process.orphan_records += 1,
                     }
-                    None => process.orphan_records += 1,
-                },
+                }
                 NcclRecord::KernelChStop { event, gpu_stop_ns, cpu_ns } => match channel_parent.get(event) {
                     Some(&(i, c)) => {
                         process.channels[c].gpu_stop_ns = Some(*gpu_stop_ns as i64);

@@ -38,7 +38,7 @@ pub struct GpuClock {
     /// GPU `%globaltimer` minus `CLOCK_REALTIME` (ns since the Unix epoch), in ns, the median over the knots
     /// (subtract the offset at a GPU time, [`GpuClock::timer_minus_utc_at`], to get wall-clock time).
     pub timer_minus_utc_ns: i64,
-    /// How fast the offset changed from the first knot to the last, in ns per second of GPU time.
+    /// How fast the offset changes, in ns per second of GPU time: the median slope between neighbouring knots.
     pub drift_ns_per_s: i64,
     /// Channel starts and stops the estimate was made from.
     pub reports: u64,
@@ -90,12 +90,20 @@ pub fn estimate_gpu_clock(process: &NcclProcess) -> Option<GpuClock> {
         }
     }
     let knots: Vec<(i64, i64)> = tightest.into_values().collect();
-    let (&(first_t, first_o), &(last_t, last_o)) = (knots.first()?, knots.last()?);
+    if knots.is_empty() {
+        return None;
+    }
     let mut offsets: Vec<i64> = knots.iter().map(|k| k.1).collect();
     let middle = offsets.len() / 2;
     let timer_minus_utc_ns = *offsets.select_nth_unstable(middle).1;
-    let drift_ns_per_s =
-        if last_t > first_t { ((last_o - first_o) as i128 * 1_000_000_000 / (last_t - first_t) as i128) as i64 } else { 0 };
+    // The median slope between neighbouring knots: one knot resting on a late report moves it little.
+    let mut slopes: Vec<i64> = knots
+        .windows(2)
+        .filter(|pair| pair[1].0 > pair[0].0)
+        .map(|pair| ((pair[1].1 - pair[0].1) as i128 * 1_000_000_000 / (pair[1].0 - pair[0].0) as i128) as i64)
+        .collect();
+    let middle = slopes.len() / 2;
+    let drift_ns_per_s = if slopes.is_empty() { 0 } else { *slopes.select_nth_unstable(middle).1 };
     let mut clock =
         GpuClock { knots, timer_minus_utc_ns, drift_ns_per_s, reports: bounds.len() as u64, median_report_delay_ns: 0 };
     let mut delays: Vec<i64> = bounds.iter().map(|&(t, b)| clock.timer_minus_utc_at(t) - b).collect();
@@ -150,7 +158,9 @@ pub fn add_timer_kernels(
             continue;
         };
         let partial = ops.iter().any(|o| {
-            o.kernel_channels < o.n_channels || o.gpu_end_ns.is_none() || unstopped.get(&o.event).is_some_and(|&n| n > 0)
+            o.kernel_channels < o.n_channels
+                || o.gpu_end_ns.is_none()
+                || unstopped.get(&o.event).is_some_and(|&n| n > 0)
         });
         stats.launches_partial += u64::from(partial);
         stats.launches += 1;
@@ -275,7 +285,13 @@ mod tests {
     }
 
     /// A channel of `op` running from `start` to `stop` (wall ns), heard of `delays` ns later (monotonic clock).
-    fn channel(process: &mut NcclProcess, op: usize, channel: u8, (start, stop): (i64, Option<i64>), delays: (i64, i64)) {
+    fn channel(
+        process: &mut NcclProcess,
+        op: usize,
+        channel: u8,
+        (start, stop): (i64, Option<i64>),
+        delays: (i64, i64),
+    ) {
         let o = &mut process.operations[op];
         o.kernel_channels += 1;
         let gpu_start = start + TIMER_AHEAD_NS;
@@ -384,7 +400,12 @@ mod tests {
         let (stats, links) = add_timer_kernels(&mut trace, ProcessIdx(0), DeviceIdx(0), &process, Some(&clock), t0);
         assert_eq!(
             stats,
-            TimerKernelStats { launches: 4, launches_without_channels: 1, launches_partial: 2, channels_without_stop: 1 }
+            TimerKernelStats {
+                launches: 4,
+                launches_without_channels: 1,
+                launches_partial: 2,
+                channels_without_stop: 1
+            }
         );
         let spans: Vec<(i64, i64)> = trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect();
         assert_eq!(spans, [(0, 12_000), (40_000, 45_000), (60_000, 61_000), (80_000, 82_000)]);
