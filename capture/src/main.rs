@@ -60,7 +60,9 @@ struct Args {
     /// number, type, bytes, algorithm, protocol and launch time, plus NVTX ranges; CUPTI times no kernel,
     /// copy or CUDA call, so the launch path runs as uncaptured. The report's wait and transfer, late rank
     /// and bus bandwidth come from these times; without compute kernels, exposed communication is unknown.
-    /// Needs the NCCL profiler plugin (NCCL 2.26 or later for GPU timers).
+    /// A channel span is about 3.4 µs shorter than the kernel CUPTI times (start-up and wind-down are not in
+    /// it): small collectives' transfers come out shorter than a full capture's. Needs the NCCL profiler
+    /// plugin (NCCL 2.26 or later for GPU timers); NCCL 2.31.x is warned about (costly timers).
     #[arg(long, conflicts_with_all = ["trace", "no_nccl_plugin"])]
     comm_only: bool,
     /// Record only from this many seconds after launch (in every process; recording is off before).
