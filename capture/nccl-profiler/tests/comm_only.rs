@@ -115,11 +115,11 @@ fn channel_timers_become_kernels_on_the_host_clock() {
 
     let process = read_process(&plugin::spool_path().unwrap()).unwrap();
     assert_eq!(process.operations.len(), 5);
-    assert_eq!(process.channels.len(), 6);
+    assert_eq!(process.channels.len(), 7);
     assert_eq!(process.channels.iter().filter(|c| c.gpu_stop_ns.is_none()).count(), 1);
     assert!(process.comm_devices.is_empty(), "no CUDA driver in a test process: no GPU recorded");
     let clock = nccl::estimate_gpu_clock(&process).unwrap();
-    assert_eq!(clock.reports, 11);
+    assert_eq!(clock.reports, 13, "7 starts and 6 stops");
     // Every report came at least WRITTEN_BEFORE_NS after the time it carries: the estimate is at most that
     // far behind, and within a few milliseconds (the time between reading the clock and the callback).
     let behind = TIMER_AHEAD_NS - clock.timer_minus_utc_ns;
