@@ -27,7 +27,7 @@ struct Truth {
 /// Rank 1 arrives late at most collectives, rank 0 at a few; the transfer varies with the collective.
 fn truth(rank: usize, seq: u64) -> Truth {
     let base = SESSION_START_UTC_NS + 1_000_000 + seq as i64 * 200_000;
-    let lateness = [if seq % 6 == 0 { 9_000 } else { 0 }, ((seq * 7) % 5) as i64 * 3_000];
+    let lateness = [if seq.is_multiple_of(6) { 9_000 } else { 0 }, ((seq * 7) % 5) as i64 * 3_000];
     let latest = base + lateness[0].max(lateness[1]);
     let transfer = 4_000 + (seq % 4) as i64 * 1_500;
     Truth { start: base + lateness[rank], end: latest + transfer + rank as i64 * 150 }
@@ -147,11 +147,11 @@ fn full_capture() -> Trace {
 /// The communication-only capture: kernels made from the timers, each GPU's clock estimated from the reports.
 fn comm_only_capture() -> Trace {
     let mut trace = two_rank_trace();
-    for rank in 0..2usize {
+    for (rank, &ahead) in TIMER_AHEAD_NS.iter().enumerate() {
         let process = plugin_process(rank);
         let clock = nccl::estimate_gpu_clock(&process).expect("reports");
         // The first stop was reported at once: the estimate is exact.
-        assert_eq!(clock.timer_minus_utc_ns, TIMER_AHEAD_NS[rank]);
+        assert_eq!(clock.timer_minus_utc_ns, ahead);
         let (stats, _) = nccl::add_timer_kernels(
             &mut trace,
             ProcessIdx(rank as u32),
