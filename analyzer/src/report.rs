@@ -277,6 +277,21 @@ pub struct Report {
     pub memory: Vec<memory::RankMemory>,
 }
 
+/// The note on a communication-only capture (the file's `captureMode`): a communication-only capture holds NCCL's collectives
+/// timed by NCCL's own GPU timers and NVTX ranges, no compute kernels, so its overlap and exposed figures count
+/// every collective as exposed.
+pub fn capture_mode_note(trace: &Trace) -> Option<String> {
+    if trace.source.capture_mode.as_deref() != Some(shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY) {
+        return None;
+    }
+    Some(format!(
+        "{}: communication-only capture (capture --comm-only): collectives timed by NCCL's kernel-channel timers; \
+         no compute kernels were recorded, so GPU busy, categories and overlap cover communication only and \
+         exposed communication is not known (shown as all of it)",
+        trace.source.path
+    ))
+}
+
 /// Collectives across ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CollectiveReport {
@@ -486,6 +501,7 @@ fn run_report(
         notes.push(format!("inputs are not one run ({why}); analysed together as asked"));
     }
     notes.extend(run::partial_run_note(&run_identities, ranks.len()));
+    notes.extend(traces.iter().filter_map(capture_mode_note));
     Report {
         inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
         phase_pattern: options.phase_pattern.as_str().to_string(),

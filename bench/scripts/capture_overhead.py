@@ -15,7 +15,9 @@ Configurations (the reference workload's environment):
   tp2-launch  2 GPUs, launch-bound (BATCH=1 SEQ=128 DECODE=64)
   tp1         1 GPU, default size
 
-Modes: uncaptured, capture (defaults), capture-no-guard (defaults without preloading the injection library, which
+Modes: uncaptured, capture (defaults), capture-comm-only (`--comm-only`: NCCL's GPU timers and NVTX, CUPTI
+timing nothing), capture-timers (defaults plus the NCCL plugin's GPU timers: both clocks on the same collectives),
+capture-no-guard (defaults without preloading the injection library, which
 only notes a profiler the workload starts itself), capture-kernel (kernels only, no NCCL plugin: the floor of any
 CUPTI recorder), capture-no-sync (defaults without synchronisation records), capture-no-plugin (defaults
 without the NCCL profiler plugin), capture-api-all (every API call and the NCCL plugin's GPU timers: the earlier default),
@@ -42,8 +44,8 @@ CONFIGS = {
     "tp2-launch": {"nproc": 2, "env": {"BATCH": "1", "SEQ": "128", "DECODE": "64"}},
     "tp1": {"nproc": 1, "env": {}},
 }
-MODES = ["uncaptured", "capture", "capture-no-guard", "capture-kernel", "capture-no-sync", "capture-no-plugin", "capture-api-all", "nsys",
-         "torch-profiler"]
+MODES = ["uncaptured", "capture", "capture-comm-only", "capture-no-guard", "capture-kernel", "capture-no-sync",
+         "capture-no-plugin", "capture-api-all", "capture-timers", "nsys", "torch-profiler"]
 GPU_MS = re.compile(r"rank (\d+) world (\d+) gpu_ms ([0-9]+\.[0-9])")
 
 
@@ -88,6 +90,10 @@ def mode_command(args, mode, base, scratch):
         return [args.capture, "--force", "--trace", "kernel,memcpy,memset,api,nvtx", "-o", out, "--"] + base
     if mode == "capture-no-plugin":
         return [args.capture, "--force", "--no-nccl-plugin", "-o", out, "--"] + base
+    if mode == "capture-comm-only":
+        return [args.capture, "--force", "--comm-only", "-o", out, "--"] + base
+    if mode == "capture-timers":
+        return [args.capture, "--force", "--trace", "all,nccl-timers", "-o", out, "--"] + base
     if mode == "capture-api-all":
         return [args.capture, "--force", "--trace", "all,api-all,nccl-timers", "-o", out, "--"] + base
     if mode == "nsys":
@@ -122,6 +128,10 @@ def run_once(args, config, mode, scratch):
     }
     if mode.startswith("capture"):
         sample["capture_summary"] = [line for line in done.stderr.splitlines() if line.startswith("capture:")]
+        capture_file = os.path.join(scratch, f"{mode}.sqlite")
+        if args.keep_captures and os.path.exists(capture_file):
+            # The latest round's file of each configuration and mode, for comparing what the modes recorded.
+            shutil.copy(capture_file, os.path.join(args.keep_captures, f"{config}-{mode}.sqlite"))
     if sample["gpu_ms"] is None:
         sample["stderr_tail"] = done.stderr[-2000:]
     return sample
@@ -190,6 +200,10 @@ def main():
                         help="numa: pin each rank to its GPU's NUMA node (torchrun --numa-binding=node; taskset for 1 GPU); "
                              "cores: pin rank r to CPUs 8r..8r+7")
     parser.add_argument("--out", required=True, help="results JSON (every sample and the summary)")
+    parser.add_argument("--keep-captures", default=None, help="folder for the latest capture file of each "
+                        "configuration and capture mode")
+    parser.add_argument("--rounds-outer", action="store_true", help="run the configurations inside each round "
+                        "(round 0 of every configuration, then round 1, …), so a budget cut leaves them even")
     args = parser.parse_args()
     configs = args.config or ["tp2"]
     modes = args.mode or MODES
@@ -198,18 +212,23 @@ def main():
                             capture_output=True, text=True).stdout.strip().splitlines()
     results = {"command": sys.argv, "gpus": device, "rounds": args.rounds, "configs": configs, "modes": modes,
                "bind": args.bind, "samples": []}
+    if args.keep_captures:
+        os.makedirs(args.keep_captures, exist_ok=True)
     started = time.monotonic()
-    for config in configs:
-        for r in range(args.rounds):
-            if args.budget_s and time.monotonic() - started > args.budget_s:
-                print(f"budget spent: stopping before {config} round {r}", flush=True)
-                break
-            for position, mode in enumerate(rotated(modes, r)):
-                sample = run_once(args, config, mode, args.scratch)
-                sample.update({"round": r, "position": position})
-                print(f"{config} round {r} {mode}: gpu_ms {sample['gpu_ms']} (exit {sample['exit_code']}, "
-                      f"{sample['wall_s']} s)", flush=True)
-                keep_sample(results, sample, lambda samples: summarise(samples, modes), args.out)
+    if args.rounds_outer:
+        plan = [(config, r) for r in range(args.rounds) for config in configs]
+    else:
+        plan = [(config, r) for config in configs for r in range(args.rounds)]
+    for config, r in plan:
+        if args.budget_s and time.monotonic() - started > args.budget_s:
+            print(f"budget spent: stopping before {config} round {r}", flush=True)
+            break
+        for position, mode in enumerate(rotated(modes, r)):
+            sample = run_once(args, config, mode, args.scratch)
+            sample.update({"round": r, "position": position})
+            print(f"{config} round {r} {mode}: gpu_ms {sample['gpu_ms']} (exit {sample['exit_code']}, "
+                  f"{sample['wall_s']} s)", flush=True)
+            keep_sample(results, sample, lambda samples: summarise(samples, modes), args.out)
     shutil.rmtree(args.scratch, ignore_errors=True)
     print(json.dumps(results.get("summary", {}), indent=1))
 

@@ -20,6 +20,7 @@ pub mod launch;
 pub mod memory;
 pub mod merge;
 pub mod names;
+pub mod nccl_merge;
 pub mod nvml;
 pub mod redact;
 pub mod side_records;

@@ -11,8 +11,9 @@ use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
 use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
-use shardscope_capture::{control, names, nvml, redact, sqlite};
+use shardscope_capture::{control, names, nccl_merge, nvml, redact, sqlite};
 use shardscope_io::nccl::{self, NcclProcess};
+use shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY;
 use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
@@ -56,6 +57,16 @@ struct Args {
     /// unless named, e.g. --trace all,memory.
     #[arg(long, default_value = "all")]
     trace: String,
+    /// Communication only: every NCCL collective timed on the GPU by NCCL's own kernel-channel timers
+    /// (per channel and per collective, placed on the host clock), with its communicator, rank, sequence
+    /// number, type, bytes, algorithm, protocol and launch time, plus NVTX ranges; CUPTI times no kernel,
+    /// copy or CUDA call, so the launch path runs as uncaptured. The report's wait and transfer, late rank
+    /// and bus bandwidth come from these times; without compute kernels, exposed communication is unknown.
+    /// A channel span is about 3.4 µs shorter than the kernel CUPTI times (start-up and wind-down are not in
+    /// it): small collectives' transfers come out shorter than a full capture's. Needs the NCCL profiler
+    /// plugin (NCCL 2.26 or later for GPU timers); NCCL 2.31.x is warned about (costly timers).
+    #[arg(long, conflicts_with_all = ["trace", "no_nccl_plugin"])]
+    comm_only: bool,
     /// Record only from this many seconds after launch (in every process; recording is off before).
     #[arg(long, value_name = "SECONDS")]
     delay: Option<f64>,
@@ -261,7 +272,11 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(control) = &args.control {
         return run_control(control);
     }
-    let kinds = TraceKinds::parse(&args.trace).map_err(anyhow::Error::msg).context("--trace")?;
+    let kinds = if args.comm_only {
+        TraceKinds::comm_only()
+    } else {
+        TraceKinds::parse(&args.trace).map_err(anyhow::Error::msg).context("--trace")?
+    };
     let graph_trace =
         GraphTrace::parse(&args.cuda_graph_trace).map_err(anyhow::Error::msg).context("--cuda-graph-trace")?;
     let plan = window_plan(&args)?;
@@ -284,7 +299,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
 
     if let Some(spool_dir) = &args.merge {
         let (trace_meta, exit) = (vec![("mode".to_string(), "merge only".to_string())], ChildExit::Code(0));
-        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta, args.keep_cmdline)?;
+        merge_and_write(&output, spool_dir, None, &range, &kinds, trace_meta, args.keep_cmdline, args.comm_only)?;
         return Ok(exit.exit_code());
     }
 
@@ -335,7 +350,14 @@ fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(cupti) = &args.cupti_lib {
         env.push((config::CUPTI_LIB_ENV.into(), absolute(cupti)?.into()));
     }
-    if let Some(plugin) = nccl_plugin(&args)? {
+    let plugin = nccl_plugin(&args)?;
+    if args.comm_only && plugin.is_none() {
+        bail!(
+            "--comm-only times collectives with the NCCL profiler plugin, and none is loaded (build \
+             shardscope-nccl-profiler next to capture, pass --nccl-plugin, or unset NCCL_PROFILER_PLUGIN)"
+        );
+    }
+    if let Some(plugin) = plugin {
         env.push(("NCCL_PROFILER_PLUGIN".into(), plugin.into()));
         if kinds.nccl_timers {
             env.push((config::NCCL_KERNEL_TIMERS_ENV.into(), "1".into()));
@@ -403,7 +425,17 @@ fn run(args: Args) -> anyhow::Result<i32> {
         meta.push(("cuptiLib".into(), cupti.display().to_string()));
     }
     meta.push(("cudaGraphTrace".into(), graph_trace.as_str().into()));
-    match merge_and_write(&output, &spool_dir, Some(session_start_utc_ns), &range, &kinds, meta, args.keep_cmdline) {
+    let merged = merge_and_write(
+        &output,
+        &spool_dir,
+        Some(session_start_utc_ns),
+        &range,
+        &kinds,
+        meta,
+        args.keep_cmdline,
+        args.comm_only,
+    );
+    match merged {
         Ok(()) => {
             if !args.keep_spool {
                 let _ = std::fs::remove_dir_all(&spool_dir);
@@ -424,33 +456,24 @@ fn run(args: Args) -> anyhow::Result<i32> {
     Ok(exit.exit_code())
 }
 
-/// Reads the NCCL profiler plugin's spools and links each recorded collective to the kernel that ran it;
-/// the links are kept in each process's `kernel_links`, which the capture file stores.
-fn attach_nccl_operations(trace: &mut shardscope_model::Trace, spool_dir: &Path) -> anyhow::Result<Vec<NcclProcess>> {
+/// Reads the NCCL profiler plugin's spools and joins each recorded collective to the trace (see
+/// [`nccl_merge`]); the links are kept in each process's `kernel_links`, which the capture file stores.
+fn attach_nccl_operations(
+    trace: &mut shardscope_model::Trace,
+    extras: &mut merge::CaptureExtras,
+    spool_dir: &Path,
+    comm_only: bool,
+) -> anyhow::Result<(Vec<NcclProcess>, nccl_merge::NcclMergeSummary)> {
     let mut processes = nccl::read_spool_dir(spool_dir)
         .map_err(|e| anyhow::anyhow!("{}: NCCL profiler spools: {e}", spool_dir.display()))?;
-    let offset = trace.clock_offset_ns.unwrap_or(0);
-    let (mut linked, mut unlinked) = (0u64, 0u64);
-    for process in &mut processes {
-        let Some(index) = trace.processes.iter().position(|p| p.pid == process.pid) else { continue };
-        let process_idx = shardscope_model::ProcessIdx(index as u32);
-        let first_collective = trace.collectives.len() as u32;
-        let to_trace_ns = |t: i64| Some(process.realtime_ns(t)? - offset);
-        let stats = nccl::attach_to_kernels(trace, process_idx, &process.operations, &to_trace_ns);
-        process.kernel_links = nccl::kernel_links(trace, process_idx, first_collective, process.operations.len());
-        linked += stats.launches_linked;
-        unlinked += stats.launches_unlinked;
+    let summary = nccl_merge::attach_operations(trace, extras, &mut processes, comm_only);
+    for line in summary.lines(processes.len()) {
+        eprintln!("capture: {line}");
     }
-    let nccl = processes;
-    if unlinked > 0 {
-        trace.warn_n("NCCL operation not linked to a kernel", unlinked);
-    }
-    if !nccl.is_empty() {
-        eprintln!("capture: NCCL profiler: {linked} collective launches linked to their kernels, {unlinked} not");
-    }
-    Ok(nccl)
+    Ok((processes, summary))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn merge_and_write(
     output: &Path,
     spool_dir: &Path,
@@ -459,6 +482,7 @@ fn merge_and_write(
     kinds: &TraceKinds,
     mut meta: Vec<(String, String)>,
     keep_cmdline: bool,
+    comm_only: bool,
 ) -> anyhow::Result<()> {
     let folder = merge::read_spool_folder(spool_dir)?;
     let spools = folder.spools;
@@ -485,7 +509,13 @@ fn merge_and_write(
     if !keep_cmdline {
         redact::redact_capture(&mut trace, &mut extras);
     }
-    let nccl = attach_nccl_operations(&mut trace, spool_dir)?;
+    let (nccl, nccl_summary) = attach_nccl_operations(&mut trace, &mut extras, spool_dir, comm_only)?;
+    // The mode says where the collectives' GPU times came from: CUPTI's kernels, or NCCL's own timers only.
+    let timed_by_nccl = comm_only || (nccl_summary.timer_processes > 0 && nccl_summary.linked == 0);
+    meta.push(("captureMode".into(), if timed_by_nccl { CAPTURE_MODE_COMM_ONLY } else { "full" }.into()));
+    if !nccl_summary.clocks.is_empty() {
+        meta.push(("ncclGpuClock".into(), nccl_summary.clocks_json()));
+    }
     for skipped in &folder.skipped {
         trace.warn(skipped);
     }

@@ -35,6 +35,9 @@ pub struct SourceInfo {
     pub schema_version: Option<String>,
     /// The tool that wrote it, when the file says (for example `shardscope-capture 0.1.0`).
     pub producer: Option<String>,
+    /// How a capture was taken, when the file says (`full`, or `comm-only`: only NCCL's collectives,
+    /// timed by NCCL's own GPU timers, and NVTX ranges).
+    pub capture_mode: Option<String>,
 }
 
 /// One OS process that ran CUDA work or recorded ranges.

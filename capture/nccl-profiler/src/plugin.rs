@@ -139,7 +139,11 @@ impl Recorder {
             dropped: AtomicU64::new(0),
             kernel_timers,
         };
-        recorder.push(&NcclRecord::Process(process_record(pid)));
+        let process = process_record(pid);
+        if kernel_timers && let Some(note) = spool::costly_kernel_timers(process.nccl_version) {
+            eprintln!("shardscope-nccl-profiler: warning: {note}");
+        }
+        recorder.push(&NcclRecord::Process(process));
         recorder.flush();
         Ok(recorder)
     }
@@ -255,6 +259,49 @@ fn loaded_nccl() -> (u32, String) {
     // SAFETY: RTLD_DEFAULT lookup of a C string.
     let version = call(unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ncclGetVersion".as_ptr()) });
     (version, found.into_iter().next().unwrap_or_default())
+}
+
+/// The CUDA device of the calling thread's current context and its UUID, through the driver NCCL already
+/// loaded (never loads it): which GPU a communicator runs on, so that its GPU times land on that GPU when
+/// nothing else records kernels. Called once per communicator, at `init`, where NCCL has made the
+/// communicator's device current.
+fn current_cuda_device() -> Option<(i32, [u8; 16])> {
+    type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+    type DeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.
+    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: a valid handle and C strings.
+    let (get_device, mut get_uuid) = unsafe {
+        (libc::dlsym(handle, c"cuCtxGetDevice".as_ptr()), libc::dlsym(handle, c"cuDeviceGetUuid_v2".as_ptr()))
+    };
+    if get_uuid.is_null() {
+        // Drivers before CUDA 11.4 have only the first version (same arguments).
+        // SAFETY: as above.
+        get_uuid = unsafe { libc::dlsym(handle, c"cuDeviceGetUuid".as_ptr()) };
+    }
+    let mut result = None;
+    if !get_device.is_null() {
+        let mut ordinal: c_int = -1;
+        // SAFETY: `cuCtxGetDevice(CUdevice*)` only stores the ordinal; CUdevice is an int.
+        let status = unsafe { std::mem::transmute::<*mut c_void, CtxGetDevice>(get_device)(&mut ordinal) };
+        if status == 0 && ordinal >= 0 {
+            let mut uuid = [0u8; 16];
+            if !get_uuid.is_null() {
+                // SAFETY: `cuDeviceGetUuid(CUuuid*, CUdevice)` writes 16 bytes; on failure they stay zero.
+                let status = unsafe { std::mem::transmute::<*mut c_void, DeviceGetUuid>(get_uuid)(&mut uuid, ordinal) };
+                if status != 0 {
+                    uuid = [0; 16];
+                }
+            }
+            result = Some((ordinal, uuid));
+        }
+    }
+    // SAFETY: drops only the reference RTLD_NOLOAD added.
+    unsafe { libc::dlclose(handle) };
+    result
 }
 
 /// Keeps this library mapped after NCCL's `dlclose`.
@@ -481,6 +528,9 @@ unsafe fn init_common(
         // SAFETY: NCCL passes null or a C string.
         name: unsafe { FixedName::from_c_str(comm_name) },
     }));
+    if let Some((cuda_ordinal, uuid)) = current_cuda_device() {
+        recorder.push(&NcclRecord::CommDevice { comm_ref, cuda_ordinal, uuid });
+    }
     let mut mask = event::GROUP | event::COLL | event::P2P;
     if recorder.kernel_timers && interface_version >= 4 {
         mask |= event::KERNEL_CH;

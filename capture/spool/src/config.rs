@@ -166,6 +166,23 @@ impl TraceKinds {
         Self::NAMES.iter().zip(flags).filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
     }
 
+    /// What `capture --comm-only` records: NVTX ranges (phases and steps) and the NCCL plugin's
+    /// kernel-channel GPU timers; no kernels, copies, sets or CUDA calls, so CUPTI times nothing on the
+    /// workload's launch path.
+    pub fn comm_only() -> TraceKinds {
+        TraceKinds {
+            kernel: false,
+            memcpy: false,
+            memset: false,
+            api: false,
+            nvtx: true,
+            sync: false,
+            api_all: false,
+            nccl_timers: true,
+            nccl_nvtx: false,
+        }
+    }
+
     /// How API calls are recorded, in words (for the capture file and its summary).
     pub fn api_mode(self) -> &'static str {
         match (self.api, self.api_all) {

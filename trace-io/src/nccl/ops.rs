@@ -120,6 +120,44 @@ pub struct NcclProcess {
     /// The kernel each operation ran in, parallel to `operations` (set on the first operation of
     /// each launch once linked, see [`super::kernel_links`]; empty before linking).
     pub kernel_links: Vec<Option<KernelLink>>,
+    /// Every kernel-channel event with a known operation, in file order.
+    pub channels: Vec<ChannelTiming>,
+    /// The GPU each communicator ran on, by communicator context (`comm_ref`), where the plugin
+    /// could ask the driver.
+    pub comm_devices: Vec<CommDevice>,
+    /// How this process's GPU timer relates to wall-clock time, once estimated
+    /// ([`super::estimate_gpu_clock`]); the channel table places channels with it.
+    pub gpu_clock: Option<super::GpuClock>,
+}
+
+/// One channel of an operation's kernel, as NCCL's kernel timed it and the plugin heard of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelTiming {
+    /// The operation's event number ([`NcclOperation::event`]).
+    pub operation_event: u64,
+    /// Channel index.
+    pub channel: u8,
+    /// GPU `%globaltimer` at the channel's start, ns.
+    pub gpu_start_ns: i64,
+    /// GPU `%globaltimer` at the channel's end; `None` when its stop was never reported.
+    pub gpu_stop_ns: Option<i64>,
+    /// `CLOCK_MONOTONIC` when the plugin was told of the start (always after the GPU wrote it).
+    pub reported_start_ns: i64,
+    /// `CLOCK_MONOTONIC` when the plugin was told of the stop.
+    pub reported_stop_ns: Option<i64>,
+}
+
+/// The GPU of one communicator of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommDevice {
+    /// Communicator context ([`CommunicatorRecord::comm_ref`]).
+    pub comm_ref: u64,
+    /// NCCL communicator id of that context.
+    pub comm_id: u64,
+    /// CUDA device ordinal in the process.
+    pub cuda_ordinal: i32,
+    /// GPU UUID; all zero if unknown.
+    pub uuid: [u8; 16],
 }
 
 impl NcclProcess {
@@ -134,8 +172,8 @@ impl NcclProcess {
         };
         let mut comm_by_ref: HashMap<u64, usize> = HashMap::new();
         let mut op_by_event: HashMap<u64, usize> = HashMap::new();
-        // Kernel-channel event → its operation.
-        let mut channel_parent: HashMap<u64, usize> = HashMap::new();
+        // Kernel-channel event → its operation, and its entry in `channels`.
+        let mut channel_parent: HashMap<u64, (usize, usize)> = HashMap::new();
         for record in &contents.records {
             match record {
                 NcclRecord::Process(p) => {
@@ -218,18 +256,30 @@ impl NcclProcess {
                     Some(&i) => process.operations[i].cpu_end_ns = Some(*cpu_ns as i64),
                     None => process.orphan_records += 1,
                 },
-                NcclRecord::KernelChStart { event, parent, gpu_start_ns, .. } => match op_by_event.get(parent) {
-                    Some(&i) => {
-                        channel_parent.insert(*event, i);
-                        let op = &mut process.operations[i];
-                        op.kernel_channels += 1;
-                        let start = *gpu_start_ns as i64;
-                        op.gpu_start_ns = Some(op.gpu_start_ns.map_or(start, |s| s.min(start)));
+                NcclRecord::KernelChStart { event, parent, gpu_start_ns, cpu_ns, channel } => {
+                    match op_by_event.get(parent) {
+                        Some(&i) => {
+                            channel_parent.insert(*event, (i, process.channels.len()));
+                            process.channels.push(ChannelTiming {
+                                operation_event: *parent,
+                                channel: *channel,
+                                gpu_start_ns: *gpu_start_ns as i64,
+                                gpu_stop_ns: None,
+                                reported_start_ns: *cpu_ns as i64,
+                                reported_stop_ns: None,
+                            });
+                            let op = &mut process.operations[i];
+                            op.kernel_channels += 1;
+                            let start = *gpu_start_ns as i64;
+                            op.gpu_start_ns = Some(op.gpu_start_ns.map_or(start, |s| s.min(start)));
+                        }
+                        None => process.orphan_records += 1,
                     }
-                    None => process.orphan_records += 1,
-                },
-                NcclRecord::KernelChStop { event, gpu_stop_ns, .. } => match channel_parent.get(event) {
-                    Some(&i) => {
+                }
+                NcclRecord::KernelChStop { event, gpu_stop_ns, cpu_ns } => match channel_parent.get(event) {
+                    Some(&(i, c)) => {
+                        process.channels[c].gpu_stop_ns = Some(*gpu_stop_ns as i64);
+                        process.channels[c].reported_stop_ns = Some(*cpu_ns as i64);
                         let op = &mut process.operations[i];
                         let stop = *gpu_stop_ns as i64;
                         op.gpu_end_ns = Some(op.gpu_end_ns.map_or(stop, |e| e.max(stop)));
@@ -243,6 +293,15 @@ impl NcclProcess {
                 NcclRecord::CallbackCost { callback_ns, callbacks } => {
                     process.callback_ns = *callback_ns;
                     process.callbacks = *callbacks;
+                }
+                NcclRecord::CommDevice { comm_ref, cuda_ordinal, uuid } => {
+                    let comm_id = comm_by_ref.get(comm_ref).map_or(0, |&i| process.communicators[i].comm_id);
+                    process.comm_devices.push(CommDevice {
+                        comm_ref: *comm_ref,
+                        comm_id,
+                        cuda_ordinal: *cuda_ordinal,
+                        uuid: *uuid,
+                    });
                 }
             }
         }

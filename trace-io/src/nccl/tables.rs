@@ -35,6 +35,13 @@
 //! `SHARDSCOPE_NCCL_PROCESSES(globalPid, pid, hostname, ncclVersion, ncclLibrary,
 //! truncatedBytes, badRecords, droppedRecords, orphanRecords)`: per process, the NCCL that was
 //! loaded (`ncclVersion` as `ncclGetVersion` gives it, e.g. 22803) and what was lost.
+//!
+//! `SHARDSCOPE_NCCL_CHANNELS(globalPid, pid, event, channel, gpuStart, gpuEnd, start, end, reportedStart,
+//! reportedEnd)`: one row per kernel-channel event (`capture --comm-only`, `--trace nccl-timers`): the
+//! operation's `event`, the channel index, its GPU start and stop as NCCL's kernel read `%globaltimer`
+//! (`gpuEnd` NULL when the stop never came), the same two placed on the session clock with the process's
+//! estimated GPU clock (`start`, `end`; NULL without an estimate, see `nccl::timers`), and when the plugin
+//! heard of each (session ns: what the estimate rests on).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -47,6 +54,8 @@ pub const COLLECTIVES_TABLE: &str = "SHARDSCOPE_NCCL_COLLECTIVES";
 pub const COMMUNICATORS_TABLE: &str = "SHARDSCOPE_NCCL_COMMUNICATORS";
 /// Name of the per-process table.
 pub const PROCESSES_TABLE: &str = "SHARDSCOPE_NCCL_PROCESSES";
+/// Name of the kernel-channel table.
+pub const CHANNELS_TABLE: &str = "SHARDSCOPE_NCCL_CHANNELS";
 
 /// How the tables place processes and times.
 pub struct TableOptions<'a> {
@@ -56,7 +65,7 @@ pub struct TableOptions<'a> {
     pub global_pid: &'a dyn Fn(u32) -> i64,
 }
 
-/// Creates the three tables (if absent) and inserts every process's rows, all or nothing.
+/// Creates the four tables (if absent) and inserts every process's rows, all or nothing.
 ///
 /// Works inside or outside a transaction the caller holds (it uses a savepoint).
 pub fn write_tables(conn: &Connection, processes: &[NcclProcess], options: &TableOptions) -> rusqlite::Result<()> {
@@ -87,8 +96,41 @@ fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
          CREATE TABLE IF NOT EXISTS {PROCESSES_TABLE} (
             globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, hostname TEXT NOT NULL, ncclVersion INTEGER NOT NULL,
             ncclLibrary TEXT NOT NULL, truncatedBytes INTEGER NOT NULL, badRecords INTEGER NOT NULL,
-            droppedRecords INTEGER NOT NULL, orphanRecords INTEGER NOT NULL);"
+            droppedRecords INTEGER NOT NULL, orphanRecords INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS {CHANNELS_TABLE} (
+            globalPid INTEGER NOT NULL, pid INTEGER NOT NULL, event INTEGER NOT NULL, channel INTEGER NOT NULL,
+            gpuStart INTEGER NOT NULL, gpuEnd INTEGER, start INTEGER, end INTEGER, reportedStart INTEGER,
+            reportedEnd INTEGER);"
     ))
+}
+
+/// The kernel-channel rows of one process (see the module docs).
+fn insert_channels(
+    conn: &Connection,
+    process: &NcclProcess,
+    global_pid: i64,
+    options: &TableOptions,
+) -> rusqlite::Result<()> {
+    let mut insert =
+        conn.prepare_cached(&format!("INSERT INTO {CHANNELS_TABLE} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"))?;
+    let place =
+        |gpu_ns: i64| process.gpu_clock.as_ref().map(|clock| clock.to_trace_ns(gpu_ns, options.session_start_utc_ns));
+    let session = |monotonic: i64| process.realtime_ns(monotonic).map(|t| t - options.session_start_utc_ns);
+    for c in &process.channels {
+        insert.execute(params![
+            global_pid,
+            process.pid,
+            c.operation_event as i64,
+            c.channel,
+            c.gpu_start_ns,
+            c.gpu_stop_ns,
+            place(c.gpu_start_ns),
+            c.gpu_stop_ns.and_then(place),
+            session(c.reported_start_ns),
+            c.reported_stop_ns.and_then(session),
+        ])?;
+    }
+    Ok(())
 }
 
 fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOptions) -> rusqlite::Result<()> {
@@ -163,6 +205,7 @@ fn insert_rows(conn: &Connection, processes: &[NcclProcess], options: &TableOpti
                 kernel.map(|k| k.start_ns),
             ])?;
         }
+        insert_channels(conn, process, global_pid, options)?;
     }
     Ok(())
 }

@@ -42,6 +42,12 @@ use crate::Error;
 /// The schema major version this reader understands.
 pub const SUPPORTED_SCHEMA_MAJOR: u32 = 3;
 
+/// The table of facts `capture` writes about its run (`name, value`).
+pub const CAPTURE_META_TABLE: &str = "SHARDSCOPE_CAPTURE_META";
+/// The `captureMode` fact of a capture taken with `capture --comm-only`: no kernels but NCCL's, timed by
+/// NCCL's own kernel-channel timers; read into [`shardscope_model::SourceInfo::capture_mode`].
+pub const CAPTURE_MODE_COMM_ONLY: &str = "comm-only";
+
 /// Low 24 bits of a `globalTid`: the OS thread id.
 const TID_MASK: u64 = 0xFF_FFFF;
 
@@ -511,6 +517,12 @@ fn read_metadata(db: &Database<'_>, trace: &mut Trace) -> Result<(), Error> {
         (Some(name), None) => Some(name.clone()),
         _ => None,
     };
+    db.each_row(CAPTURE_META_TABLE, &["name", "value"], |row| {
+        if text(row, 0).as_deref() == Some("captureMode") {
+            trace.source.capture_mode = text(row, 1);
+        }
+        Ok(())
+    })?;
     db.each_row("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"], |row| {
         trace.clock_offset_ns = trace.clock_offset_ns.or(int(row, 0));
         Ok(())
