@@ -180,6 +180,7 @@ impl TraceKinds {
             api_all: false,
             nccl_timers: true,
             nccl_nvtx: false,
+            memory: false,
         }
     }
 
