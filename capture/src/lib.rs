@@ -19,6 +19,7 @@ pub mod cost;
 pub mod launch;
 pub mod merge;
 pub mod names;
+pub mod nccl_spool;
 pub mod nvml;
 pub mod redact;
 pub mod side_records;

@@ -11,7 +11,7 @@ use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
 use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
-use shardscope_capture::{control, names, nvml, redact, sqlite};
+use shardscope_capture::{control, names, nccl_spool, nvml, redact, sqlite};
 use shardscope_io::nccl::{self, NcclProcess};
 use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 
@@ -425,7 +425,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
 /// Reads the NCCL profiler plugin's spools and links each recorded collective to the kernel that ran it;
 /// the links are kept in each process's `kernel_links`, which the capture file stores.
 fn attach_nccl_operations(trace: &mut shardscope_model::Trace, spool_dir: &Path) -> anyhow::Result<Vec<NcclProcess>> {
-    let mut processes = nccl::read_spool_dir(spool_dir)
+    let mut processes = nccl_spool::read_spool_dir(spool_dir)
         .map_err(|e| anyhow::anyhow!("{}: NCCL profiler spools: {e}", spool_dir.display()))?;
     let offset = trace.clock_offset_ns.unwrap_or(0);
     let (mut linked, mut unlinked) = (0u64, 0u64);

@@ -1,13 +1,10 @@
-//! From the NCCL plugin's spooled records to operations: one [`NcclOperation`] per collective or
-//! point-to-point, with its communicator, sizes, CPU and GPU times joined in.
-//!
-//! [`read_spool_dir`] reads every `nccl-<pid>.bin` of a capture.
+//! NCCL operations: one [`NcclOperation`] per collective or point-to-point, with its communicator, sizes, CPU and
+//! GPU times joined in, and one [`NcclProcess`] per spool. The launcher (`shardscope-capture`, `nccl_spool.rs`)
+//! joins them from the plugin's spool records; the capture file stores them ([`super::tables`]).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use shardscope_spool::nccl::{self as spool, CommunicatorRecord, NcclRecord, ProcessRecord};
-use shardscope_spool::{SpoolContents, SpoolError};
+use shardscope_spool::nccl::{CommunicatorRecord, ProcessRecord};
 
 use super::attach::KernelLink;
 
@@ -123,133 +120,6 @@ pub struct NcclProcess {
 }
 
 impl NcclProcess {
-    /// Joins the records of one spool.
-    pub fn from_contents(path: &Path, contents: &SpoolContents<NcclRecord>) -> NcclProcess {
-        let mut process = NcclProcess {
-            path: path.to_path_buf(),
-            pid: spool::pid_from_file_name(path).unwrap_or(0),
-            truncated_bytes: contents.truncated_bytes,
-            bad_records: contents.bad_records,
-            ..NcclProcess::default()
-        };
-        let mut comm_by_ref: HashMap<u64, usize> = HashMap::new();
-        let mut op_by_event: HashMap<u64, usize> = HashMap::new();
-        // Kernel-channel event → its operation.
-        let mut channel_parent: HashMap<u64, usize> = HashMap::new();
-        for record in &contents.records {
-            match record {
-                NcclRecord::Process(p) => {
-                    process.pid = p.pid;
-                    process.clock_syncs.push((p.monotonic_ns, p.realtime_ns));
-                    process.info = Some(p.clone());
-                }
-                NcclRecord::Communicator(c) => {
-                    comm_by_ref.insert(c.comm_ref, process.communicators.len());
-                    process.communicators.push(c.clone());
-                }
-                NcclRecord::CommunicatorEnd { .. } => {}
-                NcclRecord::CollStart(c) => {
-                    let comm = comm_by_ref.get(&c.comm_ref).map(|&i| &process.communicators[i]);
-                    let datatype = c.datatype.as_str().into_owned();
-                    let element_bytes = element_bytes(&datatype);
-                    op_by_event.insert(c.event, process.operations.len());
-                    process.operations.push(NcclOperation {
-                        kind: OpKind::Collective,
-                        event: c.event,
-                        comm_id: if c.comm_id != 0 { c.comm_id } else { comm.map_or(0, |m| m.comm_id) },
-                        comm_name: comm.map(|m| m.name.as_str().into_owned()).unwrap_or_default(),
-                        rank: c.rank,
-                        n_ranks: comm.map_or(0, |m| m.n_ranks),
-                        seq: Some(c.seq),
-                        func: c.func.as_str().into_owned(),
-                        count: c.count,
-                        element_bytes,
-                        bytes: element_bytes.map(|b| b * c.count),
-                        datatype,
-                        root: Some(c.root),
-                        peer: None,
-                        algo: c.algo.as_str().into_owned(),
-                        proto: c.proto.as_str().into_owned(),
-                        n_channels: u32::from(c.n_channels),
-                        n_warps: u32::from(c.n_warps),
-                        group: c.group,
-                        cpu_start_ns: c.cpu_ns as i64,
-                        cpu_end_ns: None,
-                        gpu_start_ns: None,
-                        gpu_end_ns: None,
-                        kernel_channels: 0,
-                        interface_version: comm.map_or(0, |m| m.interface_version),
-                    });
-                }
-                NcclRecord::P2pStart(p) => {
-                    let comm = comm_by_ref.get(&p.comm_ref).map(|&i| &process.communicators[i]);
-                    let datatype = p.datatype.as_str().into_owned();
-                    let element_bytes = element_bytes(&datatype);
-                    op_by_event.insert(p.event, process.operations.len());
-                    process.operations.push(NcclOperation {
-                        kind: OpKind::P2p,
-                        event: p.event,
-                        comm_id: if p.comm_id != 0 { p.comm_id } else { comm.map_or(0, |m| m.comm_id) },
-                        comm_name: comm.map(|m| m.name.as_str().into_owned()).unwrap_or_default(),
-                        rank: p.rank,
-                        n_ranks: comm.map_or(0, |m| m.n_ranks),
-                        seq: None,
-                        func: p.func.as_str().into_owned(),
-                        count: p.count,
-                        element_bytes,
-                        bytes: element_bytes.map(|b| b * p.count),
-                        datatype,
-                        root: None,
-                        peer: Some(p.peer),
-                        algo: String::new(),
-                        proto: String::new(),
-                        n_channels: u32::from(p.n_channels),
-                        n_warps: 0,
-                        group: p.group,
-                        cpu_start_ns: p.cpu_ns as i64,
-                        cpu_end_ns: None,
-                        gpu_start_ns: None,
-                        gpu_end_ns: None,
-                        kernel_channels: 0,
-                        interface_version: comm.map_or(0, |m| m.interface_version),
-                    });
-                }
-                NcclRecord::OpStop { event, cpu_ns } => match op_by_event.get(event) {
-                    Some(&i) => process.operations[i].cpu_end_ns = Some(*cpu_ns as i64),
-                    None => process.orphan_records += 1,
-                },
-                NcclRecord::KernelChStart { event, parent, gpu_start_ns, .. } => match op_by_event.get(parent) {
-                    Some(&i) => {
-                        channel_parent.insert(*event, i);
-                        let op = &mut process.operations[i];
-                        op.kernel_channels += 1;
-                        let start = *gpu_start_ns as i64;
-                        op.gpu_start_ns = Some(op.gpu_start_ns.map_or(start, |s| s.min(start)));
-                    }
-                    None => process.orphan_records += 1,
-                },
-                NcclRecord::KernelChStop { event, gpu_stop_ns, .. } => match channel_parent.get(event) {
-                    Some(&i) => {
-                        let op = &mut process.operations[i];
-                        let stop = *gpu_stop_ns as i64;
-                        op.gpu_end_ns = Some(op.gpu_end_ns.map_or(stop, |e| e.max(stop)));
-                    }
-                    None => process.orphan_records += 1,
-                },
-                NcclRecord::ClockSync { monotonic_ns, realtime_ns } => {
-                    process.clock_syncs.push((*monotonic_ns, *realtime_ns))
-                }
-                NcclRecord::Dropped { records } => process.dropped_records += records,
-                NcclRecord::CallbackCost { callback_ns, callbacks } => {
-                    process.callback_ns = *callback_ns;
-                    process.callbacks = *callbacks;
-                }
-            }
-        }
-        process.operations.sort_by_key(|o| (o.cpu_start_ns, o.event));
-        process
-    }
-
     /// Converts a `CLOCK_MONOTONIC` time of this process to ns since the Unix epoch, with the
     /// clock pair recorded closest before it (the first pair for earlier times).
     pub fn realtime_ns(&self, monotonic_ns: i64) -> Option<i64> {
@@ -288,46 +158,4 @@ pub fn torch_dtype_name(datatype: &str) -> &str {
         "ncclFloat8e5m2" => "Float8_e5m2",
         other => other,
     }
-}
-
-/// Why a spool folder could not be read.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ReadError {
-    /// Listing the folder failed.
-    Folder(PathBuf, std::io::Error),
-    /// One spool file could not be read.
-    File(PathBuf, SpoolError),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::Folder(path, e) => write!(f, "{}: cannot list folder: {e}", path.display()),
-            ReadError::File(path, e) => write!(f, "{}: {e}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
-
-/// Reads one spool file and joins its records.
-pub fn read_process(path: &Path) -> Result<NcclProcess, ReadError> {
-    let contents = shardscope_spool::read_spool(path).map_err(|e| ReadError::File(path.to_path_buf(), e))?;
-    Ok(NcclProcess::from_contents(path, &contents))
-}
-
-/// Reads every `nccl-<pid>.bin` in `dir`, ordered by process start. Other files are ignored.
-pub fn read_spool_dir(dir: &Path) -> Result<Vec<NcclProcess>, ReadError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| ReadError::Folder(dir.to_path_buf(), e))?;
-    let mut processes = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| ReadError::Folder(dir.to_path_buf(), e))?.path();
-        // Only regular files: opening a pipe would block (the caller reports what was skipped).
-        if spool::pid_from_file_name(&path).is_some() && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-            processes.push(read_process(&path)?);
-        }
-    }
-    processes.sort_by_key(|p| (p.info.as_ref().map_or(u64::MAX, |i| i.realtime_ns), p.pid));
-    Ok(processes)
 }
