@@ -5,7 +5,7 @@
 # An exit of 134 (abort), 101 (panic), 124 (timeout) or 137 is a failure; so is any "CHECK FAILED" row.
 #
 #   cargo build --release -p shardscope-analyzer && bash scripts/hostile_surfaces.sh [OUT_TSV]
-# The last run on the 2-core build machine is in bench/results/hostile-surfaces.tsv (seconds there are single runs,
+# The last run on the 2-core build machine is in benchmarks/results/hostile-surfaces.tsv (seconds there are single runs,
 # not benchmarks).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"

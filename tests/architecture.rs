@@ -194,3 +194,45 @@ fn the_checker_catches_a_back_edge_a_linked_cdylib_and_an_unplaced_crate() {
     let cyclic: &[(&str, &[&str])] = &[("a", &["b"]), ("b", &["c"]), ("c", &["a"])];
     assert!(violations(&[], cyclic)[0].contains("cycle"));
 }
+
+/// The viewer's modules that build on the timeline (its overlays, panels, loading and the app): the timeline
+/// (`viewer/src/timeline/`) names none of them, so that its files and theirs form no circle.
+const ABOVE_THE_TIMELINE: [&str; 7] = [
+    "crate::critical",
+    "crate::ideal",
+    "crate::panels",
+    "crate::collectives",
+    "crate::load",
+    "crate::app",
+    "crate::screenshot",
+];
+
+/// The lines of `text` that name one of `above`, as `file:line: text`.
+fn upward_uses(file: &str, text: &str, above: &[&str]) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .filter(|(_, line)| above.iter().any(|module| line.contains(module)))
+        .map(|(n, line)| format!("{file}:{}: {}", n + 1, line.trim()))
+        .collect()
+}
+
+#[test]
+fn the_viewer_timeline_uses_nothing_that_builds_on_it() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("viewer/src/timeline");
+    let mut found = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&folder).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            files += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            found.extend(upward_uses(&path.display().to_string(), &text, &ABOVE_THE_TIMELINE));
+        }
+    }
+    assert!(files >= 5, "the timeline's files are where this test looks");
+    assert!(found.is_empty(), "the timeline uses modules that use it:\n{}", found.join("\n"));
+    // The check itself: a use of the critical-path module is found.
+    let fabricated = "use crate::critical::PathOverlay;\n// crate::ideal in a comment is fine\n";
+    assert_eq!(upward_uses("x.rs", fabricated, &ABOVE_THE_TIMELINE).len(), 1);
+}

@@ -1,4 +1,4 @@
-// Programs for the capture window benchmark (bench/scripts/capture_window.py), one per first argument:
+// Programs for the capture window benchmark (benchmarks/scripts/capture_window.py), one per first argument:
 //
 //   graph KERNELS REPLAYS    a CUDA graph of KERNELS tiny kernels, replayed REPLAYS times back to back; prints
 //                            the median wall time per replay over 5 batches ("replay_us …")

@@ -111,7 +111,7 @@ fn a_trace_without_memory_events_has_no_memory_section() {
 /// all,memory` and with Nsight Systems `--cuda-memory-usage=true`, and run under torch.profiler. Both SQLite files
 /// read to the same CUDA memory events (kind, operation, bytes, in order) and the same peak; the Kineto trace's
 /// framework peaks are what PyTorch printed for the run (`torch.cuda.max_memory_allocated()` 419,433,984 and
-/// `max_memory_reserved()` 654,311,424, `bench/results/memory-check-h100-sitting1.json.gz`).
+/// `max_memory_reserved()` 654,311,424, `benchmarks/results/memory-check-h100-sitting1.json.gz`).
 #[test]
 fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
     let dir = common::repo_root().join("sample-traces/memory");

@@ -1,5 +1,5 @@
 //! `analyzer modules` on real captures of a random-weight Qwen3 decoder (transformers, 4 layers, bf16) made with
-//! `capture --torch-modules` on one H100 (`sample-traces/modules/`, made by `bench/scripts/torch_modules_device.sh`):
+//! `capture --torch-modules` on one H100 (`sample-traces/modules/`, made by `benchmarks/scripts/torch_modules_device.sh`):
 //! eager decode with allocator counters (`qwen3_eager`), and `generate` with a static cache under torch.compile and
 //! CUDA graphs (`qwen3_static`).
 

@@ -1,5 +1,6 @@
-//! Every `analyzer` command in README.md's command blocks runs, on the committed samples: a documented command that
-//! no longer parses, or that fails on the input it describes, fails this test.
+//! Every `analyzer` command in the command blocks of README.md and of the `docs/` pages it links runs, on the
+//! committed samples: a documented command that no longer parses, or that fails on the input it describes, fails
+//! this test.
 //!
 //! The README's placeholder files (`run.sqlite`, `rank0.json.gz`, ...) stand for samples under `sample-traces/`
 //! ([`PLACEHOLDERS`]); each block runs in order in one scratch folder, so that a file one line writes (`out/`,
@@ -34,7 +35,7 @@ const PLACEHOLDERS: [(&str, &str); 11] = [
 const REPO_PATHS: [&str; 2] = ["bench/results/", "workloads/"];
 
 /// Command lines of the README's blocks that are not run here (matched by their start), and why.
-const NOT_RUN: [(&str, &str); 12] = [
+const NOT_RUN: [(&str, &str); 13] = [
     ("analyzer study ", "runs the study's GPU workload"),
     ("analyzer report --format json ../shared/", "the HTA comparison's input; tests/hta.rs checks these figures"),
     ("capture ", "records a CUDA workload: needs a GPU"),
@@ -44,14 +45,41 @@ const NOT_RUN: [(&str, &str); 12] = [
     ("cargo build --locked --release", "a release build"),
     ("install -m 755 ", "copies that release build into ~/.cargo/bin"),
     ("cargo run --release -p shardscope-viewer", "opens a window; the viewer's tests render it headless"),
+    ("viewer ", "opens a window or renders with a Vulkan driver; the viewer's tests render it headless"),
     ("python3 -m venv /tmp/hta", "installs HTA from PyPI"),
     ("/tmp/hta/bin/python ", "runs HTA"),
     ("python3 scripts/compare_hta.py", "compares with HTA's output"),
 ];
 
-/// The command lines of README.md's plain (no language) fenced blocks, block by block, without comments.
+/// README.md and the pages of `docs/` it links (`](docs/NAME.md)`), in the README's order.
+fn documentation() -> Vec<(String, String)> {
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut linked: Vec<String> = Vec::new();
+    for link in readme.split("](docs/").skip(1) {
+        let Some(name) = link.split(')').next().filter(|n| n.ends_with(".md")) else { continue };
+        let path = format!("docs/{name}");
+        if !linked.contains(&path) {
+            linked.push(path);
+        }
+    }
+    let pages = linked.into_iter().map(|path| {
+        let text = std::fs::read_to_string(root.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        (path, text)
+    });
+    std::iter::once(("README.md".to_string(), readme)).chain(pages).collect()
+}
+
+/// The command lines of the plain (no language) fenced blocks of the README and its `docs/` pages, block by block,
+/// without comments.
 fn readme_blocks() -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let pages = documentation();
+    assert!(pages.len() > 1, "the README links its docs pages");
+    pages.iter().flat_map(|(_, text)| command_blocks(text)).collect()
+}
+
+/// The command lines of one Markdown text's plain fenced blocks.
+fn command_blocks(readme: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
     // Inside a fence: `Some(plain)`, and the plain block's lines.
     let (mut inside, mut block): (Option<bool>, Vec<String>) = (None, Vec::new());

@@ -13,7 +13,7 @@
 //! "ns per recorded call" is measured by the injection library at exit (a cheap driver call timed with
 //! its record off and on). What CUPTI's kernel timing adds to each launch is not in the estimate: CUPTI
 //! does that work inside the launch call, where no callback of ours can time it. Measured apart
-//! (`bench/scripts/launch_cost.py`, kernels only against uncaptured), it was the larger part, about 1.1 µs
+//! (`benchmarks/scripts/launch_cost.py`, kernels only against uncaptured), it was the larger part, about 1.1 µs
 //! per PyTorch operator on an H200 host; the summary line says the estimate leaves it out.
 
 use serde::Serialize;

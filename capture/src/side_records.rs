@@ -5,7 +5,7 @@
 //! were not recorded (the default: they lengthen the launch path of every stream wait), the same host
 //! waits derived from the synchronising calls' own API records.
 //!
-//! A new activity kind of this sort touches three files: its record in `capture/spool/src/cupti.rs`,
+//! A new activity kind of this sort touches three files: its record in `spool/src/cupti.rs`,
 //! its enable condition and decoder in `capture/inject/src/decode.rs`, and its merge step, range filter
 //! and table here. [`crate::merge`] hands every record it does not know to [`SideRecords::take`], and
 //! [`crate::sqlite`] calls [`SideRecords::write_tables`] once.

@@ -12,9 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
-};
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_pyarrow::{IntoPyArrow, Table};
 use arrow_schema::{Field, Schema};
 use pyo3::create_exception;
@@ -28,11 +26,13 @@ use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::figures::categories::{self, Classifier};
 use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::findings::{self, rules::FindingsRules};
+use shardscope_analyzer::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow};
 use shardscope_analyzer::report::partial::{
     self, FinishedTrace, KeyedRow, MatchedInstance, RankEntry, TracePart, TraceTallies,
 };
-use shardscope_analyzer::report::{self, Figures, Options, Report};
+use shardscope_analyzer::report::{self, Options, Report};
 use shardscope_analyzer::{dependency::critical_path, dependency::whatif, figures::hta, output::render};
+use shardscope_io::parquet::{f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s, u64s};
 use shardscope_model::{DeviceIdx, Trace};
 
 mod commands;
@@ -151,47 +151,6 @@ fn table(py: Python<'_>, columns: Vec<(&str, ArrayRef, bool)>) -> PyResult<Py<Py
     Ok(table.into_pyarrow(py)?.unbind())
 }
 
-fn strings<S: AsRef<str>>(values: impl IntoIterator<Item = S>) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(values))
-}
-fn opt_strings(values: impl IntoIterator<Item = Option<String>>) -> ArrayRef {
-    Arc::new(StringArray::from_iter(values))
-}
-fn i64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
-    Arc::new(Int64Array::from_iter_values(values))
-}
-fn opt_i64s(values: impl IntoIterator<Item = Option<i64>>) -> ArrayRef {
-    Arc::new(Int64Array::from_iter(values))
-}
-fn u32s(values: impl IntoIterator<Item = u32>) -> ArrayRef {
-    Arc::new(UInt32Array::from_iter_values(values))
-}
-fn opt_u32s(values: impl IntoIterator<Item = Option<u32>>) -> ArrayRef {
-    Arc::new(UInt32Array::from_iter(values))
-}
-fn u64s(values: impl IntoIterator<Item = u64>) -> ArrayRef {
-    Arc::new(UInt64Array::from_iter_values(values))
-}
-fn opt_u64s(values: impl IntoIterator<Item = Option<u64>>) -> ArrayRef {
-    Arc::new(UInt64Array::from_iter(values))
-}
-fn f64s(values: impl IntoIterator<Item = f64>) -> ArrayRef {
-    Arc::new(Float64Array::from_iter_values(values))
-}
-fn opt_f64s(values: impl IntoIterator<Item = Option<f64>>) -> ArrayRef {
-    Arc::new(Float64Array::from_iter(values))
-}
-fn bools(values: impl IntoIterator<Item = bool>) -> ArrayRef {
-    Arc::new(BooleanArray::from_iter(values.into_iter().map(Some)))
-}
-
-/// One row of the figures tables: a rank's whole figures (`phase` null) or one phase's.
-struct FigureRow<'a> {
-    rank: u32,
-    phase: Option<&'a str>,
-    figures: &'a Figures,
-}
-
 #[pymethods]
 impl Run {
     /// The report as `analyzer report --format json` prints it (without the trailing newline).
@@ -257,15 +216,15 @@ impl Run {
             py,
             vec![
                 ("rank", opt_u32s(rank), true),
-                ("source", strings(source), false),
+                ("source", strs(source), false),
                 ("device", u32s(device), false),
                 ("stream", u32s(stream), false),
                 ("start_ns", i64s(start), false),
                 ("end_ns", i64s(end), false),
                 ("duration_ns", i64s(duration), false),
-                ("name", strings(name), false),
-                ("short_name", strings(short), false),
-                ("category", strings(category), false),
+                ("name", strs(name), false),
+                ("short_name", strs(short), false),
+                ("category", strs(category), false),
                 ("correlation_id", u32s(correlation), false),
             ],
         )
@@ -302,10 +261,10 @@ impl Run {
             py,
             vec![
                 ("rank", opt_u32s(rows.iter().map(|r| r.0)), true),
-                ("source", strings(rows.iter().map(|r| r.1.as_str())), false),
-                ("op", strings(rows.iter().map(|r| r.2.as_str())), false),
-                ("communicator", opt_strings(rows.iter().map(|r| r.3.clone())), true),
-                ("group_name", strings(rows.iter().map(|r| r.4.as_str())), false),
+                ("source", strs(rows.iter().map(|r| r.1.as_str())), false),
+                ("op", strs(rows.iter().map(|r| r.2.as_str())), false),
+                ("communicator", opt_strs(rows.iter().map(|r| r.3.as_deref())), true),
+                ("group_name", strs(rows.iter().map(|r| r.4.as_str())), false),
                 ("seq", opt_u64s(rows.iter().map(|r| r.5)), true),
                 ("bytes", opt_u64s(rows.iter().map(|r| r.6)), true),
                 ("group_size", opt_u32s(rows.iter().map(|r| r.7)), true),
@@ -319,131 +278,46 @@ impl Run {
     /// and its transfer, with the instance's figures.
     fn instances(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let mut rows = Vec::new();
-        for instance in &self.report.instances {
-            for (&(trace, kernel), share) in instance.members.iter().zip(&instance.shares) {
-                let device = self.traces[trace].kernels[kernel as usize].device;
+        for (id, instance) in self.report.instances.iter().enumerate() {
+            for (&(trace, kernel), &share) in instance.members.iter().zip(&instance.shares) {
                 let recorded = &self.traces[trace].kernels[kernel as usize];
-                let times = (recorded.start_ns, recorded.end_ns);
-                rows.push((instance, self.ranks.get(&(trace, device)).copied().unwrap_or_default(), *share, times));
+                let device = recorded.device;
+                rows.push(InstanceRow {
+                    id: id as u32,
+                    instance,
+                    rank: self.ranks.get(&(trace, device)).copied().unwrap_or_default(),
+                    device: self.traces[trace].devices.get(device.0 as usize).map_or(device.0, |d| d.ordinal),
+                    start_ns: recorded.start_ns,
+                    end_ns: recorded.end_ns,
+                    share,
+                });
             }
         }
-        table(
-            py,
-            vec![
-                ("communicator", strings(rows.iter().map(|r| r.0.communicator.as_str())), false),
-                ("op", strings(rows.iter().map(|r| r.0.op.name())), false),
-                ("seq", u64s(rows.iter().map(|r| r.0.seq)), false),
-                ("phase", opt_strings(rows.iter().map(|r| r.0.phase.clone())), true),
-                ("bytes", opt_u64s(rows.iter().map(|r| r.0.bytes)), true),
-                ("nranks", u32s(rows.iter().map(|r| r.0.nranks)), false),
-                ("rank", u32s(rows.iter().map(|r| r.1)), false),
-                // The member's kernel on its rank's trace clock, as recorded.
-                ("start_ns", i64s(rows.iter().map(|r| r.3.0)), false),
-                ("end_ns", i64s(rows.iter().map(|r| r.3.1)), false),
-                ("wait_ns", i64s(rows.iter().map(|r| r.2.wait_ns)), false),
-                ("transfer_ns", i64s(rows.iter().map(|r| r.2.transfer_ns)), false),
-                ("late", bools(rows.iter().map(|r| r.2.late)), false),
-                ("late_rank", u32s(rows.iter().map(|r| r.0.late_rank)), false),
-                ("instance_transfer_ns", i64s(rows.iter().map(|r| r.0.transfer_ns)), false),
-                ("instance_max_wait_ns", i64s(rows.iter().map(|r| r.0.max_wait_ns)), false),
-                ("algbw_gbps", opt_f64s(rows.iter().map(|r| r.0.algbw_gbps)), true),
-                ("busbw_gbps", opt_f64s(rows.iter().map(|r| r.0.busbw_gbps)), true),
-            ],
-        )
+        table(py, figure_tables::collective_instances().python_columns(&rows))
     }
 
     /// The report's tables: `rank_figures` (per rank, and per rank and phase), `categories`, `kernel_summary` and
     /// `collective_groups`.
     fn report_tables<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let report = &self.report;
-        let rows: Vec<FigureRow> = report
-            .ranks
-            .iter()
-            .flat_map(|r| {
-                std::iter::once(FigureRow { rank: r.rank, phase: None, figures: &r.figures }).chain(
-                    r.phases.iter().map(|p| FigureRow {
-                        rank: r.rank,
-                        phase: Some(p.name.as_str()),
-                        figures: &p.figures,
-                    }),
-                )
-            })
-            .collect();
+        let rows = FigureRow::of_report(report);
         let out = PyDict::new(py);
-        let f = |get: fn(&Figures) -> i64| i64s(rows.iter().map(|r| get(r.figures)));
-        out.set_item(
-            "rank_figures",
-            table(
-                py,
-                vec![
-                    ("rank", u32s(rows.iter().map(|r| r.rank)), false),
-                    ("phase", opt_strings(rows.iter().map(|r| r.phase.map(str::to_string))), true),
-                    ("span_ns", f(|x| x.span_ns), false),
-                    ("gpu_busy_ns", f(|x| x.gpu_busy_ns), false),
-                    ("idle_ns", f(|x| x.idle_ns), false),
-                    ("comm_ns", f(|x| x.comm_ns), false),
-                    ("exposed_comm_ns", f(|x| x.exposed_comm_ns), false),
-                    ("comm_wait_ns", f(|x| x.comm_wait_ns), false),
-                    ("comm_transfer_ns", f(|x| x.comm_transfer_ns), false),
-                    ("comm_comp_overlap_pct", f64s(rows.iter().map(|r| r.figures.comm_comp_overlap_pct)), false),
-                    ("comm_over_busy_pct", f64s(rows.iter().map(|r| r.figures.comm_over_busy_pct)), false),
-                    (
-                        "exposed_comm_over_span_pct",
-                        f64s(rows.iter().map(|r| r.figures.exposed_comm_over_span_pct)),
-                        false,
-                    ),
-                    ("late_count", u64s(rows.iter().map(|r| r.figures.late_count)), false),
-                    ("kernel_count", u64s(rows.iter().map(|r| r.figures.kernel_count)), false),
-                    ("memop_count", u64s(rows.iter().map(|r| r.figures.memop_count)), false),
-                    ("cuda_graph_count", u64s(rows.iter().map(|r| r.figures.cuda_graph_count)), false),
-                ],
-            )?,
-        )?;
-        let categories: Vec<(&FigureRow, &str, i64)> =
-            rows.iter().flat_map(|r| r.figures.categories.iter().map(move |(c, &ns)| (r, c.as_str(), ns))).collect();
-        out.set_item(
-            "categories",
-            table(
-                py,
-                vec![
-                    ("rank", u32s(categories.iter().map(|r| r.0.rank)), false),
-                    ("phase", opt_strings(categories.iter().map(|r| r.0.phase.map(str::to_string))), true),
-                    ("category", strings(categories.iter().map(|r| r.1)), false),
-                    ("duration_ns", i64s(categories.iter().map(|r| r.2)), false),
-                ],
-            )?,
-        )?;
-        let kernels: Vec<(&FigureRow, &shardscope_analyzer::figures::kernel_summary::KernelSummaryRow)> =
-            rows.iter().flat_map(|r| r.figures.kernels.iter().map(move |k| (r, k))).collect();
-        out.set_item(
-            "kernel_summary",
-            table(
-                py,
-                vec![
-                    ("rank", u32s(kernels.iter().map(|r| r.0.rank)), false),
-                    ("phase", opt_strings(kernels.iter().map(|r| r.0.phase.map(str::to_string))), true),
-                    ("name", strings(kernels.iter().map(|r| r.1.name.as_str())), false),
-                    ("time_pct", f64s(kernels.iter().map(|r| r.1.time_pct)), false),
-                    ("total_ns", i64s(kernels.iter().map(|r| r.1.total_ns)), false),
-                    ("instances", u64s(kernels.iter().map(|r| r.1.instances)), false),
-                    ("avg_ns", f64s(kernels.iter().map(|r| r.1.avg_ns)), false),
-                    ("med_ns", f64s(kernels.iter().map(|r| r.1.med_ns)), false),
-                    ("min_ns", i64s(kernels.iter().map(|r| r.1.min_ns)), false),
-                    ("max_ns", i64s(kernels.iter().map(|r| r.1.max_ns)), false),
-                    ("stddev_ns", f64s(kernels.iter().map(|r| r.1.stddev_ns)), false),
-                ],
-            )?,
-        )?;
+        let figures = figure_tables::rank_figures();
+        out.set_item(figures.name, table(py, figures.python_columns(&rows))?)?;
+        let categories = figure_tables::categories();
+        out.set_item(categories.name, table(py, categories.python_columns(&CategoryRow::of_figures(&rows)))?)?;
+        let kernels = figure_tables::kernel_summary();
+        out.set_item(kernels.name, table(py, kernels.python_columns(&KernelRow::of_figures(&rows)))?)?;
         let groups = &report.collectives.groups;
         out.set_item(
             "collective_groups",
             table(
                 py,
                 vec![
-                    ("communicator", strings(groups.iter().map(|g| g.communicator.as_str())), false),
-                    ("op", strings(groups.iter().map(|g| g.op.name())), false),
-                    ("size_bucket", strings(groups.iter().map(|g| g.size_bucket)), false),
-                    ("phase", strings(groups.iter().map(|g| g.phase.as_str())), false),
+                    ("communicator", strs(groups.iter().map(|g| g.communicator.as_str())), false),
+                    ("op", strs(groups.iter().map(|g| g.op.name())), false),
+                    ("size_bucket", strs(groups.iter().map(|g| g.size_bucket)), false),
+                    ("phase", strs(groups.iter().map(|g| g.phase.as_str())), false),
                     ("count", u64s(groups.iter().map(|g| g.count)), false),
                     ("bytes", u64s(groups.iter().map(|g| g.bytes)), false),
                     ("transfer_total_ns", i64s(groups.iter().map(|g| g.transfer_total_ns)), false),
@@ -497,7 +371,7 @@ impl Run {
                 table(
                     py,
                     vec![
-                        ("name", strings(rows.iter().map(|a| a.name.as_str())), false),
+                        ("name", strs(rows.iter().map(|a| a.name.as_str())), false),
                         ("simulated_ns", i64s(rows.iter().map(|a| a.simulated_ns)), false),
                         ("slowdown", f64s(rows.iter().map(|a| a.slowdown)), false),
                         ("removed_pct", f64s(rows.iter().map(|a| a.removed_pct)), false),

@@ -1,4 +1,4 @@
-"""`bench/scripts/duckdb_queries.py` on every sample run's Parquet dataset: DuckDB's answers agree with the report.
+"""`benchmarks/scripts/duckdb_queries.py` on every sample run's Parquet dataset: DuckDB's answers agree with the report.
 
 Needs DuckDB for Python (not installed by CI: the module is skipped there, saying so).
 """
@@ -12,7 +12,7 @@ from conftest import REPO, SAMPLE_RUNS
 
 duckdb = pytest.importorskip("duckdb", reason="skipped: duckdb is not installed for this Python (pip install duckdb)")
 
-SCRIPT = REPO / "bench" / "scripts" / "duckdb_queries.py"
+SCRIPT = REPO / "benchmarks" / "scripts" / "duckdb_queries.py"
 
 
 def export(cli, run, folder):

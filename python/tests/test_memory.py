@@ -1,5 +1,5 @@
 """``Run.memory()`` on the memory samples: the table's levels agree with the report's ``memory`` section and with
-what PyTorch printed for the same program (``bench/results/memory-check-h100-sitting1.json.gz``)."""
+what PyTorch printed for the same program (``benchmarks/results/memory-check-h100-sitting1.json.gz``)."""
 
 import shardscope
 

@@ -1,5 +1,5 @@
 //! Writes a synthetic many-rank job, one gzipped PyTorch-profiler (Kineto) trace per rank, for the Dask fleet
-//! benchmarks (`bench/scripts/fleet_bench.py`, `bench/scripts/dask_chunks_ab.py`).
+//! benchmarks (`benchmarks/scripts/fleet_bench.py`, `benchmarks/scripts/dask_chunks_ab.py`).
 //!
 //! ```text
 //! cargo run --release -p shardscope-io --example gen_fleet_job -- --ranks 512 --steps 1040 --layers 64 \

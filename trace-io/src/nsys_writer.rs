@@ -18,7 +18,7 @@
 //! those [`CuptiColumns`] into the same rows, so the file is written in one pass.
 //!
 //! What the schema cannot hold is lost on the way: a range's GPU and stream (GPU annotations
-//! become start/end ranges), and copy kinds other than the five [`CopyKind`] names. The
+//! become start/end ranges), and copy kinds other than the five [`CopyKind`](shardscope_model::CopyKind) names. The
 //! process rank, world size and host go to a table of our own, `SHARDSCOPE_PROCESS_INFO`.
 //! Whole file content goes in one transaction with prepared statements and journaling off:
 //! the file is either complete after [`Writer::finish`] or not worth keeping.
@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, Statement, params};
-use shardscope_model::{ApiKind, CopyKind, NameId, Names, ProcessIdx, RangeKind, Trace};
+use shardscope_model::{ApiKind, NameId, Names, ProcessIdx, RangeKind, Trace};
 
 use crate::Error;
 use crate::nsys::enums::ENUM_TABLES;
@@ -440,7 +440,7 @@ fn write_memops(r: &TraceRows) -> rusqlite::Result<()> {
                 for (i, value) in common.iter().enumerate() {
                     memcpy_row.raw_bind_parameter(i + 1, value)?;
                 }
-                memcpy_row.raw_bind_parameter(8, cupti_copy_kind(kind))?;
+                memcpy_row.raw_bind_parameter(8, i64::from(kind.to_cupti()))?;
                 memcpy_row.raw_bind_parameter(9, memop.src_device)?;
                 memcpy_row.raw_bind_parameter(10, memop.dst_device)?;
                 memcpy_row.raw_execute()?;
@@ -571,18 +571,6 @@ fn write_ranges(
         ])?;
     }
     Ok(())
-}
-
-/// CUPTI's `copyKind` value for a copy direction (`ENUM_CUDA_MEMCPY_OPER`).
-fn cupti_copy_kind(kind: CopyKind) -> i64 {
-    match kind {
-        CopyKind::HtoD => 1,
-        CopyKind::DtoH => 2,
-        CopyKind::DtoD => 8,
-        CopyKind::HtoH => 9,
-        CopyKind::PtoP => 10,
-        CopyKind::Other => 0,
-    }
 }
 
 fn write_error(path: &Path, error: rusqlite::Error) -> Error {

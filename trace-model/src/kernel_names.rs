@@ -1,10 +1,13 @@
 //! What a kernel's name says, in one place for every part of shardscope: the short name nsys
 //! shows, and whether the kernel is one of NCCL's.
 //!
-//! Capture stores [`short_name`] in the `shortName` column as nsys does, the Kineto reader fills
-//! [`crate::Kernel::short_name`] with it, and NCCL operations are linked only to kernels for which
-//! [`is_nccl_kernel`] holds. (Demangling happens once, in capture, which alone sees mangled names:
-//! every reader gets demangled names from its file.)
+//! Capture's merge stores [`short_name`] in the `shortName` column as nsys does and the Kineto reader
+//! fills [`crate::Kernel::short_name`] with it (nsys exports and Parquet datasets bring their own).
+//! The Kineto reader and the NCCL join of the readers (`shardscope_io::nccl`) link NCCL operations
+//! only to kernels for which [`is_nccl_kernel`] holds, and the analyzer's op-category rules are
+//! tested to agree with it. Both take demangled names: capture demangles CUPTI's mangled names in
+//! one batch as it merges, and the analyzer demangles the `_Z…` names that ROCm traces keep before
+//! it classifies them.
 //!
 //! ```
 //! use shardscope_model::kernel_names::{is_nccl_kernel, short_name};

@@ -151,6 +151,20 @@ impl CopyKind {
         }
     }
 
+    /// CUPTI's `CUpti_ActivityMemcpyKind` value for this direction, as nsys' `copyKind` column and the Parquet
+    /// dataset store it; [`CopyKind::from_cupti`] inverts it (every kind CUPTI has and this model folds into
+    /// [`CopyKind::Other`] comes back as 0, unknown).
+    pub fn to_cupti(self) -> u32 {
+        match self {
+            CopyKind::HtoD => 1,
+            CopyKind::DtoH => 2,
+            CopyKind::DtoD => 8,
+            CopyKind::HtoH => 9,
+            CopyKind::PtoP => 10,
+            CopyKind::Other => 0,
+        }
+    }
+
     /// The label nsys uses (`[CUDA memcpy Host-to-Device]` …).
     pub fn label(self) -> &'static str {
         match self {
@@ -785,6 +799,16 @@ mod tests {
             assert_eq!(op.name(), format!("{op:?}"));
             assert_eq!(CollectiveOp::parse(op.name()), op);
         }
+    }
+
+    #[test]
+    fn copy_kinds_go_to_cupti_values_and_back() {
+        use CopyKind::*;
+        for kind in [HtoD, DtoH, DtoD, HtoH, PtoP, Other] {
+            assert_eq!(CopyKind::from_cupti(i64::from(kind.to_cupti())), kind);
+        }
+        // CUPTI's own numbers (`CUPTI_ACTIVITY_MEMCPY_KIND_*`), which the nsys export and the dataset store.
+        assert_eq!((HtoD.to_cupti(), DtoH.to_cupti(), DtoD.to_cupti(), PtoP.to_cupti()), (1, 2, 8, 10));
     }
 
     #[test]

@@ -11,60 +11,11 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-use shardscope_analyzer::dependency::critical_path::{Share, build_model, critical_path};
+use shardscope_analyzer::dependency::critical_path::{build_model, critical_path};
 use shardscope_model::DeviceIdx;
 
 use crate::timeline::layout::TimelineData;
-
-/// One segment of the path, placed on a track.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PathSegment {
-    /// The track it is drawn on; `None` when the viewer has no track for its lane.
-    pub track: Option<usize>,
-    /// Start, trace ns.
-    pub start_ns: i64,
-    /// End, trace ns.
-    pub end_ns: i64,
-    /// The rank it ran on.
-    pub rank: u32,
-    /// An operation's own time (`run`), else the time before it started (`delay`).
-    pub run: bool,
-    /// The operation.
-    pub op: String,
-    /// Op category of a run; `host_gap` or `gpu_delay` of a delay.
-    pub category: String,
-    /// The edge that made it wait.
-    pub after: String,
-}
-
-/// The critical path of one step or window, ready to draw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PathOverlay {
-    /// The step, when the path is one step's.
-    pub step: Option<usize>,
-    /// The analysed window (the step's, when there is a step); `None`: the whole trace.
-    pub window_ns: Option<(i64, i64)>,
-    /// Where the path starts, trace ns.
-    pub start_ns: i64,
-    /// Last GPU end minus `start_ns`.
-    pub measured_ns: i64,
-    /// The segments, in time order.
-    pub segments: Vec<PathSegment>,
-    /// Time on the path per rank, most first.
-    pub by_rank: Vec<Share>,
-    /// Time on the path per category, most first.
-    pub by_category: Vec<Share>,
-}
-
-/// Which path: of a step (counted from 0 on each rank, as `analyzer critical-path --step`), else of a window,
-/// else of the whole trace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PathRequest {
-    /// The step.
-    pub step: Option<usize>,
-    /// The window, used when there is no step.
-    pub window_ns: Option<(i64, i64)>,
-}
+pub use crate::timeline::overlays::{PathOverlay, PathRequest, PathSegment};
 
 impl PathOverlay {
     /// The path of `request` over `data`'s traces, with the analyzer settings the viewer shows figures with; the
@@ -106,35 +57,6 @@ impl PathOverlay {
             by_rank: path.by_rank,
             by_category: path.by_category,
         })
-    }
-
-    /// Consecutive segments drawn on different tracks: the path's moves from one lane to another, as pairs of
-    /// segment indices.
-    pub fn hops(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (1..self.segments.len())
-            .filter(move |&i| {
-                let (a, b) = (&self.segments[i - 1], &self.segments[i]);
-                a.track.is_some() && b.track.is_some() && a.track != b.track
-            })
-            .map(|i| (i - 1, i))
-    }
-
-    /// One line for the toolbar: what the path is of, how long, and who is on it most.
-    pub fn summary(&self) -> String {
-        let of = match (self.step, self.window_ns) {
-            (Some(step), _) => format!("step {step}"),
-            (None, Some(_)) => "the window".to_string(),
-            (None, None) => "the whole trace".to_string(),
-        };
-        let top = |shares: &[Share]| -> String {
-            shares.iter().take(2).map(|s| format!("{} {:.0} %", s.name, s.pct)).collect::<Vec<_>>().join(", ")
-        };
-        format!(
-            "critical path of {of}: {} · {} · {}",
-            crate::timeline::paint::format_duration(self.measured_ns as f64),
-            top(&self.by_rank),
-            top(&self.by_category)
-        )
     }
 }
 

@@ -16,41 +16,11 @@ use shardscope_analyzer::dependency::critical_path::build_model;
 use shardscope_analyzer::dependency::graph::{OpKind, end_vertex, start_vertex};
 use shardscope_analyzer::dependency::whatif::no_straggler_times;
 
-use crate::critical::{Computed, PathRequest};
+use crate::critical::Computed;
 use crate::timeline::events::{EventKind, EventRef};
 use crate::timeline::layout::TimelineData;
-
-/// One GPU operation at its replayed time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdealOp {
-    /// Replayed start, trace ns.
-    pub start_ns: i64,
-    /// Replayed end, trace ns.
-    pub end_ns: i64,
-    /// Its trace.
-    pub trace: usize,
-    /// The event it replays; `None` for a CUDA graph execution, which the viewer shows no event for.
-    pub event: Option<EventRef>,
-}
-
-/// The no-straggler replay of one step or window, ready to draw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IdealReplay {
-    /// The step, when the replay is one step's.
-    pub step: Option<usize>,
-    /// The analysed window (the step's, when there is a step); `None`: the whole trace.
-    pub window_ns: Option<(i64, i64)>,
-    /// Where both times are counted from: the model's window start, trace ns.
-    pub start_ns: i64,
-    /// Last measured GPU end minus `start_ns`.
-    pub measured_ns: i64,
-    /// Last replayed GPU end minus `start_ns` (what-if's `ideal_ns`).
-    pub ideal_ns: i64,
-    /// Replayed operations per stream track, by start.
-    pub rows: HashMap<usize, Vec<IdealOp>>,
-    /// GPU operations whose stream has no track in the viewer.
-    pub unplaced: usize,
-}
+use crate::timeline::overlays::PathRequest;
+pub use crate::timeline::overlays::{IdealOp, IdealReplay};
 
 impl IdealReplay {
     /// The replay of `request` over `data`'s traces, with the analyzer settings the viewer shows figures with; the
@@ -98,40 +68,6 @@ impl IdealReplay {
             rows,
             unplaced,
         })
-    }
-
-    /// The latest replayed end of an operation in the rows, trace ns.
-    pub fn last_end_ns(&self) -> Option<i64> {
-        self.rows.values().flatten().map(|o| o.end_ns).max()
-    }
-
-    /// Slowdown `S`: measured over ideal step time (1 when there is no ideal time to divide by).
-    pub fn slowdown(&self) -> f64 {
-        if self.ideal_ns > 0 { self.measured_ns as f64 / self.ideal_ns as f64 } else { 1.0 }
-    }
-
-    /// One line for the toolbar: what the replay is of, measured against ideal time, and `S`.
-    pub fn summary(&self) -> String {
-        let of = match (self.step, self.window_ns) {
-            (Some(step), _) => format!("step {step}"),
-            (None, Some(_)) => "the window".to_string(),
-            (None, None) => "the whole trace".to_string(),
-        };
-        let unplaced = match self.unplaced {
-            0 => String::new(),
-            n => format!(" · {n} operations on streams without a track"),
-        };
-        // An ideal slower than the run is a model that does not fit it (as `analyzer what-if` says): no S then.
-        let slowdown = if self.ideal_ns > self.measured_ns {
-            "no S: the ideal is slower than measured, the model does not fit (analyzer what-if says why)".to_string()
-        } else {
-            format!("S = {:.3}", self.slowdown())
-        };
-        format!(
-            "ideal (no straggler) of {of}: measured {} · ideal {} · {slowdown}{unplaced}",
-            crate::timeline::paint::format_duration(self.measured_ns as f64),
-            crate::timeline::paint::format_duration(self.ideal_ns as f64),
-        )
     }
 }
 

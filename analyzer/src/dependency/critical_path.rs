@@ -22,6 +22,8 @@ use crate::dependency::graph::{
     BEFORE_WINDOW, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex,
 };
 use crate::figures::collectives::{self, RankKey};
+// Durations for people, as every report prints them: `1.25 ms`, `830.0 µs`, `12 ns`.
+use crate::output::render::duration as human_ns;
 use crate::report::{self, Options};
 
 /// A model ready for analysis: the graph and how its window was chosen.
@@ -463,21 +465,6 @@ pub fn perfetto_extras(
         }
     }
     extras
-}
-
-/// Nanoseconds for people: `1.25 ms`, `830.0 µs`, `12 ns`.
-pub fn human_ns(ns: i64) -> String {
-    let a = ns.unsigned_abs() as f64;
-    let sign = if ns < 0 { "-" } else { "" };
-    if a >= 1e9 {
-        format!("{sign}{:.3} s", a / 1e9)
-    } else if a >= 1e6 {
-        format!("{sign}{:.2} ms", a / 1e6)
-    } else if a >= 1e3 {
-        format!("{sign}{:.1} µs", a / 1e3)
-    } else {
-        format!("{sign}{a} ns")
-    }
 }
 
 fn shorten(text: &str, width: usize) -> String {

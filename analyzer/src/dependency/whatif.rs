@@ -23,10 +23,11 @@
 
 use serde::Serialize;
 
-use crate::dependency::critical_path::{Model, human_ns, model_lines};
+use crate::dependency::critical_path::{Model, model_lines};
 use crate::dependency::graph::{Graph, Op, end_vertex, start_vertex};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::figures::collectives::bus_factor;
+use crate::output::render::duration as human_ns;
 
 /// What a `--scale` rule applies to.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,6 +3,7 @@
 
 pub mod charts;
 pub mod colors;
+pub mod figure_tables;
 pub mod html;
 pub mod memory_charts;
 pub mod module_charts;

@@ -25,16 +25,15 @@
 //! trace's clock. Names are written as text in the event tables, and each input's string table (`string_ids`) is
 //! kept too, so that a trace read back interns its names in the same order as the one written.
 
+mod arrays;
 mod manifest;
 mod read;
 mod write;
 
+pub use arrays::{bools, f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s, u64s};
 pub use manifest::{MANIFEST_FILE, ManifestPart};
 pub use read::{guarded, is_dataset, read_dataset};
-pub use write::{
-    Column, DatasetWriter, WriteStats, bools, column, f64s, i64s, opt_f64s, opt_i64s, opt_strs, opt_u32s, opt_u64s,
-    sanitize_run_name, strs, u32s, u64s,
-};
+pub use write::{Column, DatasetWriter, WriteStats, column, sanitize_run_name};
 
 /// The version of the tables and columns this build writes and reads (`major.minor`). A reader accepts the same
 /// major version; a minor version only adds tables or nullable columns.

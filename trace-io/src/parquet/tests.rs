@@ -410,7 +410,10 @@ fn concurrent_writers_leave_one_whole_dataset_with_every_run() {
     std::thread::scope(|scope| {
         for run in ["a", "b", "c", "d"] {
             let (root, trace) = (&root, &trace);
-            scope.spawn(move || write(root, run, std::slice::from_ref(trace), &[vec![Some(0), Some(1)]]));
+            std::thread::Builder::new()
+                .name(format!("writer-{run}"))
+                .spawn_scoped(scope, move || write(root, run, std::slice::from_ref(trace), &[vec![Some(0), Some(1)]]))
+                .unwrap();
         }
     });
     let manifest = std::fs::read_to_string(root.join(super::MANIFEST_FILE)).unwrap();

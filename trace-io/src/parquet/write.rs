@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::types::UInt32Type;
-use arrow_array::{ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Int64Array, ListArray, RecordBatch, UInt32Array};
 use arrow_schema::{Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -16,6 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use shardscope_model::{ApiKind, CopyKind, DeviceIdx, RangeKind, SourceFormat, Trace};
 
+use super::arrays::{bools, i64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s, u64s};
 use super::manifest::{self, ManifestPart, PartialDir, check_destination, parent_of};
 use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
@@ -402,7 +403,7 @@ impl TraceRows<'_> {
                     column("correlationId", u32s(rows.iter().map(|i| m(i).correlation_id)), false),
                     column("globalPid", i64s(rows.iter().map(|i| self.gpid(m(i).process))), false),
                     column("bytes", u64s(rows.iter().map(|i| m(i).bytes)), false),
-                    column("copyKind", opt_u32s(rows.iter().map(|i| m(i).copy_kind.map(cupti_copy_kind))), true),
+                    column("copyKind", opt_u32s(rows.iter().map(|i| m(i).copy_kind.map(CopyKind::to_cupti))), true),
                     column("srcDeviceId", opt_u32s(rows.iter().map(|i| m(i).src_device)), true),
                     column("dstDeviceId", opt_u32s(rows.iter().map(|i| m(i).dst_device)), true),
                 ]
@@ -652,71 +653,4 @@ pub(super) fn range_kind_name(kind: RangeKind) -> &'static str {
         RangeKind::CpuAnnotation => "cpu_annotation",
         RangeKind::GpuAnnotation => "gpu_annotation",
     }
-}
-
-/// CUPTI's `copyKind` value for a copy direction (`ENUM_CUDA_MEMCPY_OPER`); [`CopyKind::from_cupti`] inverts it.
-fn cupti_copy_kind(kind: CopyKind) -> u32 {
-    match kind {
-        CopyKind::HtoD => 1,
-        CopyKind::DtoH => 2,
-        CopyKind::DtoD => 8,
-        CopyKind::HtoH => 9,
-        CopyKind::PtoP => 10,
-        CopyKind::Other => 0,
-    }
-}
-
-/// A non-null `Int64` column.
-pub fn i64s(values: impl Iterator<Item = i64>) -> ArrayRef {
-    Arc::new(Int64Array::from_iter_values(values))
-}
-
-/// A nullable `Int64` column.
-pub fn opt_i64s(values: impl Iterator<Item = Option<i64>>) -> ArrayRef {
-    Arc::new(Int64Array::from_iter(values))
-}
-
-/// A non-null `UInt32` column.
-pub fn u32s(values: impl Iterator<Item = u32>) -> ArrayRef {
-    Arc::new(UInt32Array::from_iter_values(values))
-}
-
-/// A nullable `UInt32` column.
-pub fn opt_u32s(values: impl Iterator<Item = Option<u32>>) -> ArrayRef {
-    Arc::new(UInt32Array::from_iter(values))
-}
-
-/// A non-null `UInt64` column.
-pub fn u64s(values: impl Iterator<Item = u64>) -> ArrayRef {
-    Arc::new(UInt64Array::from_iter_values(values))
-}
-
-/// A nullable `UInt64` column.
-pub fn opt_u64s(values: impl Iterator<Item = Option<u64>>) -> ArrayRef {
-    Arc::new(UInt64Array::from_iter(values))
-}
-
-/// A non-null `Utf8` column.
-pub fn strs<'a>(values: impl Iterator<Item = &'a str>) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(values))
-}
-
-/// A nullable `Utf8` column.
-pub fn opt_strs<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
-    Arc::new(StringArray::from_iter(values))
-}
-
-/// A non-null `Boolean` column.
-pub fn bools(values: impl Iterator<Item = bool>) -> ArrayRef {
-    Arc::new(BooleanArray::from_iter(values.map(Some)))
-}
-
-/// A nullable `Float64` column.
-pub fn opt_f64s(values: impl Iterator<Item = Option<f64>>) -> ArrayRef {
-    Arc::new(arrow_array::Float64Array::from_iter(values))
-}
-
-/// A non-null `Float64` column.
-pub fn f64s(values: impl Iterator<Item = f64>) -> ArrayRef {
-    Arc::new(arrow_array::Float64Array::from_iter_values(values))
 }

@@ -6,7 +6,7 @@ use shardscope_model::{ProcessIdx, Trace};
 
 use crate::collectives::CollectiveIndex;
 use crate::timeline::Selected;
-use crate::timeline::events::{EventKindInfo, dispatch};
+use crate::timeline::events::{EventKindInfo, dispatch, process_text, row};
 use crate::timeline::layout::{EventKind, EventRef, TimelineData};
 use crate::timeline::paint::format_duration;
 
@@ -68,22 +68,6 @@ pub fn ranges_around(data: &TimelineData, trace: usize, process: ProcessIdx, tid
                 .then_some(Selected { trace, event: track.events[i] })
         })
         .collect()
-}
-
-pub(crate) fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
-    ui.label(RichText::new(key).weak());
-    ui.label(value.into());
-    ui.end_row();
-}
-
-pub(crate) fn process_text(trace: &Trace, process: ProcessIdx) -> String {
-    match trace.processes.get(process.0 as usize) {
-        Some(p) => match p.rank {
-            Some(rank) => format!("rank {rank} (pid {})", p.pid),
-            None => format!("pid {}", p.pid),
-        },
-        None => "?".into(),
-    }
 }
 
 /// Shows the details of `selected`; returns what the user clicked.

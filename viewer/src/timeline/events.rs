@@ -7,12 +7,29 @@
 //! [`EventKind`], [`EventKind::ALL`] and `dispatch!`; then the tracks that show it in
 //! `layout.rs`. An [`EventRef`] whose tag names no kind is rejected ([`EventRef::from_bits`]).
 
-use egui::Color32;
-use shardscope_model::Trace;
+use egui::{Color32, RichText};
+use shardscope_model::{ProcessIdx, Trace};
 
 use super::layout::{TimelineData, TrackKind};
 use super::paint::{category_color, range_color};
-use crate::panels::details::{process_text, row};
+
+/// One key–value line of a details grid (the details panel's own lines use it too).
+pub(crate) fn row(ui: &mut egui::Ui, key: &str, value: impl Into<String>) {
+    ui.label(RichText::new(key).weak());
+    ui.label(value.into());
+    ui.end_row();
+}
+
+/// The process of an event as the details show it: its rank and pid, or its pid.
+pub(crate) fn process_text(trace: &Trace, process: ProcessIdx) -> String {
+    match trace.processes.get(process.0 as usize) {
+        Some(p) => match p.rank {
+            Some(rank) => format!("rank {rank} (pid {})", p.pid),
+            None => format!("pid {}", p.pid),
+        },
+        None => "?".into(),
+    }
+}
 
 /// What the viewer needs of one kind of event; `index` is into the kind's list of `trace`.
 pub trait EventKindInfo {
@@ -226,12 +243,14 @@ impl EventKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventRef(u32);
 
+// Every tag must fit in the bits above the index: a module-level constant, so that the compiler evaluates it
+// (an associated constant is evaluated only where something reads it).
+const _: () = assert!(EventKind::ALL.len() <= 1 << (32 - EventRef::INDEX_BITS));
+
 impl EventRef {
     /// Bits of the index; the rest hold the kind's tag.
     const INDEX_BITS: u32 = 30;
     const INDEX_MASK: u32 = (1 << Self::INDEX_BITS) - 1;
-    /// Every tag must fit in the bits above the index.
-    const _TAGS_FIT: () = assert!(EventKind::ALL.len() <= 1 << (32 - Self::INDEX_BITS));
 
     /// Packs `kind` and `index`; indices must stay below 2^30.
     pub fn new(kind: EventKind, index: usize) -> EventRef {

@@ -8,6 +8,7 @@
 pub mod events;
 pub mod layout;
 pub mod lod;
+pub mod overlays;
 pub mod paint;
 
 use std::collections::HashSet;
@@ -72,7 +73,7 @@ pub struct TimelineView {
     pub last_plot_rect: Rect,
     /// The no-straggler replay to draw in a row under each stream track that has work in it (the app sets it
     /// while the replay is on and computed).
-    pub ideal: Option<std::sync::Arc<crate::ideal::IdealReplay>>,
+    pub ideal: Option<std::sync::Arc<overlays::IdealReplay>>,
 }
 
 impl TimelineView {
@@ -264,7 +265,7 @@ pub struct Highlights {
     /// A launch → kernel arrow: (API call, kernel or memop).
     pub flow: Option<(Selected, Selected)>,
     /// The critical path to outline.
-    pub critical_path: Option<std::sync::Arc<crate::critical::PathOverlay>>,
+    pub critical_path: Option<std::sync::Arc<overlays::PathOverlay>>,
 }
 
 /// Converts one wheel event into points.

@@ -13,9 +13,8 @@ use shardscope_analyzer::output::render::{self, DurationDecimals};
 
 use std::collections::HashMap;
 
+use super::overlays::{IdealReplay, PathOverlay};
 use crate::analysis::Categories;
-use crate::critical::PathOverlay;
-use crate::ideal::IdealReplay;
 use crate::utilization::GpuBusy;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.

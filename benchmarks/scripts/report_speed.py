@@ -3,7 +3,7 @@
 `nsys stats --report cuda_gpu_kern_sum`) on generated multi-rank traces, for two or more analyzer builds
 interleaved in one sitting.
 
-    python3 bench/scripts/report_speed.py --rounds 5 \
+    python3 benchmarks/scripts/report_speed.py --rounds 5 \
         --build before=/path/to/old/analyzer --build after=target/release/analyzer \
         --trace k1m=/tmp/k1000000.sqlite [--nsys /path/to/nsys] [--deadline-s 280] --out results.json
 

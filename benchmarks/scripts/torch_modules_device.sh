@@ -4,9 +4,9 @@
 # generate under torch.compile), torch.profiler's `with_modules=True` trace of the same eager decode, then the
 # cost benchmark. Run from the repository root with the stripped `capture` and `libshardscope_inject.so` in
 # .devcarry/; results (gzipped traces, the benchmark's JSON, a log) go to $OUT.
-#   bash bench/scripts/torch_modules_device.sh captures        # the captures and the torch.profiler trace
-#   bash bench/scripts/torch_modules_device.sh bench [BUDGET_S] # the cost benchmark
-#   bash bench/scripts/torch_modules_device.sh all [BUDGET_S]   # both
+#   bash benchmarks/scripts/torch_modules_device.sh captures        # the captures and the torch.profiler trace
+#   bash benchmarks/scripts/torch_modules_device.sh bench [BUDGET_S] # the cost benchmark
+#   bash benchmarks/scripts/torch_modules_device.sh all [BUDGET_S]   # both
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -61,7 +61,7 @@ fi
 
 if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
 step cost benchmark, budget ${BUDGET}s
-python3 bench/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
+python3 benchmarks/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
     --out "$OUT/cost.json" >>"$LOG" 2>&1
 fi
 step done

@@ -9,7 +9,7 @@ configurations are run interleaved, `--repeats` rounds of all of them, and the s
 Dask result is checked to be the same JSON as the single-process one.
 
     cargo run --release -p shardscope-io --example gen_fleet_job -- --ranks 32 --out /tmp/fleet32
-    python3 bench/scripts/fleet_bench.py --job /tmp/fleet32 --workers 1,2,4,8 --repeats 3 --stages
+    python3 benchmarks/scripts/fleet_bench.py --job /tmp/fleet32 --workers 1,2,4,8 --repeats 3 --stages
 """
 
 import argparse

@@ -8,7 +8,7 @@ capture, `Qwen3Attention_0.Linear_1` from torch.profiler): anything inside the M
 linear projection inside attention is a projection; the attention module's own kernels (scores, softmax, rotary,
 reshapes) are attention; the layer's own kernels (residual adds) are `layer`.
 
-  python3 bench/scripts/module_split.py --phase decode eager.json kineto.json
+  python3 benchmarks/scripts/module_split.py --phase decode eager.json kineto.json
 """
 
 import argparse

@@ -13,7 +13,7 @@
 Writes everything it saw to `--out` (JSON) and copies the capture, the nsys export and the Kineto trace, gzipped,
 beside it.
 
-    python3 bench/scripts/memory_check.py --capture .devcarry/w30/capture --nsys-dir $D --nsys-lib .devcarry/w30/nsys-lib \
+    python3 benchmarks/scripts/memory_check.py --capture .devcarry/w30/capture --nsys-dir $D --nsys-lib .devcarry/w30/nsys-lib \
         --rounds 6 --budget-s 300 --out $OUT/memory-check.json
 """
 

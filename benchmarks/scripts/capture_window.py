@@ -19,7 +19,7 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   `capture_window.cu profiler`) captured with `--cuda-profiler-api`: the kernels in the capture file against the
   kernels the program launched between the calls (and against `nsys -c cudaProfilerApi` when nsys can export).
 
-    python3 bench/scripts/capture_window.py --capture .devcarry/capture --nsys $NSYS --budget-s 300 --out w.json
+    python3 benchmarks/scripts/capture_window.py --capture .devcarry/capture --nsys $NSYS --budget-s 300 --out w.json
 """
 
 import argparse

@@ -7,7 +7,7 @@ Each round runs every mode once, in an order rotated by one each round, so that 
 value is the sample. Every sample is written to the results file as soon as it is taken (a run cut short
 keeps what it measured), with the recorder's own summary lines for `capture`.
 
-    python3 bench/scripts/capture_overhead.py --workload tp_llm.py --capture target/release/capture \\
+    python3 benchmarks/scripts/capture_overhead.py --workload tp_llm.py --capture target/release/capture \\
         --config tp2 --config tp2-launch --config tp1 --rounds 8 --out results.json
 
 Configurations (the reference workload's environment):

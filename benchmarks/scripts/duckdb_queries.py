@@ -33,7 +33,7 @@ covers the pair); and, where the trace has them, the SQL phase attribution with 
 `kernel_count` and the step ranges with `steps.found` + `steps.skipped`. It prints whether each matched; the exit
 code is 1 when one did not.
 
-    python3 bench/scripts/duckdb_queries.py DS --rounds 10 --analyzer target/release/analyzer --time-report \
+    python3 benchmarks/scripts/duckdb_queries.py DS --rounds 10 --analyzer target/release/analyzer --time-report \
         --json times.json
 """
 

@@ -2,7 +2,7 @@
 # The report-speed sitting on a GPU host's CPUs, pinned to 16 cores: unpacks two analyzer builds and the trace
 # generator (stripped, xz-compressed, beside this script as analyzer-before.xz, analyzer-after.xz, gen_large_nsys.xz,
 # with report_speed.py), generates the 1 M- and 10 M-kernel 8-rank traces, and times both builds' `report` and
-# `kern-sum`, and `nsys stats` where Nsight Systems is installed, interleaved (bench/scripts/report_speed.py).
+# `kern-sum`, and `nsys stats` where Nsight Systems is installed, interleaved (benchmarks/scripts/report_speed.py).
 # Results go to $OUT; DEADLINE_S bounds the timed part (seconds).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -9,7 +9,7 @@ use shardscope_spool::frame::Frames;
 use shardscope_spool::nccl::NcclRecord;
 
 fn capture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../capture")
 }
 
 /// Re-encodes every record of every frame and compares the frame payloads byte for byte.

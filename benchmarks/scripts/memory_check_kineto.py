@@ -9,8 +9,8 @@ freed); and the run's `max_memory_allocated()` / `max_memory_reserved()` against
 `memory_check.py`'s own in-run comparison took the last event inside the step's span instead, which comes before the
 frees at its end, so it compares different moments; this is the comparison that means something.
 
-    python3 bench/scripts/memory_check_kineto.py sample-traces/memory/memory_probe_kineto.json.gz \
-        bench/results/memory-check-h100-sitting1.json.gz
+    python3 benchmarks/scripts/memory_check_kineto.py sample-traces/memory/memory_probe_kineto.json.gz \
+        benchmarks/results/memory-check-h100-sitting1.json.gz
 """
 
 import gzip

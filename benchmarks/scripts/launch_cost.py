@@ -8,7 +8,7 @@ steady, so this measures the added host time per launch directly: `workloads/lau
 the launch path of a real decode), both timing only the issuing of batches that never fill the launch queue.
 Each round runs every mode once, the order rotated by one each round; every sample goes to the results file.
 
-    python3 bench/scripts/launch_cost.py --capture target/release/capture --nsys nsys --rounds 5 --out launch.json
+    python3 benchmarks/scripts/launch_cost.py --capture target/release/capture --nsys nsys --rounds 5 --out launch.json
 
 Modes: uncaptured; capture (defaults); capture-kernel (kernels only, no NCCL plugin: what CUPTI's kernel timing
 alone costs); nsys (`nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none`).

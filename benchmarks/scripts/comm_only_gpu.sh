@@ -9,7 +9,7 @@
 #    all,nccl-timers`): CUPTI's kernels and NCCL's channel times of the same collectives, which checks the
 #    GPU clock placement against CUPTI's clock.
 # Results go to $OUT: the timing samples (JSON), the log, and the capture files gzipped; compare them with
-# bench/scripts/comm_only_compare.py.
+# benchmarks/scripts/comm_only_compare.py.
 #
 # Usage (repository root of the GPU machine; CARRY holds capture, libshardscope_inject.so,
 # libshardscope_nccl_profiler.so, tp_llm.py and capture_overhead.py):

@@ -4,7 +4,7 @@ default (contiguous chunks, four per worker), on the same warm `LocalCluster`, i
 swapped every round). Prints median (min–max) seconds per configuration and whether every report was the same JSON.
 
     cargo run --release -p shardscope-io --example gen_fleet_job -- --ranks 512 --steps 10 --layers 16 --out /tmp/fleet512s
-    python3 bench/scripts/dask_chunks_ab.py --job /tmp/fleet512s --buckets 16 --workers 1,2 --rounds 4
+    python3 benchmarks/scripts/dask_chunks_ab.py --job /tmp/fleet512s --buckets 16 --workers 1,2 --rounds 4
 """
 
 import argparse

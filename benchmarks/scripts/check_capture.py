@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a capture file holds for the analysis: kernels, and how many of them lack their launching call.
 
-    python3 bench/scripts/check_capture.py run.sqlite [more.sqlite ...]
+    python3 benchmarks/scripts/check_capture.py run.sqlite [more.sqlite ...]
 
 Every kernel needs the API call that launched it (its thread and start time decide its phase); this
 prints, per file and process, the kernels, the API rows by name, and the kernels with no API row of the

@@ -14,7 +14,7 @@ from NCCL's kernel-channel timers in a `--comm-only` capture. Per configuration 
 2. Between runs: medians of the `--comm-only` file against the default capture's (`capture`, else
    `capture-timers`).
 
-    python3 bench/scripts/comm_only_compare.py --dir results/ --out compare.json
+    python3 benchmarks/scripts/comm_only_compare.py --dir results/ --out compare.json
 """
 
 import argparse
