@@ -406,7 +406,9 @@ fn run(cli: Cli) -> Result<()> {
             report_command(analysis, format, top, pictures, findings_rules)
         }
         Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML),
-        Command::Findings { analysis, format, findings_rules, .. } => findings_command(analysis, format, findings_rules),
+        Command::Findings { analysis, format, findings_rules, .. } => {
+            findings_command(analysis, format, findings_rules)
+        }
         Command::Collectives { analysis, format } => collectives_command(analysis, format),
         Command::Compare { args } => compare_command(args),
         Command::Modules { traces, module_depth, phase_pattern, window, format, html } => {

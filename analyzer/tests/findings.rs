@@ -325,7 +325,7 @@ fn on_the_skewed_sample_the_savings_are_the_what_if_replays() {
 }
 
 fn human(ns: i64) -> String {
-    shardscope_analyzer::dependency::critical_path::human_ns(ns)
+    shardscope_analyzer::output::render::duration(ns)
 }
 
 /// The nsys sample has no straggler worth 2 %: no late-rank finding, and the reason with the figure. Its first

@@ -9,7 +9,9 @@ use pyo3::prelude::*;
 use shardscope_analyzer::figures::memory::cuda_series;
 use shardscope_model::{DeviceIdx, MemoryOperation, Trace};
 
-use crate::{i64s, opt_u32s, opt_u64s, strings, table, u64s};
+use shardscope_io::parquet::{i64s, opt_u32s, opt_u64s, strs, u64s};
+
+use crate::table;
 
 /// The columns of one table, filled row by row.
 #[derive(Default)]
@@ -43,12 +45,12 @@ pub(crate) fn memory_table(
         py,
         vec![
             ("rank", opt_u32s(c.rank), true),
-            ("source", strings(c.source), false),
+            ("source", strs(c.source), false),
             ("device", opt_u32s(c.device), true),
-            ("level", strings(c.level), false),
+            ("level", strs(c.level), false),
             ("time_ns", i64s(c.time_ns), false),
-            ("operation", strings(c.operation), false),
-            ("memory_kind", strings(c.memory_kind), false),
+            ("operation", strs(c.operation), false),
+            ("memory_kind", strs(c.memory_kind), false),
             ("address", u64s(c.address), false),
             ("bytes", i64s(bytes), false),
             ("in_use_bytes", opt_u64s(c.in_use_bytes), true),

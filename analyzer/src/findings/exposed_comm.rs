@@ -3,10 +3,10 @@
 //! scenario). It is the most any overlap of communication with computation can give; the evidence splits the
 //! communication time into waiting for the last rank and transfer.
 
-use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::end_vertex;
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
 
 const KIND: &str = "exposed_communication";
 

@@ -2,10 +2,10 @@
 //! replayed at no time (as keeping the data on the GPU, or prefetching it on a side stream, would). Whether a
 //! copy used pageable host memory is not in the trace model; their achieved bandwidth is given as evidence.
 
-use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::{OpKind, end_vertex};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
 use shardscope_model::CopyKind;
 
 const KIND: &str = "host_device_copies";

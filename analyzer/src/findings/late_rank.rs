@@ -4,11 +4,11 @@
 //! durations) and its input (delays before its GPU work that no recorded dependency explains: waits for data or
 //! peers the trace does not record, launch latency). The part whose replay saves most names the cause.
 
-use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::Op;
 use crate::dependency::whatif::{OwnParts, typical_own_ns};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
 
 const KIND: &str = "late_rank";
 

@@ -4,10 +4,10 @@
 //! delays before each kernel (launch latency, unrecorded waits) are kept, so the saving is what removing the
 //! host's share gives, not a GPU that never idles.
 
-use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::{GPU_DELAY, HOST, HOST_GAP, end_vertex, start_vertex};
 use crate::findings::rules::LaunchRule;
 use crate::findings::{Context, Outcome, top_by_time};
+use crate::output::render::duration as human_ns;
 
 const KIND: &str = "launch_bound";
 

@@ -24,9 +24,10 @@ pub mod warmup;
 use serde::Serialize;
 use shardscope_model::Trace;
 
-use crate::dependency::critical_path::{self, CriticalPath, Model, human_ns};
+use crate::dependency::critical_path::{self, CriticalPath, Model};
 use crate::dependency::whatif::REPLAY_TOLERANCE_PCT;
 use crate::figures::bench_peaks::BenchPeaks;
+use crate::output::render::duration as human_ns;
 use crate::report::Report;
 use rules::FindingsRules;
 

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::dependency::critical_path::human_ns;
 use crate::dependency::graph::end_vertex;
 use crate::dependency::whatif::peak_transfers;
 use crate::findings::rules::CollectiveRule;
 use crate::findings::{Context, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
 use shardscope_model::CollectiveOp;
 
 const KIND: &str = "slow_collectives";

@@ -3,10 +3,11 @@
 //! host-sync edges skipped, the calls at no time), as making them asynchronous or moving them out of the loop
 //! would; work that truly needs the result (a value read on the host) keeps a wait the trace cannot tell apart.
 
-use crate::dependency::critical_path::{human_ns, op_name};
+use crate::dependency::critical_path::op_name;
 use crate::dependency::graph::{EdgeKind, end_vertex, is_blocking_call};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet, top_names};
+use crate::output::render::duration as human_ns;
 
 const KIND: &str = "synchronising_calls";
 

@@ -3,9 +3,9 @@
 //! in the model); the saving is the bound "the warm-up steps as fast as the steady ones, and no start-up", per run
 //! only, taken on the rank where it is largest.
 
-use crate::dependency::critical_path::human_ns;
 use crate::findings::rules::WarmupRule;
 use crate::findings::{Basis, Context, Finding, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
 
 const KIND: &str = "warmup";
 

@@ -2,7 +2,7 @@
 //! that launched it, the NVTX ranges around it and its collective.
 
 use egui::{Grid, RichText};
-use shardscope_model::{ProcessIdx, Trace};
+use shardscope_model::ProcessIdx;
 
 use crate::collectives::CollectiveIndex;
 use crate::timeline::Selected;
