@@ -189,7 +189,8 @@ enum Command {
         #[arg(long, value_name = "OUT.html")]
         html: Option<PathBuf>,
     },
-    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
+    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor (slices in their
+    /// report category, matched collectives split into `waiting for rank N` and `transfer`), or with
     /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
     Export {
         /// Trace files or folders; several = ranks of one run. With `--format parquet` and no `-o`, the first is the
@@ -209,6 +210,9 @@ enum Command {
         /// The run's name in the dataset (its `run=` partition); default: the first input's file name.
         #[arg(long)]
         run: Option<String>,
+        /// Op-category rules file replacing the built-in rules, for the slices' categories; Perfetto only.
+        #[arg(long)]
+        rules: Option<PathBuf>,
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
@@ -528,15 +532,17 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Export { traces, output, window, format: ExportFormat::Perfetto, run: _ } => {
+        Command::Export { traces, output, window, format: ExportFormat::Perfetto, rules, .. } => {
             let output = output.context("--output: name the Perfetto file to write")?;
+            let classifier = rules.map_or_else(|| Ok(Classifier::builtin()), |path| Classifier::load(&path))?;
             let mut kept = window::Kept::default();
-            let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
+            let stats = shardscope::perfetto::export_file_with_notes(&traces, &output, |traces| {
                 if let Some(window_ns) = window {
-                    for trace in traces {
+                    for trace in traces.iter_mut() {
                         kept.add(window::restrict(trace, window_ns));
                     }
                 }
+                shardscope_analyzer::output::perfetto_notes::slice_notes(traces, &classifier)
             })
             .map_err(anyhow::Error::msg)?;
             let mut stderr = std::io::stderr();
@@ -557,7 +563,10 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Export { mut traces, output, window, format: ExportFormat::Parquet, run } => {
+        Command::Export { mut traces, output, window, format: ExportFormat::Parquet, run, rules } => {
+            if rules.is_some() {
+                bail!("--rules: a Parquet dataset keeps the built-in categories (the rules are for the Perfetto file)");
+            }
             if window.is_some() {
                 bail!("--window: a Parquet dataset holds whole traces (the window applies to the Perfetto export)");
             }
@@ -594,13 +603,16 @@ fn run(cli: Cli) -> Result<()> {
         Command::CriticalPath { model, limit, perfetto } => {
             let format = model.format;
             refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
+            let rules = model.analysis.rules.clone();
             let (traces, model) = load_model(model, false)?;
             let path = critical_path::critical_path(&traces, &model);
             if let Some(out) = perfetto {
                 let ideal = whatif::no_straggler_times(&model);
                 let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
+                let classifier = rules.map_or_else(|| Ok(Classifier::builtin()), |path| Classifier::load(&path))?;
+                let notes = shardscope_analyzer::output::perfetto_notes::slice_notes(&traces, &classifier);
                 let mut file = std::io::BufWriter::new(shardscope_io::output::OutputFile::create(&out)?);
-                shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
+                shardscope::perfetto::write_trace_with_notes(&traces, &notes, &extras, &mut file)
                     .and_then(|_| file.flush())
                     .with_context(|| out.display().to_string())?;
                 file.into_inner().map_err(|e| e.into_error()).with_context(|| out.display().to_string())?.commit()?;
@@ -688,6 +700,13 @@ fn perfetto_export_sentence(stats: &shardscope::perfetto::ExportStats) -> String
     );
     if stats.overlap_rows > 0 {
         text.push_str(&format!("; {} extra row(s) for slices that overlap without nesting", stats.overlap_rows));
+    }
+    if stats.categorised_slices > 0 {
+        text.push_str(&format!(
+            "; {} kernel and copy slices in their report category, {} collective kernels split into wait and \
+             transfer",
+            stats.categorised_slices, stats.split_collectives
+        ));
     }
     if stats.clamped_timestamps > 0 {
         text.push_str(&format!("; {} slice(s) before the clock's zero written at 0", stats.clamped_timestamps));
