@@ -283,6 +283,10 @@ enum Command {
         /// Run nothing: analyse the points already recorded.
         #[arg(long)]
         analyse_only: bool,
+        /// Colours of the study's charts and page: light (for slides and print) or dark (the viewer's), as
+        /// `report --chart-theme`.
+        #[arg(long, value_enum, default_value_t)]
+        chart_theme: shardscope_analyzer::output::charts::ChartTheme,
     },
 }
 
@@ -669,7 +673,8 @@ fn run(cli: Cli) -> Result<()> {
                 ModelFormat::Table => emit(&whatif::table(&report))?,
             }
         }
-        Command::Study { study, no_capture, capture, out, analyse_only } => {
+        Command::Study { study, no_capture, capture, out, analyse_only, chart_theme } => {
+            shardscope_analyzer::output::charts::set_theme(chart_theme);
             let study = shardscope_analyzer::study::Study::load(&study, out.as_deref()).map_err(anyhow::Error::msg)?;
             let capture = capture.unwrap_or_else(|| {
                 let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("capture")));

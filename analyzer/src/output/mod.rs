@@ -6,6 +6,7 @@ pub mod colors;
 pub mod html;
 pub mod module_charts;
 pub mod parquet_export;
+pub mod parquet_modules;
 pub mod perfetto_notes;
 pub mod progress;
 pub mod render;
