@@ -16,6 +16,12 @@
 //! not nest at all. Such a slice goes to an extra row beside its own, named `… (overlap N)`;
 //! [`ExportStats::overlap_rows`] counts those rows.
 //!
+//! Where an analysis says more (see [`SliceNotes`]), kernels and copies carry their op category (the
+//! slice's `category`, as the analyzer's report names it) and a matched collective kernel gets two
+//! slices nested in it: `waiting for rank N` (the rank that arrived last) and `transfer`, in the
+//! report's `wait.<type>` and `comm.<type>` categories. Summed per category over the GPU slices
+//! without children, the durations are the report's category times.
+//!
 //! Size: every event name and debug-annotation string is interned once per input trace (one
 //! packet sequence per trace) and track uuids are small numbers. A slice is a begin and an end
 //! packet: on the two-rank sample a kernel with its arguments and flow takes about 80 bytes, an
@@ -39,8 +45,8 @@ pub mod proto {
 use proto::trace_packet::{Data, OptionalTrustedPacketSequenceId, SequenceFlags};
 use proto::track_event::{NameField, Type as EventType};
 use proto::{
-    DebugAnnotation, DebugAnnotationName, EventName, InternedData, InternedString, ProcessDescriptor, ThreadDescriptor,
-    TracePacket, TrackDescriptor, TrackEvent, debug_annotation,
+    DebugAnnotation, DebugAnnotationName, EventCategory, EventName, InternedData, InternedString, ProcessDescriptor,
+    ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent, debug_annotation,
 };
 
 /// What an export wrote.
@@ -72,6 +78,53 @@ pub struct ExportStats {
     pub interned_names: u64,
     /// Slices whose timestamp (after the clock offset) was negative and was written as 0.
     pub clamped_timestamps: u64,
+    /// Kernel and copy slices written with an op category ([`SliceNotes`]).
+    pub categorised_slices: u64,
+    /// Collective kernels split into a wait and a transfer slice.
+    pub split_collectives: u64,
+}
+
+/// What an analysis knows about one trace's GPU slices, written with them so that Perfetto shows the same figures
+/// as the report: the op category of each kernel and copy, and how each matched collective kernel splits into
+/// waiting for the last rank and moving data. The exporter applies no rules of its own; the analyzer fills this in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SliceNotes {
+    /// Category names; the fields below refer to them by position.
+    pub categories: Vec<String>,
+    /// Per kernel of the trace, by index: the position of its category in `categories` (`None`, a kernel past the
+    /// list's end or a position past `categories`: no category).
+    pub kernel_categories: Vec<Option<u32>>,
+    /// The category of every memory copy.
+    pub memcpy_category: Option<u32>,
+    /// The category of every memory set.
+    pub memset_category: Option<u32>,
+    /// Matched collective kernels, by kernel index: how their time splits.
+    pub collective_splits: HashMap<u32, CollectiveSplit>,
+}
+
+/// A collective kernel's time on its rank: waiting for the last rank to arrive, then moving data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectiveSplit {
+    /// Waiting, from the kernel's start (clamped to its duration); the rest of the kernel is transfer.
+    pub wait_ns: i64,
+    /// The category of the waiting part (a position in [`SliceNotes::categories`]).
+    pub wait_category: u32,
+    /// The category of the transfer part.
+    pub transfer_category: u32,
+    /// The rank that arrived last at this collective.
+    pub late_rank: u32,
+}
+
+impl SliceNotes {
+    fn kernel_category(&self, kernel: u32) -> Option<u32> {
+        self.kernel_categories.get(kernel as usize).copied().flatten().filter(|&c| (c as usize) < self.categories.len())
+    }
+
+    /// The split of a kernel lasting `duration_ns`, its wait clamped into `0..=duration_ns`.
+    fn split(&self, kernel: u32, duration_ns: i64) -> Option<CollectiveSplit> {
+        let split = self.collective_splits.get(&kernel)?;
+        Some(CollectiveSplit { wait_ns: split.wait_ns.clamp(0, duration_ns.max(0)), ..*split })
+    }
 }
 
 /// Writes `traces` as one Perfetto trace to `out`.
@@ -154,6 +207,17 @@ pub fn write_trace_with_extra(
     extra: &[ExtraProcess],
     out: &mut impl Write,
 ) -> std::io::Result<ExportStats> {
+    write_trace_with_notes(traces, &[], extra, out)
+}
+
+/// [`write_trace_with_extra`], with `notes[i]` said of `traces[i]`'s slices (a trace past the end of `notes` has
+/// none).
+pub fn write_trace_with_notes(
+    traces: &[Trace],
+    notes: &[SliceNotes],
+    extra: &[ExtraProcess],
+    out: &mut impl Write,
+) -> std::io::Result<ExportStats> {
     let mut writer =
         PacketWriter { out, buffer: Vec::with_capacity(BUFFER_BYTES + 4096), stats: ExportStats::default() };
     let mut ids = Ids::default();
@@ -168,7 +232,7 @@ pub fn write_trace_with_extra(
     })?;
     for (position, trace) in traces.iter().enumerate() {
         let sequence_id = u32::try_from(position + 1).unwrap_or(u32::MAX);
-        TraceExport::new(trace, sequence_id, &mut ids).write(&mut writer, &mut ids)?;
+        TraceExport::new(trace, notes.get(position), sequence_id, &mut ids).write(&mut writer, &mut ids)?;
         writer.stats.traces += 1;
     }
     let flow_base = ids.last_flow_id;
@@ -288,6 +352,19 @@ pub fn export_file_with(
     output: &Path,
     prepare: impl FnOnce(&mut [Trace]),
 ) -> Result<ExportStats, Error> {
+    export_file_with_notes(inputs, output, |traces| {
+        prepare(traces);
+        Vec::new()
+    })
+}
+
+/// [`export_file_with`], where `prepare` also returns what is known of each trace's slices (see
+/// [`write_trace_with_notes`]).
+pub fn export_file_with_notes(
+    inputs: &[PathBuf],
+    output: &Path,
+    prepare: impl FnOnce(&mut [Trace]) -> Vec<SliceNotes>,
+) -> Result<ExportStats, Error> {
     // The output must not be one of the inputs (or inside one), by any name.
     let input_paths: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     shardscope_io::output::check_outputs(&[output], &input_paths).map_err(Error::Output)?;
@@ -295,12 +372,12 @@ pub fn export_file_with(
     for input in inputs {
         traces.extend(shardscope_io::load(input).map_err(Error::Input)?);
     }
-    prepare(&mut traces);
+    let notes = prepare(&mut traces);
     // Written beside the target and renamed into place: a link at its name is replaced, never followed.
     let file = shardscope_io::output::OutputFile::create(output).map_err(Error::Output)?;
     let mut file = std::io::BufWriter::new(file);
     let write_error = |error| Error::Write { path: output.to_path_buf(), error };
-    let stats = write_trace(&traces, &mut file).map_err(write_error)?;
+    let stats = write_trace_with_notes(&traces, &notes, &[], &mut file).map_err(write_error)?;
     let file = file.into_inner().map_err(|e| write_error(e.into_error()))?;
     file.commit().map_err(Error::Output)?;
     Ok(stats)
@@ -379,6 +456,10 @@ enum SliceRef {
     MemOp(u32),
     Api(u32),
     Range(u32),
+    /// The waiting part of a split collective kernel (by kernel index), nested in it.
+    Wait(u32),
+    /// The transfer part of a split collective kernel, nested in it after its waiting part.
+    Transfer(u32),
 }
 
 /// One timeline row: a track descriptor's uuid and what is needed to add overlap rows beside it.
@@ -420,6 +501,11 @@ struct Interner {
     model_names: Vec<u64>,
     /// Event names made by the exporter (`[CUDA memcpy …]`).
     fixed_names: HashMap<&'static str, u64>,
+    /// Event names made by the exporter from data (`waiting for rank 3`).
+    text_names: HashMap<String, u64>,
+    /// Category iid of each [`SliceNotes`] category (0: not interned yet).
+    categories: Vec<u64>,
+    last_category_iid: u64,
     last_name_iid: u64,
     annotation_names: HashMap<&'static str, u64>,
     last_annotation_name_iid: u64,
@@ -454,6 +540,31 @@ impl Interner {
         self.fixed_names.insert(name, self.last_name_iid);
         self.pending.event_names.push(EventName { iid: Some(self.last_name_iid), name: Some(name.to_string()) });
         self.last_name_iid
+    }
+
+    fn text_name(&mut self, name: String) -> u64 {
+        if let Some(&iid) = self.text_names.get(&name) {
+            return iid;
+        }
+        self.last_name_iid += 1;
+        self.pending.event_names.push(EventName { iid: Some(self.last_name_iid), name: Some(name.clone()) });
+        self.text_names.insert(name, self.last_name_iid);
+        self.last_name_iid
+    }
+
+    /// The iid of category `position` of `notes` (in range: see [`SliceNotes::kernel_category`]).
+    fn category(&mut self, notes: &SliceNotes, position: u32) -> u64 {
+        let slot = position as usize;
+        if slot >= self.categories.len() {
+            self.categories.resize(slot + 1, 0);
+        }
+        if self.categories[slot] == 0 {
+            self.last_category_iid += 1;
+            self.categories[slot] = self.last_category_iid;
+            let name = notes.categories.get(slot).cloned();
+            self.pending.event_categories.push(EventCategory { iid: Some(self.last_category_iid), name });
+        }
+        self.categories[slot]
     }
 
     fn annotation_name(&mut self, name: &'static str) -> u64 {
@@ -514,6 +625,7 @@ impl Interner {
     fn take_pending(&mut self) -> Option<InternedData> {
         let pending = &self.pending;
         if pending.event_names.is_empty()
+            && pending.event_categories.is_empty()
             && pending.debug_annotation_names.is_empty()
             && pending.debug_annotation_string_values.is_empty()
         {
@@ -526,6 +638,8 @@ impl Interner {
 /// Writes one input trace as one packet sequence.
 struct TraceExport<'t> {
     trace: &'t Trace,
+    /// What the analysis says of the trace's slices, if anything.
+    notes: Option<&'t SliceNotes>,
     sequence_id: u32,
     interner: Interner,
     /// Track uuid of each process.
@@ -543,7 +657,7 @@ struct TraceExport<'t> {
 }
 
 impl<'t> TraceExport<'t> {
-    fn new(trace: &'t Trace, sequence_id: u32, ids: &mut Ids) -> TraceExport<'t> {
+    fn new(trace: &'t Trace, notes: Option<&'t SliceNotes>, sequence_id: u32, ids: &mut Ids) -> TraceExport<'t> {
         // Flow ids: kernels take the block after the last trace's, copies the block after that.
         let kernel_flow_base = ids.last_flow_id;
         let memop_flow_base = kernel_flow_base + trace.kernels.len() as u64;
@@ -551,6 +665,7 @@ impl<'t> TraceExport<'t> {
         let (launch_offsets, launch_flows) = launch_flow_table(trace, kernel_flow_base, memop_flow_base);
         TraceExport {
             trace,
+            notes,
             sequence_id,
             interner: Interner::default(),
             process_tracks: Vec::new(),
@@ -651,6 +766,14 @@ impl<'t> TraceExport<'t> {
         for (i, kernel) in trace.kernels.iter().enumerate() {
             let row = self.stream_row(writer, ids, &mut rows, kernel.device, kernel.stream)?;
             self.rows[row].slices.push(SliceRef::Kernel(i as u32));
+            // The parts go right after their kernel, so that at equal times the kernel opens first.
+            let duration_ns = kernel.end_ns.saturating_sub(kernel.start_ns);
+            if let Some(split) = self.notes.and_then(|n| n.split(i as u32, duration_ns)).filter(|s| s.wait_ns > 0) {
+                self.rows[row].slices.push(SliceRef::Wait(i as u32));
+                if split.wait_ns < duration_ns {
+                    self.rows[row].slices.push(SliceRef::Transfer(i as u32));
+                }
+            }
         }
         for (i, memop) in trace.memops.iter().enumerate() {
             let row = self.stream_row(writer, ids, &mut rows, memop.device, memop.stream)?;
@@ -807,9 +930,18 @@ impl<'t> TraceExport<'t> {
             SliceRef::MemOp(i) => self.trace.memops.get(i as usize).map(|m| (m.start_ns, m.end_ns)),
             SliceRef::Api(i) => self.trace.api_calls.get(i as usize).map(|a| (a.start_ns, a.end_ns)),
             SliceRef::Range(i) => self.trace.ranges.get(i as usize).map(|r| (r.start_ns, r.end_ns)),
+            SliceRef::Wait(i) | SliceRef::Transfer(i) => self.split_span(i, matches!(slice, SliceRef::Wait(_))),
         }
         .unwrap_or_default();
         (start.saturating_add(offset), end.max(start).saturating_add(offset))
+    }
+
+    /// The waiting (`wait`) or the transfer part of a split kernel, in trace time.
+    fn split_span(&self, kernel: u32, wait: bool) -> Option<(i64, i64)> {
+        let k = self.trace.kernels.get(kernel as usize)?;
+        let split = self.notes?.split(kernel, k.end_ns.saturating_sub(k.start_ns))?;
+        let waited_until_ns = k.start_ns.saturating_add(split.wait_ns);
+        Some(if wait { (k.start_ns, waited_until_ns) } else { (waited_until_ns, k.end_ns) })
     }
 
     /// Writes a row's slices as begin/end pairs, moving a slice that would overlap its row
@@ -826,58 +958,100 @@ impl<'t> TraceExport<'t> {
             let (start, end) = self.span(slice);
             (start, std::cmp::Reverse(end))
         });
-        // Per lane (row 0 is the row itself): its track uuid and the ends of its open slices,
-        // innermost last (so the ends never increase towards the top).
-        let mut lanes: Vec<(u64, Vec<i64>)> = vec![(row.uuid, Vec::new())];
-        // The innermost open end of every lane, to find the first lane a slice nests in without
-        // visiting every lane (slices that overlap without nesting can make many lanes).
+        // Per lane (row 0 is the row itself): its track uuid and its open slices, innermost last (so
+        // the ends never increase towards the top), each with its end and whether it is kept for its
+        // own parts (a split collective kernel and its parts: nothing else may nest in them).
+        let mut lanes: Vec<(u64, Vec<(i64, bool)>)> = vec![(row.uuid, Vec::new())];
+        // The innermost open end of every lane (`i64::MIN` where it is kept), to find the first
+        // lane a slice nests in without visiting every lane (slices that overlap without nesting
+        // can make many lanes).
         let mut tops = LaneTops::default();
         tops.push();
+        let top = |open: &[(i64, bool)]| match open.last() {
+            Some(&(_, true)) => i64::MIN,
+            Some(&(end, false)) => end,
+            None => i64::MAX,
+        };
         // Every open slice by end, to close them in time order across lanes.
         let mut open: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
+        // The lane of each split kernel, where its parts go.
+        let mut split_lanes: HashMap<u32, usize> = HashMap::new();
         for slice in slices {
             let (start, end) = self.span(slice);
             // Close what ended by now; in a lane the innermost slice ends first.
             while let Some(&Reverse((open_end, lane))) = open.peek().filter(|top| top.0.0 <= start) {
                 open.pop();
-                let (uuid, open_ends) = &mut lanes[lane];
-                open_ends.pop();
-                tops.set(lane, open_ends.last().copied().unwrap_or(i64::MAX));
+                let (uuid, open_slices) = &mut lanes[lane];
+                open_slices.pop();
+                tops.set(lane, top(open_slices));
                 write_end(writer, self.sequence_id, *uuid, open_end)?;
             }
-            // The first lane whose innermost open slice ends no earlier (or that has none).
-            let lane = match tops.first_at_least(end) {
-                Some(lane) => lane,
-                None => {
-                    let uuid = ids.track_uuid();
-                    let name = format!("{} (overlap {})", row.name, lanes.len());
-                    let descriptor = TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: Some(row.overlap_parent),
-                        static_or_dynamic_name: track_name(&name),
-                        sibling_order_rank: row.order,
-                        ..TrackDescriptor::default()
-                    };
-                    self.write_descriptor(writer, descriptor)?;
-                    writer.stats.overlap_rows += 1;
-                    lanes.push((uuid, Vec::new()));
-                    tops.push();
-                    lanes.len() - 1
-                }
+            let lane = match slice {
+                // Its kernel is open (the parts lie inside it and follow it in order) and innermost in
+                // its lane (nothing else nests in it).
+                SliceRef::Wait(kernel) | SliceRef::Transfer(kernel) => match split_lanes.get(&kernel) {
+                    Some(&lane) => lane,
+                    None => continue,
+                },
+                // The first lane whose innermost open slice ends no earlier (or that has none).
+                _ => match tops.first_at_least(end) {
+                    Some(lane) => lane,
+                    None => {
+                        let uuid = self.write_overlap_row(writer, ids, row, lanes.len())?;
+                        lanes.push((uuid, Vec::new()));
+                        tops.push();
+                        lanes.len() - 1
+                    }
+                },
             };
-            let (uuid, open_ends) = &mut lanes[lane];
+            let kept = match slice {
+                SliceRef::Kernel(kernel) => self.has_parts(kernel),
+                SliceRef::Wait(_) | SliceRef::Transfer(_) => true,
+                _ => false,
+            };
+            if let (SliceRef::Kernel(kernel), true) = (slice, kept) {
+                split_lanes.insert(kernel, lane);
+            }
+            let (uuid, open_slices) = &mut lanes[lane];
             let uuid = *uuid;
-            open_ends.push(end);
-            tops.set(lane, end);
+            open_slices.push((end, kept));
+            tops.set(lane, top(open_slices));
             open.push(Reverse((end, lane)));
             self.write_begin(writer, slice, uuid, start)?;
         }
         while let Some(Reverse((open_end, lane))) = open.pop() {
-            let (uuid, open_ends) = &mut lanes[lane];
-            open_ends.pop();
+            let (uuid, open_slices) = &mut lanes[lane];
+            open_slices.pop();
             write_end(writer, self.sequence_id, *uuid, open_end)?;
         }
         Ok(())
+    }
+
+    /// True for a kernel drawn with a waiting part (see `collect_rows`).
+    fn has_parts(&self, kernel: u32) -> bool {
+        self.split_span(kernel, true).is_some_and(|(start, end)| end > start)
+    }
+
+    /// Describes overlap row `number` of `row` and returns its uuid.
+    fn write_overlap_row<W: Write>(
+        &mut self,
+        writer: &mut PacketWriter<'_, W>,
+        ids: &mut Ids,
+        row: &Row,
+        number: usize,
+    ) -> std::io::Result<u64> {
+        let uuid = ids.track_uuid();
+        let name = format!("{} (overlap {number})", row.name);
+        let descriptor = TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(row.overlap_parent),
+            static_or_dynamic_name: track_name(&name),
+            sibling_order_rank: row.order,
+            ..TrackDescriptor::default()
+        };
+        self.write_descriptor(writer, descriptor)?;
+        writer.stats.overlap_rows += 1;
+        Ok(uuid)
     }
 
     fn write_begin<W: Write>(
@@ -951,7 +1125,10 @@ impl<'t> TraceExport<'t> {
                 }
                 writer.stats.range_slices += 1;
             }
+            // Named in `add_notes`, like the categories.
+            SliceRef::Wait(_) | SliceRef::Transfer(_) => {}
         }
+        self.add_notes(&mut event, slice, &mut writer.stats);
         let interned_data = self.interner.take_pending();
         if let Some(interned) = &interned_data {
             writer.stats.interned_names += interned.event_names.len() as u64;
@@ -966,6 +1143,52 @@ impl<'t> TraceExport<'t> {
         };
         self.stamp(&mut packet, true);
         writer.write(&packet)
+    }
+}
+
+impl TraceExport<'_> {
+    /// What [`SliceNotes`] add to a slice: a kernel's or copy's category, a split collective kernel's wait,
+    /// transfer and late rank as arguments, and the name and category of the split's parts.
+    fn add_notes(&mut self, event: &mut TrackEvent, slice: SliceRef, stats: &mut ExportStats) {
+        let Some(notes) = self.notes else { return };
+        let trace = self.trace;
+        let interner = &mut self.interner;
+        let split_of = |i: u32| {
+            let kernel = trace.kernels.get(i as usize)?;
+            let duration_ns = kernel.end_ns.saturating_sub(kernel.start_ns);
+            notes.split(i, duration_ns).map(|split| (split, duration_ns))
+        };
+        let category = match slice {
+            SliceRef::Kernel(i) => {
+                if let Some((split, duration_ns)) = split_of(i) {
+                    event.debug_annotations.push(interner.uint_arg("wait_ns", split.wait_ns as u64));
+                    let transfer_ns = duration_ns.max(0) - split.wait_ns;
+                    event.debug_annotations.push(interner.uint_arg("transfer_ns", transfer_ns as u64));
+                    event.debug_annotations.push(interner.uint_arg("late_rank", u64::from(split.late_rank)));
+                }
+                notes.kernel_category(i)
+            }
+            SliceRef::MemOp(i) => match trace.memops.get(i as usize).map(|m| m.copy_kind) {
+                Some(None) => notes.memset_category,
+                Some(Some(_)) => notes.memcpy_category,
+                None => None,
+            },
+            SliceRef::Wait(i) => split_of(i).map(|(split, _)| {
+                let name = interner.text_name(format!("waiting for rank {}", split.late_rank));
+                event.name_field = Some(NameField::NameIid(name));
+                stats.split_collectives += 1;
+                split.wait_category
+            }),
+            SliceRef::Transfer(i) => split_of(i).map(|(split, _)| {
+                event.name_field = Some(NameField::NameIid(interner.fixed_name("transfer")));
+                split.transfer_category
+            }),
+            SliceRef::Api(_) | SliceRef::Range(_) => None,
+        };
+        if let Some(category) = category.filter(|&c| (c as usize) < notes.categories.len()) {
+            event.category_iids.push(interner.category(notes, category));
+            stats.categorised_slices += u64::from(matches!(slice, SliceRef::Kernel(_) | SliceRef::MemOp(_)));
+        }
     }
 }
 

@@ -496,6 +496,9 @@ fn fabricated_trace_round_trips_exactly() {
             // 5 model names used + 3 range names + the copy label.
             interned_names: 9,
             clamped_timestamps: 0,
+            // Without notes, no categories and no parts.
+            categorised_slices: 0,
+            split_collectives: 0,
         }
     );
     // Root descriptor, 7 track descriptors, and a begin and an end per slice.

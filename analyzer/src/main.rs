@@ -183,7 +183,8 @@ enum Command {
         #[arg(long, value_name = "OUT.html")]
         html: Option<PathBuf>,
     },
-    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor, or with
+    /// Write the traces (all ranks) as one Perfetto trace, for ui.perfetto.dev or trace_processor (slices in their
+    /// report category, matched collectives split into `waiting for rank N` and `transfer`), or with
     /// `--format parquet OUT_DIR TRACE…` as a Parquet dataset partitioned by run and rank, with the report's figures.
     Export {
         /// Trace files or folders; several = ranks of one run. With `--format parquet` and no `-o`, the first is the
@@ -203,6 +204,9 @@ enum Command {
         /// The run's name in the dataset (its `run=` partition); default: the first input's file name.
         #[arg(long)]
         run: Option<String>,
+        /// Op-category rules file replacing the built-in rules, for the slices' categories; Perfetto only.
+        #[arg(long)]
+        rules: Option<PathBuf>,
     },
     /// Print the built-in op-category rules (a starting point for `--rules`).
     Rules,
@@ -273,6 +277,10 @@ enum Command {
         /// Run nothing: analyse the points already recorded.
         #[arg(long)]
         analyse_only: bool,
+        /// Colours of the study's charts and page: light (for slides and print) or dark (the viewer's), as
+        /// `report --chart-theme`.
+        #[arg(long, value_enum, default_value_t)]
+        chart_theme: shardscope_analyzer::output::charts::ChartTheme,
     },
 }
 
@@ -415,10 +423,13 @@ fn run(cli: Cli) -> Result<()> {
             modules_command(traces, module_depth, phase_pattern, window, format, html)
         }
         Command::KernSum { traces, format, window } => kern_sum_command(traces, format, window),
-        Command::Export { traces, output, window, format: ExportFormat::Perfetto, run: _ } => {
-            export_perfetto_command(traces, output, window)
+        Command::Export { traces, output, window, format: ExportFormat::Perfetto, rules, .. } => {
+            export_perfetto_command(traces, output, window, rules)
         }
-        Command::Export { traces, output, window, format: ExportFormat::Parquet, run } => {
+        Command::Export { traces, output, window, format: ExportFormat::Parquet, run, rules } => {
+            if rules.is_some() {
+                bail!("--rules: a Parquet dataset keeps the built-in categories (the rules are for the Perfetto file)");
+            }
             export_parquet_command(traces, output, window, run)
         }
         Command::Rules => emit(BUILTIN_RULES_TOML),
@@ -429,7 +440,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::WhatIf { model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace, .. } => {
             what_if_command(model, no_straggler, comm_overlapped, scales, comm_at_peak, whole_trace)
         }
-        Command::Study { study, no_capture, capture, out, analyse_only } => {
+        Command::Study { study, no_capture, capture, out, analyse_only, chart_theme } => {
+            shardscope_analyzer::output::charts::set_theme(chart_theme);
             study_command(study, no_capture, capture, out, analyse_only)
         }
     }
@@ -631,15 +643,22 @@ fn kern_sum_command(traces: Vec<PathBuf>, format: KernSumFormat, window: Option<
 }
 
 /// `export`: one Perfetto trace of all ranks.
-fn export_perfetto_command(traces: Vec<PathBuf>, output: Option<PathBuf>, window: Option<(i64, i64)>) -> Result<()> {
+fn export_perfetto_command(
+    traces: Vec<PathBuf>,
+    output: Option<PathBuf>,
+    window: Option<(i64, i64)>,
+    rules: Option<PathBuf>,
+) -> Result<()> {
     let output = output.context("--output: name the Perfetto file to write")?;
+    let classifier = rules.map_or_else(|| Ok(Classifier::builtin()), |path| Classifier::load(&path))?;
     let mut kept = window::Kept::default();
-    let stats = shardscope::perfetto::export_file_with(&traces, &output, |traces| {
+    let stats = shardscope::perfetto::export_file_with_notes(&traces, &output, |traces| {
         if let Some(window_ns) = window {
-            for trace in traces {
+            for trace in traces.iter_mut() {
                 kept.add(window::restrict(trace, window_ns));
             }
         }
+        shardscope_analyzer::output::perfetto_notes::slice_notes(traces, &classifier)
     })
     .map_err(anyhow::Error::msg)?;
     let mut stderr = std::io::stderr();
@@ -705,13 +724,16 @@ fn export_parquet_command(
 fn critical_path_command(model: ModelArgs, limit: usize, perfetto: Option<PathBuf>) -> Result<()> {
     let format = model.format;
     refuse_outputs_over_inputs(&[perfetto.as_deref()], &model.analysis)?;
+    let rules = model.analysis.rules.clone();
     let (traces, model) = load_model(model, false)?;
     let path = critical_path::critical_path(&traces, &model);
     if let Some(out) = perfetto {
+        let classifier = rules.map_or_else(|| Ok(Classifier::builtin()), |path| Classifier::load(&path))?;
+        let notes = shardscope_analyzer::output::perfetto_notes::slice_notes(&traces, &classifier);
         let ideal = whatif::no_straggler_times(&model);
         let extras = critical_path::perfetto_extras(&traces, &model, &path, &ideal, "no-straggler replay");
         let mut file = std::io::BufWriter::new(shardscope_io::output::OutputFile::create(&out)?);
-        shardscope::perfetto::write_trace_with_extra(&traces, &extras, &mut file)
+        shardscope::perfetto::write_trace_with_notes(&traces, &notes, &extras, &mut file)
             .and_then(|_| file.flush())
             .with_context(|| out.display().to_string())?;
         file.into_inner().map_err(|e| e.into_error()).with_context(|| out.display().to_string())?.commit()?;
@@ -821,6 +843,13 @@ fn perfetto_export_sentence(stats: &shardscope::perfetto::ExportStats) -> String
     );
     if stats.overlap_rows > 0 {
         text.push_str(&format!("; {} extra row(s) for slices that overlap without nesting", stats.overlap_rows));
+    }
+    if stats.categorised_slices > 0 {
+        text.push_str(&format!(
+            "; {} kernel and copy slices in their report category, {} collective kernels split into wait and \
+             transfer",
+            stats.categorised_slices, stats.split_collectives
+        ));
     }
     if stats.clamped_timestamps > 0 {
         text.push_str(&format!("; {} slice(s) before the clock's zero written at 0", stats.clamped_timestamps));

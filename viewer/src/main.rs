@@ -1,6 +1,7 @@
 //! `viewer [TRACE...]`: the shardscope timeline.
 //!
-//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits. `--window`, `--tab`,
+//! With `--screenshot out.png` it renders the loaded traces once, headless, and exits (exit code 2 for bad input,
+//! 1 where no renderer can draw headless, each with one line on standard error). `--window`, `--tab`,
 //! `--critical-path` and `--ideal` say what to show, with or without `--screenshot`.
 
 use std::path::PathBuf;
@@ -146,7 +147,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("viewer: {e:#}");
-            ExitCode::from(2)
+            // A machine that cannot draw headless is not bad input.
+            let no_renderer = e.downcast_ref::<shardscope_viewer::screenshot::NoRenderer>().is_some();
+            ExitCode::from(if no_renderer { 1 } else { 2 })
         }
     }
 }

@@ -177,3 +177,28 @@ fn ideal_replay_is_drawn_in_screenshots() {
     assert!(lines[0].contains("ideal replay") && lines[0].contains("999"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn no_renderer_is_one_line_naming_the_cause_and_a_non_zero_exit() {
+    let dir = temp_dir("no-renderer");
+    let trace_path = dir.join("one_rank.sqlite");
+    let trace =
+        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
+    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let png = dir.join("out.png");
+    // Linux has no Metal: no adapter at all. Without a session directory, Mesa's EGL would print its complaint
+    // while probing; none of that reaches the terminal.
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .env("WGPU_BACKEND", "metal")
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["--screenshot", png.to_str().unwrap(), trace_path.to_str().unwrap()])
+        .output()
+        .expect("runs viewer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("viewer: --screenshot: no GPU or software renderer"), "{stderr}");
+    assert!(!png.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,6 +8,8 @@ pub mod html;
 pub mod memory_charts;
 pub mod module_charts;
 pub mod parquet_export;
+pub mod parquet_modules;
+pub mod perfetto_notes;
 pub mod progress;
 pub mod render;
 pub mod summary;

@@ -2,6 +2,8 @@
 //! [`shardscope_io::parquet`]), plus the report's figures and the matched collective instances as tables of
 //! their own, partitioned the same way (by run and rank), so that SQL over the dataset sees what the report says.
 //!
+//! The module table of `analyzer modules` is the `modules` table (`parquet_modules.rs`).
+//!
 //! The report tables are derived: reading the dataset back (`analyzer report OUT_DIR`) rebuilds the traces from
 //! the trace tables and analyses them again; the figures tables are never read back.
 
@@ -31,6 +33,7 @@ pub fn export(root: &Path, run: &str, traces: &[Trace], options: &Options) -> Re
     let mut stats = writer.write_traces(traces, &device_ranks)?;
     write_figures(&writer, &report, &mut stats)?;
     write_instances(&writer, &report, traces, &device_ranks, &mut stats)?;
+    crate::output::parquet_modules::write_modules(&writer, traces, &mut stats)?;
     writer.finish()?;
     Ok(stats)
 }
