@@ -18,6 +18,6 @@ for r in $(seq 0 $(( ${ROUNDS:-12} - 1 ))); do
       line=$(CUDA_VISIBLE_DEVICES=0 taskset -c 4 $C --force --no-nccl-plugin --trace $m -o /tmp/m.sqlite -- python3 $W 200 100 2>/dev/null | grep launch_ns)
     fi
     t1=$(date +%s.%N)
-    echo "$r $m $(echo $line | awk '{print $3}') $(echo "$t1 - $t0" | bc)" >> $OUT/mem_cost.tsv
+    echo "$r $m $(echo $line | awk '{print $3}') $(awk "BEGIN { print $t1 - $t0 }")" >> $OUT/mem_cost.tsv
   done
 done
