@@ -27,7 +27,7 @@ use crate::dependency::critical_path::{Model, model_lines};
 use crate::dependency::graph::{Graph, Op, end_vertex, start_vertex};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::figures::collectives::bus_factor;
-use crate::output::render::duration as human_ns;
+use crate::output::render::{duration as human_ns, push_wrapped};
 
 /// What a `--scale` rule applies to.
 #[derive(Debug, Clone, PartialEq)]
@@ -584,30 +584,6 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
 
 fn ratio(a: i64, b: i64) -> f64 {
     if b > 0 { a as f64 / b as f64 } else { 0.0 }
-}
-
-/// The widest line of the table's sentences, in characters.
-const LINE_COLUMNS: usize = 100;
-
-/// `text` after `first` and then wrapped at word boundaries to [`LINE_COLUMNS`], continued under `indent`.
-fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
-    let mut line = first.to_string();
-    let mut words_on_line = 0;
-    for word in text.split(' ') {
-        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
-            out.push_str(&line);
-            out.push('\n');
-            line = indent.to_string();
-            words_on_line = 0;
-        }
-        if words_on_line > 0 {
-            line.push(' ');
-        }
-        line.push_str(word);
-        words_on_line += 1;
-    }
-    out.push_str(&line);
-    out.push('\n');
 }
 
 /// The report as a table.

@@ -27,7 +27,7 @@ use shardscope_model::Trace;
 use crate::dependency::critical_path::{self, CriticalPath, Model};
 use crate::dependency::whatif::REPLAY_TOLERANCE_PCT;
 use crate::figures::bench_peaks::BenchPeaks;
-use crate::output::render::duration as human_ns;
+use crate::output::render::{duration as human_ns, push_wrapped};
 use crate::report::Report;
 use rules::FindingsRules;
 
@@ -357,31 +357,6 @@ pub fn table(findings: &Findings) -> String {
         }
     }
     out
-}
-
-/// The widest line of the table, in characters.
-const LINE_COLUMNS: usize = 100;
-
-/// `text` after `first`, wrapped at spaces to [`LINE_COLUMNS`] and continued under `indent` (a word longer than a
-/// line stays whole).
-fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
-    let mut line = first.to_string();
-    let mut words_on_line = 0;
-    for word in text.split(' ') {
-        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
-            out.push_str(&line);
-            out.push('\n');
-            line = indent.to_string();
-            words_on_line = 0;
-        }
-        if words_on_line > 0 {
-            line.push(' ');
-        }
-        line.push_str(word);
-        words_on_line += 1;
-    }
-    out.push_str(&line);
-    out.push('\n');
 }
 
 /// The findings as the first section of the HTML report: a table of the findings, most worth first.

@@ -730,6 +730,31 @@ fn kernel_summary_cells(row: &KernelSummaryRow) -> [String; 9] {
     ]
 }
 
+/// The widest line of the sentences of the text tables (what-if, findings), in characters.
+pub const LINE_COLUMNS: usize = 100;
+
+/// `text` after `first`, wrapped at spaces to [`LINE_COLUMNS`] and continued under `indent` (a word longer than a
+/// line stays whole).
+pub fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
+    let mut line = first.to_string();
+    let mut words_on_line = 0;
+    for word in text.split(' ') {
+        if words_on_line > 0 && line.chars().count() + 1 + word.chars().count() > LINE_COLUMNS {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_string();
+            words_on_line = 0;
+        }
+        if words_on_line > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words_on_line += 1;
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
 #[cfg(test)]
 mod tests {
     use super::nsys_decimal1;
