@@ -3,7 +3,7 @@
 //!
 //! - `cfg(shared_traces)` and `SHARDSCOPE_SHARED_TRACES` (the folder's path): the public traces in
 //!   `<workspace>/../shared/traces`, or `$SHARDSCOPE_SHARED_DIR/traces` where that variable is set.
-//! - `cfg(headless_browser)` and `SHARDSCOPE_BROWSER`: a Chromium-family browser on PATH, for `tests/browser.rs`.
+//! - `cfg(headless_browser)` and `SHARDSCOPE_BROWSER`: a Chromium-family browser on PATH, for `tests/suite/browser.rs`.
 //!
 //! Both are looked for when the crate is first built: PATH is not watched (a changed PATH, as in pip's build
 //! environment, would rebuild the crate), nor a missing folder (cargo would rebuild it on every run). After
@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 
-/// The names `tests/browser.rs` runs, in order of preference.
+/// The names `tests/suite/browser.rs` runs, in order of preference.
 const BROWSERS: [&str; 5] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"];
 
 fn main() {

@@ -15,7 +15,7 @@
 //! # Ok::<(), shardscope_io::Error>(())
 //! ```
 
-// The wings, each using only those listed before it (`tests/wings.rs` checks it; the comments between them keep
+// The wings, each using only those listed before it (`tests/suite/wings.rs` checks it; the comments between them keep
 // rustfmt from sorting them).
 // Figures of one trace: op categories, intervals, kernel summary, matched collectives, window, run identity.
 pub mod figures;

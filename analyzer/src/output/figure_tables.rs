@@ -4,7 +4,7 @@
 //! Every column carries its name in the Parquet dataset (`spanNs`, camelCase like the trace tables) and its name in
 //! the Python package's tables (`span_ns`, snake_case) side by side, with how its values come from a row. The
 //! dataset writer ([`crate::output::parquet_export`]) writes [`TableDef::dataset_columns`], the Python module
-//! (`shardscope._native`) hands [`TableDef::python_columns`] to pyarrow; `tests/figure_tables.rs` compares the two
+//! (`shardscope._native`) hands [`TableDef::python_columns`] to pyarrow; `tests/suite/figure_tables.rs` compares the two
 //! schemas. The Python tables keep fewer columns (those the report's JSON does not already carry per rank) and an
 //! order of their own, older than this definition: [`TableDef::python_order`].
 

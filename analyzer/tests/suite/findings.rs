@@ -1,0 +1,418 @@
+//! Findings: each type on a synthetic trace whose saving is worked out by hand (in the test's comment), on a trace
+//! built without the cause (it must not fire), and on the two-rank sample captures, where every stated saving must
+//! equal what `analyzer what-if` replays for the same change.
+
+use crate::common;
+
+use std::path::Path;
+
+use common::{analyzer, assert_one_line_error, repo_root, shared_traces};
+use serde_json::Value;
+use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
+use shardscope_analyzer::findings::rules::FindingsRules;
+use shardscope_analyzer::findings::{self, Basis, Finding, Findings};
+use shardscope_analyzer::report::{self, Options};
+use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
+use shardscope_model::{ApiCall, Collective, CollectiveOp, CopyKind, Device, Kernel, MemOp, Process, Trace};
+
+const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
+const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+const ELEMENTWISE: &str = "void at::native::vectorized_elementwise_kernel<4>(int)";
+const NORM: &str = "void at::native::vectorized_layer_norm_kernel<float>(int)";
+/// The all-reduces' message size: 1 MiB.
+const BYTES: u64 = 1 << 20;
+
+/// One rank's trace, written as host calls on thread 1 and the GPU work they launch on stream 7.
+struct RankBuilder {
+    trace: Trace,
+    next_correlation: u32,
+}
+
+impl RankBuilder {
+    fn new(rank: u32) -> RankBuilder {
+        let mut trace = Trace::default();
+        trace.source.path = format!("synthetic-rank{rank}");
+        let process = trace.add_process(Process { pid: 100 + rank, rank: Some(rank), ..Process::default() });
+        trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
+        RankBuilder { trace, next_correlation: 1 }
+    }
+
+    /// A host call `[start_ns, end_ns)`; returns its correlation id.
+    fn call(&mut self, name: &str, start_ns: i64, end_ns: i64) -> u32 {
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let name = self.trace.names.intern(name);
+        let process = shardscope_model::ProcessIdx(0);
+        self.trace.api_calls.push(ApiCall {
+            start_ns,
+            end_ns,
+            name,
+            process,
+            tid: 1,
+            correlation_id,
+            ..ApiCall::default()
+        });
+        correlation_id
+    }
+
+    /// A 10 ns `cudaLaunchKernel` at `call_ns` launching `name` at `[start_ns, end_ns)`; an all-reduce is instance 0
+    /// of communicator 1, of `BYTES`.
+    fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
+        let correlation_id = self.call("cudaLaunchKernel_v7000", call_ns, call_ns + 10);
+        let collective = (name == ALL_REDUCE).then(|| {
+            self.trace.collectives.push(Collective {
+                op: CollectiveOp::AllReduce,
+                communicator: Some(1),
+                seq: Some(0),
+                bytes: Some(BYTES),
+                ..Collective::default()
+            });
+            self.trace.collectives.len() as u32 - 1
+        });
+        let name = self.trace.names.intern(name);
+        self.trace.kernels.push(Kernel {
+            start_ns,
+            end_ns,
+            name,
+            short_name: name,
+            device: shardscope_model::DeviceIdx(0),
+            process: shardscope_model::ProcessIdx(0),
+            stream: 7,
+            correlation_id,
+            collective,
+            ..Kernel::default()
+        });
+    }
+
+    /// A 10 ns `cudaMemcpyAsync` at `call_ns` copying `bytes` host to device at `[start_ns, end_ns)`.
+    fn copy_to_device(&mut self, call_ns: i64, bytes: u64, start_ns: i64, end_ns: i64) {
+        let correlation_id = self.call("cudaMemcpyAsync_v3020", call_ns, call_ns + 10);
+        self.trace.memops.push(MemOp {
+            start_ns,
+            end_ns,
+            copy_kind: Some(CopyKind::HtoD),
+            bytes,
+            device: shardscope_model::DeviceIdx(0),
+            process: shardscope_model::ProcessIdx(0),
+            stream: 7,
+            correlation_id,
+            ..MemOp::default()
+        });
+    }
+
+    fn finish(mut self) -> Trace {
+        self.trace.finish();
+        self.trace
+    }
+}
+
+fn find(traces: &[Trace], bench: Option<&BenchPeaks>) -> Findings {
+    let options = Options::default();
+    let report = report::analyze(traces, &options);
+    findings::findings(traces, &report, &options, bench, &FindingsRules::builtin()).expect("the traces model")
+}
+
+fn fired<'a>(found: &'a Findings, kind: &str) -> Option<&'a Finding> {
+    found.findings.iter().find(|f| f.kind == kind)
+}
+
+/// Two ranks: a GEMM, an all-reduce of `transfer_ns`, then an elementwise kernel (and on rank 0 a norm after it).
+/// Rank 1's host pauses `late_ns` before launching its all-reduce.
+fn two_ranks(late_ns: i64, transfer_ns: i64) -> [Trace; 2] {
+    let (x, t) = (late_ns, transfer_ns);
+    let mut rank0 = RankBuilder::new(0);
+    rank0.launch(0, GEMM, 10, 1_010);
+    rank0.launch(20, ALL_REDUCE, 1_010, 1_010 + x + t);
+    rank0.launch(40, ELEMENTWISE, 1_010 + x + t, 1_510 + x + t);
+    rank0.launch(60, NORM, 1_510 + x + t, 1_610 + x + t);
+    let mut rank1 = RankBuilder::new(1);
+    rank1.launch(0, GEMM, 10, 1_010);
+    rank1.launch(1_000 + x, ALL_REDUCE, 1_010 + x, 1_010 + x + t);
+    rank1.launch(1_020 + x, ELEMENTWISE, 1_010 + x + t, 1_510 + x + t);
+    [rank0.finish(), rank1.finish()]
+}
+
+/// Rank 1's host pauses X = 5 µs before its all-reduce, so rank 0 waits X at it; the run is 1,810 ns + X. Given the
+/// typical own times of rank 0 (a 10 ns host gap, no GPU delay), rank 1 launches in time: the run is 1,810 ns, X
+/// saved. Its host path alone saves X − 10 (its all-reduce still starts 10 ns after the launch, as measured); its
+/// GPU delays alone 10 ns; its kernels nothing: the cause is the host launch path. Without the pause it does not fire.
+#[test]
+fn a_late_rank_is_worth_its_lateness_and_blamed_on_its_host() {
+    const X: i64 = 5_000;
+    let found = find(&two_ranks(X, 200), None);
+    assert_eq!((found.measured_ns, found.replay_ns), (1_810 + X, 1_810 + X));
+    let top = &found.findings[0];
+    assert_eq!(top.kind, "late_rank", "{found:#?}");
+    assert_eq!((top.saving_ns, top.saving_per_run_ns, top.saving_per_step_ns), (X, X, None));
+    assert_eq!(top.basis, Basis::Replay);
+    assert_eq!(top.title, "rank 1 is late, mostly through its host launch path");
+    assert!(top.evidence[0].contains("host launch path saves 5.0 µs, own kernels 0 ns, input 10 ns"), "{top:?}");
+
+    let on_time = find(&two_ranks(0, 200), None);
+    assert!(fired(&on_time, "late_rank").is_none(), "{on_time:#?}");
+    assert!(on_time.quiet.iter().any(|q| q.kind == "late_rank" && q.why.contains("saves 0 ns")), "{on_time:#?}");
+}
+
+/// Without a late rank the 200 ns all-reduce is all on the path (1,810 ns): communicating for free ends the step
+/// at 1,610 ns, 200 ns (11 %) saved. Two ranks without communication have none to expose.
+#[test]
+fn exposed_communication_is_worth_the_communication_on_the_path() {
+    let found = find(&two_ranks(0, 200), None);
+    let exposed = fired(&found, "exposed_communication").expect("fires");
+    assert_eq!((exposed.saving_ns, exposed.saving_per_run_ns), (200, 200));
+    assert_eq!(found.findings[0].kind, "exposed_communication");
+
+    let mut alone = [RankBuilder::new(0), RankBuilder::new(1)];
+    for rank in &mut alone {
+        rank.launch(0, GEMM, 10, 1_010);
+        rank.launch(20, ELEMENTWISE, 1_010, 1_510);
+    }
+    let quiet = find(&alone.map(RankBuilder::finish), None);
+    assert!(quiet.findings.is_empty(), "{quiet:#?}");
+    assert!(quiet.quiet.iter().any(|q| q.kind == "exposed_communication" && q.why.contains("no communication")));
+}
+
+/// Four 100 ns kernels, each launched 1 µs after the last by a 10 ns call and starting 5 ns after it: the run is
+/// 3,105 ns, nearly all host gaps. With a free host launch path every call is at 0 and each kernel starts its
+/// measured 5 ns after the previous one ends: 4 × 105 = 420 ns, 2,685 ns saved. Kernels launched ahead of the GPU
+/// (all calls at the start) leave nothing to save.
+#[test]
+fn a_launch_bound_run_is_worth_its_host_gaps() {
+    let mut r = RankBuilder::new(0);
+    for i in 0..4 {
+        r.launch(1_000 * i, ELEMENTWISE, 1_000 * i + 5, 1_000 * i + 105);
+    }
+    let found = find(&[r.finish()], None);
+    assert_eq!(found.measured_ns, 3_105);
+    let launch = fired(&found, "launch_bound").expect("fires");
+    assert_eq!(launch.saving_ns, 3_105 - 420);
+    assert_eq!(found.findings[0].kind, "launch_bound");
+
+    let mut ahead = RankBuilder::new(0);
+    for i in 0..4 {
+        ahead.launch(20 * i, GEMM, 100 + 1_000 * i, 1_100 + 1_000 * i);
+    }
+    let quiet = find(&[ahead.finish()], None);
+    assert!(quiet.findings.is_empty(), "{quiet:#?}");
+}
+
+/// A GEMM (10..1,010), a stream synchronise 20..1,020 that returns 10 ns after it, 480 ns of host work, then a
+/// launch at 1,500 of a kernel at 1,510..1,610. Without the host waiting, the sync returns at 20, the launch comes
+/// at 500 and the kernel runs right after the GEMM, 10 ns after its possible start as measured: 1,020..1,120,
+/// 490 ns saved. The same run without the synchronise does not fire.
+#[test]
+fn a_synchronising_call_is_worth_the_host_wait_it_forces() {
+    let mut r = RankBuilder::new(0);
+    r.launch(0, GEMM, 10, 1_010);
+    r.call("cudaStreamSynchronize_v3020", 20, 1_020);
+    r.launch(1_500, ELEMENTWISE, 1_510, 1_610);
+    let found = find(&[r.finish()], None);
+    let sync = fired(&found, "synchronising_calls").expect("fires");
+    assert_eq!((found.measured_ns, sync.saving_ns), (1_610, 490));
+    assert!(sync.evidence[0].starts_with("1 blocking calls in the window: cudaStreamSynchronize_v3020 ×1"));
+
+    let mut free = RankBuilder::new(0);
+    free.launch(0, GEMM, 10, 1_010);
+    free.launch(20, ELEMENTWISE, 1_010, 1_110);
+    let quiet = find(&[free.finish()], None);
+    assert!(quiet.quiet.iter().any(|q| q.kind == "synchronising_calls" && q.why == "no blocking calls in the window"));
+}
+
+/// A 500 ns host-to-device copy (10..510) before a 1 µs GEMM that needs it (510..1,510): with the copy free the
+/// GEMM starts at its launch, 20 ns, and ends at 1,020: 490 ns saved. A device-side run has no copy to blame.
+#[test]
+fn a_host_device_copy_is_worth_its_time_on_the_path() {
+    let mut r = RankBuilder::new(0);
+    r.copy_to_device(0, 64 << 20, 10, 510);
+    r.launch(20, GEMM, 510, 1_510);
+    let found = find(&[r.finish()], None);
+    let copies = fired(&found, "host_device_copies").expect("fires");
+    assert_eq!((found.measured_ns, copies.saving_ns), (1_510, 490));
+    assert!(copies.evidence[0].starts_with("1 copies host to device: 67.1 MB in 500 ns"), "{copies:?}");
+
+    let mut r = RankBuilder::new(0);
+    r.launch(20, GEMM, 510, 1_510);
+    let quiet = find(&[r.finish()], None);
+    assert!(fired(&quiet, "host_device_copies").is_none());
+}
+
+/// `bench` results of a 2-rank all-reduce: 1 MiB in `small_us`, 4 MiB in `large_us`.
+fn bench_file(dir: &Path, small_us: f64, large_us: f64) -> BenchPeaks {
+    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results/h200x2.json");
+    let mut results = BenchResults::load(&template).expect("the bundled bench results load");
+    let row = |bytes: u64, time_us: f64| {
+        let algbw_gbps = bytes as f64 / (time_us * 1e3);
+        let (op, dtype) = (BenchOp::AllReduce, "bf16".into());
+        // Two ranks: the all-reduce's bus factor is 1.
+        CollectiveResult { op, nranks: 2, dtype, bytes, time_us, algbw_gbps, busbw_gbps: algbw_gbps }
+    };
+    results.collectives = vec![row(BYTES, small_us), row(4 * BYTES, large_us)];
+    let path = dir.join("bench.json");
+    std::fs::write(&path, serde_json::to_string(&results).unwrap()).unwrap();
+    BenchPeaks::load(&path).expect("written results load")
+}
+
+/// A 2 µs all-reduce of 1 MiB that bench moves in 0.5 µs: at the measured bus bandwidth the run ends 1,500 ns
+/// earlier (3,610 → 2,110 ns). Bench reaches its best at 4 MiB: with 4 MiB in 0.5 µs too, 1 MiB gets a quarter of
+/// the best, latency-bound; with 4 MiB in 2 µs, all of it, bandwidth-bound. A bench as slow as the run saves nothing.
+#[test]
+fn slow_collectives_are_worth_the_gap_to_the_measured_link() {
+    let traces = two_ranks(0, 2_000);
+    let dir = tempfile::tempdir().unwrap();
+    let found = find(&traces, Some(&bench_file(dir.path(), 0.5, 0.5)));
+    let slow = fired(&found, "slow_collectives").expect("fires");
+    assert_eq!((found.measured_ns, slow.saving_ns), (3_610, 1_500));
+    assert!(slow.title.contains("latency-bound"), "{slow:?}");
+    let found = find(&traces, Some(&bench_file(dir.path(), 0.5, 2.0)));
+    assert!(fired(&found, "slow_collectives").expect("fires").title.contains("bandwidth-bound"));
+
+    let as_slow = find(&traces, Some(&bench_file(dir.path(), 2.0, 8.0)));
+    assert!(fired(&as_slow, "slow_collectives").is_none(), "{as_slow:#?}");
+    let without_bench = find(&traces, None);
+    assert!(without_bench.quiet.iter().any(|q| q.kind == "slow_collectives" && q.why.contains("needs --bench")));
+}
+
+fn findings_json(trace: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["findings", trace.to_str().unwrap(), "--format", "json"];
+    args.extend_from_slice(extra);
+    let output = analyzer(&args);
+    assert!(output.status.success(), "{}: {}", trace.display(), String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn what_if_json(trace: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["what-if", trace.to_str().unwrap(), "--format", "json"];
+    args.extend_from_slice(extra);
+    let output = analyzer(&args);
+    assert!(output.status.success(), "{}: {}", trace.display(), String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn finding<'a>(found: &'a Value, kind: &str) -> Option<&'a Value> {
+    found["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind)
+}
+
+/// The skewed sample: rank 1 sleeps before some steps' launches. The late-rank finding names rank 1 and its host,
+/// and its saving is what `what-if --scale rank1=1.0` replays (within 1 %); exposed communication, were it given,
+/// would be what `--comm-overlapped` replays. Replayed findings come first, the largest saving first.
+#[test]
+fn on_the_skewed_sample_the_savings_are_the_what_if_replays() {
+    let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
+    let found = findings_json(&trace, &[]);
+    let late = finding(&found, "late_rank").expect("a late rank on the skewed capture");
+    assert!(late["title"].as_str().unwrap().starts_with("rank 1 is late, mostly through its host launch path"));
+    let replay = what_if_json(&trace, &["--scale", "rank1=1.0"]);
+    assert_eq!(replay["measured_ns"], found["measured_ns"]);
+    let replayed = replay["measured_ns"].as_i64().unwrap() - replay["simulated_ns"].as_i64().unwrap();
+    let stated = late["saving_ns"].as_i64().unwrap();
+    assert!((stated - replayed).abs() as f64 <= 0.01 * replayed as f64, "{stated} vs {replayed}");
+
+    let overlapped = what_if_json(&trace, &["--comm-overlapped"]);
+    let comm_saving = overlapped["measured_ns"].as_i64().unwrap() - overlapped["simulated_ns"].as_i64().unwrap();
+    let comm_quiet = found["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == "exposed_communication").unwrap();
+    assert!(
+        comm_quiet["why"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("full overlap of communication saves {}", human(comm_saving)))
+    );
+
+    let list = found["findings"].as_array().unwrap();
+    let replayed: Vec<i64> =
+        list.iter().filter(|f| f["basis"] == "replay").map(|f| f["saving_per_run_ns"].as_i64().unwrap()).collect();
+    assert!(replayed.windows(2).all(|w| w[0] >= w[1]), "{replayed:?}");
+    assert_eq!(list[0]["basis"], "replay");
+}
+
+fn human(ns: i64) -> String {
+    shardscope_analyzer::output::render::duration(ns)
+}
+
+/// The nsys sample has no straggler worth 2 %: no late-rank finding, and the reason with the figure. Its first
+/// step and start-up are 72 % of the run: the warm-up bound fires, listed after the replayed findings.
+#[test]
+fn on_the_nsys_sample_no_late_rank_and_a_warmup_bound() {
+    let found = findings_json(&repo_root().join("sample-traces/tp2_nsys.sqlite.gz"), &[]);
+    assert!(finding(&found, "late_rank").is_none(), "{found:#}");
+    let warmup = finding(&found, "warmup").expect("warm-up fires");
+    assert_eq!(warmup["basis"], "bound");
+    assert!(warmup["saving_per_step_ns"].is_null());
+    assert!(warmup["saving_pct"].as_f64().unwrap() > 20.0);
+    assert_eq!(found["findings"].as_array().unwrap().last().unwrap()["kind"], "warmup");
+}
+
+/// Thresholds come from the rules file: at 100 % nothing fires; a broken file is one line and exit 2; the
+/// built-in file is printed by --print-rules and reads back.
+#[test]
+fn thresholds_come_from_the_rules_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let strict = FindingsRules::builtin_text()
+        .replace("= 2.0", "= 100.0")
+        .replace("= 1.0", "= 100.0")
+        .replace("= 5.0", "= 100.0")
+        .replace("= 20.0", "= 100.0");
+    let path = dir.path().join("strict.toml");
+    std::fs::write(&path, strict).unwrap();
+    let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
+    let found = findings_json(&trace, &["--findings-rules", path.to_str().unwrap()]);
+    assert!(found["findings"].as_array().unwrap().is_empty(), "{found:#}");
+
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[late_rank]\nmin_saving_pct = 2.0\nthreshold = 3\n").unwrap();
+    let output = analyzer(&["findings", trace.to_str().unwrap(), "--findings-rules", broken.to_str().unwrap()]);
+    assert_one_line_error(&output, "broken.toml");
+
+    let printed = analyzer(&["findings", "--print-rules"]);
+    assert!(printed.status.success());
+    let text = String::from_utf8(printed.stdout).unwrap();
+    assert_eq!(FindingsRules::from_toml(&text, "printed").unwrap(), FindingsRules::builtin());
+}
+
+/// `report` puts the findings first: the table starts with them, the JSON's first key is `findings`.
+#[test]
+fn report_shows_the_findings_first() {
+    let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
+    let table = analyzer(&["report", trace.to_str().unwrap()]);
+    assert!(table.status.success());
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with("findings for steps 1 to 17"));
+    let section = &table[..table.find("\nsummary: ").expect("the summary follows")];
+    for line in section.lines() {
+        assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+    }
+    let json = analyzer(&["report", trace.to_str().unwrap(), "--format", "json"]);
+    let text = String::from_utf8(json.stdout).unwrap();
+    assert!(text.starts_with("{\n  \"findings\": {"), "{}", &text[..200]);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["findings"], findings_json(&trace, &[]));
+
+    // The HTML page: the findings table before the per-rank table, the top finding's title in it.
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let output = analyzer(&["report", trace.to_str().unwrap(), "--html", page.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let findings_at = html.find("<h2>Findings</h2>").expect("a findings section");
+    assert!(findings_at < html.find("<h2>Per rank</h2>").unwrap());
+    let top = value["findings"]["findings"][0]["title"].as_str().unwrap().replace('<', "&lt;");
+    assert!(html[findings_at..].contains(&top), "{top}");
+}
+
+/// The public two-GPU nsys traces: every finding is above its threshold, replayed ones first by saving, and a
+/// saving never exceeds the measured time.
+#[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
+fn public_traces_give_ranked_findings_within_the_measured_time() {
+    for name in ["nsys/mfu_2gpu_before.sqlite", "nsys/mfu_2gpu_after.sqlite", "nsys/h100_2gpu_1s.sqlite"] {
+        let found = findings_json(&shared_traces().join(name), &[]);
+        let measured = found["measured_ns"].as_i64().unwrap();
+        let list = found["findings"].as_array().unwrap();
+        for f in list.iter().filter(|f| f["basis"] == "replay") {
+            let saving = f["saving_ns"].as_i64().unwrap();
+            assert!(saving > 0 && saving <= measured, "{name}: {f}");
+        }
+        let order: Vec<(bool, i64)> =
+            list.iter().map(|f| (f["basis"] != "replay", -f["saving_per_run_ns"].as_i64().unwrap())).collect();
+        assert!(order.windows(2).all(|w| w[0] <= w[1]), "{name}: {order:?}");
+    }
+}
