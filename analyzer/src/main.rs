@@ -92,11 +92,11 @@ struct ChartArgs {
 }
 
 fn parse_model(text: &str) -> Result<shardscope_analyzer::report::mfu::ModelShape, String> {
-    shardscope_analyzer::report::mfu::ModelShape::parse(text)
+    shardscope_analyzer::report::mfu::ModelShape::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_tokens(text: &str) -> Result<shardscope_analyzer::report::mfu::Tokens, String> {
-    shardscope_analyzer::report::mfu::Tokens::parse(text)
+    shardscope_analyzer::report::mfu::Tokens::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -361,7 +361,7 @@ struct ModelArgs {
 
 /// A window for one run of `compare`: `START_NS:END_NS`, or `-` for the whole trace.
 fn parse_run_window(text: &str) -> Result<Option<(i64, i64)>, String> {
-    if text.trim() == "-" { Ok(None) } else { window::parse(text).map(Some) }
+    if text.trim() == "-" { Ok(None) } else { window::parse(text).map(Some).map_err(|e| e.to_string()) }
 }
 
 fn main() -> ExitCode {

@@ -148,8 +148,164 @@ impl Point {
     }
 }
 
+/// Why a template could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    /// A `{` with no `}` after it.
+    #[error("unclosed '{{' at byte {at_byte}")]
+    Unclosed {
+        /// Where the `{` is.
+        at_byte: usize,
+    },
+    /// A placeholder nothing sets.
+    #[error("unknown parameter {{{0}}}")]
+    UnknownParameter(String),
+    /// A `}` with no `{` before it.
+    #[error("'}}' without '{{' at byte {at_byte}")]
+    StrayClose {
+        /// Where the `}` is.
+        at_byte: usize,
+    },
+}
+
+/// What is wrong with a study file; [`StudyError::File`] names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file could not be read.
+    #[error("{0}")]
+    Read(std::io::Error),
+    /// The file is not valid study TOML (the parser's message, on one line).
+    #[error("{0}")]
+    Toml(String),
+    /// No command.
+    #[error("`command` is empty")]
+    EmptyCommand,
+    /// No grid parameter.
+    #[error("`[grid]` names no parameter")]
+    EmptyGrid,
+    /// No repetitions.
+    #[error("`repetitions` must be at least 1")]
+    NoRepetitions,
+    /// More than [`MAX_RUNS`] runs.
+    #[error("the grid ({sizes}) × {repetitions} repetitions asks for more than {max} runs", max = MAX_RUNS)]
+    TooManyRuns {
+        /// Each parameter with its number of values (`SEQ: 3, nproc: 2`).
+        sizes: String,
+        /// Repetitions of each point.
+        repetitions: u32,
+    },
+    /// An `output` folder outside the study file's folder.
+    #[error(
+        "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
+         `analyzer study --out DIR` names any other",
+        .0.display()
+    )]
+    OutputOutside(PathBuf),
+    /// A grid parameter named like a built-in placeholder.
+    #[error("parameter '{0}' is reserved ({{{0}}} is set by the study)")]
+    Reserved(String),
+    /// A grid parameter name with other characters than letters, digits and `_`.
+    #[error("parameter name '{0}' is not made of letters, digits and '_'")]
+    BadName(String),
+    /// A grid parameter without values.
+    #[error("parameter '{0}' has no values")]
+    NoValues(String),
+    /// A grid value that is neither a number nor a string.
+    #[error("parameter '{0}': values must be numbers or strings")]
+    ValueType(String),
+    /// The command, an environment value or a token count cannot be expanded.
+    #[error("{place}: {error}")]
+    Placeholder {
+        /// Where (`command`, `env KEY`, `tokens KEY`).
+        place: String,
+        /// Why.
+        error: ExpandError,
+    },
+    /// `[tokens]` without `[model]`.
+    #[error("`[tokens]` without `[model]`: FLOPs need the model's shape")]
+    TokensWithoutModel,
+    /// The model shape does not hold together.
+    #[error("model: {0}")]
+    Model(crate::report::mfu::ShapeError),
+    /// `gpus` names no grid parameter.
+    #[error("gpus = '{0}' is not a parameter of the grid")]
+    GpusNotInGrid(String),
+    /// The GPU count parameter has a value that is not a positive integer.
+    #[error("parameter '{0}' counts GPUs: its values must be positive integers")]
+    GpusNotPositive(String),
+    /// Two points would write the same files.
+    #[error("two points have the same file name '{0}'")]
+    SameFileName(String),
+    /// The command template cannot be read.
+    #[error("command {0}")]
+    Command(crate::study::command::CommandError),
+    /// `bench` names a file that is not there.
+    #[error("bench results {} not found", .0.display())]
+    BenchNotFound(PathBuf),
+}
+
+/// Why a study could not be read, run or written. The text is one line naming the file or folder.
+#[derive(Debug, thiserror::Error)]
+pub enum StudyError {
+    /// The study file cannot be used.
+    #[error("{}: {problem}", path.display())]
+    File {
+        /// The study file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: FileError,
+    },
+    /// A symbolic link where the study writes.
+    #[error("{}: a symbolic link inside the study folder; the study writes only into real folders", .0.display())]
+    Symlink(PathBuf),
+    /// A folder could not be created.
+    #[error("{}: {error}", path.display())]
+    CreateDir {
+        /// The folder.
+        path: PathBuf,
+        /// The operating system's reason.
+        error: std::io::Error,
+    },
+    /// A status or result could not be put into JSON.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// An output file could not be written (the message names it).
+    #[error("{0}")]
+    Output(#[from] shardscope_io::Error),
+    /// The study's `bench` results cannot be read for the collective peaks.
+    #[error("{}: bench: {error}", path.display())]
+    Bench {
+        /// The study file.
+        path: PathBuf,
+        /// Why.
+        error: crate::figures::bench_peaks::LoadError,
+    },
+    /// The study's `bench` results cannot be read for the GEMM peak.
+    #[error("{}: bench: {error}", path.display())]
+    Peak {
+        /// The study file.
+        path: PathBuf,
+        /// Why.
+        error: crate::report::mfu::BenchError,
+    },
+    /// The page or a chart file could not be made.
+    #[error("{0}")]
+    Page(#[from] html::PageError),
+}
+
+/// Why a point's token counts could not be worked out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokensError {
+    /// A placeholder in `[tokens]` has no value.
+    #[error("{0}")]
+    Expand(#[from] ExpandError),
+    /// The expanded counts are not valid.
+    #[error("tokens: {0}")]
+    Shape(crate::report::mfu::ShapeError),
+}
+
 /// Expands `{name}` placeholders; `{{` and `}}` are literal braces. Unknown names and unclosed braces are errors.
-pub fn expand(template: &str, values: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(template: &str, values: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(template.len());
     let mut chars = template.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
@@ -164,15 +320,15 @@ pub fn expand(template: &str, values: &dyn Fn(&str) -> Option<String>) -> Result
             }
             '{' => {
                 let rest = &template[at + 1..];
-                let end = rest.find('}').ok_or_else(|| format!("unclosed '{{' at byte {at}"))?;
+                let end = rest.find('}').ok_or(ExpandError::Unclosed { at_byte: at })?;
                 let name = &rest[..end];
-                let value = values(name).ok_or_else(|| format!("unknown parameter {{{name}}}"))?;
+                let value = values(name).ok_or_else(|| ExpandError::UnknownParameter(name.to_string()))?;
                 out.push_str(&value);
                 for _ in 0..name.chars().count() + 1 {
                     chars.next();
                 }
             }
-            '}' => return Err(format!("'}}' without '{{' at byte {at}")),
+            '}' => return Err(ExpandError::StrayClose { at_byte: at }),
             c => out.push(c),
         }
     }
@@ -200,57 +356,49 @@ fn safe_id(text: &str) -> String {
 }
 
 /// Refuses an empty command or grid, no repetitions, and a grid of more than [`MAX_RUNS`] runs.
-fn check_size(file: &StudyFile) -> Result<(), String> {
+fn check_size(file: &StudyFile) -> Result<(), FileError> {
     if file.command.trim().is_empty() {
-        return Err("`command` is empty".into());
+        return Err(FileError::EmptyCommand);
     }
     if file.grid.is_empty() {
-        return Err("`[grid]` names no parameter".into());
+        return Err(FileError::EmptyGrid);
     }
     if file.repetitions == 0 {
-        return Err("`repetitions` must be at least 1".into());
+        return Err(FileError::NoRepetitions);
     }
     let runs = file.grid.values().try_fold(u64::from(file.repetitions), |n, values| n.checked_mul(values.len() as u64));
     if runs.is_none_or(|n| n > MAX_RUNS) {
         let sizes: Vec<String> = file.grid.iter().map(|(k, v)| format!("{k}: {}", v.len())).collect();
-        return Err(format!(
-            "the grid ({}) × {} repetitions asks for more than {MAX_RUNS} runs",
-            sizes.join(", "),
-            file.repetitions
-        ));
+        return Err(FileError::TooManyRuns { sizes: sizes.join(", "), repetitions: file.repetitions });
     }
     Ok(())
 }
 
 /// Refuses an `output` folder outside the study file's folder.
-fn check_output(file: &StudyFile) -> Result<(), String> {
+fn check_output(file: &StudyFile) -> Result<(), FileError> {
     if let Some(output) = &file.output
         && (output.is_absolute() || output.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
     {
-        return Err(format!(
-            "output {}: must be a folder inside the study file's folder (no absolute path, no '..'); \
-             `analyzer study --out DIR` names any other",
-            output.display()
-        ));
+        return Err(FileError::OutputOutside(output.clone()));
     }
     Ok(())
 }
 
 /// Each grid parameter with its values as text; refuses reserved, malformed and empty parameters.
-fn grid_values(file: &StudyFile) -> Result<Vec<(String, Vec<String>)>, String> {
+fn grid_values(file: &StudyFile) -> Result<Vec<(String, Vec<String>)>, FileError> {
     let mut values: Vec<(String, Vec<String>)> = Vec::new();
     for (name, list) in &file.grid {
         if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
-            return Err(format!("parameter '{name}' is reserved ({{{name}}} is set by the study)"));
+            return Err(FileError::Reserved(name.clone()));
         }
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("parameter name '{name}' is not made of letters, digits and '_'"));
+            return Err(FileError::BadName(name.clone()));
         }
         if list.is_empty() {
-            return Err(format!("parameter '{name}' has no values"));
+            return Err(FileError::NoValues(name.clone()));
         }
         let texts: Option<Vec<String>> = list.iter().map(value_text).collect();
-        let texts = texts.ok_or_else(|| format!("parameter '{name}': values must be numbers or strings"))?;
+        let texts = texts.ok_or_else(|| FileError::ValueType(name.clone()))?;
         values.push((name.clone(), texts));
     }
     Ok(values)
@@ -258,12 +406,13 @@ fn grid_values(file: &StudyFile) -> Result<Vec<(String, Vec<String>)>, String> {
 
 /// Refuses placeholders in the command, the environment and `[tokens]` that nothing sets, `[tokens]` without
 /// `[model]`, and a model shape that does not hold together.
-fn check_placeholders(file: &StudyFile) -> Result<(), String> {
+fn check_placeholders(file: &StudyFile) -> Result<(), FileError> {
     let known =
         |name: &str| (file.grid.contains_key(name) || BUILTIN_PLACEHOLDERS.contains(&name)).then(|| "x".to_string());
-    expand(&file.command, &known).map_err(|e| format!("command: {e}"))?;
+    let placeholder = |place: String| move |error| FileError::Placeholder { place, error };
+    expand(&file.command, &known).map_err(placeholder("command".into()))?;
     for (key, value) in &file.env {
-        expand(value, &known).map_err(|e| format!("env {key}: {e}"))?;
+        expand(value, &known).map_err(placeholder(format!("env {key}")))?;
     }
     let known_or_env = |name: &str| known(name).or_else(|| file.env.contains_key(name).then(|| "1".to_string()));
     if let Some(tokens) = &file.tokens {
@@ -273,23 +422,23 @@ fn check_placeholders(file: &StudyFile) -> Result<(), String> {
             ("decode_steps", tokens.decode_steps.as_ref()),
         ];
         for (key, value) in fields.iter().filter_map(|(k, v)| Some((k, (*v)?))) {
-            expand(value, &known_or_env).map_err(|e| format!("tokens {key}: {e}"))?;
+            expand(value, &known_or_env).map_err(placeholder(format!("tokens {key}")))?;
         }
         if file.model.is_none() {
-            return Err("`[tokens]` without `[model]`: FLOPs need the model's shape".into());
+            return Err(FileError::TokensWithoutModel);
         }
     }
     if let Some(model) = &file.model {
-        model.check().map_err(|e| format!("model: {e}"))?;
+        model.check().map_err(FileError::Model)?;
     }
     Ok(())
 }
 
 /// The grid parameter that counts GPUs, if any; refuses one that is not in the grid or not positive integers.
-fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, String> {
+fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, FileError> {
     let gpus = match &file.gpus {
         Some(name) if !file.grid.contains_key(name) => {
-            return Err(format!("gpus = '{name}' is not a parameter of the grid"));
+            return Err(FileError::GpusNotInGrid(name.clone()));
         }
         Some(name) => Some(name.clone()),
         None => file.grid.contains_key("nproc").then(|| "nproc".to_string()),
@@ -297,7 +446,7 @@ fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, String> {
     if let Some(name) = &gpus {
         for value in &file.grid[name] {
             if value_text(value).and_then(|t| t.parse::<u32>().ok()).is_none_or(|n| n == 0) {
-                return Err(format!("parameter '{name}' counts GPUs: its values must be positive integers"));
+                return Err(FileError::GpusNotPositive(name.clone()));
             }
         }
     }
@@ -305,7 +454,7 @@ fn gpus_parameter(file: &StudyFile) -> Result<Option<String>, String> {
 }
 
 /// The grid's points, the last parameter varying fastest, `repetitions` each; refuses two with the same file name.
-fn grid_points(values: &[(String, Vec<String>)], repetitions: u32) -> Result<Vec<Point>, String> {
+fn grid_points(values: &[(String, Vec<String>)], repetitions: u32) -> Result<Vec<Point>, FileError> {
     let mut combos: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
     for (name, texts) in values {
         combos = combos
@@ -329,19 +478,20 @@ fn grid_points(values: &[(String, Vec<String>)], repetitions: u32) -> Result<Vec
     let mut ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
     ids.sort_unstable();
     if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
-        return Err(format!("two points have the same file name '{}'", pair[0]));
+        return Err(FileError::SameFileName(pair[0].to_string()));
     }
     Ok(points)
 }
 
 impl Study {
     /// Reads and checks a study file. Errors are one line naming the file and the cause.
-    pub fn load(path: &Path, out_override: Option<&Path>) -> Result<Study, String> {
-        let fail = |cause: String| format!("{}: {cause}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        let file: StudyFile = toml::from_str(&text).map_err(|e| fail(e.message().replace('\n', " ")))?;
+    pub fn load(path: &Path, out_override: Option<&Path>) -> Result<Study, StudyError> {
+        let fail = |problem: FileError| StudyError::File { path: path.to_path_buf(), problem };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(FileError::Read(e)))?;
+        let file: StudyFile =
+            toml::from_str(&text).map_err(|e| fail(FileError::Toml(e.message().replace('\n', " "))))?;
         check_size(&file).map_err(fail)?;
-        let template = CommandTemplate::parse(&file.command, file.shell).map_err(|e| fail(format!("command {e}")))?;
+        let template = CommandTemplate::parse(&file.command, file.shell).map_err(|e| fail(FileError::Command(e)))?;
         check_output(&file).map_err(fail)?;
         let values = grid_values(&file).map_err(fail)?;
         check_placeholders(&file).map_err(fail)?;
@@ -349,7 +499,7 @@ impl Study {
         if let Some(bench) = &file.bench {
             let resolved = path.parent().unwrap_or(Path::new(".")).join(bench);
             if !resolved.is_file() {
-                return Err(fail(format!("bench results {} not found", resolved.display())));
+                return Err(fail(FileError::BenchNotFound(resolved)));
             }
         }
         let name = file.name.clone().unwrap_or_else(|| {
@@ -442,7 +592,7 @@ impl Study {
     /// Refuses a symbolic link where the study writes: its folder, `points/` and `charts/`, and (for the study
     /// file's own `output`) every folder between the study file's folder and it. A study folder is often shared
     /// or unpacked from elsewhere, and a link shipped inside it would send the outputs anywhere.
-    fn check_out_dir(&self) -> Result<(), String> {
+    fn check_out_dir(&self) -> Result<(), StudyError> {
         let mut folders = vec![self.points_dir(), self.out_dir.join("charts")];
         let mut folder = self.out_dir.as_path();
         folders.push(folder.to_path_buf());
@@ -454,10 +604,7 @@ impl Study {
         }
         for folder in folders {
             if std::fs::symlink_metadata(&folder).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(format!(
-                    "{}: a symbolic link inside the study folder; the study writes only into real folders",
-                    folder.display()
-                ));
+                return Err(StudyError::Symlink(folder));
             }
         }
         Ok(())
@@ -470,7 +617,7 @@ fn absolute(path: &Path) -> PathBuf {
 
 impl Study {
     /// The tokens of a point's phase instances, from `[tokens]` with its placeholders filled in.
-    pub fn tokens(&self, point: &Point) -> Result<Option<crate::report::mfu::Tokens>, String> {
+    pub fn tokens(&self, point: &Point) -> Result<Option<crate::report::mfu::Tokens>, TokensError> {
         let Some(template) = &self.file.tokens else { return Ok(None) };
         let out = self.trace_path_for_command(point);
         let env = self.environment(point);
@@ -482,7 +629,7 @@ impl Study {
         if let Some(steps) = &template.decode_steps {
             text += &format!(",decode_steps={}", expand(steps, &values)?);
         }
-        crate::report::mfu::Tokens::parse(&text).map(Some).map_err(|e| format!("tokens: {e}"))
+        crate::report::mfu::Tokens::parse(&text).map(Some).map_err(TokensError::Shape)
     }
 }
 
@@ -530,12 +677,16 @@ pub struct RunOptions {
 }
 
 /// Runs every point that has not finished yet; returns each point's status. Progress goes to `log` (stderr).
-pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Write) -> Result<Vec<RunStatus>, String> {
+pub fn run_points(
+    study: &Study,
+    options: &RunOptions,
+    log: &mut dyn std::io::Write,
+) -> Result<Vec<RunStatus>, StudyError> {
     // Parameter values come from the study file: shown on the terminal with its control characters escaped.
     let safe = shardscope_io::error_text::one_line;
     study.check_out_dir()?;
     let dir = study.points_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|error| StudyError::CreateDir { path: dir.clone(), error })?;
     let total = study.points.len();
     let mut statuses = Vec::new();
     // The bar (on a terminal only) stands under the log lines, which are written with it lifted.
@@ -586,8 +737,8 @@ pub fn run_points(study: &Study, options: &RunOptions, log: &mut dyn std::io::Wr
         if status.succeeded() && !trace.exists() {
             status.error = Some(format!("the run wrote no trace to {}", trace.display()));
         }
-        let json = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
-        shardscope_io::output::write_output(&status_path, json.as_bytes()).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(&status)?;
+        shardscope_io::output::write_output(&status_path, json.as_bytes())?;
         statuses.push(status);
     }
     bar.finish_and_clear();
@@ -874,7 +1025,7 @@ pub fn analyse(
                                     figures.mfu = crate::report::mfu::phase_mfu(&report, model, &tokens, peak, &times);
                                 }
                                 Ok(None) => {}
-                                Err(e) => figures.mfu_error = Some(e),
+                                Err(e) => figures.mfu_error = Some(e.to_string()),
                             }
                         }
                         result.figures = Some(figures);
@@ -1784,7 +1935,7 @@ pub fn study_text(results: &StudyResults) -> String {
 }
 
 /// The study's HTML page.
-pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -> Result<String, String> {
+pub fn study_page(study: &Study, results: &StudyResults, sections: &[Section]) -> Result<String, html::PageError> {
     let mut page = html::page_start(&format!("shardscope study {}", study.name));
     let _ = writeln!(page, "<h1>Study {}</h1>", escape(&study.name));
     let _ = writeln!(page, "<p>Command: <code>{}</code></p>", escape(&study.file.redacted().command));
@@ -1844,7 +1995,7 @@ pub fn run_study(
     options: &RunOptions,
     analyse_only: bool,
     log: &mut dyn std::io::Write,
-) -> Result<StudyResults, String> {
+) -> Result<StudyResults, StudyError> {
     let statuses: Vec<Option<RunStatus>> = if analyse_only {
         study.points.iter().map(|p| read_status(&study.status_path(p))).collect()
     } else {
@@ -1854,7 +2005,7 @@ pub fn run_study(
     let bench = match &study.file.bench {
         Some(path) => Some(
             BenchPeaks::load(&study.base_dir.join(path))
-                .map_err(|e| format!("{}: bench: {e}", study.path.display()))?,
+                .map_err(|error| StudyError::Bench { path: study.path.clone(), error })?,
         ),
         None => None,
     };
@@ -1864,16 +2015,16 @@ pub fn run_study(
             model,
             &format!("datasheet peak_tflops of {}", study.path.display()),
         )
-        .map_err(|e| format!("{}: bench: {e}", study.path.display()))?,
+        .map_err(|error| StudyError::Peak { path: study.path.clone(), error })?,
         None => None,
     };
     let results = analyse(study, &statuses, &classifier, bench.as_ref(), peak.as_ref());
     let sections = study_charts(study, &results, &classifier);
-    let write =
-        |path: PathBuf, bytes: &[u8]| shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string());
-    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
+    let write = |path: PathBuf, bytes: &[u8]| shardscope_io::output::write_output(&path, bytes);
+    let json = serde_json::to_string_pretty(&results)? + "\n";
     study.check_out_dir()?;
-    std::fs::create_dir_all(&study.out_dir).map_err(|e| format!("{}: {e}", study.out_dir.display()))?;
+    std::fs::create_dir_all(&study.out_dir)
+        .map_err(|error| StudyError::CreateDir { path: study.out_dir.clone(), error })?;
     write(study.out_dir.join("study.json"), json.as_bytes())?;
     html::write_chart_files(&study.out_dir.join("charts"), &sections)?;
     write(study.out_dir.join("study.html"), study_page(study, &results, &sections)?.as_bytes())?;
@@ -1918,6 +2069,7 @@ mod tests {
             match Study::load(&path, None) {
                 Ok(study) => proptest::prop_assert!(study.points.len() as u64 <= MAX_RUNS),
                 Err(error) => {
+                    let error = error.to_string();
                     proptest::prop_assert!(error.starts_with(&path.display().to_string()), "{}", error);
                     proptest::prop_assert!(!error.contains('\n'), "{}", error);
                 }
@@ -1929,8 +2081,8 @@ mod tests {
     fn placeholders_expand_and_unknown_ones_are_refused() {
         let values = |name: &str| (name == "SEQ").then(|| "128".to_string());
         assert_eq!(expand("run --seq {SEQ} {{literal}}", &values).unwrap(), "run --seq 128 {literal}");
-        assert_eq!(expand("x {NOPE}", &values).unwrap_err(), "unknown parameter {NOPE}");
-        assert!(expand("x {SEQ", &values).unwrap_err().starts_with("unclosed"));
+        assert_eq!(expand("x {NOPE}", &values).unwrap_err().to_string(), "unknown parameter {NOPE}");
+        assert!(expand("x {SEQ", &values).unwrap_err().to_string().starts_with("unclosed"));
         assert!(expand("x }", &values).is_err());
     }
 

@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let result = ArtifactTrace::load(file.path())
         .and_then(|trace| StragglerModel::build(&trace, &JobMeta::default()).map(|_| ()));
     if let Err(error) = result {
+        let error = error.to_string();
         assert!(!error.contains('\n'), "{error}");
         assert!(error.starts_with(&file.path().display().to_string()), "{error}");
     }

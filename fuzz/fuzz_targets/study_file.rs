@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     file.write_all(data).expect("written");
     match Study::load(file.path(), None) {
         Ok(study) => assert!(study.points.len() as u64 <= MAX_RUNS),
-        Err(error) => assert!(!error.contains('\n'), "{error}"),
+        Err(error) => assert!(!error.to_string().contains('\n'), "{error}"),
     }
     if let Ok(text) = std::str::from_utf8(data) {
         for shell in [false, true] {

@@ -23,7 +23,7 @@ impl PathOverlay {
     pub fn compute(data: &TimelineData, request: PathRequest) -> Result<PathOverlay, String> {
         let options = data.categories.options(None);
         let window = if request.step.is_some() { None } else { request.window_ns };
-        let model = build_model(&data.traces, &options, window, request.step)?;
+        let model = build_model(&data.traces, &options, window, request.step).map_err(|e| e.to_string())?;
         let path = critical_path(&data.traces, &model);
         let place = |rank: u32, lane: &str| -> Option<usize> {
             let spec = model.graph.ranks.iter().find(|r| r.rank == rank)?;

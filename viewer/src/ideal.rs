@@ -28,7 +28,7 @@ impl IdealReplay {
     pub fn compute(data: &TimelineData, request: PathRequest) -> Result<IdealReplay, String> {
         let options = data.categories.options(None);
         let window = if request.step.is_some() { None } else { request.window_ns };
-        let model = build_model(&data.traces, &options, window, request.step)?;
+        let model = build_model(&data.traces, &options, window, request.step).map_err(|e| e.to_string())?;
         let graph = &model.graph;
         let replay_ns = no_straggler_times(&model);
         let origin = graph.window_start_ns;

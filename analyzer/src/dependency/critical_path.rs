@@ -56,6 +56,35 @@ enum Selection {
     SteadySteps,
 }
 
+/// Why no dependency model could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// No GPU has anything to model.
+    #[error("no GPU with kernels or memory operations in the input")]
+    NoGpu,
+    /// `--step` names a step a rank does not have.
+    #[error("--step {step}: rank {rank} has {steps} step(s) (counted from 0, after --skip-steps)")]
+    NoSuchStep {
+        /// The step asked for.
+        step: usize,
+        /// The rank that lacks it.
+        rank: u32,
+        /// Steps that rank has.
+        steps: usize,
+    },
+    /// Nothing ran on a GPU in the window.
+    #[error("no GPU work launched in the window {start_ns}:{end_ns}")]
+    NoWorkInWindow {
+        /// Window start, ns.
+        start_ns: i64,
+        /// Window end, ns.
+        end_ns: i64,
+    },
+    /// Nothing ran on a GPU in the whole input.
+    #[error("no GPU work in the input")]
+    NoWork,
+}
+
 /// Builds the model of `traces` for `window_ns`, or for step `step` (0 = the first step found on each rank; each
 /// rank contributes the work of its own step, and the window runs from the earliest start of that step on any
 /// rank to the latest end).
@@ -64,7 +93,7 @@ pub fn build_model(
     options: &Options,
     window_ns: Option<(i64, i64)>,
     step: Option<usize>,
-) -> Result<Model, String> {
+) -> Result<Model, ModelError> {
     build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step))
 }
 
@@ -72,11 +101,11 @@ pub fn build_model(
 /// carries the start-up: allocations, autotuning, communicator set-up), or from the first when `--skip-steps`
 /// already left warm-up steps out. What that leaves out is listed in [`Model::excluded`]. Without steps on every
 /// rank, or with fewer than two steady steps, the model is of the whole trace and `excluded` says so.
-pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, String> {
+pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, ModelError> {
     build(traces, options, Selection::SteadySteps)
 }
 
-fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, String> {
+fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, ModelError> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
     let mut whole = options.clone();
     whole.window_ns = None;
@@ -96,7 +125,7 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
         rank_steps.push(rank.steps.as_ref().map(|s| s.intervals.as_slice()).unwrap_or_default());
     }
     if ranks.is_empty() {
-        return Err("no GPU with kernels or memory operations in the input".into());
+        return Err(ModelError::NoGpu);
     }
     let (mut step, mut steps, mut excluded) = (None, None, Vec::new());
     let rank_windows: Vec<Option<(i64, i64)>> = match selection {
@@ -106,11 +135,7 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
             let mut windows = Vec::with_capacity(ranks.len());
             for (spec, intervals) in ranks.iter().zip(&rank_steps) {
                 let Some(&window) = intervals.get(n) else {
-                    return Err(format!(
-                        "--step {n}: rank {} has {} step(s) (counted from 0, after --skip-steps)",
-                        spec.rank,
-                        intervals.len()
-                    ));
+                    return Err(ModelError::NoSuchStep { step: n, rank: spec.rank, steps: intervals.len() });
                 };
                 windows.push(Some(window));
             }
@@ -132,8 +157,8 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
     let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
     if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
         return Err(match window_ns {
-            Some((a, b)) => format!("no GPU work launched in the window {a}:{b}"),
-            None => "no GPU work in the input".into(),
+            Some((start_ns, end_ns)) => ModelError::NoWorkInWindow { start_ns, end_ns },
+            None => ModelError::NoWork,
         });
     }
     let mut notes = report.notes.clone();

@@ -52,7 +52,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -201,20 +201,109 @@ impl Default for JobMeta {
     }
 }
 
+/// Why an artifact trace or its metadata could not be read or modelled, or the heatmap written. The text is one line;
+/// for a file, it starts with the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    /// The file could not be read.
+    #[error("{}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        error: std::io::Error,
+    },
+    /// A metadata value that should be a whole number is not.
+    #[error("{}: {key}: expected a whole number, got {value:?}", path.display())]
+    NotWholeNumber {
+        /// The metadata file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// Its value as written.
+        value: String,
+    },
+    /// The file has none of the metadata keys.
+    #[error(
+        "{}: not an artifact metadata file (none of trial_name, dp_size, pp_size, tp_size, dsp_size)",
+        path.display()
+    )]
+    NotMetadata {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A column the model needs is missing.
+    #[error("{}: column {column} is missing", path.display())]
+    MissingColumn {
+        /// The trace file.
+        path: PathBuf,
+        /// The column.
+        column: String,
+    },
+    /// A column is neither numbers nor text.
+    #[error("{}: column {column} is {data_type}, expected numbers or text", path.display())]
+    ColumnType {
+        /// The trace file.
+        path: PathBuf,
+        /// The column.
+        column: String,
+        /// Its type.
+        data_type: DataType,
+    },
+    /// The Parquet decoder refused the file.
+    #[error("{}: not a readable Parquet file: {cause}", path.display())]
+    NotParquet {
+        /// The trace file.
+        path: PathBuf,
+        /// The decoder's reason, on one line.
+        cause: String,
+    },
+    /// The decoder failed in a way its guard caught (a panic on a damaged file); the message names the file.
+    #[error("{0}")]
+    Decoder(shardscope_io::Error),
+    /// No row has an operation type the model knows.
+    #[error("{}: no operation rows of a known type", path.display())]
+    NoRows {
+        /// The trace file.
+        path: PathBuf,
+    },
+    /// The rows do not fit the dependency model (an operation twice or missing, transfers that do not pair, …).
+    #[error("{file}: {cause}")]
+    Model {
+        /// The trace file.
+        file: String,
+        /// What does not fit.
+        cause: String,
+    },
+    /// The heatmap could not be drawn.
+    #[error("heatmap: {0}")]
+    Heatmap(crate::output::charts::ChartError),
+    /// The heatmap could not be written (the message names the file).
+    #[error("{0}")]
+    Output(shardscope_io::Error),
+}
+
+/// The rows of `file` do not fit the dependency model: `cause` says how.
+fn invalid(file: &str, cause: String) -> ArtifactError {
+    ArtifactError::Model { file: file.to_string(), cause }
+}
+
 impl JobMeta {
     /// Reads the `key: value` lines of a metadata file; other lines are ignored, but a file with none of the keys
     /// is not a metadata file (a wrong path must not pass for "no facts given").
-    pub fn load(path: &Path) -> Result<JobMeta, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<JobMeta, ArtifactError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ArtifactError::Read { path: path.into(), error })?;
         let mut meta = JobMeta::default();
         let mut known_keys = 0;
         for line in text.lines() {
             let Some((key, value)) = line.split_once(':') else { continue };
             let value = value.trim().trim_matches(['"', '\'']);
-            let number = || -> Result<u32, String> {
-                value
-                    .parse()
-                    .map_err(|_| format!("{}: {}: expected a whole number, got {value:?}", path.display(), key.trim()))
+            let number = || -> Result<u32, ArtifactError> {
+                value.parse().map_err(|_| ArtifactError::NotWholeNumber {
+                    path: path.into(),
+                    key: key.trim().to_string(),
+                    value: value.to_string(),
+                })
             };
             match key.trim() {
                 "trial_name" => meta.trial = Some(value.to_string()),
@@ -227,10 +316,7 @@ impl JobMeta {
             known_keys += 1;
         }
         if known_keys == 0 {
-            return Err(format!(
-                "{}: not an artifact metadata file (none of trial_name, dp_size, pp_size, tp_size, dsp_size)",
-                path.display()
-            ));
+            return Err(ArtifactError::NotMetadata { path: path.into() });
         }
         Ok(meta)
     }
@@ -243,8 +329,10 @@ enum Column<'a> {
     Text(Vec<Option<&'a str>>),
 }
 
-fn column<'a>(batch: &'a RecordBatch, file: &Path, name: &str) -> Result<Column<'a>, String> {
-    let array = batch.column_by_name(name).ok_or_else(|| format!("{}: column {name} is missing", file.display()))?;
+fn column<'a>(batch: &'a RecordBatch, file: &Path, name: &str) -> Result<Column<'a>, ArtifactError> {
+    let array = batch
+        .column_by_name(name)
+        .ok_or_else(|| ArtifactError::MissingColumn { path: file.into(), column: name.to_string() })?;
     let ints = |values: Vec<Option<i64>>| Ok(Column::Ints(values));
     macro_rules! int {
         ($t:ty) => {
@@ -281,7 +369,7 @@ fn column<'a>(batch: &'a RecordBatch, file: &Path, name: &str) -> Result<Column<
                     .collect(),
             ))
         }
-        other => Err(format!("{}: column {name} is {other}, expected numbers or text", file.display())),
+        other => Err(ArtifactError::ColumnType { path: file.into(), column: name.to_string(), data_type: other.clone() }),
     }
 }
 
@@ -313,18 +401,20 @@ impl Column<'_> {
 impl ArtifactTrace {
     /// Reads an artifact trace. Errors are one line naming the file; rows with a missing value or an unknown
     /// operation type are skipped and counted.
-    pub fn load(path: &Path) -> Result<ArtifactTrace, String> {
-        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let not_parquet = |e: parquet::errors::ParquetError| {
-            format!("{}: not a readable Parquet file: {}", path.display(), e.to_string().replace('\n', " "))
+    pub fn load(path: &Path) -> Result<ArtifactTrace, ArtifactError> {
+        let read = |error| ArtifactError::Read { path: path.into(), error };
+        let file = File::open(path).map_err(read)?;
+        let not_parquet = |e: parquet::errors::ParquetError| ArtifactError::NotParquet {
+            path: path.into(),
+            cause: e.to_string().replace('\n', " "),
         };
         // The decoder panics on some damaged files: it runs under the dataset reader's guard, which turns that
         // panic into the file's one-line error.
-        fn guard<T>(path: &Path, step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-            shardscope_io::parquet::guarded(path, || Ok(step())).map_err(|e| e.to_string()).and_then(|r| r)
+        fn guard<T>(path: &Path, step: impl FnOnce() -> Result<T, ArtifactError>) -> Result<T, ArtifactError> {
+            shardscope_io::parquet::guarded(path, || Ok(step())).map_err(ArtifactError::Decoder).and_then(|r| r)
         }
         let mut reader = guard(path, || {
-            ParquetRecordBatchReaderBuilder::try_new(file.try_clone().map_err(|e| format!("{}: {e}", path.display()))?)
+            ParquetRecordBatchReaderBuilder::try_new(file.try_clone().map_err(read)?)
                 .map_err(not_parquet)?
                 .build()
                 .map_err(not_parquet)
@@ -337,7 +427,8 @@ impl ArtifactTrace {
         };
         let mut optype_ids: HashMap<String, u16> = HashMap::new();
         while let Some(batch) = guard(path, || Ok(reader.next()))? {
-            let batch = batch.map_err(|e| format!("{}: not a readable Parquet file: {e}", path.display()))?;
+            let batch =
+                batch.map_err(|e| ArtifactError::NotParquet { path: path.into(), cause: e.to_string() })?;
             let get = |name| column(&batch, path, name);
             let (dp, stage, rank, step) = (get("dp_rank")?, get("stage")?, get("rank")?, get("step")?);
             let (kind, start, duration, seq) = (get("optype")?, get("start_ts")?, get("duration")?, get("seq_id")?);
@@ -388,7 +479,7 @@ impl ArtifactTrace {
             }
         }
         if trace.rows.is_empty() {
-            return Err(format!("{}: no operation rows of a known type", path.display()));
+            return Err(ArtifactError::NoRows { path: path.into() });
         }
         Ok(trace)
     }
@@ -470,7 +561,7 @@ const P2P: [&str; 4] = [ot::FORWARD_SEND, ot::FORWARD_RECV, ot::BACKWARD_SEND, o
 const COMPUTES: [&str; 2] = [ot::FORWARD_COMPUTE, ot::BACKWARD_COMPUTE];
 
 impl<'a> TemplateBuilder<'a> {
-    fn new(trace: &'a ArtifactTrace) -> Result<TemplateBuilder<'a>, String> {
+    fn new(trace: &'a ArtifactTrace) -> Result<TemplateBuilder<'a>, ArtifactError> {
         let file = &trace.source;
         let first_step = trace.rows.iter().map(|r| r.step).min().unwrap_or(0);
         let template: Vec<&Row> = trace.rows.iter().filter(|r| r.dp == 0 && r.step == first_step).collect();
@@ -482,10 +573,10 @@ impl<'a> TemplateBuilder<'a> {
         for row in &template {
             let name = (row.optype, row.seq, row.stage);
             if index.insert(name, names.len() as u32).is_some() {
-                return Err(format!(
-                    "{file}: {} #{} on stage {} appears twice in step {first_step} of DP rank 0",
+                return Err(invalid(file, format!(
+                    "{} #{} on stage {} appears twice in step {first_step} of DP rank 0",
                     trace.optypes[row.optype as usize], row.seq, row.stage
-                ));
+                )));
             }
             names.push(name);
             rows_of.push(row);
@@ -510,14 +601,13 @@ impl<'a> TemplateBuilder<'a> {
         format!("{name} #{seq} on stage {stage}")
     }
 
-    fn lookup(&self, name: &str, seq: u32, stage: u32) -> Result<u32, String> {
+    fn lookup(&self, name: &str, seq: u32, stage: u32) -> Result<u32, ArtifactError> {
         self.id(name).and_then(|o| self.t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
-            format!(
-                "{}: the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
-                self.file,
+            invalid(self.file, format!(
+                "the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
                 Self::describe(name, seq, stage),
                 self.first_step
-            )
+            ))
         })
     }
 
@@ -561,7 +651,7 @@ impl<'a> TemplateBuilder<'a> {
     }
 
     /// Pipeline transfers: which compute each carries, which are no-ops, and their pairs across stages.
-    fn pipeline_transfers(&mut self) -> Result<(), String> {
+    fn pipeline_transfers(&mut self) -> Result<(), ArtifactError> {
         let mut pairs: BTreeMap<(OpName, OpName), Vec<u32>> = BTreeMap::new();
         let mut lone: Vec<u32> = Vec::new();
         for stage in 0..self.pp {
@@ -573,13 +663,12 @@ impl<'a> TemplateBuilder<'a> {
         for ((a, b), members) in &pairs {
             if members.len() != 2 {
                 let label = |o: &OpName| Self::describe(&self.trace.optypes[o.0 as usize], o.1, o.2);
-                return Err(format!(
-                    "{}: the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
-                    self.file,
+                return Err(invalid(self.file, format!(
+                    "the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
                     label(a),
                     label(b),
                     members.len()
-                ));
+                )));
             }
             self.t.groups.push(members.clone());
         }
@@ -590,7 +679,7 @@ impl<'a> TemplateBuilder<'a> {
     }
 
     /// Matches the transfers `comm` of `stage` to the compute passes they carry.
-    fn match_transfers(&self, stage: u32, comm: &[u32]) -> Result<StageTransfers, String> {
+    fn match_transfers(&self, stage: u32, comm: &[u32]) -> Result<StageTransfers, ArtifactError> {
         let (file, pp, rows_of) = (self.file, self.pp, &self.rows_of);
         let comp = self.sorted_of(stage, &COMPUTES);
         let mut matched: HashMap<u32, u32> = HashMap::new();
@@ -622,17 +711,17 @@ impl<'a> TemplateBuilder<'a> {
                 let mut compute_seq = 0u32;
                 if count != passes.len() {
                     if stage != 0 && stage != pp - 1 {
-                        return Err(format!(
-                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes",
+                        return Err(invalid(file, format!(
+                            "stage {stage} has {count} effective {name} for {} {compute_name} passes",
                             passes.len()
-                        ));
+                        )));
                     }
                     if count != 0 && count + 1 != passes.len() {
-                        return Err(format!(
-                            "{file}: stage {stage} has {count} effective {name} for {} {compute_name} passes \
+                        return Err(invalid(file, format!(
+                            "stage {stage} has {count} effective {name} for {} {compute_name} passes \
                              (expected as many, one fewer, or none)",
                             passes.len()
-                        ));
+                        )));
                     }
                     // The first forward receive of the first stage may be missing: its compute is skipped.
                     if receive && count + 1 == passes.len() {
@@ -694,7 +783,7 @@ impl<'a> TemplateBuilder<'a> {
 
     /// A send after the compute it carries; a compute after the receive it carries, which follows the compute
     /// before.
-    fn depend_on_transfers(&mut self, comm: &[u32], transfers: &StageTransfers) -> Result<(), String> {
+    fn depend_on_transfers(&mut self, comm: &[u32], transfers: &StageTransfers) -> Result<(), ArtifactError> {
         for &transfer in comm {
             let Some(&compute) = transfers.matched.get(&transfer) else { continue };
             if self.is(transfer, ot::FORWARD_SEND) || self.is(transfer, ot::BACKWARD_SEND) {
@@ -712,7 +801,7 @@ impl<'a> TemplateBuilder<'a> {
     }
 
     /// Per stage: compute in order, each transfer type in order, the first backward transfers.
-    fn stage_order(&mut self) -> Result<(), String> {
+    fn stage_order(&mut self) -> Result<(), ArtifactError> {
         let file = self.file;
         for stage in 0..self.pp {
             let comp = self.sorted_of(stage, &COMPUTES);
@@ -721,19 +810,19 @@ impl<'a> TemplateBuilder<'a> {
                 self.chain(&self.sorted_of(stage, &[name]), &[]);
             }
             let Some(first_backward) = comp.iter().position(|&o| self.is(o, ot::BACKWARD_COMPUTE)) else {
-                return Err(format!(
-                    "{file}: stage {stage} has no {} in step {}",
+                return Err(invalid(file, format!(
+                    "stage {stage} has no {} in step {}",
                     ot::BACKWARD_COMPUTE,
                     self.first_step
-                ));
+                )));
             };
             if first_backward >= 2 {
                 if !self.is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
                     || !self.is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
                 {
-                    return Err(format!(
-                        "{file}: stage {stage}: the two passes before the first backward are not forward"
-                    ));
+                    return Err(invalid(file, format!(
+                        "stage {stage}: the two passes before the first backward are not forward"
+                    )));
                 }
                 let anchor = comp[first_backward - 2];
                 for name in [ot::BACKWARD_RECV, ot::BACKWARD_SEND] {
@@ -748,7 +837,7 @@ impl<'a> TemplateBuilder<'a> {
 
     /// Data parallelism: the parameter gathers and gradient scatters of a stage in order, the first forward of each
     /// model chunk after the chunk's last gather, and (when overlapped) each scatter after the chunk's last backward.
-    fn data_parallel(&mut self, overlapped_dp: bool) -> Result<(), String> {
+    fn data_parallel(&mut self, overlapped_dp: bool) -> Result<(), ArtifactError> {
         for stage in 0..self.pp {
             self.chain(&self.sorted_of(stage, &[ot::PARAMS_ALL_GATHER, ot::GRADS_REDUCE_SCATTER]), &[]);
         }
@@ -802,7 +891,7 @@ impl<'a> TemplateBuilder<'a> {
 
     /// After the last compute of each stage: garbage collection, the gradient all-reduces and scatters, clipping,
     /// the optimizer.
-    fn step_tail(&mut self, use_dp: bool, overlapped_dp: bool) -> Result<(), String> {
+    fn step_tail(&mut self, use_dp: bool, overlapped_dp: bool) -> Result<(), ArtifactError> {
         let (file, pp) = (self.file, self.pp);
         for stage in 0..pp {
             let comp = self.sorted_of(stage, &COMPUTES);
@@ -812,7 +901,7 @@ impl<'a> TemplateBuilder<'a> {
                 .copied()
                 .reduce(|a, b| if rows_of[b as usize].end_s > rows_of[a as usize].end_s { b } else { a })
             else {
-                return Err(format!("{file}: stage {stage} has no compute in step {}", self.first_step));
+                return Err(invalid(file, format!("stage {stage} has no compute in step {}", self.first_step)));
             };
             let gc = self.lookup(ot::GC, 0, stage)?;
             self.depend(gc, &[last]);
@@ -843,7 +932,7 @@ impl<'a> TemplateBuilder<'a> {
 
     /// Groups across workers: data-parallel collectives alone (they sync over DP ranks), the embedding
     /// all-reduce of the first and last stage, gradient clipping of all stages.
-    fn worker_groups(&mut self, use_dp: bool) -> Result<(), String> {
+    fn worker_groups(&mut self, use_dp: bool) -> Result<(), ArtifactError> {
         let n = self.rows_of.len();
         if use_dp {
             let collective_ids: Vec<u16> =
@@ -869,7 +958,7 @@ impl<'a> TemplateBuilder<'a> {
     }
 
     /// Each operation's group and DP sync; refuses an operation nothing placed.
-    fn finish(mut self) -> Result<Template, String> {
+    fn finish(mut self) -> Result<Template, ArtifactError> {
         let n = self.rows_of.len();
         let t = &mut self.t;
         for (g, members) in t.groups.iter().enumerate() {
@@ -894,11 +983,10 @@ impl<'a> TemplateBuilder<'a> {
         }
         if let Some(op) = (0..n).find(|&o| !self.in_model[o]) {
             let (kind, seq, stage) = t.names[op];
-            return Err(format!(
-                "{}: {} has no place in the dependency model",
-                self.file,
+            return Err(invalid(self.file, format!(
+                "{} has no place in the dependency model",
                 Self::describe(&self.trace.optypes[kind as usize], seq, stage)
-            ));
+            )));
         }
         for deps in &mut t.deps {
             deps.sort_unstable();
@@ -909,7 +997,7 @@ impl<'a> TemplateBuilder<'a> {
 }
 
 impl Template {
-    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, String> {
+    fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<Template, ArtifactError> {
         let mut builder = TemplateBuilder::new(trace)?;
         builder.pipeline_transfers()?;
         builder.stage_order()?;
@@ -928,7 +1016,7 @@ impl Template {
 
 /// Refuses DP ranks and stages that are not 0..n with each present: the model has one lane per DP rank and loops
 /// over the stages, so a single row with DP rank 2·10⁹ would otherwise size the model (and its replays) from it.
-fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
+fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), ArtifactError> {
     let file = &trace.source;
     for (what, values) in [
         ("DP rank", trace.rows.iter().map(|r| r.dp).collect::<std::collections::BTreeSet<u32>>()),
@@ -936,7 +1024,7 @@ fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), String> {
     ] {
         if let Some(missing) = (0u32..).zip(&values).find(|(expected, value)| expected != *value).map(|p| p.0) {
             let largest = values.last().copied().unwrap_or(0);
-            return Err(format!("{file}: {what} {missing} has no rows, but {what} {largest} has (they must be 0..n)"));
+            return Err(invalid(file, format!("{what} {missing} has no rows, but {what} {largest} has (they must be 0..n)")));
         }
     }
     Ok(())
@@ -960,7 +1048,7 @@ struct Layout {
 
 impl Layout {
     /// Places every row of `trace` in its slot; refuses a row outside the template, a row twice, and a missing one.
-    fn place(trace: &ArtifactTrace, template: &Template, steps: &[i64], dp_size: u32) -> Result<Layout, String> {
+    fn place(trace: &ArtifactTrace, template: &Template, steps: &[i64], dp_size: u32) -> Result<Layout, ArtifactError> {
         let file = &trace.source;
         let lanes = steps.len() * dp_size as usize;
         let names = template.names.len();
@@ -968,41 +1056,41 @@ impl Layout {
         // Every (step, DP rank) lane runs the template's operations, one row each: more slots than rows means a
         // missing one, found here without sizing anything from the values in the file.
         let slots = names.checked_mul(lanes).filter(|&n| n <= trace.rows.len()).ok_or_else(|| {
-            format!(
-                "{file}: {} rows cannot fill {} steps × {dp_size} DP ranks × {names} operations of the first step \
+            invalid(file, format!(
+                "{} rows cannot fill {} steps × {dp_size} DP ranks × {names} operations of the first step \
                  (every step and DP rank must run the same operations)",
                 trace.rows.len(),
                 steps.len()
-            )
+            ))
         })?;
         let mut row_of: Vec<u32> = vec![u32::MAX; slots];
         for (r, row) in trace.rows.iter().enumerate() {
             let Some(&name) = template.index.get(&(row.optype, row.seq, row.stage)) else {
-                return Err(format!(
-                    "{file}: {} #{} on stage {} (step {}, DP rank {}) is not in the first step's operations",
+                return Err(invalid(file, format!(
+                    "{} #{} on stage {} (step {}, DP rank {}) is not in the first step's operations",
                     trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
-                ));
+                )));
             };
             let lane = step_index[&row.step] as usize * dp_size as usize + row.dp as usize;
             let slot = &mut row_of[lane * names + name as usize];
             if *slot != u32::MAX {
-                return Err(format!(
-                    "{file}: {} #{} on stage {} appears twice in step {}, DP rank {}",
+                return Err(invalid(file, format!(
+                    "{} #{} on stage {} appears twice in step {}, DP rank {}",
                     trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
-                ));
+                )));
             }
             *slot = r as u32;
         }
         if let Some(missing) = row_of.iter().position(|&r| r == u32::MAX) {
             let (kind, seq, stage) = template.names[missing % names];
             let lane = missing / names;
-            return Err(format!(
-                "{file}: {} #{seq} on stage {stage} is missing in step {}, DP rank {} (every step and DP rank must \
+            return Err(invalid(file, format!(
+                "{} #{seq} on stage {stage} is missing in step {}, DP rank {} (every step and DP rank must \
                  run the same operations)",
                 trace.optypes[kind as usize],
                 steps[lane / dp_size as usize],
                 lane % dp_size as usize
-            ));
+            )));
         }
         Ok(Layout { names, lanes, dp_size, row_of })
     }
@@ -1176,7 +1264,7 @@ fn measured_vertex_times(ops: &[Op], barrier_members: &[Vec<u32>], vertex_count:
 
 impl StragglerModel {
     /// Derives the dependency model from the trace's template and lays it out over every step and DP rank.
-    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, String> {
+    pub fn build(trace: &ArtifactTrace, meta: &JobMeta) -> Result<StragglerModel, ArtifactError> {
         let file = &trace.source;
         check_lanes_bounded(trace)?;
         let template = Template::build(trace, meta)?;
@@ -1217,10 +1305,10 @@ impl StragglerModel {
             instances: layout.names as u32,
         });
         if graph.stats.edges_dropped_for_cycles > 0 {
-            return Err(format!(
-                "{file}: the dependency model derived from the trace has a cycle ({} edges)",
+            return Err(invalid(file, format!(
+                "the dependency model derived from the trace has a cycle ({} edges)",
                 graph.stats.edges_dropped_for_cycles
-            ));
+            )));
         }
         Ok(StragglerModel {
             graph,
@@ -1632,7 +1720,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// Reads, models and analyses an artifact trace.
-pub fn run(path: &Path, meta: &JobMeta) -> Result<StragglerReport, String> {
+pub fn run(path: &Path, meta: &JobMeta) -> Result<StragglerReport, ArtifactError> {
     let trace = ArtifactTrace::load(path)?;
     let model = StragglerModel::build(&trace, meta)?;
     Ok(analyze(&trace, meta, &model))
@@ -1681,13 +1769,13 @@ pub fn heatmap_chart(report: &StragglerReport) -> crate::output::charts::Chart {
 }
 
 /// Draws the heatmap into `png_path` and the same path with the extension `svg`; returns both paths.
-pub fn write_heatmap(report: &StragglerReport, png_path: &Path) -> Result<[std::path::PathBuf; 2], String> {
+pub fn write_heatmap(report: &StragglerReport, png_path: &Path) -> Result<[PathBuf; 2], ArtifactError> {
     let chart = heatmap_chart(report);
-    let png = crate::output::charts::render_png(&chart).map_err(|e| format!("heatmap: {e}"))?;
-    let svg = crate::output::charts::render_svg(&chart).map_err(|e| format!("heatmap: {e}"))?;
+    let png = crate::output::charts::render_png(&chart).map_err(ArtifactError::Heatmap)?;
+    let svg = crate::output::charts::render_svg(&chart).map_err(ArtifactError::Heatmap)?;
     let svg_path = png_path.with_extension("svg");
-    shardscope_io::output::write_output(png_path, &png).map_err(|e| e.to_string())?;
-    shardscope_io::output::write_output(&svg_path, svg.as_bytes()).map_err(|e| e.to_string())?;
+    shardscope_io::output::write_output(png_path, &png).map_err(ArtifactError::Output)?;
+    shardscope_io::output::write_output(&svg_path, svg.as_bytes()).map_err(ArtifactError::Output)?;
     Ok([png_path.to_path_buf(), svg_path])
 }
 

@@ -47,17 +47,57 @@ pub struct ScaleRule {
     pub factor: f64,
 }
 
+/// Why a `--scale` rule cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScaleError {
+    /// No `=` in the rule.
+    #[error("--scale {0}: expected KEY=FACTOR")]
+    NotKeyFactor(String),
+    /// The factor is not a number.
+    #[error("--scale {text}: factor: {error}")]
+    Factor {
+        /// The rule as given.
+        text: String,
+        /// Why the factor is not a number.
+        error: std::num::ParseFloatError,
+    },
+    /// The factor is negative or not finite.
+    #[error("--scale {0}: the factor must be a finite number ≥ 0")]
+    FactorOutOfRange(String),
+    /// Nothing before the `=`.
+    #[error("--scale {0}: empty key")]
+    EmptyKey(String),
+    /// No operation of the category in the model.
+    #[error("--scale {key}={factor}: no operation of category '{key}' in the window (present: {present}, or rankN)")]
+    NoSuchCategory {
+        /// The category.
+        key: String,
+        /// The rule's factor.
+        factor: f64,
+        /// The categories the model has, comma-separated.
+        present: String,
+    },
+    /// No such rank in the model.
+    #[error("--scale rank{rank}: no rank {rank} (ranks: {ranks})")]
+    NoSuchRank {
+        /// The rank.
+        rank: u32,
+        /// The ranks the model has, comma-separated.
+        ranks: String,
+    },
+}
+
 /// Parses `gemm=0.8` or `rank1=1.0`.
-pub fn parse_scale(text: &str) -> Result<ScaleRule, String> {
-    let (key, factor) = text.split_once('=').ok_or_else(|| format!("--scale {text}: expected KEY=FACTOR"))?;
-    let factor: f64 = factor.trim().parse().map_err(|e| format!("--scale {text}: factor: {e}"))?;
+pub fn parse_scale(text: &str) -> Result<ScaleRule, ScaleError> {
+    let (key, factor) = text.split_once('=').ok_or_else(|| ScaleError::NotKeyFactor(text.to_string()))?;
+    let factor: f64 = factor.trim().parse().map_err(|error| ScaleError::Factor { text: text.to_string(), error })?;
     if !factor.is_finite() || factor < 0.0 {
-        return Err(format!("--scale {text}: the factor must be a finite number ≥ 0"));
+        return Err(ScaleError::FactorOutOfRange(text.to_string()));
     }
     let key = key.trim();
     let target = match key.strip_prefix("rank").map(str::parse::<u32>) {
         Some(Ok(rank)) => ScaleTarget::Rank(rank),
-        _ if key.is_empty() => return Err(format!("--scale {text}: empty key")),
+        _ if key.is_empty() => return Err(ScaleError::EmptyKey(text.to_string())),
         _ => ScaleTarget::Category(key.to_string()),
     };
     Ok(ScaleRule { target, factor })
@@ -403,7 +443,7 @@ pub struct WhatIf {
 }
 
 /// Checks the scale rules against the model: a category or rank nothing in the window has is an error.
-pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), String> {
+pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), ScaleError> {
     for rule in scales {
         match &rule.target {
             ScaleTarget::Category(key) => {
@@ -412,17 +452,17 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), String> {
                         graph.ops.iter().map(|o| graph.categories[o.category as usize].as_str()).collect();
                     present.sort_unstable();
                     present.dedup();
-                    return Err(format!(
-                        "--scale {key}={}: no operation of category '{key}' in the window (present: {}, or rankN)",
-                        rule.factor,
-                        present.join(", ")
-                    ));
+                    return Err(ScaleError::NoSuchCategory {
+                        key: key.clone(),
+                        factor: rule.factor,
+                        present: present.join(", "),
+                    });
                 }
             }
             ScaleTarget::Rank(rank) => {
                 if !graph.ranks.iter().any(|r| r.rank == *rank) {
                     let ranks: Vec<String> = graph.ranks.iter().map(|r| r.rank.to_string()).collect();
-                    return Err(format!("--scale rank{rank}: no rank {rank} (ranks: {})", ranks.join(", ")));
+                    return Err(ScaleError::NoSuchRank { rank: *rank, ranks: ranks.join(", ") });
                 }
             }
         }

@@ -51,7 +51,7 @@ pub struct KernelClass {
     pub collective: Option<CollectiveOp>,
 }
 
-/// Why a rules file could not be used.
+/// Why a rules file (category rules, or the findings thresholds of `findings::rules`) could not be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RulesError {
@@ -63,7 +63,7 @@ pub enum RulesError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The file is not valid rules TOML, or a pattern is not a valid regex.
+    /// The file is not valid rules TOML, a pattern is not a valid regex, or a threshold is out of range.
     #[error("{path}: {cause}")]
     Invalid {
         /// The rules file.

@@ -213,11 +213,16 @@ impl From<CommKernel> for CommKernelFields {
     }
 }
 
-impl TryFrom<CommKernelFields> for CommKernel {
-    type Error = String;
+/// A collective type number outside [`ALL_OPS`] in a row read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown collective type number {0}")]
+pub struct UnknownCollectiveType(pub u8);
 
-    fn try_from(f: CommKernelFields) -> Result<CommKernel, String> {
-        let op = *ALL_OPS.get(usize::from(f.3)).ok_or(format!("unknown collective type number {}", f.3))?;
+impl TryFrom<CommKernelFields> for CommKernel {
+    type Error = UnknownCollectiveType;
+
+    fn try_from(f: CommKernelFields) -> Result<CommKernel, UnknownCollectiveType> {
+        let op = *ALL_OPS.get(usize::from(f.3)).ok_or(UnknownCollectiveType(f.3))?;
         Ok(CommKernel {
             kernel: f.0,
             start_ns: f.1,

@@ -8,13 +8,30 @@
 
 use shardscope_model::Trace;
 
+/// Why a `START_NS:END_NS` window could not be read; the text is what `--window` reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    /// No `:` between the two times.
+    #[error("expected START_NS:END_NS")]
+    NoColon,
+    /// The start is not an integer.
+    #[error("start: {0}")]
+    Start(std::num::ParseIntError),
+    /// The end is not an integer.
+    #[error("end: {0}")]
+    End(std::num::ParseIntError),
+    /// The end is not after the start.
+    #[error("END_NS must be after START_NS")]
+    EndNotAfterStart,
+}
+
 /// Parses `START_NS:END_NS` (both integers, end after start).
-pub fn parse(text: &str) -> Result<(i64, i64), String> {
-    let (start, end) = text.split_once(':').ok_or("expected START_NS:END_NS")?;
-    let start: i64 = start.trim().parse().map_err(|e| format!("start: {e}"))?;
-    let end: i64 = end.trim().parse().map_err(|e| format!("end: {e}"))?;
+pub fn parse(text: &str) -> Result<(i64, i64), WindowError> {
+    let (start, end) = text.split_once(':').ok_or(WindowError::NoColon)?;
+    let start: i64 = start.trim().parse().map_err(WindowError::Start)?;
+    let end: i64 = end.trim().parse().map_err(WindowError::End)?;
     if end <= start {
-        return Err("END_NS must be after START_NS".into());
+        return Err(WindowError::EndNotAfterStart);
     }
     Ok((start, end))
 }

@@ -210,7 +210,7 @@ pub fn findings(
     options: &crate::report::Options,
     bench: Option<&BenchPeaks>,
     rules: &FindingsRules,
-) -> Result<Findings, String> {
+) -> Result<Findings, critical_path::ModelError> {
     let model = match options.window_ns {
         Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
         None => critical_path::build_steady_model(traces, options)?,

@@ -6,30 +6,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+// A findings rules file fails the way a category rules file does: the same error names the file and the cause.
+use crate::figures::categories::RulesError;
+
 /// The built-in findings rules, as `analyzer findings --print-rules` prints them.
 pub const BUILTIN_FINDINGS_TOML: &str = include_str!("../../rules/findings.toml");
-
-/// Why a findings rules file could not be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FindingsRulesError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The rules file.
-        path: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The file is not valid findings TOML, or a threshold is out of range.
-    #[error("{path}: {cause}")]
-    Invalid {
-        /// The rules file.
-        path: String,
-        /// What is wrong, on one line.
-        cause: String,
-    },
-}
 
 /// A finding that fires on a replayed saving alone.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
@@ -100,15 +81,15 @@ impl FindingsRules {
     }
 
     /// Rules from a TOML file.
-    pub fn load(path: &Path) -> Result<FindingsRules, FindingsRulesError> {
+    pub fn load(path: &Path) -> Result<FindingsRules, RulesError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|source| FindingsRulesError::Io { path: path.display().to_string(), source })?;
+            .map_err(|source| RulesError::Io { path: path.display().to_string(), source })?;
         FindingsRules::from_toml(&text, &path.display().to_string())
     }
 
     /// Rules from TOML text; `origin` names it in errors.
-    pub fn from_toml(text: &str, origin: &str) -> Result<FindingsRules, FindingsRulesError> {
-        let invalid = |cause: String| FindingsRulesError::Invalid {
+    pub fn from_toml(text: &str, origin: &str) -> Result<FindingsRules, RulesError> {
+        let invalid = |cause: String| RulesError::Invalid {
             path: origin.to_string(),
             cause: cause.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "),
         };

@@ -309,10 +309,25 @@ pub fn escape(text: &str) -> String {
     escape_xml(text)
 }
 
-type DrawResult<T> = Result<T, String>;
+/// Why a chart could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    /// The plotting library refused a drawing step (its message).
+    #[error("{0}")]
+    Draw(String),
+    /// The PNG encoder failed.
+    #[error("{0}")]
+    Png(png::EncodingError),
+    /// The SVG has no end tag to put the marks before.
+    #[error("the SVG backend wrote no closing tag")]
+    NoClosingTag,
+}
 
-fn err<E: std::fmt::Display>(error: E) -> String {
-    error.to_string()
+type DrawResult<T> = Result<T, ChartError>;
+
+/// A drawing step's error; the plotting library's errors are generic over the backend, so only their text is kept.
+fn err<E: std::fmt::Display>(error: E) -> ChartError {
+    ChartError::Draw(error.to_string())
 }
 
 /// Draws `chart` on any plotters drawing area and says where each element went.
@@ -827,7 +842,7 @@ pub fn render_svg(chart: &Chart) -> DrawResult<String> {
     overlay.push_str("</g>");
     match svg.rfind("</svg>") {
         Some(end) => svg.insert_str(end, &overlay),
-        None => return Err("the SVG backend wrote no closing tag".into()),
+        None => return Err(ChartError::NoClosingTag),
     }
     Ok(svg)
 }
@@ -846,9 +861,9 @@ pub fn render_png(chart: &Chart) -> DrawResult<Vec<u8>> {
         let mut encoder = png::Encoder::new(&mut bytes, width, height);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().map_err(err)?;
-        writer.write_image_data(&pixels).map_err(err)?;
-        writer.finish().map_err(err)?;
+        let mut writer = encoder.write_header().map_err(ChartError::Png)?;
+        writer.write_image_data(&pixels).map_err(ChartError::Png)?;
+        writer.finish().map_err(ChartError::Png)?;
     }
     Ok(bytes)
 }

@@ -673,16 +673,38 @@ impl Table {
     }
 }
 
+/// Why a page or a chart file could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// A chart could not be drawn.
+    #[error("chart {name}: {error}")]
+    Chart {
+        /// The chart's name.
+        name: String,
+        /// Why.
+        error: charts::ChartError,
+    },
+    /// A chart file or its folder could not be written (the message names the file).
+    #[error("{0}")]
+    Output(shardscope_io::Error),
+}
+
+impl PageError {
+    fn chart(section: &Section) -> impl FnOnce(charts::ChartError) -> PageError + '_ {
+        move |error| PageError::Chart { name: section.chart.name.clone(), error }
+    }
+}
+
 /// Writes each chart as `<name>.svg` and `<name>.png` into `dir` (created if needed); returns the files written.
-pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::path::PathBuf>, String> {
-    shardscope_io::output::output_dir(dir).map_err(|e| e.to_string())?;
+pub fn write_chart_files(dir: &Path, sections: &[Section]) -> Result<Vec<std::path::PathBuf>, PageError> {
+    shardscope_io::output::output_dir(dir).map_err(PageError::Output)?;
     let mut written = Vec::new();
     for section in sections {
-        let svg = charts::render_svg(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
-        let png = charts::render_png(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
+        let svg = charts::render_svg(&section.chart).map_err(PageError::chart(section))?;
+        let png = charts::render_png(&section.chart).map_err(PageError::chart(section))?;
         for (extension, bytes) in [("svg", svg.as_bytes()), ("png", png.as_slice())] {
             let path = dir.join(format!("{}.{extension}", section.chart.name));
-            shardscope_io::output::write_output(&path, bytes).map_err(|e| e.to_string())?;
+            shardscope_io::output::write_output(&path, bytes).map_err(PageError::Output)?;
             written.push(path);
         }
     }
@@ -732,8 +754,8 @@ pub fn page_end() -> &'static str {
 }
 
 /// A chart section: title, caption and the inline SVG.
-pub fn chart_section(section: &Section) -> Result<String, String> {
-    let svg = charts::render_svg(&section.chart).map_err(|e| format!("chart {}: {e}", section.chart.name))?;
+pub fn chart_section(section: &Section) -> Result<String, PageError> {
+    let svg = charts::render_svg(&section.chart).map_err(PageError::chart(section))?;
     // The XML declaration plotters writes is not allowed inside HTML.
     let svg = match svg.find("<svg") {
         Some(start) => &svg[start..],
@@ -752,7 +774,7 @@ fn duration(ns: i64) -> String {
 }
 
 /// The HTML page of one report.
-pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, String> {
+pub fn report_page(report: &Report, charts: &ReportCharts) -> Result<String, PageError> {
     let mut page = page_start("shardscope report");
     page.push_str("<h1>shardscope report</h1>\n<p>Inputs: ");
     let inputs: Vec<String> = report.inputs.iter().map(|i| format!("<code>{}</code>", escape(i))).collect();

@@ -88,7 +88,7 @@ fn share_chart(name: String, title: String, phase: &PhaseModules) -> Section {
 }
 
 /// The page: a heatmap and a share chart per rank and phase.
-pub fn page(report: &ModuleReport) -> Result<String, String> {
+pub fn page(report: &ModuleReport) -> Result<String, html::PageError> {
     let mut page = html::page_start("shardscope modules");
     page.push_str("<h1>GPU time per module</h1>\n");
     for rank in &report.ranks {

@@ -89,13 +89,14 @@ impl ModelShape {
     }
 
     /// Parses `parameters=1.6e9,layers=8,hidden=4096,ffn=11008,heads=32,vocab=32000,dtype=bf16,peak_tflops=989`.
-    pub fn parse(text: &str) -> Result<ModelShape, String> {
+    pub fn parse(text: &str) -> Result<ModelShape, ShapeError> {
         let mut shape = ModelShape::default();
         for (key, value) in pairs(text)? {
-            let count = || value.parse::<u32>().map_err(|_| format!("{key}={value}: not a whole number"));
+            let pair = || (key.to_string(), value.to_string());
+            let count = || value.parse::<u32>().map_err(|_| ShapeError::NotWhole(pair().0, pair().1));
             let real = || match value.parse::<f64>() {
                 Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-                _ => Err(format!("{key}={value}: not a positive number")),
+                _ => Err(ShapeError::NotPositive(pair().0, pair().1)),
             };
             match key {
                 "parameters" => shape.parameters = Some(real()?),
@@ -106,11 +107,7 @@ impl ModelShape {
                 "vocab" => shape.vocab = Some(count()?),
                 "dtype" => shape.dtype = Some(value.to_string()),
                 "peak_tflops" => shape.peak_tflops = Some(real()?),
-                _ => {
-                    return Err(format!(
-                        "unknown key '{key}' (parameters, layers, hidden, heads, ffn, vocab, dtype, peak_tflops)"
-                    ));
-                }
+                _ => return Err(ShapeError::UnknownModelKey(key.to_string())),
             }
         }
         shape.check()?;
@@ -118,20 +115,20 @@ impl ModelShape {
     }
 
     /// A shape that gives no FLOPs is refused.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ShapeError> {
         if self.weights().is_none() {
-            return Err("the model needs `parameters`, or `layers`, `hidden` and `ffn`".into());
+            return Err(ShapeError::NoFlops);
         }
         for (key, value) in [("layers", self.layers), ("hidden", self.hidden), ("ffn", self.ffn)] {
             if value == Some(0) {
-                return Err(format!("{key} must be positive"));
+                return Err(ShapeError::Zero(key));
             }
         }
         if self.parameters.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
-            return Err("parameters must be a positive number".into());
+            return Err(ShapeError::NotPositiveField("parameters"));
         }
         if self.peak_tflops.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
-            return Err("peak_tflops must be a positive number".into());
+            return Err(ShapeError::NotPositiveField("peak_tflops"));
         }
         Ok(())
     }
@@ -151,18 +148,18 @@ pub struct Tokens {
 
 impl Tokens {
     /// Parses `batch=4,seq=1024,decode_steps=32`.
-    pub fn parse(text: &str) -> Result<Tokens, String> {
+    pub fn parse(text: &str) -> Result<Tokens, ShapeError> {
         let mut values: BTreeMap<&str, f64> = BTreeMap::new();
         for (key, value) in pairs(text)? {
             if !["batch", "seq", "decode_steps"].contains(&key) {
-                return Err(format!("unknown key '{key}' (batch, seq, decode_steps)"));
+                return Err(ShapeError::UnknownTokensKey(key.to_string()));
             }
             match value.parse::<f64>() {
                 Ok(v) if v.is_finite() && v > 0.0 => values.insert(key, v),
-                _ => return Err(format!("{key}={value}: not a positive number")),
+                _ => return Err(ShapeError::NotPositive(key.to_string(), value.to_string())),
             };
         }
-        let batch = *values.get("batch").ok_or("`batch` is needed")?;
+        let batch = *values.get("batch").ok_or(ShapeError::NoBatch)?;
         Ok(Tokens { batch, seq: values.get("seq").copied(), decode_steps: values.get("decode_steps").copied() })
     }
 
@@ -176,14 +173,93 @@ impl Tokens {
     }
 }
 
-fn pairs(text: &str) -> Result<Vec<(&str, &str)>, String> {
+fn pairs(text: &str) -> Result<Vec<(&str, &str)>, ShapeError> {
     text.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {
-            let (k, v) = p.split_once('=').ok_or_else(|| format!("'{}' is not KEY=VALUE", p.trim()))?;
+            let (k, v) = p.split_once('=').ok_or_else(|| ShapeError::NotPair(p.trim().to_string()))?;
             Ok((k.trim(), v.trim()))
         })
         .collect()
+}
+
+/// Why a `--model` or `--tokens` text (or a study's `model`/`tokens`) cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// A comma-separated part without `=`.
+    #[error("'{0}' is not KEY=VALUE")]
+    NotPair(String),
+    /// A count that is not a whole number: (key, value).
+    #[error("{0}={1}: not a whole number")]
+    NotWhole(String, String),
+    /// A real that is not a positive number: (key, value).
+    #[error("{0}={1}: not a positive number")]
+    NotPositive(String, String),
+    /// A key the model shape does not have.
+    #[error("unknown key '{0}' (parameters, layers, hidden, heads, ffn, vocab, dtype, peak_tflops)")]
+    UnknownModelKey(String),
+    /// A key the token counts do not have.
+    #[error("unknown key '{0}' (batch, seq, decode_steps)")]
+    UnknownTokensKey(String),
+    /// Neither the parameter count nor the layer sizes are given.
+    #[error("the model needs `parameters`, or `layers`, `hidden` and `ffn`")]
+    NoFlops,
+    /// A layer size of 0.
+    #[error("{0} must be positive")]
+    Zero(&'static str),
+    /// A real field set to something that is not a positive number.
+    #[error("{0} must be a positive number")]
+    NotPositiveField(&'static str),
+    /// The token counts lack the batch size.
+    #[error("`batch` is needed")]
+    NoBatch,
+}
+
+/// A `bench` results file that could not be read for the GEMM peak. The text is one line naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", format!("{}: {error}", path.display()).replace('\n', " "))]
+pub struct BenchError {
+    /// The results file.
+    pub path: std::path::PathBuf,
+    /// Why it could not be read.
+    pub error: Box<shardscope_bench::results::Error>,
+}
+
+/// Why no MFU is given although a peak is: the shape or token counts cannot describe the run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Inconsistent {
+    /// The utilisation is not a finite number ≥ 0.
+    #[error("no finite utilisation from {achieved_tflops} TFLOP/s on {gpus} GPU(s)")]
+    NotFinite {
+        /// The achieved throughput, TFLOP/s.
+        achieved_tflops: f64,
+        /// GPUs of the run.
+        gpus: u32,
+    },
+    /// More than the peak of all GPUs together.
+    #[error(
+        "the model FLOPs imply {achieved_tflops:.1} TFLOP/s on {gpus} GPU(s), {pct:.0} % of the peak: the model \
+         shape or token counts do not describe this run"
+    )]
+    AbovePeak {
+        /// The achieved throughput, TFLOP/s.
+        achieved_tflops: f64,
+        /// GPUs of the run.
+        gpus: u32,
+        /// The utilisation it gives, percent.
+        pct: f64,
+    },
+    /// More than the peak of one GPU while busy.
+    #[error(
+        "the model FLOPs imply {busy_tflops:.1} TFLOP/s per GPU while busy, above the peak {peak_tflops:.1}: the \
+         model shape or token counts do not describe this run"
+    )]
+    BusyAbovePeak {
+        /// The throughput while busy, TFLOP/s per GPU.
+        busy_tflops: f64,
+        /// The peak of one GPU, TFLOP/s.
+        peak_tflops: f64,
+    },
 }
 
 /// The peak one GPU can do, and where the figure came from.
@@ -212,9 +288,10 @@ pub fn measured_gemm_peak(results: &BenchResults, dtype: &str, source: &str) -> 
 }
 
 /// The peak to divide by: measured by `bench` when its results are given (and have the dtype), else the datasheet.
-pub fn peak(bench: Option<&Path>, shape: &ModelShape, datasheet_source: &str) -> Result<Option<Peak>, String> {
+pub fn peak(bench: Option<&Path>, shape: &ModelShape, datasheet_source: &str) -> Result<Option<Peak>, BenchError> {
     if let Some(path) = bench {
-        let results = BenchResults::load(path).map_err(|e| format!("{}: {}", path.display(), e).replace('\n', " "))?;
+        let results =
+            BenchResults::load(path).map_err(|error| BenchError { path: path.to_path_buf(), error: Box::new(error) })?;
         if let Some(p) = measured_gemm_peak(&results, shape.dtype(), &path.display().to_string()) {
             return Ok(Some(p));
         }
@@ -260,23 +337,17 @@ pub fn utilisation(
     gpus: u32,
     busy_tflops_per_gpu: Option<f64>,
     peak_tflops: f64,
-) -> Result<f64, String> {
+) -> Result<f64, Inconsistent> {
     let capacity = peak_tflops * f64::from(gpus.max(1));
     let pct = 100.0 * achieved_tflops / capacity;
     if !pct.is_finite() || pct < 0.0 {
-        return Err(format!("no finite utilisation from {achieved_tflops} TFLOP/s on {gpus} GPU(s)"));
+        return Err(Inconsistent::NotFinite { achieved_tflops, gpus });
     }
     if pct > 100.0 {
-        return Err(format!(
-            "the model FLOPs imply {achieved_tflops:.1} TFLOP/s on {gpus} GPU(s), {pct:.0} % of the peak: the model \
-             shape or token counts do not describe this run"
-        ));
+        return Err(Inconsistent::AbovePeak { achieved_tflops, gpus, pct });
     }
     if let Some(busy) = busy_tflops_per_gpu.filter(|b| *b > peak_tflops) {
-        return Err(format!(
-            "the model FLOPs imply {busy:.1} TFLOP/s per GPU while busy, above the peak {peak_tflops:.1}: the model \
-             shape or token counts do not describe this run"
-        ));
+        return Err(Inconsistent::BusyAbovePeak { busy_tflops: busy, peak_tflops });
     }
     Ok(pct)
 }
@@ -327,7 +398,7 @@ pub fn phase_mfu(
             None => (None, None),
             Some(p) => match utilisation(achieved_tflops, gpus, busy_tflops_per_gpu, p.tflops) {
                 Ok(pct) => (Some(pct), None),
-                Err(why) => (None, Some(why)),
+                Err(why) => (None, Some(why.to_string())),
             },
         };
         out.push(PhaseMfu {
@@ -371,17 +442,17 @@ mod tests {
 
     #[test]
     fn bad_shapes_and_token_counts_are_refused() {
-        assert!(ModelShape::parse("layers=8").unwrap_err().contains("parameters"));
+        assert!(ModelShape::parse("layers=8").unwrap_err().to_string().contains("parameters"));
         assert!(ModelShape::parse("parameters=-3").is_err());
-        assert!(ModelShape::parse("colour=3,parameters=1").unwrap_err().contains("unknown key"));
-        assert!(Tokens::parse("seq=5").unwrap_err().contains("batch"));
+        assert!(ModelShape::parse("colour=3,parameters=1").unwrap_err().to_string().contains("unknown key"));
+        assert!(Tokens::parse("seq=5").unwrap_err().to_string().contains("batch"));
         assert!(Tokens::parse("batch=0").is_err());
     }
 
     #[test]
     fn a_utilisation_above_the_peak_is_refused_not_reported() {
         assert_eq!(utilisation(400.0, 2, Some(300.0), 800.0), Ok(25.0));
-        assert!(utilisation(1700.0, 2, None, 800.0).unwrap_err().contains("do not describe"));
-        assert!(utilisation(400.0, 2, Some(900.0), 800.0).unwrap_err().contains("while busy"));
+        assert!(utilisation(1700.0, 2, None, 800.0).unwrap_err().to_string().contains("do not describe"));
+        assert!(utilisation(400.0, 2, Some(900.0), 800.0).unwrap_err().to_string().contains("while busy"));
     }
 }

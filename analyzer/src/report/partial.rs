@@ -610,6 +610,30 @@ pub struct FinishedTrace {
     pub comm_kernels: u64,
 }
 
+/// A collective share that does not fit the part it is applied to: the pieces came from different runs or were
+/// damaged on the way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    /// A share names a label the GPU does not have.
+    #[error("{source_path}: a collective share names label {label}, which GPU {device} does not have")]
+    UnknownLabel {
+        /// The part's trace file.
+        source_path: String,
+        /// The label's number.
+        label: u32,
+        /// The GPU's ordinal.
+        device: u32,
+    },
+    /// Shares for GPUs the part does not have.
+    #[error("{source_path}: {shares} collective shares for GPUs that are not in this part")]
+    OtherGpus {
+        /// The part's trace file.
+        source_path: String,
+        /// How many shares.
+        shares: usize,
+    },
+}
+
 /// Applies the shares of the trace at `trace` (its index among all parts) to its part: `shares` are every
 /// [`BucketMatch`]'s tallies of this trace, in any order; `ranks` are all ranks ([`rank_entries`]). The part needs
 /// no kernel rows ([`DevicePart::comm`]). A tally that names a GPU or label the part does not have is an error (the
@@ -620,7 +644,7 @@ pub fn finish_trace(
     ranks: &[RankEntry],
     job_has_steps: bool,
     shares: &[TraceTallies],
-) -> Result<FinishedTrace, String> {
+) -> Result<FinishedTrace, ShareError> {
     let mut tallies: BTreeMap<&TallyKey, ShareTally> = BTreeMap::new();
     for (key, tally) in shares.iter().flatten() {
         tallies.entry(key).or_default().absorb(*tally);
@@ -671,7 +695,7 @@ fn finish_ranks<'a>(
     inputs_of_trace: impl Iterator<Item = (usize, &'a RankEntry)>,
     job_has_steps: bool,
     tallies: &BTreeMap<&TallyKey, ShareTally>,
-) -> Result<Vec<(u32, Value)>, String> {
+) -> Result<Vec<(u32, Value)>, ShareError> {
     let mut out = Vec::with_capacity(part.devices.len());
     let mut applied = 0;
     for ((input, entry), device) in inputs_of_trace.zip(&part.devices) {
@@ -686,10 +710,11 @@ fn finish_ranks<'a>(
             let of_rank = tallies.range::<TallyKey, _>(&(input, 0, None)..).take_while(|(key, _)| key.0 == input);
             for (&(_, label, phase), &tally) in of_rank {
                 let Some(label) = device.comm_labels.get(*label as usize) else {
-                    return Err(format!(
-                        "{}: a collective share names label {label}, which GPU {} does not have",
-                        part.source, device.device
-                    ));
+                    return Err(ShareError::UnknownLabel {
+                        source_path: part.source.clone(),
+                        label: *label,
+                        device: device.device,
+                    });
                 };
                 applied += 1;
                 add_share(fields, label, tally);
@@ -711,11 +736,7 @@ fn finish_ranks<'a>(
         out.push((entry.rank, report));
     }
     if applied != tallies.len() {
-        return Err(format!(
-            "{}: {} collective shares for GPUs that are not in this part",
-            part.source,
-            tallies.len() - applied
-        ));
+        return Err(ShareError::OtherGpus { source_path: part.source.clone(), shares: tallies.len() - applied });
     }
     Ok(out)
 }

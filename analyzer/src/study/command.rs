@@ -23,6 +23,35 @@ pub struct CommandTemplate {
     words: Vec<Vec<Piece>>,
 }
 
+/// Why a command template cannot be read or filled in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// With `shell = true`, a placeholder inside the template's own quotes.
+    #[error(
+        "placeholder {{{0}}} inside quotes: with `shell = true` every value is already quoted as one shell word; \
+         remove the quotes around it"
+    )]
+    QuotedPlaceholder(String),
+    /// A `\` at the very end.
+    #[error("the command ends with a lone '\\'")]
+    LoneBackslash,
+    /// Shell syntax in a command that runs without a shell.
+    #[error(
+        "uses shell syntax ('{0}') outside quotes, but runs without a shell: set `shell = true` to run it under \
+         sh -c, or quote the character"
+    )]
+    ShellNeeded(char),
+    /// A quote that is never closed.
+    #[error("the command has an unclosed quote")]
+    UnclosedQuote,
+    /// No words.
+    #[error("`command` is empty")]
+    Empty,
+    /// A placeholder with no value.
+    #[error("unknown parameter {{{0}}}")]
+    UnknownParameter(String),
+}
+
 /// Characters that mean something to a shell only, outside quotes.
 const SHELL_SYNTAX: &str = "|&;<>()$`*?";
 
@@ -37,7 +66,7 @@ enum Quote {
 impl CommandTemplate {
     /// Reads `template`. `shell`: the template runs under `sh -c` (only placeholders inside quotes are refused);
     /// otherwise shell syntax outside quotes, and `$` or `` ` `` inside double quotes, are refused.
-    pub fn parse(template: &str, shell: bool) -> Result<CommandTemplate, String> {
+    pub fn parse(template: &str, shell: bool) -> Result<CommandTemplate, CommandError> {
         let mut words: Vec<Vec<Piece>> = Vec::new();
         let mut word: Option<Vec<Piece>> = None;
         let mut quote = Quote::None;
@@ -62,10 +91,7 @@ impl CommandTemplate {
                 (_, '{') => {
                     let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
                     if shell && quote != Quote::None {
-                        return Err(format!(
-                            "placeholder {{{name}}} inside quotes: with `shell = true` every value is already quoted \
-                             as one shell word; remove the quotes around it"
-                        ));
+                        return Err(CommandError::QuotedPlaceholder(name));
                     }
                     word.get_or_insert_with(Vec::new).push(Piece::Placeholder(name));
                 }
@@ -84,26 +110,26 @@ impl CommandTemplate {
                         push_char(&mut word, '\\');
                         push_char(&mut word, next);
                     }
-                    None => return Err("the command ends with a lone '\\'".into()),
+                    None => return Err(CommandError::LoneBackslash),
                 },
                 (Quote::None, c) if c.is_whitespace() => words.extend(word.take()),
-                (Quote::None, c) if !shell && SHELL_SYNTAX.contains(c) => return Err(shell_needed(c)),
-                (Quote::Double, c) if !shell && "$`".contains(c) => return Err(shell_needed(c)),
+                (Quote::None, c) if !shell && SHELL_SYNTAX.contains(c) => return Err(CommandError::ShellNeeded(c)),
+                (Quote::Double, c) if !shell && "$`".contains(c) => return Err(CommandError::ShellNeeded(c)),
                 (_, c) => push_char(&mut word, c),
             }
         }
         if quote != Quote::None {
-            return Err("the command has an unclosed quote".into());
+            return Err(CommandError::UnclosedQuote);
         }
         words.extend(word.take());
         if words.is_empty() {
-            return Err("`command` is empty".into());
+            return Err(CommandError::Empty);
         }
         Ok(CommandTemplate { words })
     }
 
     /// The command's arguments with every placeholder replaced by its value (each value inside its word).
-    pub fn argv(&self, values: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, String> {
+    pub fn argv(&self, values: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, CommandError> {
         self.words
             .iter()
             .map(|word| {
@@ -111,7 +137,7 @@ impl CommandTemplate {
                     match piece {
                         Piece::Text(text) => out.push_str(text),
                         Piece::Placeholder(name) => {
-                            out.push_str(&values(name).ok_or_else(|| format!("unknown parameter {{{name}}}"))?)
+                            out.push_str(&values(name).ok_or_else(|| CommandError::UnknownParameter(name.clone()))?)
                         }
                     }
                     Ok(out)
@@ -121,18 +147,12 @@ impl CommandTemplate {
     }
 }
 
-fn shell_needed(c: char) -> String {
-    format!(
-        "uses shell syntax ('{c}') outside quotes, but runs without a shell: set `shell = true` to run it under \
-         sh -c, or quote the character"
-    )
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn argv(template: &str, value: &str) -> Result<Vec<String>, String> {
+    fn argv(template: &str, value: &str) -> Result<Vec<String>, CommandError> {
         CommandTemplate::parse(template, false)?.argv(&|_| Some(value.to_string()))
     }
 
@@ -171,12 +191,12 @@ mod tests {
     #[test]
     fn shell_syntax_needs_shell_mode_and_quoted_placeholders_are_refused_there() {
         for template in ["a | b", "a; b", "a > out", "echo $HOME", "echo \"$HOME\"", "ls *.txt", "a && b"] {
-            let error = CommandTemplate::parse(template, false).unwrap_err();
+            let error = CommandTemplate::parse(template, false).unwrap_err().to_string();
             assert!(error.contains("shell = true"), "{template}: {error}");
             assert!(CommandTemplate::parse(template, true).is_ok(), "{template}");
         }
-        let error = CommandTemplate::parse("echo '{x}'", true).unwrap_err();
+        let error = CommandTemplate::parse("echo '{x}'", true).unwrap_err().to_string();
         assert!(error.contains("inside quotes"), "{error}");
-        assert!(CommandTemplate::parse("echo 'unclosed", false).unwrap_err().contains("unclosed"));
+        assert!(CommandTemplate::parse("echo 'unclosed", false).unwrap_err().to_string().contains("unclosed"));
     }
 }

@@ -189,8 +189,8 @@ fn shares_that_do_not_fit_the_part_are_an_error_not_dropped() {
     let tally = partial::ShareTally { wait_ns: 5, positive_wait_ns: 5, transfer_ns: 7, late: 1 };
     let finish = |key: partial::TallyKey| partial::finish_trace(part, trace, &ranks, false, &[vec![(key, tally)]]);
     assert!(finish((input, 0, None)).is_ok(), "a tally of a label the GPU has is applied");
-    let unknown_label = finish((input, labels, None)).unwrap_err();
+    let unknown_label = finish((input, labels, None)).unwrap_err().to_string();
     assert!(unknown_label.contains("does not have"), "{unknown_label}");
-    let other_gpu = finish((ranks.len() + 3, 0, None)).unwrap_err();
+    let other_gpu = finish((ranks.len() + 3, 0, None)).unwrap_err().to_string();
     assert!(other_gpu.contains("not in this part"), "{other_gpu}");
 }

@@ -298,6 +298,7 @@ fn damaged_artifact_traces_are_errors_never_panics() {
         let result = straggler_artifact::ArtifactTrace::load(&file)
             .and_then(|trace| straggler_artifact::StragglerModel::build(&trace, &meta).map(|_| ()));
         if let Err(error) = result {
+            let error = error.to_string();
             assert!(error.starts_with(&file.display().to_string()), "{error}");
             assert_eq!(error.lines().count(), 1, "{error}");
             errors += 1;

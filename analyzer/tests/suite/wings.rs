@@ -5,7 +5,10 @@
 //!
 //! - a `crate::<wing>` path (or a `crate::{…}` group naming one) in a wing listed before that wing,
 //! - a non-test function of more than [`MAX_FUNCTION_LINES`] lines in `analyzer/src` or in the Parquet reader and
-//!   writer (`trace-io/src/parquet`); functions of `#[cfg(test)]` modules and `tests.rs` files are left out.
+//!   writer (`trace-io/src/parquet`); functions of `#[cfg(test)]` modules and `tests.rs` files are left out;
+//! - a `Result<…, String>` outside test code in the analyzer's library (`analyzer/src` but `main.rs`, the binary):
+//!   in a function's signature, a closure's return type or a type alias, the library's errors are typed
+//!   (`thiserror` enums); the text is what they display.
 //!
 //! Comments, strings and character literals are blanked before anything is looked at, so that a brace or a path
 //! in them counts for nothing. The checkers also run on fabricated sources, so a checker that lets everything
@@ -372,4 +375,86 @@ fn the_wing_check_finds_paths_and_groups_naming_a_later_wing() {
         ]
     );
     assert_eq!(wing_order("//! doc\npub mod b;\n\npub mod a;\nmod private;\n"), ["b", "a"]);
+}
+
+/// Every `Result<…, String>` of `source` (a whole file) outside comments, literals and test modules, as
+/// `file:line`. Only the last type argument counts: `Result<String, E>` is fine, `PyResult<String>` is not `Result`.
+fn string_errors(file: &str, source: &str) -> Vec<String> {
+    let text = without_test_modules(&blank_literals(source));
+    let bytes = text.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(offset) = text[from..].find("Result<") {
+        let at = from + offset;
+        from = at + "Result<".len();
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        // The type arguments up to the matching `>`, split at the commas of their own level; the `>` of a `->`
+        // inside them (a closure type) closes nothing.
+        let (mut depth, mut argument_start, mut last_argument) = (1usize, from, "");
+        for (index, &byte) in bytes.iter().enumerate().skip(from) {
+            match byte {
+                b'<' | b'(' | b'[' => depth += 1,
+                b'>' if bytes[index - 1] == b'-' => {}
+                b'>' | b')' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        last_argument = &text[argument_start..index];
+                        break;
+                    }
+                }
+                b',' if depth == 1 => argument_start = index + 1,
+                _ => {}
+            }
+        }
+        if argument_start > from && matches!(last_argument.trim(), "String" | "std::string::String") {
+            found.push(format!("{file}:{}", text[..at].matches('\n').count() + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_analyzer_library_returns_typed_errors_not_strings() {
+    let root = repo_root();
+    let mut problems = Vec::new();
+    let mut files = 0;
+    for path in rust_files(&root.join("analyzer/src")) {
+        if path.file_name().is_some_and(|n| n == "tests.rs") || path == root.join("analyzer/src/main.rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let relative = path.strip_prefix(&root).expect("under the workspace").display().to_string();
+        files += 1;
+        problems.extend(string_errors(&relative, &source));
+    }
+    assert!(files > 50, "the library's files were read ({files})");
+    assert!(
+        problems.is_empty(),
+        "`Result<…, String>` in the analyzer's library (give the module a thiserror enum whose messages read as \
+         the strings did):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_string_error_check_finds_signatures_closures_and_aliases_only_outside_tests() {
+    let source = "\
+pub fn parse(text: &str) -> Result<u32, String> { todo!() }
+fn nested(a: &str) -> Result<Vec<(&str, &str)>, String> { todo!() }
+fn guard<T>(step: impl FnOnce() -> Result<T, String>) -> Result<T, Error> { todo!() }
+type DrawResult<T> = Result<T, std::string::String>;
+fn text() -> Result<String, ParseError> { todo!() }
+fn python() -> PyResult<String> { todo!() }
+fn named() -> Result<(), StringError> { todo!() }
+fn io() -> std::io::Result<String> { todo!() }
+// fn commented() -> Result<(), String>
+const S: &str = \"Result<(), String>\";
+#[cfg(test)]
+mod tests {
+    fn helper() -> Result<(), String> { Ok(()) }
+}
+";
+    assert_eq!(string_errors("f.rs", source), ["f.rs:1", "f.rs:2", "f.rs:3", "f.rs:4"]);
 }
