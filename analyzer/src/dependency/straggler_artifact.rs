@@ -369,7 +369,9 @@ fn column<'a>(batch: &'a RecordBatch, file: &Path, name: &str) -> Result<Column<
                     .collect(),
             ))
         }
-        other => Err(ArtifactError::ColumnType { path: file.into(), column: name.to_string(), data_type: other.clone() }),
+        other => {
+            Err(ArtifactError::ColumnType { path: file.into(), column: name.to_string(), data_type: other.clone() })
+        }
     }
 }
 
@@ -427,8 +429,7 @@ impl ArtifactTrace {
         };
         let mut optype_ids: HashMap<String, u16> = HashMap::new();
         while let Some(batch) = guard(path, || Ok(reader.next()))? {
-            let batch =
-                batch.map_err(|e| ArtifactError::NotParquet { path: path.into(), cause: e.to_string() })?;
+            let batch = batch.map_err(|e| ArtifactError::NotParquet { path: path.into(), cause: e.to_string() })?;
             let get = |name| column(&batch, path, name);
             let (dp, stage, rank, step) = (get("dp_rank")?, get("stage")?, get("rank")?, get("step")?);
             let (kind, start, duration, seq) = (get("optype")?, get("start_ts")?, get("duration")?, get("seq_id")?);
@@ -573,10 +574,13 @@ impl<'a> TemplateBuilder<'a> {
         for row in &template {
             let name = (row.optype, row.seq, row.stage);
             if index.insert(name, names.len() as u32).is_some() {
-                return Err(invalid(file, format!(
-                    "{} #{} on stage {} appears twice in step {first_step} of DP rank 0",
-                    trace.optypes[row.optype as usize], row.seq, row.stage
-                )));
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{} #{} on stage {} appears twice in step {first_step} of DP rank 0",
+                        trace.optypes[row.optype as usize], row.seq, row.stage
+                    ),
+                ));
             }
             names.push(name);
             rows_of.push(row);
@@ -603,11 +607,14 @@ impl<'a> TemplateBuilder<'a> {
 
     fn lookup(&self, name: &str, seq: u32, stage: u32) -> Result<u32, ArtifactError> {
         self.id(name).and_then(|o| self.t.index.get(&(o, seq, stage)).copied()).ok_or_else(|| {
-            invalid(self.file, format!(
-                "the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
-                Self::describe(name, seq, stage),
-                self.first_step
-            ))
+            invalid(
+                self.file,
+                format!(
+                    "the dependency model needs {} in step {} of DP rank 0, which the trace lacks",
+                    Self::describe(name, seq, stage),
+                    self.first_step
+                ),
+            )
         })
     }
 
@@ -663,12 +670,15 @@ impl<'a> TemplateBuilder<'a> {
         for ((a, b), members) in &pairs {
             if members.len() != 2 {
                 let label = |o: &OpName| Self::describe(&self.trace.optypes[o.0 as usize], o.1, o.2);
-                return Err(invalid(self.file, format!(
-                    "the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
-                    label(a),
-                    label(b),
-                    members.len()
-                )));
+                return Err(invalid(
+                    self.file,
+                    format!(
+                        "the pipeline transfer pair ({}, {}) has {} recorded member(s), expected 2",
+                        label(a),
+                        label(b),
+                        members.len()
+                    ),
+                ));
             }
             self.t.groups.push(members.clone());
         }
@@ -711,17 +721,23 @@ impl<'a> TemplateBuilder<'a> {
                 let mut compute_seq = 0u32;
                 if count != passes.len() {
                     if stage != 0 && stage != pp - 1 {
-                        return Err(invalid(file, format!(
-                            "stage {stage} has {count} effective {name} for {} {compute_name} passes",
-                            passes.len()
-                        )));
+                        return Err(invalid(
+                            file,
+                            format!(
+                                "stage {stage} has {count} effective {name} for {} {compute_name} passes",
+                                passes.len()
+                            ),
+                        ));
                     }
                     if count != 0 && count + 1 != passes.len() {
-                        return Err(invalid(file, format!(
-                            "stage {stage} has {count} effective {name} for {} {compute_name} passes \
+                        return Err(invalid(
+                            file,
+                            format!(
+                                "stage {stage} has {count} effective {name} for {} {compute_name} passes \
                              (expected as many, one fewer, or none)",
-                            passes.len()
-                        )));
+                                passes.len()
+                            ),
+                        ));
                     }
                     // The first forward receive of the first stage may be missing: its compute is skipped.
                     if receive && count + 1 == passes.len() {
@@ -810,19 +826,19 @@ impl<'a> TemplateBuilder<'a> {
                 self.chain(&self.sorted_of(stage, &[name]), &[]);
             }
             let Some(first_backward) = comp.iter().position(|&o| self.is(o, ot::BACKWARD_COMPUTE)) else {
-                return Err(invalid(file, format!(
-                    "stage {stage} has no {} in step {}",
-                    ot::BACKWARD_COMPUTE,
-                    self.first_step
-                )));
+                return Err(invalid(
+                    file,
+                    format!("stage {stage} has no {} in step {}", ot::BACKWARD_COMPUTE, self.first_step),
+                ));
             };
             if first_backward >= 2 {
                 if !self.is(comp[first_backward - 1], ot::FORWARD_COMPUTE)
                     || !self.is(comp[first_backward - 2], ot::FORWARD_COMPUTE)
                 {
-                    return Err(invalid(file, format!(
-                        "stage {stage}: the two passes before the first backward are not forward"
-                    )));
+                    return Err(invalid(
+                        file,
+                        format!("stage {stage}: the two passes before the first backward are not forward"),
+                    ));
                 }
                 let anchor = comp[first_backward - 2];
                 for name in [ot::BACKWARD_RECV, ot::BACKWARD_SEND] {
@@ -983,10 +999,13 @@ impl<'a> TemplateBuilder<'a> {
         }
         if let Some(op) = (0..n).find(|&o| !self.in_model[o]) {
             let (kind, seq, stage) = t.names[op];
-            return Err(invalid(self.file, format!(
-                "{} has no place in the dependency model",
-                Self::describe(&self.trace.optypes[kind as usize], seq, stage)
-            )));
+            return Err(invalid(
+                self.file,
+                format!(
+                    "{} has no place in the dependency model",
+                    Self::describe(&self.trace.optypes[kind as usize], seq, stage)
+                ),
+            ));
         }
         for deps in &mut t.deps {
             deps.sort_unstable();
@@ -1024,7 +1043,10 @@ fn check_lanes_bounded(trace: &ArtifactTrace) -> Result<(), ArtifactError> {
     ] {
         if let Some(missing) = (0u32..).zip(&values).find(|(expected, value)| expected != *value).map(|p| p.0) {
             let largest = values.last().copied().unwrap_or(0);
-            return Err(invalid(file, format!("{what} {missing} has no rows, but {what} {largest} has (they must be 0..n)")));
+            return Err(invalid(
+                file,
+                format!("{what} {missing} has no rows, but {what} {largest} has (they must be 0..n)"),
+            ));
         }
     }
     Ok(())
@@ -1056,41 +1078,53 @@ impl Layout {
         // Every (step, DP rank) lane runs the template's operations, one row each: more slots than rows means a
         // missing one, found here without sizing anything from the values in the file.
         let slots = names.checked_mul(lanes).filter(|&n| n <= trace.rows.len()).ok_or_else(|| {
-            invalid(file, format!(
-                "{} rows cannot fill {} steps × {dp_size} DP ranks × {names} operations of the first step \
+            invalid(
+                file,
+                format!(
+                    "{} rows cannot fill {} steps × {dp_size} DP ranks × {names} operations of the first step \
                  (every step and DP rank must run the same operations)",
-                trace.rows.len(),
-                steps.len()
-            ))
+                    trace.rows.len(),
+                    steps.len()
+                ),
+            )
         })?;
         let mut row_of: Vec<u32> = vec![u32::MAX; slots];
         for (r, row) in trace.rows.iter().enumerate() {
             let Some(&name) = template.index.get(&(row.optype, row.seq, row.stage)) else {
-                return Err(invalid(file, format!(
-                    "{} #{} on stage {} (step {}, DP rank {}) is not in the first step's operations",
-                    trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
-                )));
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{} #{} on stage {} (step {}, DP rank {}) is not in the first step's operations",
+                        trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
+                    ),
+                ));
             };
             let lane = step_index[&row.step] as usize * dp_size as usize + row.dp as usize;
             let slot = &mut row_of[lane * names + name as usize];
             if *slot != u32::MAX {
-                return Err(invalid(file, format!(
-                    "{} #{} on stage {} appears twice in step {}, DP rank {}",
-                    trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
-                )));
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{} #{} on stage {} appears twice in step {}, DP rank {}",
+                        trace.optypes[row.optype as usize], row.seq, row.stage, row.step, row.dp
+                    ),
+                ));
             }
             *slot = r as u32;
         }
         if let Some(missing) = row_of.iter().position(|&r| r == u32::MAX) {
             let (kind, seq, stage) = template.names[missing % names];
             let lane = missing / names;
-            return Err(invalid(file, format!(
-                "{} #{seq} on stage {stage} is missing in step {}, DP rank {} (every step and DP rank must \
+            return Err(invalid(
+                file,
+                format!(
+                    "{} #{seq} on stage {stage} is missing in step {}, DP rank {} (every step and DP rank must \
                  run the same operations)",
-                trace.optypes[kind as usize],
-                steps[lane / dp_size as usize],
-                lane % dp_size as usize
-            )));
+                    trace.optypes[kind as usize],
+                    steps[lane / dp_size as usize],
+                    lane % dp_size as usize
+                ),
+            ));
         }
         Ok(Layout { names, lanes, dp_size, row_of })
     }
@@ -1305,10 +1339,13 @@ impl StragglerModel {
             instances: layout.names as u32,
         });
         if graph.stats.edges_dropped_for_cycles > 0 {
-            return Err(invalid(file, format!(
-                "the dependency model derived from the trace has a cycle ({} edges)",
-                graph.stats.edges_dropped_for_cycles
-            )));
+            return Err(invalid(
+                file,
+                format!(
+                    "the dependency model derived from the trace has a cycle ({} edges)",
+                    graph.stats.edges_dropped_for_cycles
+                ),
+            ));
         }
         Ok(StragglerModel {
             graph,

@@ -290,8 +290,8 @@ pub fn measured_gemm_peak(results: &BenchResults, dtype: &str, source: &str) -> 
 /// The peak to divide by: measured by `bench` when its results are given (and have the dtype), else the datasheet.
 pub fn peak(bench: Option<&Path>, shape: &ModelShape, datasheet_source: &str) -> Result<Option<Peak>, BenchError> {
     if let Some(path) = bench {
-        let results =
-            BenchResults::load(path).map_err(|error| BenchError { path: path.to_path_buf(), error: Box::new(error) })?;
+        let results = BenchResults::load(path)
+            .map_err(|error| BenchError { path: path.to_path_buf(), error: Box::new(error) })?;
         if let Some(p) = measured_gemm_peak(&results, shape.dtype(), &path.display().to_string()) {
             return Ok(Some(p));
         }

@@ -147,7 +147,6 @@ impl CommandTemplate {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
