@@ -53,8 +53,10 @@ pub fn write_capture(path: &Path, trace: &Trace, extras: &CaptureExtras, facts: 
         .with_context(|| format!("{}: cannot write SQLite", path.display()))?;
     if !facts.nccl.is_empty() {
         let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
-        let table_options =
-            nccl_tables::TableOptions { session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0), global_pid: &global_pid };
+        let table_options = nccl_tables::TableOptions {
+            session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0),
+            global_pid: &global_pid,
+        };
         nccl_tables::write_tables(writer.connection(), &facts.nccl, &table_options)
             .with_context(|| format!("{}: cannot write NCCL tables", path.display()))?;
     }
