@@ -21,7 +21,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("shardscope-spool", &[]),
     ("shardscope-cupti-sys", &[]),
     ("shardscope-bench", &[]),
-    ("shardscope-io", &["shardscope-model", "shardscope-spool"]),
+    ("shardscope-io", &["shardscope-model"]),
     ("shardscope", &["shardscope-model", "shardscope-io"]),
     ("shardscope-analyzer", &["shardscope-model", "shardscope-io", "shardscope", "shardscope-bench"]),
     ("shardscope-viewer", &["shardscope-model", "shardscope-io", "shardscope-analyzer"]),

@@ -17,10 +17,10 @@
 //! per PyTorch operator on an H200 host; the summary line says the estimate leaves it out.
 
 use serde::Serialize;
-use shardscope_io::nccl::NcclProcess;
 use shardscope_model::Trace;
 
 use crate::merge::{CaptureExtras, RecordCounts};
+use crate::nccl_spool::NcclProcess;
 
 /// One process's recording cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -10,9 +10,9 @@ use clap::Parser;
 use shardscope_capture::cost::{CaptureCostReport, recorded_api_mode};
 use shardscope_capture::launch::{self, ChildExit};
 use shardscope_capture::merge::{self, CaptureRange, MergeOptions, uuid_text};
+use shardscope_capture::nccl_spool::{self, NcclProcess};
 use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
 use shardscope_capture::{control, names, nccl_merge, nvml, redact, sqlite};
-use shardscope_io::nccl::{self, NcclProcess};
 use shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY;
 use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 
@@ -464,7 +464,7 @@ fn attach_nccl_operations(
     spool_dir: &Path,
     comm_only: bool,
 ) -> anyhow::Result<(Vec<NcclProcess>, nccl_merge::NcclMergeSummary)> {
-    let mut processes = nccl::read_spool_dir(spool_dir)
+    let mut processes = nccl_spool::read_spool_dir(spool_dir)
         .map_err(|e| anyhow::anyhow!("{}: NCCL profiler spools: {e}", spool_dir.display()))?;
     let summary = nccl_merge::attach_operations(trace, extras, &mut processes, comm_only);
     for line in summary.lines(processes.len()) {

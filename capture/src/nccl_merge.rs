@@ -1,17 +1,19 @@
 //! The NCCL profiler plugin's operations joined to the merged trace: linked to the NCCL kernels CUPTI
 //! recorded, or, where none was recorded (`capture --comm-only`), made into kernels from NCCL's own
-//! kernel-channel timers (`shardscope_io::nccl::timers`) on the GPU the communicator ran on.
+//! kernel-channel timers ([`crate::nccl_timers`]) on the GPU the communicator ran on.
 //!
 //! Either way each process's GPU timer is placed on the host clock when the spool has channel events, and
 //! what could not be timed (launches without channels, partial channels) and NCCL versions whose
 //! kernel-channel timing is known to be costly are counted and reported, never passed over.
 
 use serde::Serialize;
-use shardscope_io::nccl::{self, NcclProcess, TimerKernelStats};
+use shardscope_io::nccl;
 use shardscope_model::{Device, DeviceIdx, ProcessIdx, Trace, kernel_names};
 use shardscope_spool::nccl::costly_kernel_timers;
 
 use crate::merge::{CaptureExtras, DeviceExtra};
+use crate::nccl_spool::NcclProcess;
+use crate::nccl_timers::{self, GpuClock, TimerKernelStats};
 
 /// One process's GPU clock, for the capture file's `ncclGpuClock` fact.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -19,7 +21,7 @@ use crate::merge::{CaptureExtras, DeviceExtra};
 pub struct ClockNote {
     /// OS process id.
     pub pid: u32,
-    /// GPU `%globaltimer` minus wall-clock time, ns, the median over the run (see `nccl::GpuClock`).
+    /// GPU `%globaltimer` minus wall-clock time, ns, the median over the run (see [`GpuClock`]).
     pub timer_minus_utc_ns: i64,
     /// How fast that offset changed over the run, ns per second.
     pub drift_ns_per_s: i64,
@@ -63,7 +65,7 @@ pub fn attach_operations(
     let mut summary = NcclMergeSummary::default();
     let offset = trace.clock_offset_ns.unwrap_or(0);
     for process in processes.iter_mut() {
-        process.gpu_clock = nccl::estimate_gpu_clock(process);
+        process.gpu_clock = nccl_timers::estimate_gpu_clock(process);
         note_costly_version(process, &mut summary);
         let Some(index) = trace.processes.iter().position(|p| p.pid == process.pid) else {
             trace.warn_n("NCCL operation of a process that recorded no CUDA spool", process.operations.len() as u64);
@@ -79,7 +81,7 @@ pub fn attach_operations(
         if timed {
             let device = timer_device(trace, extras, process, process_idx);
             let (stats, links) =
-                nccl::add_timer_kernels(trace, process_idx, device, process, process.gpu_clock.as_ref(), offset);
+                nccl_timers::add_timer_kernels(trace, process_idx, device, process, process.gpu_clock.as_ref(), offset);
             process.kernel_links = links;
             add_stats(&mut summary.timers, stats);
             summary.timer_processes += 1;
@@ -109,7 +111,7 @@ pub fn attach_operations(
 }
 
 /// Median over the process's linked kernels of (first channel start, placed by `clock`) − (kernel start).
-fn channel_lag(trace: &Trace, process: &NcclProcess, first_collective: u32, clock: &nccl::GpuClock) -> Option<i64> {
+fn channel_lag(trace: &Trace, process: &NcclProcess, first_collective: u32, clock: &GpuClock) -> Option<i64> {
     let start_utc = trace.clock_offset_ns.unwrap_or(0);
     let mut lags: Vec<i64> = trace
         .kernels
@@ -236,7 +238,8 @@ impl NcclMergeSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardscope_io::nccl::{ChannelTiming, CommDevice, NcclOperation, OpKind};
+    use crate::nccl_spool::{ChannelTiming, CommDevice};
+    use shardscope_io::nccl::{NcclOperation, OpKind};
     use shardscope_model::Process;
     use shardscope_spool::nccl::ProcessRecord;
 

@@ -21,11 +21,12 @@ use std::path::Path;
 
 use anyhow::Context;
 use rusqlite::{Connection, params};
-use shardscope_io::nccl::{self, NcclProcess};
 use shardscope_io::nsys_writer::{CuptiColumns, GpuColumns, KernelColumns, WriteOptions, Writer};
 use shardscope_model::Trace;
 
 use crate::merge::{CaptureExtras, uuid_text};
+use crate::nccl_spool::NcclProcess;
+use crate::nccl_tables;
 use crate::nvml::GpuLink;
 
 /// Facts about the run itself, for `SHARDSCOPE_CAPTURE_META`.
@@ -52,9 +53,11 @@ pub fn write_capture(path: &Path, trace: &Trace, extras: &CaptureExtras, facts: 
         .with_context(|| format!("{}: cannot write SQLite", path.display()))?;
     if !facts.nccl.is_empty() {
         let global_pid = |pid: u32| trace.processes.iter().find(|p| p.pid == pid).map_or(0, |p| p.global_pid as i64);
-        let table_options =
-            nccl::TableOptions { session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0), global_pid: &global_pid };
-        nccl::write_tables(writer.connection(), &facts.nccl, &table_options)
+        let table_options = nccl_tables::TableOptions {
+            session_start_utc_ns: trace.clock_offset_ns.unwrap_or(0),
+            global_pid: &global_pid,
+        };
+        nccl_tables::write_tables(writer.connection(), &facts.nccl, &table_options)
             .with_context(|| format!("{}: cannot write NCCL tables", path.display()))?;
     }
     if !trace.graph_nodes.is_empty() {

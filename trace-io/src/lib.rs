@@ -4,8 +4,8 @@
 //! reader: SQLite files go to [`nsys`], JSON (plain or gzipped) to [`kineto`]. A folder is
 //! read as one trace per file inside it, which is how PyTorch writes one file per rank, unless it
 //! is a Parquet dataset written by `analyzer export --format parquet` ([`parquet`]).
-//! [`nsys_writer`] writes the nsys schema; [`nccl`] reads the NCCL profiler plugin's spools into
-//! operations, links them to kernels and keeps them in a capture file's `SHARDSCOPE_NCCL_*` tables.
+//! [`nsys_writer`] writes the nsys schema; [`nccl`] reads the NCCL operations a capture file keeps in
+//! its `SHARDSCOPE_NCCL_*` tables and links them to kernels.
 //!
 //! Readers never panic on bad input: they return an [`Error`] that names the file and the
 //! cause, and they count (in [`shardscope_model::Trace::warnings`]) individual events they

@@ -6,7 +6,9 @@
 
 use shardscope_analyzer::figures::categories::Classifier;
 use shardscope_analyzer::figures::collectives::{Matching, match_traces};
-use shardscope_io::nccl::{self, ChannelTiming, NcclOperation, NcclProcess, OpKind};
+use shardscope_capture::nccl_spool::{ChannelTiming, NcclProcess};
+use shardscope_capture::nccl_timers;
+use shardscope_io::nccl::{self, NcclOperation, OpKind};
 use shardscope_model::{Device, Kernel, Process, ProcessIdx, Trace};
 
 const SESSION_START_UTC_NS: i64 = 1_764_000_000_000_000_000;
@@ -149,10 +151,10 @@ fn comm_only_capture() -> Trace {
     let mut trace = two_rank_trace();
     for (rank, &ahead) in TIMER_AHEAD_NS.iter().enumerate() {
         let process = plugin_process(rank);
-        let clock = nccl::estimate_gpu_clock(&process).expect("reports");
+        let clock = nccl_timers::estimate_gpu_clock(&process).expect("reports");
         // The first stop was reported at once: the estimate is exact.
         assert_eq!(clock.timer_minus_utc_ns, ahead);
-        let (stats, _) = nccl::add_timer_kernels(
+        let (stats, _) = nccl_timers::add_timer_kernels(
             &mut trace,
             ProcessIdx(rank as u32),
             shardscope_model::DeviceIdx(rank as u32),
@@ -209,11 +211,11 @@ fn late_reports_shift_the_figures_by_at_most_the_difference_of_the_delays() {
             channel.reported_start_ns += extra;
             channel.reported_stop_ns = channel.reported_stop_ns.map(|t| t + extra);
         }
-        let clock = nccl::estimate_gpu_clock(&process).unwrap();
+        let clock = nccl_timers::estimate_gpu_clock(&process).unwrap();
         promptest[rank] = TIMER_AHEAD_NS[rank] - clock.timer_minus_utc_ns;
         assert_eq!(promptest[rank], extra, "the estimate is late by the promptest report's delay");
         let device = shardscope_model::DeviceIdx(rank as u32);
-        let _ = nccl::add_timer_kernels(
+        let _ = nccl_timers::add_timer_kernels(
             &mut trace,
             ProcessIdx(rank as u32),
             device,

@@ -7,7 +7,8 @@
 use std::ffi::{c_int, c_void};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use shardscope_io::nccl::{self, read_process};
+use shardscope_capture::nccl_spool::read_process;
+use shardscope_capture::nccl_timers;
 use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 use shardscope_nccl_profiler::ffi::{self, EventDescrV5, StateArgsV4, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v5};
@@ -118,7 +119,7 @@ fn channel_timers_become_kernels_on_the_host_clock() {
     assert_eq!(process.channels.len(), 7);
     assert_eq!(process.channels.iter().filter(|c| c.gpu_stop_ns.is_none()).count(), 1);
     assert!(process.comm_devices.is_empty(), "no CUDA driver in a test process: no GPU recorded");
-    let clock = nccl::estimate_gpu_clock(&process).unwrap();
+    let clock = nccl_timers::estimate_gpu_clock(&process).unwrap();
     assert_eq!(clock.reports, 13, "7 starts and 6 stops");
     // Every report came at least WRITTEN_BEFORE_NS after the time it carries: the estimate is at most that
     // far behind, and within a few milliseconds (the time between reading the clock and the callback).
@@ -127,10 +128,10 @@ fn channel_timers_become_kernels_on_the_host_clock() {
 
     let mut trace = Trace::default();
     let (stats, links) =
-        nccl::add_timer_kernels(&mut trace, ProcessIdx(0), DeviceIdx(0), &process, Some(&clock), session_start);
+        nccl_timers::add_timer_kernels(&mut trace, ProcessIdx(0), DeviceIdx(0), &process, Some(&clock), session_start);
     assert_eq!(
         stats,
-        nccl::TimerKernelStats {
+        nccl_timers::TimerKernelStats {
             launches: 4,
             launches_without_channels: 1,
             launches_partial: 2,

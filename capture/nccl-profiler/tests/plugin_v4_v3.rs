@@ -4,7 +4,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use shardscope_io::nccl::{OpKind, read_process};
+use shardscope_capture::nccl_spool::read_process;
+use shardscope_io::nccl::OpKind;
 use shardscope_nccl_profiler::ffi::{self, EventDescrV3, EventDescrV4, StateArgsV4, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v3, ncclProfiler_v4};
 

@@ -7,7 +7,9 @@
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 
-use shardscope_io::nccl::{KernelLink, OpKind, TableOptions, read_process, read_tables, write_tables};
+use shardscope_capture::nccl_spool::read_process;
+use shardscope_capture::nccl_tables::{TableOptions, write_tables};
+use shardscope_io::nccl::{KernelLink, OpKind, read_tables};
 use shardscope_nccl_profiler::ffi::{self, EventDescrV5, StateArgsV4, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v5};
 use shardscope_spool::nccl::NcclRecord;

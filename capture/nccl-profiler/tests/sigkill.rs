@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use shardscope_io::nccl::read_process;
+use shardscope_capture::nccl_spool::read_process;
 use shardscope_nccl_profiler::ffi::{EventDescrV5, event};
 use shardscope_nccl_profiler::plugin::{self, ncclProfiler_v5};
 use shardscope_spool::nccl::NcclRecord;

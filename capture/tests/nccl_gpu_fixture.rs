@@ -6,13 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use shardscope_io::nccl::{
-    NcclProcess, OpKind, attach_linked, attach_to_kernels, kernel_links, read_process, read_spool_dir,
-};
+use shardscope_capture::nccl_spool::{NcclProcess, read_process, read_spool_dir};
+use shardscope_io::nccl::{OpKind, attach_linked, attach_to_kernels, kernel_links};
 use shardscope_model::{CollectiveOp, ProcessIdx};
 
 fn data(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../capture/nccl-profiler/tests/data").join(path)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("nccl-profiler/tests/data").join(path)
 }
 
 const COMM_ID: u64 = 0x0929_271c_ebe3_241d;

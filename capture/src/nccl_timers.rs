@@ -17,8 +17,9 @@ use std::collections::HashMap;
 
 use shardscope_model::{DeviceIdx, Kernel, ProcessIdx, Trace};
 
-use super::attach::{KernelLink, to_collectives};
-use super::ops::{NcclOperation, NcclProcess, OpKind};
+use shardscope_io::nccl::{KernelLink, NcclOperation, OpKind, to_collectives};
+
+use crate::nccl_spool::NcclProcess;
 
 /// Stream ids given to the kernels made from GPU timers, one per communicator from this number on: far
 /// above the stream ids CUDA hands out, so they never share a timeline row with a recorded stream.
@@ -130,8 +131,8 @@ pub struct TimerKernelStats {
 /// timed, a kernel on `device` spanning its channels (earliest start to latest stop, placed by `clock`
 /// on a trace clock starting at `trace_start_utc_ns`), named `nccl:<func> <algo> <proto> (kernel-channel
 /// timers)`, on one stream per communicator ([`TIMER_STREAM_BASE`] on), pointing at the launch's first
-/// operation. Returns the counts and the link of each operation to its kernel (as [`super::kernel_links`]
-/// gives it, for the capture file). Call before [`Trace::finish`].
+/// operation. Returns the counts and the link of each operation to its kernel (as
+/// [`shardscope_io::nccl::kernel_links`] gives it, for the capture file). Call before [`Trace::finish`].
 pub fn add_timer_kernels(
     trace: &mut Trace,
     process: ProcessIdx,
@@ -248,7 +249,7 @@ fn timer_kernel_name(ops: &[&NcclOperation]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::ChannelTiming;
+    use crate::nccl_spool::ChannelTiming;
 
     /// GPU timer 350 µs ahead of wall time; wall time = monotonic + 1e12.
     const TIMER_AHEAD_NS: i64 = 350_000;
