@@ -26,7 +26,7 @@ use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::figures::categories::{self, Classifier};
 use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::findings::{self, rules::FindingsRules};
-use shardscope_analyzer::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow};
+use shardscope_analyzer::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow, MemoryRow};
 use shardscope_analyzer::report::partial::{
     self, FinishedTrace, KeyedRow, MatchedInstance, RankEntry, TracePart, TraceTallies,
 };
@@ -296,7 +296,8 @@ impl Run {
         table(py, figure_tables::collective_instances().python_columns(&rows))
     }
 
-    /// The report's tables: `rank_figures` (per rank, and per rank and phase), `categories`, `kernel_summary` and
+    /// The report's tables: `rank_figures` (per rank, and per rank and phase), `categories`, `kernel_summary`,
+    /// `memory_figures` (the `memory` section, per rank and phase; no rows without memory events) and
     /// `collective_groups`.
     fn report_tables<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let report = &self.report;
@@ -308,6 +309,8 @@ impl Run {
         out.set_item(categories.name, table(py, categories.python_columns(&CategoryRow::of_figures(&rows)))?)?;
         let kernels = figure_tables::kernel_summary();
         out.set_item(kernels.name, table(py, kernels.python_columns(&KernelRow::of_figures(&rows)))?)?;
+        let memory = figure_tables::memory_figures();
+        out.set_item(memory.name, table(py, memory.python_columns(&MemoryRow::of_section(&report.memory)))?)?;
         let groups = &report.collectives.groups;
         out.set_item(
             "collective_groups",
@@ -448,6 +451,7 @@ fn pieces(mut part: TracePart, buckets: usize) -> PyResult<Pieces> {
     for device in &mut header.devices {
         device.report = Value::Null;
         device.hta_if_job_has_steps = None;
+        device.memory = None;
     }
     Ok((wire, serde_json::to_vec(&header).map_err(fail)?, by_bucket.iter().map(to_binary).collect::<PyResult<_>>()?))
 }
@@ -636,6 +640,18 @@ fn modules_json(
     })
 }
 
+/// The `memory_figures` table (as `Run.report_tables()` gives it) of a report's JSON, for the report of the Dask path.
+#[pyfunction]
+fn memory_figures(py: Python<'_>, report_json: &str) -> PyResult<Py<PyAny>> {
+    #[derive(serde::Deserialize)]
+    struct MemorySection {
+        #[serde(default)]
+        memory: Vec<shardscope_analyzer::report::memory::RankMemory>,
+    }
+    let section: MemorySection = serde_json::from_str(report_json).map_err(|e| fail(format!("a report: {e}")))?;
+    table(py, figure_tables::memory_figures().python_columns(&MemoryRow::of_section(&section.memory)))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ShardscopeError", m.py().get_type::<ShardscopeError>())?;
@@ -651,6 +667,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finish_traces, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(check_one_run, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_figures, m)?)?;
     m.add_function(wrap_pyfunction!(commands::run_analyzer, m)?)?;
     m.add_function(wrap_pyfunction!(modules_json, m)?)?;
     Ok(())

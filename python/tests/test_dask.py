@@ -37,11 +37,34 @@ def without_findings(text):
     return report
 
 
-@pytest.mark.parametrize("run", SAMPLE_RUNS)
+#: The memory samples: their reports have a ``memory`` section, which the parts must carry too.
+MEMORY_RUNS = [f"sample-traces/memory/{name}" for name in
+               ("memory_probe_capture.sqlite.gz", "memory_probe_nsys.sqlite.gz", "memory_probe_kineto.json.gz")]
+
+
+@pytest.mark.parametrize("run", SAMPLE_RUNS + MEMORY_RUNS)
 def test_dask_report_is_the_clis(run, client, cli):
     expected = without_findings(cli("report", "--format", "json", run))
     # Several buckets: the instances of one run are matched by different tasks.
     assert json.loads(sd.analyze_json([run], client=client, buckets=3)) == expected
+
+
+def test_dask_memory_section_has_the_samples_peaks(client):
+    report = sd.analyze([MEMORY_RUNS[0]], client=client, buckets=2)
+    assert report["memory"][0]["cuda"]["peak_bytes"] == 721_552_384
+    report = sd.analyze([MEMORY_RUNS[2]], client=client, buckets=2)
+    framework = report["memory"][0]["framework"]
+    assert (framework["peak_allocated_bytes"], framework["peak_reserved_bytes"]) == (419_433_984, 654_311_424)
+
+
+def test_results_carry_the_memory_figures(client, tmp_path):
+    text = sd.analyze_json([MEMORY_RUNS[0]], client=client, buckets=2)
+    written = sd.write_results(text, str(tmp_path))
+    figures = pq.read_table(written["memory_figures"]).to_pandas()
+    whole = figures[figures.phase.isna()]
+    assert int(whole.peak_bytes.iloc[0]) == 721_552_384
+    assert "memory_figures" not in sd.write_results(sd.analyze_json(["sample-traces/tp1_nsys.sqlite.gz"], client=client),
+                                                    str(tmp_path / "plain"))
 
 
 def test_analyze_returns_what_run_report_returns(client):

@@ -1,5 +1,5 @@
 //! The report's figures as tables, each defined once: per rank and phase figures, time per op category, the
-//! kernel summary, and the matched collective instances.
+//! kernel summary, the matched collective instances, and GPU memory per rank and phase.
 //!
 //! Every column carries its name in the Parquet dataset (`spanNs`, camelCase like the trace tables) and its name in
 //! the Python package's tables (`span_ns`, snake_case) side by side, with how its values come from a row. The
@@ -16,6 +16,7 @@ use shardscope_io::parquet::{
 use crate::figures::collectives::{Instance, RankShare};
 use crate::figures::kernel_summary::KernelSummaryRow;
 use crate::llm::steps::{Distribution, Steps};
+use crate::report::memory::{Allocation, CudaMemory, FrameworkMemory, RankMemory};
 use crate::report::{Figures, RankReport, Report};
 
 /// Per rank and phase: the scalar figures of the report (`phase` null for the whole rank).
@@ -26,6 +27,8 @@ pub const CATEGORIES: &str = "categories";
 pub const KERNEL_SUMMARY: &str = "kernel_summary";
 /// Per matched collective instance and rank taking part: its wait and transfer.
 pub const COLLECTIVE_INSTANCES: &str = "collective_instances";
+/// Per rank and phase: GPU memory peaks (the report's `memory` section).
+pub const MEMORY_FIGURES: &str = "memory_figures";
 
 /// One column of a figures table.
 pub struct ColumnDef<R> {
@@ -344,4 +347,112 @@ pub fn collective_instances<'a>() -> TableDef<InstanceRow<'a>> {
         .dataset_only("instanceWaitTotalNs", false, |rows| i64s(rows.iter().map(|r| r.instance.wait_total_ns)))
         .both("algbwGbps", "algbw_gbps", true, |rows| opt_f64s(rows.iter().map(|r| r.instance.algbw_gbps)))
         .both("busbwGbps", "busbw_gbps", true, |rows| opt_f64s(rows.iter().map(|r| r.instance.busbw_gbps)))
+}
+
+/// One row of `memory_figures`: a rank's memory over the whole trace (`phase` `None`) or in one phase, as the
+/// report's `memory` section gives it.
+#[derive(Clone, Copy)]
+pub struct MemoryRow<'a> {
+    /// The rank's memory figures.
+    pub rank: &'a RankMemory,
+    /// The phase, `None` for the whole rank.
+    pub phase: Option<&'a str>,
+    /// CUDA-level figures, when the trace has CUDA memory events (in the phase, for a phase).
+    pub cuda: Option<&'a CudaMemory>,
+    /// Framework allocator figures, when the trace has them.
+    pub framework: Option<&'a FrameworkMemory>,
+}
+
+impl<'a> MemoryRow<'a> {
+    /// Every rank of the report's memory section in its order, each followed by its phases.
+    pub fn of_report(report: &'a Report) -> Vec<MemoryRow<'a>> {
+        MemoryRow::of_section(&report.memory)
+    }
+
+    /// Every rank of a memory section in its order, each followed by its phases.
+    pub fn of_section(section: &'a [RankMemory]) -> Vec<MemoryRow<'a>> {
+        section
+            .iter()
+            .flat_map(|rank| {
+                let whole =
+                    MemoryRow { rank, phase: None, cuda: rank.cuda.as_ref(), framework: rank.framework.as_ref() };
+                std::iter::once(whole).chain(rank.phases.iter().map(move |p| MemoryRow {
+                    rank,
+                    phase: Some(&p.name),
+                    cuda: p.cuda.as_ref(),
+                    framework: p.framework.as_ref(),
+                }))
+            })
+            .collect()
+    }
+
+    /// The largest allocation made (in the phase, for a phase).
+    pub fn largest_allocation(&self) -> Option<&'a Allocation> {
+        self.cuda.and_then(|c| c.largest_allocations.first())
+    }
+}
+
+/// `memory_figures`.
+pub fn memory_figures<'a>() -> TableDef<MemoryRow<'a>> {
+    let python_order = &[
+        "rank",
+        "device_id",
+        "phase",
+        "cuda_allocations",
+        "cuda_releases",
+        "cuda_unmatched_releases",
+        "peak_bytes",
+        "peak_ns",
+        "end_bytes",
+        "kernels_at_peak",
+        "kernel_at_peak",
+        "largest_allocation_bytes",
+        "largest_allocation_ns",
+        "largest_live_at_peak_bytes",
+        "framework_samples",
+        "peak_allocated_bytes",
+        "peak_allocated_ns",
+        "peak_reserved_bytes",
+        "peak_reserved_ns",
+    ];
+    fn cuda_u64(rows: &[MemoryRow], pick: fn(&CudaMemory) -> u64) -> ArrayRef {
+        opt_u64s(rows.iter().map(|r| r.cuda.map(pick)))
+    }
+    fn framework_u64(rows: &[MemoryRow], pick: fn(&FrameworkMemory) -> u64) -> ArrayRef {
+        opt_u64s(rows.iter().map(|r| r.framework.map(pick)))
+    }
+    TableDef::<MemoryRow>::new(MEMORY_FIGURES, python_order)
+        .both("rank", "rank", false, |rows| u32s(rows.iter().map(|r| r.rank.rank)))
+        .both("deviceId", "device_id", false, |rows| u32s(rows.iter().map(|r| r.rank.device)))
+        .both("phase", "phase", true, |rows| opt_strs(rows.iter().map(|r| r.phase)))
+        .both("cudaAllocations", "cuda_allocations", true, |rows| cuda_u64(rows, |c| c.allocations))
+        .both("cudaReleases", "cuda_releases", true, |rows| cuda_u64(rows, |c| c.releases))
+        .both("cudaUnmatchedReleases", "cuda_unmatched_releases", true, |rows| cuda_u64(rows, |c| c.unmatched_releases))
+        .both("peakBytes", "peak_bytes", true, |rows| cuda_u64(rows, |c| c.peak_bytes))
+        .both("peakNs", "peak_ns", true, |rows| opt_i64s(rows.iter().map(|r| r.cuda.map(|c| c.peak_ns))))
+        .both("endBytes", "end_bytes", true, |rows| cuda_u64(rows, |c| c.end_bytes))
+        .both("kernelsAtPeak", "kernels_at_peak", true, |rows| cuda_u64(rows, |c| c.kernels_at_peak.len() as u64))
+        .both("kernelAtPeak", "kernel_at_peak", true, |rows| {
+            opt_strs(rows.iter().map(|r| r.cuda.and_then(|c| c.kernels_at_peak.first())))
+        })
+        .both("largestAllocationBytes", "largest_allocation_bytes", true, |rows| {
+            opt_u64s(rows.iter().map(|r| r.largest_allocation().map(|a| a.bytes)))
+        })
+        .both("largestAllocationNs", "largest_allocation_ns", true, |rows| {
+            opt_i64s(rows.iter().map(|r| r.largest_allocation().map(|a| a.time_ns)))
+        })
+        .both("largestLiveAtPeakBytes", "largest_live_at_peak_bytes", true, |rows| {
+            opt_u64s(rows.iter().map(|r| r.cuda.and_then(|c| c.live_at_peak.first()).map(|a| a.bytes)))
+        })
+        .both("frameworkSamples", "framework_samples", true, |rows| framework_u64(rows, |f| f.samples))
+        .both("peakAllocatedBytes", "peak_allocated_bytes", true, |rows| {
+            framework_u64(rows, |f| f.peak_allocated_bytes)
+        })
+        .both("peakAllocatedNs", "peak_allocated_ns", true, |rows| {
+            opt_i64s(rows.iter().map(|r| r.framework.map(|f| f.peak_allocated_ns)))
+        })
+        .both("peakReservedBytes", "peak_reserved_bytes", true, |rows| framework_u64(rows, |f| f.peak_reserved_bytes))
+        .both("peakReservedNs", "peak_reserved_ns", true, |rows| {
+            opt_i64s(rows.iter().map(|r| r.framework.map(|f| f.peak_reserved_ns)))
+        })
 }

@@ -14,8 +14,10 @@ use shardscope_io::Error;
 use shardscope_io::parquet::{DatasetWriter, WriteStats};
 use shardscope_model::{DeviceIdx, Trace};
 
-use crate::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow};
-pub use crate::output::figure_tables::{CATEGORIES, COLLECTIVE_INSTANCES, KERNEL_SUMMARY, RANK_FIGURES};
+use crate::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow, MemoryRow};
+pub use crate::output::figure_tables::{
+    CATEGORIES, COLLECTIVE_INSTANCES, KERNEL_SUMMARY, MEMORY_FIGURES, RANK_FIGURES,
+};
 use crate::report::{self, Options, Report};
 
 /// Writes `traces` (the inputs of one run) as run `run` of the dataset at `root`, with the report that `options`
@@ -33,6 +35,7 @@ pub fn export(root: &Path, run: &str, traces: &[Trace], options: &Options) -> Re
     let mut stats = writer.write_traces(traces, &device_ranks)?;
     write_figures(&writer, &report, &mut stats)?;
     write_instances(&writer, &report, traces, &device_ranks, &mut stats)?;
+    write_memory_figures(&writer, &report, &mut stats)?;
     crate::output::parquet_modules::write_modules(&writer, traces, &mut stats)?;
     writer.finish()?;
     Ok(stats)
@@ -64,6 +67,21 @@ fn write_figures(writer: &DatasetWriter, report: &Report, stats: &mut WriteStats
         let written =
             writer.write_rows(KERNEL_SUMMARY, partition, 0, &kernel_rows, |rows| kernels.dataset_columns(rows))?;
         note(stats, KERNEL_SUMMARY, written);
+    }
+    Ok(())
+}
+
+/// The report's `memory` section, a row per rank and per (rank, phase), in each rank's partition.
+fn write_memory_figures(writer: &DatasetWriter, report: &Report, stats: &mut WriteStats) -> Result<(), Error> {
+    let mut by_rank: BTreeMap<u32, Vec<MemoryRow>> = BTreeMap::new();
+    for row in MemoryRow::of_report(report) {
+        by_rank.entry(row.rank.rank).or_default().push(row);
+    }
+    let table = figure_tables::memory_figures();
+    for (&rank, rows) in &by_rank {
+        let written =
+            writer.write_rows(MEMORY_FIGURES, Some(i64::from(rank)), 0, rows, |rows| table.dataset_columns(rows))?;
+        note(stats, MEMORY_FIGURES, written);
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::figures::kernel_summary::KernelSummaryRow;
+use crate::output::figure_tables::MemoryRow;
 use crate::report::compare::Comparison;
 use crate::report::{Figures, PHASES_INFERRED, RankReport, Report};
 
@@ -506,7 +507,9 @@ pub fn json(report: &Report) -> String {
     serde_json::to_string_pretty(report).expect("a report always serialises")
 }
 
-/// CSV: a row per rank (`phase` empty) and per (rank, phase), with one `cat:<category>_ns` column per category.
+/// CSV: a row per rank (`phase` empty) and per (rank, phase), with the rank's or phase's GPU memory (the report's
+/// `memory` section: `mem_*` columns, empty where the trace holds no memory events) and one `cat:<category>_ns` column
+/// per category. A phase that has memory figures but no GPU work gets a row of its memory figures alone.
 pub fn csv(report: &Report) -> String {
     let mut categories: Vec<&String> = report
         .ranks
@@ -518,19 +521,22 @@ pub fn csv(report: &Report) -> String {
     let mut out = String::from(
         "rank,phase,source,device,span_ns,gpu_busy_ns,idle_ns,comm_ns,exposed_comm_ns,comm_comp_overlap_pct,comm_wait_ns,comm_transfer_ns,kernel_count,memop_count,phase_source",
     );
+    out.push_str(MEMORY_CSV_HEADER);
     for category in &categories {
         let _ = write!(out, ",cat:{category}_ns");
     }
     out.push('\n');
+    let memory = MemoryRow::of_report(report);
     for rank in &report.ranks {
-        let rows = std::iter::once(("", "", &rank.figures))
-            .chain(rank.phases.iter().map(|p| (p.name.as_str(), p.source, &p.figures)));
+        let memory_of = |phase: Option<&str>| memory.iter().find(|m| m.rank.rank == rank.rank && m.phase == phase);
+        let rows = std::iter::once((None, "", &rank.figures))
+            .chain(rank.phases.iter().map(|p| (Some(p.name.as_str()), p.source, &p.figures)));
         for (phase, phase_source, f) in rows {
             let _ = write!(
                 out,
                 "{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}",
                 rank.rank,
-                csv_field(phase),
+                csv_field(phase.unwrap_or("")),
                 csv_field(&rank.source),
                 rank.device,
                 f.span_ns,
@@ -545,13 +551,53 @@ pub fn csv(report: &Report) -> String {
                 f.memop_count,
                 phase_source
             );
+            push_memory_cells(&mut out, memory_of(phase));
             for category in &categories {
                 let _ = write!(out, ",{}", f.categories.get(*category).copied().unwrap_or(0));
             }
             out.push('\n');
         }
+        let has_row = |name: &str| rank.phases.iter().any(|p| p.name == name);
+        for row in memory.iter().filter(|m| m.rank.rank == rank.rank && m.phase.is_some_and(|p| !has_row(p))) {
+            let phase = row.phase.unwrap_or("");
+            let _ = write!(
+                out,
+                "{},{},{},{},,,,,,,,,,,",
+                rank.rank,
+                csv_field(phase),
+                csv_field(&rank.source),
+                rank.device
+            );
+            push_memory_cells(&mut out, Some(row));
+            out.push_str(&",".repeat(categories.len()));
+            out.push('\n');
+        }
     }
     out
+}
+
+/// The `mem_*` columns of [`csv`], each with its leading comma.
+const MEMORY_CSV_HEADER: &str = ",mem_peak_bytes,mem_peak_ns,mem_end_bytes,mem_allocations,mem_releases,\
+    mem_largest_allocation_bytes,mem_kernel_at_peak,mem_framework_peak_allocated_bytes,mem_framework_peak_reserved_bytes";
+
+/// One row's `mem_*` cells (see [`MEMORY_CSV_HEADER`]): empty where the rank or phase has no such figure.
+fn push_memory_cells(out: &mut String, row: Option<&MemoryRow>) {
+    let cuda = row.and_then(|r| r.cuda);
+    let framework = row.and_then(|r| r.framework);
+    let cell = |value: Option<String>| value.unwrap_or_default();
+    let _ = write!(
+        out,
+        ",{},{},{},{},{},{},{},{},{}",
+        cell(cuda.map(|c| c.peak_bytes.to_string())),
+        cell(cuda.map(|c| c.peak_ns.to_string())),
+        cell(cuda.map(|c| c.end_bytes.to_string())),
+        cell(cuda.map(|c| c.allocations.to_string())),
+        cell(cuda.map(|c| c.releases.to_string())),
+        cell(row.and_then(|r| r.largest_allocation()).map(|a| a.bytes.to_string())),
+        cell(cuda.and_then(|c| c.kernels_at_peak.first()).map(|k| csv_field(k))),
+        cell(framework.map(|f| f.peak_allocated_bytes.to_string())),
+        cell(framework.map(|f| f.peak_reserved_bytes.to_string())),
+    );
 }
 
 /// The comparison of runs: one block per phase, one row per figure.

@@ -4,7 +4,7 @@
 //! allocator's peaks of allocated and reserved bytes. Ranks whose trace holds no memory events are left out.
 
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use shardscope_model::{DeviceIdx, MemoryEvent, Trace};
 
 use crate::figures::collectives::RankKey;
@@ -17,7 +17,7 @@ const LISTED: usize = 5;
 const BUCKETS: usize = 120;
 
 /// One rank's memory figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankMemory {
     /// The rank.
     pub rank: u32,
@@ -35,7 +35,7 @@ pub struct RankMemory {
 }
 
 /// One time bucket of [`RankMemory::over_time`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryBucket {
     /// Start of the bucket (trace clock); it ends where the next one starts.
     pub start_ns: i64,
@@ -48,7 +48,7 @@ pub struct MemoryBucket {
 }
 
 /// CUDA-level memory of a rank (or of a phase).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CudaMemory {
     /// Allocations and releases counted.
     pub allocations: u64,
@@ -71,7 +71,7 @@ pub struct CudaMemory {
 }
 
 /// One allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
     /// When (trace clock).
     pub time_ns: i64,
@@ -84,7 +84,7 @@ pub struct Allocation {
 }
 
 /// Framework allocator peaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameworkMemory {
     /// Samples counted.
     pub samples: u64,
@@ -100,7 +100,7 @@ pub struct FrameworkMemory {
 
 /// One phase's memory figures, in the one range of the phase (of the rank's process) that holds its peak: a phase
 /// recorded as many ranges (a decode step each) is as high as its highest range.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseMemory {
     /// Phase name.
     pub name: String,
@@ -120,7 +120,10 @@ pub fn section(traces: &[Trace], ranks: &[(RankKey, u32, bool)], phase_pattern: 
     out
 }
 
-fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &Regex) -> Option<RankMemory> {
+/// The memory figures of one GPU of `trace` as rank `rank`: `None` when the trace holds no memory events of it. What
+/// the section gives for a rank needs only the rank's own trace, so the report in parts (`report::partial`) makes
+/// it per trace and sets the rank when the parts are merged.
+pub fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &Regex) -> Option<RankMemory> {
     let series = memory::cuda_series(trace, device);
     let (allocated, reserved) = memory::framework_series(trace, device);
     if series.points.is_empty() && allocated.is_empty() {

@@ -6,7 +6,8 @@
 //! hosts, whether the job has profiler steps, the notes on the inputs). So:
 //!
 //! - [`trace_part`] analyses one trace into a [`TracePart`]: per GPU its report before matching (collective kernels
-//!   counted whole as `comm.<type>`) and one small row per communication kernel, with what the merge needs to
+//!   counted whole as `comm.<type>`), its memory figures (the `memory` section's entry, which needs nothing of the
+//!   other ranks but its rank number) and one small row per communication kernel, with what the merge needs to
 //!   move its wait from `comm.<type>` to `wait.<type>`. A part is serialisable (JSON) and, beside its trace, small.
 //! - [`merge`] puts the parts of a run together into the report [`analyze`](super::analyze) gives for all traces
 //!   at once, as JSON (`analyzer report --format json` prints the same text). The rank figures travel as JSON,
@@ -42,6 +43,7 @@ use crate::figures::run::{self, RunIdentity, devices_with_gpu_work};
 use crate::figures::window::clip;
 use crate::figures::workers;
 use crate::llm::phases::PhaseIndex;
+use crate::report::memory::{self, RankMemory};
 
 /// What one trace contributes to the report of its run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +85,11 @@ pub struct DevicePart {
     pub comm_labels: Vec<String>,
     /// How many communication kernels it has (`comm`'s length, kept where `comm` is left out).
     pub comm_count: u64,
+    /// Its memory figures (the report's `memory` section for this GPU; `rank` is set by the merge), when the trace
+    /// holds memory events of it. They need the GPU's own trace only; like `report`, they travel with the part to
+    /// the task that finishes it, not in the header.
+    #[serde(default)]
+    pub memory: Option<RankMemory>,
 }
 
 impl DevicePart {
@@ -441,6 +448,7 @@ fn device_part(context: &DeviceContext, options: &Options) -> DevicePart {
         comm_labels: comm_labels.into_iter().cloned().collect(),
         comm_count: comm.len() as u64,
         comm,
+        memory: memory::rank_memory(trace, device, 0, &options.phase_pattern),
     }
 }
 
@@ -576,6 +584,7 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
     let matching = collectives::match_comm_kernels(&rank_keys(&ranks), kernels, hosts_differ(parts));
     let job_has_steps = job_has_steps(parts);
     let mut finished = Vec::with_capacity(ranks.len());
+    let mut memory = Vec::new();
     let mut first_input = 0;
     for (trace, part) in parts.iter().enumerate() {
         let mut tallies: BTreeMap<TallyKey, ShareTally> = BTreeMap::new();
@@ -591,8 +600,9 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
         let finished_trace = finish_trace(part, trace, &ranks, job_has_steps, &[tallies.into_iter().collect()])
             .expect("tallies made from a part's own rows fit it");
         finished.extend(finished_trace.ranks);
+        memory.extend(finished_trace.memory);
     }
-    run_report(parts, finished, matching, options)
+    run_report(parts, finished, memory, matching, options)
 }
 
 /// True when the parts together have profiler steps (two or more distinct step names), as [`finish_trace`] needs.
@@ -608,6 +618,9 @@ pub struct FinishedTrace {
     pub ranks: Vec<(u32, Value)>,
     /// The trace's communication kernels, matched or not.
     pub comm_kernels: u64,
+    /// The memory figures of its ranks that have them, with their rank numbers, GPUs in ordinal order.
+    #[serde(default)]
+    pub memory: Vec<RankMemory>,
 }
 
 /// A collective share that does not fit the part it is applied to: the pieces came from different runs or were
@@ -650,9 +663,16 @@ pub fn finish_trace(
         tallies.entry(key).or_default().absorb(*tally);
     }
     let inputs_of_trace = ranks.iter().enumerate().filter(|(_, r)| r.trace == trace);
+    let memory = ranks
+        .iter()
+        .filter(|r| r.trace == trace)
+        .zip(&part.devices)
+        .filter_map(|(entry, device)| Some(RankMemory { rank: entry.rank, ..device.memory.clone()? }))
+        .collect();
     Ok(FinishedTrace {
         ranks: finish_ranks(part, inputs_of_trace, job_has_steps, &tallies)?,
         comm_kernels: part.devices.iter().map(|d| d.comm_count).sum(),
+        memory,
     })
 }
 
@@ -684,8 +704,12 @@ pub fn assemble(
     let total: u64 = finished.iter().map(|f| f.comm_kernels).sum();
     matching.unmatched_kernels = total.saturating_sub(matched_kernels);
     matching.end_spread_median_ns = collectives::median_i64(&mut spreads);
-    let ranks = finished.into_iter().flat_map(|f| f.ranks).collect();
-    run_report(headers, ranks, matching, options)
+    let (mut ranks, mut memory) = (Vec::new(), Vec::new());
+    for trace in finished {
+        ranks.extend(trace.ranks);
+        memory.extend(trace.memory);
+    }
+    run_report(headers, ranks, memory, matching, options)
 }
 
 /// The rank reports of one trace (`inputs_of_trace`: its entries with their rank input, GPUs in ordinal order) with
@@ -741,11 +765,18 @@ fn finish_ranks<'a>(
     Ok(out)
 }
 
-/// The run's report from its finished ranks (in rank input order) and its matching.
-fn run_report(parts: &[TracePart], mut rank_values: Vec<(u32, Value)>, matching: Matching, options: &Options) -> Value {
+/// The run's report from its finished ranks and their memory figures (both in rank input order) and its matching.
+fn run_report(
+    parts: &[TracePart],
+    mut rank_values: Vec<(u32, Value)>,
+    mut memory: Vec<RankMemory>,
+    matching: Matching,
+    options: &Options,
+) -> Value {
     let job_has_steps = job_has_steps(parts);
     // As `analyze`: by rank, input order among equals.
     rank_values.sort_by_key(|(rank, _)| *rank);
+    memory.sort_by_key(|m| m.rank);
     let identities: Vec<RunIdentity> = parts.iter().map(|p| p.identity.clone()).collect();
     let mut notes = Vec::new();
     if let Some(why) = run::mixed_runs(&identities) {
@@ -768,8 +799,7 @@ fn run_report(parts: &[TracePart], mut rank_values: Vec<(u32, Value)>, matching:
         warnings: parts.iter().flat_map(|p| p.warnings.iter().cloned()).collect(),
         run_identities: identities,
         notes,
-        // Memory figures need the whole trace of a rank; the report in parts leaves them out.
-        memory: Vec::new(),
+        memory,
     };
     let mut value = serde_json::to_value(&report).expect("a report serialises");
     value["ranks"] = Value::Array(rank_values.into_iter().map(|(_, v)| v).collect());

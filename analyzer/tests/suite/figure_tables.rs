@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use arrow_schema::{DataType, Schema};
 use common::repo_root;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shardscope_analyzer::output::figure_tables::{self, CategoryRow, FigureRow, InstanceRow, KernelRow, TableDef};
+use shardscope_analyzer::output::figure_tables::{
+    self, CategoryRow, FigureRow, InstanceRow, KernelRow, MemoryRow, TableDef,
+};
 use shardscope_analyzer::output::parquet_export;
 use shardscope_analyzer::report::{self, Options};
 
@@ -105,4 +107,32 @@ fn python_tables_and_dataset_tables_have_one_schema() {
         }
     }
     check(&dataset, &figure_tables::collective_instances(), &instances);
+}
+
+#[test]
+fn memory_figures_have_one_schema_and_the_sections_values() {
+    let input = repo_root().join("sample-traces/memory/memory_probe_capture.sqlite.gz");
+    let traces = shardscope_io::load(&input).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("dataset");
+    parquet_export::export(&dataset, "run", &traces, &Options::default()).unwrap();
+    let report = report::analyze(&traces, &Options { keep_instances: true, ..Options::default() });
+    let rows = MemoryRow::of_report(&report);
+    check(&dataset, &figure_tables::memory_figures(), &rows);
+    // The whole rank's row holds the section's figures (the sample's known peak).
+    let whole = rows.iter().find(|r| r.phase.is_none()).expect("a whole-rank row");
+    let cuda = whole.cuda.expect("the capture has CUDA-level memory");
+    assert_eq!(cuda.peak_bytes, 721_552_384);
+    let file = std::fs::read_dir(dataset.join("memory_figures/run=run/rank=0")).unwrap().next().unwrap().unwrap();
+    let batch = ParquetRecordBatchReaderBuilder::try_new(File::open(file.path()).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let peak = batch.column_by_name("peakBytes").unwrap();
+    let peak = peak.as_any().downcast_ref::<arrow_array::UInt64Array>().unwrap();
+    assert_eq!(peak.value(0), 721_552_384, "the dataset's first row is the whole rank's");
+    assert_eq!(batch.num_rows(), rows.len());
 }

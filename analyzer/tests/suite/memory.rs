@@ -171,3 +171,49 @@ fn memory_over_time_is_bucketed_and_drawn_per_rank() {
     let drawn_peak = lines[0].points.iter().flatten().map(|p| p.value).fold(0.0, f64::max);
     assert_eq!(drawn_peak, 1.5, "GiB");
 }
+
+/// `report --format csv`: the memory section's figures in `mem_*` columns of the rank's and phases' rows, empty for
+/// a trace without memory events.
+#[test]
+fn csv_rows_carry_the_memory_figures() {
+    let input = common::repo_root().join("sample-traces/memory/memory_probe_capture.sqlite.gz");
+    let args = ["report", "--format", "csv", "--phase-pattern", "^(load|grow|trim|steady)$", input.to_str().unwrap()];
+    let output = analyzer(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{name} column"));
+    let (phase, peak, end) = (column("phase"), column("mem_peak_bytes"), column("mem_end_bytes"));
+    let rows: Vec<Vec<String>> = lines.map(csv_cells).collect();
+    assert!(rows.iter().all(|r| r.len() == header.len()), "every row has every column");
+    let row = |name: &str| rows.iter().find(|r| r[phase] == name).unwrap_or_else(|| panic!("row {name:?}"));
+    assert_eq!((row("")[peak].as_str(), row("")[end].as_str()), ("721552384", "241304576"), "the whole rank");
+    assert_eq!(row("grow")[peak], "721552384");
+    assert_eq!(row("")[column("mem_framework_peak_allocated_bytes")], "", "no framework samples in a capture");
+
+    let plain = String::from_utf8(analyzer(&["report", "--format", "csv"]).stdout).unwrap();
+    let first_row: Vec<&str> = plain.lines().nth(1).unwrap().split(',').collect();
+    let header: Vec<&str> = plain.lines().next().unwrap().split(',').collect();
+    let at = header.iter().position(|h| *h == "mem_peak_bytes").unwrap();
+    assert_eq!(first_row[at], "", "the built-in sample has no memory events");
+}
+
+/// The cells of one CSV line: a quoted cell may hold commas (kernel names do), `""` is a quote.
+fn csv_cells(line: &str) -> Vec<String> {
+    let (mut cells, mut cell, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cell.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => cells.push(std::mem::take(&mut cell)),
+            _ => cell.push(c),
+        }
+    }
+    cells.push(cell);
+    cells
+}

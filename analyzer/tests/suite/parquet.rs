@@ -40,6 +40,9 @@ fn round_trip_preserves_every_figure_of_every_sample() {
         vec![sample("tp2_skew_capture.sqlite.gz")],
         vec![sample("kineto_tp2")],
         vec![sample("kineto_tp2/rank0.pt.trace.json.gz"), sample("kineto_tp2/rank1.pt.trace.json.gz")],
+        vec![sample("memory/memory_probe_capture.sqlite.gz")],
+        vec![sample("memory/memory_probe_nsys.sqlite.gz")],
+        vec![sample("memory/memory_probe_kineto.json.gz")],
     ];
     for input in inputs {
         let dir = tempfile::tempdir().unwrap();
@@ -54,6 +57,27 @@ fn round_trip_preserves_every_figure_of_every_sample() {
             }
             assert!(original == read_back, "{command} of {input:?} differs after the round trip");
         }
+    }
+}
+
+/// The memory samples through a dataset: the memory event tables are written, and the report read back has the
+/// samples' known peaks (the round trip above compares the whole JSON; this makes sure there is a section to compare).
+#[test]
+fn memory_events_and_figures_survive_the_round_trip() {
+    let cases = [
+        ("memory_probe_capture.sqlite.gz", "cuda_memory", ["cuda", "peak_bytes"], 721_552_384_u64),
+        ("memory_probe_nsys.sqlite.gz", "cuda_memory", ["cuda", "peak_bytes"], 721_552_384),
+        ("memory_probe_kineto.json.gz", "framework_memory", ["framework", "peak_allocated_bytes"], 419_433_984),
+    ];
+    for (name, table, [source, field], peak) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let dataset = export(dir.path(), &[sample(&format!("memory/{name}"))]);
+        let run = std::fs::read_dir(dataset.join(table)).unwrap().next().unwrap().unwrap().path();
+        assert!(run.join("rank=0/part-0.parquet").is_file(), "{name}: {table} written in rank 0's partition");
+        assert!(run.parent().unwrap().parent().unwrap().join("memory_figures").is_dir(), "{name}: memory_figures");
+        let report: serde_json::Value = serde_json::from_str(&json("report", &[dataset.to_str().unwrap()])).unwrap();
+        let read_back = report["memory"][0][source][field].as_u64().expect("a memory section after the round trip");
+        assert_eq!(read_back, peak, "{name}");
     }
 }
 

@@ -13,7 +13,8 @@ use shardscope_analyzer::report::partial::{self, KeyedRow, TracePart};
 use shardscope_analyzer::report::{Options, analyze};
 use shardscope_model::Trace;
 
-/// The runs of `sample-traces/`: each file alone, and the Kineto folder (two files, two ranks) together.
+/// The runs of `sample-traces/`: each file alone, the Kineto folder (two files, two ranks) together, and the memory
+/// samples (their reports have a `memory` section).
 fn sample_runs() -> Vec<(String, Vec<Trace>)> {
     let dir = repo_root().join("sample-traces");
     let mut runs = Vec::new();
@@ -24,6 +25,9 @@ fn sample_runs() -> Vec<(String, Vec<Trace>)> {
         "tp2_capture.sqlite.gz",
         "tp2_skew_capture.sqlite.gz",
         "kineto_tp2",
+        "memory/memory_probe_capture.sqlite.gz",
+        "memory/memory_probe_nsys.sqlite.gz",
+        "memory/memory_probe_kineto.json.gz",
     ] {
         let traces = shardscope_io::load(&dir.join(name)).expect("sample trace loads");
         runs.push((name.to_string(), traces));
@@ -100,6 +104,7 @@ fn keyed_merge(parts: &[TracePart], options: &Options, buckets: usize) -> serde_
                 device.report = serde_json::Value::Null;
                 device.hta_if_job_has_steps = None;
                 device.comm.clear();
+                device.memory = None;
             }
             header
         })
@@ -193,4 +198,30 @@ fn shares_that_do_not_fit_the_part_are_an_error_not_dropped() {
     assert!(unknown_label.contains("does not have"), "{unknown_label}");
     let other_gpu = finish((ranks.len() + 3, 0, None)).unwrap_err().to_string();
     assert!(other_gpu.contains("not in this part"), "{other_gpu}");
+}
+
+#[test]
+fn merged_parts_carry_the_memory_section() {
+    // The whole-report comparison above would pass if both left the section out: the merge must give the samples'
+    // known peaks (`python/tests/test_memory.py` checks the same numbers against the memory tables).
+    let dir = repo_root().join("sample-traces/memory");
+    let options = Options::default();
+    let merged = |name: &str| {
+        let traces = shardscope_io::load(&dir.join(name)).expect("sample trace loads");
+        partial::merge(&parts_of(&traces, &options), &options)
+    };
+    let capture = merged("memory_probe_capture.sqlite.gz");
+    assert_eq!(capture["memory"][0]["cuda"]["peak_bytes"], 721_552_384_u64);
+    assert_eq!(capture["memory"][0]["rank"], capture["ranks"][0]["rank"]);
+    // With the probe's phases, the merge carries the phases' figures too, equal to the whole report's.
+    let phases = Options { phase_pattern: regex::Regex::new("^(load|grow|trim|steady)$").unwrap(), ..options.clone() };
+    let traces = shardscope_io::load(&dir.join("memory_probe_capture.sqlite.gz")).unwrap();
+    check("memory capture with phases", &traces, &phases);
+    let with_phases = partial::merge(&parts_of(&traces, &phases), &phases);
+    let grow = with_phases["memory"][0]["phases"].as_array().unwrap().iter().find(|p| p["name"] == "grow").cloned();
+    assert_eq!(grow.expect("grow phase")["cuda"]["peak_bytes"], 721_552_384_u64);
+    let kineto = merged("memory_probe_kineto.json.gz");
+    let framework = &kineto["memory"][0]["framework"];
+    assert_eq!(framework["peak_allocated_bytes"], 419_433_984_u64);
+    assert_eq!(framework["peak_reserved_bytes"], 654_311_424_u64);
 }

@@ -5,7 +5,7 @@ dataset of ``analyzer export --format parquet``) are read and analysed by shards
 hands over their results:
 
 - ``Run.report()`` / ``Run.report_json()``: the report, the same JSON as ``analyzer report --format json``;
-- ``Run.report_tables()``: its tables (per-rank and per-phase figures, categories, kernel summary, collective groups);
+- ``Run.report_tables()``: its tables (per-rank and per-phase figures, categories, kernel summary, memory, collective groups);
 - ``Run.kernels()``, ``Run.collectives()``, ``Run.instances()``: every kernel, every recorded collective operation and
   every collective instance matched across ranks with each rank's wait and transfer;
 - ``Run.what_if(...)``: ``analyzer what-if`` with its tables.
@@ -98,7 +98,7 @@ class Run:
 
     def report_tables(self) -> Dict[str, Any]:
         """The report's tables as pyarrow tables: ``rank_figures``, ``categories``, ``kernel_summary``,
-        ``collective_groups``."""
+        ``memory_figures`` (GPU memory per rank and phase; no rows without memory events), ``collective_groups``."""
         return dict(self._native.report_tables())
 
     def kernels(self):

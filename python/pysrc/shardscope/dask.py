@@ -265,7 +265,8 @@ def _analyze(client: Any, paths: List[str], options: Options, buckets: Optional[
 
 def write_results(report_json: str, out: str) -> Dict[str, str]:
     """Writes the report to ``out/report.json`` and its tables as Parquet: ``rank_figures`` (per rank, and per rank
-    and phase), ``categories``, ``collective_groups``, and ``collective_instances`` when the report keeps them.
+    and phase), ``categories``, ``collective_groups``, ``memory_figures`` when the report has a memory section, and
+    ``collective_instances`` when the report keeps them.
     Returns the files written, by table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -301,6 +302,11 @@ def write_results(report_json: str, out: str) -> Dict[str, str]:
             path = os.path.join(out, f"{name}.parquet")
             pq.write_table(pa.Table.from_pylist(rows), path)
             written[name] = path
+    # The memory section's table, from the definition `Run.report_tables()` and the dataset export use.
+    memory = _native.memory_figures(report_json)
+    if memory.num_rows:
+        written["memory_figures"] = os.path.join(out, "memory_figures.parquet")
+        pq.write_table(memory, written["memory_figures"])
     return written
 
 

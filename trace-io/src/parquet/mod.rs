@@ -6,7 +6,7 @@
 //! ```text
 //! OUT_DIR/_shardscope_dataset.json               marker: format name, schema version, manifest (written last)
 //! OUT_DIR/_shardscope_manifest.json              every part file with its rows, bytes and CRC-32
-//! OUT_DIR/<table>/run=<run>/rank=<n>/part-<trace>.parquet   event tables (kernels, memops, cuda_api, nvtx, …)
+//! OUT_DIR/<table>/run=<run>/rank=<n>/part-<trace>.parquet   event tables (kernels, memops, cuda_api, nvtx, memory, …)
 //! OUT_DIR/<table>/run=<run>/part-<trace>.parquet            per-input tables (traces, processes, devices, …)
 //! ```
 //!
@@ -37,7 +37,7 @@ pub use write::{Column, DatasetWriter, WriteStats, column, sanitize_run_name};
 
 /// The version of the tables and columns this build writes and reads (`major.minor`). A reader accepts the same
 /// major version; a minor version only adds tables or nullable columns.
-pub const SCHEMA_VERSION: &str = "1.1";
+pub const SCHEMA_VERSION: &str = "1.2";
 
 /// The marker file at the dataset's root: how a folder is recognised as a dataset.
 pub const MARKER_FILE: &str = "_shardscope_dataset.json";
@@ -77,6 +77,12 @@ pub mod tables {
     pub const COLLECTIVES: &str = "collectives";
     /// CUDA graphs recorded as whole executions.
     pub const CUDA_GRAPHS: &str = "cuda_graphs";
+    /// CUDA-level allocations and releases (Nsight Systems: `CUDA_GPU_MEMORY_USAGE_EVENTS`; since 1.2).
+    pub const CUDA_MEMORY: &str = "cuda_memory";
+    /// Stream-ordered memory pools made, destroyed or trimmed (`CUDA_GPU_MEMORY_POOL_EVENTS`; since 1.2).
+    pub const CUDA_MEMORY_POOLS: &str = "cuda_memory_pools";
+    /// The framework allocator's tensor allocations and frees (Kineto `[memory]`; since 1.2).
+    pub const FRAMEWORK_MEMORY: &str = "framework_memory";
 }
 
 #[cfg(test)]

@@ -17,12 +17,13 @@ use arrow_array::types::{Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, BooleanArray, ListArray, PrimitiveArray, RecordBatch, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shardscope_model::{
-    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process,
-    ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
+    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, FrameworkMemorySample, GraphLaunch,
+    Kernel, MemOp, MemoryEvent, MemoryKind, MemoryOperation, MemoryPoolEvent, MemoryPoolState, Process, ProcessIdx,
+    Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
 };
 
 use super::manifest;
-use super::write::{EVENT_CLASS_CUDA_DRIVER, format_name, range_kind_name};
+use super::write::{EVENT_CLASS_CUDA_DRIVER, POOL_IMPORTED, POOL_LOCAL, format_name, range_kind_name};
 use super::{FORMAT_NAME, MARKER_FILE, METADATA_SCHEMA_VERSION, METADATA_TABLE, SCHEMA_VERSION, tables};
 use crate::Error;
 
@@ -53,6 +54,9 @@ pub fn read_dataset(root: &Path) -> Result<Vec<Trace>, Error> {
     read_nvtx(&source, &mut traces)?;
     let collectives = read_collectives(&source, &mut traces)?;
     read_cuda_graphs(&source, &mut traces)?;
+    read_cuda_memory(&source, &mut traces)?;
+    read_cuda_memory_pools(&source, &mut traces)?;
+    read_framework_memory(&source, &mut traces)?;
     Ok(finish_traces(traces, collectives, has_manifest))
 }
 
@@ -427,6 +431,147 @@ fn read_cuda_graphs(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Res
     })
 }
 
+/// The CUDA-level allocations and releases (tables of schema 1.2; a dataset of 1.0 or 1.1 has none).
+fn read_cuda_memory(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::CUDA_MEMORY, traces, |b, r, row, _| {
+        let (Some(time_ns), Some(process), Some(device), Some(order)) = (
+            value(b.i64("start")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+            r.device(value(b.u32("deviceId")?, row)),
+            value(b.u64("eventIndex")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let (Some(context_id), Some(address), Some(pc), Some(bytes), Some(correlation_id)) = (
+            value(b.u32("contextId")?, row),
+            value(b.u64("address")?, row),
+            value(b.u64("pc")?, row),
+            value(b.u64("bytes")?, row),
+            value(b.u32("correlationId")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let operation = value(b.u32("memoryOperationType")?, row).and_then(|o| MemoryOperation::from_nsys(o.into()));
+        let (Some(operation), Some(kind)) = (operation, value(b.u32("memKind")?, row)) else { return Ok(false) };
+        let pool = match text(b.str("memoryPoolType")?, row) {
+            None => None,
+            Some(kind) if kind == POOL_LOCAL || kind == POOL_IMPORTED => Some(MemoryPoolState {
+                imported: kind == POOL_IMPORTED,
+                address: value(b.u64("memoryPoolAddress")?, row).unwrap_or(0),
+                release_threshold_bytes: value(b.u64("memoryPoolReleaseThreshold")?, row),
+                size_bytes: value(b.u64("memoryPoolSize")?, row),
+                utilized_bytes: value(b.u64("memoryPoolUtilizedSize")?, row),
+                imported_pid: value(b.u64("memoryPoolProcessId")?, row),
+            }),
+            Some(_) => return Ok(false),
+        };
+        r.trace.memory_events.push(MemoryEvent {
+            time_ns,
+            process,
+            device,
+            context_id,
+            operation,
+            kind: MemoryKind::from_nsys(kind.into()),
+            address,
+            bytes,
+            pc,
+            stream: value(b.u32("streamId")?, row),
+            correlation_id,
+            pool,
+        });
+        r.order.memory_events.push(order);
+        Ok(true)
+    })
+}
+
+/// The stream-ordered pools made, destroyed or trimmed.
+fn read_cuda_memory_pools(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::CUDA_MEMORY_POOLS, traces, |b, r, row, _| {
+        let small = |v: Option<u32>| v.and_then(|v| u8::try_from(v).ok());
+        let (Some(time_ns), Some(process), Some(device), Some(order), Some(address)) = (
+            value(b.i64("start")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+            r.device(value(b.u32("deviceId")?, row)),
+            value(b.u64("eventIndex")?, row),
+            value(b.u64("address")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let (Some(operation), Some(pool_type), Some(correlation_id)) = (
+            small(value(b.u32("operationType")?, row)),
+            small(value(b.u32("poolType")?, row)),
+            value(b.u32("correlationId")?, row),
+        ) else {
+            return Ok(false);
+        };
+        let (Some(min_bytes_to_keep), Some(release_threshold_bytes), Some(size_bytes), Some(utilized_bytes)) = (
+            value(b.u64("minBytesToKeep")?, row),
+            value(b.u64("releaseThreshold")?, row),
+            value(b.u64("size")?, row),
+            value(b.u64("utilizedSize")?, row),
+        ) else {
+            return Ok(false);
+        };
+        r.trace.memory_pool_events.push(MemoryPoolEvent {
+            time_ns,
+            process,
+            device,
+            operation,
+            pool_type,
+            address,
+            correlation_id,
+            min_bytes_to_keep,
+            size_bytes,
+            release_threshold_bytes,
+            utilized_bytes,
+        });
+        r.order.memory_pool_events.push(order);
+        Ok(true)
+    })
+}
+
+/// The framework allocator's samples.
+fn read_framework_memory(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(), Error> {
+    read_rows(source, tables::FRAMEWORK_MEMORY, traces, |b, r, row, _| {
+        let (Some(time_ns), Some(process), Some(tid), Some(order)) = (
+            value(b.i64("start")?, row),
+            r.process(value(b.i64("globalPid")?, row)),
+            value(b.u32("tid")?, row),
+            value(b.u64("eventIndex")?, row),
+        ) else {
+            return Ok(false);
+        };
+        // Host memory has no GPU; a GPU the input does not list makes the row unusable.
+        let device = match value(b.u32("deviceId")?, row) {
+            None => None,
+            Some(ordinal) => match r.device(Some(ordinal)) {
+                Some(device) => Some(device),
+                None => return Ok(false),
+            },
+        };
+        let (Some(address), Some(bytes), Some(total_allocated_bytes), Some(total_reserved_bytes)) = (
+            value(b.u64("address")?, row),
+            value(b.i64("bytes")?, row),
+            value(b.u64("totalAllocated")?, row),
+            value(b.u64("totalReserved")?, row),
+        ) else {
+            return Ok(false);
+        };
+        r.trace.framework_memory.push(FrameworkMemorySample {
+            time_ns,
+            process,
+            tid,
+            device,
+            address,
+            bytes,
+            total_allocated_bytes,
+            total_reserved_bytes,
+        });
+        r.order.framework_memory.push(order);
+        Ok(true)
+    })
+}
+
 /// Each input's trace with its events in their recorded order, its collectives linked and the skipped rows
 /// counted.
 fn finish_traces(
@@ -442,6 +587,9 @@ fn finish_traces(
         restore_order(&mut trace.api_calls, &reading.order.api_calls);
         restore_order(&mut trace.ranges, &reading.order.ranges);
         restore_order(&mut trace.graph_launches, &reading.order.graph_launches);
+        restore_order(&mut trace.memory_events, &reading.order.memory_events);
+        restore_order(&mut trace.memory_pool_events, &reading.order.memory_pool_events);
+        restore_order(&mut trace.framework_memory, &reading.order.framework_memory);
         link_collectives(&mut trace, collectives.remove(&id).unwrap_or_default());
         if !has_manifest {
             trace.warn(
@@ -490,6 +638,9 @@ struct Order {
     api_calls: Vec<u64>,
     ranges: Vec<u64>,
     graph_launches: Vec<u64>,
+    memory_events: Vec<u64>,
+    memory_pool_events: Vec<u64>,
+    framework_memory: Vec<u64>,
 }
 
 /// Puts `events` back in the order they were written: rows of one input come from several rank partitions, and

@@ -1,8 +1,9 @@
 //! Round trips of a small trace that uses every field of the model, and what a damaged dataset gets.
 
 use shardscope_model::{
-    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, GraphLaunch, Kernel, MemOp, Process, Range,
-    RangeKind, SourceFormat, ThreadName, Trace,
+    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, FrameworkMemorySample, GraphLaunch,
+    Kernel, MemOp, MemoryEvent, MemoryKind, MemoryOperation, MemoryPoolEvent, MemoryPoolState, Process, ProcessIdx,
+    Range, RangeKind, SourceFormat, ThreadName, Trace,
 };
 
 use super::{DatasetWriter, read_dataset};
@@ -165,16 +166,87 @@ fn trace_with_everything() -> Trace {
         tid: 1,
         ..Default::default()
     });
+    add_memory(&mut t, [p0, p1], [d0, d1]);
     t.warn_n("kernel event without 'dur'", 3);
     t.finish();
     t
+}
+
+/// Memory of every kind: on each GPU a plain allocation, one from a local pool and one from an imported pool (two
+/// at one time, so that their order matters), a release, a pool trimmed, and framework samples of device and host
+/// memory.
+fn add_memory(t: &mut Trace, processes: [ProcessIdx; 2], devices: [DeviceIdx; 2]) {
+    for (process, device) in processes.into_iter().zip(devices) {
+        let event = MemoryEvent {
+            time_ns: 150,
+            process,
+            device,
+            context_id: 1,
+            operation: MemoryOperation::Allocation,
+            kind: MemoryKind::Device,
+            address: 0x7f00_0000_0000 + u64::from(device.0),
+            bytes: 1 << 30,
+            pc: 0xdead_beef,
+            stream: None,
+            correlation_id: 77,
+            pool: None,
+        };
+        let local = MemoryPoolState {
+            imported: false,
+            address: 0x7e00_0000_0000,
+            release_threshold_bytes: Some(u64::MAX),
+            size_bytes: Some(64 << 20),
+            utilized_bytes: Some(32 << 20),
+            imported_pid: None,
+        };
+        let imported = MemoryPoolState { imported: true, imported_pid: Some(4242), ..MemoryPoolState::default() };
+        t.memory_events.extend([
+            event,
+            MemoryEvent { address: 0x10, stream: Some(7), pool: Some(local), ..event },
+            MemoryEvent { address: 0x20, kind: MemoryKind::Pinned, pool: Some(imported), ..event },
+            MemoryEvent { time_ns: 300, operation: MemoryOperation::Release, ..event },
+        ]);
+        t.memory_pool_events.push(MemoryPoolEvent {
+            time_ns: 160,
+            process,
+            device,
+            operation: 3,
+            pool_type: 1,
+            address: local.address,
+            correlation_id: 78,
+            min_bytes_to_keep: 1 << 20,
+            size_bytes: 64 << 20,
+            release_threshold_bytes: u64::MAX,
+            utilized_bytes: 32 << 20,
+        });
+        let sample = FrameworkMemorySample {
+            time_ns: 170,
+            process,
+            tid: 11,
+            device: Some(device),
+            address: 0x30,
+            bytes: 512,
+            total_allocated_bytes: 512,
+            total_reserved_bytes: 2 << 20,
+        };
+        t.framework_memory.extend([
+            sample,
+            FrameworkMemorySample {
+                device: None,
+                bytes: -64,
+                total_allocated_bytes: 0,
+                total_reserved_bytes: 0,
+                ..sample
+            },
+        ]);
+    }
 }
 
 /// Everything the model holds, in a comparable form (names by text).
 fn summary(t: &Trace) -> String {
     let names: Vec<&str> = t.names.iter().map(|(_, s)| s).collect();
     format!(
-        "{:?}\n{names:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+        "{:?}\n{names:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
         t.source,
         t.processes,
         t.threads,
@@ -186,7 +258,10 @@ fn summary(t: &Trace) -> String {
         t.collectives,
         t.clock_offset_ns,
         t.warnings,
-        t.graph_launches
+        t.graph_launches,
+        t.memory_events,
+        t.memory_pool_events,
+        t.framework_memory
     )
 }
 
@@ -218,6 +293,8 @@ fn a_trace_comes_back_as_it_was_written() {
     assert!(!root.exists(), "nothing is at the dataset's path before the writer finishes");
     writer.finish().unwrap();
     assert_eq!(stats.rows["kernels"], 4);
+    assert_eq!((stats.rows["cuda_memory"], stats.rows["cuda_memory_pools"], stats.rows["framework_memory"]), (8, 2, 4));
+    assert!(root.join("cuda_memory/run=r1/rank=1/part-0.parquet").is_file(), "memory goes to its GPU's rank");
     // Rank partitions: each GPU's rows under its rank, the launcher's range under the trace's lowest rank, and the
     // input without GPUs under rank=-1.
     assert!(root.join("kernels/run=r1/rank=3/part-0.parquet").is_file());

@@ -14,7 +14,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use shardscope_model::{ApiKind, CopyKind, DeviceIdx, RangeKind, SourceFormat, Trace};
+use shardscope_model::{ApiKind, CopyKind, DeviceIdx, MemoryPoolState, RangeKind, SourceFormat, Trace};
 
 use super::arrays::{bools, i64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s, u64s};
 use super::manifest::{self, ManifestPart, PartialDir, check_destination, parent_of};
@@ -212,6 +212,9 @@ impl DatasetWriter {
         rows.nvtx()?;
         rows.collectives()?;
         rows.cuda_graphs()?;
+        rows.cuda_memory()?;
+        rows.cuda_memory_pools()?;
+        rows.framework_memory()?;
         Ok(rows.stats)
     }
 }
@@ -524,6 +527,106 @@ impl TraceRows<'_> {
         Ok(())
     }
 }
+
+/// The memory tables: the model's three memory event lists, each partitioned by the rank of its GPU (a framework
+/// sample of host memory by the rank of its process).
+impl TraceRows<'_> {
+    /// The CUDA-level allocations and releases, with nsys' enum ids for the memory kind and the operation.
+    fn cuda_memory(&mut self) -> Result<(), Error> {
+        let events = &self.trace.memory_events;
+        for (rank, rows) in self.layout.partition(events.iter().map(|m| self.layout.device_rank(m.device))) {
+            let rows = self.dataset.write_rows(tables::CUDA_MEMORY, Some(rank), self.part, &rows, |rows| {
+                let m = |i: &usize| &events[*i];
+                let pool = |pick: fn(&MemoryPoolState) -> Option<u64>| {
+                    opt_u64s(rows.iter().map(|i| m(i).pool.as_ref().and_then(pick)))
+                };
+                let pool_type = |p: &MemoryPoolState| if p.imported { POOL_IMPORTED } else { POOL_LOCAL };
+                vec![
+                    column("traceId", self.trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
+                    column("start", i64s(rows.iter().map(|i| m(i).time_ns)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(m(i).process))), false),
+                    column("deviceId", u32s(rows.iter().map(|i| self.ordinal(m(i).device))), false),
+                    column("contextId", u32s(rows.iter().map(|i| m(i).context_id)), false),
+                    column("address", u64s(rows.iter().map(|i| m(i).address)), false),
+                    column("pc", u64s(rows.iter().map(|i| m(i).pc)), false),
+                    column("bytes", u64s(rows.iter().map(|i| m(i).bytes)), false),
+                    column("memKind", u32s(rows.iter().map(|i| m(i).kind.nsys_id() as u32)), false),
+                    column("memoryOperationType", u32s(rows.iter().map(|i| m(i).operation.nsys_id() as u32)), false),
+                    column("correlationId", u32s(rows.iter().map(|i| m(i).correlation_id)), false),
+                    column("streamId", opt_u32s(rows.iter().map(|i| m(i).stream)), true),
+                    column("memoryPoolType", opt_strs(rows.iter().map(|i| m(i).pool.as_ref().map(pool_type))), true),
+                    column("memoryPoolAddress", pool(|p| Some(p.address)), true),
+                    column("memoryPoolReleaseThreshold", pool(|p| p.release_threshold_bytes), true),
+                    column("memoryPoolSize", pool(|p| p.size_bytes), true),
+                    column("memoryPoolUtilizedSize", pool(|p| p.utilized_bytes), true),
+                    column("memoryPoolProcessId", pool(|p| p.imported_pid), true),
+                ]
+            })?;
+            self.note(tables::CUDA_MEMORY, rows);
+        }
+        Ok(())
+    }
+
+    /// The stream-ordered pools made, destroyed or trimmed (CUPTI's operation and pool type numbers, nsys' too).
+    fn cuda_memory_pools(&mut self) -> Result<(), Error> {
+        let events = &self.trace.memory_pool_events;
+        for (rank, rows) in self.layout.partition(events.iter().map(|p| self.layout.device_rank(p.device))) {
+            let rows = self.dataset.write_rows(tables::CUDA_MEMORY_POOLS, Some(rank), self.part, &rows, |rows| {
+                let p = |i: &usize| &events[*i];
+                vec![
+                    column("traceId", self.trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
+                    column("start", i64s(rows.iter().map(|i| p(i).time_ns)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(p(i).process))), false),
+                    column("deviceId", u32s(rows.iter().map(|i| self.ordinal(p(i).device))), false),
+                    column("address", u64s(rows.iter().map(|i| p(i).address)), false),
+                    column("operationType", u32s(rows.iter().map(|i| u32::from(p(i).operation))), false),
+                    column("poolType", u32s(rows.iter().map(|i| u32::from(p(i).pool_type))), false),
+                    column("correlationId", u32s(rows.iter().map(|i| p(i).correlation_id)), false),
+                    column("minBytesToKeep", u64s(rows.iter().map(|i| p(i).min_bytes_to_keep)), false),
+                    column("releaseThreshold", u64s(rows.iter().map(|i| p(i).release_threshold_bytes)), false),
+                    column("size", u64s(rows.iter().map(|i| p(i).size_bytes)), false),
+                    column("utilizedSize", u64s(rows.iter().map(|i| p(i).utilized_bytes)), false),
+                ]
+            })?;
+            self.note(tables::CUDA_MEMORY_POOLS, rows);
+        }
+        Ok(())
+    }
+
+    /// The framework allocator's samples: a tensor's signed bytes and the allocator's totals after it.
+    fn framework_memory(&mut self) -> Result<(), Error> {
+        let samples = &self.trace.framework_memory;
+        let sample_rank = |s: &shardscope_model::FrameworkMemorySample| match s.device {
+            Some(device) => self.layout.device_rank(device),
+            None => self.layout.process_rank(s.process),
+        };
+        for (rank, rows) in self.layout.partition(samples.iter().map(sample_rank)) {
+            let rows = self.dataset.write_rows(tables::FRAMEWORK_MEMORY, Some(rank), self.part, &rows, |rows| {
+                let s = |i: &usize| &samples[*i];
+                vec![
+                    column("traceId", self.trace_ids(rows.len()), false),
+                    column("eventIndex", u64s(rows.iter().map(|&i| i as u64)), false),
+                    column("start", i64s(rows.iter().map(|i| s(i).time_ns)), false),
+                    column("globalPid", i64s(rows.iter().map(|i| self.gpid(s(i).process))), false),
+                    column("tid", u32s(rows.iter().map(|i| s(i).tid)), false),
+                    column("deviceId", opt_u32s(rows.iter().map(|i| s(i).device.map(|d| self.ordinal(d)))), true),
+                    column("address", u64s(rows.iter().map(|i| s(i).address)), false),
+                    column("bytes", i64s(rows.iter().map(|i| s(i).bytes)), false),
+                    column("totalAllocated", u64s(rows.iter().map(|i| s(i).total_allocated_bytes)), false),
+                    column("totalReserved", u64s(rows.iter().map(|i| s(i).total_reserved_bytes)), false),
+                ]
+            })?;
+            self.note(tables::FRAMEWORK_MEMORY, rows);
+        }
+        Ok(())
+    }
+}
+
+/// `cuda_memory.memoryPoolType` of an allocation from a pool of this process, and from one imported from another.
+pub(super) const POOL_LOCAL: &str = "local";
+pub(super) const POOL_IMPORTED: &str = "imported";
 
 /// `ENUM_NSYS_EVENT_CLASS` ids of CUDA runtime and driver calls, as Nsight Systems numbers them.
 pub(super) const EVENT_CLASS_CUDA_RUNTIME: u32 = 0;
