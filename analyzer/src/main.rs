@@ -79,7 +79,7 @@ struct ChartArgs {
     /// Also write each chart as SVG and PNG into this folder.
     #[arg(long, value_name = "DIR")]
     charts: Option<PathBuf>,
-    /// The model's shape, for each phase's FLOP/s and MFU in the charts:
+    /// The model's shape, for each phase's FLOP/s and MFU in the charts and the findings (low FLOP rate):
     /// `layers=8,hidden=4096,ffn=11008[,vocab=V][,heads=H][,dtype=bf16][,peak_tflops=989]` or `parameters=N,…`.
     #[arg(long, value_name = "KEY=VALUE,…", requires = "tokens", value_parser = parse_model)]
     model: Option<shardscope_analyzer::report::mfu::ModelShape>,
@@ -117,6 +117,9 @@ enum Command {
         /// Findings thresholds replacing the built-in ones (see `analyzer findings --print-rules`).
         #[arg(long, value_name = "FINDINGS.toml")]
         findings_rules: Option<PathBuf>,
+        /// Leave the findings out (no dependency model is built or replayed).
+        #[arg(long, conflicts_with = "findings_rules")]
+        no_findings: bool,
     },
     /// What limits the run, ranked by the time removing each cause saves (per step and per run), each saving
     /// obtained by replaying the dependency model of the steady-state steps with that cause removed, or a stated
@@ -133,6 +136,12 @@ enum Command {
         /// Print the built-in findings rules (a starting point for `--findings-rules`) and exit.
         #[arg(long)]
         print_rules: bool,
+        /// The model's shape, for the FLOP-rate finding (as `report --model`).
+        #[arg(long, value_name = "KEY=VALUE,…", requires = "tokens", value_parser = parse_model)]
+        model: Option<shardscope_analyzer::report::mfu::ModelShape>,
+        /// Tokens per phase instance, for the FLOP-rate finding (as `report --tokens`).
+        #[arg(long, value_name = "KEY=VALUE,…", requires = "model", value_parser = parse_tokens)]
+        tokens: Option<shardscope_analyzer::report::mfu::Tokens>,
     },
     /// Collectives matched across ranks: wait, transfer, bus bandwidth, late ranks, per communicator, type,
     /// message size and phase.
@@ -410,12 +419,12 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures, findings_rules } => {
-            report_command(analysis, format, top, pictures, findings_rules)
+        Command::Report { analysis, format, top, pictures, findings_rules, no_findings } => {
+            report_command(analysis, format, top, pictures, (!no_findings).then_some(findings_rules))
         }
         Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML),
-        Command::Findings { analysis, format, findings_rules, .. } => {
-            findings_command(analysis, format, findings_rules)
+        Command::Findings { analysis, format, findings_rules, model, tokens, .. } => {
+            findings_command(analysis, format, findings_rules, model.zip(tokens))
         }
         Command::Collectives { analysis, format } => collectives_command(analysis, format),
         Command::Compare { args } => compare_command(args),
@@ -447,25 +456,31 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// `report`: the report as a table (after the summary), JSON or CSV, and its charts.
+/// `report`: the report as a table (after the summary), JSON or CSV, and its charts. `findings_rules` is `None`
+/// with `--no-findings`.
 fn report_command(
     analysis: AnalysisArgs,
     format: OutputFormat,
     top: usize,
     pictures: ChartArgs,
-    findings_rules: Option<PathBuf>,
+    findings_rules: Option<Option<PathBuf>>,
 ) -> Result<()> {
     let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
     shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
-    if !wants_charts && (pictures.model.is_some() || pictures.tokens.is_some()) {
-        bail!("--model and --tokens are figures of the charts: give --html or --charts too");
+    if !wants_charts && findings_rules.is_none() && (pictures.model.is_some() || pictures.tokens.is_some()) {
+        bail!("--model and --tokens are figures of the charts and the findings: give --html or --charts, or findings");
     }
     refuse_outputs_over_inputs(&[pictures.html.as_deref(), pictures.charts.as_deref()], &analysis)?;
     let outputs: Vec<&Path> = [pictures.html.as_deref(), pictures.charts.as_deref()].into_iter().flatten().collect();
-    shardscope_io::output::check_outputs(&outputs, &findings_rules.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+    let rules_inputs: Vec<&Path> = findings_rules.iter().flatten().map(PathBuf::as_path).collect();
+    shardscope_io::output::check_outputs(&outputs, &rules_inputs)?;
     let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
     let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
-    let found = findings_of(&traces, &report, &options, findings_rules.as_deref())?;
+    let flops = pictures.model.as_ref().zip(pictures.tokens.as_ref());
+    let found = match &findings_rules {
+        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops)?,
+        None => None,
+    };
     if let Some((rules, bench)) = chart_inputs {
         let inputs = ChartInputs { traces: &traces, options: &options };
         let lead_html = found.as_ref().map(findings::html).unwrap_or_default();
@@ -489,12 +504,20 @@ fn report_command(
 }
 
 /// `findings`: what limits the run, ranked by the time removing each cause saves.
-fn findings_command(analysis: AnalysisArgs, format: ModelFormat, findings_rules: Option<PathBuf>) -> Result<()> {
+fn findings_command(
+    analysis: AnalysisArgs,
+    format: ModelFormat,
+    findings_rules: Option<PathBuf>,
+    model: Option<(shardscope_analyzer::report::mfu::ModelShape, shardscope_analyzer::report::mfu::Tokens)>,
+) -> Result<()> {
     let rules = load_findings_rules(findings_rules.as_deref())?;
     let inputs = display_list(&analysis.traces);
     let (report, traces, options) = analyse_keeping_traces(analysis, false)?;
-    let found = findings::findings(&traces, &report, &options, options.bench_peaks.as_ref(), &rules)
-        .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
+    let flops =
+        model.as_ref().map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, &traces, &report, &options));
+    let found =
+        findings::findings_with(&traces, &report, &options, options.bench_peaks.as_ref(), &rules, flops.as_ref())
+            .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
     match format {
         ModelFormat::Json => emit(&(serde_json::to_string_pretty(&found)? + "\n")),
         ModelFormat::Table => emit(&findings::table(&found)),
@@ -926,9 +949,11 @@ fn findings_of(
     report: &report::Report,
     options: &Options,
     rules_path: Option<&Path>,
+    model: Option<(&shardscope_analyzer::report::mfu::ModelShape, &shardscope_analyzer::report::mfu::Tokens)>,
 ) -> Result<Option<findings::Findings>> {
     let rules = load_findings_rules(rules_path)?;
-    Ok(findings::findings(traces, report, options, options.bench_peaks.as_ref(), &rules).ok())
+    let flops = model.map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, traces, report, options));
+    Ok(findings::findings_with(traces, report, options, options.bench_peaks.as_ref(), &rules, flops.as_ref()).ok())
 }
 
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.

@@ -396,6 +396,18 @@ fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
     Fit { fits: problems.is_empty(), replay_error_pct, tolerance_pct: REPLAY_TOLERANCE_PCT, start_stagger_ns, problems }
 }
 
+/// The first two fit checks of [`what_if`] on `model` (the replay reproduces the measured time; the no-straggler
+/// ideal is not slower than measured), without the third, which is about attributing the slowdown S to one rank:
+/// what findings check before they give any replayed saving.
+pub fn model_fit(model: &Model) -> Fit {
+    let graph = &model.graph;
+    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    let measured_ns = span(graph.measured_ns());
+    let replay_ns = span(&graph.simulate(graph.own_ns(), false));
+    let ideal_ns = span(&no_straggler_times(model));
+    fit(graph, measured_ns, replay_ns, ideal_ns)
+}
+
 /// The what-if report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WhatIf {

@@ -36,6 +36,11 @@ impl BenchPeaks {
         Ok(BenchPeaks { source: path.display().to_string(), results })
     }
 
+    /// The results as read (the GEMM peak of the FLOP-rate finding comes from them).
+    pub fn results(&self) -> &BenchResults {
+        &self.results
+    }
+
     /// The best bus bandwidth bench measured for a collective type (any size), GB/s.
     pub fn peak(&self, op: CollectiveOp) -> Option<f64> {
         let op = bench_op(op)?;

@@ -9,13 +9,17 @@
 //! run); they do not add up, as two causes can hide behind each other. The thresholds come from
 //! [`rules::FindingsRules`] (`analyzer/rules/findings.toml`, replaceable with `--findings-rules`).
 //!
-//! A finding is only given when the model replayed unchanged reproduces the measured time within
-//! [`REPLAY_TOLERANCE_PCT`]; otherwise every replayed type is reported as not evaluated, with the reason.
+//! A replayed finding is only given when the model fits the window by the what-if's own checks
+//! ([`crate::dependency::whatif::model_fit`]: replayed unchanged it reproduces the measured time within
+//! [`REPLAY_TOLERANCE_PCT`], and the no-straggler ideal is not slower than measured); otherwise every replayed type
+//! is reported as not evaluated, with the what-if's reasons, and only stated bounds are given.
 
 pub mod exposed_comm;
+pub mod flop_rate;
 pub mod host_copies;
 pub mod late_rank;
 pub mod launch_bound;
+pub mod pipeline_stages;
 pub mod rules;
 pub mod slow_collectives;
 pub mod syncs;
@@ -25,10 +29,11 @@ use serde::Serialize;
 use shardscope_model::Trace;
 
 use crate::dependency::critical_path::{self, CriticalPath, Model};
-use crate::dependency::whatif::REPLAY_TOLERANCE_PCT;
+use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
 use crate::report::Report;
+use crate::report::mfu::{ModelShape, Tokens};
 use rules::FindingsRules;
 
 /// How a saving was obtained.
@@ -93,6 +98,40 @@ pub struct Findings {
     pub quiet: Vec<Quiet>,
     /// What the window leaves out of the run.
     pub excluded: Vec<String>,
+    /// The what-if's fit checks on the model; without a fit no replayed saving is given.
+    pub fit: Fit,
+}
+
+/// The model's shape and the tokens of one phase instance (`--model`, `--tokens`), for the FLOP-rate finding.
+#[derive(Debug, Clone)]
+pub struct FlopInputs<'a> {
+    /// The model's shape.
+    pub shape: &'a ModelShape,
+    /// Tokens per phase instance.
+    pub tokens: &'a Tokens,
+    /// Per phase, the slowest rank's median instance time after the warm-up: the time the report's MFU divides by.
+    pub instance_p50_ns: std::collections::BTreeMap<String, i64>,
+}
+
+impl<'a> FlopInputs<'a> {
+    /// The inputs of `traces` (with `report`, their report under `options`), instance times as the report's LLM
+    /// figures take them.
+    pub fn of(
+        shape: &'a ModelShape,
+        tokens: &'a Tokens,
+        traces: &[Trace],
+        report: &Report,
+        options: &crate::report::Options,
+    ) -> FlopInputs<'a> {
+        let instances =
+            crate::llm::layers::instances(traces, &options.classifier, &options.phase_pattern, report.window_ns);
+        let instance_p50_ns = crate::llm::layers::latencies(&instances, options.skip_steps)
+            .into_iter()
+            .filter(|l| l.time.count > 0)
+            .map(|l| (l.phase, l.time.p50_ns))
+            .collect();
+        FlopInputs { shape, tokens, instance_p50_ns }
+    }
 }
 
 /// What every finding type reads.
@@ -115,6 +154,10 @@ pub struct Context<'a> {
     pub run_steps: Option<u64>,
     /// `bench` results, when given.
     pub bench: Option<&'a BenchPeaks>,
+    /// The what-if's fit checks on the model.
+    pub fit: Fit,
+    /// The model's shape and tokens, when given.
+    pub flops: Option<&'a FlopInputs<'a>>,
 }
 
 impl Context<'_> {
@@ -211,11 +254,23 @@ pub fn findings(
     bench: Option<&BenchPeaks>,
     rules: &FindingsRules,
 ) -> Result<Findings, critical_path::ModelError> {
+    findings_with(traces, report, options, bench, rules, None)
+}
+
+/// [`findings`], with the model's shape and tokens for the FLOP-rate finding.
+pub fn findings_with(
+    traces: &[Trace],
+    report: &Report,
+    options: &crate::report::Options,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+    flops: Option<&FlopInputs>,
+) -> Result<Findings, critical_path::ModelError> {
     let model = match options.window_ns {
         Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
         None => critical_path::build_steady_model(traces, options)?,
     };
-    Ok(findings_of_model(traces, report, &model, bench, rules))
+    Ok(findings_of_model_with(traces, report, &model, bench, rules, flops))
 }
 
 /// The JSON of `analyzer report`: `findings` first (`null` when the run could not be modelled), then the report's
@@ -237,6 +292,18 @@ pub fn findings_of_model(
     bench: Option<&BenchPeaks>,
     rules: &FindingsRules,
 ) -> Findings {
+    findings_of_model_with(traces, report, model, bench, rules, None)
+}
+
+/// [`findings_of_model`], with the model's shape and tokens for the FLOP-rate finding.
+pub fn findings_of_model_with(
+    traces: &[Trace],
+    report: &Report,
+    model: &Model,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+    flops: Option<&FlopInputs>,
+) -> Findings {
     let graph = &model.graph;
     let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
     let replay = graph.simulate(graph.own_ns(), false);
@@ -251,10 +318,14 @@ pub fn findings_of_model(
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
+        fit: crate::dependency::whatif::model_fit(model),
+        flops,
     };
     context.replay_ns = context.span_ns(&replay);
     let mut outcomes = vec![warmup::evaluate(&context, &rules.warmup)];
-    if context.replay_fits() {
+    outcomes.push(flop_rate::evaluate(&context, &rules.low_flop_rate));
+    outcomes.push(pipeline_stages::evaluate(&context, &rules.pipeline_stage_imbalance));
+    if context.fit.fits {
         outcomes.push(late_rank::evaluate(&context, &rules.late_rank));
         outcomes.push(exposed_comm::evaluate(&context, &rules.exposed_communication));
         outcomes.push(launch_bound::evaluate(&context, &rules.launch_bound));
@@ -262,12 +333,7 @@ pub fn findings_of_model(
         outcomes.push(host_copies::evaluate(&context, &rules.host_device_copies));
         outcomes.push(slow_collectives::evaluate(&context, &rules.slow_collectives));
     } else {
-        let why = format!(
-            "not evaluated: the model replayed unchanged gives {}, not the measured {} (more than {} % apart)",
-            human_ns(context.replay_ns),
-            human_ns(measured_ns),
-            REPLAY_TOLERANCE_PCT
-        );
+        let why = not_fitting(&context.fit);
         for kind in REPLAYED_KINDS {
             outcomes.push(Err(Quiet { kind, why: why.clone() }));
         }
@@ -288,10 +354,6 @@ pub fn findings_of_model(
         kind: "pageable_copies",
         why: "not evaluated: the trace model records no host memory kind (pinned or pageable) of a copy".into(),
     });
-    quiet.push(Quiet {
-        kind: "pipeline_stage_imbalance",
-        why: "not evaluated: pipeline stages are not identified in the trace model".into(),
-    });
     Findings {
         window: window_words(model),
         steps: model.steps,
@@ -301,7 +363,13 @@ pub fn findings_of_model(
         findings: fired,
         quiet,
         excluded: model.excluded.clone(),
+        fit: context.fit.clone(),
     }
+}
+
+/// Why a replayed type is not evaluated on a model that does not fit: the what-if's own reasons.
+pub fn not_fitting(fit: &Fit) -> String {
+    format!("not evaluated: the model does not fit this window: {}", fit.problems.join("; "))
 }
 
 /// The finding types that need a fitting replay.
@@ -329,6 +397,15 @@ pub fn table(findings: &Findings) -> String {
     let heading =
         format!("measured {}, replayed unchanged {}", human_ns(findings.measured_ns), human_ns(findings.replay_ns));
     push_wrapped(&mut out, "findings for ", "  ", &format!("{}: {heading}", findings.window));
+    if !findings.fit.fits {
+        let problems = findings.fit.problems.join("; ");
+        push_wrapped(
+            &mut out,
+            "  ",
+            "    ",
+            &format!("the model does not fit this window, no replayed saving: {problems}"),
+        );
+    }
     if findings.findings.is_empty() {
         out.push_str("  nothing found above its threshold\n");
     }

@@ -48,6 +48,25 @@ pub struct WarmupRule {
     pub min_share_of_run_pct: f64,
 }
 
+/// When a phase's FLOP rate is low against the GEMM peak.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlopRateRule {
+    /// Below this MFU (achieved model FLOP/s over the GEMM peak of the phase's GPUs), percent, the phase fires;
+    /// its GEMM kernels at this efficiency give the bound.
+    pub min_mfu_pct: f64,
+}
+
+/// When one pipeline stage is busier than the others.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineRule {
+    /// The least excess of the busiest stage's compute per step over the stages' mean, percent of the mean.
+    pub min_excess_over_mean_pct: f64,
+    /// The least saving (replayed, or the bound without a fitting model), percent of the window.
+    pub min_saving_pct: f64,
+}
+
 /// Every finding's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +85,10 @@ pub struct FindingsRules {
     pub slow_collectives: CollectiveRule,
     /// Warm-up dominating the run.
     pub warmup: WarmupRule,
+    /// Low FLOP rate against the measured GEMM peak.
+    pub low_flop_rate: FlopRateRule,
+    /// Imbalance between pipeline stages.
+    pub pipeline_stage_imbalance: PipelineRule,
 }
 
 impl FindingsRules {
@@ -104,11 +127,19 @@ impl FindingsRules {
             ("slow_collectives.min_saving_pct", rules.slow_collectives.min_saving_pct),
             ("slow_collectives.latency_bound_below_peak_pct", rules.slow_collectives.latency_bound_below_peak_pct),
             ("warmup.min_share_of_run_pct", rules.warmup.min_share_of_run_pct),
+            ("low_flop_rate.min_mfu_pct", rules.low_flop_rate.min_mfu_pct),
+            ("pipeline_stage_imbalance.min_saving_pct", rules.pipeline_stage_imbalance.min_saving_pct),
         ];
         for (key, value) in shares {
             if !(0.0..=100.0).contains(&value) {
                 return Err(invalid(format!("{key} = {value}: a share in percent, 0 to 100")));
             }
+        }
+        let excess = rules.pipeline_stage_imbalance.min_excess_over_mean_pct;
+        if !(excess.is_finite() && excess >= 0.0) {
+            return Err(invalid(format!(
+                "pipeline_stage_imbalance.min_excess_over_mean_pct = {excess}: a share in percent, 0 or more"
+            )));
         }
         Ok(rules)
     }

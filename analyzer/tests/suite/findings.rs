@@ -416,3 +416,5 @@ fn public_traces_give_ranked_findings_within_the_measured_time() {
         assert!(order.windows(2).all(|w| w[0] <= w[1]), "{name}: {order:?}");
     }
 }
+
+mod stages_flops_fit;
