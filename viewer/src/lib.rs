@@ -10,6 +10,8 @@
 //! - [`collectives`]: the same collective on every rank.
 //! - [`critical`]: the analyzer's critical path across ranks, placed on the tracks.
 //! - [`ideal`]: the no-straggler replay of every GPU operation, in a row under its stream.
+//! - [`memory`]: each GPU's memory in use over time, lowest and highest per pixel column.
+//! - [`modules`]: which module of the model each run of a GPU's kernels belongs to.
 //! - [`roi`]: the region of interest a run opens at.
 //! - [`utilization`]: each GPU's busy fraction per pixel column.
 //! - [`screenshot`]: headless rendering to PNG.
@@ -27,6 +29,8 @@ pub mod collectives;
 pub mod critical;
 pub mod ideal;
 pub mod load;
+pub mod memory;
+pub mod modules;
 pub mod panels;
 pub mod roi;
 pub mod screenshot;

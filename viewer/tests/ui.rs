@@ -592,3 +592,188 @@ fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
     h.run();
     assert!(h.state().ideal.replay().is_some());
 }
+
+/// The row index of each GPU's memory row, and the content of the rows between the GPU's header and it.
+fn memory_row(data: &shardscope_viewer::timeline::layout::TimelineData, index: usize) -> usize {
+    use shardscope_viewer::timeline::layout::RowContent;
+    data.rows.iter().position(|r| matches!(r.content, RowContent::Memory(i) if i == index)).expect("a memory row")
+}
+
+/// The memory sample (`capture --trace memory`): its one GPU has a memory row under its streams with the analyzer's
+/// CUDA-level series, and hovering the row gives the level at the time under the pointer.
+#[test]
+fn the_memory_row_holds_the_analyzers_series_and_hover_gives_the_level_under_the_pointer() {
+    use shardscope_analyzer::figures::memory::cuda_series;
+    use shardscope_viewer::memory::format_bytes;
+    use shardscope_viewer::timeline::layout::RowContent;
+
+    let mut h = harness(sample_app("memory/memory_probe_capture.sqlite.gz", StartOptions::default()));
+    h.run();
+    let (at, expected) = {
+        let session = h.state().session.as_ref().unwrap();
+        let data = &session.data;
+        assert_eq!(data.memory.len(), 1);
+        let counter = &data.memory[0];
+        let series = cuda_series(&data.traces[counter.trace], counter.device);
+        // 20 device allocations and 9 releases (the other 475 records are static variables and pinned host memory).
+        assert_eq!(series.points.len(), 29);
+        assert_eq!(counter.series.iter().map(|s| (s.label, s.len())).collect::<Vec<_>>(), [("CUDA", 29)]);
+        // The report's CUDA-level peak of the probe: PyTorch's 654,311,424 reserved plus 64 MiB + 128 KiB + 1 KiB.
+        assert_eq!(counter.max_bytes(), 721_552_384);
+        assert_eq!(counter.end_ns, data.t1_ns);
+        // Under the GPU's streams: the rows above it up to the GPU's header are its graph and its tracks.
+        let row = memory_row(data, 0);
+        let header = (0..row).rev().find(|&r| matches!(data.rows[r].content, RowContent::Header { .. })).unwrap();
+        let RowContent::Header { label, .. } = &data.rows[header].content else { unreachable!() };
+        assert!(label.starts_with("GPU 0"), "{label}");
+        let between: Vec<&RowContent> = data.rows[header + 1..row].iter().map(|r| &r.content).collect();
+        assert!(matches!(between[0], RowContent::Utilization(_)), "{between:?}");
+        assert!(between.iter().any(|c| matches!(c, RowContent::Track(_))));
+        // The level held longest inside the view, hovered in its middle.
+        let view = &session.view;
+        let screen = view.to_screen(view.last_plot_rect.width());
+        let (held, level) = series
+            .points
+            .windows(2)
+            .filter(|w| w[0].time_ns as f64 > view.start_ns && (w[1].time_ns as f64) < view.end_ns)
+            .map(|w| ((w[0].time_ns, w[1].time_ns), w[0].bytes))
+            .max_by_key(|((from, to), _)| to - from)
+            .expect("levels inside the view");
+        assert!(level > 0);
+        let x = view.last_plot_rect.left() + screen.x((held.0 + held.1) / 2);
+        let y = shardscope_viewer::timeline::row_center_y(data, view, row).expect("the row is shown");
+        // The time the tooltip reads from the pointer's position, as the axis counts it.
+        let t_ns = screen.t(x - view.last_plot_rect.left()).floor() as i64;
+        assert!(t_ns > held.0 && t_ns < held.1);
+        let at_text = shardscope_viewer::timeline::paint::format_duration((t_ns - data.t0_ns) as f64);
+        (Pos2::new(x, y), format!("CUDA {}\nat {at_text}", format_bytes(level)))
+    };
+    h.hover_at(at);
+    h.run();
+    h.get_by_label(&expected);
+}
+
+/// The torch.profiler trace of the same program has no CUDA-level records but the allocator's counters: its memory
+/// row has the allocated and reserved lines, each point of the analyzer's framework series.
+#[test]
+fn a_kineto_memory_trace_has_allocated_and_reserved_lines() {
+    use shardscope_analyzer::figures::memory::framework_series;
+
+    let app = sample_app("memory/memory_probe_kineto.json.gz", StartOptions::default());
+    let data = &app.session.as_ref().unwrap().data;
+    assert_eq!(data.memory.len(), 1);
+    let counter = &data.memory[0];
+    let (allocated, reserved) = framework_series(&data.traces[counter.trace], counter.device);
+    let shown: Vec<(&str, usize)> = counter.series.iter().map(|s| (s.label, s.len())).collect();
+    assert_eq!(shown, [("allocated", allocated.len()), ("reserved", reserved.len())]);
+    assert_eq!(allocated.len(), 409);
+    // What PyTorch printed for the run: `max_memory_allocated()` and `max_memory_reserved()`.
+    assert_eq!(counter.series[0].max_bytes(), 419_433_984);
+    assert_eq!(counter.series[1].max_bytes(), 654_311_424);
+    assert_eq!(counter.max_bytes(), 654_311_424);
+    memory_row(data, 0);
+}
+
+#[test]
+#[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
+fn snapshot_memory_row_of_the_memory_sample() {
+    let mut h = harness(sample_app("memory/memory_probe_capture.sqlite.gz", StartOptions::default()));
+    // From the first allocation on (the run opens at its steady steps, where the level stays put), the pointer on
+    // the memory row two thirds across.
+    let at = {
+        let session = h.state_mut().session.as_mut().unwrap();
+        let (first_ns, end_ns) = session.data.memory[0].span_ns();
+        session.view.fit(first_ns, end_ns);
+        let row = memory_row(&session.data, 0);
+        h.run();
+        let session = h.state().session.as_ref().unwrap();
+        let plot = session.view.last_plot_rect;
+        let y = shardscope_viewer::timeline::row_center_y(&session.data, &session.view, row).unwrap();
+        Pos2::new(plot.left() + plot.width() * 2.0 / 3.0, y)
+    };
+    h.hover_at(at);
+    h.run();
+    snapshot(&mut h, "memory");
+}
+
+/// The eager module sample (`capture --torch-modules`): each GPU's module row counts, per path cut below the layer,
+/// exactly the kernels `analyzer modules --module-depth 4` gives that path, and sits above the GPU's streams.
+#[test]
+fn the_module_rows_count_what_analyzer_modules_counts() {
+    use shardscope_analyzer::llm::modules::{ModuleOptions, NO_MODULE, module_report};
+    use shardscope_viewer::timeline::layout::RowContent;
+    use std::collections::BTreeMap;
+
+    let app = sample_app("modules/qwen3_eager.sqlite.gz", StartOptions::default());
+    let data = &app.session.as_ref().unwrap().data;
+    let spans = &data.modules[0];
+    let mut shown: BTreeMap<String, u64> = BTreeMap::new();
+    for span in &spans.spans {
+        // The analyzer names the root module by its empty path, the row by its class.
+        let path = spans.path_of(span);
+        let path = if path.starts_with('(') { "" } else { path };
+        *shown.entry(path.to_string()).or_default() += u64::from(span.kernels);
+    }
+    let phase_pattern = regex::Regex::new(shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
+    let report = module_report(&data.traces, &ModuleOptions { depth: Some(4), phase_pattern, window_ns: None });
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for row in report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows).filter(|r| r.path != NO_MODULE) {
+        *expected.entry(row.path.clone()).or_default() += row.kernels;
+    }
+    assert_eq!(shown, expected);
+    for path in ["model.layers.0.self_attn", "model.layers.3.mlp", "lm_head"] {
+        assert!(shown.get(path).is_some_and(|&k| k > 0), "{path}: {shown:?}");
+    }
+    // Spans are runs: two spans next to each other on one GPU have different paths or a kernel without one between.
+    for pair in spans.spans.windows(2).filter(|w| w[0].device == w[1].device) {
+        let last_of_first = pair[0].first_kernel + pair[0].kernels - 1;
+        assert!(pair[0].path != pair[1].path || pair[1].first_kernel > last_of_first + 1, "{pair:?}");
+    }
+    // One module track per GPU, right under its utilisation graph, holding every span.
+    assert_eq!(data.module_track.len(), 1);
+    let (&(_, _, device), &track) = data.module_track.iter().next().unwrap();
+    assert_eq!(data.tracks[track].len(), spans.spans.iter().filter(|s| s.device == device).count());
+    let row = data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == track)).unwrap();
+    assert!(matches!(data.rows[row - 1].content, RowContent::Utilization(_)));
+    let event = data.tracks[track].events[0];
+    assert_eq!(event.kind(), EventKind::Module);
+    assert_eq!(data.event_span(0, event), (data.tracks[track].starts_ns[0], data.tracks[track].ends_ns[0]));
+}
+
+/// A trace without module ranges has no module rows.
+#[test]
+fn a_trace_without_module_ranges_has_no_module_rows() {
+    let app = sample_app("tp2_capture.sqlite.gz", StartOptions::default());
+    let data = &app.session.as_ref().unwrap().data;
+    assert!(data.module_track.is_empty());
+    assert!(data.modules.iter().all(|m| m.spans.is_empty()));
+    assert!(data.memory.is_empty(), "the capture recorded no memory");
+}
+
+/// One decode step (past the first ones' warm-up) of the eager module sample: the module row labels attention, MLP
+/// and norms of each layer.
+#[test]
+#[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
+fn snapshot_module_row_of_a_decode_step() {
+    let mut h = harness(sample_app("modules/qwen3_eager.sqlite.gz", StartOptions::default()));
+    {
+        let session = h.state_mut().session.as_mut().unwrap();
+        let trace = &session.data.traces[0];
+        let decode = trace.ranges.iter().filter(|r| trace.names.get(r.name) == "decode").nth(10).expect("decode steps");
+        // The kernels launched in it, from the end of their longest pause (the host waits inside layer 0's
+        // attention in every step) to the last one's end: the layers one after another.
+        let (start_ns, end_ns) = (decode.start_ns, decode.end_ns);
+        let launched_in = |k: &&shardscope_model::Kernel| {
+            k.launch
+                .and_then(|l| trace.api_calls.get(l as usize))
+                .is_some_and(|c| (start_ns..end_ns).contains(&c.start_ns))
+        };
+        let kernels: Vec<(i64, i64)> =
+            trace.kernels.iter().filter(launched_in).map(|k| (k.start_ns, k.end_ns)).collect();
+        let after_pause = kernels.windows(2).max_by_key(|w| w[1].0 - w[0].1).map_or(kernels[0].0, |w| w[1].0);
+        session.view.fit(after_pause, kernels.iter().map(|k| k.1).max().unwrap());
+    }
+    h.remove_cursor();
+    h.run();
+    snapshot(&mut h, "modules");
+}

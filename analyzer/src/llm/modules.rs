@@ -231,6 +231,46 @@ impl ModuleIndex {
     }
 }
 
+/// The module of every kernel of one trace, as [`module_report`] attributes it (the viewer's module rows).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelModules {
+    /// Each module path once; a root module (whose path is empty) as its class in parentheses, `(Qwen3Model)`.
+    pub paths: Vec<String>,
+    /// Per kernel of [`Trace::kernels`], the index in `paths` of its innermost module; `None` outside every module.
+    /// Empty when the trace has no module ranges at all.
+    pub of_kernel: Vec<Option<u32>>,
+}
+
+/// The innermost module of every kernel of `trace` (launch call or graph node capture, as [`module_report`]). A
+/// trace without module ranges costs one look at each distinct name.
+pub fn kernel_modules(trace: &Trace) -> KernelModules {
+    let has_modules = trace.names.iter().any(|(_, text)| text.starts_with(KINETO_PREFIX) || HOOK_NAME.is_match(text));
+    if !has_modules {
+        return KernelModules::default();
+    }
+    let index = ModuleIndex::build(trace);
+    let mut paths: Vec<String> = Vec::new();
+    let mut path_ids: HashMap<String, u32> = HashMap::new();
+    let mut range_ids: HashMap<u32, u32> = HashMap::new();
+    let of_kernel = trace
+        .kernels
+        .iter()
+        .map(|kernel| {
+            let range = index.module_of(trace, kernel).0?;
+            let info = index.info.get(&range)?;
+            let id = *range_ids.entry(range).or_insert_with(|| {
+                let path = if info.path.is_empty() { format!("({})", info.class) } else { info.path.clone() };
+                *path_ids.entry(path.clone()).or_insert_with(|| {
+                    paths.push(path);
+                    paths.len() as u32 - 1
+                })
+            });
+            Some(id)
+        })
+        .collect();
+    KernelModules { paths, of_kernel }
+}
+
 /// Allocator figures of a module's calls, from the counters read at entry and exit.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct MemoryFigures {
@@ -653,6 +693,28 @@ mod tests {
         assert_eq!(rows[2].within_layer, "q_proj");
         assert_eq!(rows[2].class, "Linear");
         assert!((rows.iter().map(|r| r.share).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn every_kernel_gets_its_innermost_module_path() {
+        let modules = kernel_modules(&trace());
+        let path = |i: usize| modules.of_kernel[i].map(|id| modules.paths[id as usize].as_str());
+        // Launched at 30, 200, 450 and 900; the last one replays a node captured inside q_proj.
+        let expected = [
+            Some("model.layers.0.q_proj"),
+            Some("model.layers.0"),
+            Some("model.layers.1"),
+            Some("(Model)"),
+            Some("model.layers.0.q_proj"),
+        ];
+        assert_eq!((0..5).map(path).collect::<Vec<_>>(), expected);
+        assert_eq!(modules.paths.len(), 4, "each path once: {:?}", modules.paths);
+        // Without module ranges: nothing, and no per-kernel list.
+        let mut plain = trace();
+        plain.ranges.clear();
+        plain.names = shardscope_model::Names::default();
+        plain.names.intern("decode");
+        assert_eq!(kernel_modules(&plain), KernelModules::default());
     }
 
     #[test]

@@ -10,6 +10,8 @@
 use egui::{Color32, RichText};
 use shardscope_model::{ProcessIdx, Trace};
 
+use crate::modules::ModuleSpan;
+
 use super::layout::{TimelineData, TrackKind};
 use super::paint::{category_color, range_color};
 
@@ -31,18 +33,19 @@ pub(crate) fn process_text(trace: &Trace, process: ProcessIdx) -> String {
     }
 }
 
-/// What the viewer needs of one kind of event; `index` is into the kind's list of `trace`.
+/// What the viewer needs of one kind of event; `index` is into the kind's list of trace `trace` (of `data.traces`,
+/// or for what the viewer derives from a trace, of its list in `data`).
 pub trait EventKindInfo {
     /// The kind, as the details panel names it.
     const LABEL: &'static str;
     /// The text drawn on the event.
-    fn name(trace: &Trace, index: usize) -> &str;
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str;
     /// The full name, for details and search.
-    fn full_name(trace: &Trace, index: usize) -> &str {
-        Self::name(trace, index)
+    fn full_name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        Self::name(data, trace, index)
     }
     /// Start and end, trace ns.
-    fn span(trace: &Trace, index: usize) -> (i64, i64);
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64);
     /// Fill colour.
     fn color(data: &TimelineData, trace: usize, index: usize) -> Color32;
     /// The track that shows the event.
@@ -59,17 +62,22 @@ pub struct MemOps;
 pub struct ApiCalls;
 /// NVTX and annotation ranges (`Trace::ranges`), on one track per thread (or stream) and depth.
 pub struct Ranges;
+/// Runs of consecutive kernels in one module of the model (`TimelineData::modules`), on their GPU's module track.
+pub struct Modules;
 
 impl EventKindInfo for Kernels {
     const LABEL: &'static str = "kernel";
-    fn name(trace: &Trace, index: usize) -> &str {
-        trace.names.get(trace.kernels[index].short_name).trim()
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        let t = &data.traces[trace];
+        t.names.get(t.kernels[index].short_name).trim()
     }
-    fn full_name(trace: &Trace, index: usize) -> &str {
-        trace.names.get(trace.kernels[index].name)
+    fn full_name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        let t = &data.traces[trace];
+        t.names.get(t.kernels[index].name)
     }
-    fn span(trace: &Trace, index: usize) -> (i64, i64) {
-        (trace.kernels[index].start_ns, trace.kernels[index].end_ns)
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
+        let k = &data.traces[trace].kernels[index];
+        (k.start_ns, k.end_ns)
     }
     fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
         let name = data.traces[trace].kernels[index].name;
@@ -96,14 +104,15 @@ impl EventKindInfo for Kernels {
 
 impl EventKindInfo for MemOps {
     const LABEL: &'static str = "memory operation";
-    fn name(trace: &Trace, index: usize) -> &str {
-        match trace.memops[index].copy_kind {
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        match data.traces[trace].memops[index].copy_kind {
             Some(kind) => kind.label(),
             None => "memset",
         }
     }
-    fn span(trace: &Trace, index: usize) -> (i64, i64) {
-        (trace.memops[index].start_ns, trace.memops[index].end_ns)
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
+        let m = &data.traces[trace].memops[index];
+        (m.start_ns, m.end_ns)
     }
     fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
         let category = if data.traces[trace].memops[index].is_memset() { "memset" } else { "memcpy" };
@@ -125,11 +134,13 @@ impl EventKindInfo for MemOps {
 
 impl EventKindInfo for ApiCalls {
     const LABEL: &'static str = "CUDA API call";
-    fn name(trace: &Trace, index: usize) -> &str {
-        trace.names.get(trace.api_calls[index].name)
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        let t = &data.traces[trace];
+        t.names.get(t.api_calls[index].name)
     }
-    fn span(trace: &Trace, index: usize) -> (i64, i64) {
-        (trace.api_calls[index].start_ns, trace.api_calls[index].end_ns)
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
+        let a = &data.traces[trace].api_calls[index];
+        (a.start_ns, a.end_ns)
     }
     fn color(_data: &TimelineData, _trace: usize, _index: usize) -> Color32 {
         Color32::from_rgb(0x6b, 0x7f, 0x99)
@@ -149,11 +160,13 @@ impl EventKindInfo for ApiCalls {
 
 impl EventKindInfo for Ranges {
     const LABEL: &'static str = "range";
-    fn name(trace: &Trace, index: usize) -> &str {
-        trace.names.get(trace.ranges[index].name)
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        let t = &data.traces[trace];
+        t.names.get(t.ranges[index].name)
     }
-    fn span(trace: &Trace, index: usize) -> (i64, i64) {
-        (trace.ranges[index].start_ns, trace.ranges[index].end_ns)
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
+        let r = &data.traces[trace].ranges[index];
+        (r.start_ns, r.end_ns)
     }
     fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
         // By the name's text, not its id in the file, so the same phase looks the same on every rank.
@@ -186,6 +199,42 @@ impl EventKindInfo for Ranges {
     }
 }
 
+/// The span `index` of trace `trace`'s module spans.
+fn module_span(data: &TimelineData, trace: usize, index: usize) -> &ModuleSpan {
+    &data.modules[trace].spans[index]
+}
+
+impl EventKindInfo for Modules {
+    const LABEL: &'static str = "module";
+    fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        data.modules[trace].path_of(module_span(data, trace, index))
+    }
+    fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
+        let s = module_span(data, trace, index);
+        (s.start_ns, s.end_ns)
+    }
+    fn color(data: &TimelineData, trace: usize, index: usize) -> Color32 {
+        // By the path below the layer: attention looks the same in every layer, and on every rank.
+        let key = data.modules[trace].color_keys.get(module_span(data, trace, index).path as usize);
+        range_color(key.map_or("", String::as_str))
+    }
+    fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
+        let s = module_span(data, trace, index);
+        data.module_track.get(&(trace, s.process, s.device)).copied()
+    }
+    fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
+        let t = &data.traces[trace];
+        let s = module_span(data, trace, index);
+        row(ui, "process", process_text(t, s.process));
+        let device = t.devices.get(s.device.0 as usize).map_or(0, |d| d.ordinal);
+        row(ui, "GPU", format!("GPU {device}"));
+        row(ui, "kernels", s.kernels.to_string());
+        if let Some(first) = t.kernels.get(s.first_kernel as usize) {
+            row(ui, "first kernel", t.names.get(first.short_name).trim());
+        }
+    }
+}
+
 /// What kind of record an [`EventRef`] points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
@@ -197,6 +246,8 @@ pub enum EventKind {
     Api,
     /// [`Ranges`].
     Range,
+    /// [`Modules`].
+    Module,
 }
 
 /// Runs `$body` with `$info` naming the [`EventKindInfo`] type of `$kind`.
@@ -219,6 +270,10 @@ macro_rules! dispatch {
                 type $info = $crate::timeline::events::Ranges;
                 $body
             }
+            $crate::timeline::events::EventKind::Module => {
+                type $info = $crate::timeline::events::Modules;
+                $body
+            }
         }
     };
 }
@@ -226,7 +281,8 @@ pub(crate) use dispatch;
 
 impl EventKind {
     /// Every kind; a kind's position is its tag in an [`EventRef`].
-    pub const ALL: [EventKind; 4] = [EventKind::Kernel, EventKind::MemOp, EventKind::Api, EventKind::Range];
+    pub const ALL: [EventKind; 5] =
+        [EventKind::Kernel, EventKind::MemOp, EventKind::Api, EventKind::Range, EventKind::Module];
 
     /// The kind, as the details panel names it.
     pub fn label(self) -> &'static str {
@@ -239,7 +295,8 @@ impl EventKind {
 }
 
 /// A kind and an index into the matching list of one trace, packed into 32 bits because a
-/// track holds one per event (10 million events: 40 MB rather than 80).
+/// track holds one per event (10 million events: 40 MB rather than 80). 29 bits of index: half a billion events
+/// of one kind in one trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventRef(u32);
 
@@ -249,10 +306,10 @@ const _: () = assert!(EventKind::ALL.len() <= 1 << (32 - EventRef::INDEX_BITS));
 
 impl EventRef {
     /// Bits of the index; the rest hold the kind's tag.
-    const INDEX_BITS: u32 = 30;
+    const INDEX_BITS: u32 = 29;
     const INDEX_MASK: u32 = (1 << Self::INDEX_BITS) - 1;
 
-    /// Packs `kind` and `index`; indices must stay below 2^30.
+    /// Packs `kind` and `index`; indices must stay below 2^29.
     pub fn new(kind: EventKind, index: usize) -> EventRef {
         debug_assert!(index <= Self::INDEX_MASK as usize);
         EventRef((kind.tag() << Self::INDEX_BITS) | (index as u32 & Self::INDEX_MASK))
@@ -360,12 +417,10 @@ mod tests {
             assert_eq!((event.kind(), event.index()), (kind, 12_345));
             assert_eq!(EventRef::from_bits(event.bits()), Some(event));
         }
-        // With four kinds every 2-bit tag is taken; a fifth kind would need a bit from the index,
-        // and a tag beyond the kinds never reads back as some other kind.
+        // Five kinds take five of the eight 3-bit tags; a tag beyond the kinds never reads back as some other kind.
         let past_the_kinds = (EventKind::ALL.len() as u64) << EventRef::INDEX_BITS;
-        if let Ok(bits) = u32::try_from(past_the_kinds) {
-            assert_eq!(EventRef::from_bits(bits), None);
-        }
+        let bits = u32::try_from(past_the_kinds).expect("a tag is left over");
+        assert_eq!(EventRef::from_bits(bits), None);
         assert_eq!(EventKind::Range.label(), "range");
     }
 }

@@ -1,6 +1,6 @@
 //! Turns loaded traces into the rows of the timeline: a tree of headers (host, process or
 //! rank, GPU, thread) over tracks (one CUDA stream, one thread's API calls, one nesting level
-//! of a thread's ranges).
+//! of a thread's ranges, a GPU's module spans) and per-GPU graphs (utilisation, memory).
 //!
 //! Every track keeps its events sorted by start together with a running maximum of their
 //! ends, so the events that overlap any time window are found by two binary searches
@@ -12,6 +12,8 @@ use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
 use super::events::{EventKindInfo, dispatch};
 use crate::analysis::{Categories, CategoryId};
+use crate::memory::MemoryCounter;
+use crate::modules::ModuleSpans;
 use crate::roi::RegionOfInterest;
 use crate::utilization::GpuBusy;
 
@@ -47,6 +49,11 @@ pub enum TrackKind {
         stream: u32,
         /// Nesting depth.
         depth: u16,
+    },
+    /// The module spans of one GPU's kernels ([`crate::modules`]).
+    Modules {
+        /// GPU.
+        device: DeviceIdx,
     },
 }
 
@@ -194,6 +201,8 @@ pub enum RowContent {
     /// The no-straggler replay of a stream track (index into [`TimelineData::tracks`]), right under it; shown only
     /// while the replay is.
     Ideal(usize),
+    /// A GPU's memory in use over time: index into [`TimelineData::memory`].
+    Memory(usize),
 }
 
 /// Everything the timeline draws, built once per load in the background.
@@ -225,6 +234,12 @@ pub struct TimelineData {
     pub collective_wait_ns: HashMap<(usize, u32), i64>,
     /// Busy time of each GPU with work, in the order of their utilisation rows.
     pub utilization: Vec<GpuBusy>,
+    /// Memory in use of each GPU with memory points, in the order of their memory rows.
+    pub memory: Vec<MemoryCounter>,
+    /// Per trace: the module spans of its kernels (empty without module ranges).
+    pub modules: Vec<ModuleSpans>,
+    /// (trace, process, device) → module track.
+    pub module_track: HashMap<(usize, ProcessIdx, DeviceIdx), usize>,
     /// Where the run opens: its phase and step ranges, else its GPU work (see [`crate::roi`]).
     pub roi: Option<RegionOfInterest>,
 }
@@ -288,11 +303,17 @@ struct ProcessTracks {
     api: BTreeMap<u32, Track>,
     /// tid → depth → range track.
     ranges: BTreeMap<u32, BTreeMap<u16, Track>>,
+    /// device → module track.
+    modules: BTreeMap<u32, Track>,
 }
 
 impl ProcessTracks {
     fn is_empty(&self) -> bool {
-        self.streams.is_empty() && self.api.is_empty() && self.ranges.is_empty() && self.gpu_ranges.is_empty()
+        self.streams.is_empty()
+            && self.api.is_empty()
+            && self.ranges.is_empty()
+            && self.gpu_ranges.is_empty()
+            && self.modules.is_empty()
     }
 }
 
@@ -309,16 +330,27 @@ impl Span {
     }
 }
 
-/// Every event of trace `ti` on its track, grouped per process index (cheap vector indexing per
-/// event); one step per kind of event.
-fn file_events(trace: &Trace, ti: usize, span: &mut Span) -> Vec<ProcessTracks> {
+/// Every event of trace `ti` (and its module spans) on its track, grouped per process index (cheap vector indexing
+/// per event); one step per kind of event.
+fn file_events(trace: &Trace, ti: usize, modules: &ModuleSpans, span: &mut Span) -> Vec<ProcessTracks> {
     let mut per_process: Vec<ProcessTracks> =
         (0..trace.processes.len().max(1)).map(|_| ProcessTracks::default()).collect();
     file_kernels(trace, ti, &mut per_process, span);
     file_memops(trace, ti, &mut per_process, span);
     file_api_calls(trace, ti, &mut per_process, span);
     file_ranges(trace, ti, &mut per_process, span);
+    file_modules(trace, ti, modules, &mut per_process);
     per_process
+}
+
+/// Module spans lie within their kernels' time, so the span needs no widening.
+fn file_modules(trace: &Trace, ti: usize, modules: &ModuleSpans, per_process: &mut [ProcessTracks]) {
+    for (i, s) in modules.spans.iter().enumerate() {
+        let track = per_process[slot(trace, s.process)].modules.entry(s.device.0).or_insert_with(|| {
+            Track::new("modules".to_string(), ti, s.process, TrackKind::Modules { device: s.device })
+        });
+        track.push(s.start_ns, s.end_ns, EventRef::new(EventKind::Module, i));
+    }
 }
 
 /// The slot of `process` in the per-process groups of `trace`.
@@ -402,6 +434,24 @@ fn file_ranges(trace: &Trace, ti: usize, per_process: &mut [ProcessTracks], span
     }
 }
 
+/// What each GPU of one trace shows besides its tracks, taken by the first process that shows the GPU (so that a GPU
+/// two processes share has one of each).
+struct GpuGraphs {
+    busy: Vec<GpuBusy>,
+    memory: Vec<MemoryCounter>,
+}
+
+impl GpuGraphs {
+    fn of_trace(trace: &Trace, ti: usize) -> GpuGraphs {
+        GpuGraphs { busy: GpuBusy::of_trace(trace, ti), memory: MemoryCounter::of_trace(trace, ti) }
+    }
+
+    /// True when `process` has memory to show (a process whose only records are allocations still gets its rows).
+    fn has_memory_of(&self, process: ProcessIdx) -> bool {
+        self.memory.iter().any(|m| m.process == process)
+    }
+}
+
 impl TimelineData {
     /// Builds the track tree of `traces`: every event filed on its track, then the tracks
     /// arranged host → process → GPU → stream and thread.
@@ -409,6 +459,8 @@ impl TimelineData {
         let trace_count = traces.len();
         let name_categories: Vec<Vec<CategoryId>> =
             traces.iter().map(|t| t.names.iter().map(|(_, name)| categories.classify(name)).collect()).collect();
+        let modules: Vec<ModuleSpans> = traces.iter().map(ModuleSpans::of_trace).collect();
+        let mut graphs: Vec<GpuGraphs> = traces.iter().enumerate().map(|(ti, t)| GpuGraphs::of_trace(t, ti)).collect();
 
         // host → (rank sort key, trace, process) → tracks
         type ProcessKey = (u64, usize, ProcessIdx);
@@ -416,15 +468,19 @@ impl TimelineData {
         let mut span = Span { t0_ns: i64::MAX, t1_ns: i64::MIN };
         for (ti, trace) in traces.iter().enumerate() {
             // File the groups under their host and rank once per process.
-            for (process_index, tracks) in file_events(trace, ti, &mut span).into_iter().enumerate() {
-                if tracks.is_empty() {
+            for (process_index, tracks) in file_events(trace, ti, &modules[ti], &mut span).into_iter().enumerate() {
+                let process = ProcessIdx(process_index as u32);
+                if tracks.is_empty() && !graphs[ti].has_memory_of(process) {
                     continue;
                 }
-                let process = ProcessIdx(process_index as u32);
                 let p = trace.processes.get(process_index);
                 let host = p.and_then(|p| p.host.clone()).unwrap_or_else(|| "unknown host".to_string());
                 let rank_key = p.and_then(|p| p.rank).map_or(u64::MAX / 2 + ti as u64, u64::from);
                 hosts.entry(host).or_default().insert((rank_key, ti, process), tracks);
+            }
+            for counter in &graphs[ti].memory {
+                let (first, last) = counter.span_ns();
+                span.cover(first, last);
             }
         }
         if span.t0_ns > span.t1_ns {
@@ -432,7 +488,6 @@ impl TimelineData {
         }
 
         let roi = crate::roi::region_of_interest(&traces, categories.phase_pattern(), categories.step_pattern());
-        let mut busy: Vec<Vec<GpuBusy>> = traces.iter().enumerate().map(|(ti, t)| GpuBusy::of_trace(t, ti)).collect();
         let mut data = TimelineData {
             tracks: Vec::new(),
             rows: Vec::new(),
@@ -446,6 +501,9 @@ impl TimelineData {
             event_count: 0,
             collective_wait_ns: HashMap::new(),
             utilization: Vec::new(),
+            memory: Vec::new(),
+            modules: Vec::new(),
+            module_track: HashMap::new(),
             roi,
             traces: Vec::new(),
         };
@@ -462,26 +520,38 @@ impl TimelineData {
                         label: process_label(trace, process, ti, trace_count),
                     },
                 });
-                data.add_gpu_rows(trace, ti, process_id, &mut tracks, &mut busy[ti]);
+                data.add_gpu_rows(trace, (ti, process), process_id, &mut tracks, &mut graphs[ti]);
                 data.add_thread_rows(trace, ti, process, process_id, &mut tracks);
             }
         }
+        // Every level holds until the end of the timeline.
+        for counter in &mut data.memory {
+            counter.end_ns = counter.end_ns.max(data.t1_ns);
+        }
         data.traces = traces;
+        data.modules = modules;
         data
     }
 
-    /// Under a process: one header per GPU, its utilisation graph (taken from `busy`, so a GPU that two processes
-    /// share has one), then per stream its annotation tracks and its track.
+    /// Under a process: one header per GPU, its utilisation graph, its module track, then per stream its annotation
+    /// tracks and its track, and last its memory row.
     fn add_gpu_rows(
         &mut self,
         trace: &Trace,
-        ti: usize,
+        (ti, process): (usize, ProcessIdx),
         process_id: u64,
         tracks: &mut ProcessTracks,
-        busy: &mut Vec<GpuBusy>,
+        graphs: &mut GpuGraphs,
     ) {
-        let device_ordinals: std::collections::BTreeSet<u32> =
-            tracks.streams.keys().chain(tracks.gpu_ranges.keys()).copied().collect();
+        let memory_devices = graphs.memory.iter().filter(|m| m.process == process).map(|m| m.device.0);
+        let device_ordinals: std::collections::BTreeSet<u32> = tracks
+            .streams
+            .keys()
+            .chain(tracks.gpu_ranges.keys())
+            .chain(tracks.modules.keys())
+            .copied()
+            .chain(memory_devices)
+            .collect();
         for device in device_ordinals {
             let info = trace.devices.get(device as usize);
             let label = match info {
@@ -494,25 +564,39 @@ impl TimelineData {
                 content: RowContent::Header { id: header_id(&[process_id, 1, u64::from(device)]), label },
             });
             // The GPU's utilisation graph above its streams.
-            if let Some(index) = busy.iter().position(|b| b.device == DeviceIdx(device) && !b.is_empty()) {
-                self.utilization.push(busy.swap_remove(index));
+            if let Some(index) = graphs.busy.iter().position(|b| b.device == DeviceIdx(device) && !b.is_empty()) {
+                self.utilization.push(graphs.busy.swap_remove(index));
                 self.rows.push(Row { indent: 3, content: RowContent::Utilization(self.utilization.len() - 1) });
             }
-            let mut streams = tracks.streams.remove(&device).unwrap_or_default();
-            let mut annotations = tracks.gpu_ranges.remove(&device).unwrap_or_default();
-            let stream_ids: std::collections::BTreeSet<u32> =
-                streams.keys().chain(annotations.keys()).copied().collect();
-            for stream in stream_ids {
-                if let Some(depths) = annotations.remove(&stream) {
-                    for (_, track) in depths {
-                        self.push_track(3, track);
-                    }
+            // Which module ran, above the streams that ran it.
+            if let Some(track) = tracks.modules.remove(&device) {
+                let index = self.push_track(3, track);
+                self.module_track.insert((ti, process, DeviceIdx(device)), index);
+            }
+            self.add_stream_rows(ti, device, tracks);
+            // Memory in use under the streams.
+            if let Some(index) = graphs.memory.iter().position(|m| m.device == DeviceIdx(device)) {
+                self.memory.push(graphs.memory.swap_remove(index));
+                self.rows.push(Row { indent: 3, content: RowContent::Memory(self.memory.len() - 1) });
+            }
+        }
+    }
+
+    /// Under a GPU: per stream, its annotation tracks, its track and its replay row.
+    fn add_stream_rows(&mut self, ti: usize, device: u32, tracks: &mut ProcessTracks) {
+        let mut streams = tracks.streams.remove(&device).unwrap_or_default();
+        let mut annotations = tracks.gpu_ranges.remove(&device).unwrap_or_default();
+        let stream_ids: std::collections::BTreeSet<u32> = streams.keys().chain(annotations.keys()).copied().collect();
+        for stream in stream_ids {
+            if let Some(depths) = annotations.remove(&stream) {
+                for (_, track) in depths {
+                    self.push_track(3, track);
                 }
-                if let Some(track) = streams.remove(&stream) {
-                    let index = self.push_track(3, track);
-                    self.stream_track.insert((ti, DeviceIdx(device), stream), index);
-                    self.rows.push(Row { indent: 3, content: RowContent::Ideal(index) });
-                }
+            }
+            if let Some(track) = streams.remove(&stream) {
+                let index = self.push_track(3, track);
+                self.stream_track.insert((ti, DeviceIdx(device), stream), index);
+                self.rows.push(Row { indent: 3, content: RowContent::Ideal(index) });
             }
         }
     }
@@ -560,17 +644,17 @@ impl TimelineData {
 
     /// The text shown for an event.
     pub fn event_name(&self, trace: usize, event: EventRef) -> &str {
-        dispatch!(event.kind(), Info => Info::name(&self.traces[trace], event.index()))
+        dispatch!(event.kind(), Info => Info::name(self, trace, event.index()))
     }
 
     /// The full (demangled) name, for details and search.
     pub fn event_full_name(&self, trace: usize, event: EventRef) -> &str {
-        dispatch!(event.kind(), Info => Info::full_name(&self.traces[trace], event.index()))
+        dispatch!(event.kind(), Info => Info::full_name(self, trace, event.index()))
     }
 
     /// Start and end of an event.
     pub fn event_span(&self, trace: usize, event: EventRef) -> (i64, i64) {
-        dispatch!(event.kind(), Info => Info::span(&self.traces[trace], event.index()))
+        dispatch!(event.kind(), Info => Info::span(self, trace, event.index()))
     }
 
     /// The track that shows an event.
@@ -598,7 +682,9 @@ mod tests {
             .iter()
             .filter_map(|r| match &r.content {
                 RowContent::Header { label, .. } => Some(label.as_str()),
-                RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) => None,
+                RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) | RowContent::Memory(_) => {
+                    None
+                }
             })
             .collect();
         assert_eq!(headers[0], "node0");

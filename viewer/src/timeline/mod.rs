@@ -28,6 +28,8 @@ pub const TRACK_HEIGHT: f32 = 18.0;
 pub const HEADER_HEIGHT: f32 = 18.0;
 /// Height of a GPU's utilisation graph, points.
 pub const UTILIZATION_HEIGHT: f32 = 24.0;
+/// Height of a GPU's memory row, points.
+pub const MEMORY_HEIGHT: f32 = 40.0;
 /// Zoom factor per point of wheel movement: one 50-point notch zooms by e^(50·0.005) ≈ 1.28.
 pub const WHEEL_ZOOM_PER_POINT: f64 = 0.005;
 /// Points per wheel "line" (what most mice send); matches egui's own conversion.
@@ -163,9 +165,16 @@ pub struct PlacedRow {
 /// Screen y of the vertical centre of `track`, as laid out in the last frame; `None` when it
 /// is collapsed away.
 pub fn track_center_y(data: &TimelineData, view: &TimelineView, track: usize) -> Option<f32> {
+    let row = data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == track))?;
+    row_center_y(data, view, row)
+}
+
+/// Screen y of the vertical centre of row `row` (of [`TimelineData::rows`]), as laid out in the last frame; `None`
+/// when it is collapsed away.
+pub fn row_center_y(data: &TimelineData, view: &TimelineView, row: usize) -> Option<f32> {
     let mut y = view.last_plot_rect.top() - view.scroll_y;
-    for (row, height) in visible_rows(data, view) {
-        if matches!(data.rows[row].content, RowContent::Track(t) if t == track) {
+    for (visible, height) in visible_rows(data, view) {
+        if visible == row {
             return Some(y + height / 2.0);
         }
         y += height;
@@ -205,6 +214,7 @@ fn visible_rows(data: &TimelineData, view: &TimelineView) -> Vec<(usize, f32)> {
             }
             RowContent::Track(_) => out.push((index, TRACK_HEIGHT)),
             RowContent::Utilization(_) => out.push((index, UTILIZATION_HEIGHT)),
+            RowContent::Memory(_) => out.push((index, MEMORY_HEIGHT)),
             RowContent::Ideal(track) if view.ideal.as_ref().is_some_and(|r| r.rows.contains_key(track)) => {
                 out.push((index, TRACK_HEIGHT));
             }
@@ -434,7 +444,7 @@ fn click_input(
                     .map(|i| Selected { trace: track.trace, event: track.events[i] });
                 return Some(picked);
             }
-            RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) => {}
+            RowContent::Track(_) | RowContent::Utilization(_) | RowContent::Ideal(_) | RowContent::Memory(_) => {}
         }
     } else if areas.plot_rect.contains(pos) {
         return Some(None);
@@ -442,8 +452,8 @@ fn click_input(
     None
 }
 
-/// Tooltip: what is under the pointer, how many events a folded block holds, how busy a GPU was, or an
-/// operation's replayed time against its measured one.
+/// Tooltip: what is under the pointer, how many events a folded block holds, how busy a GPU was, how much memory it
+/// had in use, or an operation's replayed time against its measured one.
 fn tooltip_ui(
     data: &TimelineData,
     view: &TimelineView,
@@ -494,6 +504,15 @@ fn tooltip_ui(
                 ui.label(format!("GPU busy {:.0} % of this column", 100.0 * busy / (to - from)));
                 ui.label(format!("{} busy of {}", paint::format_duration(busy), paint::format_duration(to - from)));
             });
+        }
+        RowContent::Memory(index) => {
+            let screen = view.to_screen(areas.plot_rect.width());
+            let t_ns = screen.t(pos.x - areas.plot_rect.left()).floor() as i64;
+            if let Some(text) = data.memory[index].hover_text(t_ns, data.t0_ns) {
+                response.clone().on_hover_ui_at_pointer(|ui| {
+                    ui.label(text);
+                });
+            }
         }
         RowContent::Ideal(track) => {
             let Some(ops) = view.ideal.as_ref().and_then(|replay| replay.rows.get(&track)) else { return };

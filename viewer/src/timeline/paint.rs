@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use super::overlays::{IdealReplay, PathOverlay};
 use crate::analysis::Categories;
+use crate::memory::{MemoryCounter, format_bytes};
 use crate::utilization::GpuBusy;
 
 /// Events narrower than this get no text: a few characters plus an ellipsis need about 30 points.
@@ -164,6 +165,7 @@ pub fn paint_timeline(
     c.painter.rect_filled(rect, 0.0, c.visuals.extreme_bg_color);
     paint_rows(&c, data, view, plan);
     paint_utilization(&c, data, view, plan);
+    paint_memory(&c, data, view, plan);
     paint_events(&c, data, plan);
     if let Some(replay) = &view.ideal {
         paint_ideal(&c, data, view, plan, replay);
@@ -232,6 +234,15 @@ fn paint_rows(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &Frame
                     IDEAL_COLOR,
                 );
             }
+            RowContent::Memory(index) => {
+                rows_painter.rect_filled(row_rect, 0.0, c.visuals.faint_bg_color.gamma_multiply(0.5));
+                memory_label(
+                    &rows_painter,
+                    &data.memory[*index],
+                    Pos2::new(c.rect.left() + indent + 12.0, top),
+                    text_color,
+                );
+            }
             RowContent::Utilization(index) => {
                 rows_painter.rect_filled(row_rect, 0.0, c.visuals.faint_bg_color.gamma_multiply(0.5));
                 rows_painter.text(
@@ -283,6 +294,77 @@ fn paint_utilization(c: &Canvas, data: &TimelineData, view: &TimelineView, plan:
         }
     }
     c.painter.with_clip_rect(c.plot_rect).add(Shape::mesh(mesh));
+}
+
+/// Colours of a memory row's series, in the order [`MemoryCounter::series`] has them by label: CUDA-level bytes,
+/// the allocator's allocated and reserved bytes.
+pub const MEMORY_COLORS: [(&str, Color32); 3] = [
+    ("CUDA", Color32::from_rgb(0x4f, 0xc3, 0xf7)),
+    ("allocated", Color32::from_rgb(0xff, 0xb7, 0x4d)),
+    ("reserved", Color32::from_rgb(0xce, 0x93, 0xd8)),
+];
+
+/// The colour of the series labelled `label`.
+fn memory_color(label: &str) -> Color32 {
+    MEMORY_COLORS.iter().find(|(name, _)| *name == label).map_or(UTILIZATION_COLOR, |(_, color)| *color)
+}
+
+/// A memory row's label: its top (the highest level of any series), then each series' name in its colour.
+fn memory_label(painter: &egui::Painter, counter: &MemoryCounter, at: Pos2, text_color: Color32) {
+    let font = FontId::proportional(11.0);
+    painter.text(
+        at + Vec2::new(0.0, 3.0),
+        Align2::LEFT_TOP,
+        format!("memory · top {}", format_bytes(counter.max_bytes())),
+        font.clone(),
+        text_color,
+    );
+    let mut x = at.x;
+    for series in &counter.series {
+        let rect = painter.text(
+            Pos2::new(x, at.y + 20.0),
+            Align2::LEFT_TOP,
+            series.label,
+            font.clone(),
+            memory_color(series.label),
+        );
+        x = rect.right() + 8.0;
+    }
+}
+
+/// Memory rows: per point column, each series' lowest to highest level in the column as a line one point wide (the
+/// columns join, since each starts at the level the one before ended on), the first series also as an area below
+/// its highest level; scaled so that the highest level of any series reaches the top of the row.
+fn paint_memory(c: &Canvas, data: &TimelineData, view: &TimelineView, plan: &FramePlan) {
+    let screen = view.to_screen(c.plot_rect.width());
+    let columns = c.plot_rect.width().max(0.0).ceil() as usize;
+    let mut areas = Mesh::default();
+    let mut lines = Mesh::default();
+    for placed in &plan.rows {
+        let RowContent::Memory(index) = data.rows[placed.row].content else { continue };
+        let counter = &data.memory[index];
+        let bottom = c.rows_rect.top() + placed.y + placed.height - 2.0;
+        let height = placed.height - 6.0;
+        let scale = height / counter.max_bytes().max(1) as f32;
+        let y = |bytes: u64| bottom - bytes as f32 * scale;
+        for (k, series) in counter.series.iter().enumerate() {
+            let color = memory_color(series.label);
+            let levels = series.columns(screen.start_ns, screen.ns_per_px, columns, counter.end_ns);
+            for (column, level) in levels.into_iter().enumerate() {
+                let Some((low, high)) = level else { continue };
+                let x = c.plot_rect.left() + column as f32;
+                if k == 0 {
+                    let area = Rect::from_min_max(Pos2::new(x, y(high)), Pos2::new(x + 1.0, bottom));
+                    areas.add_colored_rect(area, color.gamma_multiply(0.25));
+                }
+                let line = Rect::from_min_max(Pos2::new(x, y(high) - 0.75), Pos2::new(x + 1.0, y(low) + 0.75));
+                lines.add_colored_rect(line, color);
+            }
+        }
+    }
+    let painter = c.painter.with_clip_rect(c.plot_rect);
+    painter.add(Shape::mesh(areas));
+    painter.add(Shape::mesh(lines));
 }
 
 /// Events: one mesh of rectangles (a collective's wait darker), then names on the wide ones.
