@@ -209,7 +209,11 @@ fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: Warmup
         WarmupLeftOut::Detected(n) => format!(", after the warm-up step(s) detected ({n} on the rank with most)"),
     };
     if let Some(start) = trace_start.filter(|&t| t < window_start) {
-        let before = if first == 1 { "start-up and step 0 (warm-up)" } else { "start-up" };
+        let before = match (first, warmup) {
+            (1, _) => "start-up and step 0 (warm-up)",
+            (_, WarmupLeftOut::Detected(_)) => "start-up and the warm-up",
+            _ => "start-up",
+        };
         excluded.push(format!(
             "{before}: {} of GPU time line before step {first}{skipped}",
             human_ns(window_start - start)
