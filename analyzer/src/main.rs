@@ -226,8 +226,8 @@ enum Command {
         perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
-    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (step 0 and
-    /// what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
+    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (the report's
+    /// warm-up, detected or --skip-steps, else step 0, and what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
     /// measured time by more than 1 % or its no-straggler ideal is slower than measured; it says why instead.
     WhatIf {
         #[command(flatten)]
