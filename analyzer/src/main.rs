@@ -60,10 +60,11 @@ struct AnalysisArgs {
     /// give the steps.
     #[arg(long, default_value = DEFAULT_STEP_PATTERN)]
     step_pattern: String,
-    /// Leave each rank's first N steps (warm-up) out of the step-time distribution; 0 (the default): leave out
-    /// the leading warm-up steps found by their time (more than 1.5 × the steady median), reported as detected.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    skip_steps: usize,
+    /// Leave each rank's first N steps out as warm-up (of the step times, phases, op shares, TTFT/TPOT, charts and
+    /// the what-if model alike); 0: leave nothing out. Without it: the leading warm-up steps found by their time
+    /// (more than 1.5 × the steady median), reported as detected.
+    #[arg(long, value_name = "N")]
+    skip_steps: Option<usize>,
     /// Analyse inputs together even when they record different runs (different world sizes, one rank twice,
     /// times that do not overlap); without it such inputs are refused.
     #[arg(long)]
@@ -234,8 +235,8 @@ enum Command {
         perfetto: Option<PathBuf>,
     },
     /// Replay the dependency model with changed durations: simulated against measured time, slowdown S and its
-    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (step 0 and
-    /// what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
+    /// attribution to op categories and ranks. Without --step or --window: the steady-state steps (the report's
+    /// warm-up, detected or --skip-steps, else step 0, and what precedes it left out, and said so). No speed-up is given when the model replayed unchanged misses the
     /// measured time by more than 1 % or its no-straggler ideal is slower than measured; it says why instead.
     WhatIf {
         #[command(flatten)]
@@ -317,9 +318,9 @@ struct CompareArgs {
     /// adds a tokens/s row (tokens ÷ the run's mean per-rank span). (`report --tokens` is the batch shape.)
     #[arg(long = "token-count", value_name = "N")]
     tokens: Vec<String>,
-    /// Leave each rank's first N steps (warm-up) out of the step-time distribution, in every run.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    skip_steps: usize,
+    /// Leave each rank's first N steps (warm-up) out, in every run; 0: nothing. Without it: the detected warm-up.
+    #[arg(long, value_name = "N")]
+    skip_steps: Option<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: OutputFormat,
@@ -984,7 +985,8 @@ fn load_model(args: ModelArgs, steady: bool) -> Result<(Vec<Trace>, critical_pat
         classifier,
         phase_pattern: pattern("--phase-pattern", &analysis.phase_pattern)?,
         step_pattern: pattern("--step-pattern", &analysis.step_pattern)?,
-        skip_steps: analysis.skip_steps,
+        skip_steps: analysis.skip_steps.unwrap_or(0),
+        detect_warmup: analysis.skip_steps.is_none(),
         allow_mixed: analysis.allow_mixed,
         ..Options::default()
     };
@@ -1038,8 +1040,8 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
         bench_peaks,
         keep_instances,
         step_pattern,
-        skip_steps: args.skip_steps,
-        detect_warmup: true,
+        skip_steps: args.skip_steps.unwrap_or(0),
+        detect_warmup: args.skip_steps.is_none(),
         allow_mixed: args.allow_mixed,
     };
     let report = report::analyze(&traces, &options);

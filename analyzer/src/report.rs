@@ -176,6 +176,10 @@ pub struct SteadyState {
     /// The rank's figures clipped to the window.
     #[serde(flatten)]
     pub figures: Figures,
+    /// Per-phase figures of the work inside the window (recorded or inferred phases alike), in order of first
+    /// appearance in it; the rank's `phases` are the whole run's.
+    #[serde(serialize_with = "phases_as_map")]
+    pub phases: Vec<Phase>,
 }
 
 /// One phase's figures.
@@ -189,6 +193,17 @@ pub struct Phase {
     /// Its figures.
     #[serde(flatten)]
     pub figures: Figures,
+}
+
+impl Report {
+    /// The run's steady-state window: from the earliest start to the latest end of the ranks' steady states, when
+    /// some rank left warm-up steps out (`--skip-steps` or detected); what a timeline should open on.
+    pub fn steady_window_ns(&self) -> Option<(i64, i64)> {
+        let windows = self.ranks.iter().filter_map(|r| r.steady_state.as_ref()).map(|s| s.window_ns);
+        windows.fold(None, |acc, (start, end)| {
+            Some(acc.map_or((start, end), |(a, b): (i64, i64)| (a.min(start), b.max(end))))
+        })
+    }
 }
 
 /// Where phases came from: ranges in the trace.
@@ -235,6 +250,19 @@ pub struct RankReport {
     pub steady_state: Option<SteadyState>,
     /// Kernel-type totals and overlap as Holistic Trace Analysis computes them.
     pub hta: HtaFigures,
+}
+
+impl RankReport {
+    /// The figures of the steady state where warm-up steps were left out (`--skip-steps` or detected), else the
+    /// whole run's: what op shares and charts show.
+    pub fn steady_figures(&self) -> &Figures {
+        self.steady_state.as_ref().map_or(&self.figures, |s| &s.figures)
+    }
+
+    /// The phases of the steady state where warm-up steps were left out, else the whole run's.
+    pub fn steady_phases(&self) -> &[Phase] {
+        self.steady_state.as_ref().map_or(&self.phases, |s| &s.phases)
+    }
 }
 
 fn phases_as_map<S: Serializer>(phases: &[Phase], serializer: S) -> Result<S::Ok, S::Error> {
@@ -726,13 +754,19 @@ impl RankWork {
         *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
     }
 
-    /// The device's kernels, memory operations and whole-graph records inside the window, filed whole and by phase.
-    fn collect(context: &DeviceContext, kernel_indices: &[u32], memop_indices: &[u32], options: &Options) -> RankWork {
+    /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
+    /// phase.
+    fn collect(
+        context: &DeviceContext,
+        kernel_indices: &[u32],
+        memop_indices: &[u32],
+        window_ns: Option<(i64, i64)>,
+    ) -> RankWork {
         let DeviceContext { trace, trace_index, device, classes, phase_index, matching, .. } = *context;
         let mut work = RankWork::default();
         for &index in kernel_indices {
             let kernel = &trace.kernels[index as usize];
-            let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, options.window_ns) else { continue };
+            let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, window_ns) else { continue };
             let clipped = (start, end) != (kernel.start_ns, kernel.end_ns);
             let row = WorkKernel {
                 start_ns: start,
@@ -751,7 +785,7 @@ impl RankWork {
             }
         }
         for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
-            let Some((start, end)) = clip(memop.start_ns, memop.end_ns, options.window_ns) else { continue };
+            let Some((start, end)) = clip(memop.start_ns, memop.end_ns, window_ns) else { continue };
             let row = (start, end, memop.is_memset());
             work.whole.memops.push(row);
             if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
@@ -761,7 +795,7 @@ impl RankWork {
             }
         }
         for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
-            let Some((start, end)) = clip(graph.start_ns, graph.end_ns, options.window_ns) else { continue };
+            let Some((start, end)) = clip(graph.start_ns, graph.end_ns, window_ns) else { continue };
             work.whole.graphs.push((start, end));
             if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
                 work.first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
@@ -814,7 +848,7 @@ fn device_events<'a>(context: &DeviceContext<'a>, window_ns: Option<(i64, i64)>)
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
     let DeviceContext { trace, device, phase_index, filter_steps, .. } = *context;
     let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
-    let work = RankWork::collect(context, kernel_indices, memop_indices, options);
+    let work = RankWork::collect(context, kernel_indices, memop_indices, options.window_ns);
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
     let ((phases, whole_figures), (graph_replays, hta)) = rayon::join(
@@ -895,9 +929,28 @@ fn rank_step_figures(
     let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
         let window_ns = s.steady_window_ns?;
         let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
-        Some(SteadyState { window_ns, steps: s.time.count, figures })
+        Some(SteadyState {
+            window_ns,
+            steps: s.time.count,
+            figures,
+            phases: steady_phases(context, window_ns, options),
+        })
     });
     StepFigures { steps, generate_calls, steady_state }
+}
+
+/// The phase figures of a rank's work inside its steady-state window: the same attribution as the whole run's
+/// (launching thread, or inferred stretch), the events clipped to the window.
+fn steady_phases(context: &DeviceContext, window_ns: (i64, i64), options: &Options) -> Vec<Phase> {
+    if context.phase_index.is_empty() {
+        return Vec::new();
+    }
+    let (kernel_indices, memop_indices) = device_events(context, Some(window_ns));
+    RankWork::collect(context, kernel_indices, memop_indices, Some(window_ns)).phases(
+        context.trace,
+        context.phase_index,
+        options,
+    )
 }
 
 fn phase_of(
@@ -952,12 +1005,11 @@ fn rank_steps(
     gaps: &[(i64, i64)],
     options: &Options,
 ) -> Option<Steps> {
-    // Warm-up is detected among inferred steps; annotated steps are the program's own, and `--skip-steps` says
-    // which of them are warm-up.
+    // One notion of warm-up whatever the steps came from: `--skip-steps`, else the leading outliers (step ranges
+    // and phase instances are timed like inferred steps; a program's slow first steps are warm-up all the same).
     let steps_of = |source: StepSource, intervals: Vec<(i64, i64)>| {
         let heavy = heavy_of(&intervals);
-        let inferred = matches!(source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs);
-        steps::steps(source, intervals, options.skip_steps, options.detect_warmup && inferred, &heavy)
+        steps::steps(source, intervals, options.skip_steps, options.detect_warmup, &heavy)
     };
     // A step must lie inside the analysis window and must not reach across the gap between two capture windows.
     let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {

@@ -75,7 +75,9 @@ fn options_from_json(text: &str) -> PyResult<Options> {
         }
     }
     if let Some(n) = value.get("skip_steps").and_then(Value::as_u64) {
+        // As `--skip-steps N`: given, it replaces the detected warm-up (0: nothing is left out).
         options.skip_steps = n as usize;
+        options.detect_warmup = false;
     }
     if value.get("hta_include_last_step").and_then(Value::as_bool) == Some(true) {
         options.hta_step_mode = hta::StepMode::IncludeLastStep;

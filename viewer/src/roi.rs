@@ -4,13 +4,14 @@
 //! A whole trace is mostly start-up: in the bundled two-rank capture the ranks' first kernel comes 2.8 s after the
 //! launcher started, and NCCL's tear-down adds another 0.7 s after the last one, around 2.4 s of model work. So
 //! the timeline opens on, in this order of preference:
-//! 1. the NVTX / annotation ranges the analyzer takes as phases (its phase pattern: `prefill`, `decode`, …) and
+//! 1. where the analyzer leaves warm-up steps out (compilation, autotuning; detected among its steps, whether
+//!    they come from step ranges, phase ranges or the kernels), the run's steady-state window as the report gives
+//!    it (`Report::steady_window_ns`: from the first step after the warm-up to the end of the last step, over all
+//!    ranks), so the viewer opens on the same steady state as the report's figures;
+//! 2. the NVTX / annotation ranges the analyzer takes as phases (its phase pattern: `prefill`, `decode`, …) and
 //!    as steps (its step pattern: `ProfilerStep#N`, `execute_model`, `step N`, …), first start to last end over
 //!    all ranks, and on to the end of the GPU work launched inside them (which runs after its host range ends);
-//! 2. without such ranges, where the analyzer detects warm-up (compilation, autotuning) among the steps it infers
-//!    from the kernels and graph launches (`shardscope_analyzer::llm::steps`), their steady state: from the first step
-//!    after the warm-up to the end of the last step, over all ranks;
-//! 3. without steps either, the GPU work: first start to last end of the kernels, copies and sets of all ranks,
+//! 3. without either, the GPU work: first start to last end of the kernels, copies and sets of all ranks,
 //!    which leaves out the host-only start-up (interpreter, imports, CUDA context creation) and tear-down.
 //!
 //! "Fit all" (`Home`) still shows everything; "Region of interest" (`R`) comes back here.
@@ -18,16 +19,16 @@
 use std::collections::HashMap;
 
 use regex::Regex;
-use shardscope_analyzer::figures::categories::{self, Classifier};
-use shardscope_analyzer::llm::steps::{self, StepSource, step_ranges};
-use shardscope_model::{DeviceIdx, NameId, Trace};
+use shardscope_analyzer::llm::steps::step_ranges;
+use shardscope_analyzer::report::{Options, analyze};
+use shardscope_model::{NameId, Trace};
 
 /// Where the region of interest came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RoiSource {
     /// Ranges matching the phase or the step pattern.
     Ranges,
-    /// The steady state of the inferred steps (no phase or step ranges).
+    /// The steady state after the warm-up steps the analyzer left out.
     SteadySteps,
     /// The GPU work of all ranks (no phase or step ranges, no inferred steps).
     GpuWork,
@@ -79,24 +80,12 @@ fn range_extent(trace: &Trace, phase_pattern: &Regex, step_pattern: &Regex) -> O
     Some((start_ns, kernels.chain(memops).fold(end_ns, i64::max)))
 }
 
-/// First start and last end of the steady-state steps of the GPUs of `trace` that have detected warm-up steps
-/// (runtime helpers such as XLA's autotuning kernels are no part of steps).
-fn steady_extent(trace: &Trace) -> Option<(i64, i64)> {
-    let classifier = Classifier::builtin();
-    let classes = classifier.classify_names(&trace.names);
-    let is_runtime = |name: NameId| classifier.name(Classifier::lookup(&classes, name).category) == categories::RUNTIME;
-    let mut by_device: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (index, kernel) in trace.kernels.iter().enumerate() {
-        by_device.entry(kernel.device.0).or_default().push(index as u32);
-    }
-    let windows = by_device.into_iter().filter_map(|(device, mut kernels)| {
-        kernels.sort_by_key(|&i| trace.kernels[i as usize].start_ns);
-        let units = steps::work_units(trace, DeviceIdx(device), &kernels, None, is_runtime);
-        let inferred = steps::infer_from_work(&units)?;
-        let steps = steps::steps(StepSource::InferredFromKernels, inferred.intervals, 0, true, &[]);
-        steps.steady_window_ns.filter(|_| steps.skipped > 0)
-    });
-    extent(windows)
+/// The run's steady-state window as the analyzer's report gives it (the same steps and warm-up), when it left
+/// warm-up steps out.
+fn steady_extent(traces: &[Trace], phase_pattern: &Regex, step_pattern: &Regex) -> Option<(i64, i64)> {
+    let options =
+        Options { phase_pattern: phase_pattern.clone(), step_pattern: step_pattern.clone(), ..Options::default() };
+    analyze(traces, &options).steady_window_ns()
 }
 
 /// First start and last end of the kernels, copies and sets of `trace`.
@@ -117,12 +106,12 @@ fn extent(spans: impl Iterator<Item = (i64, i64)>) -> Option<(i64, i64)> {
 /// The region of interest of `traces` (see the module docs); `None` when they hold neither phase or step ranges
 /// nor GPU work.
 pub fn region_of_interest(traces: &[Trace], phase_pattern: &Regex, step_pattern: &Regex) -> Option<RegionOfInterest> {
+    if let Some((start_ns, end_ns)) = steady_extent(traces, phase_pattern, step_pattern) {
+        return Some(RegionOfInterest { start_ns, end_ns, source: RoiSource::SteadySteps });
+    }
     let ranges = extent(traces.iter().filter_map(|t| range_extent(t, phase_pattern, step_pattern)));
     if let Some((start_ns, end_ns)) = ranges {
         return Some(RegionOfInterest { start_ns, end_ns, source: RoiSource::Ranges });
-    }
-    if let Some((start_ns, end_ns)) = extent(traces.iter().filter_map(steady_extent)) {
-        return Some(RegionOfInterest { start_ns, end_ns, source: RoiSource::SteadySteps });
     }
     let (start_ns, end_ns) = extent(traces.iter().filter_map(gpu_extent))?;
     (end_ns > start_ns).then_some(RegionOfInterest { start_ns, end_ns, source: RoiSource::GpuWork })
@@ -218,13 +207,23 @@ mod tests {
 
     /// The two-rank capture: its `prefill` / `decode` ranges run from 7.435 s to 9.817 s of the 4.578–10.525 s
     /// the capture covers (sqlite3: `SELECT min(start), max(end) FROM NVTX_EVENTS JOIN StringIds ON textId = id
-    /// WHERE value IN ('prefill', 'decode')` → 7434815348, 9817173511).
+    /// WHERE value IN ('prefill', 'decode')` → 7434815348, 9817173511). Its first generate call (9 of its 18
+    /// ranges, decode steps of tens of ms against about 1 ms after it) is warm-up the report detects: the run
+    /// opens on the steady state after it, the report's window, from 9.805 s; without the warm-up detected, on
+    /// the ranges.
     #[test]
-    fn the_two_rank_capture_opens_at_its_phase_ranges() {
+    fn the_two_rank_capture_opens_at_its_steady_state_else_its_phase_ranges() {
         let (phase, step) = patterns();
         let traces = sample("tp2_capture.sqlite.gz");
         let roi = region_of_interest(&traces, &phase, &step).unwrap();
-        assert_eq!(roi, RegionOfInterest { start_ns: 7_434_815_348, end_ns: 9_817_173_511, source: RoiSource::Ranges });
+        assert_eq!(
+            roi,
+            RegionOfInterest { start_ns: 9_805_166_352, end_ns: 9_817_173_511, source: RoiSource::SteadySteps }
+        );
+        let report = shardscope_analyzer::report::analyze(&traces, &Default::default());
+        assert_eq!(report.steady_window_ns(), Some((roi.start_ns, roi.end_ns)));
+        let ranges = extent(traces.iter().filter_map(|t| range_extent(t, &phase, &step)));
+        assert_eq!(ranges, Some((7_434_815_348, 9_817_173_511)));
     }
 
     /// The Kineto sample has no phase or step ranges (its only annotations are `nccl:all_reduce`): it opens at the

@@ -98,8 +98,8 @@ pub fn build_model(
 }
 
 /// Builds the model of the run's steady state: on each rank its steps from the second to the last (the first
-/// carries the start-up: allocations, autotuning, communicator set-up), or from the first when `--skip-steps`
-/// already left warm-up steps out. What that leaves out is listed in [`Model::excluded`]. Without steps on every
+/// carries the start-up: allocations, autotuning, communicator set-up), or from the first when the report already
+/// left warm-up steps out (`--skip-steps`, or leading slow steps it detected: the same warm-up as the report's). What that leaves out is listed in [`Model::excluded`]. Without steps on every
 /// rank, or with fewer than two steady steps, the model is of the whole trace and `excluded` says so.
 pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, ModelError> {
     build(traces, options, Selection::SteadySteps)
@@ -112,6 +112,12 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
     let report = report::analyze(traces, &whole);
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
+    // The warm-up steps the report left out (most on any rank), and whether they were detected.
+    let warmup = report.ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| (s.skipped as usize, s.warmup)).max();
+    let warmup = warmup.filter(|w| w.0 > 0).map_or(WarmupLeftOut::None, |(n, how)| match how {
+        "detected" => WarmupLeftOut::Detected(n),
+        _ => WarmupLeftOut::Given(n),
+    });
     for rank in &report.ranks {
         let Some(trace_index) = traces.iter().position(|t| t.source.path == rank.source) else { continue };
         let trace = &traces[trace_index];
@@ -142,7 +148,7 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
             windows
         }
         Selection::SteadySteps => {
-            let (windows, range, left_out) = steady_windows(traces, &rank_steps, options.skip_steps);
+            let (windows, range, left_out) = steady_windows(traces, &rank_steps, warmup);
             steps = range;
             excluded = left_out;
             windows
@@ -181,16 +187,27 @@ fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Mo
     })
 }
 
+/// Warm-up steps the report left out before the steps a model counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WarmupLeftOut {
+    None,
+    /// `--skip-steps N`.
+    Given(usize),
+    /// Detected as leading slow steps: at most this many on a rank.
+    Detected(usize),
+}
+
 /// Per rank the window of its steady-state steps (`None`: the whole trace), the first and last step, and what is
 /// left out.
 type SteadyWindows = (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>);
 
 /// Per rank the window of its steady-state steps (the same step numbers on every rank), the step range, and
 /// what is left out, in words; all windows `None` (the whole trace) when there are too few steps.
-fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], skip_steps: usize) -> SteadyWindows {
+fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: WarmupLeftOut) -> SteadyWindows {
     let common = rank_steps.iter().map(|s| s.len()).min().unwrap_or(0);
-    // The first step is warm-up unless --skip-steps already left warm-up out (and unless it is one of two).
-    let first = usize::from(skip_steps == 0 && common >= 3);
+    // The first step is warm-up unless the report already left warm-up out (and unless it is one of two).
+    let none_left_out = warmup == WarmupLeftOut::None;
+    let first = usize::from(none_left_out && common >= 3);
     if common < first + 2 {
         let whole = format!(
             "nothing: {common} step(s) on every rank, too few for a steady state, so the whole trace (start-up \
@@ -205,16 +222,23 @@ fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], skip_steps: us
     let window_start = windows.iter().flatten().map(|w| w.0).min().unwrap_or(0);
     let window_end = windows.iter().flatten().map(|w| w.1).max().unwrap_or(0);
     let mut excluded = Vec::new();
-    if first == 0 && skip_steps == 0 {
+    if first == 0 && none_left_out {
         excluded.push(format!(
             "nothing of step 0, although it may carry warm-up: only {common} steps on every rank (--step 1 \
              models step 1 alone)"
         ));
     }
-    let skipped =
-        if skip_steps > 0 { format!(", after the {skip_steps} step(s) --skip-steps left out") } else { String::new() };
+    let skipped = match warmup {
+        WarmupLeftOut::None => String::new(),
+        WarmupLeftOut::Given(n) => format!(", after the {n} step(s) --skip-steps left out"),
+        WarmupLeftOut::Detected(n) => format!(", after the warm-up step(s) detected ({n} on the rank with most)"),
+    };
     if let Some(start) = trace_start.filter(|&t| t < window_start) {
-        let before = if first == 1 { "start-up and step 0 (warm-up)" } else { "start-up" };
+        let before = match (first, warmup) {
+            (1, _) => "start-up and step 0 (warm-up)",
+            (_, WarmupLeftOut::Detected(_)) => "start-up and the warm-up",
+            _ => "start-up",
+        };
         excluded.push(format!(
             "{before}: {} of GPU time line before step {first}{skipped}",
             human_ns(window_start - start)

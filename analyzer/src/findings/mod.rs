@@ -4,7 +4,8 @@
 //! ([`crate::dependency::graph`]) and replays it ([`crate::dependency::whatif`]): the saving is the measured time of
 //! the modelled steps minus the replayed one, so every stated saving is a replay, not a guess. Where no replay
 //! applies (warm-up before the modelled steps), the saving is a stated bound. The model is that of `analyzer
-//! what-if`: the steady-state steps (step 0 and the start-up left out, and said so), or the whole trace without
+//! what-if`: the steady-state steps (the report's warm-up, else step 0, and the start-up left out, and said so),
+//! or the whole trace without
 //! steps. Savings are per step (the window's saving over its steps) and per run (per step × the steps of the
 //! run); they do not add up, as two causes can hide behind each other. The thresholds come from
 //! [`rules::FindingsRules`] (`analyzer/rules/findings.toml`, replaceable with `--findings-rules`).

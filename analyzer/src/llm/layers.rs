@@ -2,9 +2,10 @@
 //! inside them, the time per transformer layer and op category.
 //!
 //! The report keeps only each phase's distribution of instance times; here every recorded phase range (NVTX or
-//! annotation, as the report finds them) is kept with its kernels, in the order they ran, so that the first
-//! `skip` instances of a rank (its warm-up, counted in time order over all phases as `--skip-steps` counts steps)
-//! can be left out and the kernels of one instance can be split into layers:
+//! annotation, as the report finds them) is kept with its kernels, in the order they ran, so that a rank's
+//! warm-up can be left out (its first `skip` instances over all phases in time order; the report's figures count
+//! those whose range opened before the rank's steady state, [`RankInstances::warmup_before`]) and the kernels of
+//! one instance can be split into layers:
 //!
 //! 1. **recorded**: ranges named like a layer (`layer`, `layers.3`, `model.layers.3`, `h.3`, `blocks.3`,
 //!    `LlamaDecoderLayer`, `nn.Module: DecoderLayer_3`, `TransformerBlock`, `layer 3`) open on the launching thread:
@@ -51,6 +52,8 @@ struct InstanceKernel {
 #[derive(Debug, Clone)]
 struct Instance {
     phase: String,
+    /// Host start of its phase range: warm-up is told on the clock the steps are timed by.
+    range_start_ns: i64,
     start_ns: i64,
     end_ns: i64,
     kernels: Vec<InstanceKernel>,
@@ -62,6 +65,17 @@ pub struct RankInstances {
     /// The rank.
     pub rank: u32,
     instances: Vec<Instance>,
+}
+
+impl RankInstances {
+    /// How many of its instances are warm-up when the steady state starts at `steady_start_ns` (`None`: every
+    /// step was warm-up): those whose range opened before it.
+    pub fn warmup_before(&self, steady_start_ns: Option<i64>) -> usize {
+        match steady_start_ns {
+            Some(start_ns) => self.instances.iter().filter(|i| i.range_start_ns < start_ns).count(),
+            None => self.instances.len(),
+        }
+    }
 }
 
 /// The instances of every rank of a run (recorded phase ranges only; without any, empty).
@@ -94,6 +108,7 @@ pub fn instances(
             let Some(hit) = hit else { return };
             let instance = by_range.entry(hit.range).or_insert_with(|| Instance {
                 phase: index.names()[hit.phase as usize].clone(),
+                range_start_ns: trace.ranges.get(hit.range as usize).map_or(start, |r| r.start_ns),
                 start_ns: start,
                 end_ns: end,
                 kernels: Vec::new(),
@@ -184,8 +199,13 @@ pub struct PhaseLatency {
 /// Per phase, the instance times on the slowest rank, leaving out each rank's first `skip` instances (all phases
 /// together, in time order).
 pub fn latencies(ranks: &[RankInstances], skip: usize) -> Vec<PhaseLatency> {
+    latencies_after(ranks, &vec![skip; ranks.len()])
+}
+
+/// [`latencies`] with each rank's own warm-up: `skips[i]` leading instances of `ranks[i]` left out.
+pub fn latencies_after(ranks: &[RankInstances], skips: &[usize]) -> Vec<PhaseLatency> {
     let mut by_phase: BTreeMap<&str, Vec<PhaseLatency>> = BTreeMap::new();
-    for rank in ranks {
+    for (rank, &skip) in ranks.iter().zip(skips) {
         let kept = &rank.instances[skip.min(rank.instances.len())..];
         let mut times: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         for instance in kept {
@@ -323,12 +343,17 @@ pub fn find_period<T: PartialEq>(sequence: &[T]) -> Option<Period> {
 
 /// The layer tables of every phase, leaving out each rank's first `skip` instances.
 pub fn phase_layers(ranks: &[RankInstances], skip: usize) -> Vec<PhaseLayers> {
+    phase_layers_after(ranks, &vec![skip; ranks.len()])
+}
+
+/// [`phase_layers`] with each rank's own warm-up: `skips[i]` leading instances of `ranks[i]` left out.
+pub fn phase_layers_after(ranks: &[RankInstances], skips: &[usize]) -> Vec<PhaseLayers> {
     struct Split<'a> {
         instance: &'a Instance,
         split: LayerSplit,
     }
     let mut by_phase: BTreeMap<&str, (Vec<Split>, usize)> = BTreeMap::new();
-    for rank in ranks {
+    for (rank, &skip) in ranks.iter().zip(skips) {
         for instance in rank.instances.iter().skip(skip) {
             let entry = by_phase.entry(&instance.phase).or_default();
             match split_instance(instance) {

@@ -47,8 +47,12 @@ pub struct ReportCharts {
 /// `--charts DIR` writes them as `DIR/llm.json`: the figures the latency, MFU and layer charts draw.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LlmFigures {
-    /// Instances of each rank left out as warm-up (`--skip-steps`).
+    /// Instances of each rank left out as warm-up: those before its steady state (`--skip-steps` or detected
+    /// warm-up steps; the most of any rank when they differ).
     pub skipped: usize,
+    /// True when the ranks left out different numbers of instances.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped_differ: bool,
     /// Per phase, the slowest rank's instance times.
     pub latency: Vec<crate::llm::layers::PhaseLatency>,
     /// Per phase, time per layer and op category.
@@ -58,7 +62,9 @@ pub struct LlmFigures {
 }
 
 impl LlmFigures {
-    /// The figures of a run; `model` and `tokens` (with the peak, if any) for FLOP/s and MFU.
+    /// The figures of a run; `model` and `tokens` (with the peak, if any) for FLOP/s and MFU. Each rank's warm-up
+    /// is the report's: the instances whose range opened before its steady state (`skip` instances where the rank
+    /// has no steps).
     pub fn of(
         report: &Report,
         traces: &[shardscope_model::Trace],
@@ -72,8 +78,19 @@ impl LlmFigures {
         )>,
     ) -> LlmFigures {
         let instances = crate::llm::layers::instances(traces, classifier, phase_pattern, report.window_ns);
-        let latency = crate::llm::layers::latencies(&instances, skip);
-        let layers = crate::llm::layers::phase_layers(&instances, skip);
+        let skips: Vec<usize> = instances
+            .iter()
+            .map(|r| {
+                let steps = report.ranks.iter().find(|rank| rank.rank == r.rank).and_then(|rank| rank.steps.as_ref());
+                match steps {
+                    Some(s) if s.skipped > 0 => r.warmup_before(s.steady_window_ns.map(|w| w.0)),
+                    Some(_) => 0,
+                    None => skip,
+                }
+            })
+            .collect();
+        let latency = crate::llm::layers::latencies_after(&instances, &skips);
+        let layers = crate::llm::layers::phase_layers_after(&instances, &skips);
         let mfu = match model {
             Some((shape, tokens, peak)) => {
                 let times =
@@ -82,7 +99,9 @@ impl LlmFigures {
             }
             None => Vec::new(),
         };
-        LlmFigures { skipped: skip, latency, layers, mfu }
+        let skipped = skips.iter().copied().max().unwrap_or(skip);
+        let skipped_differ = skips.iter().any(|&n| n != skipped);
+        LlmFigures { skipped, skipped_differ, latency, layers, mfu }
     }
 }
 
@@ -170,6 +189,15 @@ fn add_mfu_chart(out: &mut ReportCharts, llm: &LlmFigures) {
         });
     }
 }
+/// The warm-up instances left out of each rank, in words.
+fn left_out(llm: &LlmFigures) -> String {
+    if llm.skipped_differ {
+        format!("warm-up instances (those before its steady state, at most {})", llm.skipped)
+    } else {
+        format!("first {} instances", llm.skipped)
+    }
+}
+
 /// Time to first token and per output token: the chart and the table.
 fn add_latency_chart(out: &mut ReportCharts, llm: &LlmFigures) {
     let x_labels: Vec<String> = llm.latency.iter().map(|l| latency_title(&l.phase)).collect();
@@ -184,9 +212,8 @@ fn add_latency_chart(out: &mut ReportCharts, llm: &LlmFigures) {
     out.sections.push(Section {
         caption: format!(
             "Time to first token (one prefill instance) and time per output token (one decode step) on the \
-             slowest rank, after leaving out each rank's first {} instances: p50 with the min–max spread, \
-             and p90.",
-            llm.skipped
+             slowest rank, after leaving out each rank's {}: p50 with the min–max spread, and p90.",
+            left_out(llm)
         ),
         chart: Chart {
             name: "latency".into(),
@@ -209,7 +236,11 @@ fn add_latency_chart(out: &mut ReportCharts, llm: &LlmFigures) {
         },
     });
     out.tables.push(Table {
-        title: format!("Latency per phase (slowest rank; first {} instances of each rank left out)", llm.skipped),
+        title: if llm.skipped_differ {
+            format!("Latency per phase (slowest rank; each rank's warm-up left out, at most {} instances)", llm.skipped)
+        } else {
+            format!("Latency per phase (slowest rank; first {} instances of each rank left out)", llm.skipped)
+        },
         header: ["phase", "rank", "instances", "p50", "p90", "min", "max"].map(String::from).to_vec(),
         rows: llm
             .latency
@@ -367,27 +398,37 @@ pub fn report_charts(report: &Report, classifier: &Classifier, bench: Option<&Be
     out
 }
 
-/// Op-category shares: per rank, the whole rank, then each phase.
+/// Op-category shares: per rank, the whole rank, then each phase; of the steady state where warm-up was left out.
 fn add_share_chart(out: &mut ReportCharts, report: &Report, classifier: &Classifier) {
     let order = category_order(
-        report.ranks.iter().flat_map(|r| std::iter::once(&r.figures).chain(r.phases.iter().map(|p| &p.figures))),
+        report
+            .ranks
+            .iter()
+            .flat_map(|r| std::iter::once(r.steady_figures()).chain(r.steady_phases().iter().map(|p| &p.figures))),
     );
     let mut columns = Vec::new();
     let mut segments = Vec::new();
     for rank in &report.ranks {
         columns.push(column_label(rank.rank, None));
-        segments.push(share_segments(&rank.figures, &order, classifier));
-        for phase in &rank.phases {
+        segments.push(share_segments(rank.steady_figures(), &order, classifier));
+        for phase in rank.steady_phases() {
             columns.push(column_label(rank.rank, Some(&phase.name)));
             segments.push(share_segments(&phase.figures, &order, classifier));
         }
     }
     if !columns.is_empty() {
+        let warm_up = if report.ranks.iter().any(|r| r.steady_state.is_some()) {
+            " Ranks with warm-up steps left out (--skip-steps or detected) show their steady state \
+             (`steady_state.categories`)."
+        } else {
+            ""
+        };
         out.sections.push(Section {
-            caption: "Share of summed GPU time per op category, per rank (rN) and per phase. A collective's \
-                      waiting for the last rank (wait.*, darker) is apart from its transfer (comm.*). From the \
-                      report's `categories`."
-                .into(),
+            caption: format!(
+                "Share of summed GPU time per op category, per rank (rN) and per phase. A collective's waiting for \
+                 the last rank (wait.*, darker) is apart from its transfer (comm.*). From the report's \
+                 `categories`.{warm_up}"
+            ),
             chart: Chart {
                 name: "shares".into(),
                 title: "Op-category shares per rank and phase".into(),
@@ -459,7 +500,7 @@ fn add_step_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String
 fn add_phase_time_chart(out: &mut ReportCharts, report: &Report, labels: &[String]) {
     let mut phase_names: Vec<&str> = Vec::new();
     for rank in &report.ranks {
-        for phase in &rank.phases {
+        for phase in rank.steady_phases() {
             if !phase_names.contains(&phase.name.as_str()) {
                 phase_names.push(&phase.name);
             }
@@ -477,7 +518,8 @@ fn add_phase_time_chart(out: &mut ReportCharts, report: &Report, labels: &[Strin
                     .ranks
                     .iter()
                     .map(|r| {
-                        let instances = r.phases.iter().find(|p| p.name == *name)?.figures.instances.as_ref()?;
+                        let phase = r.steady_phases().iter().find(|p| p.name == *name)?;
+                        let instances = phase.figures.instances.as_ref()?;
                         (instances.count > 0).then(|| SeriesPoint {
                             value: ms(instances.p50_ns),
                             low: ms(instances.min_ns),
@@ -487,11 +529,17 @@ fn add_phase_time_chart(out: &mut ReportCharts, report: &Report, labels: &[Strin
                     .collect(),
             })
             .collect();
+        let warm_up = if report.ranks.iter().any(|r| r.steady_state.is_some()) {
+            " Ranks with warm-up steps left out show their steady state (`steady_state.phases`)."
+        } else {
+            ""
+        };
         out.sections.push(Section {
-            caption: "Time of one instance of each phase per rank (prefill: time to first token of a batch; \
-                      decode: time per output token): median with the min–max spread. From the report's \
-                      `phases.*.instances`."
-                .into(),
+            caption: format!(
+                "Time of one instance of each phase per rank (prefill: time to first token of a batch; decode: \
+                 time per output token): median with the min–max spread. From the report's \
+                 `phases.*.instances`.{warm_up}"
+            ),
             chart: Chart {
                 name: "phase_times".into(),
                 title: "Phase instance time per rank".into(),

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::figures::kernel_summary::KernelSummaryRow;
 use crate::output::figure_tables::MemoryRow;
 use crate::report::compare::Comparison;
-use crate::report::{Figures, PHASES_INFERRED, RankReport, Report};
+use crate::report::{Figures, PHASES_INFERRED, RankReport, Report, SteadyState};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -199,6 +199,7 @@ fn steady_state_and_generate_calls(out: &mut String, rank: &RankReport) {
             duration(rank.figures.span_ns),
             share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
         );
+        steady_shares_and_phases(out, steady);
     }
     if let Some(calls) = &rank.generate_calls {
         let warmup = calls.calls.iter().filter(|c| c.warmup).count();
@@ -214,6 +215,32 @@ fn steady_state_and_generate_calls(out: &mut String, rank: &RankReport) {
             duration(calls.tpot.p50_ns),
             duration(calls.tpot.min_ns),
             duration(calls.tpot.max_ns)
+        );
+    }
+}
+
+/// The op shares and phases of a rank's steady state (the whole run's are in the rank's other lines).
+fn steady_shares_and_phases(out: &mut String, steady: &SteadyState) {
+    let shares = |f: &Figures| {
+        let top: Vec<String> =
+            crate::output::summary::top_categories(f).iter().map(|(label, pct)| format!("{label} {pct:.1}%")).collect();
+        top.join(", ")
+    };
+    let _ = writeln!(out, "    steady-state op shares: {}", shares(&steady.figures));
+    for phase in &steady.phases {
+        let Some(instances) = &phase.figures.instances else { continue };
+        let _ = writeln!(
+            out,
+            "    steady-state phase {}: {} instance(s), summed span {}; per instance median {}  p90 {}  max {}; \
+             GPU busy {}; {}",
+            phase.name,
+            instances.count,
+            duration(instances.total_ns),
+            duration(instances.p50_ns),
+            duration(instances.p90_ns),
+            duration(instances.max_ns),
+            duration(phase.figures.gpu_busy_ns),
+            shares(&phase.figures)
         );
     }
 }

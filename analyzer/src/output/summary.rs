@@ -125,7 +125,11 @@ pub fn summary(report: &Report) -> String {
     for rank in &report.ranks {
         let step = rank.steps.as_ref().filter(|s| s.time.count > 0).map(|s| s.time.p50_ns);
         row(&mut out, &format!("r{}", rank.rank), "all", step, &rank.figures);
-        for phase in &rank.phases {
+        // Warm-up left out: the steady state beside the whole run, and the phases of the steady state.
+        if let Some(steady) = &rank.steady_state {
+            row(&mut out, "", "steady", step, &steady.figures);
+        }
+        for phase in rank.steady_phases() {
             let instance = phase.figures.instances.as_ref().filter(|d| d.count > 0).map(|d| d.p50_ns);
             row(&mut out, "", &phase.name, instance, &phase.figures);
         }
@@ -145,5 +149,8 @@ pub fn summary(report: &Report) -> String {
     }
     let _ = writeln!(out, "{}", fit(&line));
     let _ = writeln!(out, "(step p50 of a phase: its instance time; busy% of span; details below)");
+    if report.ranks.iter().any(|r| r.steady_state.is_some()) {
+        let _ = writeln!(out, "(steady: after the warm-up steps; the phase rows of such a rank are its steady state)");
+    }
     out
 }

@@ -101,7 +101,25 @@ impl DevicePart {
         }
         self.comm_labels.binary_search(&row.label).ok().map(|i| i as u32)
     }
+
+    /// [`Self::label_position`] with [`STEADY_MARK`] set when the kernel lies wholly inside the GPU's steady-state
+    /// window (its report's `steady_state`): its share then counts in the steady-state figures too, as `analyze`
+    /// counts it there.
+    fn tally_label(&self, row: &CommRow) -> Option<u32> {
+        let position = self.label_position(row)?;
+        let window = self.report.get("steady_state").and_then(|s| s.get("window_ns")).and_then(Value::as_array);
+        let bound = |i: usize| window.and_then(|w| w.get(i)).and_then(Value::as_i64);
+        let inside = match (bound(0), bound(1)) {
+            (Some(start_ns), Some(end_ns)) => row.kernel.start_ns >= start_ns && row.kernel.end_ns <= end_ns,
+            _ => false,
+        };
+        Some(if inside { position | STEADY_MARK } else { position })
+    }
 }
+
+/// Set in a tally's label position (see [`TallyKey`]) when its kernels lie in the steady-state window, so that a
+/// tally carries it without another field. Label positions are far below it (a GPU has a few dozen labels).
+pub const STEADY_MARK: u32 = 1 << 31;
 
 /// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -310,7 +328,7 @@ impl ShareTally {
 }
 
 /// Which tally a matched kernel's share goes to: (rank input, label position in its GPU's
-/// [`DevicePart::comm_labels`], phase).
+/// [`DevicePart::comm_labels`], with [`STEADY_MARK`] for kernels in the steady-state window, phase).
 pub type TallyKey = (usize, u32, Option<String>);
 
 /// A trace's tallies, by key.
@@ -519,7 +537,7 @@ pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
     for (position, device) in part.devices.iter().enumerate() {
         let kernels: Vec<CommKernel> = device.comm.iter().map(|row| row.kernel.clone()).collect();
         for ((slot, kernel), row) in collectives::slots(&kernels).into_iter().zip(kernels).zip(&device.comm) {
-            out.push(KeyedRow { input: first_input + position, slot, kernel, label: device.label_position(row) });
+            out.push(KeyedRow { input: first_input + position, slot, kernel, label: device.tally_label(row) });
         }
     }
     out
@@ -590,7 +608,7 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
         let mut tallies: BTreeMap<TallyKey, ShareTally> = BTreeMap::new();
         for (position, device) in part.devices.iter().enumerate() {
             for row in &device.comm {
-                let Some(label) = device.label_position(row) else { continue };
+                let Some(label) = device.tally_label(row) else { continue };
                 let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
                 let key = (first_input + position, label, row.kernel.phase.clone());
                 tallies.entry(key).or_default().absorb((*share).into());
@@ -731,12 +749,14 @@ fn finish_ranks<'a>(
                 fields.insert("hta".into(), hta.clone());
             }
             let mut touched_phases = BTreeSet::new();
+            let mut steady_touched = BTreeSet::new();
             let of_rank = tallies.range::<TallyKey, _>(&(input, 0, None)..).take_while(|(key, _)| key.0 == input);
             for (&(_, label, phase), &tally) in of_rank {
-                let Some(label) = device.comm_labels.get(*label as usize) else {
+                let steady = label & STEADY_MARK != 0;
+                let Some(label) = device.comm_labels.get((label & !STEADY_MARK) as usize) else {
                     return Err(ShareError::UnknownLabel {
                         source_path: part.source.clone(),
-                        label: *label,
+                        label: label & !STEADY_MARK,
                         device: device.device,
                     });
                 };
@@ -749,11 +769,24 @@ fn finish_ranks<'a>(
                     add_share(phase_fields, label, tally);
                     touched_phases.insert(phase.clone());
                 }
+                if steady && let Some(Value::Object(steady_fields)) = fields.get_mut("steady_state") {
+                    add_steady_share(steady_fields, label, phase.as_deref(), tally, &mut steady_touched);
+                }
             }
             sort_categories(fields);
             for phase in touched_phases {
                 if let Some(Value::Object(phase_fields)) = fields.get_mut("phases").and_then(|p| p.get_mut(&phase)) {
                     sort_categories(phase_fields);
+                }
+            }
+            if let Some(Value::Object(steady_fields)) = fields.get_mut("steady_state") {
+                sort_categories(steady_fields);
+                for phase in steady_touched {
+                    if let Some(Value::Object(phase_fields)) =
+                        steady_fields.get_mut("phases").and_then(|p| p.get_mut(&phase))
+                    {
+                        sort_categories(phase_fields);
+                    }
                 }
             }
         }
@@ -804,6 +837,23 @@ fn run_report(
     let mut value = serde_json::to_value(&report).expect("a report serialises");
     value["ranks"] = Value::Array(rank_values.into_iter().map(|(_, v)| v).collect());
     value
+}
+
+/// [`add_share`] for a steady-state kernel's tally: to the steady state's figures and to its phase there.
+fn add_steady_share(
+    steady: &mut Map<String, Value>,
+    label: &str,
+    phase: Option<&str>,
+    tally: ShareTally,
+    touched: &mut BTreeSet<String>,
+) {
+    add_share(steady, label, tally);
+    if let Some(phase) = phase
+        && let Some(Value::Object(phase_fields)) = steady.get_mut("phases").and_then(|p| p.get_mut(phase))
+    {
+        add_share(phase_fields, label, tally);
+        touched.insert(phase.to_string());
+    }
 }
 
 /// What `figures` does for matched kernels of one label: their waits and transfers counted, lateness noted, and their

@@ -41,6 +41,7 @@ mod straggler_artifact;
 mod study;
 mod study_theme;
 mod summary;
+mod warmup_everywhere;
 mod whatif_fit;
 mod window;
 mod window_everywhere;

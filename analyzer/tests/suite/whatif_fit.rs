@@ -55,12 +55,23 @@ fn sample_traces_fit_or_say_why() {
     }
 }
 
-/// The default window of the skewed sample is its steady state, steps 1 to 17, and the table says that step 0 and
-/// the start-up before it were left out. There the ideal saves 94.5 % of the time, which rank 1's sleeps do not
-/// explain (idealising it alone removes 7.9 % of that): no S.
+/// The window of the skewed sample without warm-up left out (`--skip-steps 0`) is steps 1 to 17, and the table
+/// says that step 0 and the start-up before it were left out. There the ideal saves 94.5 % of the time, which rank
+/// 1's sleeps do not explain (idealising it alone removes 7.9 % of that): no S. By default the window starts after
+/// the 9 warm-up steps the report detects (the first generate call): steps 0 to 8 of those after it.
 #[test]
 fn the_default_is_the_steady_state_and_says_what_it_left_out() {
-    let (report, table) = what_if(&repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz"), &[]);
+    let (detected, table) = what_if(&repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz"), &[]);
+    assert_eq!(detected["steps"], serde_json::json!([0, 8]));
+    assert!(table.starts_with("what-if for steps 0 to 8, the steady state"), "{table}");
+    let left_out = detected["excluded"][0].as_str().unwrap();
+    assert!(left_out.starts_with("start-up and the warm-up: "), "{left_out}");
+    assert!(
+        left_out.ends_with("before step 0, after the warm-up step(s) detected (9 on the rank with most)"),
+        "{left_out}"
+    );
+    let (report, table) =
+        what_if(&repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz"), &["--skip-steps", "0"]);
     assert_eq!(report["steps"], serde_json::json!([1, 17]));
     assert!(report["step"].is_null());
     let excluded = report["excluded"].as_array().unwrap();
