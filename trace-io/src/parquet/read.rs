@@ -17,8 +17,8 @@ use arrow_array::types::{Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, BooleanArray, ListArray, PrimitiveArray, RecordBatch, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shardscope_model::{
-    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, Process,
-    ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
+    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, GraphLaunch, Kernel, MemOp, MemoryKind,
+    Process, ProcessIdx, Range, RangeKind, SourceFormat, SourceInfo, ThreadName, Trace,
 };
 
 use super::manifest;
@@ -244,6 +244,11 @@ fn read_memops(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
         let (correlation, global_pid, bytes) = (b.u32("correlationId")?, b.i64("globalPid")?, b.u64("bytes")?);
         let (copy_kind, src, dst) = (b.u32("copyKind")?, b.u32("srcDeviceId")?, b.u32("dstDeviceId")?);
+        // Added in schema 1.2: absent from files of 1.0 and 1.1.
+        let (src_kind, dst_kind) = (b.optional_u32("srcKind")?, b.optional_u32("dstKind")?);
+        let memory = |kinds: Option<&PrimitiveArray<UInt32Type>>, row: usize| {
+            kinds.and_then(|k| value(k, row)).map(|id| MemoryKind::from_nsys(i64::from(id)))
+        };
         for row in 0..batch.num_rows() {
             let r = b.reading(traces, row)?;
             let memop = (|| {
@@ -259,6 +264,8 @@ fn read_memops(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(
                     src_device: value(src, row),
                     dst_device: value(dst, row),
                     launch: None,
+                    src_memory: memory(src_kind, row),
+                    dst_memory: memory(dst_kind, row),
                 })
             })();
             match memop.zip(value(event_index, row)) {
