@@ -67,6 +67,14 @@ pub struct WarmupRule {
     pub min_share_of_run_pct: f64,
 }
 
+/// When a rank's GPU memory is near its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRule {
+    /// The least peak, as a share of the GPU's total memory, percent.
+    pub min_peak_share_pct: f64,
+}
+
 /// Every finding's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +93,10 @@ pub struct FindingsRules {
     pub slow_collectives: CollectiveRule,
     /// Warm-up dominating the run.
     pub warmup: WarmupRule,
+    /// Host-device copies from pageable memory in the step loop.
+    pub pageable_copies: SavingRule,
+    /// GPU memory near capacity.
+    pub memory_near_capacity: MemoryRule,
 }
 
 impl FindingsRules {
@@ -123,6 +135,8 @@ impl FindingsRules {
             ("slow_collectives.min_saving_pct", rules.slow_collectives.min_saving_pct),
             ("slow_collectives.latency_bound_below_peak_pct", rules.slow_collectives.latency_bound_below_peak_pct),
             ("warmup.min_share_of_run_pct", rules.warmup.min_share_of_run_pct),
+            ("pageable_copies.min_saving_pct", rules.pageable_copies.min_saving_pct),
+            ("memory_near_capacity.min_peak_share_pct", rules.memory_near_capacity.min_peak_share_pct),
         ];
         for (key, value) in shares {
             if !(0.0..=100.0).contains(&value) {
