@@ -72,7 +72,8 @@ pub struct Finding {
     pub basis: Basis,
     /// Time saved over the modelled window (measured minus replayed).
     pub saving_ns: i64,
-    /// The same as a share of the window's measured time (of a bound: of the run), percent.
+    /// The same as a share of the window's measured time (of a bound without a per-step figure: of the run; of a
+    /// risk: 0), percent.
     pub saving_pct: f64,
     /// Per step of the window (`null` without steps).
     pub saving_per_step_ns: Option<i64>,
