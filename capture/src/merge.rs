@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use shardscope_model::{
-    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, GraphNodeOrigin, Kernel, MemOp, Process,
-    ProcessIdx, Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
+    ApiCall, ApiKind, CaptureWindow, CopyKind, Device, DeviceIdx, GraphLaunch, GraphNodeOrigin, Kernel, MemOp,
+    MemoryKind, Process, ProcessIdx, Range, RangeKind, Trace, WindowTrigger as ModelTrigger, kernel_names,
 };
 use shardscope_spool::config::WindowTrigger;
 use shardscope_spool::cupti::{
@@ -601,6 +601,11 @@ impl<'a> ProcessMerge<'a> {
         let device = self.device(job, m.device_id);
         let copy_kind = Some(CopyKind::from_cupti(i64::from(m.copy_kind)));
         self.memop(job, device, copy_kind, (m.start_ns, m.end_ns), m.bytes, m.stream_id, m.correlation_id);
+        // CUPTI's `CUpti_ActivityMemoryKind`; 0 (unknown) is left unset, as a source without the field.
+        if let Some(memop) = job.trace.memops.last_mut() {
+            let kind = |value: u8| (value != 0).then(|| MemoryKind::from_cupti(value));
+            (memop.src_memory, memop.dst_memory) = (kind(m.src_kind), kind(m.dst_kind));
+        }
         job.extras.memops.push((m.context_id, m.src_kind, m.dst_kind));
     }
 
@@ -635,6 +640,8 @@ impl<'a> ProcessMerge<'a> {
             src_device: None,
             dst_device: None,
             launch: None,
+            src_memory: None,
+            dst_memory: None,
         });
         self.extra.record_counts.memops += 1;
         self.last_ns = self.last_ns.max(end_ns);

@@ -15,7 +15,8 @@
 //! `SHARDSCOPE_CAPTURE_META`); then the `captureMode` row, the kernel-channel table `SHARDSCOPE_NCCL_CHANNELS`,
 //! and the warning that counts the NCCL operations of processes without a CUDA spool (the NCCL spools here come
 //! from another run, so none of their pids recorded one; they were passed over without a word before). Nothing
-//! else differed.
+//! else differed. Then the copies' memory kinds: the 292 `CUPTI_ACTIVITY_KIND_MEMCPY` rows have `srcKind` 0
+//! (pageable) and `dstKind` 2 (device) where they had NULL; nothing else differed.
 //!
 //! To renew the dump after an intended change of the file: `SHARDSCOPE_BLESS=1 cargo test -p
 //! shardscope-capture --test golden_capture_file`, and read the diff.

@@ -49,6 +49,10 @@ fn real_two_rank_spools_merge_with_every_record() {
     assert_eq!(t.kernels.iter().map(|k| k.duration_ns()).sum::<i64>(), 145_112_878);
     assert_eq!(t.kernels.iter().filter(|k| k.launch.is_some()).count(), 1184, "every kernel finds its launch");
     assert_eq!(t.memops.iter().filter(|m| !m.is_memset()).count(), 292);
+    // CUPTI's srcKind and dstKind survive the merge and the file: every copy of this run is pageable to device, as
+    // nsys recorded for another run of the workload (`sample-traces/tp2_nsys.sqlite.gz`).
+    let pageable = (Some(shardscope_model::MemoryKind::Pageable), Some(shardscope_model::MemoryKind::Device));
+    assert!(t.memops.iter().filter(|m| !m.is_memset()).all(|m| (m.src_memory, m.dst_memory) == pageable));
     assert_eq!(t.memops.iter().filter(|m| m.is_memset()).count(), 208);
     assert_eq!(t.api_calls.len(), 43_387);
 

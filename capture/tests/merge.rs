@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use shardscope_capture::merge::{self, MergeOptions};
 use shardscope_capture::sqlite::{self, RunFacts};
+use shardscope_model::MemoryKind;
 use shardscope_spool::cupti::{
     ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, ProcessInfo, SpoolRecord, SpoolWriter,
     SyncRecord,
@@ -105,6 +106,9 @@ fn write_spools(dir: &Path) {
         end_ns: 1_000_090,
         bytes: 4096,
         copy_kind: 1,
+        // CUPTI's memory kinds: 1 pageable, 3 device.
+        src_kind: 1,
+        dst_kind: 3,
         device_id: 0,
         stream_id: 7,
         correlation_id: 9,
@@ -194,6 +198,10 @@ fn two_rank_spools_merge_into_a_trace_the_reader_understands() {
 
     assert_eq!(t.memops.len(), 1);
     assert_eq!((t.memops[0].bytes, t.memops[0].start_ns, t.memops[0].end_ns), (4096, 10, 90));
+    assert_eq!(
+        (t.memops[0].src_memory, t.memops[0].dst_memory),
+        (Some(MemoryKind::Pageable), Some(MemoryKind::Device))
+    );
 
     // Rank 0's range closed; rank 1's never did and ends at its last event (its kernel's end).
     // Thread ids: rank 0's main thread (first seen) becomes its pid, the other thread pid + 1.

@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, Statement, params};
-use shardscope_model::{ApiKind, NameId, Names, ProcessIdx, RangeKind, Trace};
+use shardscope_model::{ApiKind, MemoryKind, NameId, Names, ProcessIdx, RangeKind, Trace};
 
 use crate::Error;
 use crate::nsys::enums::ENUM_TABLES;
@@ -415,8 +415,8 @@ fn write_kernels(r: &TraceRows, strings: &mut StringWriter) -> rusqlite::Result<
 fn write_memops(r: &TraceRows) -> rusqlite::Result<()> {
     let mut memcpy_row = r.conn.prepare(
         "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, correlationId, \
-         globalPid, bytes, copyKind, srcDeviceId, dstDeviceId) \
-         VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         globalPid, bytes, copyKind, srcDeviceId, dstDeviceId, srcKind, dstKind) \
+         VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?;
     let mut memset_row = r.conn.prepare(
         "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId, correlationId, \
@@ -443,6 +443,9 @@ fn write_memops(r: &TraceRows) -> rusqlite::Result<()> {
                 memcpy_row.raw_bind_parameter(8, i64::from(kind.to_cupti()))?;
                 memcpy_row.raw_bind_parameter(9, memop.src_device)?;
                 memcpy_row.raw_bind_parameter(10, memop.dst_device)?;
+                // `ENUM_CUDA_MEM_KIND` ids; NULL where the model has no kind, as files written before it had.
+                memcpy_row.raw_bind_parameter(11, memop.src_memory.map(MemoryKind::nsys_id))?;
+                memcpy_row.raw_bind_parameter(12, memop.dst_memory.map(MemoryKind::nsys_id))?;
                 memcpy_row.raw_execute()?;
             }
         }

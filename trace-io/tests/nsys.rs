@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nsys_common::{TempDir, shared_traces};
 use shardscope_io::{Error, nsys};
-use shardscope_model::{ApiKind, RangeKind, Trace};
+use shardscope_model::{ApiKind, MemoryKind, RangeKind, Trace};
 
 /// What one export must load as.
 struct Expected {
@@ -406,6 +406,20 @@ fn truncated_and_future_exports_are_refused() {
         other => panic!("expected UnsupportedVersion, got {other}"),
     }
     assert_one_line_naming(&err, &future);
+}
+
+/// nsys keeps each copy's source and destination memory kind (`srcKind`, `dstKind`, `ENUM_CUDA_MEM_KIND`): the
+/// sample's 292 host-to-device copies (63,440 bytes) all come from pageable memory into device memory
+/// (`SELECT srcKind, dstKind, count(*), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2`: `0|2|292|63440`).
+#[test]
+fn committed_export_keeps_the_copies_memory_kinds() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/tp2_nsys.sqlite.gz");
+    let trace = shardscope_io::load(&path).unwrap().remove(0);
+    let copies: Vec<_> = trace.memops.iter().filter(|m| !m.is_memset()).collect();
+    assert_eq!(copies.len(), 292);
+    assert_eq!(copies.iter().map(|m| m.bytes).sum::<u64>(), 63_440);
+    let kinds = (Some(MemoryKind::Pageable), Some(MemoryKind::Device));
+    assert!(copies.iter().all(|m| (m.src_memory, m.dst_memory) == kinds && m.host_memory() == kinds.0));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use nsys_common::{TempDir, shared_traces};
 use shardscope_io::nsys;
 use shardscope_io::nsys_writer::{self, WriteOptions, Writer};
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, Device, Kernel, MemOp, Process, Range, RangeKind, ThreadName, Trace,
+    ApiCall, ApiKind, CopyKind, Device, Kernel, MemOp, MemoryKind, Process, Range, RangeKind, ThreadName, Trace,
 };
 
 /// Ordinal, name, SMs, memory, bandwidth, clock, bus, owning globalPid.
@@ -16,7 +16,22 @@ type DeviceRow = (u32, String, Option<u32>, Option<u64>, Option<u64>, Option<u32
 /// Start, end, name, short name, GPU ordinal, globalPid, stream, correlation, grid, block, launch.
 type KernelRow = (i64, i64, String, String, u32, u64, u32, u32, [u32; 3], [u32; 3], Option<u32>);
 /// Start, end, kind, bytes, GPU ordinal, globalPid, stream, correlation, source, destination, launch.
-type MemOpRow = (i64, i64, Option<CopyKind>, u64, u32, u64, u32, u32, Option<u32>, Option<u32>, Option<u32>);
+/// Start, end, copy kind, bytes, GPU, globalPid, stream, correlation, source and destination GPU, launch, source and
+/// destination memory kind.
+type MemOpRow = (
+    i64,
+    i64,
+    Option<CopyKind>,
+    u64,
+    u32,
+    u64,
+    u32,
+    u32,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+    (Option<MemoryKind>, Option<MemoryKind>),
+);
 /// Start, end, name, domain, kind, globalPid, thread, depth.
 type RangeRow = (i64, i64, String, String, RangeKind, u64, u32, u16);
 
@@ -94,6 +109,7 @@ fn contents(t: &Trace) -> Contents {
                     m.src_device,
                     m.dst_device,
                     m.launch,
+                    (m.src_memory, m.dst_memory),
                 )
             })
             .collect(),
@@ -272,6 +288,9 @@ fn hand_made() -> Trace {
             process: p,
             src_device: Some(0),
             dst_device: Some(1),
+            // Rank 0's copy records its memory kinds, rank 1's does not.
+            src_memory: (d == d0).then_some(MemoryKind::Device),
+            dst_memory: (d == d0).then_some(MemoryKind::Device),
             ..MemOp::default()
         });
         t.ranges.push(Range {
@@ -333,6 +352,9 @@ fn hand_made_trace_keeps_ranks_domains_and_copy_kinds() {
     let ptop: Vec<_> = again.memops.iter().filter(|m| m.copy_kind == Some(CopyKind::PtoP)).collect();
     assert_eq!(ptop.len(), 2);
     assert!(ptop.iter().all(|m| (m.src_device, m.dst_device, m.bytes) == (Some(0), Some(1), 1 << 20)));
+    // One copy was written with its memory kinds (srcKind, dstKind), the other without (NULL): each as it was.
+    let kinds: Vec<_> = ptop.iter().map(|m| (m.src_memory, m.dst_memory)).collect();
+    assert!(kinds.contains(&(Some(MemoryKind::Device), Some(MemoryKind::Device))) && kinds.contains(&(None, None)));
     assert_eq!(again.api_calls.iter().filter(|a| a.kind == ApiKind::Driver).count(), 2);
     let nccl_ranges = again.ranges.iter().filter(|r| again.names.get(r.domain) == "NCCL").count();
     assert_eq!(nccl_ranges, 2);

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::memory::MemoryKind;
 use crate::names::{NameId, Names};
 
 /// Index of a [`Process`] in [`Trace::processes`].
@@ -313,6 +314,11 @@ pub struct MemOp {
     pub dst_device: Option<u32>,
     /// Index in [`Trace::api_calls`] of the issuing call; set by [`Trace::finish`].
     pub launch: Option<u32>,
+    /// Where a copy's source lives (CUPTI's `srcKind`, nsys' `srcKind`, Kineto's `(Pageable -> Device)`); `None`
+    /// for a set and where the source does not record it.
+    pub src_memory: Option<MemoryKind>,
+    /// Where a copy's destination lives (`dstKind`); `None` as for [`MemOp::src_memory`].
+    pub dst_memory: Option<MemoryKind>,
 }
 
 impl MemOp {
@@ -324,6 +330,17 @@ impl MemOp {
     /// True for a memset.
     pub fn is_memset(&self) -> bool {
         self.copy_kind.is_none()
+    }
+
+    /// The memory kind of a host-device copy's host end (the source of a host-to-device copy, the destination of
+    /// a device-to-host one): pageable host memory makes the copy staged and synchronous with the host. `None` for
+    /// other copies, sets, and where the source does not record it.
+    pub fn host_memory(&self) -> Option<MemoryKind> {
+        match self.copy_kind? {
+            CopyKind::HtoD => self.src_memory,
+            CopyKind::DtoH => self.dst_memory,
+            _ => None,
+        }
     }
 }
 

@@ -21,6 +21,8 @@ pub mod host_copies;
 pub mod late_rank;
 pub mod launch_bound;
 pub mod pipeline_stages;
+pub mod memory_capacity;
+pub mod pageable_copies;
 pub mod rules;
 pub mod slow_collectives;
 pub mod syncs;
@@ -45,13 +47,26 @@ pub enum Basis {
     Replay,
     /// An upper bound stated in `how`.
     Bound,
+    /// Not a time: a risk stated in `how`, with no saving (ranked after every time).
+    Risk,
+}
+
+impl Basis {
+    /// Ranking group: replays, then bounds, then risks.
+    fn group(self) -> u8 {
+        match self {
+            Basis::Replay => 0,
+            Basis::Bound => 1,
+            Basis::Risk => 2,
+        }
+    }
 }
 
 /// One thing that limits the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     /// The finding type: `late_rank`, `exposed_communication`, `launch_bound`, `synchronising_calls`,
-    /// `host_device_copies`, `slow_collectives`, `warmup`.
+    /// `host_device_copies`, `slow_collectives`, `warmup`, `pageable_copies`, `memory_near_capacity`.
     pub kind: &'static str,
     /// What limits the run, in one sentence.
     pub title: String,
@@ -63,7 +78,8 @@ pub struct Finding {
     pub basis: Basis,
     /// Time saved over the modelled window (measured minus replayed).
     pub saving_ns: i64,
-    /// The same as a share of the window's measured time (of a bound: of the run), percent.
+    /// The same as a share of the window's measured time (of a bound without a per-step figure: of the run; of a
+    /// risk: 0), percent.
     pub saving_pct: f64,
     /// Per step of the window (`null` without steps).
     pub saving_per_step_ns: Option<i64>,
@@ -93,7 +109,7 @@ pub struct Findings {
     pub measured_ns: i64,
     /// The model replayed unchanged.
     pub replay_ns: i64,
-    /// The findings: replayed ones first, then bounds, each by saving per run, largest first.
+    /// The findings: replayed ones first, then bounds, each by saving per run, largest first; then risks.
     pub findings: Vec<Finding>,
     /// The types that did not fire, and why.
     pub quiet: Vec<Quiet>,
@@ -339,6 +355,8 @@ pub fn findings_of_model_with(
             outcomes.push(Err(Quiet { kind, why: why.clone() }));
         }
     }
+    outcomes.push(pageable_copies::evaluate(&context, &rules.pageable_copies));
+    outcomes.push(memory_capacity::evaluate(traces, report, &rules.memory_near_capacity));
     let (mut fired, mut quiet) = (Vec::new(), Vec::new());
     for outcome in outcomes {
         match outcome {
@@ -346,14 +364,9 @@ pub fn findings_of_model_with(
             Err(q) => quiet.push(q),
         }
     }
-    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run.
-    let replayed_first = |f: &Finding| f.basis != Basis::Replay;
+    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run; risks last.
     fired.sort_by(|a, b| {
-        (replayed_first(a), b.saving_per_run_ns, a.kind).cmp(&(replayed_first(b), a.saving_per_run_ns, b.kind))
-    });
-    quiet.push(Quiet {
-        kind: "pageable_copies",
-        why: "not evaluated: the trace model records no host memory kind (pinned or pageable) of a copy".into(),
+        (a.basis.group(), b.saving_per_run_ns, a.kind).cmp(&(b.basis.group(), a.saving_per_run_ns, b.kind))
     });
     Findings {
         window: window_words(model),
@@ -414,15 +427,23 @@ pub fn table(findings: &Findings) -> String {
         let per_step = f.saving_per_step_ns.map(|ns| format!("{} per step, ", human_ns(ns))).unwrap_or_default();
         let bound = if f.basis == Basis::Bound { "up to " } else { "" };
         push_wrapped(&mut out, &format!("{}. [{}] ", rank + 1, f.kind), "   ", &f.title);
-        out.push_str(&format!(
-            "   worth {bound}{per_step}{} per run ({:.1} % of {})\n",
-            human_ns(f.saving_per_run_ns),
-            f.saving_pct,
-            match f.basis {
-                Basis::Replay => "the window; replayed",
-                Basis::Bound => "the run; bound",
+        let of = match (f.basis, f.saving_per_step_ns) {
+            (Basis::Risk, _) => {
+                out.push_str("   worth no stated time: a risk\n");
+                ""
             }
-        ));
+            (Basis::Replay, _) => "the window; replayed",
+            // A bound over the modelled steps (with a per-step figure) is a share of their window.
+            (Basis::Bound, Some(_)) => "the window; bound",
+            (Basis::Bound, None) => "the run; bound",
+        };
+        if f.basis != Basis::Risk {
+            out.push_str(&format!(
+                "   worth {bound}{per_step}{} per run ({:.1} % of {of})\n",
+                human_ns(f.saving_per_run_ns),
+                f.saving_pct,
+            ));
+        }
         push_wrapped(&mut out, "   how: ", "        ", &f.how);
         for line in &f.evidence {
             push_wrapped(&mut out, "   - ", "     ", line);
@@ -456,15 +477,17 @@ pub fn html(findings: &Findings) -> String {
     for (rank, f) in findings.findings.iter().enumerate() {
         let evidence: Vec<String> = f.evidence.iter().map(|e| escape(e)).collect();
         let bound = if f.basis == Basis::Bound { "≤ " } else { "" };
+        let (per_run, share) = match f.basis {
+            Basis::Risk => ("risk".to_string(), "–".to_string()),
+            _ => (format!("{bound}{}", human_ns(f.saving_per_run_ns)), format!("{:.1} %", f.saving_pct)),
+        };
         out.push_str(&format!(
-            "<tr><td>{}</td><td class=\"l\"><b>{}</b><br>{}</td><td>{}</td><td>{bound}{}</td><td>{:.1} %</td>\
+            "<tr><td>{}</td><td class=\"l\"><b>{}</b><br>{}</td><td>{}</td><td>{per_run}</td><td>{share}</td>\
              <td class=\"l\">{}</td><td class=\"l\">{}</td></tr>\n",
             rank + 1,
             escape(f.kind),
             escape(&f.title),
             f.saving_per_step_ns.map_or("–".to_string(), human_ns),
-            human_ns(f.saving_per_run_ns),
-            f.saving_pct,
             escape(&f.how),
             evidence.join("<br>")
         ));

@@ -67,6 +67,14 @@ pub struct PipelineRule {
     pub min_saving_pct: f64,
 }
 
+/// When a rank's GPU memory is near its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRule {
+    /// The least peak, as a share of the GPU's total memory, percent.
+    pub min_peak_share_pct: f64,
+}
+
 /// Every finding's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +97,10 @@ pub struct FindingsRules {
     pub low_flop_rate: FlopRateRule,
     /// Imbalance between pipeline stages.
     pub pipeline_stage_imbalance: PipelineRule,
+    /// Host-device copies from pageable memory in the step loop.
+    pub pageable_copies: SavingRule,
+    /// GPU memory near capacity.
+    pub memory_near_capacity: MemoryRule,
 }
 
 impl FindingsRules {
@@ -129,6 +141,8 @@ impl FindingsRules {
             ("warmup.min_share_of_run_pct", rules.warmup.min_share_of_run_pct),
             ("low_flop_rate.min_mfu_pct", rules.low_flop_rate.min_mfu_pct),
             ("pipeline_stage_imbalance.min_saving_pct", rules.pipeline_stage_imbalance.min_saving_pct),
+            ("pageable_copies.min_saving_pct", rules.pageable_copies.min_saving_pct),
+            ("memory_near_capacity.min_peak_share_pct", rules.memory_near_capacity.min_peak_share_pct),
         ];
         for (key, value) in shares {
             if !(0.0..=100.0).contains(&value) {

@@ -13,7 +13,10 @@ use shardscope_analyzer::findings::rules::FindingsRules;
 use shardscope_analyzer::findings::{self, Basis, Finding, Findings};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
-use shardscope_model::{ApiCall, Collective, CollectiveOp, CopyKind, Device, Kernel, MemOp, Process, Trace};
+use shardscope_model::{
+    ApiCall, Collective, CollectiveOp, CopyKind, Device, Kernel, MemOp, MemoryEvent, MemoryKind, MemoryOperation,
+    Process, Trace,
+};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
 const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
@@ -97,6 +100,50 @@ impl RankBuilder {
             stream: 7,
             correlation_id,
             ..MemOp::default()
+        });
+    }
+
+    /// A `cudaMemcpyAsync` over `call_ns` copying `bytes` in `direction` at `[start_ns, end_ns)`, its host end of
+    /// `host` memory (`None`: not recorded).
+    fn copy_with(
+        &mut self,
+        call_ns: (i64, i64),
+        direction: CopyKind,
+        host: Option<MemoryKind>,
+        bytes: u64,
+        gpu_ns: (i64, i64),
+    ) {
+        let correlation_id = self.call("cudaMemcpyAsync_v3020", call_ns.0, call_ns.1);
+        let (src_memory, dst_memory) = match direction {
+            CopyKind::HtoD => (host, host.map(|_| MemoryKind::Device)),
+            _ => (host.map(|_| MemoryKind::Device), host),
+        };
+        self.trace.memops.push(MemOp {
+            start_ns: gpu_ns.0,
+            end_ns: gpu_ns.1,
+            copy_kind: Some(direction),
+            bytes,
+            device: shardscope_model::DeviceIdx(0),
+            process: shardscope_model::ProcessIdx(0),
+            stream: 7,
+            correlation_id,
+            src_memory,
+            dst_memory,
+            ..MemOp::default()
+        });
+    }
+
+    /// A device-memory allocation of `bytes` at `time_ns`.
+    fn allocate(&mut self, time_ns: i64, bytes: u64) {
+        let address = 0x1000 * (self.trace.memory_events.len() as u64 + 1);
+        self.trace.memory_events.push(MemoryEvent {
+            time_ns,
+            device: shardscope_model::DeviceIdx(0),
+            operation: MemoryOperation::Allocation,
+            kind: MemoryKind::Device,
+            address,
+            bytes,
+            ..MemoryEvent::default()
         });
     }
 
@@ -419,6 +466,177 @@ fn public_traces_give_ranked_findings_within_the_measured_time() {
             list.iter().map(|f| (f["basis"] != "replay", -f["saving_per_run_ns"].as_i64().unwrap())).collect();
         assert!(order.windows(2).all(|w| w[0] <= w[1]), "{name}: {order:?}");
     }
+}
+
+fn quiet_why<'a>(found: &'a Findings, kind: &str) -> &'a str {
+    found.quiet.iter().find(|q| q.kind == kind).map_or("", |q| q.why.as_str())
+}
+
+/// One rank: a pageable host-to-device copy whose `cudaMemcpyAsync` blocks the host 0..600 while the copy runs
+/// 10..510 (5,000 bytes), a GEMM launched at 610 (620..1,620), then a pinned copy (call 1,630..1,640, copy
+/// 1,640..1,740, 2,000 bytes). The bound is the pageable copy's longer time, its call's 600 ns (over its GPU's
+/// 500 ns); the pinned copy adds nothing. `host` is the first copy's host memory.
+fn pageable_run(host: Option<MemoryKind>) -> Trace {
+    let mut r = RankBuilder::new(0);
+    r.copy_with((0, 600), CopyKind::HtoD, host, 5_000, (10, 510));
+    r.launch(610, GEMM, 620, 1_620);
+    r.copy_with((1_630, 1_640), CopyKind::HtoD, host.map(|_| MemoryKind::Pinned), 2_000, (1_640, 1_740));
+    r.finish()
+}
+
+#[test]
+fn pageable_copies_are_worth_at_most_their_blocking_time() {
+    let found = find(&[pageable_run(Some(MemoryKind::Pageable))], None);
+    assert_eq!(found.measured_ns, 1_740);
+    let pageable = fired(&found, "pageable_copies").expect("fires");
+    assert_eq!(pageable.basis, Basis::Bound);
+    assert_eq!((pageable.saving_ns, pageable.saving_per_run_ns, pageable.saving_per_step_ns), (600, 600, None));
+    assert_eq!(pageable.evidence[0], "1 pageable host-device copies in the window");
+    assert_eq!(
+        pageable.evidence[1],
+        "rank 0: 1 copies (1 host to device, 0 device to host), 0.0 MB, 500 ns on the GPU (10.00 GB/s), the host \
+         600 ns inside their calls"
+    );
+    assert_eq!(pageable.evidence[2], "rank 0: its 1 pinned copies reach 20.00 GB/s");
+    // A bound: after every replayed finding.
+    let at = found.findings.iter().position(|f| f.kind == "pageable_copies").unwrap();
+    assert!(found.findings[..at].iter().all(|f| f.basis == Basis::Replay), "{found:#?}");
+    let table = findings::table(&found);
+    assert!(table.contains("worth up to 600 ns per run (34.5 % of the run; bound)"), "{table}");
+
+    let pinned = find(&[pageable_run(Some(MemoryKind::Pinned))], None);
+    assert!(fired(&pinned, "pageable_copies").is_none(), "{pinned:#?}");
+    assert_eq!(
+        quiet_why(&pinned, "pageable_copies"),
+        "no pageable host-device copies in the window (2 host-device copies)"
+    );
+
+    // A device-to-host copy into pageable memory counts by its destination: 400 ns on the GPU over a 300 ns call.
+    let mut r = RankBuilder::new(0);
+    r.launch(0, GEMM, 10, 1_010);
+    r.copy_with((20, 320), CopyKind::DtoH, Some(MemoryKind::Pageable), 4_000, (1_010, 1_410));
+    let found = find(&[r.finish()], None);
+    assert_eq!(fired(&found, "pageable_copies").expect("fires").saving_ns, 400);
+}
+
+/// Without the host memory kind in the model (a source that does not record it) and without memory data, neither
+/// new type fires, and each says why; the pageable copies' reason is word for word the one given before the model
+/// kept the kind.
+#[test]
+fn without_the_data_neither_new_type_fires() {
+    let found = find(&[pageable_run(None)], None);
+    assert!(fired(&found, "pageable_copies").is_none() && fired(&found, "memory_near_capacity").is_none());
+    assert_eq!(quiet_why(&found, "pageable_copies"), findings::pageable_copies::NO_KIND_RECORDED);
+    assert!(quiet_why(&found, "memory_near_capacity").starts_with("not evaluated: the trace has no memory data"));
+    let kinds: Vec<&str> = found.quiet.iter().map(|q| q.kind).collect();
+    let at = kinds.iter().position(|k| *k == "pageable_copies").unwrap();
+    assert_eq!(kinds[at..], ["pageable_copies", "memory_near_capacity"]);
+}
+
+/// One rank on a GPU of 80 GB that allocates 60 GB and then 16 GB of device memory: its peak is 76 GB, 95 % of the
+/// GPU, over the 90 % threshold: a risk, no time, listed after every finding with a time. At 68 GB (85 %) it does
+/// not fire; without the GPU's total memory it is not evaluated.
+#[test]
+fn memory_near_capacity_is_a_risk_ranked_last() {
+    let run = |second_bytes: u64, total: Option<u64>| {
+        let mut r = RankBuilder::new(0);
+        r.trace.devices[0].memory_bytes = total;
+        r.allocate(5, 60_000_000_000);
+        r.allocate(15, second_bytes);
+        for i in 0..4 {
+            r.launch(1_000 * i, ELEMENTWISE, 1_000 * i + 5, 1_000 * i + 105);
+        }
+        find(&[r.finish()], None)
+    };
+    let found = run(16_000_000_000, Some(80_000_000_000));
+    let memory = fired(&found, "memory_near_capacity").expect("fires");
+    assert_eq!(memory.basis, Basis::Risk);
+    assert_eq!((memory.saving_ns, memory.saving_per_run_ns, memory.saving_per_step_ns), (0, 0, None));
+    assert_eq!(memory.evidence, ["rank 0 (GPU 0): peak 76.00 GB (CUDA level, at 15 ns) of 80.00 GB total, 95.0 %"]);
+    assert!(memory.title.starts_with("GPU memory peaks at 95 % of the GPU's total on 1 rank(s)"), "{memory:?}");
+    assert!(found.findings.len() >= 2, "{found:#?}");
+    assert_eq!(found.findings.last().unwrap().kind, "memory_near_capacity");
+    let table = findings::table(&found);
+    assert!(table.contains("[memory_near_capacity] GPU memory peaks at 95 %"), "{table}");
+    assert!(table.contains("   worth no stated time: a risk\n   how: risk, not time"), "{table}");
+    assert!(findings::html(&found).contains("<td>risk</td><td>–</td>"));
+
+    let below = run(8_000_000_000, Some(80_000_000_000));
+    assert!(fired(&below, "memory_near_capacity").is_none());
+    assert_eq!(
+        quiet_why(&below, "memory_near_capacity"),
+        "the highest peak is 85.0 % of its GPU's memory (rank 0, 68.00 GB of 80.00 GB), below the 90 % threshold"
+    );
+    let unknown = run(16_000_000_000, None);
+    assert!(quiet_why(&unknown, "memory_near_capacity").starts_with("not evaluated: the trace records no GPU's total"));
+}
+
+/// The nsys sample records every copy's host memory kind: its 292 host-to-device copies come from pageable memory,
+/// but all before the steady steps, so nothing is in the window. The capture samples of the same run were written
+/// before captures kept the kind: not evaluated there, word for word as before. The memory probe (one H100) copies
+/// device to pinned memory only, and its memory peak is far below the GPU's total: neither type fires on it, each
+/// with its figure.
+#[test]
+fn on_the_samples_pageable_copies_and_memory() {
+    let nsys = findings_json(&repo_root().join("sample-traces/tp2_nsys.sqlite.gz"), &[]);
+    assert!(finding(&nsys, "pageable_copies").is_none());
+    let quiet = nsys["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == "pageable_copies").unwrap();
+    assert_eq!(quiet["why"], "no host-device copies in the window");
+    let capture = findings_json(&repo_root().join("sample-traces/tp2_capture.sqlite.gz"), &[]);
+    assert!(finding(&capture, "pageable_copies").is_none());
+    let why = |found: &Value, kind: &str| {
+        let quiet = found["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == kind).cloned();
+        quiet.map(|q| q["why"].as_str().unwrap().to_string()).unwrap_or_default()
+    };
+    assert_eq!(why(&capture, "pageable_copies"), findings::pageable_copies::NO_KIND_RECORDED);
+
+    for name in ["memory_probe_nsys.sqlite.gz", "memory_probe_capture.sqlite.gz", "memory_probe_kineto.json.gz"] {
+        let found = findings_json(&repo_root().join("sample-traces/memory").join(name), &[]);
+        assert!(finding(&found, "memory_near_capacity").is_none(), "{name}: {found:#}");
+        assert!(why(&found, "memory_near_capacity").starts_with("the highest peak is "), "{name}: {found:#}");
+        assert!(finding(&found, "pageable_copies").is_none(), "{name}: {found:#}");
+    }
+}
+
+/// The public DLRM Kineto traces copy from pageable memory in their step (8 host-to-device and 2 device-to-host
+/// copies per rank, besides 5 pinned ones): the Kineto reader keeps the kind from the copies' names, and on all
+/// eight ranks the pageable copies fire, as a bound, with every rank's figures. The sampled two-rank traces have
+/// pageable copies too, but they cost at most 0.13 % of the window: below the threshold, with the figure.
+#[test]
+#[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
+fn public_kineto_pageable_copies_fire_where_they_matter() {
+    let dir = shared_traces().join("kineto/dlrm_8rank");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let trace = shardscope_io::load(&files[0]).expect("loads").remove(0);
+    let pageable = trace.memops.iter().filter(|m| m.host_memory() == Some(MemoryKind::Pageable)).count();
+    let pinned = trace.memops.iter().filter(|m| m.host_memory() == Some(MemoryKind::Pinned)).count();
+    assert_eq!((pageable, pinned), (10, 5));
+
+    let mut args = vec!["findings", "--format", "json"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let output = analyzer(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let found: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let fired = finding(&found, "pageable_copies").expect("fires on the DLRM ranks");
+    assert_eq!(fired["basis"], "bound");
+    assert_eq!(fired["evidence"][0], "80 pageable host-device copies in the window");
+    let saving = fired["saving_ns"].as_i64().unwrap();
+    assert!(saving > 0 && saving <= found["measured_ns"].as_i64().unwrap(), "{fired:#}");
+    for rank in 0..8 {
+        let line = format!("rank {rank}: 10 copies (8 host to device, 2 device to host)");
+        assert!(fired["evidence"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().starts_with(&line)));
+    }
+
+    let dir = shared_traces().join("kineto/sampled_2rank");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut args = vec!["findings", "--format", "json"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let found: Value = serde_json::from_slice(&analyzer(&args).stdout).unwrap();
+    assert!(finding(&found, "pageable_copies").is_none());
+    let quiet = found["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == "pageable_copies").unwrap();
+    assert!(quiet["why"].as_str().unwrap().starts_with("48 pageable copies cost at most"), "{quiet}");
 }
 
 mod stages_flops_fit;

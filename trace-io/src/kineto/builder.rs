@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use shardscope_model::{
-    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, Kernel, MemOp, NameId, Process,
-    ProcessIdx, Range, RangeKind, SourceFormat, ThreadName, Trace, kernel_names,
+    ApiCall, ApiKind, Collective, CollectiveOp, CopyKind, Device, DeviceIdx, Kernel, MemOp, MemoryKind, NameId,
+    Process, ProcessIdx, Range, RangeKind, SourceFormat, ThreadName, Trace, kernel_names,
 };
 
 use super::collective::{self, CommInfo};
@@ -440,6 +440,10 @@ impl Builder {
                 0
             }
         };
+        let (src_memory, dst_memory) = match copy_kind {
+            Some(_) => memory_kinds_of(str_of(&event.name).unwrap_or("")),
+            None => (None, None),
+        };
         let (src_device, dst_device) = match copy_kind {
             Some(CopyKind::HtoD) => (None, Some(ordinal)),
             Some(CopyKind::DtoH) => (Some(ordinal), None),
@@ -465,6 +469,8 @@ impl Builder {
             src_device,
             dst_device,
             launch: None,
+            src_memory,
+            dst_memory,
         });
     }
 
@@ -785,9 +791,41 @@ fn copy_kind_of(text: &str) -> Option<CopyKind> {
     .map(|(_, kind)| kind)
 }
 
+/// The memory kinds named in `Memcpy HtoD (Pageable -> Device)`: source and destination, each `None` when absent
+/// or not one of the kinds Kineto writes (AMD's `Host` says nothing of pinning).
+fn memory_kinds_of(name: &str) -> (Option<MemoryKind>, Option<MemoryKind>) {
+    let Some(inner) = name.rsplit_once('(').and_then(|(_, rest)| rest.strip_suffix(')')) else { return (None, None) };
+    let Some((src, dst)) = inner.split_once(" -> ") else { return (None, None) };
+    (memory_kind_named(src.trim()), memory_kind_named(dst.trim()))
+}
+
+fn memory_kind_named(label: &str) -> Option<MemoryKind> {
+    match label {
+        "Pageable" => Some(MemoryKind::Pageable),
+        "Pinned" => Some(MemoryKind::Pinned),
+        "Device" => Some(MemoryKind::Device),
+        "Array" => Some(MemoryKind::Array),
+        "Managed" => Some(MemoryKind::Managed),
+        "Device Static" => Some(MemoryKind::DeviceStatic),
+        "Managed Static" => Some(MemoryKind::ManagedStatic),
+        "Unknown" => Some(MemoryKind::Unknown),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_kinds_come_from_the_copy_name() {
+        let kinds = memory_kinds_of;
+        assert_eq!(kinds("Memcpy HtoD (Pageable -> Device)"), (Some(MemoryKind::Pageable), Some(MemoryKind::Device)));
+        assert_eq!(kinds("Memcpy DtoH (Device -> Pinned)"), (Some(MemoryKind::Device), Some(MemoryKind::Pinned)));
+        assert_eq!(kinds("Memcpy HtoD (Host -> Device)"), (None, Some(MemoryKind::Device)));
+        assert_eq!(kinds("Memcpy HtoD"), (None, None));
+        assert_eq!(kinds("Memcpy DtoD (Device Static -> Managed)").1, Some(MemoryKind::Managed));
+    }
 
     /// Flow ends that follow the event they end on, which already has their id, are not stored; the
     /// others still link GPU events without `args.correlation`, whichever side comes first.

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use rusqlite::Row;
 use rusqlite::types::ValueRef;
 use shardscope_model::{
-    ApiCall, ApiKind, CopyKind, DeviceIdx, GraphLaunch, Kernel, MemOp, NameId, Names, ProcessIdx, Range, RangeKind,
+    ApiCall, ApiKind, CopyKind, DeviceIdx, GraphLaunch, Kernel, MemOp, MemoryKind, NameId, Names, ProcessIdx, Range,
+    RangeKind,
 };
 
 use super::strings::StringTable;
@@ -250,7 +251,8 @@ pub(super) fn memops(db: &Database<'_>, strings: &StringTable) -> Result<Scan<Me
         if !db.has(table) {
             continue;
         }
-        let copy_columns: &[&str] = if is_copy { &["copyKind", "srcDeviceId", "dstDeviceId"] } else { &[] };
+        let copy_columns: &[&str] =
+            if is_copy { &["copyKind", "srcDeviceId", "dstDeviceId", "srcKind", "dstKind"] } else { &[] };
         let mut columns = vec!["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes"];
         columns.extend_from_slice(copy_columns);
         scan.rows.reserve(db.row_hint(table, None));
@@ -271,6 +273,12 @@ pub(super) fn memops(db: &Database<'_>, strings: &StringTable) -> Result<Scan<Me
             } else {
                 (None, None, None)
             };
+            // `ENUM_CUDA_MEM_KIND` ids; NULL (captures before the model kept them, sets) stays unknown.
+            let (src_memory, dst_memory) = if is_copy {
+                (int(row, 10).map(MemoryKind::from_nsys), int(row, 11).map(MemoryKind::from_nsys))
+            } else {
+                (None, None)
+            };
             rows.push(MemOp {
                 start_ns,
                 end_ns,
@@ -283,6 +291,8 @@ pub(super) fn memops(db: &Database<'_>, strings: &StringTable) -> Result<Scan<Me
                 src_device,
                 dst_device,
                 launch: None,
+                src_memory,
+                dst_memory,
             });
             Ok(())
         })?;

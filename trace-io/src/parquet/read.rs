@@ -248,6 +248,11 @@ fn read_memops(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(
         let (start, end, device, stream) = (b.i64("start")?, b.i64("end")?, b.u32("deviceId")?, b.u32("streamId")?);
         let (correlation, global_pid, bytes) = (b.u32("correlationId")?, b.i64("globalPid")?, b.u64("bytes")?);
         let (copy_kind, src, dst) = (b.u32("copyKind")?, b.u32("srcDeviceId")?, b.u32("dstDeviceId")?);
+        // Added in schema 1.2: absent from files of 1.0 and 1.1.
+        let (src_kind, dst_kind) = (b.optional_u32("srcKind")?, b.optional_u32("dstKind")?);
+        let memory = |kinds: Option<&PrimitiveArray<UInt32Type>>, row: usize| {
+            kinds.and_then(|k| value(k, row)).map(|id| MemoryKind::from_nsys(i64::from(id)))
+        };
         for row in 0..batch.num_rows() {
             let r = b.reading(traces, row)?;
             let memop = (|| {
@@ -263,6 +268,8 @@ fn read_memops(source: &Source, traces: &mut BTreeMap<u32, Reading>) -> Result<(
                     src_device: value(src, row),
                     dst_device: value(dst, row),
                     launch: None,
+                    src_memory: memory(src_kind, row),
+                    dst_memory: memory(dst_kind, row),
                 })
             })();
             match memop.zip(value(event_index, row)) {

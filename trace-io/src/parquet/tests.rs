@@ -122,6 +122,9 @@ fn trace_with_everything() -> Trace {
                 stream: 3,
                 src_device: copy_kind.map(|_| 0),
                 dst_device: copy_kind.map(|_| 5),
+                // Pageable, then pinned, then none: every state of the 1.2 columns comes back.
+                src_memory: [None, Some(MemoryKind::Pageable), Some(MemoryKind::Pinned), None][i],
+                dst_memory: copy_kind.filter(|_| i < 3).map(|_| MemoryKind::Device),
                 ..Default::default()
             });
         }

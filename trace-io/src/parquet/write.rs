@@ -14,7 +14,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use shardscope_model::{ApiKind, CopyKind, DeviceIdx, MemoryPoolState, RangeKind, SourceFormat, Trace};
+use shardscope_model::{ApiKind, CopyKind, DeviceIdx, MemoryKind, MemoryPoolState, RangeKind, SourceFormat, Trace};
 
 use super::arrays::{bools, i64s, opt_i64s, opt_strs, opt_u32s, opt_u64s, strs, u32s, u64s};
 use super::manifest::{self, ManifestPart, PartialDir, check_destination, parent_of};
@@ -409,6 +409,8 @@ impl TraceRows<'_> {
                     column("copyKind", opt_u32s(rows.iter().map(|i| m(i).copy_kind.map(CopyKind::to_cupti))), true),
                     column("srcDeviceId", opt_u32s(rows.iter().map(|i| m(i).src_device)), true),
                     column("dstDeviceId", opt_u32s(rows.iter().map(|i| m(i).dst_device)), true),
+                    column("srcKind", opt_u32s(rows.iter().map(|i| memory_id(m(i).src_memory))), true),
+                    column("dstKind", opt_u32s(rows.iter().map(|i| memory_id(m(i).dst_memory))), true),
                 ]
             })?;
             self.note(tables::MEMOPS, rows);
@@ -756,4 +758,9 @@ pub(super) fn range_kind_name(kind: RangeKind) -> &'static str {
         RangeKind::CpuAnnotation => "cpu_annotation",
         RangeKind::GpuAnnotation => "gpu_annotation",
     }
+}
+
+/// A copy end's memory kind as nsys' `ENUM_CUDA_MEM_KIND` id (0 pageable … 7 unknown).
+fn memory_id(kind: Option<MemoryKind>) -> Option<u32> {
+    kind.map(|k| k.nsys_id() as u32)
 }

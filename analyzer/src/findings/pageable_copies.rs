@@ -1,0 +1,149 @@
+//! Pageable-memory copies in the step loop: host-to-device and device-to-host copies inside the modelled steps
+//! whose host end is pageable (unpinned) memory. The driver stages such a copy through a pinned buffer of its own
+//! and the issuing call returns only once the data is staged or copied, so the host waits on it even for
+//! `cudaMemcpyAsync`. No replay applies (the model cannot tell the pinned copy's time); the worth is the bound
+//! "on every rank, each copy's host time in its issuing call or its GPU time, whichever is longer, summed": with
+//! pinned memory the call returns at once and the copy runs asynchronously, so at most the host's wait or the copy's
+//! own time leaves any path through it (the copy still moves its bytes, so the bound is not reached).
+
+use std::collections::BTreeMap;
+
+use crate::dependency::graph::OpKind;
+use crate::findings::rules::SavingRule;
+use crate::findings::{Basis, Context, Outcome, Quiet};
+use crate::output::render::duration as human_ns;
+use shardscope_model::{CopyKind, MemoryKind};
+
+const KIND: &str = "pageable_copies";
+
+/// The reason given when no trace records the host memory kind of its copies (the words of the findings before
+/// the model kept it, so that such traces give the same output).
+pub const NO_KIND_RECORDED: &str =
+    "not evaluated: the trace model records no host memory kind (pinned or pageable) of a copy";
+
+/// One host-device copy of the window.
+struct Copy {
+    rank: u32,
+    direction: CopyKind,
+    host_memory: Option<MemoryKind>,
+    bytes: u64,
+    gpu_ns: i64,
+    /// Host time of the issuing call, when it is linked.
+    call_ns: Option<i64>,
+}
+
+/// Figures of one rank's copies of one memory kind.
+#[derive(Default)]
+struct Tally {
+    count: u64,
+    to_device: u64,
+    bytes: u64,
+    gpu_ns: i64,
+    call_ns: i64,
+    bound_ns: i64,
+}
+
+impl Tally {
+    fn add(&mut self, copy: &Copy) {
+        self.count += 1;
+        self.to_device += u64::from(copy.direction == CopyKind::HtoD);
+        self.bytes += copy.bytes;
+        self.gpu_ns += copy.gpu_ns;
+        self.call_ns += copy.call_ns.unwrap_or(0);
+        self.bound_ns += copy.call_ns.unwrap_or(0).max(copy.gpu_ns);
+    }
+
+    fn gbps(&self) -> f64 {
+        if self.gpu_ns > 0 { self.bytes as f64 / self.gpu_ns as f64 } else { 0.0 }
+    }
+}
+
+fn window_copies(context: &Context) -> Vec<Copy> {
+    let graph = &context.model.graph;
+    graph
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Copy)
+        .filter_map(|op| {
+            let trace = &context.traces[op.trace as usize];
+            let memop = trace.memops.get(op.index as usize)?;
+            let direction = memop.copy_kind.filter(|k| matches!(k, CopyKind::HtoD | CopyKind::DtoH))?;
+            let call = memop.launch.and_then(|l| trace.api_calls.get(l as usize));
+            Some(Copy {
+                rank: graph.ranks.get(op.rank_index as usize).map_or(op.rank_index, |r| r.rank),
+                direction,
+                host_memory: memop.host_memory(),
+                bytes: memop.bytes,
+                gpu_ns: (op.end_ns - op.start_ns).max(0),
+                call_ns: call.map(|c| (c.end_ns - c.start_ns).max(0)),
+            })
+        })
+        .collect()
+}
+
+/// See the module documentation.
+pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
+    let recorded = context.traces.iter().any(|t| t.memops.iter().any(|m| m.host_memory().is_some()));
+    if !recorded {
+        return Err(Quiet { kind: KIND, why: NO_KIND_RECORDED.into() });
+    }
+    let copies = window_copies(context);
+    if copies.is_empty() {
+        return Err(Quiet { kind: KIND, why: "no host-device copies in the window".into() });
+    }
+    let mut pageable: BTreeMap<u32, Tally> = BTreeMap::new();
+    let mut pinned: BTreeMap<u32, Tally> = BTreeMap::new();
+    for copy in &copies {
+        match copy.host_memory {
+            Some(MemoryKind::Pageable) => pageable.entry(copy.rank).or_default().add(copy),
+            Some(MemoryKind::Pinned) => pinned.entry(copy.rank).or_default().add(copy),
+            _ => {}
+        }
+    }
+    let count: u64 = pageable.values().map(|t| t.count).sum();
+    if count == 0 {
+        let why = format!("no pageable host-device copies in the window ({} host-device copies)", copies.len());
+        return Err(Quiet { kind: KIND, why });
+    }
+    let bound_ns: i64 = pageable.values().map(|t| t.bound_ns).sum();
+    if context.pct(bound_ns) < rule.min_saving_pct {
+        let why = format!(
+            "{count} pageable copies cost at most {} ({:.2} % of the window), below the {} % threshold",
+            human_ns(bound_ns),
+            context.pct(bound_ns),
+            rule.min_saving_pct
+        );
+        return Err(Quiet { kind: KIND, why });
+    }
+    let per_step = context
+        .window_steps
+        .filter(|&n| n > 0)
+        .map_or(String::new(), |n| format!(" ({:.1} per step)", count as f64 / n as f64));
+    let mut evidence = vec![format!("{count} pageable host-device copies in the window{per_step}")];
+    for (rank, t) in &pageable {
+        evidence.push(format!(
+            "rank {rank}: {} copies ({} host to device, {} device to host), {:.1} MB, {} on the GPU ({:.2} GB/s), \
+             the host {} inside their calls",
+            t.count,
+            t.to_device,
+            t.count - t.to_device,
+            t.bytes as f64 / 1e6,
+            human_ns(t.gpu_ns),
+            t.gbps(),
+            human_ns(t.call_ns)
+        ));
+        if let Some(p) = pinned.get(rank) {
+            evidence.push(format!("rank {rank}: its {} pinned copies reach {:.2} GB/s", p.count, p.gbps()));
+        }
+    }
+    Ok(context.finding(
+        KIND,
+        "host-device copies from pageable memory block the host inside the step loop (pin the host buffers)".into(),
+        evidence,
+        "bound: per pageable copy on every rank, the host's time in the issuing call or the copy's GPU time, \
+         whichever is longer, summed (pinned, the call returns at once and the copy runs asynchronously)"
+            .into(),
+        Basis::Bound,
+        bound_ns,
+    ))
+}
