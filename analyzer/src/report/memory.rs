@@ -120,7 +120,7 @@ pub fn section(traces: &[Trace], ranks: &[(RankKey, u32, bool)], phase_pattern: 
     out
 }
 
-fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &Regex) -> Option<RankMemory> {
+pub(crate) fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &Regex) -> Option<RankMemory> {
     let series = memory::cuda_series(trace, device);
     let (allocated, reserved) = memory::framework_series(trace, device);
     if series.points.is_empty() && allocated.is_empty() {
