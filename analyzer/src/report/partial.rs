@@ -21,6 +21,9 @@
 //!   kernel's row is held twice, which is what keeps one worker's memory bounded on a job of hundreds of ranks.
 //!   Clocks of ranks on several hosts are aligned first from [`row_differences`].
 //!
+//! A matched kernel whole inside its rank's steady state (`steady_state`, when warm-up steps are left out) counts
+//! there too, as in `analyze`: its row and its tally say so.
+//!
 //! Phases of one rank that first run GPU work at the same nanosecond are ordered by name, in `analyze` as in a
 //! part: their numbers differ between the two (numbered across all traces, or within one), their names do not.
 
@@ -98,7 +101,7 @@ impl DevicePart {
 
 /// A communication kernel of a rank, as the matcher and the merge need it (written as an array of its fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(into = "(CommKernel, String, bool)", from = "(CommKernel, String, bool)")]
+#[serde(into = "CommRowFields", from = "CommRowFields")]
 pub struct CommRow {
     /// What the matcher reads.
     pub kernel: CommKernel,
@@ -106,7 +109,12 @@ pub struct CommRow {
     pub label: String,
     /// Cut by the analysis window: matched, but its time is not split into wait and transfer.
     pub clipped: bool,
+    /// Whole inside its rank's steady state (the report's `steady_state`), whose figures count its share too.
+    pub steady: bool,
 }
+
+/// [`CommRow`]'s fields in order.
+type CommRowFields = (CommKernel, String, bool, bool);
 
 /// A rank of the merged run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,32 +142,34 @@ pub struct KeyedRow {
     /// Its report label's position in its GPU's [`DevicePart::comm_labels`]; `None` when the analysis window cuts
     /// the kernel (it is matched, but its time is not split into wait and transfer).
     pub label: Option<u32>,
+    /// Whole inside its rank's steady state (see [`CommRow::steady`]).
+    pub steady: bool,
 }
 
 /// [`KeyedRow`]'s fields in order.
-type KeyedRowFields = (usize, u64, CommKernel, Option<u32>);
+type KeyedRowFields = (usize, u64, CommKernel, Option<u32>, bool);
 
-impl From<CommRow> for (CommKernel, String, bool) {
+impl From<CommRow> for CommRowFields {
     fn from(row: CommRow) -> Self {
-        (row.kernel, row.label, row.clipped)
+        (row.kernel, row.label, row.clipped, row.steady)
     }
 }
 
-impl From<(CommKernel, String, bool)> for CommRow {
-    fn from((kernel, label, clipped): (CommKernel, String, bool)) -> Self {
-        CommRow { kernel, label, clipped }
+impl From<CommRowFields> for CommRow {
+    fn from((kernel, label, clipped, steady): CommRowFields) -> Self {
+        CommRow { kernel, label, clipped, steady }
     }
 }
 
 impl From<KeyedRow> for KeyedRowFields {
     fn from(row: KeyedRow) -> Self {
-        (row.input, row.slot, row.kernel, row.label)
+        (row.input, row.slot, row.kernel, row.label, row.steady)
     }
 }
 
 impl From<KeyedRowFields> for KeyedRow {
-    fn from((input, slot, kernel, label): KeyedRowFields) -> Self {
-        KeyedRow { input, slot, kernel, label }
+    fn from((input, slot, kernel, label, steady): KeyedRowFields) -> Self {
+        KeyedRow { input, slot, kernel, label, steady }
     }
 }
 
@@ -303,8 +313,8 @@ impl ShareTally {
 }
 
 /// Which tally a matched kernel's share goes to: (rank input, label position in its GPU's
-/// [`DevicePart::comm_labels`], phase).
-pub type TallyKey = (usize, u32, Option<String>);
+/// [`DevicePart::comm_labels`], phase, whole inside the rank's steady state).
+pub type TallyKey = (usize, u32, Option<String>, bool);
 
 /// A trace's tallies, by key.
 pub type TraceTallies = Vec<(TallyKey, ShareTally)>;
@@ -431,7 +441,14 @@ fn device_part(context: &DeviceContext, options: &Options) -> DevicePart {
         let figures = hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns);
         serde_json::to_value(figures).expect("HTA figures serialise")
     });
-    let comm = comm_rows(context, options);
+    let mut comm = comm_rows(context, options);
+    // A matched kernel's share counts in the steady state's figures too when the kernel lies in it whole.
+    if let Some(window) = report.steady_state.as_ref().map(|s| s.window_ns) {
+        for row in comm.iter_mut().filter(|row| !row.clipped) {
+            let whole = (row.kernel.start_ns, row.kernel.end_ns);
+            row.steady = clip(whole.0, whole.1, Some(window)) == Some(whole);
+        }
+    }
     let comm_labels: BTreeSet<&String> = comm.iter().map(|row| &row.label).collect();
     DevicePart {
         device: device.0,
@@ -480,6 +497,8 @@ pub(super) fn comm_rows(context: &DeviceContext, options: &Options) -> Vec<CommR
             CommRow {
                 label: categories::report_label(&options.classifier, class, collective),
                 clipped: clip(k.start_ns, k.end_ns, options.window_ns) != Some((k.start_ns, k.end_ns)),
+                // Set by the caller, which knows the rank's steady state.
+                steady: false,
                 kernel,
             }
         })
@@ -511,14 +530,16 @@ pub fn keyed_rows(part: &TracePart, first_input: usize) -> Vec<KeyedRow> {
     for (position, device) in part.devices.iter().enumerate() {
         let kernels: Vec<CommKernel> = device.comm.iter().map(|row| row.kernel.clone()).collect();
         for ((slot, kernel), row) in collectives::slots(&kernels).into_iter().zip(kernels).zip(&device.comm) {
-            out.push(KeyedRow { input: first_input + position, slot, kernel, label: device.label_position(row) });
+            let (input, label) = (first_input + position, device.label_position(row));
+            out.push(KeyedRow { input, slot, kernel, label, steady: row.steady });
         }
     }
     out
 }
 
-/// The members of one key: (rank input, kernel) in rank input order, and each one's label (see [`KeyedRow`]).
-type KeyMembers = (Vec<(usize, CommKernel)>, Vec<Option<u32>>);
+/// The members of one key: (rank input, kernel) in rank input order, and each one's label and steady-state mark (see
+/// [`KeyedRow`]).
+type KeyMembers = (Vec<(usize, CommKernel)>, Vec<(Option<u32>, bool)>);
 
 /// Groups rows by key, each group in rank input order.
 fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), KeyMembers> {
@@ -527,7 +548,7 @@ fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), Key
     for row in rows {
         let (members, labels) = groups.entry((row.kernel.communicator.clone(), row.kernel.op, row.slot)).or_default();
         members.push((row.input, row.kernel));
-        labels.push(row.label);
+        labels.push((row.label, row.steady));
     }
     groups
 }
@@ -550,9 +571,9 @@ pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64], kee
             continue;
         };
         // `instance.shares` are in the order of `members`.
-        for (((input, kernel), label), share) in members.iter().zip(&labels).zip(&instance.shares) {
-            let Some(label) = *label else { continue };
-            let key = (*input, label, kernel.phase.clone());
+        for (((input, kernel), &(label, steady)), share) in members.iter().zip(&labels).zip(&instance.shares) {
+            let Some(label) = label else { continue };
+            let key = (*input, label, kernel.phase.clone(), steady);
             tallies.entry(ranks[*input].trace).or_default().entry(key).or_default().absorb((*share).into());
         }
         instances.push(MatchedInstance::new(instance, spread, keep_rank_waits));
@@ -583,7 +604,7 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
             for row in &device.comm {
                 let Some(label) = device.label_position(row) else { continue };
                 let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
-                let key = (first_input + position, label, row.kernel.phase.clone());
+                let key = (first_input + position, label, row.kernel.phase.clone(), row.steady);
                 tallies.entry(key).or_default().absorb((*share).into());
             }
         }
@@ -683,8 +704,10 @@ fn finish_ranks<'a>(
                 fields.insert("hta".into(), hta.clone());
             }
             let mut touched_phases = BTreeSet::new();
-            let of_rank = tallies.range::<TallyKey, _>(&(input, 0, None)..).take_while(|(key, _)| key.0 == input);
-            for (&(_, label, phase), &tally) in of_rank {
+            let mut touched_steady_state = false;
+            let of_rank =
+                tallies.range::<TallyKey, _>(&(input, 0, None, false)..).take_while(|(key, _)| key.0 == input);
+            for (&(_, label, phase, steady), &tally) in of_rank {
                 let Some(label) = device.comm_labels.get(*label as usize) else {
                     return Err(format!(
                         "{}: a collective share names label {label}, which GPU {} does not have",
@@ -700,8 +723,15 @@ fn finish_ranks<'a>(
                     add_share(phase_fields, label, tally);
                     touched_phases.insert(phase.clone());
                 }
+                if *steady && let Some(Value::Object(steady_fields)) = fields.get_mut("steady_state") {
+                    add_share(steady_fields, label, tally);
+                    touched_steady_state = true;
+                }
             }
             sort_categories(fields);
+            if touched_steady_state && let Some(Value::Object(steady_fields)) = fields.get_mut("steady_state") {
+                sort_categories(steady_fields);
+            }
             for phase in touched_phases {
                 if let Some(Value::Object(phase_fields)) = fields.get_mut("phases").and_then(|p| p.get_mut(&phase)) {
                     sort_categories(phase_fields);

@@ -188,9 +188,21 @@ fn shares_that_do_not_fit_the_part_are_an_error_not_dropped() {
     assert!(labels > 0, "the skewed sample has communication kernels");
     let tally = partial::ShareTally { wait_ns: 5, positive_wait_ns: 5, transfer_ns: 7, late: 1 };
     let finish = |key: partial::TallyKey| partial::finish_trace(part, trace, &ranks, false, &[vec![(key, tally)]]);
-    assert!(finish((input, 0, None)).is_ok(), "a tally of a label the GPU has is applied");
-    let unknown_label = finish((input, labels, None)).unwrap_err();
+    assert!(finish((input, 0, None, false)).is_ok(), "a tally of a label the GPU has is applied");
+    let unknown_label = finish((input, labels, None, false)).unwrap_err();
     assert!(unknown_label.contains("does not have"), "{unknown_label}");
-    let other_gpu = finish((ranks.len() + 3, 0, None)).unwrap_err();
+    let other_gpu = finish((ranks.len() + 3, 0, None, false)).unwrap_err();
     assert!(other_gpu.contains("not in this part"), "{other_gpu}");
+}
+
+#[test]
+fn matched_waits_reach_the_steady_state_in_parts() {
+    // Two steps left out as warm-up: each rank's steady state counts the waits of its matched kernels inside it.
+    let options = Options { skip_steps: 2, ..Options::default() };
+    let traces = crate::parallel_report::one_rank_traces(4, 12);
+    check("4 rank traces, 2 warm-up steps", &traces, &options);
+    let whole: serde_json::Value = serde_json::from_str(&render::json(&analyze(&traces, &options))).unwrap();
+    let steady_wait: i64 =
+        whole["ranks"].as_array().unwrap().iter().map(|r| r["steady_state"]["comm_wait_ns"].as_i64().unwrap()).sum();
+    assert!(steady_wait > 0, "the steady states wait");
 }
