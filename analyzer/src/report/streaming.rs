@@ -364,11 +364,12 @@ pub fn estimated_memory_bytes(paths: &[PathBuf]) -> u64 {
     paths.iter().map(|p| file_bytes(p, 0)).fold(0, u64::saturating_add)
 }
 
-/// Memory of a loaded trace per byte of its uncompressed file (nsys SQLite, JSON), measured on generated nsys
-/// exports (see BENCHMARKS.md).
-pub const MEMORY_PER_FILE_BYTE: u64 = 2;
-/// The same per byte of a gzipped file.
-pub const MEMORY_PER_GZIP_BYTE: u64 = 12;
+/// Peak memory of `report` holding every trace per byte of the uncompressed files (nsys SQLite, JSON): 7.6 on
+/// generated nsys rank files, findings included (BENCHMARKS.md, "The report file by file").
+pub const MEMORY_PER_FILE_BYTE: u64 = 8;
+/// The same per byte of a gzipped file: gzip shrinks nsys SQLite about 3 times and Kineto JSON about 14 times,
+/// and a JSON trace takes less memory than its text.
+pub const MEMORY_PER_GZIP_BYTE: u64 = 16;
 
 /// The memory this process may still use: the smaller of the system's available memory and what its control group
 /// leaves (Linux); `None` where neither can be read.
