@@ -417,10 +417,16 @@ fn output_paths(options: &Options) -> Vec<PathBuf> {
     (0..options.ranks).map(|rank| options.output.with_file_name(format!("{stem}.rank{rank}.{extension}"))).collect()
 }
 
-/// Each file's chunk (its ranks, `(rank, slot in the chunk)` per rank) for the next steps.
-fn empty_chunks(options: &Options) -> Vec<(Trace, ChunkNames, Vec<(u32, u32)>)> {
-    let groups: Vec<std::ops::Range<u32>> =
-        if options.split { (0..options.ranks).map(|r| r..r + 1).collect() } else { vec![0..options.ranks] };
+/// One file's chunk: the trace, its names, and `(rank, slot in the chunk)` per rank in it.
+type FileChunk = (Trace, ChunkNames, Vec<(u32, u32)>);
+
+/// Each file's chunk for the next steps.
+fn empty_chunks(options: &Options) -> Vec<FileChunk> {
+    let groups: Vec<std::ops::Range<u32>> = if options.split {
+        (0..options.ranks).map(|r| r..r + 1).collect()
+    } else {
+        std::iter::once(0..options.ranks).collect()
+    };
     groups
         .into_iter()
         .map(|which| {
