@@ -121,6 +121,11 @@ enum Command {
         /// Leave the findings out (no dependency model is built or replayed).
         #[arg(long, conflicts_with = "findings_rules")]
         no_findings: bool,
+        /// Read and analyse the rank files a few at a time, each dropped once analysed, and match the collectives
+        /// from what is kept (the same report, without the findings, which need every trace): `auto` does so
+        /// for two or more files whose traces would not fit in half the available memory.
+        #[arg(long, value_enum, default_value = "auto")]
+        streaming: StreamingMode,
     },
     /// What limits the run, ranked by the time removing each cause saves (per step and per run), each saving
     /// obtained by replaying the dependency model of the steady-state steps with that cause removed, or a stated
@@ -420,8 +425,8 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures, findings_rules, no_findings } => {
-            report_command(analysis, format, top, pictures, (!no_findings).then_some(findings_rules))
+        Command::Report { analysis, format, top, pictures, findings_rules, no_findings, streaming } => {
+            report_command(analysis, format, top, pictures, (!no_findings).then_some(findings_rules), streaming)
         }
         Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML),
         Command::Findings { analysis, format, findings_rules, model, tokens, .. } => {
@@ -465,8 +470,12 @@ fn report_command(
     top: usize,
     pictures: ChartArgs,
     findings_rules: Option<Option<PathBuf>>,
+    streaming: StreamingMode,
 ) -> Result<()> {
     let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
+    if streaming == StreamingMode::On && wants_charts {
+        bail!("--streaming on: --html and --charts need every trace in memory; leave --streaming at auto or off");
+    }
     shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
     if !wants_charts && findings_rules.is_none() && (pictures.model.is_some() || pictures.tokens.is_some()) {
         bail!("--model and --tokens are figures of the charts and the findings: give --html or --charts, or findings");
@@ -476,11 +485,29 @@ fn report_command(
     let rules_inputs: Vec<&Path> = findings_rules.iter().flatten().map(PathBuf::as_path).collect();
     shardscope_io::output::check_outputs(&outputs, &rules_inputs)?;
     let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
-    let (mut report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
+    let stream = match streaming {
+        StreamingMode::On => !analysis.traces.is_empty(),
+        StreamingMode::Off => false,
+        StreamingMode::Auto => {
+            !wants_charts
+                && report::streaming::should_stream(&analysis.traces, report::streaming::available_memory_bytes())
+        }
+    };
+    let (mut report, traces, options) =
+        if stream { analyse_streaming(analysis)? } else { analyse_keeping_traces(analysis, wants_charts)? };
     let flops = pictures.model.as_ref().zip(pictures.tokens.as_ref());
     let found = match &findings_rules {
-        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops)?,
         None => None,
+        Some(rules) if stream => {
+            // The findings replay the dependency model of every event of every rank: they need every trace.
+            load_findings_rules(rules.as_deref())?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "analyzer: the report went file by file (--streaming): no findings (`analyzer findings` makes them)"
+            );
+            None
+        }
+        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops)?,
     };
     if let Some((rules, bench)) = chart_inputs {
         let inputs = ChartInputs { traces: &traces, options: &options };
@@ -1007,12 +1034,72 @@ fn load_model(args: ModelArgs, steady: bool) -> Result<(Vec<Trace>, critical_pat
     Ok((traces, model))
 }
 
+/// How `report` holds the traces (`--streaming`).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StreamingMode {
+    /// File by file when all files at once would not fit in memory.
+    Auto,
+    /// File by file.
+    On,
+    /// All files at once.
+    Off,
+}
+
+/// The report made file by file (see `report::streaming`): no traces are kept.
+fn analyse_streaming(args: AnalysisArgs) -> Result<(report::Report, Vec<Trace>, Options)> {
+    let paths = args.traces.clone();
+    let options = analysis_options(args, false)?;
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let what = format!("{} files, {jobs} at a time", paths.len());
+    let digests = shardscope_analyzer::output::progress::loading(&what, || {
+        report::streaming::digest_files(&paths, &options, jobs)
+    })?;
+    if !digests.digests().iter().any(|d| d.has_gpu_work()) {
+        bail!("{}: no GPU kernels or memory operations in the input", display_list(&paths));
+    }
+    let identities: Vec<RunIdentity> = digests.digests().iter().map(|d| d.identity().clone()).collect();
+    if !options.allow_mixed
+        && let Some(why) = run::mixed_runs(&identities)
+    {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
+    let mut stderr = std::io::stderr().lock();
+    for warning in digests.digests().iter().flat_map(|d| d.warnings()) {
+        let line = format!("{}: {} × {}", warning.source, warning.count, warning.what);
+        let _ = writeln!(stderr, "analyzer: warning: {}", one_line(&line));
+    }
+    drop(stderr);
+    let report = digests.finish(&options);
+    if let Some(window_ns) = options.window_ns {
+        warn_if_window_is_empty(&report, window_ns);
+    }
+    Ok((report, Vec::new(), options))
+}
+
 fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Report> {
     analyse_keeping_traces(args, keep_instances).map(|(report, _, _)| report)
 }
 
 /// The report with the traces and options it was made from.
 fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(report::Report, Vec<Trace>, Options)> {
+    let paths = args.traces.clone();
+    let allow_mixed = args.allow_mixed;
+    let options = analysis_options(args, keep_instances)?;
+    let traces = load_all(&paths)?;
+    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+    if !allow_mixed && let Some(why) = run::mixed_runs(&identities) {
+        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
+    }
+    print_load_warnings(&traces);
+    let report = report::analyze(&traces, &options);
+    if let Some(window_ns) = options.window_ns {
+        warn_if_window_is_empty(&report, window_ns);
+    }
+    Ok((report, traces, options))
+}
+
+/// The analysis options the arguments give (the traces are not read).
+fn analysis_options(args: AnalysisArgs, keep_instances: bool) -> Result<Options> {
     let classifier = match args.rules {
         Some(path) => Classifier::load(&path)?,
         None => Classifier::builtin(),
@@ -1022,14 +1109,6 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
     let step_pattern = Regex::new(&args.step_pattern)
         .map_err(|e| anyhow::anyhow!("--step-pattern: {}", e.to_string().lines().last().unwrap_or("")))?;
     let bench_peaks = args.bench.map(|path| BenchPeaks::load(&path)).transpose().map_err(anyhow::Error::msg)?;
-    let traces = load_all(&args.traces)?;
-    let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
-    if !args.allow_mixed
-        && let Some(why) = run::mixed_runs(&identities)
-    {
-        bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
-    }
-    print_load_warnings(&traces);
     let hta_step_mode =
         if args.hta_include_last_step { hta::StepMode::IncludeLastStep } else { hta::StepMode::DropLastStep };
     let options = Options {
@@ -1044,11 +1123,7 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
         detect_warmup: args.skip_steps.is_none(),
         allow_mixed: args.allow_mixed,
     };
-    let report = report::analyze(&traces, &options);
-    if let Some(window_ns) = options.window_ns {
-        warn_if_window_is_empty(&report, window_ns);
-    }
-    Ok((report, traces, options))
+    Ok(options)
 }
 
 /// A window that holds no GPU work of any rank gives all-zero figures: say so, with where the traces lie.

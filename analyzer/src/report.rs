@@ -44,6 +44,7 @@ pub mod compare;
 pub mod memory;
 pub mod mfu;
 pub mod partial;
+pub mod streaming;
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -512,26 +513,57 @@ fn run_report(
     filter_steps: bool,
     options: &Options,
 ) -> Report {
-    let warnings = traces
-        .iter()
-        .flat_map(|t| {
-            t.warnings.iter().map(|w| FileWarning {
-                source: t.source.path.clone(),
-                what: w.what.clone(),
-                count: w.count,
+    let facts = RunFacts {
+        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+        warnings: traces
+            .iter()
+            .flat_map(|t| {
+                t.warnings.iter().map(|w| FileWarning {
+                    source: t.source.path.clone(),
+                    what: w.what.clone(),
+                    count: w.count,
+                })
             })
-        })
-        .collect();
-    let run_identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
+            .collect(),
+        identities: traces.iter().map(RunIdentity::of).collect(),
+        capture_notes: traces.iter().filter_map(capture_mode_note).collect(),
+        memory: memory::section(traces, &assign_ranks(traces), &options.phase_pattern),
+    };
+    report_of(facts, ranks, matching, filter_steps, options)
+}
+
+/// What the run-level parts of the report take from each trace: taken from all traces at once ([`analyze`]), or
+/// from one trace at a time ([`streaming`]).
+#[derive(Default)]
+struct RunFacts {
+    /// The traces' files, in input order.
+    inputs: Vec<String>,
+    warnings: Vec<FileWarning>,
+    identities: Vec<RunIdentity>,
+    /// The notes on communication-only captures ([`capture_mode_note`]), in input order.
+    capture_notes: Vec<String>,
+    /// The memory section, by rank.
+    memory: Vec<memory::RankMemory>,
+}
+
+/// The report from the run's facts, its rank reports (ordered by rank) and the matching.
+fn report_of(
+    facts: RunFacts,
+    ranks: Vec<RankReport>,
+    matching: Matching,
+    filter_steps: bool,
+    options: &Options,
+) -> Report {
+    let RunFacts { inputs, warnings, identities: run_identities, capture_notes, memory } = facts;
     let mut notes = Vec::new();
     if let Some(why) = run::mixed_runs(&run_identities) {
         // Callers refuse mixed inputs unless asked not to; when analysed anyway, the report says so.
         notes.push(format!("inputs are not one run ({why}); analysed together as asked"));
     }
     notes.extend(run::partial_run_note(&run_identities, ranks.len()));
-    notes.extend(traces.iter().filter_map(capture_mode_note));
+    notes.extend(capture_notes);
     Report {
-        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+        inputs,
         phase_pattern: options.phase_pattern.as_str().to_string(),
         window_ns: options.window_ns,
         hta_step_inclusion: match (filter_steps, options.hta_step_mode) {
@@ -545,7 +577,7 @@ fn run_report(
         warnings,
         run_identities,
         notes,
-        memory: memory::section(traces, &assign_ranks(traces), &options.phase_pattern),
+        memory,
     }
 }
 

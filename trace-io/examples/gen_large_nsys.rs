@@ -5,6 +5,9 @@
 //! cargo run --release -p shardscope-io --example gen_large_nsys -- --kernels 1000000 --ranks 8 -o big.sqlite
 //! ```
 //!
+//! With `--split`, each rank goes to a file of its own, as a job writes them (`big.rank0.sqlite`, …), with the
+//! same events as the one file.
+//!
 //! Each rank is one process driving one GPU. Its main thread runs one prefill step and then
 //! decode steps, each an NVTX range (`prefill` / `decode`) around the layers of a Llama-shaped
 //! decoder with tensor parallelism: RMSNorm, QKV GEMM, rotary embedding, flash attention,
@@ -181,12 +184,15 @@ struct Options {
     kernels: u64,
     ranks: u32,
     output: PathBuf,
+    /// One file per rank.
+    split: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
     let mut kernels = None;
     let mut ranks = 8;
     let mut output = None;
+    let mut split = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -196,8 +202,9 @@ fn parse_args() -> Result<Options, String> {
             }
             "--ranks" => ranks = value("--ranks")?.parse::<u32>().map_err(|e| format!("--ranks: {e}"))?,
             "-o" | "--output" => output = Some(PathBuf::from(value("-o")?)),
+            "--split" => split = true,
             "-h" | "--help" => {
-                return Err("usage: gen_large_nsys --kernels N [--ranks R] -o OUT.sqlite".into());
+                return Err("usage: gen_large_nsys --kernels N [--ranks R] [--split] -o OUT.sqlite".into());
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -207,7 +214,7 @@ fn parse_args() -> Result<Options, String> {
     if ranks == 0 || ranks > 4096 {
         return Err(format!("--ranks must be between 1 and 4096, not {ranks}"));
     }
-    Ok(Options { kernels, ranks, output })
+    Ok(Options { kernels, ranks, output, split })
 }
 
 /// xorshift64*: a fast deterministic generator, enough for jitter.
@@ -244,9 +251,10 @@ struct ChunkNames {
     nccl_all_reduce: NameId,
 }
 
-fn empty_chunk(ranks: u32) -> (Trace, ChunkNames) {
+/// A chunk holding the ranks `which` of a job of `ranks`; a rank's process and GPU are its position in `which`.
+fn empty_chunk(which: std::ops::Range<u32>, ranks: u32) -> (Trace, ChunkNames) {
     let mut t = Trace::default();
-    for rank in 0..ranks {
+    for (slot, rank) in which.enumerate() {
         let pid = 4000 + rank;
         t.add_process(Process {
             pid,
@@ -259,7 +267,7 @@ fn empty_chunk(ranks: u32) -> (Trace, ChunkNames) {
         });
         t.add_device(Device {
             ordinal: rank,
-            process: Some(ProcessIdx(rank)),
+            process: Some(ProcessIdx(slot as u32)),
             name: "NVIDIA H200".into(),
             sm_count: Some(132),
             memory_bytes: Some(150_109_880_320),
@@ -290,14 +298,14 @@ fn empty_chunk(ranks: u32) -> (Trace, ChunkNames) {
 fn add_step(
     t: &mut Trace,
     names: &ChunkNames,
-    rank: u32,
+    (rank, slot): (u32, u32),
     clock: &mut RankClock,
     jitter: &mut Jitter,
     prefill: bool,
     kernel_budget: u64,
 ) -> u64 {
-    let process = ProcessIdx(rank);
-    let device = DeviceIdx(rank);
+    let process = ProcessIdx(slot);
+    let device = DeviceIdx(slot);
     let tid = 4000 + rank;
     let compute_stream = 7;
     let step_start = clock.cpu_ns;
@@ -399,12 +407,43 @@ fn add_step(
     added
 }
 
+/// The files written: one, or with `--split` one per rank (`OUT.rankN.sqlite`).
+fn output_paths(options: &Options) -> Vec<PathBuf> {
+    if !options.split {
+        return vec![options.output.clone()];
+    }
+    let stem = options.output.file_stem().map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+    let extension = options.output.extension().map_or("sqlite".into(), |e| e.to_string_lossy().into_owned());
+    (0..options.ranks).map(|rank| options.output.with_file_name(format!("{stem}.rank{rank}.{extension}"))).collect()
+}
+
+/// One file's chunk: the trace, its names, and `(rank, slot in the chunk)` per rank in it.
+type FileChunk = (Trace, ChunkNames, Vec<(u32, u32)>);
+
+/// Each file's chunk for the next steps.
+fn empty_chunks(options: &Options) -> Vec<FileChunk> {
+    let groups: Vec<std::ops::Range<u32>> = if options.split {
+        (0..options.ranks).map(|r| r..r + 1).collect()
+    } else {
+        std::iter::once(0..options.ranks).collect()
+    };
+    groups
+        .into_iter()
+        .map(|which| {
+            let slots = which.clone().zip(0..).collect();
+            let (chunk, names) = empty_chunk(which, options.ranks);
+            (chunk, names, slots)
+        })
+        .collect()
+}
+
 fn run(options: &Options) -> Result<(), String> {
-    let mut writer = Writer::create_with(
-        &options.output,
-        &WriteOptions { producer_name: "shardscope gen_large_nsys".into(), ..WriteOptions::default() },
-    )
-    .map_err(|e| e.to_string())?;
+    let paths = output_paths(options);
+    let write_options = WriteOptions { producer_name: "shardscope gen_large_nsys".into(), ..WriteOptions::default() };
+    let mut writers: Vec<Writer> = paths
+        .iter()
+        .map(|path| Writer::create_with(path, &write_options).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
     let kernels_per_step = (LAYERS * LAYER.len() + TAIL_KERNELS) as u64;
     let ranks = u64::from(options.ranks);
     let mut clocks: Vec<RankClock> = (0..options.ranks)
@@ -415,11 +454,20 @@ fn run(options: &Options) -> Result<(), String> {
     let mut step = 0usize;
     let mut first_chunk = true;
     while written < options.kernels {
-        let (mut chunk, names) = empty_chunk(options.ranks);
+        let mut chunks = empty_chunks(options);
+        // The file of each rank, and the rank's slot in it.
+        let file_of: Vec<(usize, u32)> =
+            (0..options.ranks).map(|rank| if options.split { (rank as usize, 0) } else { (0, rank) }).collect();
         if first_chunk {
-            chunk.clock_offset_ns = Some(1_779_000_000_000_000_000);
-            for rank in 0..options.ranks {
-                chunk.threads.push(ThreadName { process: ProcessIdx(rank), tid: 4000 + rank, name: "python3".into() });
+            for (chunk, _, slots) in &mut chunks {
+                chunk.clock_offset_ns = Some(1_779_000_000_000_000_000);
+                for &(rank, slot) in slots.iter() {
+                    chunk.threads.push(ThreadName {
+                        process: ProcessIdx(slot),
+                        tid: 4000 + rank,
+                        name: "python3".into(),
+                    });
+                }
             }
             first_chunk = false;
         }
@@ -436,16 +484,23 @@ fn run(options: &Options) -> Result<(), String> {
                 if budget == 0 {
                     break;
                 }
-                written += add_step(&mut chunk, &names, rank as u32, clock, &mut jitter, prefill, budget);
+                let (file, slot) = file_of[rank];
+                let (chunk, names, _) = &mut chunks[file];
+                written += add_step(chunk, names, (rank as u32, slot), clock, &mut jitter, prefill, budget);
             }
             step += 1;
         }
-        // nsys exports store events in time order; so does this file, chunk by chunk.
-        chunk.finish();
-        writer.write_trace(&chunk).map_err(|e| e.to_string())?;
+        // nsys exports store events in time order; so does each file, chunk by chunk.
+        for ((chunk, _, _), writer) in chunks.iter_mut().zip(&mut writers) {
+            chunk.finish();
+            writer.write_trace(chunk).map_err(|e| e.to_string())?;
+        }
     }
-    writer.finish().map_err(|e| e.to_string())?;
-    eprintln!("wrote {written} kernels, {step} steps, {} ranks to {}", options.ranks, options.output.display());
+    for writer in writers {
+        writer.finish().map_err(|e| e.to_string())?;
+    }
+    let into = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    eprintln!("wrote {written} kernels, {step} steps, {} ranks to {into}", options.ranks);
     Ok(())
 }
 

@@ -472,7 +472,7 @@ fn device_part(context: &DeviceContext, options: &Options) -> DevicePart {
 
 /// The GPU's communication kernels as the matcher sees them (as `analyze` builds them: with a window, the kernels
 /// reaching into it), with their report labels.
-fn comm_rows(context: &DeviceContext, options: &Options) -> Vec<CommRow> {
+pub(super) fn comm_rows(context: &DeviceContext, options: &Options) -> Vec<CommRow> {
     let DeviceContext { trace, device, by_device, classes, phase_index, .. } = *context;
     let all = &by_device.kernels[device.0 as usize];
     let windowed: Vec<u32> = match options.window_ns {

@@ -38,6 +38,7 @@ mod phases_and_steps;
 mod readme_commands;
 mod report;
 mod straggler_artifact;
+mod streaming;
 mod study;
 mod study_theme;
 mod summary;

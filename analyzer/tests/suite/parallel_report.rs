@@ -69,13 +69,23 @@ fn every_sample_reports_the_same_on_one_thread_and_many() {
 /// around GEMMs and an NCCL all-reduce whose arrival differs by rank (so that ranks wait), each kernel with its
 /// launch call.
 fn multi_rank_trace(ranks: u32, steps: u32) -> Trace {
+    ranks_trace(0..ranks, ranks, steps)
+}
+
+/// [`multi_rank_trace`]'s ranks each in a trace of its own, as a job writes one file per rank.
+pub(crate) fn one_rank_traces(ranks: u32, steps: u32) -> Vec<Trace> {
+    (0..ranks).map(|rank| ranks_trace(rank..rank + 1, ranks, steps)).collect()
+}
+
+/// The ranks `which` of [`multi_rank_trace`] with `world` ranks.
+fn ranks_trace(which: std::ops::Range<u32>, world: u32, steps: u32) -> Trace {
     let mut trace = Trace::default();
     let gemm = trace.names.intern("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT");
     let all_reduce = trace.names.intern("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
     let launch = trace.names.intern("cudaLaunchKernel");
     let (prefill, decode) = (trace.names.intern("prefill"), trace.names.intern("decode"));
     let mut correlation_id = 0u32;
-    for rank in 0..ranks {
+    for rank in which {
         let process = trace.add_process(Process { pid: 1000 + rank, rank: Some(rank), ..Process::default() });
         let device = trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
         let tid = 1000 + rank;
@@ -121,7 +131,7 @@ fn multi_rank_trace(ranks: u32, steps: u32) -> Trace {
                             op: CollectiveOp::AllReduce,
                             bytes: Some(8 << 20),
                             communicator: Some(0xfeed),
-                            group_size: Some(ranks),
+                            group_size: Some(world),
                             ..Collective::default()
                         });
                         trace.collectives.len() as u32 - 1
@@ -166,7 +176,7 @@ fn a_generated_multi_rank_file_reports_the_same_on_one_thread_and_many_and_in_pa
 /// A rank whose prefill and decode first run GPU work at the same nanosecond (kernels launched from two threads
 /// inside the two ranges); `first` is the phase range this trace lists first, which numbers the phases when the
 /// trace is analysed alone.
-fn tied_phases_trace(rank: u32, first: &str, second: &str) -> Trace {
+pub(crate) fn tied_phases_trace(rank: u32, first: &str, second: &str) -> Trace {
     let mut trace = Trace::default();
     let process = trace.add_process(Process { pid: 10 + rank, rank: Some(rank), ..Process::default() });
     let device = trace.add_device(Device { ordinal: 0, process: Some(process), ..Device::default() });

@@ -225,3 +225,15 @@ fn merged_parts_carry_the_memory_section() {
     assert_eq!(framework["peak_allocated_bytes"], 419_433_984_u64);
     assert_eq!(framework["peak_reserved_bytes"], 654_311_424_u64);
 }
+
+#[test]
+fn matched_waits_reach_the_steady_state_in_parts_too() {
+    // Two steps left out as warm-up: each rank's steady state counts the waits of its matched kernels inside it.
+    let options = Options { skip_steps: 2, ..Options::default() };
+    let traces = crate::parallel_report::one_rank_traces(4, 12);
+    check("4 rank traces, 2 warm-up steps", &traces, &options);
+    let whole: serde_json::Value = serde_json::from_str(&render::json(&analyze(&traces, &options))).unwrap();
+    let steady_wait: i64 =
+        whole["ranks"].as_array().unwrap().iter().map(|r| r["steady_state"]["comm_wait_ns"].as_i64().unwrap()).sum();
+    assert!(steady_wait > 0, "the steady states wait");
+}
