@@ -640,3 +640,28 @@ fn public_kineto_pageable_copies_fire_where_they_matter() {
 }
 
 mod stages_flops_fit;
+
+/// Two one-GPU PyTorch programs recorded with torch.profiler (`profile_memory=True`) on an H100 80GB, each made with
+/// one cause (`workloads/kineto_causes.py`, `sample-traces/findings/`): one copies 64 MiB from pageable host memory
+/// to the GPU in every step, the other runs its steps with 93 % of the GPU's memory held by the caching allocator
+/// (PyTorch's `max_memory_reserved()` printed 78,680,948,736 of 85,017,493,504 bytes). Each fires its own cause and
+/// not the other's.
+#[test]
+fn programs_made_with_one_cause_fire_that_cause_only() {
+    let dir = repo_root().join("sample-traces/findings");
+    let full = findings_json(&dir.join("kineto_memory_full.json.gz"), &[]);
+    let memory = finding(&full, "memory_near_capacity").expect("memory near capacity fires");
+    assert_eq!(memory["basis"], "risk");
+    let evidence = memory["evidence"][0].as_str().unwrap();
+    assert!(evidence.starts_with("rank 0 (GPU 0): peak 78.68 GB (reserved by the allocator"), "{evidence}");
+    assert!(evidence.ends_with("of 85.02 GB total, 92.5 %"), "{evidence}");
+    assert!(finding(&full, "pageable_copies").is_none(), "{full:#}");
+
+    let pageable = findings_json(&dir.join("kineto_pageable_copies.json.gz"), &[]);
+    let copies = finding(&pageable, "pageable_copies").expect("pageable copies fire");
+    assert_eq!(copies["basis"], "bound");
+    assert_eq!(copies["evidence"][0], "7 pageable host-device copies in the window (1.0 per step)");
+    let rank0 = copies["evidence"][1].as_str().unwrap();
+    assert!(rank0.starts_with("rank 0: 7 copies (7 host to device, 0 device to host), 469.8 MB"), "{rank0}");
+    assert!(finding(&pageable, "memory_near_capacity").is_none(), "{pageable:#}");
+}
