@@ -83,6 +83,11 @@ fn window_copies(context: &Context) -> Vec<Copy> {
 
 /// See the module documentation.
 pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
+    let host_device = |m: &shardscope_model::MemOp| matches!(m.copy_kind, Some(CopyKind::HtoD | CopyKind::DtoH));
+    if !context.traces.iter().any(|t| t.memops.iter().any(host_device)) {
+        // Nothing to classify: saying the kind is not recorded would send the user looking for a missing record.
+        return Err(Quiet { kind: KIND, why: "no host-device copies in the trace".into() });
+    }
     let recorded = context.traces.iter().any(|t| t.memops.iter().any(|m| m.host_memory().is_some()));
     if !recorded {
         return Err(Quiet { kind: KIND, why: NO_KIND_RECORDED.into() });

@@ -656,6 +656,8 @@ fn programs_made_with_one_cause_fire_that_cause_only() {
     assert!(evidence.starts_with("rank 0 (GPU 0): peak 78.68 GB (reserved by the allocator"), "{evidence}");
     assert!(evidence.ends_with("of 85.02 GB total, 92.5 %"), "{evidence}");
     assert!(finding(&full, "pageable_copies").is_none(), "{full:#}");
+    let quiet = full["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == "pageable_copies").unwrap();
+    assert_eq!(quiet["why"], "no host-device copies in the trace", "it has no copies to classify");
 
     let pageable = findings_json(&dir.join("kineto_pageable_copies.json.gz"), &[]);
     let copies = finding(&pageable, "pageable_copies").expect("pageable copies fire");
