@@ -23,9 +23,34 @@ use crate::output::render::duration as human_ns;
 
 const KIND: &str = "pipeline_stage_imbalance";
 
+/// Why the ranks form no pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoPipeline {
+    /// No send/recv between two ranks.
+    #[error("no point-to-point transfers matched between two ranks: no pipeline stages")]
+    NoTransfers,
+    /// A rank exchanges with three or more ranks.
+    #[error("rank {rank} exchanges point-to-point with {partners} ranks: an exchange pattern, not a pipeline chain")]
+    Exchange {
+        /// The rank.
+        rank: u32,
+        /// How many ranks it exchanges with.
+        partners: usize,
+    },
+    /// A rank outside every chain.
+    #[error("rank {0} has no point-to-point partner: not every rank is in a pipeline chain")]
+    Alone(u32),
+    /// The partners close a ring.
+    #[error("point-to-point partners form a ring: not pipeline stages")]
+    Ring,
+    /// Chains of different lengths (their lengths, joined by ", ").
+    #[error("point-to-point chains of different lengths ({0}): not pipeline stages")]
+    UnequalChains(String),
+}
+
 /// The pipeline stages of `ranks` (rank numbers) from the point-to-point instances of `matching`: rank numbers per
 /// stage, stage 0 first, and the number of transfers seen; or why the ranks form no pipeline.
-pub fn infer_stages(matching: &Matching, ranks: &[u32]) -> Result<(Vec<Vec<u32>>, u64), String> {
+pub fn infer_stages(matching: &Matching, ranks: &[u32]) -> Result<(Vec<Vec<u32>>, u64), NoPipeline> {
     let point_to_point = [CollectiveOp::SendRecv, CollectiveOp::Send, CollectiveOp::Recv];
     let mut pairs: BTreeSet<(u32, u32)> = BTreeSet::new();
     let mut transfers = 0u64;
@@ -37,7 +62,7 @@ pub fn infer_stages(matching: &Matching, ranks: &[u32]) -> Result<(Vec<Vec<u32>>
         }
     }
     if pairs.is_empty() {
-        return Err("no point-to-point transfers matched between two ranks: no pipeline stages".into());
+        return Err(NoPipeline::NoTransfers);
     }
     let mut partners: BTreeMap<u32, Vec<u32>> = ranks.iter().map(|&r| (r, Vec::new())).collect();
     for &(a, b) in &pairs {
@@ -45,13 +70,10 @@ pub fn infer_stages(matching: &Matching, ranks: &[u32]) -> Result<(Vec<Vec<u32>>
         partners.entry(b).or_default().push(a);
     }
     if let Some((rank, list)) = partners.iter().find(|(_, list)| list.len() > 2) {
-        return Err(format!(
-            "rank {rank} exchanges point-to-point with {} ranks: an exchange pattern, not a pipeline chain",
-            list.len()
-        ));
+        return Err(NoPipeline::Exchange { rank: *rank, partners: list.len() });
     }
     if let Some((rank, _)) = partners.iter().find(|(_, list)| list.is_empty()) {
-        return Err(format!("rank {rank} has no point-to-point partner: not every rank is in a pipeline chain"));
+        return Err(NoPipeline::Alone(*rank));
     }
     let mut chains: Vec<Vec<u32>> = Vec::new();
     let mut seen: BTreeSet<u32> = BTreeSet::new();
@@ -69,15 +91,12 @@ pub fn infer_stages(matching: &Matching, ranks: &[u32]) -> Result<(Vec<Vec<u32>>
         chains.push(chain);
     }
     if seen.len() < partners.len() {
-        return Err("point-to-point partners form a ring: not pipeline stages".into());
+        return Err(NoPipeline::Ring);
     }
     let stages = chains[0].len();
     if chains.iter().any(|c| c.len() != stages) {
         let lengths: Vec<String> = chains.iter().map(|c| c.len().to_string()).collect();
-        return Err(format!(
-            "point-to-point chains of different lengths ({}): not pipeline stages",
-            lengths.join(", ")
-        ));
+        return Err(NoPipeline::UnequalChains(lengths.join(", ")));
     }
     Ok(((0..stages).map(|s| chains.iter().map(|c| c[s]).collect()).collect(), transfers))
 }

@@ -284,7 +284,8 @@ fn finish_here(mut digests: Vec<TraceDigest>, options: &Options) -> Report {
 }
 
 /// What [`figures`](super::figures) does with the shares of a rank's matched kernels, kernel by kernel in time
-/// order: to the whole rank, to the kernel's phase, and to the steady state when the kernel lies inside it whole.
+/// order: to the whole rank, to the kernel's phase, and to the steady state (and its phase there) when the kernel
+/// lies inside it whole.
 fn apply_shares(
     report: &mut super::RankReport,
     targets: &[ShareTarget],
@@ -305,6 +306,11 @@ fn apply_shares(
             && let Some(steady) = report.steady_state.as_mut()
         {
             add_share(&mut steady.figures, label, share);
+            // The steady state's phases are its own list: the kernel's phase is found there by name.
+            let phase_name = target.phase.and_then(|p| report.phases.get(p as usize)).map(|p| p.name.as_str());
+            if let Some(phase) = steady.phases.iter_mut().find(|p| Some(p.name.as_str()) == phase_name) {
+                add_share(&mut phase.figures, label, share);
+            }
         }
     }
 }
