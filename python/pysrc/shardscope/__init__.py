@@ -45,8 +45,9 @@ class Options:
     step_pattern: Optional[str] = None
     #: Only ``(start_ns, end_ns)`` of the trace clock, events clipped to it.
     window_ns: Optional[Tuple[int, int]] = None
-    #: Leading steps of each rank left out of the step times.
-    skip_steps: int = 0
+    #: Leading steps of each rank left out as warm-up, as ``--skip-steps`` (0: none); ``None``: the warm-up is
+    #: detected, as without the flag.
+    skip_steps: Optional[int] = None
     #: HTA figures keep the last profiler step.
     hta_include_last_step: bool = False
     #: ``bench`` results (JSON) for bus bandwidth against the machine.

@@ -335,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rules", help="op-category rules file")
     parser.add_argument("--phase-pattern")
     parser.add_argument("--step-pattern")
-    parser.add_argument("--skip-steps", type=int, default=0)
+    parser.add_argument("--skip-steps", type=int, default=None)
     parser.add_argument("--bench", help="bench results JSON")
     parser.add_argument("--allow-mixed", action="store_true")
     parser.add_argument("--keep-instances", action="store_true", help="keep every matched instance in the report")
