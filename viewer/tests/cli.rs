@@ -107,7 +107,8 @@ fn window_tab_and_size_change_what_the_screenshot_shows() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The path is drawn in its own magenta; `--critical-path` takes a step, or no value before the trace.
+/// The path is drawn in its own magenta; `--critical-path` takes a step (counted after the sample's 9 detected
+/// warm-up steps), or no value before the trace.
 #[test]
 fn critical_path_is_drawn_in_screenshots() {
     let dir = temp_dir("critical-path");
@@ -116,7 +117,7 @@ fn critical_path_is_drawn_in_screenshots() {
     let magenta = [0xff, 0x3d, 0xf5];
     let without = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", &trace]);
     assert_eq!(pixels_of(&without, magenta), 0);
-    let step = screenshot(&out, &["--size", "1200x700", "--critical-path", "10", &trace]);
+    let step = screenshot(&out, &["--size", "1200x700", "--critical-path", "1", &trace]);
     assert!(pixels_of(&step, magenta) > 200, "{} path pixels", pixels_of(&step, magenta));
     // No step: the value is the trace, and the path is of the window.
     let window =
@@ -162,7 +163,7 @@ fn ideal_replay_is_drawn_in_screenshots() {
     let green = [0x9c, 0xe0, 0x9c];
     let without = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", &trace]);
     assert_eq!(pixels_of(&without, green), 0);
-    let step = screenshot(&out, &["--size", "1200x700", "--ideal", "10", &trace]);
+    let step = screenshot(&out, &["--size", "1200x700", "--ideal", "1", &trace]);
     assert!(pixels_of(&step, green) > 50, "{} label pixels", pixels_of(&step, green));
     let window = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", "--ideal", &trace]);
     assert!(pixels_of(&window, green) > 50, "{} label pixels", pixels_of(&window, green));
