@@ -390,8 +390,9 @@ fn a_run_opens_at_its_phase_ranges_and_home_shows_everything() {
         let data = &h.state().session.as_ref().unwrap().data;
         (data.t0_ns, data.t1_ns, data.roi.expect("the capture has phase ranges"))
     };
-    // The capture's prefill / decode ranges, not the launcher's start 2.9 s earlier.
-    assert_eq!((roi.start_ns, roi.end_ns), (7_434_815_348, 9_817_173_511));
+    // The report's steady state (its second generate call, after the detected warm-up; the prefill / decode ranges
+    // start at 7,434,815,348), not the launcher's start 2.9 s earlier.
+    assert_eq!((roi.start_ns, roi.end_ns), (9_805_166_352, 9_817_173_511));
     assert!(roi.start_ns - t0 > 2_800_000_000, "t0 {t0}");
     assert_fits(view_span(&h), roi.start_ns, roi.end_ns);
     h.key_press(egui::Key::Home);
@@ -460,12 +461,13 @@ fn the_header_gives_the_window_on_the_trace_clock() {
 #[test]
 #[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
 fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
-    let start = StartOptions { critical_path: Some(Some(9)), ..StartOptions::default() };
+    let start = StartOptions { critical_path: Some(Some(0)), ..StartOptions::default() };
     let mut h = harness(sample_app("tp2_skew_capture.sqlite.gz", start));
     {
         let app = h.state();
-        let path = app.critical_path.overlay().expect("the path of step 10");
-        assert_eq!(path.step, Some(9));
+        // Step 0 after the sample's 9 detected warm-up steps: the step that was step 9 before warm-up was detected.
+        let path = app.critical_path.overlay().expect("the path of the step");
+        assert_eq!(path.step, Some(0));
         assert!(!path.segments.is_empty());
         // Every segment has its track: each stream and thread of the path is drawn.
         assert!(
@@ -490,7 +492,7 @@ fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
         // The view moved to the step.
         let (window_start, window_end) = path.window_ns.unwrap();
         assert_fits(view_span(&h), window_start, window_end.max(path.start_ns + path.measured_ns));
-        assert!(path.summary().starts_with("critical path of step 9: "), "{}", path.summary());
+        assert!(path.summary().starts_with("critical path of step 0: "), "{}", path.summary());
     }
     snapshot(&mut h, "critical_path");
     // C hides it, and shows it again.
@@ -503,8 +505,8 @@ fn snapshot_critical_path_of_a_step_of_the_skewed_sample() {
     assert!(h.state().critical_path.overlay().is_some());
 }
 
-/// The no-straggler replay of step 9 of the skewed sample: its rows end where `analyzer what-if --no-straggler
-/// --step 9` says the ideal step ends, every GPU operation of the step has a row, and the replay is shorter than
+/// The no-straggler replay of step 0 of the skewed sample: its rows end where `analyzer what-if --no-straggler
+/// --step 0` says the ideal step ends, every GPU operation of the step has a row, and the replay is shorter than
 /// the measured step (rank 1's sleep is gone). I hides and shows it.
 #[test]
 #[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
@@ -513,21 +515,21 @@ fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
     use shardscope_analyzer::dependency::whatif::{Scenario, what_if};
     use shardscope_viewer::timeline::layout::RowContent;
 
-    let start = StartOptions { ideal: Some(Some(9)), ..StartOptions::default() };
+    let start = StartOptions { ideal: Some(Some(0)), ..StartOptions::default() };
     let mut h = harness(sample_app("tp2_skew_capture.sqlite.gz", start));
     {
         let app = h.state();
-        let replay = app.ideal.replay().expect("the replay of step 10");
+        let replay = app.ideal.replay().expect("the replay of the step");
         let data = &app.session.as_ref().unwrap().data;
-        // What `analyzer what-if --no-straggler --step 9` reports, with the settings the viewer uses.
-        let model = build_model(&data.traces, &data.categories.options(None), None, Some(9)).expect("step 9");
+        // What `analyzer what-if --no-straggler --step 0` reports, with the settings the viewer uses.
+        let model = build_model(&data.traces, &data.categories.options(None), None, Some(0)).expect("step 0");
         let report = what_if(&model, &Scenario { no_straggler: true, ..Scenario::default() });
-        assert_eq!(replay.step, Some(9));
+        assert_eq!(replay.step, Some(0));
         assert_eq!(replay.start_ns, model.graph.window_start_ns);
         assert_eq!(replay.ideal_ns, report.ideal_ns);
         assert_eq!(replay.measured_ns, report.measured_ns);
-        assert_eq!(replay.last_end_ns().expect("GPU work in step 9") - replay.start_ns, report.ideal_ns);
-        let slowdown = report.slowdown.expect("the model fits step 9");
+        assert_eq!(replay.last_end_ns().expect("GPU work in step 0") - replay.start_ns, report.ideal_ns);
+        let slowdown = report.slowdown.expect("the model fits step 0");
         assert!((replay.slowdown() - slowdown).abs() < 1e-9, "{} vs {slowdown}", replay.slowdown());
         assert!(report.ideal_ns < report.measured_ns, "{report:?}");
         // Every GPU operation of the model is on a row, and each row is one of the stream tracks.
@@ -558,7 +560,7 @@ fn snapshot_ideal_replay_of_a_step_of_the_skewed_sample() {
         // The view moved to the step.
         let (window_start, window_end) = replay.window_ns.unwrap();
         assert_fits(view_span(&h), window_start, window_end.max(replay.start_ns + replay.measured_ns));
-        assert!(replay.summary().starts_with("ideal (no straggler) of step 9: measured "), "{}", replay.summary());
+        assert!(replay.summary().starts_with("ideal (no straggler) of step 0: measured "), "{}", replay.summary());
     }
     snapshot(&mut h, "ideal_replay");
     // Hovering the longest replayed operation tells its replayed and measured duration.
