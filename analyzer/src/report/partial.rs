@@ -395,7 +395,14 @@ pub fn trace_part(trace: &Trace, options: &Options) -> TracePart {
     workers::run(|| trace_part_here(trace, options))
 }
 
-fn trace_part_here(trace: &Trace, options: &Options) -> TracePart {
+/// What a trace's GPUs are analysed with on their own: its step names (ranges with a profiler-step mark), and
+/// `each` of every GPU with work, in parallel, on the trace's classes, events by device and phase index (recorded,
+/// else inferred), with no matching. The report in parts and the streamed report both start here.
+pub(super) fn per_device<T: Send>(
+    trace: &Trace,
+    options: &Options,
+    each: impl Fn(&DeviceContext, &Options) -> T + Sync,
+) -> (BTreeSet<String>, Vec<T>) {
     let step_names: BTreeSet<String> = trace
         .ranges
         .iter()
@@ -428,9 +435,14 @@ fn trace_part_here(trace: &Trace, options: &Options) -> TracePart {
                 filter_steps: trace_has_steps,
                 matching: &no_matching,
             };
-            device_part(&context, options)
+            each(&context, options)
         })
         .collect();
+    (step_names, devices)
+}
+
+fn trace_part_here(trace: &Trace, options: &Options) -> TracePart {
+    let (step_names, devices) = per_device(trace, options, device_part);
     TracePart {
         source: trace.source.path.clone(),
         identity: RunIdentity::of(trace),
@@ -445,17 +457,21 @@ fn trace_part_here(trace: &Trace, options: &Options) -> TracePart {
     }
 }
 
+/// The HTA figures of one GPU's events (in the window), as a job whose step ranges are in other traces needs them.
+pub(super) fn device_hta(context: &DeviceContext, options: &Options) -> hta::HtaFigures {
+    let trace = context.trace;
+    let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
+    let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+    let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
+    hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns)
+}
+
 /// One GPU's part: its report before matching, its HTA figures for a job with steps, its communication kernels.
 fn device_part(context: &DeviceContext, options: &Options) -> DevicePart {
     let DeviceContext { trace, device, filter_steps: trace_has_steps, .. } = *context;
     let report = analyze_device(context, 0, false, options);
-    let hta_if_job_has_steps = (!trace_has_steps).then(|| {
-        let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
-        let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-        let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-        let figures = hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns);
-        serde_json::to_value(figures).expect("HTA figures serialise")
-    });
+    let hta_if_job_has_steps =
+        (!trace_has_steps).then(|| serde_json::to_value(device_hta(context, options)).expect("HTA figures serialise"));
     let comm = comm_rows(context, options);
     let comm_labels: BTreeSet<&String> = comm.iter().map(|row| &row.label).collect();
     DevicePart {

@@ -17,19 +17,18 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use shardscope_model::{DeviceIdx, Kernel, MemOp, Trace};
+use shardscope_model::{DeviceIdx, Trace};
 
 use super::{
-    ByDevice, DeviceContext, Figures, FileWarning, Options, Report, RunFacts, analyze_device, capture_mode_note,
-    device_events, infer_phases, memory, report_of,
+    DeviceContext, Figures, FileWarning, Options, Report, RunFacts, analyze_device, capture_mode_note, memory,
+    report_of,
 };
 use crate::figures::categories;
-use crate::figures::collectives::{self, CommKernel, Matching, RankKey, RankShare};
-use crate::figures::hta::{self, HtaFigures};
-use crate::figures::run::{RunIdentity, devices_with_gpu_work, number_ranks};
+use crate::figures::collectives::{self, CommKernel, RankKey, RankShare};
+use crate::figures::hta::HtaFigures;
+use crate::figures::run::{RunIdentity, number_ranks};
 use crate::figures::window::clip;
 use crate::figures::workers;
-use crate::llm::phases::PhaseIndex;
 
 /// What one trace leaves behind once analysed alone.
 #[derive(Debug, Clone)]
@@ -105,41 +104,7 @@ pub fn digest(trace: &Trace, options: &Options) -> TraceDigest {
 }
 
 fn digest_here(trace: &Trace, options: &Options) -> TraceDigest {
-    let step_names: BTreeSet<String> = trace
-        .ranges
-        .iter()
-        .map(|r| trace.names.get(r.name))
-        .filter(|name| name.contains(hta::STEP_MARK))
-        .map(str::to_string)
-        .collect();
-    let trace_has_steps = step_names.len() >= 2;
-    let (classes, by_device) =
-        rayon::join(|| options.classifier.classify_names(&trace.names), || ByDevice::build(trace));
-    let mut phase_names = Vec::new();
-    let mut phase_index = PhaseIndex::build(trace, &options.phase_pattern, &mut phase_names);
-    if phase_index.is_empty() {
-        let inferred = infer_phases(trace, &by_device, &classes, options);
-        if !inferred.is_empty() {
-            phase_index = PhaseIndex::inferred(inferred, &mut phase_names);
-        }
-    }
-    let no_matching = Matching::default();
-    let devices = devices_with_gpu_work(trace)
-        .into_par_iter()
-        .map(|device| {
-            let context = DeviceContext {
-                trace,
-                trace_index: 0,
-                device,
-                by_device: &by_device,
-                classes: &classes,
-                phase_index: &phase_index,
-                filter_steps: trace_has_steps,
-                matching: &no_matching,
-            };
-            device_digest(&context, options)
-        })
-        .collect();
+    let (step_names, devices) = super::partial::per_device(trace, options, device_digest);
     TraceDigest {
         source: trace.source.path.clone(),
         identity: RunIdentity::of(trace),
@@ -159,12 +124,7 @@ fn digest_here(trace: &Trace, options: &Options) -> TraceDigest {
 fn device_digest(context: &DeviceContext, options: &Options) -> DeviceDigest {
     let DeviceContext { trace, device, filter_steps: trace_has_steps, .. } = *context;
     let report = analyze_device(context, 0, false, options);
-    let hta_if_job_has_steps = (!trace_has_steps).then(|| {
-        let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
-        let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-        let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-        hta::figures(trace, &kernels, &memops, true, options.hta_step_mode, options.window_ns)
-    });
+    let hta_if_job_has_steps = (!trace_has_steps).then(|| super::partial::device_hta(context, options));
     let rows = super::partial::comm_rows(context, options);
     let labels: Vec<String> = rows.iter().map(|row| &row.label).collect::<BTreeSet<_>>().into_iter().cloned().collect();
     let (comm, targets): (Vec<CommKernel>, Vec<ShareTarget>) = rows
