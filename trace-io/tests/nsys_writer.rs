@@ -461,3 +461,36 @@ fn capture_windows_and_whole_graph_launches_survive_a_round_trip() {
     let plain = round_trip(&hand_made(), &temp, "plain.sqlite");
     assert!(plain.capture_windows.is_empty() && plain.graph_launches.is_empty());
 }
+
+#[test]
+fn window_of_a_process_that_recorded_nothing_is_dropped_quietly_and_an_unlisted_one_is_counted() {
+    use shardscope_model::{CaptureWindow, ProcessIdx, WindowTrigger};
+    let mut original = hand_made();
+    // A launcher (torch.distributed.run) loads the recorder, opens its whole-run window and launches nothing.
+    let launcher = original.add_process(Process { pid: 99, name: "launcher".into(), ..Process::default() });
+    for (process, end_ns) in [(ProcessIdx(0), 900), (launcher, 1_000)] {
+        let (start_trigger, end_trigger) = (WindowTrigger::ProcessStart, WindowTrigger::ProcessExit);
+        original.capture_windows.push(CaptureWindow { process, start_ns: 0, end_ns, start_trigger, end_trigger });
+    }
+    original.finish();
+    let temp = TempDir::new("quiet-windows");
+    let path = temp.path().join("launcher.sqlite");
+    nsys_writer::write(&original, &path).unwrap();
+    let again = nsys::read(&path).unwrap();
+    let read: Vec<_> = again.capture_windows.iter().map(|w| (w.process, w.end_ns)).collect();
+    assert_eq!(read, [(ProcessIdx(0), 900)], "the launcher holds no events, so neither its window");
+    assert!(again.warnings.iter().all(|w| !w.what.contains("capture window")), "{:?}", again.warnings);
+
+    // A row naming a process the file does not list at all is refused and counted.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO SHARDSCOPE_CAPTURE_WINDOWS (globalPid, start, end, startTrigger, endTrigger) \
+         VALUES (123456789, 0, 10, 'process-start', 'process-exit')",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let hostile = nsys::read(&path).unwrap();
+    let warning = hostile.warnings.iter().find(|w| w.what.contains("capture window")).expect("counted");
+    assert_eq!((warning.what.as_str(), warning.count), ("capture window of a process the file does not list (skipped)", 1));
+}

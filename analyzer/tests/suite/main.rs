@@ -34,6 +34,7 @@ mod parquet;
 mod parquet_modules;
 mod partial;
 mod perfetto_verdict;
+mod pipeline_real;
 mod phases_and_steps;
 mod readme_commands;
 mod report;

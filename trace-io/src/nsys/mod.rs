@@ -757,14 +757,28 @@ fn read_process_info(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) 
     })
 }
 
-/// The capture windows of a capture taken in windows. A row of a process with no events is dropped and a row
-/// with an unknown trigger or an end before its start is refused, each counted in a warning.
+/// The capture windows of a capture taken in windows. A row of a process the file lists but that recorded no
+/// event (a launcher such as `torch.distributed.run`, which loads the recorder and launches nothing) is dropped
+/// without a warning: it holds nothing to analyse. A row of a process the file does not list, and a row with an
+/// unknown trigger or an end before its start, are refused, each counted in a warning.
 fn read_capture_windows(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) -> Result<(), Error> {
+    if !db.has(schema::CAPTURE_WINDOWS_TABLE) {
+        return Ok(());
+    }
+    let mut listed: Vec<u64> = Vec::new();
+    db.each_row("PROCESSES", &["globalPid"], |row| {
+        listed.extend(int(row, 0).map(|g| g as u64));
+        Ok(())
+    })?;
+    listed.sort_unstable();
     let (mut unknown_process, mut malformed) = (0u64, 0u64);
     let columns = ["globalPid", "start", "end", "startTrigger", "endTrigger"];
     db.each_row(schema::CAPTURE_WINDOWS_TABLE, &columns, |row| {
-        let Some(index) = int(row, 0).and_then(|pid| global_pids.binary_search(&(pid as u64)).ok()) else {
-            unknown_process += 1;
+        let global_pid = int(row, 0).map(|pid| pid as u64);
+        let Some(index) = global_pid.and_then(|pid| global_pids.binary_search(&pid).ok()) else {
+            if !global_pid.is_some_and(|pid| listed.binary_search(&pid).is_ok()) {
+                unknown_process += 1;
+            }
             return Ok(());
         };
         let trigger = |i| text(row, i).as_deref().and_then(WindowTrigger::from_name);
@@ -782,7 +796,7 @@ fn read_capture_windows(db: &Database<'_>, global_pids: &[u64], trace: &mut Trac
         }
         Ok(())
     })?;
-    trace.warn_n("capture window of a process without events (skipped)", unknown_process);
+    trace.warn_n("capture window of a process the file does not list (skipped)", unknown_process);
     trace.warn_n("capture window with an unknown trigger or an end before its start (skipped)", malformed);
     Ok(())
 }
