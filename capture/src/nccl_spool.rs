@@ -115,69 +115,44 @@ impl NcclProcess {
                 NcclRecord::CommunicatorEnd { .. } => {}
                 NcclRecord::CollStart(c) => {
                     let comm = comm_by_ref.get(&c.comm_ref).map(|&i| &process.communicators[i]);
-                    let datatype = c.datatype.as_str().into_owned();
-                    let element_bytes = element_bytes(&datatype);
                     op_by_event.insert(c.event, process.operations.len());
-                    process.operations.push(NcclOperation {
+                    let started = Started {
                         kind: OpKind::Collective,
                         event: c.event,
-                        comm_id: if c.comm_id != 0 { c.comm_id } else { comm.map_or(0, |m| m.comm_id) },
-                        comm_name: comm.map(|m| m.name.as_str().into_owned()).unwrap_or_default(),
+                        comm_id: c.comm_id,
                         rank: c.rank,
-                        n_ranks: comm.map_or(0, |m| m.n_ranks),
-                        seq: Some(c.seq),
                         func: c.func.as_str().into_owned(),
+                        datatype: c.datatype.as_str().into_owned(),
                         count: c.count,
-                        element_bytes,
-                        bytes: element_bytes.map(|b| b * c.count),
-                        datatype,
+                        n_channels: c.n_channels,
+                        group: c.group,
+                        cpu_ns: c.cpu_ns,
+                    };
+                    process.operations.push(NcclOperation {
+                        seq: Some(c.seq),
                         root: Some(c.root),
-                        peer: None,
                         algo: c.algo.as_str().into_owned(),
                         proto: c.proto.as_str().into_owned(),
-                        n_channels: u32::from(c.n_channels),
                         n_warps: u32::from(c.n_warps),
-                        group: c.group,
-                        cpu_start_ns: c.cpu_ns as i64,
-                        cpu_end_ns: None,
-                        gpu_start_ns: None,
-                        gpu_end_ns: None,
-                        kernel_channels: 0,
-                        interface_version: comm.map_or(0, |m| m.interface_version),
+                        ..started.into_operation(comm)
                     });
                 }
                 NcclRecord::P2pStart(p) => {
                     let comm = comm_by_ref.get(&p.comm_ref).map(|&i| &process.communicators[i]);
-                    let datatype = p.datatype.as_str().into_owned();
-                    let element_bytes = element_bytes(&datatype);
                     op_by_event.insert(p.event, process.operations.len());
-                    process.operations.push(NcclOperation {
+                    let started = Started {
                         kind: OpKind::P2p,
                         event: p.event,
-                        comm_id: if p.comm_id != 0 { p.comm_id } else { comm.map_or(0, |m| m.comm_id) },
-                        comm_name: comm.map(|m| m.name.as_str().into_owned()).unwrap_or_default(),
+                        comm_id: p.comm_id,
                         rank: p.rank,
-                        n_ranks: comm.map_or(0, |m| m.n_ranks),
-                        seq: None,
                         func: p.func.as_str().into_owned(),
+                        datatype: p.datatype.as_str().into_owned(),
                         count: p.count,
-                        element_bytes,
-                        bytes: element_bytes.map(|b| b * p.count),
-                        datatype,
-                        root: None,
-                        peer: Some(p.peer),
-                        algo: String::new(),
-                        proto: String::new(),
-                        n_channels: u32::from(p.n_channels),
-                        n_warps: 0,
+                        n_channels: p.n_channels,
                         group: p.group,
-                        cpu_start_ns: p.cpu_ns as i64,
-                        cpu_end_ns: None,
-                        gpu_start_ns: None,
-                        gpu_end_ns: None,
-                        kernel_channels: 0,
-                        interface_version: comm.map_or(0, |m| m.interface_version),
-                    });
+                        cpu_ns: p.cpu_ns,
+                    };
+                    process.operations.push(NcclOperation { peer: Some(p.peer), ..started.into_operation(comm) });
                 }
                 NcclRecord::OpStop { event, cpu_ns } => match op_by_event.get(event) {
                     Some(&i) => process.operations[i].cpu_end_ns = Some(*cpu_ns as i64),
@@ -245,6 +220,57 @@ impl NcclProcess {
     }
 }
 
+/// What a collective's and a point-to-point operation's start records share.
+struct Started {
+    kind: OpKind,
+    event: u64,
+    comm_id: u64,
+    rank: i32,
+    func: String,
+    datatype: String,
+    count: u64,
+    n_channels: u8,
+    group: u64,
+    cpu_ns: u64,
+}
+
+impl Started {
+    /// The operation as far as its start record and communicator tell; the fields only a collective has
+    /// (sequence number, root, algorithm, protocol, warps) and only a point-to-point has (peer) are left empty.
+    /// A zero communicator id in the record is taken from the communicator record. The size saturates rather
+    /// than overflow on a count no real operation has.
+    fn into_operation(self, comm: Option<&CommunicatorRecord>) -> NcclOperation {
+        let element_bytes = element_bytes(&self.datatype);
+        NcclOperation {
+            kind: self.kind,
+            event: self.event,
+            comm_id: if self.comm_id != 0 { self.comm_id } else { comm.map_or(0, |m| m.comm_id) },
+            comm_name: comm.map(|m| m.name.as_str().into_owned()).unwrap_or_default(),
+            rank: self.rank,
+            n_ranks: comm.map_or(0, |m| m.n_ranks),
+            seq: None,
+            func: self.func,
+            count: self.count,
+            element_bytes,
+            bytes: element_bytes.map(|b| b.saturating_mul(self.count)),
+            datatype: self.datatype,
+            root: None,
+            peer: None,
+            algo: String::new(),
+            proto: String::new(),
+            n_channels: u32::from(self.n_channels),
+            n_warps: 0,
+            group: self.group,
+            cpu_start_ns: self.cpu_ns as i64,
+            cpu_end_ns: None,
+            gpu_start_ns: None,
+            gpu_end_ns: None,
+            kernel_channels: 0,
+            interface_version: comm.map_or(0, |m| m.interface_version),
+        }
+    }
+}
+
 /// Bytes per element of an NCCL data type name (`ncclBfloat16`, `ncclFloat32`, …).
 pub fn element_bytes(datatype: &str) -> Option<u64> {
     let name = datatype.strip_prefix("nccl").unwrap_or(datatype).to_ascii_lowercase();
@@ -297,4 +323,60 @@ pub fn read_spool_dir(dir: &Path) -> Result<Vec<NcclProcess>, ReadError> {
     }
     processes.sort_by_key(|p| (p.info.as_ref().map_or(u64::MAX, |i| i.realtime_ns), p.pid));
     Ok(processes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardscope_spool::nccl::{CollStart, FixedName, P2pStart};
+
+    fn contents(records: Vec<NcclRecord>) -> SpoolContents<NcclRecord> {
+        SpoolContents { records, frames: 1, ..SpoolContents::default() }
+    }
+
+    #[test]
+    fn collective_and_point_to_point_share_their_fields_and_keep_their_own() {
+        let comm = CommunicatorRecord {
+            comm_ref: 1,
+            comm_id: 0xabc,
+            n_ranks: 2,
+            interface_version: 5,
+            name: FixedName::from_text("pp"),
+            ..CommunicatorRecord::default()
+        };
+        let coll = CollStart {
+            event: 3,
+            comm_ref: 1,
+            seq: 7,
+            count: 1024,
+            rank: 1,
+            root: 0,
+            n_warps: 16,
+            func: FixedName::from_text("AllReduce"),
+            datatype: FixedName::from_text("ncclBfloat16"),
+            algo: FixedName::from_text("RING"),
+            proto: FixedName::from_text("LL"),
+            ..CollStart::default()
+        };
+        // A count no real operation has: the size saturates instead of overflowing.
+        let p2p = P2pStart {
+            event: 4,
+            comm_ref: 1,
+            comm_id: 0xdef,
+            count: u64::MAX,
+            peer: 0,
+            rank: 1,
+            func: FixedName::from_text("Send"),
+            datatype: FixedName::from_text("ncclFloat32"),
+            ..P2pStart::default()
+        };
+        let records = vec![NcclRecord::Communicator(comm), NcclRecord::CollStart(coll), NcclRecord::P2pStart(p2p)];
+        let process = NcclProcess::from_contents(Path::new("nccl-7.bin"), &contents(records));
+        let [c, p] = &process.operations[..] else { panic!("{:?}", process.operations) };
+        assert_eq!((c.kind, c.comm_id, c.comm_name.as_str(), c.n_ranks), (OpKind::Collective, 0xabc, "pp", 2));
+        assert_eq!((c.seq, c.root, c.peer, c.bytes, c.n_warps), (Some(7), Some(0), None, Some(2048), 16));
+        assert_eq!((c.algo.as_str(), c.proto.as_str(), c.interface_version), ("RING", "LL", 5));
+        assert_eq!((p.kind, p.comm_id, p.comm_name.as_str(), p.seq, p.root), (OpKind::P2p, 0xdef, "pp", None, None));
+        assert_eq!((p.peer, p.bytes, p.algo.as_str(), p.n_warps), (Some(0), Some(u64::MAX), "", 0));
+    }
 }

@@ -492,5 +492,8 @@ fn window_of_a_process_that_recorded_nothing_is_dropped_quietly_and_an_unlisted_
     drop(conn);
     let hostile = nsys::read(&path).unwrap();
     let warning = hostile.warnings.iter().find(|w| w.what.contains("capture window")).expect("counted");
-    assert_eq!((warning.what.as_str(), warning.count), ("capture window of a process the file does not list (skipped)", 1));
+    assert_eq!(
+        (warning.what.as_str(), warning.count),
+        ("capture window of a process the file does not list (skipped)", 1)
+    );
 }

@@ -51,7 +51,8 @@ fn an_imbalanced_pipeline_is_the_top_finding_and_its_stages_match_the_programs_o
     assert!(evidence.starts_with("stages inferred from 56 point-to-point transfers"), "{evidence}");
     let stages = stage_ms(evidence.split(": ").nth(1).unwrap());
     // 12 timed steps of 4 micro-batches, one send per micro-batch from stage 0: 48 transfers plus the warm-up's 8.
-    let (ours, theirs) = (stages[1] / stages[0], truth_compute_ms("pp_imbalanced", 1) / truth_compute_ms("pp_imbalanced", 0));
+    let (ours, theirs) =
+        (stages[1] / stages[0], truth_compute_ms("pp_imbalanced", 1) / truth_compute_ms("pp_imbalanced", 0));
     assert!((ours / theirs - 1.0).abs() < 0.10, "stage 1 ÷ stage 0: trace {ours:.3}, program {theirs:.3}");
     // The stated saving is the replay's; it must be a real share of the window and no more than the window.
     let pct = top["saving_pct"].as_f64().unwrap();
