@@ -776,7 +776,7 @@ fn read_capture_windows(db: &Database<'_>, global_pids: &[u64], trace: &mut Trac
     db.each_row(schema::CAPTURE_WINDOWS_TABLE, &columns, |row| {
         let global_pid = int(row, 0).map(|pid| pid as u64);
         let Some(index) = global_pid.and_then(|pid| global_pids.binary_search(&pid).ok()) else {
-            if !global_pid.is_some_and(|pid| listed.binary_search(&pid).is_ok()) {
+            if global_pid.is_none_or(|pid| listed.binary_search(&pid).is_err()) {
                 unknown_process += 1;
             }
             return Ok(());
