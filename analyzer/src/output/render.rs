@@ -83,12 +83,12 @@ pub fn table(report: &Report, top: usize) -> String {
             .wall_clock_ns
             .map(|(start, end)| format!(", {} .. {} UTC", utc(start), utc(end)))
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
+        let range = format!(
             "time range of {}: {start} .. {end} ns on its clock ({}){wall}",
             identity.source,
             duration(end - start)
         );
+        push_detail(&mut out, "", &range);
     }
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
@@ -163,16 +163,19 @@ fn steps_line(out: &mut String, rank: &RankReport) {
                 }
                 (n, _) => format!(", first {n} skipped"),
             };
-            let _ = writeln!(
+            push_detail(
                 out,
-                "  steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
-                steps.source.describe(),
-                steps.found,
-                duration(t.p50_ns),
-                duration(t.p90_ns),
-                duration(t.p99_ns),
-                duration(t.min_ns),
-                duration(t.max_ns)
+                "  ",
+                &format!(
+                    "steps ({}): {} found{skipped}; step time median {}  p90 {}  p99 {}  min {}  max {}",
+                    steps.source.describe(),
+                    steps.found,
+                    duration(t.p50_ns),
+                    duration(t.p90_ns),
+                    duration(t.p99_ns),
+                    duration(t.min_ns),
+                    duration(t.max_ns)
+                ),
             );
         }
         None => {
@@ -185,36 +188,42 @@ fn steps_line(out: &mut String, rank: &RankReport) {
 fn steady_state_and_generate_calls(out: &mut String, rank: &RankReport) {
     if let Some(steady) = &rank.steady_state {
         let f = &steady.figures;
-        let _ = writeln!(
+        push_detail(
             out,
-            "  steady state ({} steps after the warm-up, {} .. {} on the trace clock): span {}   GPU busy {} ({:.1}%)   \
+            "  ",
+            &format!(
+                "steady state ({} steps after the warm-up, {} .. {} on the trace clock): span {}   GPU busy {} ({:.1}%)   \
              kernels {}   (whole run: span {}, busy {:.1}%)",
-            steady.steps,
-            steady.window_ns.0,
-            steady.window_ns.1,
-            duration(f.span_ns),
-            duration(f.gpu_busy_ns),
-            share(f.gpu_busy_ns, f.span_ns),
-            f.kernel_count,
-            duration(rank.figures.span_ns),
-            share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
+                steady.steps,
+                steady.window_ns.0,
+                steady.window_ns.1,
+                duration(f.span_ns),
+                duration(f.gpu_busy_ns),
+                share(f.gpu_busy_ns, f.span_ns),
+                f.kernel_count,
+                duration(rank.figures.span_ns),
+                share(rank.figures.gpu_busy_ns, rank.figures.span_ns)
+            ),
         );
         steady_shares_and_phases(out, steady);
     }
     if let Some(calls) = &rank.generate_calls {
         let warmup = calls.calls.iter().filter(|c| c.warmup).count();
-        let _ = writeln!(
+        push_detail(
             out,
-            "  generate calls (inferred: a prefill step and the decode steps after it): {} ({} in the warm-up, left \
+            "  ",
+            &format!(
+                "generate calls (inferred: a prefill step and the decode steps after it): {} ({} in the warm-up, left \
              out); TTFT median {}  min {}  max {}; TPOT median {}  min {}  max {}",
-            calls.calls.len(),
-            warmup,
-            duration(calls.ttft.p50_ns),
-            duration(calls.ttft.min_ns),
-            duration(calls.ttft.max_ns),
-            duration(calls.tpot.p50_ns),
-            duration(calls.tpot.min_ns),
-            duration(calls.tpot.max_ns)
+                calls.calls.len(),
+                warmup,
+                duration(calls.ttft.p50_ns),
+                duration(calls.ttft.min_ns),
+                duration(calls.ttft.max_ns),
+                duration(calls.tpot.p50_ns),
+                duration(calls.tpot.min_ns),
+                duration(calls.tpot.max_ns)
+            ),
         );
     }
 }
@@ -226,21 +235,24 @@ fn steady_shares_and_phases(out: &mut String, steady: &SteadyState) {
             crate::output::summary::top_categories(f).iter().map(|(label, pct)| format!("{label} {pct:.1}%")).collect();
         top.join(", ")
     };
-    let _ = writeln!(out, "    steady-state op shares: {}", shares(&steady.figures));
+    push_detail(out, "    ", &format!("steady-state op shares: {}", shares(&steady.figures)));
     for phase in &steady.phases {
         let Some(instances) = &phase.figures.instances else { continue };
-        let _ = writeln!(
+        push_detail(
             out,
-            "    steady-state phase {}: {} instance(s), summed span {}; per instance median {}  p90 {}  max {}; \
+            "    ",
+            &format!(
+                "steady-state phase {}: {} instance(s), summed span {}; per instance median {}  p90 {}  max {}; \
              GPU busy {}; {}",
-            phase.name,
-            instances.count,
-            duration(instances.total_ns),
-            duration(instances.p50_ns),
-            duration(instances.p90_ns),
-            duration(instances.max_ns),
-            duration(phase.figures.gpu_busy_ns),
-            shares(&phase.figures)
+                phase.name,
+                instances.count,
+                duration(instances.total_ns),
+                duration(instances.p50_ns),
+                duration(instances.p90_ns),
+                duration(instances.max_ns),
+                duration(phase.figures.gpu_busy_ns),
+                shares(&phase.figures)
+            ),
         );
     }
 }
@@ -490,33 +502,36 @@ fn figures_block(out: &mut String, f: &Figures, indent: &str) {
             String::new()
         }
     );
-    let _ = writeln!(
-        out,
-        "{indent}communication {} ({:.1}% of busy)   exposed {} ({:.1}% of span)   comm/comp overlap {:.1}%",
+    let communication = format!(
+        "communication {} ({:.1}% of busy)   exposed {} ({:.1}% of span)   comm/comp overlap {:.1}%",
         duration(f.comm_ns),
         f.comm_over_busy_pct,
         duration(f.exposed_comm_ns),
         f.exposed_comm_over_span_pct,
         f.comm_comp_overlap_pct
     );
+    push_detail(out, indent, &communication);
     if f.comm_wait_ns + f.comm_transfer_ns > 0 {
         let matched = f.comm_wait_ns + f.comm_transfer_ns;
-        let _ = writeln!(
+        push_detail(
             out,
-            "{indent}collectives matched across ranks {}: waiting for peers {} ({:.1}%), transfer {} ({:.1}%), arrived last {} time(s)",
-            duration(matched),
-            duration(f.comm_wait_ns),
-            share(f.comm_wait_ns, matched),
-            duration(f.comm_transfer_ns),
-            share(f.comm_transfer_ns, matched),
-            f.late_count
+            indent,
+            &format!(
+                "collectives matched across ranks {}: waiting for peers {} ({:.1}%), transfer {} ({:.1}%), arrived last {} time(s)",
+                duration(matched),
+                duration(f.comm_wait_ns),
+                share(f.comm_wait_ns, matched),
+                duration(f.comm_transfer_ns),
+                share(f.comm_transfer_ns, matched),
+                f.late_count
+            ),
         );
     }
     let total = f.category_total_ns();
     let mut categories: Vec<(&String, &i64)> = f.categories.iter().collect();
     categories.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let line: Vec<String> = categories.iter().map(|(name, ns)| format!("{name} {:.1}%", share(**ns, total))).collect();
-    let _ = writeln!(out, "{indent}op shares (of {} summed GPU time): {}", duration(total), line.join(", "));
+    push_detail(out, indent, &format!("op shares (of {} summed GPU time): {}", duration(total), line.join(", ")));
 }
 
 fn truncate(text: &str, max_chars: usize) -> String {
@@ -806,6 +821,77 @@ fn kernel_summary_cells(row: &KernelSummaryRow) -> [String; 9] {
 /// The widest line of the sentences of the text tables (what-if, findings), in characters.
 pub const LINE_COLUMNS: usize = 100;
 
+/// A report detail line: `text` after `indent`, broken only between its items (after `, `, `; ` or a run of
+/// spaces) so that no figure is parted from its label, at [`LINE_COLUMNS`], each continuation four columns deeper.
+pub fn push_detail(out: &mut String, indent: &str, text: &str) {
+    let continuation = format!("{indent}    ");
+    let mut line = indent.to_string();
+    let mut at_start = true;
+    for item in detail_items(text) {
+        let mut item = item;
+        let room = LINE_COLUMNS.saturating_sub(line.chars().count());
+        if !at_start && item.trim_end().chars().count() > room {
+            // A long item after a short start of line is cut at a word rather than left alone on that line.
+            if line.chars().count() < LINE_COLUMNS / 2
+                && let Some(cut) = word_break_within(item, room)
+            {
+                line.push_str(&item[..cut]);
+                item = &item[cut..];
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line.clone_from(&continuation);
+        }
+        line.push_str(item);
+        at_start = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+}
+
+/// The last place in `item`, within its first `room` characters, where a line may break: a space before a word that
+/// starts with a letter and is no unit, so that a figure keeps its unit and its label.
+fn word_break_within(item: &str, room: usize) -> Option<usize> {
+    const UNITS: [&str; 8] = ["ns", "µs", "ms", "s", "B", "KB", "MB", "GB"];
+    let mut best = None;
+    for (at, _) in item.char_indices().filter(|(_, c)| *c == ' ') {
+        if item[..at].chars().count() > room {
+            break;
+        }
+        let next = item[at + 1..].split(' ').next().unwrap_or("");
+        let starts_with_letter = next.chars().next().is_some_and(char::is_alphabetic);
+        if starts_with_letter && !UNITS.contains(&next.trim_end_matches([',', ';', ')'])) {
+            best = Some(at + 1);
+        }
+    }
+    best
+}
+
+/// `text` cut after each `, `, `; ` and run of two or more spaces, the separators kept with the item before.
+fn detail_items(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut items = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        let separator = matches!(bytes[i], b',' | b';') && bytes.get(i + 1) == Some(&b' ')
+            || bytes[i] == b' ' && bytes.get(i + 1) == Some(&b' ');
+        if separator {
+            let mut end = i + 1;
+            while bytes.get(end) == Some(&b' ') {
+                end += 1;
+            }
+            items.push(&text[start..end]);
+            (start, i) = (end, end);
+        } else {
+            i += 1;
+        }
+    }
+    if start < text.len() {
+        items.push(&text[start..]);
+    }
+    items
+}
+
 /// `text` after `first`, wrapped at spaces to [`LINE_COLUMNS`] and continued under `indent` (a word longer than a
 /// line stays whole).
 pub fn push_wrapped(out: &mut String, first: &str, indent: &str, text: &str) {
@@ -883,5 +969,35 @@ mod utc_tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00.000");
         assert_eq!(utc(1_735_632_360_000_000_000), "2024-12-31 08:06:00.000");
         assert_eq!(utc(951_782_400_123_000_000), "2000-02-29 00:00:00.123");
+    }
+}
+
+#[cfg(test)]
+mod detail_tests {
+    use super::*;
+
+    #[test]
+    fn detail_lines_break_between_items_and_keep_figures_with_their_units() {
+        let mut out = String::new();
+        let shares: Vec<String> = (0..12).map(|i| format!("category_{i} {}.5%", 10 + i)).collect();
+        push_detail(&mut out, "  ", &format!("op shares (of 1.00 ms summed GPU time): {}", shares.join(", ")));
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.len() > 1 && lines.iter().all(|l| l.chars().count() <= LINE_COLUMNS), "{out}");
+        assert!(lines[1..].iter().all(|l| l.starts_with("      category_")), "continuations 4 deeper: {out}");
+        assert_eq!(
+            out.replace("\n      ", " "),
+            format!("  op shares (of 1.00 ms summed GPU time): {}\n", shares.join(", "))
+        );
+
+        // A long item after a short start is cut at a word, never before a unit.
+        let mut out = String::new();
+        let long = "first 33 left out as warm-up (detected: slower than 1.5 × the steady median of 3.74 ms)";
+        push_detail(&mut out, "  ", &format!("steps: 132 found, {long}; step time median 3.74 ms"));
+        assert!(out.lines().all(|l| l.chars().count() <= LINE_COLUMNS && !l.trim_start().starts_with("ms")), "{out}");
+        assert!(out.starts_with("  steps: 132 found, first 33"), "{out}");
+        // Text that fits stays one line.
+        let mut out = String::new();
+        push_detail(&mut out, "    ", "span 1.0 ms   GPU busy 0.5 ms (50.0%)");
+        assert_eq!(out, "    span 1.0 ms   GPU busy 0.5 ms (50.0%)\n");
     }
 }
