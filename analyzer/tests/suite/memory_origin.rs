@@ -169,3 +169,23 @@ fn the_probe_peak_is_pytorchs_reserved_bytes_plus_cublas_set_up() {
     assert_eq!(split["unknown_bytes"].as_u64(), Some(721_552_384), "no allocating call recorded");
     assert!(ours["outside_framework_at_peak"].as_array().unwrap().iter().all(|a| a["api"].is_null()));
 }
+
+/// The Parquet dataset keeps what the rules read (the calls with their correlation ids and threads): the report of
+/// the dataset splits the probe's peak as the nsys file's does, and `memory_figures` carries the split.
+#[test]
+fn the_split_survives_the_parquet_dataset() {
+    let input = common::repo_root().join("sample-traces/memory/memory_probe_nsys.sqlite.gz");
+    let dataset = tempfile::tempdir().unwrap().keep().join("dataset");
+    let export = analyzer(&["export", "--format", "parquet", dataset.to_str().unwrap(), input.to_str().unwrap()]);
+    assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
+    let split = |path: &std::path::Path| -> Value {
+        let output = analyzer(&["report", "--format", "json", path.to_str().unwrap()]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["memory"][0]["cuda"]["peak_by_origin"].clone()
+    };
+    let back = split(&dataset);
+    assert_eq!(back["framework_segment_bytes"].as_u64(), Some(654_311_424));
+    assert_eq!(back, split(&input));
+    let _ = std::fs::remove_dir_all(dataset.parent().unwrap());
+}
