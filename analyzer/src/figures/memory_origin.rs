@@ -88,8 +88,8 @@ const LIBRARIES: [(&str, &str); 10] = [
     ("cutensor", "cuTENSOR"),
 ];
 
-/// Calls looked at before an allocating call, at most: the rules need only the calls since the thread's last
-/// launch, and a bound keeps a trace of millions of calls from being walked once per allocation.
+/// Calls (and library ranges) looked at before an allocating call, at most: the rules need only the calls since the
+/// thread's last launch, and a bound keeps a trace of millions of calls from being walked once per allocation.
 const LOOK_BACK: usize = 4096;
 
 /// The API calls of a trace arranged for looking up allocations: the allocating calls by (process, correlation
@@ -168,16 +168,21 @@ impl<'t> Origins<'t> {
     }
 
     /// The library named by the innermost library range holding `call`: its thread's push/pop ranges and
-    /// annotations, its process's start/end ranges.
+    /// annotations, its process's start/end ranges. Looks at the [`LOOK_BACK`] latest ranges that started before the
+    /// call, which bounds the work where a library records a range per call (NCCL, one per collective).
     fn library_range(&self, call: &ApiCall) -> Option<&'static str> {
-        let holding = self.library_ranges.iter().filter(|(r, _)| {
-            r.process == call.process
-                && r.start_ns <= call.start_ns
-                && r.end_ns >= call.end_ns
-                && (r.kind == RangeKind::StartEnd || r.tid == call.tid)
-        });
-        // Ranges are sorted by start: the last holding one is the innermost.
-        holding.map(|&(_, library)| library).last()
+        let started = self.library_ranges.partition_point(|(r, _)| r.start_ns <= call.start_ns);
+        // Sorted by start: the first holding range walking back is the innermost.
+        self.library_ranges[..started]
+            .iter()
+            .rev()
+            .take(LOOK_BACK)
+            .find(|(r, _)| {
+                r.process == call.process
+                    && r.end_ns >= call.end_ns
+                    && (r.kind == RangeKind::StartEnd || r.tid == call.tid)
+            })
+            .map(|&(_, library)| library)
     }
 }
 
