@@ -8,13 +8,23 @@
 2. The same program under torch.profiler (`profile_memory=True`): the `[memory]` events' `Total Allocated` at the
    end of each step against `torch.cuda.memory_allocated()` read there.
 3. Cost on a launch-bound loop (`workloads/torch_launch_cost.py`): uncaptured, `capture --trace all` and
-   `capture --trace all,memory`, interleaved, the order rotated each round; medians with min–max.
+   `capture --trace all,memory`, interleaved, the order rotated each round; medians with min–max (`--rounds 0`
+   skips it).
+4. With `--analyzer`: the report's peak split by origin (`peak_by_origin`, `outside_framework_at_peak`) of each
+   recorded file against the `max_memory_reserved()` its run printed: the framework-segment bytes should equal it,
+   and the peak be it plus the named library bytes; and the allocations of the capture whose allocating call the
+   capture recorded (the correlation id finds a row of `CUPTI_ACTIVITY_KIND_RUNTIME`).
+
+Nsight Systems is optional: `--nsys-dir` (an install folder), else `--nsys` or `nsys` on PATH, else the nsys part
+is skipped.
 
 Writes everything it saw to `--out` (JSON) and copies the capture, the nsys export and the Kineto trace, gzipped,
 beside it.
 
     python3 benchmarks/scripts/memory_check.py --capture .devcarry/w30/capture --nsys-dir $D --nsys-lib .devcarry/w30/nsys-lib \
         --rounds 6 --budget-s 300 --out $OUT/memory-check.json
+    python3 benchmarks/scripts/memory_check.py --capture .devcarry/w48/capture --analyzer .devcarry/w48/analyzer \
+        --rounds 0 --no-kineto --out $OUT/memory-origin-check.json
 """
 
 import argparse
@@ -182,11 +192,71 @@ def launch_cost(capture, rounds, budget_end, out_dir, base_env):
     return {"samples": samples, "summary": summary}
 
 
+def allocating_calls(path):
+    """Device allocations of a SQLite file, and how many of them have their allocating call in
+    CUPTI_ACTIVITY_KIND_RUNTIME (same correlation id), by call name."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT s.value FROM CUDA_GPU_MEMORY_USAGE_EVENTS m LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = m.correlationId LEFT JOIN StringIds s ON s.id = r.nameId "
+            "WHERE m.memKind = 2 AND m.memoryOperationType = 0"
+        ).fetchall()
+    except sqlite3.Error as e:
+        return {"error": str(e)}
+    finally:
+        conn.close()
+    names = {}
+    for (name,) in rows:
+        names[name or "(no call recorded)"] = names.get(name or "(no call recorded)", 0) + 1
+    return {"device_allocations": len(rows), "by_call": names}
+
+
+def origin_check(analyzer, path, torch_numbers):
+    """The report's CUDA-level peak and its split by origin against the run's max_memory_reserved()."""
+    done, _ = run([analyzer, "report", "--format", "json", path])
+    if done.returncode != 0:
+        return {"error": done.stderr[-1000:]}
+    memory = json.loads(done.stdout).get("memory") or []
+    cuda = (memory[0] if memory else {}).get("cuda")
+    reserved = (torch_numbers or {}).get("max_memory_reserved")
+    if not cuda or not reserved:
+        return {"error": "no CUDA-level memory in the report or no max_memory_reserved", "reserved": reserved}
+    split = cuda.get("peak_by_origin", {})
+    peak = cuda["peak_bytes"]
+    named = split.get("library_bytes", 0)
+    return {
+        "peak_bytes": peak,
+        "torch_max_memory_reserved": reserved,
+        "peak_over_reserved": peak / reserved,
+        "peak_at_least_reserved": peak >= reserved,
+        "framework_segment_bytes": split.get("framework_segment_bytes"),
+        "framework_equals_reserved": split.get("framework_segment_bytes") == reserved,
+        "library_bytes": named,
+        "unknown_bytes": split.get("unknown_bytes"),
+        "libraries": split.get("libraries"),
+        "peak_is_reserved_plus_named_libraries": peak == reserved + named,
+        "unexplained_over_reserved": (peak - reserved - named) / reserved,
+        "outside_framework_at_peak": cuda.get("outside_framework_at_peak"),
+    }
+
+
+def nsys_paths(a):
+    """(nsys, QdstrmImporter or None), or None when no Nsight Systems is at hand."""
+    if a.nsys_dir:
+        return (f"{a.nsys_dir}/target-linux-x64/nsys", f"{a.nsys_dir}/linux-desktop-glibc_2_11_3-x64/QdstrmImporter")
+    found = a.nsys or shutil.which("nsys")
+    return (found, None) if found else None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--capture", required=True)
-    p.add_argument("--nsys-dir", required=True)
-    p.add_argument("--nsys-lib", required=True)
+    p.add_argument("--nsys-dir")
+    p.add_argument("--nsys-lib")
+    p.add_argument("--nsys", help="the nsys binary (default: --nsys-dir's, else nsys on PATH)")
+    p.add_argument("--analyzer", help="the analyzer binary: check the report's peak split by origin")
+    p.add_argument("--no-kineto", action="store_true", help="skip the torch.profiler run")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--budget-s", type=float, default=300)
     p.add_argument("--workloads", default="workloads")
@@ -208,44 +278,61 @@ def main():
     result["capture_torch"] = probe_json(cap.stdout)
     result["capture_stderr_tail"] = cap.stderr[-1500:]
 
-    nsys = f"{a.nsys_dir}/target-linux-x64/nsys"
-    importer = f"{a.nsys_dir}/linux-desktop-glibc_2_11_3-x64/QdstrmImporter"
-    nenv = dict(env, LD_LIBRARY_PATH=os.path.abspath(a.nsys_lib) + ":" + env.get("LD_LIBRARY_PATH", ""))
-    ns, _ = run([nsys, "profile", "-t", "cuda,nvtx", "--cuda-memory-usage=true", "--sample=none", "--cpuctxsw=none",
-                 "-f", "true", "-o", f"{work}/r", "python3", PROBE], env=nenv)
-    result["nsys_torch"] = probe_json(ns.stdout)
-    if not os.path.exists(f"{work}/r.nsys-rep"):
-        run([importer, "-i", f"{work}/r.qdstrm"], env=nenv)
-    run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", f"{work}/r.sqlite", f"{work}/r.nsys-rep"], env=nenv)
-    reports, _ = run([nsys, "stats", "--help-reports"], env=nenv)
-    result["nsys_stats_reports_with_mem"] = [l for l in reports.stdout.splitlines() if "mem" in l.lower()]
+    result["capture_allocating_calls"] = allocating_calls(f"{work}/ours.sqlite")
+    files = [("ours", f"{work}/ours.sqlite", result["capture_torch"], "memory_probe_capture.sqlite.gz")]
+    paths = nsys_paths(a)
+    if paths:
+        nsys, importer = paths
+        lib = [os.path.abspath(a.nsys_lib)] if a.nsys_lib else []
+        nenv = dict(env, LD_LIBRARY_PATH=":".join(lib + [env.get("LD_LIBRARY_PATH", "")]))
+        ns, _ = run([nsys, "profile", "-t", "cuda,nvtx", "--cuda-memory-usage=true", "--sample=none",
+                     "--cpuctxsw=none", "-f", "true", "-o", f"{work}/r", "python3", PROBE], env=nenv)
+        result["nsys_torch"] = probe_json(ns.stdout)
+        if not os.path.exists(f"{work}/r.nsys-rep") and importer:
+            run([importer, "-i", f"{work}/r.qdstrm"], env=nenv)
+        run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", f"{work}/r.sqlite", f"{work}/r.nsys-rep"],
+            env=nenv)
+        reports, _ = run([nsys, "stats", "--help-reports"], env=nenv)
+        result["nsys_stats_reports_with_mem"] = [l for l in reports.stdout.splitlines() if "mem" in l.lower()]
+        files.append(("nsys", f"{work}/r.sqlite", result["nsys_torch"], "memory_probe_nsys.sqlite.gz"))
+    else:
+        result["nsys"] = "no Nsight Systems: skipped"
 
-    ours_cols, ours, ours_enums, ours_pool = usage_rows(f"{work}/ours.sqlite")
-    theirs_cols, theirs, theirs_enums, theirs_pool = usage_rows(f"{work}/r.sqlite")
-    result["columns"] = {"ours": ours_cols, "nsys": theirs_cols, "equal": ours_cols == theirs_cols,
-                         "pool_ours": ours_pool, "pool_nsys": theirs_pool}
-    result["enums"] = {"ours": ours_enums, "nsys": theirs_enums}
-    result["series"] = compare_series(ours, theirs)
-    for name, rows, torch_numbers in (("ours", ours, result["capture_torch"]), ("nsys", theirs, result["nsys_torch"])):
-        peak, at, end_level = device_peak(rows)
+    rows = {}
+    for name, path, torch_numbers, _ in files:
+        if not os.path.exists(path):
+            result[f"peak_{name}"] = {"error": f"{path} missing"}
+            continue
+        cols, rows[name], enums, pool = usage_rows(path)
+        result.setdefault("columns", {})[name] = cols
+        result.setdefault("pool_columns", {})[name] = pool
+        result.setdefault("enums", {})[name] = enums
+        peak, at, end_level = device_peak(rows[name])
         reserved = (torch_numbers or {}).get("max_memory_reserved")
         result[f"peak_{name}"] = {"peak_bytes": peak, "at": at, "end_level": end_level,
                                   "torch_max_memory_reserved": reserved,
                                   "ratio": peak / reserved if reserved else None}
-    for src, dst in ((f"{work}/ours.sqlite", "memory_probe_capture.sqlite.gz"),
-                     (f"{work}/r.sqlite", "memory_probe_nsys.sqlite.gz")):
+        if a.analyzer:
+            result[f"origin_{name}"] = origin_check(a.analyzer, path, torch_numbers)
+    if "ours" in rows and "nsys" in rows:
+        result["columns"]["equal"] = result["columns"]["ours"] == result["columns"]["nsys"]
+        result["series"] = compare_series(rows["ours"], rows["nsys"])
+    for _, src, _, dst in files:
         if os.path.exists(src):
             gzip_to(src, f"{out_dir}/{dst}")
 
-    prof, _ = run(["python3", PROBE], env=dict(env, TORCH_PROF=f"{work}/kineto.json"))
-    prof_numbers = probe_json(prof.stdout)
+    prof_numbers = None
+    if not a.no_kineto:
+        prof, _ = run(["python3", PROBE], env=dict(env, TORCH_PROF=f"{work}/kineto.json"))
+        prof_numbers = probe_json(prof.stdout)
     if prof_numbers and os.path.exists(f"{work}/kineto.json"):
         result["kineto"] = kineto_check(f"{work}/kineto.json", prof_numbers["after_step"])
         gzip_to(f"{work}/kineto.json", f"{out_dir}/memory_probe_kineto.json.gz")
 
     result["launch"] = launch_cost(a.capture, a.rounds, budget_end, work, env)
     json.dump(result, open(a.out, "w"), indent=1)
-    print(json.dumps({k: result[k] for k in ("series", "peak_ours", "peak_nsys")}, indent=1)[:6000])
+    shown = ("series", "peak_ours", "peak_nsys", "capture_allocating_calls", "origin_ours", "origin_nsys")
+    print(json.dumps({k: result[k] for k in shown if k in result}, indent=1)[:8000])
     print(json.dumps(result["launch"]["summary"], indent=1))
     print(json.dumps(result.get("kineto", {}), indent=1)[:3000])
 

@@ -426,9 +426,41 @@ pub fn is_work_api(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// The calls recorded besides the work calls when memory is traced (`--trace memory`), so that each memory record's
+/// correlation id finds the call that made it (its name and thread) and the calls before it on that thread say who
+/// called: the allocating and releasing calls, `cudaStreamIsCapturing` (PyTorch's caching allocator asks it right
+/// before each `cudaMalloc` of a segment) and `cudaOccupancyMaxActiveClusters` (cuBLAS asks it while it sets up a
+/// handle, before allocating its own workspace). They are set-up calls, not per-kernel ones, in a PyTorch loop.
+pub fn is_memory_api(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "cudaMalloc",
+        "cudaFree",
+        "cudaHostAlloc",
+        "cudaStreamIsCapturing",
+        "cudaOccupancyMaxActiveClusters",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuMemHostAlloc",
+        "cuMemCreate",
+        "cuMemRelease",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_calls_are_the_allocating_ones_and_the_allocator_markers() {
+        for name in ["cudaMalloc_v3020", "cudaFree_v3020", "cudaStreamIsCapturing_v10000", "cuMemAlloc_v2"] {
+            assert!(is_memory_api(name), "{name}");
+        }
+        assert!(is_memory_api("cudaOccupancyMaxActiveClusters_v11070"));
+        for name in ["cudaLaunchKernel_v7000", "cudaGetDevice_v3020", "cuGetProcAddress_v2", "cudaMemcpyAsync_v3020"] {
+            assert!(!is_memory_api(name), "{name}");
+        }
+    }
 
     #[test]
     fn costly_kinds_are_opt_in() {

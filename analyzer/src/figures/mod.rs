@@ -11,6 +11,7 @@ pub mod hta;
 pub mod intervals;
 pub mod kernel_summary;
 pub mod memory;
+pub mod memory_origin;
 pub mod run;
 pub mod window;
 pub mod workers;

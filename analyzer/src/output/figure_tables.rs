@@ -409,6 +409,9 @@ pub fn memory_figures<'a>() -> TableDef<MemoryRow<'a>> {
         "largest_allocation_bytes",
         "largest_allocation_ns",
         "largest_live_at_peak_bytes",
+        "framework_segment_bytes_at_peak",
+        "library_bytes_at_peak",
+        "unknown_bytes_at_peak",
         "framework_samples",
         "peak_allocated_bytes",
         "peak_allocated_ns",
@@ -443,6 +446,15 @@ pub fn memory_figures<'a>() -> TableDef<MemoryRow<'a>> {
         })
         .both("largestLiveAtPeakBytes", "largest_live_at_peak_bytes", true, |rows| {
             opt_u64s(rows.iter().map(|r| r.cuda.and_then(|c| c.live_at_peak.first()).map(|a| a.bytes)))
+        })
+        .both("frameworkSegmentBytesAtPeak", "framework_segment_bytes_at_peak", true, |rows| {
+            cuda_u64(rows, |c| c.peak_by_origin.framework_segment_bytes)
+        })
+        .both("libraryBytesAtPeak", "library_bytes_at_peak", true, |rows| {
+            cuda_u64(rows, |c| c.peak_by_origin.library_bytes)
+        })
+        .both("unknownBytesAtPeak", "unknown_bytes_at_peak", true, |rows| {
+            cuda_u64(rows, |c| c.peak_by_origin.unknown_bytes)
         })
         .both("frameworkSamples", "framework_samples", true, |rows| framework_u64(rows, |f| f.samples))
         .both("peakAllocatedBytes", "peak_allocated_bytes", true, |rows| {

@@ -9,6 +9,7 @@ use shardscope_model::{DeviceIdx, MemoryEvent, Trace};
 
 use crate::figures::collectives::RankKey;
 use crate::figures::memory::{self, CudaSeries, MemoryPoint};
+use crate::figures::memory_origin::{OriginClass, Origins};
 
 /// Allocations listed per peak or phase.
 const LISTED: usize = 5;
@@ -68,6 +69,57 @@ pub struct CudaMemory {
     pub live_at_peak: Vec<Allocation>,
     /// The largest allocations made (in the phase, for a phase).
     pub largest_allocations: Vec<Allocation>,
+    /// The peak split by who made the allocations alive then (`figures::memory_origin`): the three sums are the
+    /// peak.
+    #[serde(default)]
+    pub peak_by_origin: OriginSplit,
+    /// The allocations alive at the peak that are not framework segments, largest first (at most 5): what the peak
+    /// holds beyond the framework's reserved bytes, named where the trace allows.
+    #[serde(default)]
+    pub outside_framework_at_peak: Vec<OwnedAllocation>,
+}
+
+/// Bytes alive at a peak by origin class.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginSplit {
+    /// Segments of the framework's caching allocator: to compare with `torch.cuda.max_memory_reserved()`.
+    pub framework_segment_bytes: u64,
+    /// Libraries' own allocations.
+    pub library_bytes: u64,
+    /// Allocations the trace cannot attribute.
+    pub unknown_bytes: u64,
+    /// Per library, bytes at the peak, largest first.
+    pub libraries: Vec<LibraryBytes>,
+}
+
+/// One library's bytes at a peak.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryBytes {
+    /// The owner as the rule named it.
+    pub owner: String,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// An allocation with its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedAllocation {
+    /// When (trace clock).
+    pub time_ns: i64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Virtual address.
+    pub address: u64,
+    /// The class.
+    pub class: OriginClass,
+    /// The owner's name; empty when unknown.
+    pub owner: String,
+    /// The rule that decided.
+    pub rule: String,
+    /// The allocating API call, when the trace holds it.
+    pub api: Option<String>,
+    /// The calling OS thread, when the trace holds the call.
+    pub tid: Option<u32>,
 }
 
 /// One allocation.
@@ -129,11 +181,13 @@ pub fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &
     if series.points.is_empty() && allocated.is_empty() {
         return None;
     }
+    let origins = Origins::new(trace);
+    let cuda = |start_ns, end_ns| cuda_memory(trace, device, &series, &origins, (start_ns, end_ns));
     let phases = phase_windows(trace, device, phase_pattern)
         .into_iter()
         .map(|(name, windows)| PhaseMemory {
             name,
-            cuda: peak_window(&series.points, &windows).and_then(|(s, e)| cuda_memory(trace, device, &series, s, e)),
+            cuda: peak_window(&series.points, &windows).and_then(|(s, e)| cuda(s, e)),
             framework: peak_window(&allocated, &windows)
                 .and_then(|(s, e)| framework_memory(&allocated, &reserved, s, e)),
         })
@@ -141,7 +195,7 @@ pub fn rank_memory(trace: &Trace, device: DeviceIdx, rank: u32, phase_pattern: &
     Some(RankMemory {
         rank,
         device: trace.devices.get(device.0 as usize).map_or(0, |d| d.ordinal),
-        cuda: cuda_memory(trace, device, &series, i64::MIN, i64::MAX),
+        cuda: cuda(i64::MIN, i64::MAX),
         framework: framework_memory(&allocated, &reserved, i64::MIN, i64::MAX),
         phases,
         over_time: over_time(&[&series.points, &allocated, &reserved]),
@@ -179,14 +233,16 @@ fn cuda_memory(
     trace: &Trace,
     device: DeviceIdx,
     series: &CudaSeries,
-    start_ns: i64,
-    end_ns: i64,
+    origins: &Origins<'_>,
+    (start_ns, end_ns): (i64, i64),
 ) -> Option<CudaMemory> {
     let (peak, index) = memory::peak_in(&series.points, start_ns, end_ns)?;
     // A peak carried into the window is the level at its start: alive then is what was alive after the last
     // event before it.
     let live_index = index.or_else(|| series.points.partition_point(|p| p.time_ns < start_ns).checked_sub(1));
-    let live = live_index.map_or_else(Vec::new, |i| memory::live_at(trace, series, i, LISTED));
+    let all_live = live_index.map_or_else(Vec::new, |i| memory::live_at(trace, series, i, usize::MAX));
+    let (peak_by_origin, outside_framework_at_peak) = by_origin(origins, &all_live);
+    let live = &all_live[..all_live.len().min(LISTED)];
     let inside = |e: &&MemoryEvent| e.time_ns >= start_ns && e.time_ns < end_ns;
     let made = series
         .events
@@ -218,7 +274,43 @@ fn cuda_memory(
         end_bytes,
         live_at_peak: live.iter().map(allocation).collect(),
         largest_allocations: memory::largest(made, LISTED).iter().map(allocation).collect(),
+        peak_by_origin,
+        outside_framework_at_peak,
     })
+}
+
+/// The split of `live` (largest first) by origin, and its largest allocations outside the framework's segments.
+fn by_origin(origins: &Origins<'_>, live: &[MemoryEvent]) -> (OriginSplit, Vec<OwnedAllocation>) {
+    let mut split = OriginSplit::default();
+    let mut outside = Vec::new();
+    for event in live {
+        let origin = origins.of(event);
+        match origin.class {
+            OriginClass::FrameworkSegment => split.framework_segment_bytes += event.bytes,
+            OriginClass::Library => {
+                split.library_bytes += event.bytes;
+                match split.libraries.iter_mut().find(|l| l.owner == origin.owner) {
+                    Some(library) => library.bytes += event.bytes,
+                    None => split.libraries.push(LibraryBytes { owner: origin.owner.clone(), bytes: event.bytes }),
+                }
+            }
+            OriginClass::Unknown => split.unknown_bytes += event.bytes,
+        }
+        if origin.class != OriginClass::FrameworkSegment && outside.len() < LISTED {
+            outside.push(OwnedAllocation {
+                time_ns: event.time_ns,
+                bytes: event.bytes,
+                address: event.address,
+                class: origin.class,
+                owner: origin.owner,
+                rule: origin.rule.to_string(),
+                api: origin.api,
+                tid: origin.tid,
+            });
+        }
+    }
+    split.libraries.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.owner.cmp(&b.owner)));
+    (split, outside)
 }
 
 fn allocation(event: &MemoryEvent) -> Allocation {

@@ -27,6 +27,7 @@ mod inferred_phases;
 mod interval_properties;
 mod llm_figures;
 mod memory;
+mod memory_origin;
 mod modules;
 mod one_run;
 mod parallel_report;

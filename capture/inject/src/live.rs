@@ -369,12 +369,14 @@ impl ApiSelector {
     }
 
     /// The work calls ([`config::is_work_api`]) of `domain` that can be switched one by one (none when
-    /// this CUPTI cannot select single calls).
-    fn work_calls(&self, domain: Domain) -> Vec<u32> {
+    /// this CUPTI cannot select single calls), and with `memory` the calls that tell who allocated
+    /// ([`config::is_memory_api`]).
+    fn work_calls(&self, domain: Domain, memory: bool) -> Vec<u32> {
         if self.enable_fn(domain).is_none() {
             return Vec::new();
         }
-        (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(|name| config::is_work_api(&name))).collect()
+        let wanted = |name: String| config::is_work_api(&name) || (memory && config::is_memory_api(&name));
+        (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(wanted)).collect()
     }
 
     /// The callback ids of the profiler API's start and stop calls, which open and close windows.
@@ -675,8 +677,8 @@ fn recorded_activity(kinds: &TraceKinds, graph_trace: GraphTrace, selector: &Api
         recorded.kinds.extend([cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER]);
         return (recorded, selection);
     }
-    recorded.runtime_cbids = selector.work_calls(Domain::Runtime);
-    recorded.driver_cbids = selector.work_calls(Domain::Driver);
+    recorded.runtime_cbids = selector.work_calls(Domain::Runtime, kinds.memory);
+    recorded.driver_cbids = selector.work_calls(Domain::Driver, kinds.memory);
     selection.runtime_cbids = recorded.runtime_cbids.len() as u32;
     selection.driver_cbids = recorded.driver_cbids.len() as u32;
     if recorded.runtime_cbids.is_empty() {
