@@ -5,7 +5,8 @@
 //!
 //! Each scenario runs in a child process (the library's state is per process): the cudaProfilerStart/Stop
 //! trigger with a window that ends while a kernel is still running and a stop without a start; the NVTX
-//! trigger by name and by domain; the clock; two processes with different windows, both switched on again
+//! trigger by name and by domain, pushed or started (ended by id on another thread), ASCII, wide or
+//! registered; the clock; two processes with different windows, both switched on again
 //! by one external start command through the spool folder's control file.
 
 use std::path::{Path, PathBuf};
@@ -183,6 +184,81 @@ fn nvtx_domain_scenario(w: &Workload) {
     assert!(!w.launch(3, true));
 }
 
+/// NVTX event attributes with `message` of `message_type` (1 ASCII, 2 wide, 3 registered).
+fn attributes(message_type: i32, message: *const std::ffi::c_void) -> shardscope_inject::window::NvtxEventAttributes {
+    shardscope_inject::window::NvtxEventAttributes {
+        version: 3,
+        size: 48,
+        category: 0,
+        color_type: 0,
+        color: 0,
+        payload_type: 0,
+        reserved0: 0,
+        payload: 0,
+        message_type,
+        message,
+    }
+}
+
+/// A wide (`wchar_t`, UTF-32) string with its terminating NUL.
+fn wide(text: &str) -> Vec<u32> {
+    text.chars().map(u32::from).chain([0]).collect()
+}
+
+/// Started ranges (closed by id, here on another thread) and wide pushes of the named range.
+fn nvtx_start_scenario(w: &Workload) {
+    let start_a = |text: &std::ffi::CStr, id: u64| {
+        let params = text.as_ptr();
+        w.nvtx(nvtx_cbid::RANGE_START_A, &params as *const _ as *const _, &id as *const _ as *const _);
+    };
+    let end = |id: u64| w.nvtx(nvtx_cbid::RANGE_END, &id as *const _ as *const _, std::ptr::null());
+    start_a(c"step", 5);
+    assert!(w.launch(1, true));
+    start_a(c"other", 6);
+    end(6);
+    assert!(w.launch(2, true), "the end of another range closed the window");
+    std::thread::scope(|scope| {
+        scope.spawn(|| end(5));
+    });
+    assert!(!w.launch(3, true), "the end on another thread left the window open");
+    let name = wide("step");
+    let pointer = name.as_ptr();
+    w.nvtx(nvtx_cbid::RANGE_PUSH_W, &pointer as *const _ as *const _, std::ptr::null());
+    assert!(w.launch(4, true));
+    w.pop();
+    let wide_step = attributes(2, name.as_ptr() as *const _);
+    let pointer: *const _ = &wide_step;
+    let id: u64 = 9;
+    w.nvtx(nvtx_cbid::RANGE_START_EX, &pointer as *const _ as *const _, &id as *const _ as *const _);
+    assert!(w.launch(5, true));
+    end(9);
+    assert!(!w.launch(6, true));
+}
+
+/// The domain variant of started ranges, with a domain and a registered string made from wide strings.
+fn nvtx_start_domain_scenario(w: &Workload) {
+    let (domain, registered): (usize, usize) = (0x77, 0x55);
+    let app = wide("app");
+    let pointer = app.as_ptr();
+    w.nvtx(nvtx_cbid::DOMAIN_CREATE_W, &pointer as *const _ as *const _, &domain as *const _ as *const _);
+    let step = wide("step");
+    let params: [usize; 2] = [domain, step.as_ptr() as usize];
+    w.nvtx(nvtx_cbid::DOMAIN_REGISTER_STRING_W, params.as_ptr() as *const _, &registered as *const _ as *const _);
+    let plain = c"step".as_ptr();
+    let id: u64 = 1;
+    w.nvtx(nvtx_cbid::RANGE_START_A, &plain as *const _ as *const _, &id as *const _ as *const _);
+    assert!(!w.launch(1, true), "the named range of the default domain opened a window");
+    w.nvtx(nvtx_cbid::RANGE_END, &id as *const _ as *const _, std::ptr::null());
+    let by_handle = attributes(3, registered as *const _);
+    let params: [usize; 2] = [domain, &by_handle as *const _ as usize];
+    let id: u64 = 2;
+    w.nvtx(nvtx_cbid::DOMAIN_RANGE_START_EX, params.as_ptr() as *const _, &id as *const _ as *const _);
+    assert!(w.launch(2, true));
+    let end: [u64; 2] = [domain as u64, 2];
+    w.nvtx(nvtx_cbid::DOMAIN_RANGE_END, end.as_ptr() as *const _, std::ptr::null());
+    assert!(!w.launch(3, true));
+}
+
 /// Waits up to 3 s for the library to switch recording to `on`.
 fn wait_for_recording(on: bool) {
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -224,6 +300,8 @@ fn child_entry() {
         "profiler" => profiler_scenario(&workload),
         "nvtx" => nvtx_scenario(&workload),
         "nvtx-domain" => nvtx_domain_scenario(&workload),
+        "nvtx-start" => nvtx_start_scenario(&workload),
+        "nvtx-start-domain" => nvtx_start_domain_scenario(&workload),
         "time" => time_scenario(&workload),
         "whole-run" => {
             assert!(workload.launch(1, true));
@@ -351,6 +429,20 @@ fn an_nvtx_range_by_name_opens_one_window_and_by_domain_only_in_its_domain() {
     let (records, _) = run_one("nvtx-domain", "nvtx-domain", &plan);
     assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2]);
     assert_eq!(windows(&records).len(), 1);
+}
+
+#[test]
+fn started_nvtx_ranges_and_wide_names_open_windows_by_name_and_by_domain() {
+    let plan = WindowPlan { nvtx_range: Some("step".into()), ..WindowPlan::default() };
+    let (records, _) = run_one("nvtx-start", "nvtx-start", &plan);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [1, 2, 4, 5]);
+    let nvtx = (WindowTrigger::Nvtx, WindowTrigger::Nvtx);
+    assert_eq!(triggers(&windows(&records)), [nvtx, nvtx, nvtx]);
+
+    let plan = WindowPlan { nvtx_range: Some("step".into()), nvtx_domain: Some("app".into()), ..WindowPlan::default() };
+    let (records, _) = run_one("nvtx-start-domain", "nvtx-start-domain", &plan);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2]);
+    assert_eq!(triggers(&windows(&records)), [nvtx]);
 }
 
 #[test]
