@@ -60,6 +60,19 @@ pub(crate) struct Recorded {
     pub enable_driver: Option<EnableApi>,
 }
 
+impl Recorded {
+    /// Nothing to switch: a window records nothing.
+    pub fn nothing() -> Recorded {
+        Recorded {
+            kinds: Vec::new(),
+            runtime_cbids: Vec::new(),
+            driver_cbids: Vec::new(),
+            enable_runtime: None,
+            enable_driver: None,
+        }
+    }
+}
+
 /// The callback ids that start and stop a window on the profiler API, per domain.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ProfilerCbids {
@@ -430,9 +443,7 @@ impl Switch {
         let domain_matches = match (&target.domain, domain) {
             (None, 0) => true,
             (None, _) | (Some(_), 0) => false,
-            (Some(wanted), handle) => {
-                lock(&target.domains).get(&handle).is_some_and(|n| n == wanted)
-            }
+            (Some(wanted), handle) => lock(&target.domains).get(&handle).is_some_and(|n| n == wanted),
         };
         domain_matches
             && match message {

@@ -322,9 +322,10 @@ pub enum RangeOpen {
 /// Whether callback `cbid` opens a range, and how.
 pub fn range_open_kind(cbid: u32) -> Option<RangeOpen> {
     match cbid {
-        nvtx_cbid::RANGE_PUSH_A | nvtx_cbid::RANGE_PUSH_W | nvtx_cbid::RANGE_PUSH_EX | nvtx_cbid::DOMAIN_RANGE_PUSH_EX => {
-            Some(RangeOpen::Push)
-        }
+        nvtx_cbid::RANGE_PUSH_A
+        | nvtx_cbid::RANGE_PUSH_W
+        | nvtx_cbid::RANGE_PUSH_EX
+        | nvtx_cbid::DOMAIN_RANGE_PUSH_EX => Some(RangeOpen::Push),
         nvtx_cbid::RANGE_START_A
         | nvtx_cbid::RANGE_START_W
         | nvtx_cbid::RANGE_START_EX
