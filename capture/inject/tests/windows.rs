@@ -326,7 +326,7 @@ fn nvtx_start_scenario(w: &Workload) {
     end(6);
     assert!(w.launch(2, true), "the end of another range closed the window");
     std::thread::scope(|scope| {
-        scope.spawn(|| end(5));
+        std::thread::Builder::new().name("range-end".into()).spawn_scoped(scope, || end(5)).unwrap();
     });
     assert!(!w.launch(3, true), "the end on another thread left the window open");
     let name = wide("step");
