@@ -734,6 +734,14 @@ struct Work {
 }
 
 impl Work {
+    /// Every kernel, memory operation and whole graph as `(start_ns, end_ns)`.
+    fn intervals(&self) -> Vec<(i64, i64)> {
+        (self.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
+            .chain(self.memops.iter().map(|m| (m.0, m.1)))
+            .chain(self.graphs.iter().copied())
+            .collect()
+    }
+
     /// The part of this work inside `window_ns` (events cut at its edges; a cut collective keeps no wait/transfer
     /// split).
     fn clipped_to(&self, window_ns: (i64, i64)) -> Work {
@@ -839,8 +847,9 @@ impl RankWork {
     }
 
     /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
-    /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way.
-    fn phases(&self, trace: &Trace, phase_index: &PhaseIndex, options: &Options) -> Vec<Phase> {
+    /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way. No phase's span
+    /// reaches across a gap between capture windows (`gaps`; see [`capture_gaps`]).
+    fn phases(&self, trace: &Trace, phase_index: &PhaseIndex, gaps: &[(i64, i64)], options: &Options) -> Vec<Phase> {
         let source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
         let names = phase_index.names();
         let mut order: Vec<(i64, &str, PhaseId)> =
@@ -851,12 +860,18 @@ impl RankWork {
             .map(|(_, name, phase)| {
                 let mut extents: Vec<(i64, i64)> = self.instance_extents[&phase].values().copied().collect();
                 extents.sort_unstable();
-                let mut figures = figures(&self.by_phase[&phase], trace, &options.classifier);
+                let work = &self.by_phase[&phase];
+                let mut figures = figures(work, trace, &options.classifier);
                 // The phase's span is its instances' time, not first instance to last: the gaps between instances
-                // belong to other phases or to the host.
-                figures.span_ns = IntervalUnion::from_intervals(extents.clone()).length_ns();
+                // belong to other phases or to the host. Time between capture windows was not recorded: it is left
+                // out (but for the phase's own recorded work running on into it), and an instance that reaches
+                // across such a gap has no length to count.
+                let busy = IntervalUnion::from_intervals(work.intervals());
+                figures.span_ns =
+                    capture_gaps::recorded_ns(&IntervalUnion::from_intervals(extents.clone()), gaps, &busy);
                 figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
                 figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
+                let extents = capture_gaps::drop_across(extents, gaps);
                 figures.instances = Some(Distribution::of(extents.iter().map(|(start, end)| end - start).collect()));
                 Phase { name: name.to_string(), source, figures }
             })
@@ -886,7 +901,7 @@ fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, optio
     let ((phases, whole_figures), (graph_replays, hta)) = rayon::join(
         || {
             rayon::join(
-                || work.phases(trace, phase_index, options),
+                || work.phases(trace, phase_index, &gaps, options),
                 || without_capture_gaps(figures(&work.whole, trace, &options.classifier), &work.whole, &gaps),
             )
         },
@@ -978,9 +993,12 @@ fn steady_phases(context: &DeviceContext, window_ns: (i64, i64), options: &Optio
         return Vec::new();
     }
     let (kernel_indices, memop_indices) = device_events(context, Some(window_ns));
+    let owner = context.trace.devices[context.device.0 as usize].process;
+    let gaps = capture_gaps::gaps(context.trace, owner);
     RankWork::collect(context, kernel_indices, memop_indices, Some(window_ns)).phases(
         context.trace,
         context.phase_index,
+        &gaps,
         options,
     )
 }
@@ -1010,10 +1028,7 @@ fn without_capture_gaps(mut figures: Figures, work: &Work, gaps: &[(i64, i64)]) 
     if gaps.is_empty() {
         return figures;
     }
-    let busy: Vec<(i64, i64)> = (work.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
-        .chain(work.memops.iter().map(|m| (m.0, m.1)))
-        .chain(work.graphs.iter().copied())
-        .collect();
+    let busy = work.intervals();
     let (Some(first), Some(last)) = (busy.iter().map(|b| b.0).min(), busy.iter().map(|b| b.1).max()) else {
         return figures;
     };

@@ -8,10 +8,19 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
 - `launch`: host time per launch of a launch-bound program (`workloads/launch_cost.cu`, bare launches, and
   `workloads/torch_launch_cost.py`, PyTorch operators) uncaptured, under `capture --cuda-profiler-api` with no
   `cudaProfilerStart` in the program (recording off for the whole run: what a server pays outside its windows),
-  and under a whole-run capture.
+  and under a whole-run capture. `--launch-modes` adds modes that leave one part of the injection library off
+  while recording is off (`SHARDSCOPE_INJECT_OMIT`, see `capture/inject/src/omit.rs`), to find what costs a
+  launch there: `capture-off-bare` (CUPTI loaded, nothing subscribed or switched on), `capture-off-subscribed`
+  (the subscription alone), `capture-off-no-triggers` (no profiler-API callbacks), `capture-off-driver-trigger`
+  (the driver ones only), `capture-off-no-device` (no device kind), `capture-off-no-preload` (the library not
+  preloaded: `--no-client-guard`). `--torch-modes` likewise for the PyTorch program.
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
   (`workloads/capture_window.cu graph`): uncaptured, capture node level (default), capture graph level, and, when
-  Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`.
+  Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`. `--graph-modes` adds graph level without
+  API records (`capture-graph-no-api`, `--trace kernel,memcpy,memset,nvtx`) and with kernels only
+  (`capture-graph-kernel`, `--trace kernel`).
+
+Parts run in the order `--part` names them (check, launch, long, graph when none is named).
 - `long`: a long-running program launching small batches (`capture_window.cu steady`), captured whole and in
   repeated windows (`--delay D --duration W --every P`): wall time (launch to capture file), spool bytes, file
   bytes, kernels kept.
@@ -39,6 +48,17 @@ WORKLOADS = os.path.join(HERE, "..", "..", "workloads")
 
 LAUNCH_MODES = ["uncaptured", "capture-off", "capture"]
 GRAPH_MODES = ["uncaptured", "capture-node", "capture-graph", "nsys-node", "nsys-graph"]
+# Recording off with one part of the injection library left off (SHARDSCOPE_INJECT_OMIT).
+OFF_OMIT = {
+    "capture-off-bare": "subscribe",
+    "capture-off-subscribed": "activity,graph-nodes,runtime-triggers,driver-triggers",
+    "capture-off-no-triggers": "runtime-triggers,driver-triggers",
+    "capture-off-driver-trigger": "runtime-triggers",
+    "capture-off-no-device": "device-kind",
+}
+GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "capture-graph-kernel": "kernel"}
+KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + ["capture-off-no-preload"]
+KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
 LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
 REPLAY_LINE = re.compile(r"replay_us ([0-9.]+)")
@@ -51,6 +71,11 @@ def rotated(modes, round_index):
     return modes[shift:] + modes[:shift]
 
 
+def recorder_env(mode):
+    """What `mode` adds to the environment: the parts of the injection library it leaves off."""
+    return {"SHARDSCOPE_INJECT_OMIT": OFF_OMIT[mode]} if mode in OFF_OMIT else {}
+
+
 def recorder_command(args, mode, program, scratch, extra=()):
     """The command line of `program` under `mode`'s recorder."""
     out = os.path.join(scratch, f"{mode}.sqlite")
@@ -59,10 +84,14 @@ def recorder_command(args, mode, program, scratch, extra=()):
         return program
     if mode in ("capture", "capture-node", "capture-whole"):
         return capture + list(extra) + ["--"] + program
-    if mode == "capture-off":
+    if mode == "capture-off" or mode in OFF_OMIT:
         return capture + ["--cuda-profiler-api", "--"] + program
+    if mode == "capture-off-no-preload":
+        return capture + ["--cuda-profiler-api", "--no-client-guard", "--"] + program
     if mode == "capture-graph":
         return capture + ["--cuda-graph-trace", "graph", "--"] + program
+    if mode in GRAPH_TRACE_KINDS:
+        return capture + ["--cuda-graph-trace", "graph", "--trace", GRAPH_TRACE_KINDS[mode], "--"] + program
     if mode == "capture-windows":
         return capture + list(extra) + ["--"] + program
     if mode in ("nsys-node", "nsys-graph"):
@@ -71,10 +100,10 @@ def recorder_command(args, mode, program, scratch, extra=()):
     raise ValueError(mode)
 
 
-def run(command, timeout_s):
+def run(command, timeout_s, extra_env=None):
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1"))
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1", **(extra_env or {})))
     return done, time.monotonic() - started
 
 
@@ -141,8 +170,9 @@ def folder_bytes(path):
 
 def launch_part(args, results, r, programs):
     for program in programs:
-        for position, mode in enumerate(rotated(LAUNCH_MODES, r)):
-            done, wall_s = run(recorder_command(args, mode, program["command"], args.scratch), args.timeout_s)
+        for position, mode in enumerate(rotated(program["modes"], r)):
+            command = recorder_command(args, mode, program["command"], args.scratch)
+            done, wall_s = run(command, args.timeout_s, recorder_env(mode))
             sample = {"part": "launch", "program": program["name"], "mode": mode, "round": r, "position": position,
                       "unit": "ns per launch", "value": number(LAUNCH_LINE, done.stdout), "wall_s": round(wall_s, 2),
                       "exit_code": done.returncode}
@@ -154,7 +184,7 @@ def launch_part(args, results, r, programs):
 
 def graph_part(args, results, r, binary):
     with_nsys = args.nsys and r < args.nsys_rounds
-    modes = [m for m in GRAPH_MODES if with_nsys or not m.startswith("nsys")]
+    modes = [m for m in args.graph_modes if with_nsys or not m.startswith("nsys")]
     program = [binary, "graph", "400", "200"]
     for position, mode in enumerate(rotated(modes, r)):
         done, wall_s = run(recorder_command(args, mode, program, args.scratch), args.timeout_s)
@@ -255,17 +285,32 @@ def main():
     parser.add_argument("--budget-s", type=float, default=300, help="start no new round after this long")
     parser.add_argument("--scratch", default="/tmp/capture-window")
     parser.add_argument("--timeout-s", type=float, default=120)
+    parser.add_argument("--launch-modes", default=",".join(LAUNCH_MODES),
+                        help="modes of the bare-launch program, comma-separated (known: %(default)s, "
+                             + ", ".join(m for m in KNOWN_LAUNCH_MODES if m not in LAUNCH_MODES) + ")")
+    parser.add_argument("--torch-modes", default=",".join(LAUNCH_MODES), help="modes of the PyTorch program")
+    parser.add_argument("--graph-modes", default=",".join(GRAPH_MODES),
+                        help="graph modes (known: %(default)s, " + ", ".join(GRAPH_TRACE_KINDS) + ")")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    parts = args.part or ["check", "launch", "graph", "long"]
+    for option, known in (("launch_modes", KNOWN_LAUNCH_MODES), ("torch_modes", KNOWN_LAUNCH_MODES),
+                          ("graph_modes", KNOWN_GRAPH_MODES)):
+        modes = [m.strip() for m in getattr(args, option).split(",") if m.strip()]
+        unknown = [m for m in modes if m not in known]
+        if unknown or "uncaptured" not in modes:
+            parser.error(f"--{option.replace('_', '-')}: unknown {unknown}" if unknown else
+                         f"--{option.replace('_', '-')}: the ratios need the uncaptured mode")
+        setattr(args, option, modes)
+    parts = args.part or ["check", "launch", "long", "graph"]
     started = time.monotonic()
     os.makedirs(args.scratch, exist_ok=True)
     binary = os.path.join(args.scratch, "capture_window")
     subprocess.run([args.nvcc, "-O2", "-o", binary, os.path.join(WORKLOADS, "capture_window.cu")], check=True)
     launch_binary = os.path.join(args.scratch, "launch_cost")
     subprocess.run([args.nvcc, "-O2", "-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
-    programs = [{"name": "cuda", "command": [launch_binary, "2000", "100"]},
-                {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"]}]
+    programs = [{"name": "cuda", "command": [launch_binary, "2000", "100"], "modes": args.launch_modes},
+                {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"],
+                 "modes": args.torch_modes}]
     try:
         gpu = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
@@ -277,7 +322,7 @@ def main():
     # Part after part, each with its modes interleaved round by round; no round starts once the budget is spent.
     rounds = {"launch": max(args.launch_rounds, args.torch_rounds), "long": args.long_rounds,
               "graph": args.graph_rounds}
-    for part in (p for p in ("launch", "long", "graph") if p in parts):
+    for part in (p for p in parts if p != "check"):
         for r in range(rounds[part]):
             if time.monotonic() - started > args.budget_s:
                 print(f"budget spent: {part} stopped after {r} rounds", flush=True)

@@ -8,6 +8,10 @@
 //! - `delay`: time before an operation starts that no modelled dependency explains: host work between two calls
 //!   on a thread (category `host_gap`) or a GPU delay (launch latency, contention, unrecorded waits: `gpu_delay`).
 //!
+//! A capture taken in windows recorded nothing between two windows of a rank: a delay that reaches into such a
+//! gap is split there, and the part in the gap is a segment of its own (`part` `gap`, category `capture_gap`), so
+//! no host gap or GPU delay on the path ever crosses the gap between two capture windows.
+//!
 //! Each segment names the edge that made it wait (`stream order`, `launch`, `host order`, `host sync on GPU
 //! work`, `cross-stream (inferred)`, `collective wait` with the rank that arrived last). The segments add up to
 //! the measured time: the last GPU end minus the window start (less any overlap where the record contradicts an
@@ -19,8 +23,9 @@ use serde::Serialize;
 use shardscope_model::Trace;
 
 use crate::dependency::graph::{
-    BEFORE_WINDOW, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex,
+    BEFORE_WINDOW, CAPTURE_GAP, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex,
 };
+use crate::figures::capture_gaps;
 use crate::figures::collectives::{self, RankKey};
 // Durations for people, as every report prints them: `1.25 ms`, `830.0 µs`, `12 ns`.
 use crate::output::render::duration as human_ns;
@@ -266,9 +271,11 @@ pub struct Segment {
     pub lane: String,
     /// The operation: kernel name, API call name, `[CUDA memcpy]`, ...
     pub op: String,
-    /// `run` (the operation's own time) or `delay` (before it starts).
+    /// `run` (the operation's own time), `delay` (before it starts) or `gap` (the part of a delay between two
+    /// capture windows of the rank, when nothing was recorded).
     pub part: &'static str,
-    /// Op category of a run (`gemm`, `comm.all_reduce`, `host`, ...); `host_gap` or `gpu_delay` of a delay.
+    /// Op category of a run (`gemm`, `comm.all_reduce`, `host`, ...); `host_gap` or `gpu_delay` of a delay;
+    /// `capture_gap` of a gap.
     pub category: String,
     /// Start on the trace clock.
     pub start_ns: i64,
@@ -415,6 +422,7 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
             after_rank: from_rank.filter(|&r| r != rank),
         });
     }
+    let segments = split_at_capture_gaps(traces, graph, segments, &mut by_category);
     if overlap_ns != 0 {
         by_category.insert("overlap".into(), overlap_ns);
     }
@@ -441,6 +449,69 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
         model: graph.stats.clone(),
         notes: model.notes.clone(),
     }
+}
+
+/// `segments` with every delay that reaches into a gap between two capture windows of its rank cut there: the
+/// parts outside the gap keep the delay's category, the part inside becomes a `gap` segment (`capture_gap`);
+/// `by_category` moves the gap time likewise. A trace without windows (or with one per process) is unchanged.
+fn split_at_capture_gaps(
+    traces: &[Trace],
+    graph: &Graph,
+    segments: Vec<Segment>,
+    by_category: &mut BTreeMap<String, i64>,
+) -> Vec<Segment> {
+    // Per rank number, the gaps of the process that owns its GPU.
+    let gaps_of: BTreeMap<u32, Vec<(i64, i64)>> = graph
+        .ranks
+        .iter()
+        .map(|spec| {
+            let trace = &traces[spec.key.trace];
+            let owner = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process);
+            (spec.rank, capture_gaps::gaps(trace, owner))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(segments.len());
+    for segment in segments {
+        let gaps = gaps_of.get(&segment.rank).map_or(&[][..], Vec::as_slice);
+        let inside: Vec<(i64, i64)> = gaps
+            .iter()
+            .map(|&(gs, ge)| (gs.max(segment.start_ns), ge.min(segment.end_ns)))
+            .filter(|(s, e)| e > s)
+            .collect();
+        if segment.part != "delay" || inside.is_empty() {
+            out.push(segment);
+            continue;
+        }
+        let mut from_ns = segment.start_ns;
+        for (gap_start, gap_end) in inside.into_iter().chain([(segment.end_ns, segment.end_ns)]) {
+            if gap_start > from_ns {
+                out.push(Segment {
+                    start_ns: from_ns,
+                    end_ns: gap_start,
+                    duration_ns: gap_start - from_ns,
+                    ..segment.clone()
+                });
+            }
+            if gap_end > gap_start {
+                let duration_ns = gap_end - gap_start;
+                *by_category.entry(segment.category.clone()).or_default() -= duration_ns;
+                *by_category.entry(CAPTURE_GAP.into()).or_default() += duration_ns;
+                out.push(Segment {
+                    part: "gap",
+                    category: CAPTURE_GAP.into(),
+                    start_ns: gap_start,
+                    end_ns: gap_end,
+                    duration_ns,
+                    after: "not recorded (between capture windows)".into(),
+                    after_rank: None,
+                    ..segment.clone()
+                });
+            }
+            from_ns = gap_end;
+        }
+    }
+    by_category.retain(|_, ns| *ns != 0);
+    out
 }
 
 /// The critical path and a replay as extra processes of a Perfetto export, beside the traces' own tracks:

@@ -60,6 +60,9 @@ pub const HOST: &str = "host";
 pub const HOST_GAP: &str = "host_gap";
 /// Category of unexplained GPU delays on the critical path (launch latency, contention, unrecorded waits).
 pub const GPU_DELAY: &str = "gpu_delay";
+/// Category of the critical path's time between two capture windows of its rank: nothing was recorded then, so
+/// the wait is neither a host gap nor a GPU delay.
+pub const CAPTURE_GAP: &str = "capture_gap";
 /// Category of the critical path's time before its first operation: waiting for work before the window.
 pub const BEFORE_WINDOW: &str = "before_window";
 

@@ -1,9 +1,14 @@
 //! A capture taken in windows: the time between two windows of a rank was not recorded, so it is neither span
 //! nor idle time, and no step reaches across it. One process, one GPU, the same three-kernel step repeated in
-//! two windows far apart; the same trace without its windows table is the reference.
+//! two windows far apart; the same trace without its windows table is the reference. Likewise a phase's span
+//! leaves the gap out and no phase instance is measured across it, and the critical path cuts a wait that
+//! reaches into the gap (known answers, computed by hand in each test's comment).
 
+use shardscope_analyzer::dependency::critical_path;
 use shardscope_analyzer::report::{self, Options};
-use shardscope_model::{CaptureWindow, Device, Kernel, Process, ProcessIdx, Trace, WindowTrigger};
+use shardscope_model::{
+    ApiCall, CaptureWindow, Device, DeviceIdx, Kernel, Process, ProcessIdx, Range, Trace, WindowTrigger,
+};
 
 const STEP_NS: i64 = 1_000;
 const STEPS_PER_WINDOW: i64 = 8;
@@ -62,4 +67,154 @@ fn the_gap_between_windows_is_neither_span_nor_idle_and_no_step_crosses_it() {
     assert!(whole_steps.intervals.iter().any(|&(s, e)| s < SECOND_WINDOW_NS && e > SECOND_WINDOW_NS / 2));
     assert!(steps.intervals.iter().all(|&(s, e)| e - s <= STEP_NS), "a step reaches across the gap: {steps:?}");
     assert_eq!(steps.found + 1, whole_steps.found, "exactly the step that crossed the gap is gone");
+}
+
+/// One process, thread 1: host calls and the kernels they launch, and capture windows.
+struct Builder {
+    trace: Trace,
+    next_correlation: u32,
+}
+
+impl Builder {
+    fn new(windows: &[(i64, i64)]) -> Builder {
+        let mut trace = Trace::default();
+        trace.source.path = "synthetic-windows".into();
+        let process = trace.add_process(Process { pid: 7, name: "server".into(), ..Process::default() });
+        trace.add_device(Device { ordinal: 0, process: Some(process), ..Device::default() });
+        for &(start_ns, end_ns) in windows {
+            trace.capture_windows.push(CaptureWindow {
+                process,
+                start_ns,
+                end_ns,
+                start_trigger: WindowTrigger::Nvtx,
+                end_trigger: WindowTrigger::Nvtx,
+            });
+        }
+        Builder { trace, next_correlation: 1 }
+    }
+
+    /// A launch call at `[call_ns, call_ns + 10)` of kernel `name` on stream 7 at `[start_ns, end_ns)`.
+    fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let (process, call) = (ProcessIdx(0), self.trace.names.intern("cudaLaunchKernel_v7000"));
+        self.trace.api_calls.push(ApiCall {
+            start_ns: call_ns,
+            end_ns: call_ns + 10,
+            name: call,
+            process,
+            tid: 1,
+            correlation_id,
+            ..ApiCall::default()
+        });
+        let name = self.trace.names.intern(name);
+        let device = DeviceIdx(0);
+        let kernel = Kernel {
+            start_ns,
+            end_ns,
+            name,
+            short_name: name,
+            device,
+            process,
+            stream: 7,
+            correlation_id,
+            ..Kernel::default()
+        };
+        self.trace.kernels.push(kernel);
+    }
+
+    /// An NVTX push/pop range on thread 1.
+    fn range(&mut self, name: &str, start_ns: i64, end_ns: i64) {
+        let name = self.trace.names.intern(name);
+        let process = ProcessIdx(0);
+        self.trace.ranges.push(Range { start_ns, end_ns, name, process, tid: 1, ..Range::default() });
+    }
+
+    fn finish(mut self) -> Trace {
+        self.trace.finish();
+        self.trace
+    }
+}
+
+/// Windows `[0, 10 µs)` and `[1 ms, 1.01 ms)`: the gap is `(10 µs, 1 ms)`.
+const WINDOWS: [(i64, i64); 2] = [(0, 10_000), (1_000_000, 1_010_000)];
+
+/// Three instances of `decode`: one in the first window (GPU work 200..3_100), one open across the gap (work
+/// 8_200..10_500, running 500 ns on into the gap, and 1_001_100..1_002_100), one in the second window
+/// (1_003_200..1_003_700). Without windows the phase's span is 2_900 + 993_900 + 500; with them the second
+/// instance counts only its recorded time, 8_200..10_500 and 1_000_000..1_002_100 (4_400), and it is no
+/// instance length.
+fn phase_trace(windows: &[(i64, i64)]) -> Trace {
+    let mut b = Builder::new(windows);
+    b.range("decode", 0, 5_000);
+    b.launch(100, "gemm", 200, 1_200);
+    b.launch(2_000, "gemm", 2_100, 3_100);
+    b.range("decode", 8_000, 1_002_500);
+    b.launch(8_100, "gemm", 8_200, 10_500);
+    b.launch(1_001_000, "gemm", 1_001_100, 1_002_100);
+    b.range("decode", 1_003_000, 1_004_000);
+    b.launch(1_003_100, "gemm", 1_003_200, 1_003_700);
+    b.finish()
+}
+
+#[test]
+fn a_phase_span_leaves_out_the_gap_between_windows_and_no_instance_crosses_it() {
+    let phase = |windows: &[(i64, i64)]| {
+        let report = report::analyze(&[phase_trace(windows)], &Options::default());
+        report.ranks[0].phases.iter().find(|p| p.name == "decode").expect("a decode phase").figures.clone()
+    };
+    let whole = phase(&[]);
+    assert_eq!(whole.span_ns, 2_900 + 993_900 + 500);
+    assert_eq!(whole.instances.as_ref().unwrap().count, 3);
+    let windowed = phase(&WINDOWS);
+    assert_eq!(windowed.gpu_busy_ns, 1_000 + 1_000 + 2_300 + 1_000 + 500);
+    assert_eq!(windowed.span_ns, 2_900 + 4_400 + 500);
+    assert_eq!(windowed.idle_ns, 7_800 - 5_800);
+    let instances = windowed.instances.as_ref().unwrap();
+    assert_eq!((instances.count, instances.min_ns, instances.max_ns), (2, 500, 2_900));
+}
+
+/// A host chain across the gap: a GEMM launched in the first window, the next launch at 1.001 ms in the second.
+/// Without windows the wait before that launch is one host gap, 10..1_001_000; with them it is cut at the gap:
+/// 9_990 ns of host gap in the first window, 990_000 ns not recorded, 1_000 ns of host gap in the second window.
+/// The path's length is the same either way.
+#[test]
+fn the_critical_path_splits_a_wait_at_the_gap_between_windows() {
+    let path_of = |windows: &[(i64, i64)]| {
+        let mut b = Builder::new(windows);
+        b.launch(0, "gemm", 100, 1_100);
+        b.launch(1_001_000, "elementwise", 1_001_020, 1_001_120);
+        let traces = [b.finish()];
+        let model = critical_path::build_model(&traces, &Options::default(), None, None).expect("model");
+        critical_path::critical_path(&traces, &model)
+    };
+    // (part, category, start, end) of the segments that are not runs.
+    let waits = |path: &critical_path::CriticalPath| -> Vec<(&'static str, String, i64, i64)> {
+        path.segments
+            .iter()
+            .filter(|s| s.part != "run")
+            .map(|s| (s.part, s.category.clone(), s.start_ns, s.end_ns))
+            .collect()
+    };
+    let category = |path: &critical_path::CriticalPath, name: &str| {
+        path.by_category.iter().find(|s| s.name == name).map_or(0, |s| s.ns)
+    };
+    let whole = path_of(&[]);
+    let windowed = path_of(&WINDOWS);
+    assert_eq!((windowed.measured_ns, windowed.path_ns), (whole.measured_ns, whole.path_ns));
+    let host_gap = |start, end| ("delay", "host_gap".to_string(), start, end);
+    let launch_delay = ("delay", "gpu_delay".to_string(), 1_001_000, 1_001_020);
+    assert_eq!(waits(&whole), [host_gap(10, 1_001_000), launch_delay.clone()]);
+    assert_eq!(
+        waits(&windowed),
+        [
+            host_gap(10, 10_000),
+            ("gap", "capture_gap".to_string(), 10_000, 1_000_000),
+            host_gap(1_000_000, 1_001_000),
+            launch_delay
+        ]
+    );
+    assert_eq!(category(&windowed, "capture_gap"), 990_000);
+    assert_eq!(category(&windowed, "host_gap"), 9_990 + 1_000);
+    assert_eq!(category(&whole, "capture_gap"), 0);
 }

@@ -24,6 +24,7 @@
 pub mod decode;
 mod graph_nodes;
 mod live;
+pub mod omit;
 mod switch;
 pub mod window;
 

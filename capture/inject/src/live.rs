@@ -25,6 +25,7 @@ use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
 use crate::graph_nodes;
+use crate::omit::Omit;
 use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 
 /// Size of one activity buffer handed to CUPTI. 4 MiB holds about 20 000 kernel records.
@@ -205,10 +206,18 @@ fn start() -> Result<(), String> {
         Ok(text) => GraphTrace::parse(&text)?,
         Err(_) => GraphTrace::default(),
     };
+    let omit = Omit::from_env()?;
     let spool_dir = PathBuf::from(spool_dir);
     let loaded = load_cupti()
         .ok_or_else(|| format!("cannot load libcupti (tried {}; set --cupti-lib)", cupti_candidates().join(", ")))?;
     let api = loaded.api;
+    if omit.any() {
+        eprintln!("shardscope: process {}: left off for a measurement: {omit:?}", std::process::id());
+    }
+    if omit.subscribe {
+        DISABLED.store(true, Ordering::SeqCst);
+        return Ok(());
+    }
 
     let mut version = 0u32;
     // SAFETY: plain out-parameter call.
@@ -230,7 +239,9 @@ fn start() -> Result<(), String> {
         ));
     }
 
-    if kinds.kernel && !graph_nodes::enable(api, loaded.library, subscriber) {
+    // Graph level records no kernel of a graph, so nothing would use the nodes.
+    let want_nodes = kinds.kernel && graph_trace == GraphTrace::Node && !omit.graph_nodes;
+    if want_nodes && !graph_nodes::enable(api, loaded.library, subscriber) {
         eprintln!("shardscope: this CUPTI gives no graph node callbacks; graph kernels keep no module ranges");
     }
 
@@ -279,23 +290,22 @@ fn start() -> Result<(), String> {
     }
     let session = SESSION.get().expect("just set");
 
-    // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
-    let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
-    if registered != 0 {
-        return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
-    }
     let selector = ApiSelector::load(api, loaded.library);
-    let (recorded, selection) = recorded_activity(&kinds, graph_trace, &selector);
-    for kind in decode::ALWAYS_ON_KINDS {
-        // SAFETY: plain call with a valid kind constant.
-        let result = unsafe { api.cuptiActivityEnable(kind) };
-        if result != 0 {
-            eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
-        }
-    }
+    let (recorded, selection) = if omit.activity {
+        (Recorded::nothing(), ApiSelection::default())
+    } else {
+        start_activity(api, &kinds, graph_trace, &selector, omit)?
+    };
     let session_start_ns =
         std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
-    let switch = Switch::new(api, &plan, recorded, selector.profiler_cbids(), spool_dir, session_start_ns);
+    let mut profiler = selector.profiler_cbids();
+    if omit.runtime_triggers {
+        (profiler.runtime_start, profiler.runtime_stop) = (Vec::new(), Vec::new());
+    }
+    if omit.driver_triggers {
+        (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
+    }
+    let switch = Switch::new(api, &plan, recorded, profiler, spool_dir, session_start_ns);
     // Switched on (or left off until a trigger) after the callbacks are registered, so no buffer is missed.
     let switch = SWITCH.get_or_init(|| switch);
     switch.install(subscriber);
@@ -317,6 +327,31 @@ fn start() -> Result<(), String> {
         eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
     }
     Ok(())
+}
+
+/// Registers the activity buffers, switches on the kinds on from the start (the device records), and says what
+/// a window switches on.
+fn start_activity(
+    api: &'static cupti::Cupti,
+    kinds: &TraceKinds,
+    graph_trace: GraphTrace,
+    selector: &ApiSelector,
+    omit: Omit,
+) -> Result<(Recorded, ApiSelection), String> {
+    // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
+    let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
+    if registered != 0 {
+        return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
+    }
+    let always_on: &[cupti::CUpti_ActivityKind] = if omit.device_kind { &[] } else { &decode::ALWAYS_ON_KINDS };
+    for &kind in always_on {
+        // SAFETY: plain call with a valid kind constant.
+        let result = unsafe { api.cuptiActivityEnable(kind) };
+        if result != 0 {
+            eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
+        }
+    }
+    Ok(recorded_activity(kinds, graph_trace, selector))
 }
 
 /// A CUDA API domain whose calls can be recorded one callback id at a time.
@@ -664,7 +699,8 @@ fn recorded_activity(kinds: &TraceKinds, graph_trace: GraphTrace, selector: &Api
         enable_driver: selector.driver,
     };
     if graph_trace == GraphTrace::Graph {
-        recorded.kinds.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+        // Before the node kinds, so that no graph launch ever finds kernel records on and graph records off.
+        recorded.kinds.insert(0, cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     }
     let mut selection = ApiSelection { every_call: kinds.api && kinds.api_all, ..ApiSelection::default() };
     if !kinds.api {

@@ -3,7 +3,7 @@
 //! [`Switch`] owns the CUPTI activity kinds and API calls that record work (kernels, copies, sets, API
 //! calls, NVTX markers, graph launches); outside a window all of them are off, and only what detects a
 //! trigger stays on: the callbacks of `cudaProfilerStart`/`Stop` (`cuProfilerStart`/`Stop`), the NVTX push
-//! and pop callbacks when the trigger is an NVTX range, and the background thread's look at the clock and
+//! and pop, start and end callbacks when the trigger is an NVTX range, and the background thread's look at the clock and
 //! at the control file (`capture start`/`stop`). Every trigger goes through the [`WindowMachine`]; a
 //! transition's CUPTI calls run under its lock, so two triggers never interleave their switching.
 //!
@@ -14,18 +14,21 @@
 //! The NCCL profiler plugin asks [`shardscope_recording_on`] before each new event.
 
 use std::cell::Cell;
-use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 use shardscope_spool::config::{ControlCommand, WindowPlan, WindowTrigger};
 use shardscope_spool::cupti::SpoolRecord;
 
-use crate::window::{NvtxData, PushMessage, TimeAction, TimeSchedule, Transition, WindowMachine, c_text, nvtx_cbid};
+use crate::window::{
+    NvtxData, PushMessage, RangeOpen, TimeAction, TimeSchedule, Transition, WindowMachine, c_text, nvtx_cbid,
+    nvtx_end_id, nvtx_push_message, range_open_kind, wide_text,
+};
 
 /// Recording is on in this process (what the NCCL plugin asks). On until a plan says otherwise.
 static RECORDING: AtomicBool = AtomicBool::new(true);
@@ -57,6 +60,19 @@ pub(crate) struct Recorded {
     pub enable_driver: Option<EnableApi>,
 }
 
+impl Recorded {
+    /// Nothing to switch: a window records nothing.
+    pub fn nothing() -> Recorded {
+        Recorded {
+            kinds: Vec::new(),
+            runtime_cbids: Vec::new(),
+            driver_cbids: Vec::new(),
+            enable_runtime: None,
+            enable_driver: None,
+        }
+    }
+}
+
 /// The callback ids that start and stop a window on the profiler API, per domain.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ProfilerCbids {
@@ -70,10 +86,14 @@ pub(crate) struct ProfilerCbids {
 struct NvtxTarget {
     name: String,
     domain: Option<String>,
-    /// Domain handle → name, from `nvtxDomainCreateA`.
+    /// Domain handle → name, from `nvtxDomainCreateA`/`W`.
     domains: Mutex<HashMap<usize, String>>,
-    /// Registered string handle → text, from `nvtxDomainRegisterStringA`.
+    /// Registered string handle → text, from `nvtxDomainRegisterStringA`/`W`.
     strings: Mutex<HashMap<usize, String>>,
+    /// Named ranges started (`nvtxRangeStart*`) and not ended yet, by domain handle and range id.
+    started: Mutex<HashSet<(usize, u64)>>,
+    /// How many `started` holds, read without the lock on every end.
+    started_open: AtomicUsize,
 }
 
 /// The background thread's own trigger state.
@@ -129,6 +149,8 @@ impl Switch {
             domain: plan.nvtx_domain.clone(),
             domains: Mutex::new(HashMap::new()),
             strings: Mutex::new(HashMap::new()),
+            started: Mutex::new(HashSet::new()),
+            started_open: AtomicUsize::new(0),
         });
         // Without the profiler API trigger, cudaProfilerStart/Stop leave recording alone (as nsys does).
         let profiler = if plan.cuda_profiler_api { profiler } else { ProfilerCbids::default() };
@@ -319,7 +341,8 @@ impl Switch {
         }
     }
 
-    /// An NVTX callback: domain and string bookkeeping, and the pushes and pops of the named range.
+    /// An NVTX callback: domain and string bookkeeping, and the pushes and pops, starts and ends of the named
+    /// range.
     ///
     /// # Safety
     /// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`.
@@ -328,43 +351,91 @@ impl Switch {
         // SAFETY: each parameter and return struct is the one NVTX declares for `cbid`.
         unsafe {
             match cbid {
-                nvtx_cbid::DOMAIN_CREATE_A if !data.function_return_value.is_null() => {
-                    let name = c_text(*(data.function_params as *const *const std::ffi::c_char));
-                    let handle = *(data.function_return_value as *const usize);
-                    target.domains.lock().unwrap_or_else(|e| e.into_inner()).insert(handle, name.unwrap_or_default());
-                    return;
+                nvtx_cbid::DOMAIN_CREATE_A | nvtx_cbid::DOMAIN_CREATE_W => {
+                    if let Some(handle) = returned_handle(data) {
+                        let name = if cbid == nvtx_cbid::DOMAIN_CREATE_A {
+                            c_text(*(data.function_params as *const *const c_char))
+                        } else {
+                            wide_text(*(data.function_params as *const *const u32))
+                        };
+                        lock(&target.domains).insert(handle, name.unwrap_or_default());
+                    }
                 }
-                nvtx_cbid::DOMAIN_REGISTER_STRING_A if !data.function_return_value.is_null() => {
-                    let text =
-                        c_text(*((data.function_params as *const usize).add(1) as *const *const std::ffi::c_char));
-                    let handle = *(data.function_return_value as *const usize);
-                    target.strings.lock().unwrap_or_else(|e| e.into_inner()).insert(handle, text.unwrap_or_default());
-                    return;
+                nvtx_cbid::DOMAIN_REGISTER_STRING_A | nvtx_cbid::DOMAIN_REGISTER_STRING_W => {
+                    if let Some(handle) = returned_handle(data) {
+                        let text_at = (data.function_params as *const usize).add(1);
+                        let text = if cbid == nvtx_cbid::DOMAIN_REGISTER_STRING_A {
+                            c_text(*(text_at as *const *const c_char))
+                        } else {
+                            wide_text(*(text_at as *const *const u32))
+                        };
+                        lock(&target.strings).insert(handle, text.unwrap_or_default());
+                    }
                 }
-                nvtx_cbid::RANGE_POP | nvtx_cbid::DOMAIN_RANGE_POP => {
-                    // Ranges nest per domain and thread: a pop closes the last push of its own domain.
-                    let domain = if cbid == nvtx_cbid::DOMAIN_RANGE_POP && !data.function_params.is_null() {
-                        *(data.function_params as *const usize)
-                    } else {
-                        0
-                    };
-                    let was_target = NVTX_PUSHES.with_borrow_mut(|pushes| {
-                        let last = pushes.iter().rposition(|(d, _)| *d == domain)?;
-                        Some(pushes.remove(last).1)
-                    }) == Some(true);
+                nvtx_cbid::RANGE_POP | nvtx_cbid::DOMAIN_RANGE_POP => self.on_nvtx_pop(cbid, data),
+                nvtx_cbid::RANGE_END | nvtx_cbid::DOMAIN_RANGE_END => {
+                    // Only ends of started named ranges matter; none open (the common case) takes no lock.
+                    if target.started_open.load(Ordering::Relaxed) == 0 {
+                        return;
+                    }
+                    let Some(end) = nvtx_end_id(cbid, data) else { return };
+                    let was_target = lock(&target.started).remove(&end);
                     if was_target {
+                        target.started_open.fetch_sub(1, Ordering::Relaxed);
                         self.trigger(|m, t| m.nvtx_pop(t), WindowTrigger::Nvtx);
                     }
+                }
+                _ => self.on_nvtx_open(target, cbid, data),
+            }
+        }
+    }
+
+    /// A pop: ranges nest per domain and thread, so it closes the last push of its own domain.
+    ///
+    /// # Safety
+    /// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`.
+    unsafe fn on_nvtx_pop(&self, cbid: u32, data: &NvtxData) {
+        let domain = if cbid == nvtx_cbid::DOMAIN_RANGE_POP && !data.function_params.is_null() {
+            // SAFETY: `nvtxDomainRangePop_params` holds the domain handle.
+            unsafe { *(data.function_params as *const usize) }
+        } else {
+            0
+        };
+        let was_target = NVTX_PUSHES.with_borrow_mut(|pushes| {
+            let last = pushes.iter().rposition(|(d, _)| *d == domain)?;
+            Some(pushes.remove(last).1)
+        }) == Some(true);
+        if was_target {
+            self.trigger(|m, t| m.nvtx_pop(t), WindowTrigger::Nvtx);
+        }
+    }
+
+    /// A push or a start: whether it is the named range, remembered until its pop or end.
+    ///
+    /// # Safety
+    /// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`.
+    unsafe fn on_nvtx_open(&self, target: &NvtxTarget, cbid: u32, data: &NvtxData) {
+        let Some(open) = range_open_kind(cbid) else { return };
+        // SAFETY: the caller's promise.
+        let Some((domain, message)) = (unsafe { nvtx_push_message(cbid, data) }) else { return };
+        let hit = self.is_target(target, domain, &message);
+        match open {
+            RangeOpen::Push => NVTX_PUSHES.with_borrow_mut(|pushes| pushes.push((domain, hit))),
+            RangeOpen::Start => {
+                if !hit {
                     return;
                 }
-                _ => {}
+                // The id the start returned names the range its end closes (0 where NVTX gave none).
+                // SAFETY: a start's return value is its `nvtxRangeId_t`.
+                let id = unsafe { (data.function_return_value as *const u64).as_ref() }.copied().unwrap_or(0);
+                if !lock(&target.started).insert((domain, id)) {
+                    return;
+                }
+                target.started_open.fetch_add(1, Ordering::Relaxed);
             }
-            let Some((domain, message)) = crate::window::nvtx_push_message(cbid, data) else { return };
-            let hit = self.is_target(target, domain, &message);
-            NVTX_PUSHES.with_borrow_mut(|pushes| pushes.push((domain, hit)));
-            if hit {
-                self.trigger(|m, t| m.nvtx_push(t), WindowTrigger::Nvtx);
-            }
+        }
+        if hit {
+            self.trigger(|m, t| m.nvtx_push(t), WindowTrigger::Nvtx);
         }
     }
 
@@ -372,19 +443,12 @@ impl Switch {
         let domain_matches = match (&target.domain, domain) {
             (None, 0) => true,
             (None, _) | (Some(_), 0) => false,
-            (Some(wanted), handle) => {
-                target.domains.lock().unwrap_or_else(|e| e.into_inner()).get(&handle).is_some_and(|n| n == wanted)
-            }
+            (Some(wanted), handle) => lock(&target.domains).get(&handle).is_some_and(|n| n == wanted),
         };
         domain_matches
             && match message {
                 PushMessage::Text(text) => *text == target.name,
-                PushMessage::Registered(handle) => target
-                    .strings
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(handle)
-                    .is_some_and(|text| *text == target.name),
+                PushMessage::Registered(handle) => lock(&target.strings).get(handle).is_some_and(|t| *t == target.name),
                 PushMessage::Unreadable => false,
             }
     }
@@ -408,6 +472,20 @@ pub(crate) unsafe fn dispatch(switch: &Switch, domain: cupti::CUpti_CallbackDoma
         cupti::CUPTI_CB_DOMAIN_NVTX => unsafe { switch.on_nvtx(cbid, &*(cbdata as *const NvtxData)) },
         _ => {}
     }
+}
+
+/// The handle a create or register call returned, if any.
+///
+/// # Safety
+/// `data` is the `CUpti_NvtxData` of a create or register callback, whose return value is a handle.
+unsafe fn returned_handle(data: &NvtxData) -> Option<usize> {
+    // SAFETY: the caller's promise; null when NVTX passed none.
+    unsafe { (data.function_return_value as *const usize).as_ref() }.copied()
+}
+
+/// Locks `mutex`, taking the data of a poisoned one (a panic elsewhere must not stop the triggers).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// CUPTI's clock now, ns: the clock of its records.

@@ -4,13 +4,14 @@
 //! named NVTX range, the time schedule, `capture start`/`stop`); it decides, and the live side
 //! (`switch.rs`) does what it decided: CUPTI kinds on or off, a window record, a flush. It holds no
 //! CUPTI state, so the tests drive it directly. [`TimeSchedule`] says when the time trigger opens and
-//! closes windows, and [`nvtx_push_message`] reads the message of an NVTX push from CUPTI's callback
-//! data.
+//! closes windows, and [`nvtx_push_message`] reads the message of an NVTX push or start (ASCII, wide or
+//! registered) from CUPTI's callback data.
 //!
 //! Rules: a start while recording is on does nothing (the window stays open, opened by its first
 //! trigger); a stop while recording is off is a *stray stop*, reported once and otherwise ignored;
 //! after `repeat` windows no trigger opens another. Nested pushes of the named NVTX range keep one
-//! window open until the outermost pop.
+//! window open until the outermost pop; a started range (`nvtxRangeStart*`, closed by its id on any thread)
+//! counts as one more open range until its end.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -197,29 +198,57 @@ impl TimeSchedule {
 
 /// NVTX callback ids (CUPTI's `CUpti_nvtx_api_trace_cbid`) that the NVTX trigger follows.
 pub mod nvtx_cbid {
+    /// `nvtxRangeStartA(const char*)`.
+    pub const RANGE_START_A: u32 = 4;
+    /// `nvtxRangeStartW(const wchar_t*)`.
+    pub const RANGE_START_W: u32 = 5;
+    /// `nvtxRangeStartEx(const nvtxEventAttributes_t*)`.
+    pub const RANGE_START_EX: u32 = 6;
+    /// `nvtxRangeEnd(nvtxRangeId_t)`.
+    pub const RANGE_END: u32 = 7;
     /// `nvtxRangePushA(const char*)`.
     pub const RANGE_PUSH_A: u32 = 8;
+    /// `nvtxRangePushW(const wchar_t*)`.
+    pub const RANGE_PUSH_W: u32 = 9;
     /// `nvtxRangePushEx(const nvtxEventAttributes_t*)`.
     pub const RANGE_PUSH_EX: u32 = 10;
     /// `nvtxRangePop()`.
     pub const RANGE_POP: u32 = 11;
-    /// `nvtxDomainRegisterStringA(domain, const char*)`.
-    pub const DOMAIN_REGISTER_STRING_A: u32 = 39;
+    /// `nvtxDomainRangeStartEx(domain, const nvtxEventAttributes_t*)`.
+    pub const DOMAIN_RANGE_START_EX: u32 = 31;
+    /// `nvtxDomainRangeEnd(domain, nvtxRangeId_t)`.
+    pub const DOMAIN_RANGE_END: u32 = 32;
     /// `nvtxDomainRangePushEx(domain, const nvtxEventAttributes_t*)`.
     pub const DOMAIN_RANGE_PUSH_EX: u32 = 33;
     /// `nvtxDomainRangePop(domain)`.
     pub const DOMAIN_RANGE_POP: u32 = 34;
+    /// `nvtxDomainRegisterStringA(domain, const char*)`.
+    pub const DOMAIN_REGISTER_STRING_A: u32 = 39;
+    /// `nvtxDomainRegisterStringW(domain, const wchar_t*)`.
+    pub const DOMAIN_REGISTER_STRING_W: u32 = 40;
     /// `nvtxDomainCreateA(const char*)`.
     pub const DOMAIN_CREATE_A: u32 = 41;
-    /// Every id above, to switch their callbacks on.
-    pub const ALL: [u32; 7] = [
+    /// `nvtxDomainCreateW(const wchar_t*)`.
+    pub const DOMAIN_CREATE_W: u32 = 42;
+    /// Every id above, to switch their callbacks on (and no other NVTX callback: marks, names and categories
+    /// never reach the library).
+    pub const ALL: [u32; 16] = [
+        RANGE_START_A,
+        RANGE_START_W,
+        RANGE_START_EX,
+        RANGE_END,
         RANGE_PUSH_A,
+        RANGE_PUSH_W,
         RANGE_PUSH_EX,
         RANGE_POP,
-        DOMAIN_REGISTER_STRING_A,
+        DOMAIN_RANGE_START_EX,
+        DOMAIN_RANGE_END,
         DOMAIN_RANGE_PUSH_EX,
         DOMAIN_RANGE_POP,
+        DOMAIN_REGISTER_STRING_A,
+        DOMAIN_REGISTER_STRING_W,
         DOMAIN_CREATE_A,
+        DOMAIN_CREATE_W,
     ];
 }
 
@@ -261,21 +290,51 @@ pub struct NvtxEventAttributes {
 
 /// `NVTX_MESSAGE_TYPE_ASCII`.
 const MESSAGE_ASCII: i32 = 1;
+/// `NVTX_MESSAGE_TYPE_UNICODE`: a `wchar_t` string (32-bit units on Linux).
+const MESSAGE_UNICODE: i32 = 2;
 /// `NVTX_MESSAGE_TYPE_REGISTERED`.
 const MESSAGE_REGISTERED: i32 = 3;
 
-/// An NVTX push's message and domain handle (0: the default domain) from its callback.
+/// Longest NVTX name read, in characters: a range name is short, and a longer text is never the named range.
+const MAX_NAME_CHARS: usize = 4096;
+
+/// An NVTX range's message and domain handle (0: the default domain) from its callback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PushMessage {
-    /// A plain message.
+    /// A plain message (from an ASCII or a wide string).
     Text(String),
     /// A string registered earlier in the domain, by its handle.
     Registered(usize),
-    /// A wide or missing message: never the named range.
+    /// A missing or unreadable message: never the named range.
     Unreadable,
 }
 
-/// Reads the message (and domain handle) of the push that callback `cbid` reports.
+/// How a range opens: pushed (nests per thread, closed by the pop of its domain) or started (closed by the
+/// end of the id its start returned, on any thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeOpen {
+    /// `nvtxRangePush*`, `nvtxDomainRangePushEx`.
+    Push,
+    /// `nvtxRangeStart*`, `nvtxDomainRangeStartEx`.
+    Start,
+}
+
+/// Whether callback `cbid` opens a range, and how.
+pub fn range_open_kind(cbid: u32) -> Option<RangeOpen> {
+    match cbid {
+        nvtx_cbid::RANGE_PUSH_A
+        | nvtx_cbid::RANGE_PUSH_W
+        | nvtx_cbid::RANGE_PUSH_EX
+        | nvtx_cbid::DOMAIN_RANGE_PUSH_EX => Some(RangeOpen::Push),
+        nvtx_cbid::RANGE_START_A
+        | nvtx_cbid::RANGE_START_W
+        | nvtx_cbid::RANGE_START_EX
+        | nvtx_cbid::DOMAIN_RANGE_START_EX => Some(RangeOpen::Start),
+        _ => None,
+    }
+}
+
+/// Reads the message (and domain handle) of the push or start that callback `cbid` reports.
 ///
 /// # Safety
 /// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`, valid for the call.
@@ -284,17 +343,20 @@ pub unsafe fn nvtx_push_message(cbid: u32, data: &NvtxData) -> Option<(usize, Pu
     if params.is_null() {
         return None;
     }
-    // SAFETY: every read below reads the parameter struct of `cbid`, as NVTX declares it: `nvtxRangePushA_params`
-    // holds one `const char*`, `nvtxRangePushEx_params` one attributes pointer, `nvtxDomainRangePushEx_params`
-    // a domain handle then the attributes pointer.
+    let text = |read: Option<String>| read.map_or(PushMessage::Unreadable, PushMessage::Text);
+    // SAFETY: every read below reads the parameter struct of `cbid`, as NVTX declares it: the `A` and `W` calls'
+    // params hold one string pointer, the `Ex` calls' one attributes pointer, the domain calls' a domain handle
+    // then the attributes pointer.
     unsafe {
         let (domain, attributes) = match cbid {
-            nvtx_cbid::RANGE_PUSH_A => {
-                let message = *(params as *const *const c_char);
-                return Some((0, c_text(message).map_or(PushMessage::Unreadable, PushMessage::Text)));
+            nvtx_cbid::RANGE_PUSH_A | nvtx_cbid::RANGE_START_A => {
+                return Some((0, text(c_text(*(params as *const *const c_char)))));
             }
-            nvtx_cbid::RANGE_PUSH_EX => (0, *(params as *const *const NvtxEventAttributes)),
-            nvtx_cbid::DOMAIN_RANGE_PUSH_EX => {
+            nvtx_cbid::RANGE_PUSH_W | nvtx_cbid::RANGE_START_W => {
+                return Some((0, text(wide_text(*(params as *const *const u32)))));
+            }
+            nvtx_cbid::RANGE_PUSH_EX | nvtx_cbid::RANGE_START_EX => (0, *(params as *const *const NvtxEventAttributes)),
+            nvtx_cbid::DOMAIN_RANGE_PUSH_EX | nvtx_cbid::DOMAIN_RANGE_START_EX => {
                 let words = params as *const usize;
                 (*words, *(words.add(1) as *const *const NvtxEventAttributes))
             }
@@ -305,14 +367,57 @@ pub unsafe fn nvtx_push_message(cbid: u32, data: &NvtxData) -> Option<(usize, Pu
         }
         let attributes = &*attributes;
         let message = match attributes.message_type {
-            MESSAGE_ASCII => {
-                c_text(attributes.message as *const c_char).map_or(PushMessage::Unreadable, PushMessage::Text)
-            }
+            MESSAGE_ASCII => text(c_text(attributes.message as *const c_char)),
+            MESSAGE_UNICODE => text(wide_text(attributes.message as *const u32)),
             MESSAGE_REGISTERED => PushMessage::Registered(attributes.message as usize),
             _ => PushMessage::Unreadable,
         };
         Some((domain, message))
     }
+}
+
+/// The range id an end callback closes, and its domain handle (0: the default domain).
+///
+/// # Safety
+/// `data` is the `CUpti_NvtxData` CUPTI passed with `cbid`, valid for the call.
+pub unsafe fn nvtx_end_id(cbid: u32, data: &NvtxData) -> Option<(usize, u64)> {
+    let params = data.function_params;
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY: `nvtxRangeEnd_params` holds the 64-bit range id; `nvtxDomainRangeEnd_params` a domain handle, then
+    // the id (8-byte aligned on 64-bit Linux).
+    unsafe {
+        match cbid {
+            nvtx_cbid::RANGE_END => Some((0, *(params as *const u64))),
+            nvtx_cbid::DOMAIN_RANGE_END => {
+                let words = params as *const usize;
+                Some((*words, *(words.add(1) as *const u64)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The wide (`wchar_t`, UTF-32 on Linux) string at `ptr`, if any and if it is valid text of at most
+/// [`MAX_NAME_CHARS`] characters.
+///
+/// # Safety
+/// `ptr` is null or a NUL-terminated `wchar_t` string.
+pub unsafe fn wide_text(ptr: *const u32) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    let mut text = String::new();
+    for i in 0..=MAX_NAME_CHARS {
+        // SAFETY: the caller's promise: every unit up to the terminating NUL is readable.
+        let unit = unsafe { *ptr.add(i) };
+        if unit == 0 {
+            return Some(text);
+        }
+        text.push(char::from_u32(unit)?);
+    }
+    None
 }
 
 /// The C string at `ptr`, if any.
@@ -424,5 +529,55 @@ mod tests {
             assert_eq!(read, Some((0xd0, PushMessage::Text("step 3".into()))));
             assert_eq!(nvtx_push_message(nvtx_cbid::RANGE_POP, &data(plain as *const c_void)), None);
         }
+    }
+
+    #[test]
+    fn starts_and_wide_messages_are_read_and_ends_give_their_ids() {
+        let wide: Vec<u32> = "step 3".chars().map(u32::from).chain([0]).collect();
+        let attributes = NvtxEventAttributes {
+            version: 3,
+            size: std::mem::size_of::<NvtxEventAttributes>() as u16,
+            category: 0,
+            color_type: 0,
+            color: 0,
+            payload_type: 0,
+            reserved0: 0,
+            payload: 0,
+            message_type: MESSAGE_UNICODE,
+            message: wide.as_ptr() as *const c_void,
+        };
+        let data = |params: *const c_void| NvtxData {
+            function_name: std::ptr::null(),
+            function_params: params,
+            function_return_value: std::ptr::null(),
+        };
+        let text = PushMessage::Text("step 3".into());
+        let plain = c"step 3".as_ptr();
+        let wide_ptr = wide.as_ptr();
+        let pointer: *const NvtxEventAttributes = &attributes;
+        // SAFETY: each parameter struct is laid out as NVTX declares it for its callback id.
+        unsafe {
+            let read = |cbid, params: *const c_void| nvtx_push_message(cbid, &data(params));
+            assert_eq!(read(nvtx_cbid::RANGE_START_A, &plain as *const _ as *const c_void), Some((0, text.clone())));
+            assert_eq!(read(nvtx_cbid::RANGE_START_W, &wide_ptr as *const _ as *const c_void), Some((0, text.clone())));
+            assert_eq!(read(nvtx_cbid::RANGE_PUSH_W, &wide_ptr as *const _ as *const c_void), Some((0, text.clone())));
+            assert_eq!(read(nvtx_cbid::RANGE_START_EX, &pointer as *const _ as *const c_void), Some((0, text.clone())));
+            let domain_params: [usize; 2] = [0xd0, pointer as usize];
+            let read_domain = read(nvtx_cbid::DOMAIN_RANGE_START_EX, domain_params.as_ptr() as *const c_void);
+            assert_eq!(read_domain, Some((0xd0, text.clone())));
+            let end: u64 = 0x1_0000_0007;
+            assert_eq!(nvtx_end_id(nvtx_cbid::RANGE_END, &data(&end as *const _ as *const c_void)), Some((0, end)));
+            let domain_end: [u64; 2] = [0xd0, end];
+            let read_end = nvtx_end_id(nvtx_cbid::DOMAIN_RANGE_END, &data(domain_end.as_ptr() as *const c_void));
+            assert_eq!(read_end, Some((0xd0, end)));
+            assert_eq!(nvtx_end_id(nvtx_cbid::RANGE_POP, &data(&end as *const _ as *const c_void)), None);
+            // Not text: a surrogate code unit, and a string longer than any range name.
+            assert_eq!(wide_text([0xd800u32, 0].as_ptr()), None);
+            let long: Vec<u32> = std::iter::repeat_n(u32::from('a'), MAX_NAME_CHARS + 1).chain([0]).collect();
+            assert_eq!(wide_text(long.as_ptr()), None);
+        }
+        assert_eq!(range_open_kind(nvtx_cbid::RANGE_START_W), Some(RangeOpen::Start));
+        assert_eq!(range_open_kind(nvtx_cbid::RANGE_PUSH_W), Some(RangeOpen::Push));
+        assert_eq!(range_open_kind(nvtx_cbid::RANGE_END), None);
     }
 }

@@ -129,10 +129,12 @@ const RUNTIME_MEMCPY_ASYNC: u32 = 4;
 const RUNTIME_STREAM_SYNCHRONIZE: u32 = 5;
 const RUNTIME_PROFILER_START: u32 = 7;
 const RUNTIME_PROFILER_STOP: u32 = 8;
+const RUNTIME_GRAPH_LAUNCH: u32 = 9;
 const DRIVER_LAUNCH_KERNEL_EX: u32 = 2;
 const DRIVER_STREAM_WAIT_EVENT: u32 = 5;
 const DRIVER_PROFILER_START: u32 = 6;
 const DRIVER_PROFILER_STOP: u32 = 7;
+const DRIVER_GRAPH_LAUNCH: u32 = 8;
 
 #[test]
 fn by_default_only_work_calls_are_switched_on_one_by_one() {
@@ -144,12 +146,19 @@ fn by_default_only_work_calls_are_switched_on_one_by_one() {
             RUNTIME_MEMCPY_ASYNC,
             RUNTIME_STREAM_SYNCHRONIZE,
             RUNTIME_PROFILER_START,
-            RUNTIME_PROFILER_STOP
+            RUNTIME_PROFILER_STOP,
+            RUNTIME_GRAPH_LAUNCH
         ]
     );
     assert_eq!(
         enabled.driver_cbids,
-        [DRIVER_LAUNCH_KERNEL_EX, DRIVER_STREAM_WAIT_EVENT, DRIVER_PROFILER_START, DRIVER_PROFILER_STOP]
+        [
+            DRIVER_LAUNCH_KERNEL_EX,
+            DRIVER_STREAM_WAIT_EVENT,
+            DRIVER_PROFILER_START,
+            DRIVER_PROFILER_STOP,
+            DRIVER_GRAPH_LAUNCH
+        ]
     );
     for kind in [cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER] {
         assert!(!enabled.kinds.contains(&kind), "whole API kind {kind} switched on: {:?}", enabled.kinds);
@@ -169,8 +178,8 @@ fn by_default_only_work_calls_are_switched_on_one_by_one() {
         selection,
         ApiSelection {
             every_call: false,
-            runtime_cbids: 5,
-            driver_cbids: 4,
+            runtime_cbids: 6,
+            driver_cbids: 5,
             runtime_whole_kind: false,
             driver_whole_kind: false
         }

@@ -3,9 +3,15 @@
 //! while its kind is switched on, a record of a running kernel is delivered by an unforced flush only once
 //! the kernel has finished, and a forced flush hands it over with zero timestamps.
 //!
+//! What a launch meets in CUPTI while recording is off is counted too: the stand-in counts the subscriber's
+//! callbacks it made and the switches on for the launch calls (their callbacks, single API records, whole API
+//! kinds, kernel kinds): none outside a window, with every trigger waiting; and at CUDA graph level a replay gets
+//! one graph record and its launch call's API records, no node record, and no node callback is switched on.
+//!
 //! Each scenario runs in a child process (the library's state is per process): the cudaProfilerStart/Stop
 //! trigger with a window that ends while a kernel is still running and a stop without a start; the NVTX
-//! trigger by name and by domain; the clock; two processes with different windows, both switched on again
+//! trigger by name and by domain, pushed or started (ended by id on another thread), ASCII, wide or
+//! registered; the clock; two processes with different windows, both switched on again
 //! by one external start command through the spool folder's control file.
 
 use std::path::{Path, PathBuf};
@@ -13,16 +19,25 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use shardscope_cupti_sys::v13 as cupti;
+use shardscope_inject::omit::OMIT_ENV;
 use shardscope_inject::window::nvtx_cbid;
 use shardscope_spool::config::{self, ControlCommand, WindowPlan, WindowTrigger};
 use shardscope_spool::cupti::{KernelRecord, SpoolRecord, WindowRecord};
 
 const SCENARIO_ENV: &str = "SHARDSCOPE_TEST_WINDOW_SCENARIO";
 const RUNTIME_DOMAIN: i32 = 2;
+const DRIVER_DOMAIN: i32 = 1;
 // The stand-in's callback ids (see fake_cupti.c).
 const RUNTIME_LAUNCH_KERNEL: u32 = 2;
 const RUNTIME_PROFILER_START: u32 = 7;
 const RUNTIME_PROFILER_STOP: u32 = 8;
+const RUNTIME_GRAPH_LAUNCH: u32 = 9;
+const DRIVER_LAUNCH_KERNEL_EX: u32 = 2;
+const DRIVER_PROFILER_START: u32 = 6;
+const DRIVER_PROFILER_STOP: u32 = 7;
+const DRIVER_GRAPH_LAUNCH: u32 = 8;
+/// Kernel nodes of the replayed graph (the stand-in holds at most 256 pending records).
+const GRAPH_NODES: usize = 100;
 const SITE_ENTER: u32 = 0;
 const SITE_EXIT: u32 = 1;
 /// Kernel start and end the child gives its kernels, CUPTI clock.
@@ -32,6 +47,10 @@ type Activity = unsafe extern "C" fn(i32, u32, *const u8, usize, usize, i32) -> 
 type ApiCall = unsafe extern "C" fn(i32, u32, u32);
 type Nvtx = unsafe extern "C" fn(u32, *const std::ffi::c_void, *const std::ffi::c_void);
 type Complete = unsafe extern "C" fn();
+type NodeActivity = unsafe extern "C" fn(*const u8, usize, usize) -> i32;
+type Delivered = unsafe extern "C" fn() -> u64;
+type SwitchesOn = unsafe extern "C" fn(i32, u32) -> i32;
+type KindsOn = unsafe extern "C" fn() -> i32;
 
 /// The stand-in's workload functions, in the child.
 struct Workload {
@@ -86,6 +105,96 @@ impl Workload {
                 i32::from(finished),
             ) == 1
         }
+    }
+
+    /// A kernel launched through `cudaLaunchKernel`, which calls `cuLaunchKernelEx`: CUPTI's callbacks for both
+    /// calls (when switched on), then the records. True when the kernel got a record.
+    fn launch_call(&self, correlation_id: u32) -> bool {
+        self.api_call(RUNTIME_DOMAIN, RUNTIME_LAUNCH_KERNEL, || {
+            self.api_call(DRIVER_DOMAIN, DRIVER_LAUNCH_KERNEL_EX, || {});
+        });
+        self.launch(correlation_id, true)
+    }
+
+    /// A call's enter and exit callbacks around `inside`.
+    fn api_call(&self, domain: i32, cbid: u32, inside: impl FnOnce()) {
+        let call: ApiCall = self.symbol(b"fake_api_call\0");
+        // SAFETY: plain calls into the stand-in.
+        unsafe { call(domain, cbid, SITE_ENTER) };
+        inside();
+        // SAFETY: as above.
+        unsafe { call(domain, cbid, SITE_EXIT) };
+    }
+
+    /// One replay of a graph of [`GRAPH_NODES`] kernels through `cudaGraphLaunch` (which calls
+    /// `cuGraphLaunch`). Returns the records it got: (API records, graph records, kernel records).
+    fn graph_launch(&self, correlation_id: u32) -> (usize, usize, usize) {
+        self.api_call(RUNTIME_DOMAIN, RUNTIME_GRAPH_LAUNCH, || {
+            self.api_call(DRIVER_DOMAIN, DRIVER_GRAPH_LAUNCH, || {});
+        });
+        let activity: Activity = self.symbol(b"fake_activity\0");
+        let node: NodeActivity = self.symbol(b"fake_graph_node_activity\0");
+        let mut made = (0, 0, 0);
+        for (kind, cbid) in [
+            (cupti::CUPTI_ACTIVITY_KIND_RUNTIME, RUNTIME_GRAPH_LAUNCH),
+            (cupti::CUPTI_ACTIVITY_KIND_DRIVER, DRIVER_GRAPH_LAUNCH),
+        ] {
+            // SAFETY: an all-zero CUPTI record is valid plain data.
+            let mut api: cupti::CUpti_ActivityAPI = unsafe { std::mem::zeroed() };
+            (api.kind, api.cbid, api.correlationId, api.start, api.end) = (kind, cbid, correlation_id, 4_000, 4_500);
+            let at = std::mem::offset_of!(cupti::CUpti_ActivityAPI, start);
+            // SAFETY: the record is plain data of the size passed.
+            made.0 += unsafe { activity(kind as i32, cbid, &api as *const _ as *const u8, size_of_val(&api), at, 1) }
+                as usize;
+        }
+        let graph = shardscope_inject::decode::ActivityGraphTrace2 {
+            kind: cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+            correlationId: correlation_id,
+            start: KERNEL_NS.0,
+            end: KERNEL_NS.1,
+            deviceId: 0,
+            graphId: 7,
+            contextId: 1,
+            streamId: 1,
+            reserved: std::ptr::null_mut(),
+        };
+        let at = std::mem::offset_of!(shardscope_inject::decode::ActivityGraphTrace2, start);
+        // SAFETY: as above.
+        made.1 += unsafe { activity(graph.kind as i32, 0, &graph as *const _ as *const u8, size_of_val(&graph), at, 1) }
+            as usize;
+        for _ in 0..GRAPH_NODES {
+            // SAFETY: an all-zero CUPTI record is valid plain data.
+            let mut kernel: cupti::CUpti_ActivityKernel10 = unsafe { std::mem::zeroed() };
+            kernel.kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            (kernel.start, kernel.end, kernel.correlationId) = (KERNEL_NS.0, KERNEL_NS.1, correlation_id);
+            kernel.name = self.kernel_name.as_ptr();
+            let at = std::mem::offset_of!(cupti::CUpti_ActivityKernel10, start);
+            // SAFETY: as above.
+            made.2 += unsafe { node(&kernel as *const _ as *const u8, size_of_val(&kernel), at) } as usize;
+        }
+        made
+    }
+
+    /// Subscriber callbacks CUPTI made so far.
+    fn delivered(&self) -> u64 {
+        let delivered: Delivered = self.symbol(b"fake_delivered\0");
+        // SAFETY: plain call into the stand-in.
+        unsafe { delivered() }
+    }
+
+    /// What a launch meets in CUPTI now: the switches on for the launch calls and the graph launch calls
+    /// (callbacks, single API records, whole API kinds) and the kernel kinds.
+    fn launch_switches(&self) -> i32 {
+        let switches: SwitchesOn = self.symbol(b"fake_switches_on\0");
+        let kernel_kinds: KindsOn = self.symbol(b"fake_kernel_kinds_on\0");
+        let calls = [
+            (RUNTIME_DOMAIN, RUNTIME_LAUNCH_KERNEL),
+            (DRIVER_DOMAIN, DRIVER_LAUNCH_KERNEL_EX),
+            (RUNTIME_DOMAIN, RUNTIME_GRAPH_LAUNCH),
+            (DRIVER_DOMAIN, DRIVER_GRAPH_LAUNCH),
+        ];
+        // SAFETY: plain calls into the stand-in.
+        unsafe { calls.iter().map(|&(domain, cbid)| switches(domain, cbid)).sum::<i32>() + kernel_kinds() }
     }
 
     fn profiler(&self, start: bool) {
@@ -183,6 +292,118 @@ fn nvtx_domain_scenario(w: &Workload) {
     assert!(!w.launch(3, true));
 }
 
+/// NVTX event attributes with `message` of `message_type` (1 ASCII, 2 wide, 3 registered).
+fn attributes(message_type: i32, message: *const std::ffi::c_void) -> shardscope_inject::window::NvtxEventAttributes {
+    shardscope_inject::window::NvtxEventAttributes {
+        version: 3,
+        size: 48,
+        category: 0,
+        color_type: 0,
+        color: 0,
+        payload_type: 0,
+        reserved0: 0,
+        payload: 0,
+        message_type,
+        message,
+    }
+}
+
+/// A wide (`wchar_t`, UTF-32) string with its terminating NUL.
+fn wide(text: &str) -> Vec<u32> {
+    text.chars().map(u32::from).chain([0]).collect()
+}
+
+/// Started ranges (closed by id, here on another thread) and wide pushes of the named range.
+fn nvtx_start_scenario(w: &Workload) {
+    let start_a = |text: &std::ffi::CStr, id: u64| {
+        let params = text.as_ptr();
+        w.nvtx(nvtx_cbid::RANGE_START_A, &params as *const _ as *const _, &id as *const _ as *const _);
+    };
+    let end = |id: u64| w.nvtx(nvtx_cbid::RANGE_END, &id as *const _ as *const _, std::ptr::null());
+    start_a(c"step", 5);
+    assert!(w.launch(1, true));
+    start_a(c"other", 6);
+    end(6);
+    assert!(w.launch(2, true), "the end of another range closed the window");
+    std::thread::scope(|scope| {
+        std::thread::Builder::new().name("range-end".into()).spawn_scoped(scope, || end(5)).unwrap();
+    });
+    assert!(!w.launch(3, true), "the end on another thread left the window open");
+    let name = wide("step");
+    let pointer = name.as_ptr();
+    w.nvtx(nvtx_cbid::RANGE_PUSH_W, &pointer as *const _ as *const _, std::ptr::null());
+    assert!(w.launch(4, true));
+    w.pop();
+    let wide_step = attributes(2, name.as_ptr() as *const _);
+    let pointer: *const _ = &wide_step;
+    let id: u64 = 9;
+    w.nvtx(nvtx_cbid::RANGE_START_EX, &pointer as *const _ as *const _, &id as *const _ as *const _);
+    assert!(w.launch(5, true));
+    end(9);
+    assert!(!w.launch(6, true));
+}
+
+/// The domain variant of started ranges, with a domain and a registered string made from wide strings.
+fn nvtx_start_domain_scenario(w: &Workload) {
+    let (domain, registered): (usize, usize) = (0x77, 0x55);
+    let app = wide("app");
+    let pointer = app.as_ptr();
+    w.nvtx(nvtx_cbid::DOMAIN_CREATE_W, &pointer as *const _ as *const _, &domain as *const _ as *const _);
+    let step = wide("step");
+    let params: [usize; 2] = [domain, step.as_ptr() as usize];
+    w.nvtx(nvtx_cbid::DOMAIN_REGISTER_STRING_W, params.as_ptr() as *const _, &registered as *const _ as *const _);
+    let plain = c"step".as_ptr();
+    let id: u64 = 1;
+    w.nvtx(nvtx_cbid::RANGE_START_A, &plain as *const _ as *const _, &id as *const _ as *const _);
+    assert!(!w.launch(1, true), "the named range of the default domain opened a window");
+    w.nvtx(nvtx_cbid::RANGE_END, &id as *const _ as *const _, std::ptr::null());
+    let by_handle = attributes(3, registered as *const _);
+    let params: [usize; 2] = [domain, &by_handle as *const _ as usize];
+    let id: u64 = 2;
+    w.nvtx(nvtx_cbid::DOMAIN_RANGE_START_EX, params.as_ptr() as *const _, &id as *const _ as *const _);
+    assert!(w.launch(2, true));
+    let end: [u64; 2] = [domain as u64, 2];
+    w.nvtx(nvtx_cbid::DOMAIN_RANGE_END, end.as_ptr() as *const _, std::ptr::null());
+    assert!(!w.launch(3, true));
+}
+
+/// Recording off, with every trigger waiting (profiler API and NVTX): a thousand launches and a graph replay
+/// make no callback and meet no switch; inside a window a launch still makes no callback (its records come
+/// through the activity buffers), and after it all is off again.
+fn off_launches_scenario(w: &Workload) {
+    let before = w.delivered();
+    for i in 0..1000 {
+        assert!(!w.launch_call(i), "a launch got a record while recording was off");
+    }
+    assert_eq!(w.graph_launch(1000), (0, 0, 0), "a graph replay got records while recording was off");
+    assert_eq!(w.delivered() - before, 0, "CUPTI callbacks for launches while recording was off");
+    assert_eq!(w.launch_switches(), 0, "switches on for launches while recording was off");
+    w.profiler(true);
+    assert!(w.launch_switches() > 0, "the window switched nothing on");
+    let before = w.delivered();
+    assert!(w.launch_call(2000));
+    assert_eq!(w.delivered() - before, 0, "a recorded launch went through a callback");
+    w.profiler(false);
+    let before = w.delivered();
+    assert!(!w.launch_call(3000));
+    assert_eq!((w.delivered() - before, w.launch_switches()), (0, 0), "left on after the window");
+}
+
+/// Graph replays before, inside and after a window: inside, one graph record and the launch call's API records
+/// per replay and no kernel record of a node at graph level (every node's at node level); a kernel outside the
+/// graph keeps its record either way.
+fn graph_replay_scenario(w: &Workload, graph_level: bool) {
+    assert_eq!(w.graph_launch(1), (0, 0, 0));
+    w.profiler(true);
+    let before = w.delivered();
+    let nodes = if graph_level { 0 } else { GRAPH_NODES };
+    assert_eq!(w.graph_launch(2), (2, usize::from(graph_level), nodes));
+    assert!(w.launch_call(3));
+    assert_eq!(w.delivered() - before, 0, "callbacks for a replay or a launch inside the window");
+    w.profiler(false);
+    assert_eq!(w.graph_launch(4), (0, 0, 0));
+}
+
 /// Waits up to 3 s for the library to switch recording to `on`.
 fn wait_for_recording(on: bool) {
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -224,6 +445,12 @@ fn child_entry() {
         "profiler" => profiler_scenario(&workload),
         "nvtx" => nvtx_scenario(&workload),
         "nvtx-domain" => nvtx_domain_scenario(&workload),
+        "nvtx-start" => nvtx_start_scenario(&workload),
+        "off-launches" => off_launches_scenario(&workload),
+        "idle" => assert!(!workload.launch_call(1)),
+        "graph-level" => graph_replay_scenario(&workload, true),
+        "node-level" => graph_replay_scenario(&workload, false),
+        "nvtx-start-domain" => nvtx_start_domain_scenario(&workload),
         "time" => time_scenario(&workload),
         "whole-run" => {
             assert!(workload.launch(1, true));
@@ -308,14 +535,90 @@ fn triggers(windows: &[WindowRecord]) -> Vec<(WindowTrigger, WindowTrigger)> {
 
 /// Runs one scenario alone and returns its spool and stderr.
 fn run_one(name: &str, scenario: &str, plan: &WindowPlan) -> (Vec<SpoolRecord>, String) {
+    let (records, stderr, _) = run_logged(name, scenario, plan, &[]);
+    (records, stderr)
+}
+
+/// Runs one scenario alone with `env` added and returns its spool, stderr and the stand-in's log of every
+/// switching call.
+fn run_logged(
+    name: &str,
+    scenario: &str,
+    plan: &WindowPlan,
+    env: &[(&str, &str)],
+) -> (Vec<SpoolRecord>, String, String) {
     let dir = scratch(name);
     fake_cupti(&dir);
-    let output = child(&dir, scenario, plan).output().unwrap();
+    let log = dir.join("calls.log");
+    let mut command = child(&dir, scenario, plan);
+    command.env("FAKE_CUPTI_LOG", &log);
+    command.envs(env.iter().copied());
+    let output = command.output().unwrap();
     check(&output);
     let mut spools = spools(&dir);
-    assert_eq!(spools.len(), 1);
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
-    (spools.remove(0), String::from_utf8_lossy(&output.stderr).into_owned())
+    // No spool when the measurement left the subscription off.
+    let records = if spools.is_empty() { Vec::new() } else { spools.remove(0) };
+    assert!(spools.is_empty(), "one process, one spool");
+    (records, String::from_utf8_lossy(&output.stderr).into_owned(), log)
+}
+
+/// The switching calls of the stand-in's log before the first window opened (the first kernel kind on).
+fn before_first_window(log: &str) -> Vec<&str> {
+    let opened = format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    log.lines().take_while(|line| *line != opened).collect()
+}
+
+#[test]
+fn outside_a_window_a_launch_makes_no_callback_and_meets_no_switch() {
+    let plan = WindowPlan { cuda_profiler_api: true, nvtx_range: Some("step".into()), ..WindowPlan::default() };
+    let (records, _, log) = run_logged("off-launches", "off-launches", &plan, &[]);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2000]);
+    let before = before_first_window(&log);
+    // Exactly the trigger callbacks, one callback id at a time, and the node callbacks; no whole domain.
+    let mut callbacks: Vec<u32> =
+        before.iter().filter_map(|line| line.strip_prefix("callback ")?.strip_suffix(" 1")?.parse().ok()).collect();
+    callbacks.sort();
+    let mut expected = vec![
+        1000 + DRIVER_PROFILER_START,
+        1000 + DRIVER_PROFILER_STOP,
+        2000 + RUNTIME_PROFILER_START,
+        2000 + RUNTIME_PROFILER_STOP,
+    ];
+    expected.extend(nvtx_cbid::ALL.iter().map(|cbid| 5000 + cbid));
+    expected.sort();
+    assert_eq!(callbacks, expected, "{log}");
+    let resource: Vec<&&str> = before.iter().filter(|l| l.starts_with("resource-callback")).collect();
+    assert_eq!(resource, [&"resource-callback 13 1", &"resource-callback 20 1"]);
+    assert!(!log.lines().any(|l| l.starts_with("domain") || l.starts_with("all-domains")), "{log}");
+    // The one kind on from the start is the device records'; no API call is recorded before the window.
+    let kinds: Vec<&&str> = before.iter().filter(|l| l.starts_with("kind")).collect();
+    assert_eq!(kinds, [&format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_DEVICE).as_str()]);
+    assert!(!before.iter().any(|l| l.starts_with("runtime") || l.starts_with("driver")), "{log}");
+}
+
+#[test]
+fn graph_level_records_one_graph_record_per_replay_and_switches_on_no_node_callback() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let (records, _, log) = run_logged("graph-level", "graph-level", &plan, &[(config::GRAPH_TRACE_ENV, "graph")]);
+    let graphs: Vec<u32> = records
+        .iter()
+        .filter_map(|r| if let SpoolRecord::GraphTrace(g) = r { Some(g.correlation_id) } else { None })
+        .collect();
+    assert_eq!(graphs, [2]);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [3]);
+    assert!(!log.contains("resource-callback"), "graph level needs no node callbacks: {log}");
+    let position = |line: String| log.lines().position(|l| l == line);
+    let graph_on = position(format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE)).expect("graph kind on");
+    let kernel_on = position(format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)).expect("kernel kind on");
+    assert!(graph_on < kernel_on, "the graph kind goes on before the kernel kind: {log}");
+
+    let (records, _, log) = run_logged("node-level", "node-level", &plan, &[]);
+    let kernels = kernels(&records);
+    assert_eq!(kernels.len(), GRAPH_NODES + 1);
+    assert!(!records.iter().any(|r| matches!(r, SpoolRecord::GraphTrace(_))));
+    assert!(log.contains("resource-callback 13 1"), "node level keeps the node callbacks: {log}");
 }
 
 #[test]
@@ -351,6 +654,20 @@ fn an_nvtx_range_by_name_opens_one_window_and_by_domain_only_in_its_domain() {
     let (records, _) = run_one("nvtx-domain", "nvtx-domain", &plan);
     assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2]);
     assert_eq!(windows(&records).len(), 1);
+}
+
+#[test]
+fn started_nvtx_ranges_and_wide_names_open_windows_by_name_and_by_domain() {
+    let plan = WindowPlan { nvtx_range: Some("step".into()), ..WindowPlan::default() };
+    let (records, _) = run_one("nvtx-start", "nvtx-start", &plan);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [1, 2, 4, 5]);
+    let nvtx = (WindowTrigger::Nvtx, WindowTrigger::Nvtx);
+    assert_eq!(triggers(&windows(&records)), [nvtx, nvtx, nvtx]);
+
+    let plan = WindowPlan { nvtx_range: Some("step".into()), nvtx_domain: Some("app".into()), ..WindowPlan::default() };
+    let (records, _) = run_one("nvtx-start-domain", "nvtx-start-domain", &plan);
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2]);
+    assert_eq!(triggers(&windows(&records)), [nvtx]);
 }
 
 #[test]
@@ -406,4 +723,22 @@ fn without_the_profiler_trigger_cuda_profiler_stop_leaves_a_whole_run_capture_re
     assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(triggers(&windows(&records)), [(WindowTrigger::ProcessStart, WindowTrigger::ProcessExit)]);
     assert!(!stderr.contains("stop came while recording was off"), "{stderr}");
+}
+
+#[test]
+fn a_measurement_can_leave_each_part_off() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let omit = |parts: &str| run_logged(&format!("omit-{parts}"), "idle", &plan, &[(OMIT_ENV, parts)]);
+    let (_, stderr, log) = omit("runtime-triggers,device-kind,graph-nodes");
+    let lines: Vec<&str> = log.lines().collect();
+    let driver_only =
+        [format!("callback {} 1", 1000 + DRIVER_PROFILER_START), format!("callback {} 1", 1000 + DRIVER_PROFILER_STOP)];
+    assert_eq!(lines, driver_only, "{stderr}");
+    assert!(stderr.contains("left off for a measurement"), "{stderr}");
+    let (_, _, log) = omit("driver-triggers,runtime-triggers,activity");
+    assert!(log.lines().all(|l| l.starts_with("resource-callback")), "{log}");
+    let (records, _, log) = omit("subscribe");
+    assert!(records.is_empty() && log.is_empty(), "{log}");
+    let (_, stderr, _) = omit("everything");
+    assert!(stderr.contains("unknown part 'everything'"), "{stderr}");
 }

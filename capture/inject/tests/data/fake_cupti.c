@@ -6,6 +6,8 @@
  *   driver <callback id> <0|1>
  *   callback <domain × 1000 + callback id> <0|1>
  *   resource-callback <callback id> <0|1>   (the resource domain, 3)
+ *   domain <domain> <0|1>           (cuptiEnableDomain: every callback of a domain, which a library must not ask)
+ *   all-domains <0|1>               (cuptiEnableAllDomains, likewise)
  * Built with -DNO_SINGLE_CALLS it lacks cuptiActivityEnableRuntimeApi/DriverApi, like a CUPTI older than 12.6.
  * Callback names follow CUPTI's spelling; ids are this fake's own.
  *
@@ -16,6 +18,10 @@
  *     completed records only; a forced flush hands over the unfinished ones too, with zero timestamps (as
  *     CUPTI does), so a library that forced a flush at a window's end would lose their times.
  *   fake_api_call / fake_nvtx: a runtime/driver or NVTX call; the subscriber's callback runs if switched on.
+ * fake_delivered() counts the subscriber's callbacks CUPTI made so far, and fake_switches_on(domain, cbid) how
+ * many switches act on one call of `cbid` (its callback, its single API record, its whole API kind): what a
+ * launch pays in CUPTI beyond the driver's own work. fake_graph_node_activity() is a kernel of a replayed graph:
+ * it gets a record only at node level (CUPTI makes no node record while the graph trace kind is on).
  * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
  * ids are the handles' own values.
  * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
@@ -33,10 +39,11 @@ enum { DOMAIN_DRIVER = 1, DOMAIN_RUNTIME = 2 };
 static const char *RUNTIME_NAMES[] = {NULL, "cudaGetDevice_v3020", "cudaLaunchKernel_v7000",
                                       "cudaStreamIsCapturing_v10000", "cudaMemcpyAsync_v3020",
                                       "cudaStreamSynchronize_v3020", "cudaGetLastError_v3020",
-                                      "cudaProfilerStart_v4000", "cudaProfilerStop_v4000"};
+                                      "cudaProfilerStart_v4000", "cudaProfilerStop_v4000",
+                                      "cudaGraphLaunch_v10000"};
 static const char *DRIVER_NAMES[] = {NULL, "cuCtxGetCurrent", "cuLaunchKernelEx", "cuDriverGetVersion",
                                      "cuGetProcAddress_v2", "cuStreamWaitEvent", "cuProfilerStart",
-                                     "cuProfilerStop"};
+                                     "cuProfilerStop", "cuGraphLaunch"};
 
 static void note(const char *what, unsigned a, int b) {
     const char *path = getenv("FAKE_CUPTI_LOG");
@@ -64,12 +71,18 @@ static Requested buffer_requested;
 static Completed buffer_completed;
 
 enum { MAX_KIND = 64, MAX_CBID = 64, DOMAINS = 8, RECORD_STRIDE = 1024, MAX_PENDING = 256 };
-enum { KIND_DRIVER = 4, KIND_RUNTIME = 5 };
+enum { KIND_DRIVER = 4, KIND_RUNTIME = 5, KIND_KERNEL = 3, KIND_CONCURRENT_KERNEL = 10, KIND_GRAPH_TRACE = 51 };
 static int kind_on[MAX_KIND];
 static int runtime_on[MAX_CBID], driver_on[MAX_CBID];
 static int callback_on[DOMAINS][MAX_CBID];
 /* Graph node callbacks (resource domain) switched on so far. */
 static int graph_callbacks_on;
+/* Subscriber callbacks made so far. */
+static unsigned long delivered;
+static void deliver(int domain, uint32_t cbid, const void *data) {
+    __atomic_fetch_add(&delivered, 1, __ATOMIC_RELAXED);
+    subscriber_callback(subscriber_data, domain, cbid, data);
+}
 
 struct Pending { uint8_t bytes[RECORD_STRIDE]; size_t size; size_t timestamps_at; int complete; };
 static struct Pending pending[MAX_PENDING];
@@ -94,6 +107,20 @@ CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, int domain, u
         return OK;
     }
     note("callback", (unsigned)domain * 1000u + cbid, (int)enable);
+    return OK;
+}
+CUptiResult cuptiEnableDomain(uint32_t enable, void *subscriber, int domain) {
+    (void)subscriber;
+    if (domain < 0 || domain >= DOMAINS) return INVALID_PARAMETER;
+    for (int cbid = 0; cbid < MAX_CBID; cbid++) callback_on[domain][cbid] = enable != 0;
+    note("domain", (unsigned)domain, (int)enable);
+    return OK;
+}
+CUptiResult cuptiEnableAllDomains(uint32_t enable, void *subscriber) {
+    (void)subscriber;
+    for (int domain = 0; domain < DOMAINS; domain++)
+        for (int cbid = 0; cbid < MAX_CBID; cbid++) callback_on[domain][cbid] = enable != 0;
+    note("all-domains", enable, -1);
     return OK;
 }
 CUptiResult cuptiActivityEnable(int kind) {
@@ -165,6 +192,22 @@ int fake_activity(int kind, uint32_t cbid, const void *record, size_t size, size
     pthread_mutex_unlock(&pending_lock);
     return made;
 }
+/* A kernel node of a replayed graph: a record at node level only. */
+int fake_graph_node_activity(const void *record, size_t size, size_t timestamps_at) {
+    if (kind_on[KIND_GRAPH_TRACE]) return 0;
+    return fake_activity(KIND_CONCURRENT_KERNEL, 0, record, size, timestamps_at, 1);
+}
+unsigned long fake_delivered(void) { return __atomic_load_n(&delivered, __ATOMIC_RELAXED); }
+/* Switches that act on one call of `cbid` in `domain` (1 driver, 2 runtime). */
+int fake_switches_on(int domain, uint32_t cbid) {
+    if (domain < 0 || domain >= DOMAINS || cbid >= MAX_CBID) return -1;
+    int on = callback_on[domain][cbid];
+    if (domain == DOMAIN_RUNTIME) on += runtime_on[cbid] + kind_on[KIND_RUNTIME];
+    if (domain == DOMAIN_DRIVER) on += driver_on[cbid] + kind_on[KIND_DRIVER];
+    return on;
+}
+/* Activity kinds on that make a record of every kernel launch outside a graph. */
+int fake_kernel_kinds_on(void) { return kind_on[KIND_KERNEL] + kind_on[KIND_CONCURRENT_KERNEL]; }
 /* Every running kernel finishes. */
 void fake_complete_all(void) {
     pthread_mutex_lock(&pending_lock);
@@ -182,7 +225,7 @@ void fake_api_call(int domain, uint32_t cbid, uint32_t site) {
     struct CallbackData data;
     memset(&data, 0, sizeof data);
     data.site = site;
-    subscriber_callback(subscriber_data, domain, cbid, &data);
+    deliver(domain, cbid, &data);
 }
 /* CUPTI's CUpti_NvtxData. */
 struct NvtxData { const char *function_name; const void *params; const void *return_value; };
@@ -191,7 +234,7 @@ void fake_nvtx(uint32_t cbid, const void *params, const void *return_value) {
     enum { DOMAIN_NVTX = 5 };
     if (cbid >= MAX_CBID || !callback_on[DOMAIN_NVTX][cbid] || !subscriber_callback) return;
     struct NvtxData data = {"nvtx", params, return_value};
-    subscriber_callback(subscriber_data, DOMAIN_NVTX, cbid, &data);
+    deliver(DOMAIN_NVTX, cbid, &data);
 }
 CUptiResult cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, size_t *dropped) {
     (void)context; (void)stream; *dropped = 0; return OK;
@@ -236,6 +279,6 @@ int fake_cupti_graph_node(uint32_t cbid, uintptr_t graph, uintptr_t node, uintpt
     if (!subscriber_callback || graph_callbacks_on == 0) return 0;
     GraphData graph_data = {(void *)graph, NULL, (void *)node, (void *)original, 1, NULL, NULL};
     ResourceData resource = {NULL, NULL, &graph_data};
-    subscriber_callback(subscriber_data, 3, cbid, &resource);
+    deliver(3, cbid, &resource);
     return 1;
 }
