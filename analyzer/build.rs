@@ -9,7 +9,8 @@
 //! environment, would rebuild the crate), nor a missing folder (cargo would rebuild it on every run). After
 //! installing a browser or adding `../shared`, `cargo clean -p shardscope-analyzer` has them seen.
 
-use std::path::PathBuf;
+// The shared-traces probe (`emit_shared_traces`), one file for every crate that looks for the traces.
+include!("../build-support/shared_traces.rs");
 
 /// The names `tests/suite/browser.rs` runs, in order of preference.
 const BROWSERS: [&str; 5] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"];
@@ -17,25 +18,11 @@ const BROWSERS: [&str; 5] = ["chromium", "chromium-browser", "google-chrome", "g
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(shared_traces, headless_browser)");
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=SHARDSCOPE_SHARED_DIR");
-    if let Some(traces) = shared_traces() {
-        println!("cargo::rerun-if-changed={}", traces.display());
-        println!("cargo::rustc-cfg=shared_traces");
-        println!("cargo::rustc-env=SHARDSCOPE_SHARED_TRACES={}", traces.display());
-    }
+    emit_shared_traces();
     let path = std::env::var_os("PATH").unwrap_or_default();
     let found = BROWSERS.iter().flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)));
     if let Some(browser) = found.into_iter().find(|file| file.is_file()) {
         println!("cargo::rustc-cfg=headless_browser");
         println!("cargo::rustc-env=SHARDSCOPE_BROWSER={}", browser.display());
     }
-}
-
-/// `traces` in the shared folder, when it is a folder.
-fn shared_traces() -> Option<PathBuf> {
-    let workspace = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?).join("..");
-    let shared =
-        std::env::var_os("SHARDSCOPE_SHARED_DIR").map_or(workspace.join("../shared"), |dir| workspace.join(dir));
-    let traces = shared.join("traces").canonicalize().ok()?;
-    traces.is_dir().then_some(traces)
 }

@@ -4,26 +4,14 @@
 //!
 //! Sets `cfg(shared_traces)` and `SHARDSCOPE_SHARED_TRACES` (the folder's path) when `<workspace>/../shared/traces`,
 //! or `$SHARDSCOPE_SHARED_DIR/traces` where that variable is set, is a folder. A missing folder is not watched
-//! (cargo would rebuild the crate on every run): after adding it, `cargo clean -p shardscope-io` has it seen.
+//! (cargo would rebuild the crate on every run): after adding it, `cargo clean -p shardscope-io` has it seen. The
+//! probe is `build-support/shared_traces.rs`, the one the analyzer and viewer build scripts include too.
 
-use std::path::PathBuf;
+// The shared-traces probe (`emit_shared_traces`), one file for every crate that looks for the traces.
+include!("../build-support/shared_traces.rs");
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(shared_traces)");
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=SHARDSCOPE_SHARED_DIR");
-    if let Some(traces) = shared_traces() {
-        println!("cargo::rerun-if-changed={}", traces.display());
-        println!("cargo::rustc-cfg=shared_traces");
-        println!("cargo::rustc-env=SHARDSCOPE_SHARED_TRACES={}", traces.display());
-    }
-}
-
-/// `traces` in the shared folder, when it is a folder.
-fn shared_traces() -> Option<PathBuf> {
-    let workspace = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?).join("..");
-    let shared =
-        std::env::var_os("SHARDSCOPE_SHARED_DIR").map_or(workspace.join("../shared"), |dir| workspace.join(dir));
-    let traces = shared.join("traces").canonicalize().ok()?;
-    traces.is_dir().then_some(traces)
+    emit_shared_traces();
 }

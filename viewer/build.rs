@@ -10,7 +10,10 @@
 //! Both are looked for when the crate is first built; a missing folder is not watched (cargo would rebuild the
 //! crate on every run): after installing a driver or adding `../shared`, `cargo clean -p shardscope-viewer`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+// The shared-traces probe (`emit_shared_traces`), one file for every crate that looks for the traces.
+include!("../build-support/shared_traces.rs");
 
 /// Where the Vulkan loader looks for driver manifests on Linux.
 const VULKAN_MANIFEST_DIRS: [&str; 4] =
@@ -19,26 +22,12 @@ const VULKAN_MANIFEST_DIRS: [&str; 4] =
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(shared_traces, wgpu_renderer)");
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=SHARDSCOPE_SHARED_DIR");
     println!("cargo::rerun-if-env-changed=VK_ICD_FILENAMES");
     println!("cargo::rerun-if-env-changed=VK_DRIVER_FILES");
-    if let Some(traces) = shared_traces() {
-        println!("cargo::rerun-if-changed={}", traces.display());
-        println!("cargo::rustc-cfg=shared_traces");
-        println!("cargo::rustc-env=SHARDSCOPE_SHARED_TRACES={}", traces.display());
-    }
+    emit_shared_traces();
     if renderer_likely() {
         println!("cargo::rustc-cfg=wgpu_renderer");
     }
-}
-
-/// `traces` in the shared folder, when it is a folder.
-fn shared_traces() -> Option<PathBuf> {
-    let workspace = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?).join("..");
-    let shared =
-        std::env::var_os("SHARDSCOPE_SHARED_DIR").map_or(workspace.join("../shared"), |dir| workspace.join(dir));
-    let traces = shared.join("traces").canonicalize().ok()?;
-    traces.is_dir().then_some(traces)
 }
 
 /// True where wgpu should find an adapter: the snapshot tests then fail, rather than being ignored, if it does not.

@@ -49,11 +49,15 @@ print(instances.group_by("rank").agg(pl.col("wait_ns").sum(), pl.col("late").sum
 
 # %% [markdown]
 # ## What if the late rank were not late?
-# `what_if` replays one step of the dependency model without stragglers, as `analyzer what-if` does.
+# `what_if` replays one step of the dependency model without stragglers, as `analyzer what-if` does. Where the model
+# does not reproduce the measured step, it gives no slowdown (`null`) and says why in `fit.problems`.
 
 # %%
 result, what_if_tables = run.what_if(no_straggler=True, step=3)
-print(json.dumps({k: result[k] for k in ("measured_ns", "ideal_ns", "slowdown")}))
+if result["slowdown"] is None:
+    print("no slowdown for step 3:", "; ".join(result["fit"]["problems"]))
+else:
+    print(json.dumps({k: result[k] for k in ("measured_ns", "ideal_ns", "slowdown")}))
 print(what_if_tables["by_rank"].to_pandas())
 
 # %% [markdown]

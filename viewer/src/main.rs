@@ -1,8 +1,9 @@
 //! `viewer [TRACE...]`: the shardscope timeline.
 //!
 //! With `--screenshot out.png` it renders the loaded traces once, headless, and exits (exit code 2 for bad input,
-//! 1 where no renderer can draw headless, each with one line on standard error). `--window`, `--tab`,
-//! `--critical-path` and `--ideal` say what to show, with or without `--screenshot`.
+//! any trace that fails to load included, 1 where no renderer can draw headless, each with one line on standard
+//! error naming the file). `--window`, `--tab`, `--critical-path` and `--ideal` say what to show, with or without
+//! `--screenshot`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,6 +105,11 @@ fn screenshot(args: &Args, categories: Categories, start: StartOptions, out: &st
     }
     let loaded = shardscope_viewer::load::load_paths_with(&args.traces, categories, |_, _| {})
         .map_err(|errors| anyhow::anyhow!(errors.join("; ")))?;
+    // A picture that leaves out a trace it was asked for is a failed screenshot, not a smaller one: the window shows
+    // such files in a list, a PNG cannot.
+    if !loaded.errors.is_empty() {
+        bail!("{}", loaded.errors.join("; "));
+    }
     let mut app = ViewerApp::with_loaded_and(loaded, start);
     app.compute_now(&egui::Context::default());
     // A path that cannot be found (no such step) is an error here, not a line in a picture nobody reads.

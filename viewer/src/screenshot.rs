@@ -30,9 +30,10 @@ pub struct NoRenderer {
     printed: String,
 }
 
-/// Renders `app` at `size` (points) and saves it as PNG at `out`.
+/// Renders `app` at `size` (points) and saves it as PNG at `out`. Every error names `out` (a [`NoRenderer`] stays
+/// one under it, for the caller to tell a machine that cannot draw from bad input).
 pub fn render_png(app: ViewerApp, size: egui::Vec2, out: &Path) -> Result<()> {
-    let renderer = headless_renderer()?;
+    let renderer = headless_renderer().with_context(|| out.display().to_string())?;
     let mut harness = Harness::builder()
         .with_size(size)
         // Kernel and range names may hold characters the built-in fonts lack: draw tofu, not panic.
@@ -41,7 +42,8 @@ pub fn render_png(app: ViewerApp, size: egui::Vec2, out: &Path) -> Result<()> {
         .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
     // A few frames so panels settle their sizes and fonts are laid out.
     harness.run_steps(4);
-    let image = harness.render().map_err(|e| anyhow::anyhow!("--screenshot: rendering failed: {e}"))?;
+    let image =
+        harness.render().map_err(|e| anyhow::anyhow!("{}: --screenshot: rendering failed: {e}", out.display()))?;
     image.save(out).with_context(|| format!("{}: cannot write PNG", out.display()))?;
     Ok(())
 }

@@ -199,7 +199,74 @@ fn no_renderer_is_one_line_naming_the_cause_and_a_non_zero_exit() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].starts_with("viewer: --screenshot: no GPU or software renderer"), "{stderr}");
+    let expected = format!("viewer: {}: --screenshot: no GPU or software renderer", png.display());
+    assert!(lines[0].starts_with(&expected), "{stderr}");
     assert!(!png.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_trace_that_fails_to_load_beside_one_that_loads_fails_the_screenshot() {
+    let dir = temp_dir("one-missing");
+    let trace_path = dir.join("one_rank.sqlite");
+    let trace =
+        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
+    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let missing = dir.join("rank1.sqlite");
+    let png = dir.join("out.png");
+    // Fails before drawing, so the same on a machine without a renderer.
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", png.to_str().unwrap(), trace_path.to_str().unwrap(), missing.to_str().unwrap()])
+        .output()
+        .expect("runs viewer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("viewer: ") && lines[0].contains("rank1.sqlite"), "{stderr}");
+    assert!(!png.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+#[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu")]
+fn a_screenshot_without_a_session_directory_prints_nothing() {
+    let dir = temp_dir("quiet");
+    let trace_path = dir.join("one_rank.sqlite");
+    let trace =
+        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
+    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let png = dir.join("out.png");
+    // Mesa's EGL complains of a missing XDG_RUNTIME_DIR on every probe: none of it reaches standard error.
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["--screenshot", png.to_str().unwrap(), "--size", "400x300", trace_path.to_str().unwrap()])
+        .output()
+        .expect("runs viewer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stderr.trim(), "", "nothing printed");
+    assert_eq!(image::open(&png).expect("a PNG").to_rgba8().dimensions(), (400, 300));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_png_that_cannot_be_written_is_one_line_naming_it() {
+    let dir = temp_dir("unwritable");
+    let trace_path = dir.join("one_rank.sqlite");
+    let trace =
+        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
+    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let png = dir.join("no-such-folder/out.png");
+    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", png.to_str().unwrap(), "--size", "400x300", trace_path.to_str().unwrap()])
+        .output()
+        .expect("runs viewer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Exit code 2 where the picture was drawn and could not be written; 1 where nothing could draw it.
+    assert!(matches!(output.status.code(), Some(1 | 2)), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with(&format!("viewer: {}: ", png.display())), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }

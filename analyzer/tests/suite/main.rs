@@ -34,6 +34,7 @@ mod parallel_report;
 mod parquet;
 mod parquet_modules;
 mod partial;
+mod perfetto_split;
 mod perfetto_verdict;
 mod phases_and_steps;
 mod pipeline_real;
