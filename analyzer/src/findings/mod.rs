@@ -45,21 +45,33 @@ use rules::FindingsRules;
 pub enum Basis {
     /// The dependency model replayed with the cause removed.
     Replay,
-    /// An upper bound stated in `how`.
+    /// An upper bound stated in `how`: removing the cause saves at most this much.
     Bound,
-    /// Not a time: a risk stated in `how`, with no saving (ranked after every time).
+    /// Not a time: a risk stated in `how`, with no saving (ranked after every finding with a time).
     Risk,
 }
 
 impl Basis {
-    /// Ranking group: replays, then bounds, then risks.
-    fn group(self) -> u8 {
+    /// Where a finding of this basis goes among findings of the same saving: a replay (exact within the model)
+    /// before a bound (an upper bound, so possibly less in fact); risks, which state no time, after every saving.
+    fn tie_order(self) -> u8 {
         match self {
             Basis::Replay => 0,
             Basis::Bound => 1,
             Basis::Risk => 2,
         }
     }
+}
+
+/// The ranking of `findings`: every finding with a time by its saving per run, largest first (on equal savings a
+/// replay before a bound, then by type name); risks, which state no time, last. A bound is an upper bound, so a
+/// bound ranked above a replay is the larger only if the bound is reached: see `docs/findings.md`, "Ranking".
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        let key =
+            |f: &Finding| (f.basis == Basis::Risk, std::cmp::Reverse(f.saving_per_run_ns), f.basis.tie_order(), f.kind);
+        key(a).cmp(&key(b))
+    });
 }
 
 /// One thing that limits the run.
@@ -109,7 +121,8 @@ pub struct Findings {
     pub measured_ns: i64,
     /// The model replayed unchanged.
     pub replay_ns: i64,
-    /// The findings: replayed ones first, then bounds, each by saving per run, largest first; then risks.
+    /// The findings with a time by saving per run, largest first (a replay before a bound of the same saving);
+    /// then risks.
     pub findings: Vec<Finding>,
     /// The types that did not fire, and why.
     pub quiet: Vec<Quiet>,
@@ -364,10 +377,7 @@ pub fn findings_of_model_with(
             Err(q) => quiet.push(q),
         }
     }
-    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run; risks last.
-    fired.sort_by(|a, b| {
-        (a.basis.group(), b.saving_per_run_ns, a.kind).cmp(&(b.basis.group(), a.saving_per_run_ns, b.kind))
-    });
+    rank(&mut fired);
     Findings {
         window: window_words(model),
         steps: model.steps,
