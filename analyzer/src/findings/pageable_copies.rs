@@ -10,9 +10,7 @@
 //! fit, the worth is the bound "on every rank, each copy's host time in its issuing call or its GPU time, whichever
 //! is longer, summed", which also counts time off every path. The bound is given in the evidence either way.
 
-use std::collections::BTreeMap;
-
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::dependency::graph::{OpKind, end_vertex};
 use crate::findings::rules::SavingRule;
