@@ -533,7 +533,7 @@ fn a_pageable_copy_behind_gpu_work_saves_less_than_its_bound() {
     let found = find(&[r.finish()], None);
     let pageable = fired(&found, "pageable_copies").expect("fires");
     assert_eq!((pageable.basis, pageable.saving_ns), (Basis::Replay, 300));
-    assert!(pageable.evidence[3].ends_with("summed): 1.28 µs (90.1 % of the window)"), "{pageable:#?}");
+    assert!(pageable.evidence[2].ends_with("summed): 1.3 µs (90.1 % of the window)"), "{pageable:#?}");
 }
 
 /// Without the host memory kind in the model (a source that does not record it) and without memory data, neither
@@ -681,7 +681,10 @@ fn programs_made_with_one_cause_fire_that_cause_only() {
 
     let pageable = findings_json(&dir.join("kineto_pageable_copies.json.gz"), &[]);
     let copies = finding(&pageable, "pageable_copies").expect("pageable copies fire");
-    assert_eq!(copies["basis"], "bound");
+    // Removed in the replay they save 42.1 % of the window; their bound says 42.8 %.
+    assert_eq!(copies["basis"], "replay");
+    assert_eq!(copies["saving_per_step_ns"], 8_626_496, "{copies:#}");
+    assert!(copies["evidence"][2].as_str().unwrap().ends_with("summed): 61.48 ms (42.8 % of the window)"));
     assert_eq!(copies["evidence"][0], "7 pageable host-device copies in the window (1.0 per step)");
     let rank0 = copies["evidence"][1].as_str().unwrap();
     assert!(rank0.starts_with("rank 0: 7 copies (7 host to device, 0 device to host), 469.8 MB"), "{rank0}");
