@@ -110,11 +110,32 @@ pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, 
     build(traces, options, Selection::SteadySteps)
 }
 
+/// [`build_steady_model`] with the report of `traces` under `options` made already: `report` must be what
+/// `report::analyze(traces, options)` gives with `options.window_ns` `None` (the caller's own report, so that the
+/// model does not analyse the run a second time).
+pub fn build_steady_model_from(
+    traces: &[Trace],
+    options: &Options,
+    report: &report::Report,
+) -> Result<Model, ModelError> {
+    build_from(traces, options, Selection::SteadySteps, report)
+}
+
 fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, ModelError> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
     let mut whole = options.clone();
     whole.window_ns = None;
     let report = report::analyze(traces, &whole);
+    build_from(traces, options, selection, &report)
+}
+
+/// The model of `selection`, with `report` the report of `traces` under `options` without a window.
+fn build_from(
+    traces: &[Trace],
+    options: &Options,
+    selection: Selection,
+    report: &report::Report,
+) -> Result<Model, ModelError> {
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
     // The warm-up steps the report left out (most on any rank), and whether they were detected.

@@ -45,7 +45,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
+use shardscope_model::{DeviceIdx, NameId, Names, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
 use crate::figures::collectives::{Matching, RankKey};
@@ -400,23 +400,89 @@ struct Builder<'a> {
 #[derive(Default)]
 struct InstanceKeys {
     global_names: HashMap<String, u32>,
-    instance_ids: HashMap<(u8, u32, u32, u32), u32>,
-    occurrences: HashMap<(u32, u8, u32, u32), u32>,
+    /// Per trace, per name id of the trace: its global name id (`NONE`: not looked up yet), so that a name is hashed
+    /// once per trace, not once per event. The maps are only looked up, never iterated, so their hasher decides no
+    /// order.
+    trace_names: Vec<Vec<u32>>,
+    instance_ids: HashMap<(u8, u32, u32, u32), u32, IntHasher>,
+    occurrences: HashMap<(u32, u8, u32, u32), u32, IntHasher>,
+}
+
+/// A hasher for small keys of integers (multiply and rotate per word, as compilers' own maps do): the instance keys
+/// are hashed once or twice per event of every trace, where the default (DoS-resistant) hasher is slow.
+#[derive(Default, Clone, Copy)]
+struct IntHasher;
+
+impl std::hash::BuildHasher for IntHasher {
+    type Hasher = IntHash;
+    fn build_hasher(&self) -> IntHash {
+        IntHash(0)
+    }
+}
+
+/// The state of [`IntHasher`].
+struct IntHash(u64);
+
+impl std::hash::Hasher for IntHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }
 
 impl InstanceKeys {
-    /// The instance id of the next occurrence of (`kind`, `lane`, `name`) on the rank, or `NONE` when the
-    /// operation is not `in_model`. Occurrences count from the start of the trace, inside the window or not, so
-    /// that the windows of different ranks (their own step N) still pair the same instances.
-    fn next(&mut self, rank_index: u32, kind: OpKind, lane: u32, name: &str, in_model: bool) -> u32 {
-        let name_id = match self.global_names.get(name) {
+    /// The global id of name `id` of trace `trace` (`names` its name table), with its `_vNNNN` version suffix
+    /// stripped when `strip` (host calls).
+    fn name_of_trace(&mut self, trace: usize, names: &Names, id: NameId, strip: bool) -> u32 {
+        let cache = 2 * trace + usize::from(strip);
+        if self.trace_names.len() <= cache {
+            self.trace_names.resize(cache + 1, Vec::new());
+        }
+        if self.trace_names[cache].is_empty() {
+            self.trace_names[cache] = vec![NONE; names.len()];
+        }
+        match self.trace_names[cache].get(id.0 as usize) {
+            Some(&known) if known != NONE => known,
+            _ => {
+                let name = names.get(id);
+                let global = self.global_name(if strip { strip_version(name) } else { name });
+                if let Some(slot) = self.trace_names[cache].get_mut(id.0 as usize) {
+                    *slot = global;
+                }
+                global
+            }
+        }
+    }
+
+    /// The global id of `name`.
+    fn global_name(&mut self, name: &str) -> u32 {
+        match self.global_names.get(name) {
             Some(&id) => id,
             None => {
                 let id = self.global_names.len() as u32;
                 self.global_names.insert(name.to_string(), id);
                 id
             }
-        };
+        }
+    }
+
+    /// The instance id of the next occurrence of (`kind`, `lane`, the name of global id `name_id`) on the rank,
+    /// or `NONE` when the operation is not `in_model`. Occurrences count from the start of the trace, inside the
+    /// window or not, so that the windows of different ranks (their own step N) still pair the same instances.
+    fn next_of(&mut self, rank_index: u32, kind: OpKind, lane: u32, name_id: u32, in_model: bool) -> u32 {
         let kind_code = kind as u8;
         let occurrence = self.occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
         let key = (kind_code, lane, name_id, *occurrence);
@@ -590,15 +656,16 @@ impl<'a> Builder<'a> {
                     threads_per_rank[rank_index as usize] += 1;
                     threads_per_rank[rank_index as usize] - 1
                 });
+                let name_id = self.instances.name_of_trace(trace_index, &trace.names, call.name, true);
                 if !self.in_window(rank_index, call.start_ns) {
-                    self.instances.next(rank_index, OpKind::HostCall, thread, base, false);
+                    self.instances.next_of(rank_index, OpKind::HostCall, thread, name_id, false);
                     continue;
                 }
                 if base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent" {
                     self.stats.stream_wait_calls_not_followed += 1;
                 }
                 self.maps[trace_index].calls[index] = self.ops.len() as u32;
-                let instance = self.instances.next(rank_index, OpKind::HostCall, thread, base, true);
+                let instance = self.instances.next_of(rank_index, OpKind::HostCall, thread, name_id, true);
                 self.ops.push(Op {
                     kind: OpKind::HostCall,
                     rank_index,
@@ -641,7 +708,7 @@ impl<'a> Builder<'a> {
                     OpKind::Kernel => {
                         let kernel = &trace.kernels[event.index as usize];
                         let class = Classifier::lookup(&classes[trace_index], kernel.name);
-                        let name = trace.names.get(kernel.name);
+                        let name = self.instances.name_of_trace(trace_index, &trace.names, kernel.name, false);
                         if classifier.is_communication(class.category) {
                             let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
                             let op = class.collective.or(meta.map(|m| m.op)).unwrap_or_default();
@@ -650,13 +717,13 @@ impl<'a> Builder<'a> {
                             (class.category.0, false, name)
                         }
                     }
-                    OpKind::Copy => (memcpy_category, false, "[CUDA memcpy]"),
-                    OpKind::Set => (memset_category, false, "[CUDA memset]"),
-                    OpKind::Graph => (graph_category, false, "[CUDA graph]"),
+                    OpKind::Copy => (memcpy_category, false, self.instances.global_name("[CUDA memcpy]")),
+                    OpKind::Set => (memset_category, false, self.instances.global_name("[CUDA memset]")),
+                    OpKind::Graph => (graph_category, false, self.instances.global_name("[CUDA graph]")),
                     OpKind::HostCall => unreachable!("GPU events only"),
                 };
                 if !self.in_window(rank_index as u32, anchor) {
-                    self.instances.next(rank_index as u32, event.kind, 0, name, false);
+                    self.instances.next_of(rank_index as u32, event.kind, 0, name, false);
                     continue;
                 }
                 let op_id = self.ops.len() as u32;
@@ -669,7 +736,7 @@ impl<'a> Builder<'a> {
                 map[event.index as usize] = op_id;
                 let matched =
                     event.kind == OpKind::Kernel && self.matching.shares.contains_key(&(trace_index, event.index));
-                let instance = self.instances.next(rank_index as u32, event.kind, 0, name, true);
+                let instance = self.instances.next_of(rank_index as u32, event.kind, 0, name, true);
                 self.ops.push(Op {
                     kind: event.kind,
                     rank_index: rank_index as u32,

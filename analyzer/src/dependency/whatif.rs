@@ -167,8 +167,9 @@ impl Scenario {
     }
 }
 
-/// Typical own times per operation instance.
-struct Typical {
+/// Typical own times per operation instance: per instance the median across its members ([`typical_of`]). The
+/// replays of one model share it (the findings replay a rank at typical times several times).
+pub struct Typical {
     start_ns: Vec<i64>,
     end_ns: Vec<i64>,
     members: Vec<u32>,
@@ -180,29 +181,40 @@ fn lower_median(values: &mut [i64]) -> i64 {
     values[(values.len() - 1) / 2]
 }
 
-fn typical(graph: &Graph) -> Typical {
+/// The typical own times of `graph`'s instances. The operations are grouped by instance by counting (one pass to
+/// count, one to place), not by sorting them: a median does not depend on the order of its values.
+pub fn typical_of(graph: &Graph) -> Typical {
     let own = graph.own_ns();
     let n = graph.instance_count();
-    let mut by_instance: Vec<u32> = (0..graph.ops.len() as u32).collect();
-    by_instance.sort_by_key(|&o| (graph.ops[o as usize].instance, o));
+    let mut offsets = vec![0u32; n + 1];
+    for op in &graph.ops {
+        offsets[op.instance as usize + 1] += 1;
+    }
+    for i in 0..n {
+        offsets[i + 1] += offsets[i];
+    }
+    let mut fill = offsets.clone();
+    let mut by_instance = vec![0u32; graph.ops.len()];
+    for (o, op) in graph.ops.iter().enumerate() {
+        let slot = &mut fill[op.instance as usize];
+        by_instance[*slot as usize] = o as u32;
+        *slot += 1;
+    }
     let mut typical = Typical { start_ns: vec![0; n], end_ns: vec![0; n], members: vec![0; n] };
     let mut starts = Vec::new();
     let mut ends = Vec::new();
-    let mut i = 0;
-    while i < by_instance.len() {
-        let instance = graph.ops[by_instance[i] as usize].instance;
+    for instance in 0..n {
+        let members = &by_instance[offsets[instance] as usize..offsets[instance + 1] as usize];
+        if members.is_empty() {
+            continue;
+        }
         starts.clear();
         ends.clear();
-        while i < by_instance.len() && graph.ops[by_instance[i] as usize].instance == instance {
-            let o = by_instance[i];
-            starts.push(own[start_vertex(o) as usize]);
-            ends.push(own[end_vertex(o) as usize]);
-            i += 1;
-        }
-        let slot = instance as usize;
-        typical.members[slot] = starts.len() as u32;
-        typical.start_ns[slot] = lower_median(&mut starts);
-        typical.end_ns[slot] = lower_median(&mut ends);
+        starts.extend(members.iter().map(|&o| own[start_vertex(o) as usize]));
+        ends.extend(members.iter().map(|&o| own[end_vertex(o) as usize]));
+        typical.members[instance] = members.len() as u32;
+        typical.start_ns[instance] = lower_median(&mut starts);
+        typical.end_ns[instance] = lower_median(&mut ends);
     }
     typical
 }
@@ -246,7 +258,11 @@ pub struct OwnParts {
 /// The measured own times with the parts `select` names of each operation at the typical own times of its
 /// instance (as the no-straggler scenario: operations without a peer keep theirs).
 pub fn typical_own_ns(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> Vec<i64> {
-    let typical = typical(graph);
+    typical_own_ns_with(graph, &typical_of(graph), select)
+}
+
+/// [`typical_own_ns`] with the typical own times computed already.
+pub fn typical_own_ns_with(graph: &Graph, typical: &Typical, select: impl Fn(&Op) -> OwnParts) -> Vec<i64> {
     let base = graph.own_ns();
     let mut own = base.to_vec();
     for (op_id, op) in graph.ops.iter().enumerate() {
@@ -400,11 +416,18 @@ fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
 /// ideal is not slower than measured), without the third, which is about attributing the slowdown S to one rank:
 /// what findings check before they give any replayed saving.
 pub fn model_fit(model: &Model) -> Fit {
+    let replay = model.graph.simulate(model.graph.own_ns(), false);
+    model_fit_with(model, &typical_of(&model.graph), &replay)
+}
+
+/// [`model_fit`] with the typical own times and the unchanged replay (`Graph::simulate` of the measured own times)
+/// computed already.
+pub fn model_fit_with(model: &Model, typical: &Typical, replay: &[i64]) -> Fit {
     let graph = &model.graph;
     let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
     let measured_ns = span(graph.measured_ns());
-    let replay_ns = span(&graph.simulate(graph.own_ns(), false));
-    let ideal_ns = span(&no_straggler_times(model));
+    let replay_ns = span(replay);
+    let ideal_ns = span(&no_straggler_times_with(model, typical));
     fit(graph, measured_ns, replay_ns, ideal_ns)
 }
 
@@ -485,7 +508,13 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), ScaleErro
 /// Every vertex's time in the no-straggler replay (the ideal of the slowdown `S`).
 pub fn no_straggler_times(model: &Model) -> Vec<i64> {
     let graph = &model.graph;
-    let (own, _) = own_with(graph, &typical(graph), graph.own_ns(), |_| Some(1.0));
+    no_straggler_times_with(model, &typical_of(graph))
+}
+
+/// [`no_straggler_times`] with the typical own times computed already.
+pub fn no_straggler_times_with(model: &Model, typical: &Typical) -> Vec<i64> {
+    let graph = &model.graph;
+    let (own, _) = own_with(graph, typical, graph.own_ns(), |_| Some(1.0));
     graph.simulate(&own, false)
 }
 
@@ -493,7 +522,7 @@ pub fn no_straggler_times(model: &Model) -> Vec<i64> {
 pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let graph = &model.graph;
     let base = graph.own_ns();
-    let typical = typical(graph);
+    let typical = typical_of(graph);
     let origin = graph.window_start_ns;
     let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(origin));
     let measured_ns = span(graph.measured_ns());

@@ -32,7 +32,7 @@ use serde::Serialize;
 use shardscope_model::Trace;
 
 use crate::dependency::critical_path::{self, CriticalPath, Model};
-use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT};
+use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT, Typical};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
 use crate::report::Report;
@@ -45,21 +45,33 @@ use rules::FindingsRules;
 pub enum Basis {
     /// The dependency model replayed with the cause removed.
     Replay,
-    /// An upper bound stated in `how`.
+    /// An upper bound stated in `how`: removing the cause saves at most this much.
     Bound,
-    /// Not a time: a risk stated in `how`, with no saving (ranked after every time).
+    /// Not a time: a risk stated in `how`, with no saving (ranked after every finding with a time).
     Risk,
 }
 
 impl Basis {
-    /// Ranking group: replays, then bounds, then risks.
-    fn group(self) -> u8 {
+    /// Where a finding of this basis goes among findings of the same saving: a replay (exact within the model)
+    /// before a bound (an upper bound, so possibly less in fact); risks, which state no time, after every saving.
+    fn tie_order(self) -> u8 {
         match self {
             Basis::Replay => 0,
             Basis::Bound => 1,
             Basis::Risk => 2,
         }
     }
+}
+
+/// The ranking of `findings`: every finding with a time by its saving per run, largest first (on equal savings a
+/// replay before a bound, then by type name); risks, which state no time, last. A bound is an upper bound, so a
+/// bound ranked above a replay is the larger only if the bound is reached: see `docs/findings.md`, "Ranking".
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        let key =
+            |f: &Finding| (f.basis == Basis::Risk, std::cmp::Reverse(f.saving_per_run_ns), f.basis.tie_order(), f.kind);
+        key(a).cmp(&key(b))
+    });
 }
 
 /// One thing that limits the run.
@@ -109,7 +121,8 @@ pub struct Findings {
     pub measured_ns: i64,
     /// The model replayed unchanged.
     pub replay_ns: i64,
-    /// The findings: replayed ones first, then bounds, each by saving per run, largest first; then risks.
+    /// The findings with a time by saving per run, largest first (a replay before a bound of the same saving);
+    /// then risks.
     pub findings: Vec<Finding>,
     /// The types that did not fire, and why.
     pub quiet: Vec<Quiet>,
@@ -175,6 +188,8 @@ pub struct Context<'a> {
     pub fit: Fit,
     /// The model's shape and tokens, when given.
     pub flops: Option<&'a FlopInputs<'a>>,
+    /// The typical own times of the model's instances, shared by the replays at typical times.
+    pub typical: Typical,
 }
 
 impl Context<'_> {
@@ -285,7 +300,8 @@ pub fn findings_with(
 ) -> Result<Findings, critical_path::ModelError> {
     let model = match options.window_ns {
         Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
-        None => critical_path::build_steady_model(traces, options)?,
+        // Without a window, `report` is the run's report the model would make again: it is given.
+        None => critical_path::build_steady_model_from(traces, options, report)?,
     };
     Ok(findings_of_model_with(traces, report, &model, bench, rules, flops))
 }
@@ -323,40 +339,33 @@ pub fn findings_of_model_with(
 ) -> Findings {
     let graph = &model.graph;
     let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
-    let replay = graph.simulate(graph.own_ns(), false);
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
+    // The model's shared parts (the critical path; the unchanged replay and the typical own times, which the fit
+    // checks use too) at once, then every finding type at once: each only reads them, and the outcomes keep their
+    // order, so the findings are the same bytes on any number of threads.
+    let (path, (replay, typical)) = crate::figures::workers::run(|| {
+        rayon::join(
+            || critical_path::critical_path(traces, model),
+            || rayon::join(|| graph.simulate(graph.own_ns(), false), || crate::dependency::whatif::typical_of(graph)),
+        )
+    });
+    let fit = crate::dependency::whatif::model_fit_with(model, &typical, &replay);
     let mut context = Context {
         traces,
         report,
         model,
-        path: critical_path::critical_path(traces, model),
+        path,
         measured_ns,
         replay_ns: 0,
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
-        fit: crate::dependency::whatif::model_fit(model),
+        fit,
         flops,
+        typical,
     };
     context.replay_ns = context.span_ns(&replay);
-    let mut outcomes = vec![warmup::evaluate(&context, &rules.warmup)];
-    outcomes.push(flop_rate::evaluate(&context, &rules.low_flop_rate));
-    outcomes.push(pipeline_stages::evaluate(&context, &rules.pipeline_stage_imbalance));
-    if context.fit.fits {
-        outcomes.push(late_rank::evaluate(&context, &rules.late_rank));
-        outcomes.push(exposed_comm::evaluate(&context, &rules.exposed_communication));
-        outcomes.push(launch_bound::evaluate(&context, &rules.launch_bound));
-        outcomes.push(syncs::evaluate(&context, &rules.synchronising_calls));
-        outcomes.push(host_copies::evaluate(&context, &rules.host_device_copies));
-        outcomes.push(slow_collectives::evaluate(&context, &rules.slow_collectives));
-    } else {
-        let why = not_fitting(&context.fit);
-        for kind in REPLAYED_KINDS {
-            outcomes.push(Err(Quiet { kind, why: why.clone() }));
-        }
-    }
-    outcomes.push(pageable_copies::evaluate(&context, &rules.pageable_copies));
-    outcomes.push(memory_capacity::evaluate(traces, report, &rules.memory_near_capacity));
+    let outcomes = crate::figures::workers::run(|| evaluate_all(&context, rules));
     let (mut fired, mut quiet) = (Vec::new(), Vec::new());
     for outcome in outcomes {
         match outcome {
@@ -364,10 +373,7 @@ pub fn findings_of_model_with(
             Err(q) => quiet.push(q),
         }
     }
-    // Replayed findings first, as a replay confirms them; bounds after, each group by its saving per run; risks last.
-    fired.sort_by(|a, b| {
-        (a.basis.group(), b.saving_per_run_ns, a.kind).cmp(&(b.basis.group(), a.saving_per_run_ns, b.kind))
-    });
+    rank(&mut fired);
     Findings {
         window: window_words(model),
         steps: model.steps,
@@ -379,6 +385,41 @@ pub fn findings_of_model_with(
         excluded: model.excluded.clone(),
         fit: context.fit.clone(),
     }
+}
+
+/// One finding type's evaluation.
+type Evaluate = fn(&Context, &FindingsRules) -> Outcome;
+
+/// Every finding type's outcome, in the order of the quiet list, the types evaluated in parallel; the replayed
+/// types only where the model fits (else each is not evaluated, with the fit's reasons).
+fn evaluate_all(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
+    use rayon::prelude::*;
+    let first: [Evaluate; 3] = [
+        |c, r| warmup::evaluate(c, &r.warmup),
+        |c, r| flop_rate::evaluate(c, &r.low_flop_rate),
+        |c, r| pipeline_stages::evaluate(c, &r.pipeline_stage_imbalance),
+    ];
+    let replayed: [Evaluate; 6] = [
+        |c, r| late_rank::evaluate(c, &r.late_rank),
+        |c, r| exposed_comm::evaluate(c, &r.exposed_communication),
+        |c, r| launch_bound::evaluate(c, &r.launch_bound),
+        |c, r| syncs::evaluate(c, &r.synchronising_calls),
+        |c, r| host_copies::evaluate(c, &r.host_device_copies),
+        |c, r| slow_collectives::evaluate(c, &r.slow_collectives),
+    ];
+    let last: [Evaluate; 2] = [
+        |c, r| pageable_copies::evaluate(c, &r.pageable_copies),
+        |c, r| memory_capacity::evaluate(c.traces, c.report, &r.memory_near_capacity),
+    ];
+    let fits = context.fit.fits;
+    let kinds: Vec<Evaluate> = first.into_iter().chain(replayed.into_iter().filter(|_| fits)).chain(last).collect();
+    let mut outcomes: Vec<Outcome> = kinds.par_iter().map(|evaluate| evaluate(context, rules)).collect();
+    if !fits {
+        let why = not_fitting(&context.fit);
+        let quiet = REPLAYED_KINDS.iter().map(|&kind| Err(Quiet { kind, why: why.clone() }));
+        outcomes.splice(first.len()..first.len(), quiet);
+    }
+    outcomes
 }
 
 /// Why a replayed type is not evaluated on a model that does not fit: the what-if's own reasons.

@@ -341,7 +341,7 @@ fn finding<'a>(found: &'a Value, kind: &str) -> Option<&'a Value> {
 
 /// The skewed sample: rank 1 sleeps before some steps' launches. The late-rank finding names rank 1 and its host,
 /// and its saving is what `what-if --scale rank1=1.0` replays (within 1 %); exposed communication, were it given,
-/// would be what `--comm-overlapped` replays. Replayed findings come first, the largest saving first.
+/// would be what `--comm-overlapped` replays. The findings are ranked by saving per run, the warm-up's bound first.
 #[test]
 fn on_the_skewed_sample_the_savings_are_the_what_if_replays() {
     let trace = repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz");
@@ -364,11 +364,12 @@ fn on_the_skewed_sample_the_savings_are_the_what_if_replays() {
             .starts_with(&format!("full overlap of communication saves {}", human(comm_saving)))
     );
 
+    // Ranked by saving per run: the warm-up bound of this short run (1.57 s) before the replays (56 and 49 ms).
     let list = found["findings"].as_array().unwrap();
-    let replayed: Vec<i64> =
-        list.iter().filter(|f| f["basis"] == "replay").map(|f| f["saving_per_run_ns"].as_i64().unwrap()).collect();
-    assert!(replayed.windows(2).all(|w| w[0] >= w[1]), "{replayed:?}");
-    assert_eq!(list[0]["basis"], "replay");
+    let savings: Vec<i64> = list.iter().map(|f| f["saving_per_run_ns"].as_i64().unwrap()).collect();
+    assert!(savings.windows(2).all(|w| w[0] >= w[1]), "{savings:?}");
+    let kinds: Vec<&str> = list.iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["warmup", "launch_bound", "late_rank"]);
 }
 
 fn human(ns: i64) -> String {
@@ -376,7 +377,7 @@ fn human(ns: i64) -> String {
 }
 
 /// The nsys sample has no straggler worth 2 %: no late-rank finding, and the reason with the figure. Its first
-/// step and start-up are 72 % of the run: the warm-up bound fires, listed after the replayed findings. (Over steps
+/// step and start-up are 72 % of the run: the warm-up bound fires, and per run it is the largest saving. (Over steps
 /// 1 to 17, with `--skip-steps 0`: the 9 warm-up steps detected by default, the first generate call, leave a
 /// steady state of 9 fast steps where the ranks' difference weighs more.)
 #[test]
@@ -387,7 +388,8 @@ fn on_the_nsys_sample_no_late_rank_and_a_warmup_bound() {
     assert_eq!(warmup["basis"], "bound");
     assert!(warmup["saving_per_step_ns"].is_null());
     assert!(warmup["saving_pct"].as_f64().unwrap() > 20.0);
-    assert_eq!(found["findings"].as_array().unwrap().last().unwrap()["kind"], "warmup");
+    // Up to its bound per run it is worth more than the replayed launch path: it ranks first.
+    assert_eq!(found["findings"].as_array().unwrap()[0]["kind"], "warmup");
 }
 
 /// Thresholds come from the rules file: at 100 % nothing fires; a broken file is one line and exit 2; the
@@ -449,7 +451,7 @@ fn report_shows_the_findings_first() {
     assert!(html[findings_at..].contains(&top), "{top}");
 }
 
-/// The public two-GPU nsys traces: every finding is above its threshold, replayed ones first by saving, and a
+/// The public two-GPU nsys traces: every finding is above its threshold, ranked by saving (risks last), and a
 /// saving never exceeds the measured time.
 #[test]
 #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
@@ -463,7 +465,7 @@ fn public_traces_give_ranked_findings_within_the_measured_time() {
             assert!(saving > 0 && saving <= measured, "{name}: {f}");
         }
         let order: Vec<(bool, i64)> =
-            list.iter().map(|f| (f["basis"] != "replay", -f["saving_per_run_ns"].as_i64().unwrap())).collect();
+            list.iter().map(|f| (f["basis"] == "risk", -f["saving_per_run_ns"].as_i64().unwrap())).collect();
         assert!(order.windows(2).all(|w| w[0] <= w[1]), "{name}: {order:?}");
     }
 }
@@ -474,8 +476,7 @@ fn quiet_why<'a>(found: &'a Findings, kind: &str) -> &'a str {
 
 /// One rank: a pageable host-to-device copy whose `cudaMemcpyAsync` blocks the host 0..600 while the copy runs
 /// 10..510 (5,000 bytes), a GEMM launched at 610 (620..1,620), then a pinned copy (call 1,630..1,640, copy
-/// 1,640..1,740, 2,000 bytes). The bound is the pageable copy's longer time, its call's 600 ns (over its GPU's
-/// 500 ns); the pinned copy adds nothing. `host` is the first copy's host memory.
+/// 1,640..1,740, 2,000 bytes). `host` is the first copy's host memory.
 fn pageable_run(host: Option<MemoryKind>) -> Trace {
     let mut r = RankBuilder::new(0);
     r.copy_with((0, 600), CopyKind::HtoD, host, 5_000, (10, 510));
@@ -484,12 +485,16 @@ fn pageable_run(host: Option<MemoryKind>) -> Trace {
     r.finish()
 }
 
+/// The pageable copy removed: its call and the copy at no time, so the GEMM's launch call starts at 10 (its 10 ns
+/// host gap) and the GEMM at 20 (its 10 ns GPU delay after the empty copy at 10), 20..1,020; the pinned copy's call
+/// comes after its 1,010 ns host gap (1,030..1,040) and its copy at 1,040..1,140. The run ends at 1,140 instead of
+/// 1,740: 600 ns saved (34.5 %), here as much as the bound (the call's 600 ns, longer than the copy's 500 ns).
 #[test]
-fn pageable_copies_are_worth_at_most_their_blocking_time() {
+fn pageable_copies_are_replayed_removed() {
     let found = find(&[pageable_run(Some(MemoryKind::Pageable))], None);
     assert_eq!(found.measured_ns, 1_740);
     let pageable = fired(&found, "pageable_copies").expect("fires");
-    assert_eq!(pageable.basis, Basis::Bound);
+    assert_eq!(pageable.basis, Basis::Replay);
     assert_eq!((pageable.saving_ns, pageable.saving_per_run_ns, pageable.saving_per_step_ns), (600, 600, None));
     assert_eq!(pageable.evidence[0], "1 pageable host-device copies in the window");
     assert_eq!(
@@ -498,11 +503,13 @@ fn pageable_copies_are_worth_at_most_their_blocking_time() {
          600 ns inside their calls"
     );
     assert_eq!(pageable.evidence[2], "rank 0: its 1 pinned copies reach 20.00 GB/s");
-    // A bound: after every replayed finding.
-    let at = found.findings.iter().position(|f| f.kind == "pageable_copies").unwrap();
-    assert!(found.findings[..at].iter().all(|f| f.basis == Basis::Replay), "{found:#?}");
+    assert_eq!(
+        pageable.evidence[3],
+        "the bound without the replay (each call's host time or its copy's GPU time, the longer, summed): 600 ns \
+         (34.5 % of the window)"
+    );
     let table = findings::table(&found);
-    assert!(table.contains("worth up to 600 ns per run (34.5 % of the run; bound)"), "{table}");
+    assert!(table.contains("worth 600 ns per run (34.5 % of the window; replayed)"), "{table}");
 
     let pinned = find(&[pageable_run(Some(MemoryKind::Pinned))], None);
     assert!(fired(&pinned, "pageable_copies").is_none(), "{pinned:#?}");
@@ -510,13 +517,23 @@ fn pageable_copies_are_worth_at_most_their_blocking_time() {
         quiet_why(&pinned, "pageable_copies"),
         "no pageable host-device copies in the window (2 host-device copies)"
     );
+}
 
-    // A device-to-host copy into pageable memory counts by its destination: 400 ns on the GPU over a 300 ns call.
+/// A device-to-host copy into pageable memory counts by its destination. Its call (20..1,300) waits for the GEMM
+/// before it (10..1,010) and for its copy (1,010..1,300); the next kernel's launch call follows at 1,310 (kernel
+/// 1,320..1,420). Removed, the call ends at 20 and the copy at 1,010 (after the GEMM on its stream); the launch
+/// call comes at 30 and the kernel at 1,020..1,120: 300 ns saved (21.1 %). The bound (the call's 1,280 ns, longer
+/// than the copy's 290) counts the call's wait for the GEMM, which is no cost of the copy: the replay does not.
+#[test]
+fn a_pageable_copy_behind_gpu_work_saves_less_than_its_bound() {
     let mut r = RankBuilder::new(0);
     r.launch(0, GEMM, 10, 1_010);
-    r.copy_with((20, 320), CopyKind::DtoH, Some(MemoryKind::Pageable), 4_000, (1_010, 1_410));
+    r.copy_with((20, 1_300), CopyKind::DtoH, Some(MemoryKind::Pageable), 2_900, (1_010, 1_300));
+    r.launch(1_310, ELEMENTWISE, 1_320, 1_420);
     let found = find(&[r.finish()], None);
-    assert_eq!(fired(&found, "pageable_copies").expect("fires").saving_ns, 400);
+    let pageable = fired(&found, "pageable_copies").expect("fires");
+    assert_eq!((pageable.basis, pageable.saving_ns), (Basis::Replay, 300));
+    assert!(pageable.evidence[2].ends_with("summed): 1.3 µs (90.1 % of the window)"), "{pageable:#?}");
 }
 
 /// Without the host memory kind in the model (a source that does not record it) and without memory data, neither
@@ -600,8 +617,9 @@ fn on_the_samples_pageable_copies_and_memory() {
 
 /// The public DLRM Kineto traces copy from pageable memory in their step (8 host-to-device and 2 device-to-host
 /// copies per rank, besides 5 pinned ones): the Kineto reader keeps the kind from the copies' names, and on all
-/// eight ranks the pageable copies fire, as a bound, with every rank's figures. The sampled two-rank traces have
-/// pageable copies too, but they cost at most 0.13 % of the window: below the threshold, with the figure.
+/// eight ranks the pageable copies fire, as a bound (the model does not fit that window), with every rank's figures.
+/// The sampled two-rank traces have pageable copies too, but removed in the replay they save 0.03 % of the window
+/// (their bound: 0.13 %): below the threshold, with the figure.
 #[test]
 #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
 fn public_kineto_pageable_copies_fire_where_they_matter() {
@@ -636,9 +654,11 @@ fn public_kineto_pageable_copies_fire_where_they_matter() {
     let found: Value = serde_json::from_slice(&analyzer(&args).stdout).unwrap();
     assert!(finding(&found, "pageable_copies").is_none());
     let quiet = found["quiet"].as_array().unwrap().iter().find(|q| q["kind"] == "pageable_copies").unwrap();
-    assert!(quiet["why"].as_str().unwrap().starts_with("48 pageable copies cost at most"), "{quiet}");
+    assert!(quiet["why"].as_str().unwrap().starts_with("removing 48 pageable copies"), "{quiet}");
 }
 
+mod ranking;
+mod snapshots;
 mod stages_flops_fit;
 
 /// Two one-GPU PyTorch programs recorded with torch.profiler (`profile_memory=True`) on an H100 80GB, each made with
@@ -661,7 +681,10 @@ fn programs_made_with_one_cause_fire_that_cause_only() {
 
     let pageable = findings_json(&dir.join("kineto_pageable_copies.json.gz"), &[]);
     let copies = finding(&pageable, "pageable_copies").expect("pageable copies fire");
-    assert_eq!(copies["basis"], "bound");
+    // Removed in the replay they save 42.1 % of the window; their bound says 42.8 %.
+    assert_eq!(copies["basis"], "replay");
+    assert_eq!(copies["saving_per_step_ns"], 8_626_496, "{copies:#}");
+    assert!(copies["evidence"][2].as_str().unwrap().ends_with("summed): 61.48 ms (42.8 % of the window)"));
     assert_eq!(copies["evidence"][0], "7 pageable host-device copies in the window (1.0 per step)");
     let rank0 = copies["evidence"][1].as_str().unwrap();
     assert!(rank0.starts_with("rank 0: 7 copies (7 host to device, 0 device to host), 469.8 MB"), "{rank0}");
