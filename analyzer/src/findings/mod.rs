@@ -63,13 +63,17 @@ impl Basis {
     }
 }
 
-/// The ranking of `findings`: every finding with a time by its saving per run, largest first (on equal savings a
-/// replay before a bound, then by type name); risks, which state no time, last. A bound is an upper bound, so a
-/// bound ranked above a replay is the larger only if the bound is reached: see `docs/findings.md`, "Ranking".
+/// The ranking of `findings`: every finding whose saving recurs with the steps by its saving per run, largest first
+/// (on equal savings a replay before a bound, then by type name); then what is saved once per run (the warm-up),
+/// whose worth depends on how long the run goes on, not on what was profiled; risks, which state no time, last. A
+/// bound is an upper bound, so a bound ranked above a replay is the larger only if the bound is reached: see
+/// `docs/findings.md`, "Ranking".
 pub fn rank(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
-        let key =
-            |f: &Finding| (f.basis == Basis::Risk, std::cmp::Reverse(f.saving_per_run_ns), f.basis.tie_order(), f.kind);
+        let key = |f: &Finding| {
+            let once_per_run = f.kind == warmup::KIND;
+            (f.basis == Basis::Risk, once_per_run, std::cmp::Reverse(f.saving_per_run_ns), f.basis.tie_order(), f.kind)
+        };
         key(a).cmp(&key(b))
     });
 }

@@ -7,7 +7,8 @@ use crate::findings::rules::WarmupRule;
 use crate::findings::{Basis, Context, Finding, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
 
-const KIND: &str = "warmup";
+/// The finding type's name.
+pub(crate) const KIND: &str = "warmup";
 
 /// One rank's warm-up: (rank, warm-up ns, steps in it, excess ns, run ns).
 type RankWarmup = (u32, i64, usize, i64, i64);
