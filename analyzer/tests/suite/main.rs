@@ -28,6 +28,7 @@ mod interval_properties;
 mod llm_figures;
 mod memory;
 mod modules;
+mod modules_compare;
 mod one_run;
 mod parallel_report;
 mod parquet;
