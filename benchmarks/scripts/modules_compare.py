@@ -178,7 +178,7 @@ def table(names, splits, result):
              f"{100 * (first['layer_share_of_phase'] or 0):.1f} % of the phase",
              f"  B: {names[1]}: {second['layers']} layers, {second['decoder_layer_gpu_ns'] / 1e6:.3f} ms in layers, "
              f"{100 * (second['layer_share_of_phase'] or 0):.1f} % of the phase",
-             f"  {'part':<16} {'A %':>8} {'B %':>8} {'B-A pp':>8}"]
+             f"  {'part':<18} {'A %':>8} {'B %':>8} {'B-A pp':>8}"]
     for key in PARTS + list(GROUPS):
         if key in GROUPS:
             label = f"= {key}"
@@ -186,7 +186,7 @@ def table(names, splits, result):
             continue
         else:
             label = key
-        lines.append(f"  {label:<16} {100 * first['shares'][key]:>8.2f} {100 * second['shares'][key]:>8.2f} "
+        lines.append(f"  {label:<18} {100 * first['shares'][key]:>8.2f} {100 * second['shares'][key]:>8.2f} "
                      f"{result['difference_pp'][key]:>+8.2f}")
     verdict = "within" if result["within_target"] else "NOT within"
     lines.append(f"largest part gap {result['largest_part_gap_pp']:.2f} pp: {verdict} the {result['target_pp']:g} pp "
