@@ -5,7 +5,7 @@ compared: `benchmarks/scripts/modules_compare.py` does that.
 
 Both runs do the same work: a warm-up pass (prefill and DECODE decode steps), then the recorded pass (the same
 again). Each decode step is inside an NVTX range `decode` (the capture's phase) and a `record_function("decode")`
-(torch.profiler's phase: it records no NVTX). The recorded pass is also between `torch.cuda.profiler.start()` and
+(torch.profiler's phase: it records no NVTX). Run plain, the recorded pass is between `torch.cuda.profiler.start()` and
 `stop()`, so `capture --cuda-profiler-api` records it alone; under torch.profiler only the recorded pass is
 profiled. torch.profiler and capture cannot share a process (one CUPTI subscriber), so they are two runs:
 
@@ -70,13 +70,17 @@ def main():
     with torch.no_grad():
         decode_pass(config, model, ids)  # warm-up
         torch.cuda.synchronize()
+        # The CUDA profiler switch only where capture listens for it: torch.profiler records its own span.
+        switch = not args.torch_profiler
         with profiler(args.torch_profiler) as prof:
-            torch.cuda.profiler.start()
+            if switch:
+                torch.cuda.profiler.start()
             start = time.perf_counter()
             decode_pass(config, model, ids)
             torch.cuda.synchronize()
             total_ms = (time.perf_counter() - start) * 1e3
-            torch.cuda.profiler.stop()
+            if switch:
+                torch.cuda.profiler.stop()
     if prof is not None:
         prof.export_chrome_trace(args.torch_profiler)
     mode = "torch.profiler" if args.torch_profiler else "plain"
