@@ -106,7 +106,9 @@ impl ModuleSpans {
             let cut: Vec<Option<u32>> = modules
                 .paths
                 .iter()
-                .map(|path| (level == 0 || parts(path) >= depth).then(|| out.path_id(&mut ids, folded(path, depth), level)))
+                .map(|path| {
+                    (level == 0 || parts(path) >= depth).then(|| out.path_id(&mut ids, folded(path, depth), level))
+                })
                 .collect();
             out.add_runs(trace, &modules.of_kernel, &cut, level as u16);
         }

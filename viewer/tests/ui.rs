@@ -809,7 +809,8 @@ fn collapsing_a_module_header_hides_the_deeper_rows() {
     h.run();
     assert_eq!(visible(&h), [true, false, false]);
     let session = h.state().session.as_ref().unwrap();
-    let header_row = session.data.rows.iter().position(|r| matches!(r.content, RowContent::Header { id, .. } if id == header));
+    let header_row =
+        session.data.rows.iter().position(|r| matches!(r.content, RowContent::Header { id, .. } if id == header));
     assert!(row_center_y(&session.data, &session.view, header_row.unwrap()).is_some(), "the header stays");
 }
 

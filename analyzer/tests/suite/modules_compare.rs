@@ -139,8 +139,13 @@ fn torch2_module_calls_give_paths_by_nesting_and_the_kernels_launched_in_them() 
         .iter()
         .map(|row| {
             let path = row["path"].as_str().unwrap().to_string();
-            (path, row["gpu_ns"].as_i64().unwrap(), row["calls"].as_u64().unwrap(), row["layer"].as_u64(),
-             row["within_layer"].as_str().unwrap().to_string())
+            (
+                path,
+                row["gpu_ns"].as_i64().unwrap(),
+                row["calls"].as_u64().unwrap(),
+                row["layer"].as_u64(),
+                row["within_layer"].as_str().unwrap().to_string(),
+            )
         })
         .collect();
     // Two steps of each kernel (µs × 2 × 1000 ns), every module called once a step.

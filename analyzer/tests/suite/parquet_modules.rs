@@ -161,11 +161,8 @@ fn the_module_table_is_in_the_dataset_as_analyzer_modules_gives_it() {
     assert!(rows.iter().any(|row| row[column("layer")] == Value::from(3)), "layers numbered");
     // The shares of one phase add up to the whole phase.
     let phase = rows[0][column("phase")].clone();
-    let shares: f64 = rows
-        .iter()
-        .filter(|row| row[column("phase")] == phase)
-        .map(|row| row[column("share")].as_f64().unwrap())
-        .sum();
+    let shares: f64 =
+        rows.iter().filter(|row| row[column("phase")] == phase).map(|row| row[column("share")].as_f64().unwrap()).sum();
     assert!((shares - 1.0).abs() < 1e-9, "shares of a phase add up: {shares}");
 }
 
