@@ -158,7 +158,7 @@ fn the_module_table_is_in_the_dataset_as_analyzer_modules_gives_it() {
     assert!(rows.len() > 50, "the eager capture has many module rows");
     let column = |name: &str| COLUMNS.iter().position(|c| *c == name).unwrap();
     assert!(rows.iter().any(|row| !row[column("allocatedDeltaMaxBytes")].is_null()), "allocator counters recorded");
-    assert!(rows.iter().any(|row| row[column("layer")] == Value::from(3)), "layers numbered");
+    assert!(rows.iter().any(|row| row[column("layer")] == 3), "layers numbered");
     // The shares of one phase add up to the whole phase.
     let phase = rows[0][column("phase")].clone();
     let shares: f64 =
