@@ -698,8 +698,10 @@ fn snapshot_memory_row_of_the_memory_sample() {
     snapshot(&mut h, "memory");
 }
 
-/// The eager module sample (`capture --torch-modules`): each GPU's module row counts, per path cut below the layer,
-/// exactly the kernels `analyzer modules --module-depth 4` gives that path, and sits above the GPU's streams.
+/// The eager module sample (`capture --torch-modules`): each of the GPU's module rows (layer, module below it,
+/// module below that) counts, per path cut to its depth, exactly the kernels `analyzer modules --module-depth D`
+/// gives that path (the rows below the first only the paths that deep); every span lies inside a span of the row
+/// above; the rows sit above the GPU's streams, each deeper one under a header that folds it away.
 #[test]
 fn the_module_rows_count_what_analyzer_modules_counts() {
     use shardscope_analyzer::llm::modules::{ModuleOptions, NO_MODULE, module_report};
@@ -709,37 +711,107 @@ fn the_module_rows_count_what_analyzer_modules_counts() {
     let app = sample_app("modules/qwen3_eager.sqlite.gz", StartOptions::default());
     let data = &app.session.as_ref().unwrap().data;
     let spans = &data.modules[0];
-    let mut shown: BTreeMap<String, u64> = BTreeMap::new();
-    for span in &spans.spans {
-        // The analyzer names the root module by its empty path, the row by its class.
-        let path = spans.path_of(span);
-        let path = if path.starts_with('(') { "" } else { path };
-        *shown.entry(path.to_string()).or_default() += u64::from(span.kernels);
-    }
+    assert_eq!(spans.depths, [3, 4, 5], "layer, module in the layer, module in that");
     let phase_pattern = regex::Regex::new(shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
-    let report = module_report(&data.traces, &ModuleOptions { depth: Some(4), phase_pattern, window_ns: None });
-    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
-    for row in report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows).filter(|r| r.path != NO_MODULE) {
-        *expected.entry(row.path.clone()).or_default() += row.kernels;
+    for (level, &depth) in spans.depths.iter().enumerate() {
+        let mut shown: BTreeMap<String, u64> = BTreeMap::new();
+        for span in spans.spans.iter().filter(|s| usize::from(s.level) == level) {
+            // The analyzer names the root module by its empty path, the row by its class.
+            let path = spans.path_of(span);
+            let path = if path.starts_with('(') { "" } else { path };
+            *shown.entry(path.to_string()).or_default() += u64::from(span.kernels);
+        }
+        let options = ModuleOptions { depth: Some(depth), phase_pattern: phase_pattern.clone(), window_ns: None };
+        let report = module_report(&data.traces, &options);
+        let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+        let deep_enough = |path: &str| level == 0 || (!path.is_empty() && path.split('.').count() >= depth);
+        for row in report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows) {
+            if row.path != NO_MODULE && deep_enough(&row.path) {
+                *expected.entry(row.path.clone()).or_default() += row.kernels;
+            }
+        }
+        assert_eq!(shown, expected, "row {level}");
     }
-    assert_eq!(shown, expected);
-    for path in ["model.layers.0.self_attn", "model.layers.3.mlp", "lm_head"] {
-        assert!(shown.get(path).is_some_and(|&k| k > 0), "{path}: {shown:?}");
+    let count = |level: u16, path: &str| {
+        spans.spans.iter().filter(|s| s.level == level && spans.path_of(s) == path).map(|s| s.kernels).sum::<u32>()
+    };
+    assert!(count(0, "model.layers.0") > 0 && count(0, "lm_head") > 0);
+    assert!(count(1, "model.layers.3.mlp") > 0 && count(1, "model.layers.0.self_attn") > 0);
+    assert!(count(2, "model.layers.0.self_attn.q_proj") > 0 && count(2, "model.layers.2.mlp.down_proj") > 0);
+    let q_proj = spans.spans.iter().find(|s| spans.path_of(s) == "model.layers.0.self_attn.q_proj").unwrap();
+    assert_eq!(spans.label_of(q_proj), "q_proj");
+    // Spans are runs: two spans next to each other on one row of one GPU have different paths or a kernel without
+    // one between.
+    for level in 0..3u16 {
+        let row: Vec<_> = spans.spans.iter().filter(|s| s.level == level).collect();
+        for pair in row.windows(2).filter(|w| w[0].device == w[1].device) {
+            let last_of_first = pair[0].first_kernel + pair[0].kernels - 1;
+            assert!(pair[0].path != pair[1].path || pair[1].first_kernel > last_of_first + 1, "{pair:?}");
+        }
+        // Nesting: each span lies inside the span of the row above that starts last before it.
+        if level > 0 {
+            let above: Vec<_> = spans.spans.iter().filter(|s| s.level == level - 1).collect();
+            for span in &row {
+                let at = above.partition_point(|a| a.first_kernel <= span.first_kernel);
+                let parent = above[at - 1];
+                assert!(parent.start_ns <= span.start_ns && span.end_ns <= parent.end_ns, "{span:?} in {parent:?}");
+                assert!(spans.path_of(span).starts_with(spans.path_of(parent)), "{span:?} in {parent:?}");
+            }
+        }
     }
-    // Spans are runs: two spans next to each other on one GPU have different paths or a kernel without one between.
-    for pair in spans.spans.windows(2).filter(|w| w[0].device == w[1].device) {
-        let last_of_first = pair[0].first_kernel + pair[0].kernels - 1;
-        assert!(pair[0].path != pair[1].path || pair[1].first_kernel > last_of_first + 1, "{pair:?}");
+    // Per GPU one module track per level, right under its utilisation graph, each holding its row's spans; a header
+    // above each deeper one.
+    assert_eq!(data.module_track.len(), 3);
+    let device = spans.spans[0].device;
+    let rows: Vec<usize> = (0..3u16)
+        .map(|level| {
+            let track = data.module_track[&(0, spans.spans[0].process, device, level)];
+            let in_row = spans.spans.iter().filter(|s| s.level == level && s.device == device).count();
+            assert_eq!(data.tracks[track].len(), in_row);
+            let event = data.tracks[track].events[0];
+            assert_eq!(event.kind(), EventKind::Module);
+            assert_eq!(data.event_span(0, event), (data.tracks[track].starts_ns[0], data.tracks[track].ends_ns[0]));
+            data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == track)).unwrap()
+        })
+        .collect();
+    assert!(matches!(data.rows[rows[0] - 1].content, RowContent::Utilization(_)));
+    for (level, &row) in rows.iter().enumerate().skip(1) {
+        assert_eq!(row, rows[level - 1] + 2);
+        assert!(matches!(data.rows[row - 1].content, RowContent::Header { .. }));
+        assert_eq!(data.rows[row].indent, data.rows[row - 1].indent + 1);
     }
-    // One module track per GPU, right under its utilisation graph, holding every span.
-    assert_eq!(data.module_track.len(), 1);
-    let (&(_, _, device), &track) = data.module_track.iter().next().unwrap();
-    assert_eq!(data.tracks[track].len(), spans.spans.iter().filter(|s| s.device == device).count());
-    let row = data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == track)).unwrap();
-    assert!(matches!(data.rows[row - 1].content, RowContent::Utilization(_)));
-    let event = data.tracks[track].events[0];
-    assert_eq!(event.kind(), EventKind::Module);
-    assert_eq!(data.event_span(0, event), (data.tracks[track].starts_ns[0], data.tracks[track].ends_ns[0]));
+}
+
+/// Collapsing the header above the second module row hides it and the third, and keeps the layer row.
+#[test]
+fn collapsing_a_module_header_hides_the_deeper_rows() {
+    use shardscope_viewer::timeline::layout::RowContent;
+    use shardscope_viewer::timeline::row_center_y;
+
+    let mut h = harness(sample_app("modules/qwen3_eager.sqlite.gz", StartOptions::default()));
+    let (tracks, header) = {
+        let data = &h.state().session.as_ref().unwrap().data;
+        let mut tracks: Vec<(u16, usize)> = data.module_track.iter().map(|(k, &t)| (k.3, t)).collect();
+        tracks.sort();
+        let row = data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == tracks[1].1));
+        let header = match &data.rows[row.unwrap() - 1].content {
+            RowContent::Header { id, .. } => *id,
+            other => panic!("a header above the second module row, not {other:?}"),
+        };
+        (tracks.iter().map(|t| t.1).collect::<Vec<_>>(), header)
+    };
+    let visible = |h: &Harness<'_, ViewerApp>| {
+        let session = h.state().session.as_ref().unwrap();
+        tracks.iter().map(|&t| track_center_y(&session.data, &session.view, t).is_some()).collect::<Vec<_>>()
+    };
+    assert_eq!(visible(&h), [true, true, true]);
+    h.state_mut().session.as_mut().unwrap().view.collapsed.insert(header);
+    h.run();
+    assert_eq!(visible(&h), [true, false, false]);
+    let session = h.state().session.as_ref().unwrap();
+    let header_row =
+        session.data.rows.iter().position(|r| matches!(r.content, RowContent::Header { id, .. } if id == header));
+    assert!(row_center_y(&session.data, &session.view, header_row.unwrap()).is_some(), "the header stays");
 }
 
 /// A trace without module ranges has no module rows.
@@ -752,8 +824,9 @@ fn a_trace_without_module_ranges_has_no_module_rows() {
     assert!(data.memory.is_empty(), "the capture recorded no memory");
 }
 
-/// One decode step (past the first ones' warm-up) of the eager module sample: the module row labels attention, MLP
-/// and norms of each layer.
+/// One decode step (past the first ones' warm-up) of the eager module sample: the module rows nest the layers, the
+/// attention, MLP and norms of each layer, and the projections inside them (`modules`); with the header above the
+/// second row collapsed only the layer row is left (`modules_collapsed`).
 #[test]
 #[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu (mesa-vulkan-drivers)")]
 fn snapshot_module_row_of_a_decode_step() {
@@ -778,4 +851,15 @@ fn snapshot_module_row_of_a_decode_step() {
     h.remove_cursor();
     h.run();
     snapshot(&mut h, "modules");
+    {
+        use shardscope_viewer::timeline::layout::RowContent;
+        let session = h.state_mut().session.as_mut().unwrap();
+        let data = &session.data;
+        let second = data.module_track.iter().find(|(k, _)| k.3 == 1).map(|(_, &t)| t).unwrap();
+        let row = data.rows.iter().position(|r| matches!(r.content, RowContent::Track(t) if t == second)).unwrap();
+        let RowContent::Header { id, .. } = data.rows[row - 1].content else { panic!("a header above the row") };
+        session.view.collapsed.insert(id);
+    }
+    h.run();
+    snapshot(&mut h, "modules_collapsed");
 }

@@ -29,6 +29,7 @@ mod llm_figures;
 mod memory;
 mod memory_origin;
 mod modules;
+mod modules_compare;
 mod one_run;
 mod parallel_report;
 mod parquet;

@@ -37,7 +37,7 @@ pub use write::{Column, DatasetWriter, WriteStats, column, sanitize_run_name};
 
 /// The version of the tables and columns this build writes and reads (`major.minor`). A reader accepts the same
 /// major version; a minor version only adds tables or nullable columns.
-pub const SCHEMA_VERSION: &str = "1.2";
+pub const SCHEMA_VERSION: &str = "1.3";
 
 /// The marker file at the dataset's root: how a folder is recognised as a dataset.
 pub const MARKER_FILE: &str = "_shardscope_dataset.json";

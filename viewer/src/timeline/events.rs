@@ -207,6 +207,9 @@ fn module_span(data: &TimelineData, trace: usize, index: usize) -> &ModuleSpan {
 impl EventKindInfo for Modules {
     const LABEL: &'static str = "module";
     fn name(data: &TimelineData, trace: usize, index: usize) -> &str {
+        data.modules[trace].label_of(module_span(data, trace, index))
+    }
+    fn full_name(data: &TimelineData, trace: usize, index: usize) -> &str {
         data.modules[trace].path_of(module_span(data, trace, index))
     }
     fn span(data: &TimelineData, trace: usize, index: usize) -> (i64, i64) {
@@ -220,7 +223,7 @@ impl EventKindInfo for Modules {
     }
     fn track_of(data: &TimelineData, trace: usize, index: usize) -> Option<usize> {
         let s = module_span(data, trace, index);
-        data.module_track.get(&(trace, s.process, s.device)).copied()
+        data.module_track.get(&(trace, s.process, s.device, s.level)).copied()
     }
     fn details_ui(ui: &mut egui::Ui, data: &TimelineData, trace: usize, index: usize) {
         let t = &data.traces[trace];
@@ -228,6 +231,8 @@ impl EventKindInfo for Modules {
         row(ui, "process", process_text(t, s.process));
         let device = t.devices.get(s.device.0 as usize).map_or(0, |d| d.ordinal);
         row(ui, "GPU", format!("GPU {device}"));
+        let depth = data.modules[trace].depths.get(usize::from(s.level)).copied().unwrap_or_default();
+        row(ui, "depth", format!("{depth} path parts (row {} of the module rows)", s.level + 1));
         row(ui, "kernels", s.kernels.to_string());
         if let Some(first) = t.kernels.get(s.first_kernel as usize) {
             row(ui, "first kernel", t.names.get(first.short_name).trim());

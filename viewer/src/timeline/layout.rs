@@ -50,10 +50,12 @@ pub enum TrackKind {
         /// Nesting depth.
         depth: u16,
     },
-    /// The module spans of one GPU's kernels ([`crate::modules`]).
+    /// One nesting level of the module spans of one GPU's kernels ([`crate::modules`]).
     Modules {
         /// GPU.
         device: DeviceIdx,
+        /// Row of the nesting: 0 for the layer row ([`crate::modules::ModuleSpan::level`]).
+        level: u16,
     },
 }
 
@@ -238,8 +240,8 @@ pub struct TimelineData {
     pub memory: Vec<MemoryCounter>,
     /// Per trace: the module spans of its kernels (empty without module ranges).
     pub modules: Vec<ModuleSpans>,
-    /// (trace, process, device) → module track.
-    pub module_track: HashMap<(usize, ProcessIdx, DeviceIdx), usize>,
+    /// (trace, process, device, level) → module track of that nesting level.
+    pub module_track: HashMap<(usize, ProcessIdx, DeviceIdx, u16), usize>,
     /// Where the run opens: its phase and step ranges, else its GPU work (see [`crate::roi`]).
     pub roi: Option<RegionOfInterest>,
 }
@@ -303,8 +305,8 @@ struct ProcessTracks {
     api: BTreeMap<u32, Track>,
     /// tid → depth → range track.
     ranges: BTreeMap<u32, BTreeMap<u16, Track>>,
-    /// device → module track.
-    modules: BTreeMap<u32, Track>,
+    /// device → level → module track.
+    modules: BTreeMap<u32, BTreeMap<u16, Track>>,
 }
 
 impl ProcessTracks {
@@ -343,11 +345,15 @@ fn file_events(trace: &Trace, ti: usize, modules: &ModuleSpans, span: &mut Span)
     per_process
 }
 
-/// Module spans lie within their kernels' time, so the span needs no widening.
+/// Module spans lie within their kernels' time, so the span needs no widening. One track per GPU and nesting level,
+/// labelled with the path parts it keeps.
 fn file_modules(trace: &Trace, ti: usize, modules: &ModuleSpans, per_process: &mut [ProcessTracks]) {
     for (i, s) in modules.spans.iter().enumerate() {
-        let track = per_process[slot(trace, s.process)].modules.entry(s.device.0).or_insert_with(|| {
-            Track::new("modules".to_string(), ti, s.process, TrackKind::Modules { device: s.device })
+        let levels = per_process[slot(trace, s.process)].modules.entry(s.device.0).or_default();
+        let track = levels.entry(s.level).or_insert_with(|| {
+            let depth = modules.depths.get(usize::from(s.level)).copied().unwrap_or_default();
+            let label = if s.level == 0 { "modules".to_string() } else { format!("modules · depth {depth}") };
+            Track::new(label, ti, s.process, TrackKind::Modules { device: s.device, level: s.level })
         });
         track.push(s.start_ns, s.end_ns, EventRef::new(EventKind::Module, i));
     }
@@ -569,9 +575,8 @@ impl TimelineData {
                 self.rows.push(Row { indent: 3, content: RowContent::Utilization(self.utilization.len() - 1) });
             }
             // Which module ran, above the streams that ran it.
-            if let Some(track) = tracks.modules.remove(&device) {
-                let index = self.push_track(3, track);
-                self.module_track.insert((ti, process, DeviceIdx(device)), index);
+            if let Some(levels) = tracks.modules.remove(&device) {
+                self.add_module_rows((ti, process), header_id(&[process_id, 3, u64::from(device)]), device, levels);
             }
             self.add_stream_rows(ti, device, tracks);
             // Memory in use under the streams.
@@ -579,6 +584,32 @@ impl TimelineData {
                 self.memory.push(graphs.memory.swap_remove(index));
                 self.rows.push(Row { indent: 3, content: RowContent::Memory(self.memory.len() - 1) });
             }
+        }
+    }
+
+    /// Under a GPU: its module tracks, the layer row first; above each deeper row a header that collapses it and
+    /// every row below it, so the nesting folds by depth.
+    fn add_module_rows(
+        &mut self,
+        (ti, process): (usize, ProcessIdx),
+        modules_id: u64,
+        device: u32,
+        levels: BTreeMap<u16, Track>,
+    ) {
+        let mut indent = 3;
+        for (level, track) in levels {
+            if level > 0 {
+                self.rows.push(Row {
+                    indent,
+                    content: RowContent::Header {
+                        id: header_id(&[modules_id, u64::from(level)]),
+                        label: format!("{} and deeper", track.label),
+                    },
+                });
+                indent += 1;
+            }
+            let index = self.push_track(indent, track);
+            self.module_track.insert((ti, process, DeviceIdx(device), level), index);
         }
     }
 
