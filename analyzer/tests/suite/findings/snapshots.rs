@@ -7,7 +7,7 @@
 use crate::common::{analyzer, repo_root};
 
 /// (snapshot name, sample under `sample-traces/`).
-const SAMPLES: [(&str, &str); 8] = [
+const SAMPLES: [(&str, &str); 10] = [
     ("tp2_nsys", "tp2_nsys.sqlite.gz"),
     ("tp2_capture", "tp2_capture.sqlite.gz"),
     ("tp2_skew_capture", "tp2_skew_capture.sqlite.gz"),
@@ -16,6 +16,8 @@ const SAMPLES: [(&str, &str); 8] = [
     ("kineto_tp2", "kineto_tp2"),
     ("kineto_pageable_copies", "findings/kineto_pageable_copies.json.gz"),
     ("kineto_memory_full", "findings/kineto_memory_full.json.gz"),
+    ("pp_imbalanced", "pipeline/pp_imbalanced.sqlite.gz"),
+    ("pp_balanced", "pipeline/pp_balanced.sqlite.gz"),
 ];
 
 #[test]
