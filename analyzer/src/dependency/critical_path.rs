@@ -24,7 +24,7 @@ use crate::dependency::graph::{
 use crate::figures::collectives::{self, RankKey};
 // Durations for people, as every report prints them: `1.25 ms`, `830.0 µs`, `12 ns`.
 use crate::output::render::duration as human_ns;
-use crate::report::{self, Options};
+use crate::report::{self, Options, Report};
 
 /// A model ready for analysis: the graph and how its window was chosen.
 pub struct Model {
@@ -94,7 +94,7 @@ pub fn build_model(
     window_ns: Option<(i64, i64)>,
     step: Option<usize>,
 ) -> Result<Model, ModelError> {
-    build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step))
+    build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step), None)
 }
 
 /// Builds the model of the run's steady state: on each rank its steps from the second to the last (the first
@@ -102,14 +102,32 @@ pub fn build_model(
 /// left warm-up steps out (`--skip-steps`, or leading slow steps it detected: the same warm-up as the report's). What that leaves out is listed in [`Model::excluded`]. Without steps on every
 /// rank, or with fewer than two steady steps, the model is of the whole trace and `excluded` says so.
 pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, ModelError> {
-    build(traces, options, Selection::SteadySteps)
+    build(traces, options, Selection::SteadySteps, None)
 }
 
-fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, ModelError> {
+/// [`build_steady_model`] with `report`, the report of `traces` with `options` (`report::analyze`; without a
+/// window): its ranks and steps are the model's, so the analysis is not made a second time.
+pub fn build_steady_model_of(traces: &[Trace], options: &Options, report: &Report) -> Result<Model, ModelError> {
+    build(traces, options, Selection::SteadySteps, Some(report))
+}
+
+fn build(
+    traces: &[Trace],
+    options: &Options,
+    selection: Selection,
+    report: Option<&Report>,
+) -> Result<Model, ModelError> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
-    let mut whole = options.clone();
-    whole.window_ns = None;
-    let report = report::analyze(traces, &whole);
+    let made;
+    let report = match report {
+        Some(report) => report,
+        None => {
+            let mut whole = options.clone();
+            whole.window_ns = None;
+            made = report::analyze(traces, &whole);
+            &made
+        }
+    };
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
     // The warm-up steps the report left out (most on any rank), and whether they were detected.

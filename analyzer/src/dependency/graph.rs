@@ -45,6 +45,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use rayon::prelude::*;
 use shardscope_model::{DeviceIdx, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
@@ -242,6 +243,8 @@ pub struct Graph {
     barrier_instances: Vec<u32>,
     /// Instances across ranks: number of distinct (kind, name, occurrence) keys.
     instances: u32,
+    /// The typical own times per instance ([`Graph::typical`]): the same for every replay of the model.
+    typical: std::sync::OnceLock<crate::dependency::whatif::Typical>,
 }
 
 /// The model laid out for replay: vertices in topological order, each one's incoming edges (without dropped
@@ -446,45 +449,47 @@ struct GpuEvent {
 
 /// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
 fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
-    let mut rank_gpu_events: Vec<Vec<GpuEvent>> = Vec::with_capacity(ranks.len());
-    for spec in ranks {
-        let trace = &traces[spec.key.trace];
-        let device: DeviceIdx = spec.key.device;
-        let mut events: Vec<GpuEvent> = Vec::new();
-        for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
-            events.push(GpuEvent {
-                kind: OpKind::Kernel,
-                index: index as u32,
-                stream: k.stream,
-                start_ns: k.start_ns,
-                end_ns: k.end_ns,
-                launch: k.launch,
-            });
-        }
-        for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
-            events.push(GpuEvent {
-                kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
-                index: index as u32,
-                stream: m.stream,
-                start_ns: m.start_ns,
-                end_ns: m.end_ns,
-                launch: m.launch,
-            });
-        }
-        for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
-            events.push(GpuEvent {
-                kind: OpKind::Graph,
-                index: index as u32,
-                stream: g.stream,
-                start_ns: g.start_ns,
-                end_ns: g.end_ns,
-                launch: g.launch,
-            });
-        }
-        events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
-        rank_gpu_events.push(events);
+    // One rank per worker, the lists in rank order.
+    crate::figures::workers::run(|| ranks.par_iter().map(|spec| rank_gpu_events(traces, spec)).collect())
+}
+
+/// One rank's GPU work, per stream in start order (see [`gpu_events_per_rank`]).
+fn rank_gpu_events(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
+    let trace = &traces[spec.key.trace];
+    let device: DeviceIdx = spec.key.device;
+    let mut events: Vec<GpuEvent> = Vec::new();
+    for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+        events.push(GpuEvent {
+            kind: OpKind::Kernel,
+            index: index as u32,
+            stream: k.stream,
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+            launch: k.launch,
+        });
     }
-    rank_gpu_events
+    for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
+        events.push(GpuEvent {
+            kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
+            index: index as u32,
+            stream: m.stream,
+            start_ns: m.start_ns,
+            end_ns: m.end_ns,
+            launch: m.launch,
+        });
+    }
+    for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
+        events.push(GpuEvent {
+            kind: OpKind::Graph,
+            index: index as u32,
+            stream: g.stream,
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            launch: g.launch,
+        });
+    }
+    events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
+    events
 }
 
 /// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
@@ -1082,6 +1087,7 @@ impl Graph {
             barriers,
             barrier_instances,
             instances,
+            typical: std::sync::OnceLock::new(),
         };
         graph.order = graph.topological_order();
         graph.plan = graph.replay_plan();
@@ -1223,6 +1229,16 @@ impl Graph {
     /// release: communication free; a host sync: the host no longer waits for the GPU). Returns every vertex's
     /// simulated time.
     pub fn simulate_skipping(&self, own_ns: &[i64], skip: &[EdgeKind]) -> Vec<i64> {
+        let at = self.replay_by_position(|vertex| own_ns[vertex as usize], skip);
+        let mut times = vec![0i64; self.vertex_count()];
+        for (position, &vertex) in self.order.iter().enumerate() {
+            times[vertex as usize] = at[position];
+        }
+        times
+    }
+
+    /// The replay's vertex times by position in the topological order, with vertex `v`'s own time `own_ns(v)`.
+    fn replay_by_position(&self, own_ns: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Vec<i64> {
         let plan = &self.plan;
         // One bit per edge kind: the test in the inner loop stays one shift and one mask.
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
@@ -1236,13 +1252,38 @@ impl Graph {
                 }
                 ready = ready.max(at[edge.source_position as usize].saturating_add(edge.lag_ns));
             }
-            at[position] = ready.saturating_add(own_ns[vertex as usize]);
+            at[position] = ready.saturating_add(own_ns(vertex));
         }
-        let mut times = vec![0i64; self.vertex_count()];
-        for (position, &vertex) in self.order.iter().enumerate() {
-            times[vertex as usize] = at[position];
+        at
+    }
+
+    /// [`Graph::last_end`] of the replay with vertex `v`'s own time `own_ns(v)`, ignoring the edges of the kinds in
+    /// `skip`: the same answer as `last_end(&simulate_skipping(..))` without a second vector of every vertex's time
+    /// (the findings replay many variants at once, each holding one vector only).
+    pub fn replay_last_end(&self, own_ns: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
+        let at = self.replay_by_position(own_ns, skip);
+        let op_count = 2 * self.ops.len() as u64;
+        let ends = self.order.iter().zip(&at).filter(|&(&vertex, _)| u64::from(vertex) < op_count && vertex % 2 == 1);
+        let mut gpu: Option<(u32, i64)> = None;
+        let mut any: Option<(u32, i64)> = None;
+        // The latest end, the lowest operation among equal ends, as `last_end` picks.
+        let later = |best: Option<(u32, i64)>, o: u32, t: i64| match best {
+            Some((bo, bt)) if (bt, Reverse(bo)) >= (t, Reverse(o)) => best,
+            _ => Some((o, t)),
+        };
+        for (&vertex, &t) in ends {
+            let o = vertex / 2;
+            if self.ops[o as usize].kind.on_gpu() {
+                gpu = later(gpu, o, t);
+            }
+            any = later(any, o, t);
         }
-        times
+        gpu.or(any)
+    }
+
+    /// The typical own times of each operation instance across ranks, computed on first use.
+    pub(crate) fn typical(&self) -> &crate::dependency::whatif::Typical {
+        self.typical.get_or_init(|| crate::dependency::whatif::typical(self))
     }
 
     /// The edges again, by the topological position of their target, with their sources as positions too.

@@ -168,7 +168,8 @@ impl Scenario {
 }
 
 /// Typical own times per operation instance.
-struct Typical {
+#[derive(Debug, Clone)]
+pub(crate) struct Typical {
     start_ns: Vec<i64>,
     end_ns: Vec<i64>,
     members: Vec<u32>,
@@ -180,7 +181,7 @@ fn lower_median(values: &mut [i64]) -> i64 {
     values[(values.len() - 1) / 2]
 }
 
-fn typical(graph: &Graph) -> Typical {
+pub(crate) fn typical(graph: &Graph) -> Typical {
     let own = graph.own_ns();
     let n = graph.instance_count();
     let mut by_instance: Vec<u32> = (0..graph.ops.len() as u32).collect();
@@ -246,7 +247,7 @@ pub struct OwnParts {
 /// The measured own times with the parts `select` names of each operation at the typical own times of its
 /// instance (as the no-straggler scenario: operations without a peer keep theirs).
 pub fn typical_own_ns(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> Vec<i64> {
-    let typical = typical(graph);
+    let typical = graph.typical();
     let base = graph.own_ns();
     let mut own = base.to_vec();
     for (op_id, op) in graph.ops.iter().enumerate() {
@@ -263,6 +264,27 @@ pub fn typical_own_ns(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> Vec<i6
         }
     }
     own
+}
+
+/// [`typical_own_ns`] as a function of the vertex, for a replay that needs no vector of them
+/// ([`Graph::replay_last_end`]).
+pub fn typical_own_at(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> impl Fn(u32) -> i64 {
+    let typical = graph.typical();
+    let base = graph.own_ns();
+    move |vertex: u32| {
+        let (op_id, at_end) = (vertex as usize / 2, vertex % 2 == 1);
+        let Some(op) = graph.ops.get(op_id) else { return base[vertex as usize] };
+        let instance = op.instance as usize;
+        if typical.members[instance] < 2 {
+            return base[vertex as usize];
+        }
+        let parts = select(op);
+        match at_end {
+            false if parts.delay => typical.start_ns[instance],
+            true if parts.duration && !op.matched => typical.end_ns[instance],
+            _ => base[vertex as usize],
+        }
+    }
 }
 
 fn scale(ns: i64, factor: f64) -> i64 {
@@ -403,8 +425,18 @@ pub fn model_fit(model: &Model) -> Fit {
     let graph = &model.graph;
     let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
     let measured_ns = span(graph.measured_ns());
-    let replay_ns = span(&graph.simulate(graph.own_ns(), false));
-    let ideal_ns = span(&no_straggler_times(model));
+    let end_ns = |end: Option<(u32, i64)>| end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    // The unchanged and the no-straggler replay (as `no_straggler_times`), side by side, each without a vector of
+    // every vertex's time.
+    let (replay_ns, ideal_ns) = crate::figures::workers::run(|| {
+        rayon::join(
+            || end_ns(graph.replay_last_end(|v| graph.own_ns()[v as usize], &[])),
+            || {
+                let (own, _) = own_with(graph, graph.typical(), graph.own_ns(), |_| Some(1.0));
+                end_ns(graph.replay_last_end(|v| own[v as usize], &[]))
+            },
+        )
+    });
     fit(graph, measured_ns, replay_ns, ideal_ns)
 }
 
@@ -485,7 +517,7 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), ScaleErro
 /// Every vertex's time in the no-straggler replay (the ideal of the slowdown `S`).
 pub fn no_straggler_times(model: &Model) -> Vec<i64> {
     let graph = &model.graph;
-    let (own, _) = own_with(graph, &typical(graph), graph.own_ns(), |_| Some(1.0));
+    let (own, _) = own_with(graph, graph.typical(), graph.own_ns(), |_| Some(1.0));
     graph.simulate(&own, false)
 }
 
@@ -493,7 +525,7 @@ pub fn no_straggler_times(model: &Model) -> Vec<i64> {
 pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let graph = &model.graph;
     let base = graph.own_ns();
-    let typical = typical(graph);
+    let typical = graph.typical();
     let origin = graph.window_start_ns;
     let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(origin));
     let measured_ns = span(graph.measured_ns());

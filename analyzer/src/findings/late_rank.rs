@@ -4,8 +4,10 @@
 //! durations) and its input (delays before its GPU work that no recorded dependency explains: waits for data or
 //! peers the trace does not record, launch latency). The part whose replay saves most names the cause.
 
+use rayon::prelude::*;
+
 use crate::dependency::graph::Op;
-use crate::dependency::whatif::{OwnParts, typical_own_ns};
+use crate::dependency::whatif::{OwnParts, typical_own_at};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -15,8 +17,9 @@ const KIND: &str = "late_rank";
 /// The saving of replaying rank `rank_index` with the parts `select` names at typical own times.
 fn saving(context: &Context, rank_index: u32, select: impl Fn(&Op) -> OwnParts) -> i64 {
     let graph = &context.model.graph;
-    let own = typical_own_ns(graph, |op| if op.rank_index == rank_index { select(op) } else { OwnParts::default() });
-    context.measured_ns - context.span_ns(&graph.simulate(&own, false))
+    let own = typical_own_at(graph, |op| if op.rank_index == rank_index { select(op) } else { OwnParts::default() });
+    let span_ns = graph.replay_last_end(own, &[]).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    context.measured_ns - span_ns
 }
 
 /// See the module documentation.
@@ -26,7 +29,10 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         return Err(Quiet { kind: KIND, why: "not evaluated: one rank".into() });
     }
     let whole = OwnParts { delay: true, duration: true };
-    let by_rank: Vec<(u32, i64)> = (0..graph.ranks.len() as u32).map(|r| (r, saving(context, r, |_| whole))).collect();
+    // One replay per rank, each on its own worker (results in rank order).
+    let by_rank: Vec<(u32, i64)> = crate::figures::workers::run(|| {
+        (0..graph.ranks.len() as u32).into_par_iter().map(|r| (r, saving(context, r, |_| whole))).collect()
+    });
     let (rank_index, saving_ns) =
         by_rank.iter().copied().max_by_key(|&(r, s)| (s, std::cmp::Reverse(r))).expect("two ranks or more");
     let rank = graph.ranks[rank_index as usize].rank;
@@ -38,9 +44,17 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
             rule.min_saving_pct,
         ));
     }
-    let host = saving(context, rank_index, |op| if op.kind.on_gpu() { OwnParts::default() } else { whole });
-    let kernels = saving(context, rank_index, |op| OwnParts { delay: false, duration: op.kind.on_gpu() });
-    let input = saving(context, rank_index, |op| OwnParts { delay: op.kind.on_gpu(), duration: false });
+    let (host, (kernels, input)) = crate::figures::workers::run(|| {
+        rayon::join(
+            || saving(context, rank_index, |op| if op.kind.on_gpu() { OwnParts::default() } else { whole }),
+            || {
+                rayon::join(
+                    || saving(context, rank_index, |op| OwnParts { delay: false, duration: op.kind.on_gpu() }),
+                    || saving(context, rank_index, |op| OwnParts { delay: op.kind.on_gpu(), duration: false }),
+                )
+            },
+        )
+    });
     let parts = [("its host launch path", host), ("its own kernels", kernels), ("its input (GPU waits)", input)];
     let (cause, _) = parts.iter().copied().max_by_key(|&(_, s)| s).expect("three parts");
     let mut evidence = vec![format!(

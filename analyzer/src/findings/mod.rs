@@ -28,6 +28,7 @@ pub mod slow_collectives;
 pub mod syncs;
 pub mod warmup;
 
+use rayon::prelude::*;
 use serde::Serialize;
 use shardscope_model::Trace;
 
@@ -285,7 +286,8 @@ pub fn findings_with(
 ) -> Result<Findings, critical_path::ModelError> {
     let model = match options.window_ns {
         Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
-        None => critical_path::build_steady_model(traces, options)?,
+        // `report` is that of these traces with these options: the model takes its ranks and steps.
+        None => critical_path::build_steady_model_of(traces, options, report)?,
     };
     Ok(findings_of_model_with(traces, report, &model, bench, rules, flops))
 }
@@ -323,40 +325,33 @@ pub fn findings_of_model_with(
 ) -> Findings {
     let graph = &model.graph;
     let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
-    let replay = graph.simulate(graph.own_ns(), false);
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
-    let mut context = Context {
+    // The unchanged replay, the critical path and the fit checks are independent: each on its own worker.
+    let ((replay_end, path), fit) = crate::figures::workers::run(|| {
+        rayon::join(
+            || {
+                rayon::join(
+                    || graph.replay_last_end(|v| graph.own_ns()[v as usize], &[]),
+                    || critical_path::critical_path(traces, model),
+                )
+            },
+            || crate::dependency::whatif::model_fit(model),
+        )
+    });
+    let context = Context {
         traces,
         report,
         model,
-        path: critical_path::critical_path(traces, model),
+        path,
         measured_ns,
-        replay_ns: 0,
+        replay_ns: replay_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns)),
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
-        fit: crate::dependency::whatif::model_fit(model),
+        fit,
         flops,
     };
-    context.replay_ns = context.span_ns(&replay);
-    let mut outcomes = vec![warmup::evaluate(&context, &rules.warmup)];
-    outcomes.push(flop_rate::evaluate(&context, &rules.low_flop_rate));
-    outcomes.push(pipeline_stages::evaluate(&context, &rules.pipeline_stage_imbalance));
-    if context.fit.fits {
-        outcomes.push(late_rank::evaluate(&context, &rules.late_rank));
-        outcomes.push(exposed_comm::evaluate(&context, &rules.exposed_communication));
-        outcomes.push(launch_bound::evaluate(&context, &rules.launch_bound));
-        outcomes.push(syncs::evaluate(&context, &rules.synchronising_calls));
-        outcomes.push(host_copies::evaluate(&context, &rules.host_device_copies));
-        outcomes.push(slow_collectives::evaluate(&context, &rules.slow_collectives));
-    } else {
-        let why = not_fitting(&context.fit);
-        for kind in REPLAYED_KINDS {
-            outcomes.push(Err(Quiet { kind, why: why.clone() }));
-        }
-    }
-    outcomes.push(pageable_copies::evaluate(&context, &rules.pageable_copies));
-    outcomes.push(memory_capacity::evaluate(traces, report, &rules.memory_near_capacity));
+    let outcomes = evaluate_all(&context, rules);
     let (mut fired, mut quiet) = (Vec::new(), Vec::new());
     for outcome in outcomes {
         match outcome {
@@ -379,6 +374,38 @@ pub fn findings_of_model_with(
         excluded: model.excluded.clone(),
         fit: context.fit.clone(),
     }
+}
+
+/// Every finding type's outcome, in the order the types are listed here; the types replay the model
+/// independently, so each runs on its own worker (the outcomes are collected in that order).
+fn evaluate_all(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
+    type Evaluation<'e> = Box<dyn Fn() -> Vec<Outcome> + Send + Sync + 'e>;
+    let one = |outcome: Outcome| vec![outcome];
+    let mut evaluations: Vec<Evaluation> = vec![
+        Box::new(|| one(warmup::evaluate(context, &rules.warmup))),
+        Box::new(|| one(flop_rate::evaluate(context, &rules.low_flop_rate))),
+        Box::new(|| one(pipeline_stages::evaluate(context, &rules.pipeline_stage_imbalance))),
+    ];
+    if context.fit.fits {
+        evaluations.extend([
+            Box::new(|| one(late_rank::evaluate(context, &rules.late_rank))) as Evaluation,
+            Box::new(|| one(exposed_comm::evaluate(context, &rules.exposed_communication))),
+            Box::new(|| one(launch_bound::evaluate(context, &rules.launch_bound))),
+            Box::new(|| one(syncs::evaluate(context, &rules.synchronising_calls))),
+            Box::new(|| one(host_copies::evaluate(context, &rules.host_device_copies))),
+            Box::new(|| one(slow_collectives::evaluate(context, &rules.slow_collectives))),
+        ]);
+    } else {
+        let why = not_fitting(&context.fit);
+        evaluations
+            .push(Box::new(move || REPLAYED_KINDS.iter().map(|&kind| Err(Quiet { kind, why: why.clone() })).collect()));
+    }
+    evaluations.push(Box::new(|| one(pageable_copies::evaluate(context, &rules.pageable_copies))));
+    evaluations
+        .push(Box::new(|| one(memory_capacity::evaluate(context.traces, context.report, &rules.memory_near_capacity))));
+    let outcomes: Vec<Vec<Outcome>> =
+        crate::figures::workers::run(|| evaluations.par_iter().map(|evaluate| evaluate()).collect());
+    outcomes.into_iter().flatten().collect()
 }
 
 /// Why a replayed type is not evaluated on a model that does not fit: the what-if's own reasons.
