@@ -954,18 +954,23 @@ impl<'a> Builder<'a> {
         self.stats.ops = op_count as u64;
         self.stats.host_calls = self.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
         self.stats.gpu_ops = self.stats.ops - self.stats.host_calls;
+        let instances = self.instances.instance_ids.len() as u32;
+        // What only the building needed goes before the graph is assembled, not after: a lower peak.
+        let Builder { ops, ranks, categories, window_start_ns, stats, edges, external_ns, instances_in_model, .. } =
+            self;
+        drop((self.instances, self.maps, self.rank_gpu_events, self.release_ns, self.gpu_by_end));
         Graph::assemble(Parts {
-            ops: self.ops,
-            ranks: self.ranks.to_vec(),
-            categories: self.categories,
-            window_start_ns: self.window_start_ns,
-            stats: self.stats,
-            edges: self.edges,
-            external_ns: self.external_ns,
+            ops,
+            ranks: ranks.to_vec(),
+            categories,
+            window_start_ns,
+            stats,
+            edges,
+            external_ns,
             measured_ns,
-            barriers: self.instances_in_model.len() as u32,
-            barrier_instances: self.instances_in_model.iter().map(|&i| i as u32).collect(),
-            instances: self.instances.instance_ids.len() as u32,
+            barriers: instances_in_model.len() as u32,
+            barrier_instances: instances_in_model.iter().map(|&i| i as u32).collect(),
+            instances,
         })
     }
 }
