@@ -37,6 +37,7 @@ mod perfetto_verdict;
 mod phases_and_steps;
 mod readme_commands;
 mod report;
+mod report_threads;
 mod straggler_artifact;
 mod streaming;
 mod study;
