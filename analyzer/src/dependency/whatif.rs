@@ -534,12 +534,12 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     // The scenario's own times.
     let rank_of = |op: &Op| graph.ranks[op.rank_index as usize].rank;
     let (mut own, mut without_peer) =
-        if scenario.no_straggler { own_with(graph, &typical, base, |_| Some(1.0)) } else { (base.to_vec(), 0) };
+        if scenario.no_straggler { own_with(graph, typical, base, |_| Some(1.0)) } else { (base.to_vec(), 0) };
     for rule in &scenario.scales {
         match &rule.target {
             ScaleTarget::Rank(rank) => {
                 let (scaled, missing) =
-                    own_with(graph, &typical, &own, |o| (rank_of(o) == *rank).then_some(rule.factor));
+                    own_with(graph, typical, &own, |o| (rank_of(o) == *rank).then_some(rule.factor));
                 own = scaled;
                 without_peer = without_peer.max(missing);
             }
@@ -596,10 +596,10 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     rank_waits.sort_by_key(|r| r.rank);
 
     // Slowdown and its decomposition.
-    let (ideal_own, ideal_missing) = own_with(graph, &typical, base, |_| Some(1.0));
+    let (ideal_own, ideal_missing) = own_with(graph, typical, base, |_| Some(1.0));
     let ideal_ns = span(&graph.simulate(&ideal_own, false));
     let attribution = |name: String, select: &dyn Fn(&Op) -> bool| -> Attribution {
-        let (own, _) = own_with(graph, &typical, base, |o| select(o).then_some(1.0));
+        let (own, _) = own_with(graph, typical, base, |o| select(o).then_some(1.0));
         let simulated_ns = span(&graph.simulate(&own, false));
         let excess = measured_ns.saturating_sub(ideal_ns);
         Attribution {
