@@ -7,6 +7,14 @@ interleaved in one sitting.
         --build before=/path/to/old/analyzer --build after=target/release/analyzer \
         --trace k1m=/tmp/k1000000.sqlite [--nsys /path/to/nsys] [--deadline-s 280] --out results.json
 
+or, generating the traces first (needs only the `gen_large_nsys` binary, no cargo):
+
+    python3 benchmarks/scripts/report_speed.py --rounds 3 --build after=./analyzer \
+        --gen ./gen_large_nsys --sizes 1000000,10000000 --ranks 8 --workdir /tmp/traces --out results.json
+
+`--gen` writes `k<size>.sqlite` (`gen_large_nsys --kernels SIZE --ranks RANKS`) into `--workdir` unless it is there
+already, and times each as a trace named `k<size>`.
+
 Each round runs every (trace, command, build) once; the builds' order rotates from round to round so that
 neither always runs first after the other. One process per run: its wall time, user + system CPU time
 (`cores busy` = CPU / wall), peak resident memory (`ru_maxrss` of the child, from `wait4`) and the SHA-256 of
@@ -19,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,21 +89,46 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--build", action="append", required=True, help="NAME=PATH of an analyzer binary")
-    parser.add_argument("--trace", action="append", required=True, help="NAME=PATH of a trace")
-    parser.add_argument("--nsys", help="nsys binary: also time `nsys stats --report cuda_gpu_kern_sum` per trace")
+    parser.add_argument("--trace", action="append", default=[], help="NAME=PATH of a trace")
+    parser.add_argument("--gen", help="gen_large_nsys binary: generate the --sizes traces in --workdir")
+    parser.add_argument("--sizes", default="1000000", help="kernels per generated trace, comma-separated")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks of each generated trace")
+    parser.add_argument("--workdir", default=".", help="where the generated traces go")
+    parser.add_argument("--nsys", help="nsys binary: also time `nsys stats --report cuda_gpu_kern_sum` per trace "
+                        "(default: `nsys` on PATH, if any)")
+    parser.add_argument("--no-nsys", action="store_true", help="do not time nsys stats even if it is on PATH")
     parser.add_argument("--nsys-rounds", type=int, default=None, help="rounds that run nsys stats (default: all)")
     parser.add_argument("--deadline-s", type=float, default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    if args.no_nsys:
+        args.nsys = None
+    elif args.nsys is None:
+        args.nsys = shutil.which("nsys")
     builds = [b.split("=", 1) for b in args.build]
     traces = [t.split("=", 1) for t in args.trace]
+    generated = []
+    if args.gen:
+        os.makedirs(args.workdir, exist_ok=True)
+        for size in [int(s) for s in args.sizes.split(",") if s]:
+            path = os.path.join(args.workdir, f"k{size}.sqlite")
+            if not os.path.exists(path):
+                start = time.monotonic()
+                subprocess.run([args.gen, "--kernels", str(size), "--ranks", str(args.ranks), "-o", path], check=True)
+                print(f"generated {path} in {time.monotonic() - start:.1f} s", flush=True)
+            traces.append((f"k{size}", path))
+    if not traces:
+        parser.error("give --trace or --gen")
+    for name, path in traces:
+        generated.append({"trace": name, "path": path, "bytes": os.path.getsize(path)})
     began = time.monotonic()
     samples = []
     stopped = None
 
     def write():
         result = {"machine": os.uname().nodename, "cpus": os.cpu_count(),
-                  "affinity": sorted(os.sched_getaffinity(0)), "stopped_early": stopped,
+                  "affinity": sorted(os.sched_getaffinity(0)), "stopped_early": stopped, "traces": generated,
+                  "nsys": args.nsys,
                   "summary": summarize(samples), "samples": samples}
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -41,6 +41,7 @@ mod phases_and_steps;
 mod pipeline_real;
 mod readme_commands;
 mod report;
+mod report_threads;
 mod straggler_artifact;
 mod streaming;
 mod study;
