@@ -14,9 +14,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 /// The packages the nested build makes: the capture binary, its two libraries, the viewer.
-const PACKAGES: [&str; 4] = ["shardscope-capture", "shardscope-inject", "shardscope-nccl-profiler", "shardscope-viewer"];
-/// What a change to rebuilds the commands: their crates, the workspace crates they use, and the lock file.
-const SOURCES: [&str; 8] = ["capture", "viewer", "analyzer", "trace-io", "trace-model", "spool", "Cargo.toml", "Cargo.lock"];
+const PACKAGES: [&str; 4] =
+    ["shardscope-capture", "shardscope-inject", "shardscope-nccl-profiler", "shardscope-viewer"];
+/// Whose changes rebuild the commands: their crates, the workspace crates they use, and the lock file.
+const SOURCES: [&str; 8] =
+    ["capture", "viewer", "analyzer", "trace-io", "trace-model", "spool", "Cargo.toml", "Cargo.lock"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
@@ -68,10 +70,8 @@ fn build_tools() -> Result<(), String> {
         cargo.args(["--target", &target]);
     }
     // Cargo reads this script's stdout for instructions: the nested build's output goes to stderr, shown on failure.
-    let status = cargo
-        .stdout(Stdio::from(std::io::stderr()))
-        .status()
-        .map_err(|error| format!("cannot run cargo: {error}"))?;
+    let status =
+        cargo.stdout(Stdio::from(std::io::stderr())).status().map_err(|error| format!("cannot run cargo: {error}"))?;
     if !status.success() {
         return Err(format!("the nested build of capture and viewer failed ({status}); its output is above"));
     }
