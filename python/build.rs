@@ -69,6 +69,12 @@ fn build_tools() -> Result<(), String> {
     if cross {
         cargo.args(["--target", &target]);
     }
+    // The commands a wheel ships carry no debug information, whatever the profile: it would only make the wheel and
+    // the nested build folder several times larger (a dev build's line tables of the viewer's graphics stack alone
+    // run to hundreds of megabytes).
+    let profile_env = profile.to_ascii_uppercase().replace('-', "_");
+    cargo.env(format!("CARGO_PROFILE_{profile_env}_DEBUG"), "false");
+    cargo.env(format!("CARGO_PROFILE_{profile_env}_STRIP"), "debuginfo");
     // Cargo reads this script's stdout for instructions: the nested build's output goes to stderr, shown on failure.
     let status =
         cargo.stdout(Stdio::from(std::io::stderr())).status().map_err(|error| format!("cannot run cargo: {error}"))?;
