@@ -20,7 +20,10 @@ step() { echo "== $(date +%T) $*" >>"$LOG"; }
 
 step capture --torch-modules --cuda-profiler-api
 "$CARRY/capture" -o /tmp/modules.sqlite --force --torch-modules --cuda-profiler-api -- python3 $WORKLOAD >>"$LOG" 2>&1
-if ! "$CARRY/analyzer" modules --format json /tmp/modules.sqlite >/tmp/modules.json 2>>"$LOG"; then
+# `analyzer modules` exits 0 with a "no module ranges" line when it finds none: look for that line too.
+if ! "$CARRY/analyzer" modules --format json /tmp/modules.sqlite >/tmp/modules.json 2>/tmp/modules.err \
+    || grep -q "no module ranges" /tmp/modules.err; then
+    cat /tmp/modules.err >>"$LOG"
     step the windowed capture has no module rows: capture the whole program
     "$CARRY/capture" -o /tmp/modules.sqlite --force --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
 fi
