@@ -30,6 +30,10 @@ use crate::window::{
     nvtx_end_id, nvtx_push_message, range_open_kind, wide_text,
 };
 
+/// The API kinds a window opened after the start records whole (see [`Switch::apply`]).
+const WHOLE_API_KINDS: [cupti::CUpti_ActivityKind; 2] =
+    [cupti::CUPTI_ACTIVITY_KIND_RUNTIME, cupti::CUPTI_ACTIVITY_KIND_DRIVER];
+
 /// Recording is on in this process (what the NCCL plugin asks). On until a plan says otherwise.
 static RECORDING: AtomicBool = AtomicBool::new(true);
 
@@ -115,6 +119,8 @@ pub(crate) struct Switch {
     /// Window records for the background thread to write.
     pending: Mutex<Vec<SpoolRecord>>,
     flush_wanted: AtomicBool,
+    /// The start state is applied: a window opening from now on records whole API kinds (see [`Switch::apply`]).
+    after_start: AtomicBool,
 }
 
 thread_local! {
@@ -168,6 +174,7 @@ impl Switch {
             }),
             pending: Mutex::new(Vec::new()),
             flush_wanted: AtomicBool::new(false),
+            after_start: AtomicBool::new(false),
         }
     }
 
@@ -177,8 +184,10 @@ impl Switch {
         let on = self.lock_machine().recording();
         RECORDING.store(on, Ordering::SeqCst);
         if on {
+            self.apply_api_selection(true);
             self.apply(true);
         }
+        self.after_start.store(true, Ordering::SeqCst);
         let enable = |domain, cbid| {
             // SAFETY: plain call on our subscriber; unknown ids are refused, not undefined.
             unsafe { self.api.cuptiEnableCallback(1, subscriber, domain, cbid) };
@@ -202,9 +211,20 @@ impl Switch {
         self.machine.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Switches every recorded kind and call on or off.
+    /// Switches every recorded kind on or off, and the API records of a window opened after the start.
+    ///
+    /// CUPTI takes a selection of single API calls (`cuptiActivityEnableRuntimeApi`/`DriverApi`) only while the
+    /// process starts: enabled later, no call is recorded (seen on CUPTI 13.0 with every trigger: windows opened by
+    /// `cudaProfilerStart`, by time and by `capture start` kept their kernels and no API call). A window that opens
+    /// after the start therefore records the runtime and driver kinds whole, every call, which CUPTI does switch at
+    /// any time; the selection serves a capture that records from the start.
     fn apply(&self, on: bool) {
-        for &kind in &self.recorded.kinds {
+        let whole_api = self.after_start.load(Ordering::SeqCst) && self.selects_api_calls();
+        if !on && self.selects_api_calls() {
+            // The selection a capture that recorded from the start switched on.
+            self.apply_api_selection(false);
+        }
+        for &kind in self.recorded.kinds.iter().chain(if whole_api { &WHOLE_API_KINDS[..] } else { &[] }) {
             // SAFETY: plain calls with a valid kind constant.
             let result =
                 unsafe { if on { self.api.cuptiActivityEnable(kind) } else { self.api.cuptiActivityDisable(kind) } };
@@ -212,6 +232,15 @@ impl Switch {
                 eprintln!("shardscope: cannot enable CUPTI activity kind {kind} (error {result})");
             }
         }
+    }
+
+    /// True when API calls are recorded one callback id at a time.
+    fn selects_api_calls(&self) -> bool {
+        !self.recorded.runtime_cbids.is_empty() || !self.recorded.driver_cbids.is_empty()
+    }
+
+    /// Switches the selected single API calls on or off (at the start only: see [`Switch::apply`]).
+    fn apply_api_selection(&self, on: bool) {
         let flag = u8::from(on);
         for (enable, cbids) in [
             (self.recorded.enable_runtime, &self.recorded.runtime_cbids),

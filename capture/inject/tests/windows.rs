@@ -742,3 +742,33 @@ fn a_measurement_can_leave_each_part_off() {
     let (_, stderr, _) = omit("everything");
     assert!(stderr.contains("unknown part 'everything'"), "{stderr}");
 }
+
+/// CUPTI takes single-call API selections only at the start (the stand-in plays that with
+/// FAKE_CUPTI_SELECTION_AT_START_ONLY): a window opened by `cudaProfilerStart` records the runtime and driver kinds
+/// whole, so the calls that launched its kernels are kept, and switches them off again at its end.
+#[test]
+fn a_window_opened_after_the_start_keeps_the_api_calls_of_its_launches() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let env = [("FAKE_CUPTI_SELECTION_AT_START_ONLY", "1")];
+    let (records, _, log) = run_logged("late-selection", "profiler", &plan, &env);
+    let launched: Vec<u32> = kernels(&records).iter().map(|k| k.correlation_id).collect();
+    let mut calls: Vec<u32> = records
+        .iter()
+        .filter_map(|r| if let SpoolRecord::Api(a) = r { Some(a.correlation_id) } else { None })
+        .collect();
+    calls.sort();
+    calls.dedup();
+    assert_eq!(launched, [2, 3, 5], "{log}");
+    assert_eq!(calls, [2, 3, 5], "each kernel of a window with the call that launched it: {log}");
+    let runtime_kind = format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
+    let runtime_off = format!("kind_off {}", cupti::CUPTI_ACTIVITY_KIND_RUNTIME);
+    assert_eq!(log.lines().filter(|l| *l == runtime_kind).count(), 2, "on at each of the two openings: {log}");
+    assert!(log.lines().any(|l| l == runtime_off), "off again at the stop: {log}");
+
+    // A capture that records from the start still selects single calls, once, before any work.
+    let (records, _, log) = run_logged("start-selection", "whole-run", &WindowPlan::default(), &env);
+    let calls = records.iter().filter(|r| matches!(r, SpoolRecord::Api(_))).count();
+    assert_eq!((kernels(&records).len(), calls), (2, 2), "{log}");
+    assert!(!log.lines().any(|l| l == runtime_kind), "no whole API kind from the start: {log}");
+    assert!(log.lines().any(|l| l.starts_with("runtime ") && l.ends_with(" 1")), "{log}");
+}

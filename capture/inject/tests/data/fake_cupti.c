@@ -174,7 +174,9 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 
 /* Work of `kind` (an API record of callback `cbid` for the API kinds) happens; its record is made if
  * recording of it is on. Returns 1 when a record was made. */
+static int work_seen;
 int fake_activity(int kind, uint32_t cbid, const void *record, size_t size, size_t timestamps_at, int complete) {
+    work_seen = 1;
     int on = kind >= 0 && kind < MAX_KIND && kind_on[kind];
     if (kind == KIND_RUNTIME && cbid < MAX_CBID) on = on || runtime_on[cbid];
     if (kind == KIND_DRIVER && cbid < MAX_CBID) on = on || driver_on[cbid];
@@ -249,12 +251,17 @@ CUptiResult cuptiGetCallbackName(int domain, uint32_t cbid, const char **name) {
 }
 CUptiResult cuptiGetResultString(CUptiResult result, const char **text) { (void)result; *text = "fake"; return OK; }
 #ifndef NO_SINGLE_CALLS
+/* With FAKE_CUPTI_SELECTION_AT_START_ONLY set, a single-call selection made after the first call or record is
+ * ignored, as CUPTI 13.0 did on an H100 (windows opened mid-run kept their kernels and no API call). */
+static int selection_ignored(void) { return work_seen && getenv("FAKE_CUPTI_SELECTION_AT_START_ONLY"); }
 CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) {
+    if (selection_ignored()) { note("runtime-ignored", cbid, enable); return OK; }
     if (cbid < MAX_CBID) runtime_on[cbid] = enable != 0;
     note("runtime", cbid, enable);
     return OK;
 }
 CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
+    if (selection_ignored()) { note("driver-ignored", cbid, enable); return OK; }
     if (cbid < MAX_CBID) driver_on[cbid] = enable != 0;
     note("driver", cbid, enable);
     return OK;
