@@ -1160,7 +1160,7 @@ impl Graph {
     }
 
     /// Number of vertices.
-    fn vertex_count(&self) -> usize {
+    pub fn vertex_count(&self) -> usize {
         2 * self.ops.len() + self.barriers as usize
     }
 
