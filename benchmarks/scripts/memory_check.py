@@ -23,7 +23,7 @@ beside it.
 
     python3 benchmarks/scripts/memory_check.py --capture .devcarry/w30/capture --nsys-dir $D --nsys-lib .devcarry/w30/nsys-lib \
         --rounds 6 --budget-s 300 --out $OUT/memory-check.json
-    python3 benchmarks/scripts/memory_check.py --capture .devcarry/w48/capture --analyzer .devcarry/w48/analyzer \
+    python3 benchmarks/scripts/memory_check.py --capture .devcarry/memory/capture --analyzer .devcarry/memory/analyzer \
         --rounds 0 --no-kineto --out $OUT/memory-origin-check.json
 """
 

@@ -5,9 +5,9 @@
 # (memory_check.py with --analyzer; no launch-cost rounds, no torch.profiler run). Inputs: the stripped release
 # `capture` with its .so files beside it and `analyzer`, in CARRY; outputs in OUT: memory-origin-check.json, the
 # gzipped capture and nsys export, memory-origin-check.log.
-#   CARRY=.devcarry/w48 OUT=$OUT bash benchmarks/scripts/memory_origin_check.sh
+#   CARRY=.devcarry/memory OUT=$OUT bash benchmarks/scripts/memory_origin_check.sh
 set -u
-carry=${CARRY:-.devcarry/w48}
+carry=${CARRY:-.devcarry/memory}
 out=${OUT:?set OUT}
 chmod +x "$carry/capture" "$carry/analyzer"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
