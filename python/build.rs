@@ -92,6 +92,12 @@ fn build_tools() -> Result<(), String> {
     for source in SOURCES {
         println!("cargo::rerun-if-changed={}", workspace.join(source).display());
     }
+    // The nested build's intermediate files (about 1.5 GB, most of it the viewer's graphics stack) are of no use once
+    // the commands are in the package: removed, so that an install does not leave them on the disk. A later install
+    // that needs the commands again builds them again.
+    if let Err(error) = std::fs::remove_dir_all(&tools_target) {
+        println!("cargo::warning=could not remove {}: {error}", tools_target.display());
+    }
     Ok(())
 }
 
