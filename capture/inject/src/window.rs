@@ -495,10 +495,9 @@ mod tests {
         assert!(TimeSchedule::new(&WindowPlan::default(), 0).is_none());
     }
 
-    #[test]
-    fn push_messages_are_read_from_each_push_callback() {
-        let text = c"step 3";
-        let attributes = NvtxEventAttributes {
+    /// NVTX event attributes carrying `message` of `message_type`.
+    fn attributes(message_type: i32, message: *const c_void) -> NvtxEventAttributes {
+        NvtxEventAttributes {
             version: 3,
             size: std::mem::size_of::<NvtxEventAttributes>() as u16,
             category: 0,
@@ -507,14 +506,20 @@ mod tests {
             payload_type: 0,
             reserved0: 0,
             payload: 0,
-            message_type: MESSAGE_ASCII,
-            message: text.as_ptr() as *const c_void,
-        };
-        let data = |params: *const c_void| NvtxData {
-            function_name: std::ptr::null(),
-            function_params: params,
-            function_return_value: std::ptr::null(),
-        };
+            message_type,
+            message,
+        }
+    }
+
+    /// The callback data CUPTI passes with `params`.
+    fn data(params: *const c_void) -> NvtxData {
+        NvtxData { function_name: std::ptr::null(), function_params: params, function_return_value: std::ptr::null() }
+    }
+
+    #[test]
+    fn push_messages_are_read_from_each_push_callback() {
+        let text = c"step 3";
+        let attributes = attributes(MESSAGE_ASCII, text.as_ptr() as *const c_void);
         let plain = text.as_ptr();
         // SAFETY: each parameter struct is laid out as NVTX declares it for its callback id.
         unsafe {
@@ -534,23 +539,7 @@ mod tests {
     #[test]
     fn starts_and_wide_messages_are_read_and_ends_give_their_ids() {
         let wide: Vec<u32> = "step 3".chars().map(u32::from).chain([0]).collect();
-        let attributes = NvtxEventAttributes {
-            version: 3,
-            size: std::mem::size_of::<NvtxEventAttributes>() as u16,
-            category: 0,
-            color_type: 0,
-            color: 0,
-            payload_type: 0,
-            reserved0: 0,
-            payload: 0,
-            message_type: MESSAGE_UNICODE,
-            message: wide.as_ptr() as *const c_void,
-        };
-        let data = |params: *const c_void| NvtxData {
-            function_name: std::ptr::null(),
-            function_params: params,
-            function_return_value: std::ptr::null(),
-        };
+        let attributes = attributes(MESSAGE_UNICODE, wide.as_ptr() as *const c_void);
         let text = PushMessage::Text("step 3".into());
         let plain = c"step 3".as_ptr();
         let wide_ptr = wide.as_ptr();

@@ -273,18 +273,7 @@ fn nvtx_domain_scenario(w: &Workload) {
     w.push(c"step");
     assert!(!w.launch(1, true), "the named range of the default domain opened a window");
     w.pop();
-    let attributes = shardscope_inject::window::NvtxEventAttributes {
-        version: 3,
-        size: 48,
-        category: 0,
-        color_type: 0,
-        color: 0,
-        payload_type: 0,
-        reserved0: 0,
-        payload: 0,
-        message_type: 1,
-        message: c"step".as_ptr() as *const _,
-    };
+    let attributes = attributes(1, c"step".as_ptr() as *const _);
     let params: [usize; 2] = [domain, &attributes as *const _ as usize];
     w.nvtx(nvtx_cbid::DOMAIN_RANGE_PUSH_EX, params.as_ptr() as *const _, std::ptr::null());
     assert!(w.launch(2, true));

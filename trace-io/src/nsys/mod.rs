@@ -162,7 +162,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
         .chain(api_scans.iter().map(|s| &s.local))
         .chain([&memops.local, &ranges.local, &graphs.local])
         .collect();
-    let global_pids = collect_processes(&db, &mut trace, &locals)?;
+    let (global_pids, listed_pids) = collect_processes(&db, &mut trace, &locals)?;
     collect_devices(&mut trace, gpus, &locals);
     // Sorted here the way Trace::finish sorts, so that its own sort only confirms the order.
     let kernel_ids = |k: &mut Kernel, map: &IdMap| {
@@ -198,7 +198,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     assign_device_owners(&mut trace);
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
-    read_capture_windows(&db, &global_pids, &mut trace)?;
+    read_capture_windows(&db, &global_pids, &listed_pids, &mut trace)?;
     nccl_tables::attach(&db, &mut trace)?;
     read_capture_warnings(&db, &mut trace)?;
     graph_nodes::attach(&db, &mut trace)?;
@@ -569,13 +569,19 @@ fn read_gpus(db: &Database<'_>, trace: &mut Trace) -> Result<Vec<Device>, Error>
 }
 
 /// The trace's processes: every `globalPid` an event names, sorted, named from `PROCESSES`.
-/// Returns the sorted `globalPid`s (a process's index is its position).
-fn collect_processes(db: &Database<'_>, trace: &mut Trace, locals: &[&scan::Local]) -> Result<Vec<u64>, Error> {
+/// Returns the sorted `globalPid`s (a process's index is its position), and every `globalPid` `PROCESSES` lists, sorted.
+fn collect_processes(
+    db: &Database<'_>,
+    trace: &mut Trace,
+    locals: &[&scan::Local],
+) -> Result<(Vec<u64>, Vec<u64>), Error> {
     let mut global_pids: Vec<u64> = locals.iter().flat_map(|l| l.processes.iter().copied()).collect();
     global_pids.sort_unstable();
     global_pids.dedup();
     let mut names: HashMap<u64, (u32, String)> = HashMap::new();
+    let mut listed: Vec<u64> = Vec::new();
     db.each_row("PROCESSES", &["globalPid", "pid", "name"], |row| {
+        listed.extend(int(row, 0).map(|g| g as u64));
         if let Some(global_pid) = int(row, 0).map(|g| g as u64)
             && global_pids.binary_search(&global_pid).is_ok()
         {
@@ -591,7 +597,8 @@ fn collect_processes(db: &Database<'_>, trace: &mut Trace, locals: &[&scan::Loca
             Process { pid, global_pid, name, ..Process::default() }
         })
         .collect();
-    Ok(global_pids)
+    listed.sort_unstable();
+    Ok((global_pids, listed))
 }
 
 /// The trace's GPUs, sorted by ordinal: those the GPU table lists and those events name.
@@ -761,16 +768,12 @@ fn read_process_info(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) 
 /// event (a launcher such as `torch.distributed.run`, which loads the recorder and launches nothing) is dropped
 /// without a warning: it holds nothing to analyse. A row of a process the file does not list, and a row with an
 /// unknown trigger or an end before its start, are refused, each counted in a warning.
-fn read_capture_windows(db: &Database<'_>, global_pids: &[u64], trace: &mut Trace) -> Result<(), Error> {
-    if !db.has(schema::CAPTURE_WINDOWS_TABLE) {
-        return Ok(());
-    }
-    let mut listed: Vec<u64> = Vec::new();
-    db.each_row("PROCESSES", &["globalPid"], |row| {
-        listed.extend(int(row, 0).map(|g| g as u64));
-        Ok(())
-    })?;
-    listed.sort_unstable();
+fn read_capture_windows(
+    db: &Database<'_>,
+    global_pids: &[u64],
+    listed: &[u64],
+    trace: &mut Trace,
+) -> Result<(), Error> {
     let (mut unknown_process, mut malformed) = (0u64, 0u64);
     let columns = ["globalPid", "start", "end", "startTrigger", "endTrigger"];
     db.each_row(schema::CAPTURE_WINDOWS_TABLE, &columns, |row| {
