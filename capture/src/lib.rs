@@ -21,6 +21,7 @@ pub mod memory;
 pub mod merge;
 pub mod names;
 pub mod nccl_merge;
+pub mod nccl_sample;
 pub mod nccl_spool;
 pub mod nccl_tables;
 pub mod nccl_timers;

@@ -20,6 +20,9 @@ use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
 const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
 /// The NCCL profiler plugin, looked for next to this binary.
 const NCCL_PLUGIN_LIB_NAME: &str = "libshardscope_nccl_profiler.so";
+/// Longest the `--comm-sample` kernel timing lasts in a process, ms: a program whose collectives come late (a
+/// server loading its model) or never does not pay CUPTI's kernel timing for longer.
+const COMM_SAMPLE_MAX_MS: u64 = 60_000;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -62,11 +65,17 @@ struct Args {
     /// number, type, bytes, algorithm, protocol and launch time, plus NVTX ranges; CUPTI times no kernel,
     /// copy or CUDA call, so the launch path runs as uncaptured. The report's wait and transfer, late rank
     /// and bus bandwidth come from these times; without compute kernels, exposed communication is unknown.
-    /// A channel span is about 3.4 µs shorter than the kernel CUPTI times (start-up and wind-down are not in
-    /// it): small collectives' transfers come out shorter than a full capture's. Needs the NCCL profiler
-    /// plugin (NCCL 2.26 or later for GPU timers); NCCL 2.31.x is warned about (costly timers).
+    /// A channel span leaves out the kernel's start-up and wind-down (about 3.4 µs per collective on H100s),
+    /// so CUPTI times the first --comm-sample collectives' kernels too, and every channel-timed kernel is
+    /// widened by what that sample showed. Needs the NCCL profiler plugin (NCCL 2.26 or later for GPU
+    /// timers); NCCL 2.31.x is warned about (costly timers).
     #[arg(long, conflicts_with_all = ["trace", "no_nccl_plugin"])]
     comm_only: bool,
+    /// With --comm-only: collectives per process whose kernels CUPTI times at the start of the run (kernel
+    /// timing is on until they are launched, at most 60 s, then off), to learn how NCCL's channel timers sit
+    /// inside their kernels. 0: no sample; channel spans are then used as they are.
+    #[arg(long, value_name = "COLLECTIVES", default_value_t = 64, requires = "comm_only")]
+    comm_sample: u32,
     /// Record only from this many seconds after launch (in every process; recording is off before).
     #[arg(long, value_name = "SECONDS")]
     delay: Option<f64>,
@@ -362,6 +371,10 @@ fn run(args: Args) -> anyhow::Result<i32> {
         if kinds.nccl_timers {
             env.push((config::NCCL_KERNEL_TIMERS_ENV.into(), "1".into()));
         }
+        if args.comm_only && args.comm_sample > 0 {
+            let sample = config::NcclKernelSample { collectives: args.comm_sample, max_ms: COMM_SAMPLE_MAX_MS };
+            env.push((config::NCCL_KERNEL_SAMPLE_ENV.into(), sample.to_env().into()));
+        }
         // The plugin records every collective; NCCL's own NVTX range per call would only add two marker
         // records to each collective's launch path. A user's own setting wins.
         if !kinds.nccl_nvtx && std::env::var_os("NCCL_NVTX_DISABLE").is_none() {
@@ -515,6 +528,9 @@ fn merge_and_write(
     meta.push(("captureMode".into(), if timed_by_nccl { CAPTURE_MODE_COMM_ONLY } else { "full" }.into()));
     if !nccl_summary.clocks.is_empty() {
         meta.push(("ncclGpuClock".into(), nccl_summary.clocks_json()));
+    }
+    if !nccl_summary.samples.is_empty() {
+        meta.push(("ncclKernelSample".into(), nccl_summary.samples_json()));
     }
     for skipped in &folder.skipped {
         trace.warn(skipped);

@@ -12,6 +12,7 @@ use shardscope_model::{Device, DeviceIdx, ProcessIdx, Trace, kernel_names};
 use shardscope_spool::nccl::costly_kernel_timers;
 
 use crate::merge::{CaptureExtras, DeviceExtra};
+use crate::nccl_sample::{self, SampleFit};
 use crate::nccl_spool::NcclProcess;
 use crate::nccl_timers::{self, GpuClock, TimerKernelStats};
 
@@ -52,6 +53,8 @@ pub struct NcclMergeSummary {
     pub clocks: Vec<ClockNote>,
     /// One line per process whose NCCL is known to make kernel-channel timing costly.
     pub costly_versions: Vec<String>,
+    /// Under `--comm-only`, per process: what its NCCL kernel sample gave ([`nccl_sample`]).
+    pub samples: Vec<SampleFit>,
 }
 
 /// Joins every process's operations to `trace` (see the module docs). With `comm_only`, every process is
@@ -79,10 +82,17 @@ pub fn attach_operations(
         let timed = comm_only || (!has_kernels && !process.channels.is_empty());
         let mut check = None;
         if timed {
+            let sampled = comm_only.then(|| nccl_sample::take_kernels(trace, extras, process_idx));
             let device = timer_device(trace, extras, process, process_idx);
+            let (first_timer_kernel, first_collective) = (trace.kernels.len(), trace.collectives.len() as u32);
             let (stats, links) =
                 nccl_timers::add_timer_kernels(trace, process_idx, device, process, process.gpu_clock.as_ref(), offset);
             process.kernel_links = links;
+            if let Some(sampled) = sampled {
+                let timer_kernels = &mut trace.kernels[first_timer_kernel..];
+                let fit = widen_by_sample(timer_kernels, &mut process.kernel_links, first_collective, &sampled);
+                summary.samples.push(SampleFit { pid: process.pid, ..fit });
+            }
             add_stats(&mut summary.timers, stats);
             summary.timer_processes += 1;
         } else {
@@ -108,6 +118,32 @@ pub fn attach_operations(
     }
     report_to_trace(trace, &summary);
     summary
+}
+
+/// Widens a process's channel-timed kernels by what its NCCL kernel sample showed; the operations' links
+/// (which name their kernel by its start; operation `i` is collective `first_collective + i`) follow.
+fn widen_by_sample(
+    timer_kernels: &mut [shardscope_model::Kernel],
+    links: &mut [Option<nccl::KernelLink>],
+    first_collective: u32,
+    sampled: &nccl_sample::SampledKernels,
+) -> SampleFit {
+    let (named, process) = nccl_sample::fit(&sampled.nccl, timer_kernels);
+    let kernels_widened = nccl_sample::widen(timer_kernels, &named, process);
+    for kernel in timer_kernels.iter() {
+        let operation = kernel.collective.and_then(|c| c.checked_sub(first_collective));
+        if let Some(Some(link)) = operation.and_then(|i| links.get_mut(i as usize)) {
+            link.start_ns = kernel.start_ns;
+        }
+    }
+    SampleFit {
+        pid: 0,
+        kernels_timed: sampled.removed,
+        nccl_kernels: sampled.nccl.len() as u64,
+        process,
+        names_fitted: named.len() as u64,
+        kernels_widened,
+    }
 }
 
 /// Median over the process's linked kernels of (first channel start, placed by `clock`) − (kernel start).
@@ -230,8 +266,37 @@ impl NcclMergeSummary {
                     .unwrap_or_default()
             ));
         }
+        lines.extend(self.samples.iter().map(sample_line));
         lines.extend(self.costly_versions.iter().map(|line| format!("warning: {line}")));
         lines
+    }
+
+    /// The `ncclKernelSample` fact: per process, what its sample gave, as JSON.
+    pub fn samples_json(&self) -> String {
+        serde_json::to_string(&self.samples).unwrap_or_default()
+    }
+}
+
+fn sample_line(fit: &SampleFit) -> String {
+    let head = format!(
+        "NCCL kernel sample of pid {}: {} kernels timed by CUPTI at the start ({} NCCL; left out of the trace)",
+        fit.pid, fit.kernels_timed, fit.nccl_kernels
+    );
+    match fit.process {
+        Some(w) => format!(
+            "{head}; channel-timed kernels widened by a start-up of {:.1} µs and a wind-down of {:.1} µs (median of {} \
+             matched; {} kernel names fitted on their own), {} kernels",
+            w.lead_ns as f64 / 1e3,
+            w.lag_ns as f64 / 1e3,
+            w.matches,
+            fit.names_fitted,
+            fit.kernels_widened
+        ),
+        None => format!(
+            "warning: {head}; fewer than {} matched their channel times, so kernels keep their channel spans \
+             (shorter than CUPTI's by the kernel's start-up and wind-down)",
+            nccl_sample::MIN_MATCHES
+        ),
     }
 }
 
@@ -334,6 +399,80 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines.iter().any(|l| l.starts_with("warning: NCCL 2.31.2")), "{lines:?}");
+    }
+
+    /// `count` timed all-reduces 100 µs apart, each 10 µs of channels, reported at once (placed exactly).
+    fn timed_process(count: i64) -> NcclProcess {
+        let (_, _, mut processes) = setup();
+        let process = &mut processes[0];
+        process.operations.clear();
+        process.channels.clear();
+        for i in 0..count {
+            let reported = 2_000_000 + i * 100_000;
+            let gpu = (START_UTC_NS + reported + 300_000, START_UTC_NS + reported + 310_000);
+            process.operations.push(operation(i as u64 + 1, i as u64, Some(gpu)));
+            process.channels.push(ChannelTiming {
+                operation_event: i as u64 + 1,
+                channel: 0,
+                gpu_start_ns: gpu.0,
+                gpu_stop_ns: Some(gpu.1),
+                reported_start_ns: reported,
+                reported_stop_ns: Some(reported + 10_000),
+            });
+        }
+        processes.remove(0)
+    }
+
+    #[test]
+    fn comm_only_widens_channel_times_by_the_kernel_sample_and_drops_the_sample() {
+        let (mut trace, mut extras, _) = setup();
+        let mut processes = vec![timed_process(12)];
+        let nccl = trace.names.intern("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+        let gemm = trace.names.intern("sm90_gemm");
+        // The sample: the first six collectives' kernels, 3 µs of start-up and 0.5 µs of wind-down, and a gemm.
+        for (i, name) in (0..6).map(|i| (i, nccl)).chain([(0, gemm)]) {
+            let start_ns = 2_000_000 + i * 100_000 - 3_000;
+            trace.kernels.push(shardscope_model::Kernel {
+                start_ns,
+                end_ns: start_ns + 13_500,
+                name,
+                short_name: name,
+                device: DeviceIdx(1),
+                process: ProcessIdx(1),
+                stream: 13,
+                correlation_id: 0,
+                grid: [1; 3],
+                block: [1; 3],
+                launch: None,
+                collective: None,
+                graph_id: None,
+                graph_node_id: None,
+            });
+            extras.kernels.push(Default::default());
+        }
+        let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
+        assert_eq!(trace.kernels.len(), 12, "the sample left the trace: {:?}", trace.kernels);
+        assert_eq!(extras.kernels.len(), 0, "the extras stay parallel to the kernels");
+        // After the sample too: 10 µs of channels become the 13.5 µs kernel CUPTI would have timed.
+        let last = &trace.kernels[11];
+        assert_eq!((last.start_ns, last.end_ns), (3_097_000, 3_110_500));
+        assert_eq!(processes[0].kernel_links[11].map(|l| l.start_ns), Some(3_097_000));
+        let fit = &summary.samples[0];
+        assert_eq!((fit.pid, fit.kernels_timed, fit.nccl_kernels, fit.kernels_widened), (42, 7, 6, 12));
+        assert_eq!(fit.process.map(|w| (w.lead_ns, w.lag_ns, w.matches)), Some((3_000, 500, 6)));
+        assert!(summary.samples_json().contains("\"leadNs\":3000"), "{}", summary.samples_json());
+        let lines = summary.lines(1);
+        assert!(lines.iter().any(|l| l.contains("7 kernels timed") && l.contains("start-up of 3.0 µs")), "{lines:?}");
+    }
+
+    #[test]
+    fn comm_only_with_too_small_a_sample_keeps_channel_spans_and_says_so() {
+        let (mut trace, mut extras, _) = setup();
+        let mut processes = vec![timed_process(3)];
+        let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
+        assert_eq!(trace.kernels[2].end_ns - trace.kernels[2].start_ns, 10_000);
+        assert_eq!(summary.samples[0].process, None);
+        assert!(summary.lines(1).iter().any(|l| l.starts_with("warning: NCCL kernel sample of pid 42")));
     }
 
     #[test]

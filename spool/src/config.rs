@@ -18,6 +18,9 @@ pub const FLUSH_MS_ENV: &str = "SHARDSCOPE_FLUSH_MS";
 /// NCCL then has to post proxy work for every collective, which lengthens the launch path.
 pub const NCCL_KERNEL_TIMERS_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_TIMERS";
 
+/// The NCCL kernel sample of `capture --comm-only` (see [`NcclKernelSample`]); unset: none.
+pub const NCCL_KERNEL_SAMPLE_ENV: &str = "SHARDSCOPE_NCCL_KERNEL_SAMPLE";
+
 /// The capture window plan (see [`WindowPlan`]); unset: record the whole life of every process.
 pub const WINDOW_ENV: &str = "SHARDSCOPE_WINDOW";
 /// Wall-clock start of the capture session, ns since the Unix epoch: what `--delay` counts from in every
@@ -447,6 +450,36 @@ pub fn is_memory_api(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// How many NCCL kernels `capture --comm-only` lets CUPTI time at the start of each process: NCCL's channel
+/// timers leave out the kernel's start-up and wind-down (about 3 µs per collective on H100s), so the capture
+/// times the first collectives both ways and widens every channel-timed kernel by what it learnt. CUPTI's
+/// kernel timing is on from the process's start until the plugin has seen `collectives` collectives
+/// launched, or for at most `max_ms` milliseconds, and off for the rest of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclKernelSample {
+    /// Collectives (and point-to-point launches) to time both ways; 0: no sample.
+    pub collectives: u32,
+    /// Longest the sample may last, ms from the process's CUPTI start (a program whose collectives come
+    /// late, or never, does not pay CUPTI's kernel timing for longer).
+    pub max_ms: u64,
+}
+
+impl NcclKernelSample {
+    /// `collectives/max_ms`, as [`NcclKernelSample::parse`] reads it.
+    pub fn to_env(self) -> String {
+        format!("{}/{}", self.collectives, self.max_ms)
+    }
+
+    /// Parses `collectives/max_ms` (or `collectives` alone, with a 60 s limit); errors say what was wrong.
+    pub fn parse(text: &str) -> Result<NcclKernelSample, String> {
+        let (count, ms) = text.trim().split_once('/').unwrap_or((text.trim(), "60000"));
+        let collectives =
+            count.trim().parse().map_err(|_| format!("NCCL kernel sample: '{count}' is not a count of collectives"))?;
+        let max_ms = ms.trim().parse().map_err(|_| format!("NCCL kernel sample: '{ms}' is not a number of ms"))?;
+        Ok(NcclKernelSample { collectives, max_ms })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,5 +588,14 @@ mod tests {
         assert_eq!(kinds.to_list(), "kernel,nvtx");
         assert_eq!(TraceKinds::parse("all").unwrap(), TraceKinds::default());
         assert!(TraceKinds::parse("kernel,cudnn").unwrap_err().contains("cudnn"));
+    }
+
+    #[test]
+    fn the_sample_round_trips_and_bad_text_is_named() {
+        let sample = NcclKernelSample { collectives: 64, max_ms: 30_000 };
+        assert_eq!(NcclKernelSample::parse(&sample.to_env()), Ok(sample));
+        assert_eq!(NcclKernelSample::parse("8"), Ok(NcclKernelSample { collectives: 8, max_ms: 60_000 }));
+        assert!(NcclKernelSample::parse("x/1").unwrap_err().contains("'x'"));
+        assert!(NcclKernelSample::parse("1/-5").unwrap_err().contains("'-5'"));
     }
 }

@@ -16,7 +16,8 @@
 //! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]).
 //!
 //! Recording can be on for windows only (`window.rs` decides, `switch.rs` switches CUPTI): outside a window
-//! nothing but the trigger callbacks is on.
+//! nothing but the trigger callbacks is on. Under `capture --comm-only` kernels are timed only for a sample at
+//! the start (`nccl_sample.rs`), which the NCCL profiler plugin ends.
 //!
 //! Nothing here may hurt the workload: every exported function catches panics, and any
 //! failure switches recording off with one line on stderr.
@@ -24,9 +25,11 @@
 pub mod decode;
 mod graph_nodes;
 mod live;
+pub mod nccl_sample;
 pub mod omit;
 mod switch;
 pub mod window;
 
 pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};
+pub use nccl_sample::shardscope_nccl_sample_done;
 pub use switch::shardscope_recording_on;

@@ -19,12 +19,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 
-use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
+use shardscope_spool::config::{self, GraphTrace, NcclKernelSample, TraceKinds, WindowPlan};
 use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 use shardscope_spool::hostname;
 
 use crate::decode::{self, Decoder, Layout};
 use crate::graph_nodes;
+use crate::nccl_sample;
 use crate::omit::Omit;
 use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 
@@ -296,6 +297,13 @@ fn start() -> Result<(), String> {
     } else {
         start_activity(api, &kinds, graph_trace, &selector, omit)?
     };
+    // Only where kernels are otherwise not timed (`capture --comm-only`).
+    if let Some(sample) = nccl_kernel_sample()?
+        && !kinds.kernel
+        && !omit.activity
+    {
+        nccl_sample::start(api, sample)?;
+    }
     let session_start_ns =
         std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
     let mut profiler = selector.profiler_cbids();
@@ -869,7 +877,7 @@ fn background_loop() {
     let mut next_flush = Instant::now() + session.flush_interval;
     while !session.stop.load(Ordering::SeqCst) && !DISABLED.load(Ordering::Relaxed) {
         // The window triggers the clock and the control file drive, and how long until they are due.
-        let trigger_wait = SWITCH.get().map_or(Duration::MAX, Switch::tick);
+        let trigger_wait = SWITCH.get().map_or(Duration::MAX, Switch::tick).min(nccl_sample::tick(Instant::now()));
         {
             let queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
             let wait = next_flush.saturating_duration_since(Instant::now()).min(trigger_wait);
@@ -887,6 +895,23 @@ fn background_loop() {
         }
     }
     WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Relaxed);
+}
+
+/// Wakes the background thread for a look at its triggers before its next flush.
+pub(crate) fn wake_background() {
+    if let Some(session) = SESSION.get() {
+        // Taken so that the wake-up cannot fall between the thread's look at the queue and its wait.
+        drop(session.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        session.queue_signal.notify_all();
+    }
+}
+
+/// The NCCL kernel sample asked for (`capture --comm-only`), if any.
+fn nccl_kernel_sample() -> Result<Option<NcclKernelSample>, String> {
+    match std::env::var(config::NCCL_KERNEL_SAMPLE_ENV) {
+        Ok(text) => NcclKernelSample::parse(&text).map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 /// At exit: stop the background thread, force out every buffer, write what is left.

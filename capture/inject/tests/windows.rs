@@ -424,6 +424,33 @@ fn external_scenario(w: &Workload, windows: u32) {
     assert!(w.launch(20, true));
 }
 
+/// Waits up to 3 s for the stand-in's kernel kinds to go off.
+fn wait_for_kernel_kinds_off(w: &Workload) {
+    let kinds_on: KindsOn = w.symbol(b"fake_kernel_kinds_on\0");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    // SAFETY: plain call into the stand-in.
+    while unsafe { kinds_on() } != 0 {
+        assert!(Instant::now() < deadline, "the NCCL kernel sample never switched kernel timing off");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `capture --comm-only` with a kernel sample: kernels are timed from the start until the NCCL plugin says the
+/// sample is done (`ended_by_plugin`) or its time limit passes, and never after; a kernel still running when it
+/// ends keeps its record.
+fn nccl_sample_scenario(w: &Workload, ended_by_plugin: bool) {
+    assert!(shardscope_inject::nccl_sample::sampling());
+    assert!(w.launch(1, true), "no kernel timing for the sample");
+    assert!(w.launch(2, false));
+    if ended_by_plugin {
+        shardscope_inject::shardscope_nccl_sample_done();
+    }
+    wait_for_kernel_kinds_off(w);
+    assert!(!shardscope_inject::nccl_sample::sampling());
+    assert!(!w.launch(3, true), "a kernel timed after the sample");
+    w.complete_all();
+}
+
 /// The child: start recording, play the scenario, exit (the library's exit flush runs).
 #[test]
 fn child_entry() {
@@ -446,6 +473,9 @@ fn child_entry() {
             workload.profiler(false);
             assert!(workload.launch(2, true), "cudaProfilerStop switched a whole-run capture off");
         }
+        "nccl-sample-plugin" => nccl_sample_scenario(&workload, true),
+        "nccl-sample-time" => nccl_sample_scenario(&workload, false),
+        "comm-only" => assert!(!workload.launch(1, true), "a kernel timed under --comm-only without a sample"),
         "external-1" => external_scenario(&workload, 1),
         "external-2" => external_scenario(&workload, 2),
         other => panic!("unknown scenario {other}"),
@@ -608,6 +638,25 @@ fn graph_level_records_one_graph_record_per_replay_and_switches_on_no_node_callb
     assert_eq!(kernels.len(), GRAPH_NODES + 1);
     assert!(!records.iter().any(|r| matches!(r, SpoolRecord::GraphTrace(_))));
     assert!(log.contains("resource-callback 13 1"), "node level keeps the node callbacks: {log}");
+}
+
+#[test]
+fn the_nccl_kernel_sample_times_kernels_only_until_the_plugin_or_its_time_limit_ends_it() {
+    let whole_run = WindowPlan::default();
+    let comm_only = shardscope_spool::config::TraceKinds::comm_only().to_list();
+    let sample = |text: &'static str| [(config::TRACE_ENV, comm_only.as_str()), (config::NCCL_KERNEL_SAMPLE_ENV, text)];
+    // Ended by the plugin long before the 60 s limit; then by a 100 ms limit alone.
+    for (scenario, text) in [("nccl-sample-plugin", "64/60000"), ("nccl-sample-time", "64/100")] {
+        let (records, _, log) = run_logged(scenario, scenario, &whole_run, &sample(text));
+        let timed: Vec<u32> = kernels(&records).iter().map(|k| k.correlation_id).collect();
+        assert_eq!(timed, [1, 2], "{scenario}: the sample's kernels, the one running at its end included");
+        let kernel_kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        assert!(log.contains(&format!("kind_off {kernel_kind}")), "{scenario}: {log}");
+    }
+    // Without a sample, --comm-only times no kernel at all.
+    let (records, _, log) = run_logged("comm-only", "comm-only", &whole_run, &[(config::TRACE_ENV, &comm_only)]);
+    assert!(kernels(&records).is_empty());
+    assert!(!log.contains(&format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)), "{log}");
 }
 
 #[test]

@@ -24,7 +24,8 @@
 //!
 //! Configuration (environment): `SHARDSCOPE_SPOOL_DIR` (required; without it the plugin prints
 //! one line to stderr and asks NCCL for no events), `SHARDSCOPE_NCCL_KERNEL_TIMERS=1` (also ask
-//! for kernel-channel events, which carry the GPU timers), `SHARDSCOPE_FLUSH_MS`.
+//! for kernel-channel events, which carry the GPU timers), `SHARDSCOPE_NCCL_KERNEL_SAMPLE` (with the timers:
+//! after this many collectives are launched, tell the injection library to stop timing kernels), `SHARDSCOPE_FLUSH_MS`.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fs::{File, OpenOptions};
@@ -39,6 +40,7 @@ use crate::ffi::{self, NCCL_SUCCESS, NcclDebugLogger, NcclResult, event};
 /// The environment names both libraries share: the spool folder, the flush interval, and `1` to turn
 /// kernel-channel events (GPU timers) on.
 pub use shardscope_spool::config::{FLUSH_MS_ENV, NCCL_KERNEL_TIMERS_ENV as KERNEL_TIMERS_ENV, SPOOL_DIR_ENV};
+use shardscope_spool::config::{NCCL_KERNEL_SAMPLE_ENV, NcclKernelSample};
 use shardscope_spool::hostname;
 use shardscope_spool::nccl::{
     self as spool, CollStart, CommunicatorRecord, FixedName, NcclRecord, P2pStart, ProcessRecord, ShortName,
@@ -139,6 +141,9 @@ impl Recorder {
             dropped: AtomicU64::new(0),
             kernel_timers,
         };
+        if kernel_timers {
+            start_sample();
+        }
         let process = process_record(pid);
         if kernel_timers && let Some(note) = spool::costly_kernel_timers(process.nccl_version) {
             eprintln!("shardscope-nccl-profiler: warning: {note}");
@@ -377,29 +382,63 @@ fn active_for_new_events() -> Option<&'static Recorder> {
 type RecordingOn = unsafe extern "C" fn() -> c_int;
 static RECORDING_ON: OnceLock<Option<RecordingOn>> = OnceLock::new();
 
+/// A symbol of the injection library, or null when it is not loaded. Preloaded (the default), the library
+/// is in the global scope; loaded by the CUDA driver alone, it is found by its path without loading it again.
+fn injection_symbol(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym and dlopen with C strings; RTLD_NOLOAD never loads anything new.
+    let mut symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if symbol.is_null()
+        && let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH")
+        && let Ok(path) = CString::new(path.into_encoded_bytes())
+    {
+        // SAFETY: as above.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            // SAFETY: as above.
+            symbol = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        }
+    }
+    symbol
+}
+
 /// Whether the injection library records now; true when it is not loaded (nothing switches the plugin then).
 fn injection_recording_on() -> bool {
     let query = RECORDING_ON.get_or_init(|| {
-        // Preloaded (the default), the library is in the global scope; loaded by the CUDA driver alone, it is
-        // found by its path without loading it again.
-        // SAFETY: dlsym and dlopen with C strings; RTLD_NOLOAD never loads anything new.
-        let mut symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"shardscope_recording_on".as_ptr()) };
-        if symbol.is_null()
-            && let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH")
-            && let Ok(path) = CString::new(path.into_encoded_bytes())
-        {
-            // SAFETY: as above.
-            let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-            if !handle.is_null() {
-                // SAFETY: as above.
-                symbol = unsafe { libc::dlsym(handle, c"shardscope_recording_on".as_ptr()) };
-            }
-        }
+        let symbol = injection_symbol(c"shardscope_recording_on");
         // SAFETY: the injection library exports the symbol with this signature.
         (!symbol.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, RecordingOn>(symbol) })
     });
     // SAFETY: the function reads one atomic.
     query.is_none_or(|recording_on| unsafe { recording_on() } != 0)
+}
+
+/// Collectives of the NCCL kernel sample still to be launched (`capture --comm-only`); 0: no sample, or it is
+/// over.
+static SAMPLE_LEFT: AtomicU64 = AtomicU64::new(0);
+
+/// Reads the sample's size from the environment (once, at the first communicator).
+fn start_sample() {
+    let sample = std::env::var(NCCL_KERNEL_SAMPLE_ENV).ok().and_then(|t| NcclKernelSample::parse(&t).ok());
+    SAMPLE_LEFT.store(sample.map_or(0, |s| u64::from(s.collectives)), Ordering::Relaxed);
+}
+
+/// Collectives of the NCCL kernel sample not launched yet (0 without a sample, or once it is over).
+pub fn nccl_sample_left() -> u64 {
+    SAMPLE_LEFT.load(Ordering::Relaxed)
+}
+
+/// One collective or point-to-point operation was enqueued (NCCL stops its event then, before the launch): at
+/// the last of the sample, the injection library is told to stop timing kernels. Its background thread does
+/// so a moment later; a kernel launched before that keeps its record.
+fn sample_one_ended() {
+    let before = SAMPLE_LEFT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1));
+    if before == Ok(1) {
+        let symbol = injection_symbol(c"shardscope_nccl_sample_done");
+        if !symbol.is_null() {
+            // SAFETY: the injection library exports the symbol as `extern "C" fn()`; it sets a flag.
+            unsafe { std::mem::transmute::<*mut c_void, extern "C" fn()>(symbol)() };
+        }
+    }
 }
 
 /// Set in a child forked after the recorder was opened (see [`active`]).
@@ -659,6 +698,7 @@ unsafe extern "C" fn stop_event(handle: *mut c_void) -> NcclResult {
             && (t == tag::COLL || t == tag::P2P)
         {
             recorder.push(&NcclRecord::OpStop { event, cpu_ns: event_ns() });
+            sample_one_ended();
         }
         NCCL_SUCCESS
     })

@@ -2,7 +2,8 @@
 //! drives it: with kernel-channel timers asked for, the plugin asks NCCL for kernel-channel events and
 //! spools every channel's GPU start and stop with the host time it heard of them; read back, the channels
 //! place the GPU timer on the wall clock and each collective becomes one kernel at its GPU times; a
-//! collective whose channels never came, or came in part, is counted.
+//! collective whose channels never came, or came in part, is counted. The kernel sample's count of
+//! collectives runs down as they are launched.
 
 use std::ffi::{c_int, c_void};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -90,6 +91,7 @@ fn channel_timers_become_kernels_on_the_host_clock() {
     unsafe {
         std::env::set_var(plugin::SPOOL_DIR_ENV, &dir);
         std::env::set_var(plugin::KERNEL_TIMERS_ENV, "1");
+        std::env::set_var(shardscope_spool::config::NCCL_KERNEL_SAMPLE_ENV, "3/60000");
     }
     let (mut context, mut mask): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
     // SAFETY: valid out-pointers and a C string.
@@ -105,7 +107,9 @@ fn channel_timers_become_kernels_on_the_host_clock() {
         let b = channel(context, coll, 1, 18_000, true);
         spans.push((a.0.min(b.0), a.1.max(b.1)));
     }
+    assert_eq!(plugin::nccl_sample_left(), 1, "two of the three collectives of the kernel sample launched");
     let coll = all_reduce(context, 2, 2);
+    assert_eq!(plugin::nccl_sample_left(), 0, "the sample is over");
     spans.push(channel(context, coll, 0, 15_000, true));
     let coll = all_reduce(context, 3, 2);
     spans.push(channel(context, coll, 0, 12_000, true));
