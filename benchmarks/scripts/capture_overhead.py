@@ -30,6 +30,7 @@ two ranks' launching threads never share a core.
 """
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -185,14 +186,35 @@ def summarise(samples, modes):
     return summary
 
 
+def combine(paths, out):
+    """One results file from several of one sitting: their samples in order, the summary over all of them."""
+    parts = []
+    for path in paths:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+            parts.append(json.load(f))
+    modes = []
+    for part in parts:
+        modes += [m for m in part.get("modes") or [s["mode"] for s in part["samples"]] if m not in modes]
+    results = dict(parts[0], command=[p["command"] for p in parts], modes=modes,
+                   rounds=sum(p.get("rounds", 0) for p in parts), samples=[s for p in parts for s in p["samples"]])
+    results["summary"] = summarise(results["samples"], modes)
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(json.dumps(results["summary"], indent=1))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", required=True, help="the reference workload, tp_llm.py")
+    parser.add_argument("--workload", help="the reference workload, tp_llm.py (required unless --combine)")
     parser.add_argument("--capture", default="capture", help="the capture binary")
     parser.add_argument("--nsys", default="nsys", help="the Nsight Systems CLI")
     parser.add_argument("--config", action="append", choices=sorted(CONFIGS), help="repeatable; default tp2")
     parser.add_argument("--mode", action="append", choices=MODES, help="repeatable; default all")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--first-round", type=int, default=0, help="number of the first round (a sitting split "
+                        "over several commands goes on with the next round's mode order)")
+    parser.add_argument("--combine", nargs="+", metavar="RESULTS", help="only combine these results files of one "
+                        "sitting into --out (samples joined, summary made again)")
     parser.add_argument("--scratch", default="/tmp/capture-overhead")
     parser.add_argument("--timeout-s", type=float, default=300)
     parser.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this long")
@@ -205,6 +227,11 @@ def main():
     parser.add_argument("--rounds-outer", action="store_true", help="run the configurations inside each round "
                         "(round 0 of every configuration, then round 1, …), so a budget cut leaves them even")
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine, args.out)
+        return
+    if not args.workload:
+        parser.error("--workload is required")
     configs = args.config or ["tp2"]
     modes = args.mode or MODES
     os.makedirs(args.scratch, exist_ok=True)
@@ -216,9 +243,9 @@ def main():
         os.makedirs(args.keep_captures, exist_ok=True)
     started = time.monotonic()
     if args.rounds_outer:
-        plan = [(config, r) for r in range(args.rounds) for config in configs]
+        plan = [(config, r) for r in range(args.first_round, args.first_round + args.rounds) for config in configs]
     else:
-        plan = [(config, r) for config in configs for r in range(args.rounds)]
+        plan = [(config, r) for config in configs for r in range(args.first_round, args.first_round + args.rounds)]
     for config, r in plan:
         if args.budget_s and time.monotonic() - started > args.budget_s:
             print(f"budget spent: stopping before {config} round {r}", flush=True)

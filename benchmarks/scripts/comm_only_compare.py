@@ -11,7 +11,10 @@ from NCCL's kernel-channel timers in a `--comm-only` capture. Per configuration 
 1. Same run (`capture-timers`, the default capture plus the plugin's GPU timers): every collective timed twice, by
    CUPTI's kernels and by its channels placed on the host clock (`SHARDSCOPE_NCCL_CHANNELS.start/end`), paired by
    communicator and sequence number: median ratio of the transfers, median differences.
-2. Between runs: medians of the `--comm-only` file against the default capture's (`capture`, else
+2. Same run, as `--comm-only`'s kernel sample would widen it: the first `--sample` collectives of each process
+   give the kernels' extra length over their channels, every later channel span is widened by it (half before,
+   half after) and paired with its kernel.
+3. Between runs: medians of the `--comm-only` file against the default capture's (`capture`, else
    `capture-timers`).
 
     python3 benchmarks/scripts/comm_only_compare.py --dir results/ --out compare.json
@@ -61,6 +64,54 @@ def instances(path, query):
     return out
 
 
+def rows_of(path, query):
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = conn.execute(query).fetchall()
+    conn.close()
+    return rows
+
+
+def as_instances(rows):
+    """instances() over rows already read: (communicator, type, seq) -> (transfer, longest wait, bytes)."""
+    members = {}
+    for comm, func, seq, size, _, start, end in rows:
+        members.setdefault((comm, func, seq), []).append((start, end, size))
+    out = {}
+    for key, parts in members.items():
+        if len(parts) >= 2:
+            latest = max(s for s, _, _ in parts)
+            out[key] = (max(e for _, e, _ in parts) - latest, max(min(latest, e) - s for s, e, _ in parts), parts[0][2])
+    return out
+
+
+def sample_widened(path, sample):
+    """What `--comm-only`'s kernel sample does, tried within one `capture-timers` run: per process, the first
+    `sample` collectives (by kernel start) give the median of (kernel duration - channel span); every later
+    collective's channel span is widened by it, half before and half after, and compared with its CUPTI kernel.
+    (The capture fits per kernel name first, with algorithm and protocol; this check fits per process only.)"""
+    kernels, channels = rows_of(path, KERNELS), rows_of(path, CHANNELS)
+    by_pid = {}
+    for row in kernels:
+        by_pid.setdefault(row[4], []).append(row)
+    channel_of = {(r[4], r[0], r[1], r[2]): r for r in channels}
+    sampled, widened, fits = set(), [], {}
+    for pid, rows in by_pid.items():
+        rows.sort(key=lambda r: r[5])
+        pairs = [(k, channel_of[(pid, k[0], k[1], k[2])]) for k in rows if (pid, k[0], k[1], k[2]) in channel_of]
+        head = pairs[:sample]
+        if len(head) < 4:
+            continue
+        extra = statistics.median((k[6] - k[5]) - (c[6] - c[5]) for k, c in head)
+        fits[pid] = {"kernel_minus_channels_ns": extra, "pairs": len(head),
+                     "lead_ns": statistics.median(c[5] - k[5] for k, c in head),
+                     "lag_ns": statistics.median(k[6] - c[6] for k, c in head)}
+        sampled.update((k[0], k[1], k[2]) for k, _ in head)
+        before = extra // 2
+        widened += [c[:5] + (c[5] - before, c[6] + extra - before) for _, c in pairs[sample:]]
+    later = lambda inst: {key: v for key, v in inst.items() if key not in sampled}
+    return {"fits": fits, "by_size": paired(later(as_instances(kernels)), later(as_instances(widened)))}
+
+
 def by_size(rows):
     groups = {}
     for value in rows.values():
@@ -94,6 +145,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", required=True, help="folder with <config>-<mode>.sqlite[.gz]")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--sample", type=int, default=64, help="collectives per process in the kernel sample "
+                        "(capture --comm-sample)")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="comm-only-compare-")
     result = {}
@@ -109,6 +162,7 @@ def main():
         if "capture-timers" in files:
             entry["same_run_channels_vs_kernels"] = paired(instances(files["capture-timers"], KERNELS),
                                                            instances(files["capture-timers"], CHANNELS))
+            entry["same_run_sample_widened"] = sample_widened(files["capture-timers"], args.sample)
         baseline = "capture" if "capture" in files else "capture-timers"
         if baseline in files and "capture-comm-only" in files:
             entry["between_runs"] = {"baseline": baseline,

@@ -284,16 +284,15 @@ fn sample_line(fit: &SampleFit) -> String {
     );
     match fit.process {
         Some(w) => format!(
-            "{head}; channel-timed kernels widened by a start-up of {:.1} µs and a wind-down of {:.1} µs (median of {} \
-             matched; {} kernel names fitted on their own), {} kernels",
-            w.lead_ns as f64 / 1e3,
-            w.lag_ns as f64 / 1e3,
+            "{head}; kernels ran {:.1} µs longer than their channels (median of {} pairs; {} kernel names fitted on \
+             their own): {} channel-timed kernels widened by that, half before and half after",
+            w.kernel_minus_channels_ns as f64 / 1e3,
             w.matches,
             fit.names_fitted,
             fit.kernels_widened
         ),
         None => format!(
-            "warning: {head}; fewer than {} matched their channel times, so kernels keep their channel spans \
+            "warning: {head}; fewer than {} paired with their channel times, so kernels keep their channel spans \
              (shorter than CUPTI's by the kernel's start-up and wind-down)",
             nccl_sample::MIN_MATCHES
         ),
@@ -453,16 +452,16 @@ mod tests {
         let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
         assert_eq!(trace.kernels.len(), 12, "the sample left the trace: {:?}", trace.kernels);
         assert_eq!(extras.kernels.len(), 0, "the extras stay parallel to the kernels");
-        // After the sample too: 10 µs of channels become the 13.5 µs kernel CUPTI would have timed.
+        // After the sample too: 10 µs of channels become a 13.5 µs kernel, as long as CUPTI's.
         let last = &trace.kernels[11];
-        assert_eq!((last.start_ns, last.end_ns), (3_097_000, 3_110_500));
-        assert_eq!(processes[0].kernel_links[11].map(|l| l.start_ns), Some(3_097_000));
+        assert_eq!((last.start_ns, last.end_ns), (3_098_250, 3_111_750));
+        assert_eq!(processes[0].kernel_links[11].map(|l| l.start_ns), Some(3_098_250));
         let fit = &summary.samples[0];
         assert_eq!((fit.pid, fit.kernels_timed, fit.nccl_kernels, fit.kernels_widened), (42, 7, 6, 12));
-        assert_eq!(fit.process.map(|w| (w.lead_ns, w.lag_ns, w.matches)), Some((3_000, 500, 6)));
-        assert!(summary.samples_json().contains("\"leadNs\":3000"), "{}", summary.samples_json());
+        assert_eq!(fit.process.map(|w| (w.kernel_minus_channels_ns, w.matches)), Some((3_500, 6)));
+        assert!(summary.samples_json().contains("\"kernelMinusChannelsNs\":3500"), "{}", summary.samples_json());
         let lines = summary.lines(1);
-        assert!(lines.iter().any(|l| l.contains("7 kernels timed") && l.contains("start-up of 3.0 µs")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("7 kernels timed") && l.contains("3.5 µs longer")), "{lines:?}");
     }
 
     #[test]

@@ -1,14 +1,19 @@
 //! The NCCL kernel sample of `capture --comm-only`, turned into what NCCL's channel timers leave out.
 //!
 //! NCCL's kernel-channel timers start when a channel begins its work and stop when it is done: the kernel's
-//! start-up before the first channel and its wind-down after the last are not in them (about 3.4 µs per
+//! start-up before the first channel and its wind-down after the last are not in them (about 3.3 µs per
 //! collective on H100s, whatever the size), so a channel-timed small all-reduce looks half as long as the
 //! kernel CUPTI times. Under `--comm-only` CUPTI times the kernels of the first collectives of each process
-//! (the sample, see `NcclKernelSample`); here each sampled NCCL kernel is matched with the channel-timed
-//! kernel it overlaps most, the median lead (channel start − kernel start) and lag (kernel end − channel end)
-//! are taken per kernel name (algorithm and protocol) or, with too few of a name, over the process, and every
-//! channel-timed kernel is widened by them. The lead also absorbs the error of placing the GPU timer on the
-//! host clock, so the sample puts the channel-timed kernels where CUPTI's clock would have them.
+//! (the sample, see `NcclKernelSample`). Here the sampled NCCL kernels are paired in launch order with the
+//! first channel-timed kernels, the median of (kernel duration − channel span) is taken per kernel name
+//! (algorithm and protocol) or, with too few of a name, over the process, and every channel-timed kernel is
+//! widened by it, half before and half after.
+//!
+//! Why durations and halves: a duration does not depend on where the GPU timer was placed on the host clock,
+//! but the split between start-up and wind-down does. Early in a run the placement can be off by several µs
+//! (on two H100s one process's sample put 9.3 µs before the channels and −6.0 µs after, summing to the same
+//! 3.3 µs as the others' 1.5–1.9 and 1.2–1.8 µs), and pairing by overlap then misses small kernels; so the
+//! pairing follows launch order and the split is even, which moves a start by a few hundred ns at most.
 //!
 //! The sampled kernels themselves (compute ones too) leave the trace: they cover only the first moments of
 //! the run, and a report that saw compute there and nowhere else would mislead. They are counted.
@@ -60,15 +65,13 @@ pub fn take_kernels(trace: &mut Trace, extras: &mut CaptureExtras, process: Proc
     sampled
 }
 
-/// Start-up and wind-down around the channel timers, ns.
+/// How much longer a kernel runs than its channels, ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Widening {
-    /// Kernel start before the first channel start (median), ns; negative when the channels were placed early.
-    pub lead_ns: i64,
-    /// Kernel end after the last channel end (median), ns.
-    pub lag_ns: i64,
-    /// Matched kernels it rests on.
+    /// Kernel duration minus channel span (median), ns: start-up plus wind-down.
+    pub kernel_minus_channels_ns: i64,
+    /// Pairs it rests on.
     pub matches: u64,
 }
 
@@ -82,68 +85,58 @@ pub struct SampleFit {
     pub kernels_timed: u64,
     /// NCCL kernels among them.
     pub nccl_kernels: u64,
-    /// Over the process: what widened the kernels of names with too few matches of their own.
+    /// Over the process: what widened the kernels of names with too few pairs of their own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<Widening>,
-    /// Kernel names (algorithm and protocol) with enough matches of their own.
+    /// Kernel names (algorithm and protocol) with enough pairs of their own.
     pub names_fitted: u64,
     /// Channel-timed kernels widened.
     pub kernels_widened: u64,
 }
 
-/// Matches the sampled NCCL kernels with the channel-timed kernels `timer` (trace kernels of one process)
-/// and returns the widening per kernel name and over the process (`None` with fewer than [`MIN_MATCHES`]).
+/// Longest start-up plus wind-down a pair may show; more means the pair is not one collective.
+const MAX_EXTRA_NS: i64 = 1_000_000;
+
+/// Pairs the sampled NCCL kernels (start order) with the channel-timed kernels `timer` of the same process in
+/// launch order and returns the widening per kernel name and over the process (`None` with fewer than
+/// [`MIN_MATCHES`] pairs). A pair whose kernel is shorter than its channels (by more than 1 µs) or longer by
+/// more than [`MAX_EXTRA_NS`] is not counted.
 pub fn fit(sampled: &[(i64, i64)], timer: &[Kernel]) -> (HashMap<NameId, Widening>, Option<Widening>) {
     let mut order: Vec<usize> = (0..timer.len()).collect();
     order.sort_unstable_by_key(|&i| (timer[i].start_ns, i));
-    let starts: Vec<i64> = order.iter().map(|&i| timer[i].start_ns).collect();
-    let mut by_name: HashMap<NameId, (Vec<i64>, Vec<i64>)> = HashMap::new();
-    let (mut leads, mut lags) = (Vec::new(), Vec::new());
-    for &(start, end) in sampled {
-        let Some(best) = best_overlap(start, end, &starts, &order, timer) else { continue };
-        let (lead, lag) = (timer[best].start_ns - start, end - timer[best].end_ns);
-        let entry = by_name.entry(timer[best].name).or_default();
-        entry.0.push(lead);
-        entry.1.push(lag);
-        leads.push(lead);
-        lags.push(lag);
-    }
-    let named =
-        by_name.into_iter().filter_map(|(name, (mut l, mut g))| Some((name, widening(&mut l, &mut g)?))).collect();
-    (named, widening(&mut leads, &mut lags))
-}
-
-/// The channel-timed kernel overlapping `start..end` most, among the neighbours of `start` in start order.
-fn best_overlap(start: i64, end: i64, starts: &[i64], order: &[usize], timer: &[Kernel]) -> Option<usize> {
-    let at = starts.partition_point(|&s| s < start);
-    let mut best: Option<(i64, usize)> = None;
-    for position in at.saturating_sub(2)..(at + 2).min(order.len()) {
-        let kernel = &timer[order[position]];
-        let overlap = end.min(kernel.end_ns) - start.max(kernel.start_ns);
-        if overlap > 0 && best.is_none_or(|(o, _)| overlap > o) {
-            best = Some((overlap, order[position]));
+    let mut by_name: HashMap<NameId, Vec<i64>> = HashMap::new();
+    let mut all = Vec::new();
+    for (&(start, end), &index) in sampled.iter().zip(&order) {
+        let kernel = &timer[index];
+        let extra = (end - start) - (kernel.end_ns - kernel.start_ns);
+        if !(-1_000..=MAX_EXTRA_NS).contains(&extra) {
+            continue;
         }
+        by_name.entry(kernel.name).or_default().push(extra);
+        all.push(extra);
     }
-    best.map(|(_, index)| index)
+    let named = by_name.into_iter().filter_map(|(name, mut extras)| Some((name, widening(&mut extras)?))).collect();
+    (named, widening(&mut all))
 }
 
-fn widening(leads: &mut [i64], lags: &mut [i64]) -> Option<Widening> {
-    if leads.len() < MIN_MATCHES {
+fn widening(extras: &mut [i64]) -> Option<Widening> {
+    if extras.len() < MIN_MATCHES {
         return None;
     }
-    let middle = leads.len() / 2;
-    let lead_ns = *leads.select_nth_unstable(middle).1;
-    let lag_ns = *lags.select_nth_unstable(middle).1;
-    Some(Widening { lead_ns, lag_ns, matches: leads.len() as u64 })
+    let middle = extras.len() / 2;
+    let kernel_minus_channels_ns = (*extras.select_nth_unstable(middle).1).max(0);
+    Some(Widening { kernel_minus_channels_ns, matches: extras.len() as u64 })
 }
 
-/// Widens every kernel of `timer` by its name's widening or the process's; returns how many were widened.
+/// Widens every kernel of `timer` by its name's widening or the process's, half before and half after; returns
+/// how many were widened.
 pub fn widen(timer: &mut [Kernel], named: &HashMap<NameId, Widening>, process: Option<Widening>) -> u64 {
     let mut widened = 0;
     for kernel in timer {
         let Some(w) = named.get(&kernel.name).copied().or(process) else { continue };
-        let start = kernel.start_ns.saturating_sub(w.lead_ns);
-        let end = kernel.end_ns.saturating_add(w.lag_ns).max(start);
+        let before = w.kernel_minus_channels_ns / 2;
+        let start = kernel.start_ns.saturating_sub(before);
+        let end = kernel.end_ns.saturating_add(w.kernel_minus_channels_ns - before).max(start);
         (kernel.start_ns, kernel.end_ns) = (start, end);
         widened += 1;
     }
@@ -175,17 +168,18 @@ mod tests {
         }
     }
 
-    /// Ten collectives 100 µs apart; the channels sit 2 µs after the kernel start and 1.5 µs before its end.
+    /// Ten collectives 100 µs apart, each kernel 7 µs; its channels 3.5 µs, placed 2 µs after the kernel start,
+    /// or (the first three: a poor early clock placement) 9 µs after it.
     fn sample_and_timers(trace: &mut Trace) -> (Vec<(i64, i64)>, Vec<Kernel>) {
         let mut sampled = Vec::new();
         let mut timer = Vec::new();
         for i in 0..10 {
             let start = 1_000_000 + i * 100_000;
-            let end = start + 7_000;
-            sampled.push((start, end));
+            sampled.push((start, start + 7_000));
             let name =
                 if i % 2 == 0 { "nccl:AllReduce RING LL (kernel-channel timers)" } else { "nccl:AllGather RING LL" };
-            timer.push(kernel(trace, name, start + 2_000, end - 1_500, 0));
+            let placed = start + if i < 3 { 9_000 } else { 2_000 };
+            timer.push(kernel(trace, name, placed, placed + 3_500, 0));
         }
         // Collectives after the sample: timed by channels only.
         for i in 10..20 {
@@ -202,11 +196,12 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_gives_lead_and_lag_per_name_and_over_the_process() {
+    fn the_sample_gives_the_kernels_extra_length_per_name_and_over_the_process() {
         let mut trace = Trace::default();
         let (sampled, timer) = sample_and_timers(&mut trace);
         let (named, process) = fit(&sampled, &timer);
-        let expected = |matches| Widening { lead_ns: 2_000, lag_ns: 1_500, matches };
+        let expected = |matches| Widening { kernel_minus_channels_ns: 3_500, matches };
+        // The poorly placed ones pair all the same: pairs follow launch order, not overlap.
         assert_eq!(process, Some(expected(10)));
         // Five of each name: both fitted on their own.
         assert_eq!(named.len(), 2);
@@ -214,19 +209,17 @@ mod tests {
     }
 
     #[test]
-    fn every_timer_kernel_is_widened_to_the_kernel_cupti_would_time() {
+    fn every_timer_kernel_is_widened_half_before_and_half_after() {
         let mut trace = Trace::default();
         let (sampled, mut timer) = sample_and_timers(&mut trace);
         let (named, process) = fit(&sampled, &timer);
-        let widened = widen(&mut timer, &named, process);
-        assert_eq!(widened, 20);
-        assert_eq!((timer[0].start_ns, timer[0].end_ns), sampled[0]);
-        // After the sample: 3.5 µs of channels become the 7 µs kernel.
-        assert_eq!((timer[15].start_ns, timer[15].end_ns), (2_500_000, 2_507_000));
+        assert_eq!(widen(&mut timer, &named, process), 20);
+        // After the sample: 3.5 µs of channels become a 7 µs kernel, 1.75 µs either side.
+        assert_eq!((timer[15].start_ns, timer[15].end_ns), (2_500_250, 2_507_250));
     }
 
     #[test]
-    fn too_few_matches_fit_nothing_and_kernels_stay() {
+    fn too_few_pairs_fit_nothing_and_kernels_stay() {
         let mut trace = Trace::default();
         let (sampled, mut timer) = sample_and_timers(&mut trace);
         let (named, process) = fit(&sampled[..MIN_MATCHES - 1], &timer);
@@ -237,13 +230,14 @@ mod tests {
     }
 
     #[test]
-    fn a_sampled_kernel_overlapping_nothing_is_not_matched() {
+    fn a_pair_that_cannot_be_one_collective_is_not_counted() {
         let mut trace = Trace::default();
         let (mut sampled, timer) = sample_and_timers(&mut trace);
-        // Launched before the plugin heard of any collective: no channel times overlap it.
-        sampled.insert(0, (10_000, 17_000));
+        // A kernel shorter than the channels it is paired with, and one 2 ms longer.
+        sampled[8].1 = sampled[8].0 + 1_000;
+        sampled[9].1 = sampled[9].0 + 2_000_000;
         let (_, process) = fit(&sampled, &timer);
-        assert_eq!(process.map(|w| w.matches), Some(10));
+        assert_eq!(process, Some(Widening { kernel_minus_channels_ns: 3_500, matches: 8 }));
     }
 
     #[test]
