@@ -17,8 +17,9 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
   (`workloads/capture_window.cu graph`): uncaptured, capture node level (default), capture graph level, and, when
   Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`. `--graph-modes` adds graph level without
-  API records (`capture-graph-no-api`, `--trace kernel,memcpy,memset,nvtx`) and with kernels only
-  (`capture-graph-kernel`, `--trace kernel`).
+  API records (`capture-graph-no-api`, `--trace kernel,memcpy,memset,nvtx`), with kernels only
+  (`capture-graph-kernel`, `--trace kernel`) and with the graph-trace kind alone (`capture-graph-no-kernel`,
+  `--trace nvtx`: no kernel kind on, so kernels outside graphs are not recorded either).
 
 Parts run in the order `--part` names them (check, launch, long, graph when none is named).
 - `long`: a long-running program launching small batches (`capture_window.cu steady`), captured whole and in
@@ -56,7 +57,8 @@ OFF_OMIT = {
     "capture-off-driver-trigger": "runtime-triggers",
     "capture-off-no-device": "device-kind",
 }
-GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "capture-graph-kernel": "kernel"}
+GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "capture-graph-kernel": "kernel",
+                     "capture-graph-no-kernel": "nvtx"}
 KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + ["capture-off-no-preload"]
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
