@@ -17,7 +17,8 @@
 //! per PyTorch operator on an H200 host; the summary line says the estimate leaves it out.
 
 use serde::Serialize;
-use shardscope_model::Trace;
+use shardscope_model::{Trace, WindowTrigger};
+use shardscope_spool::cupti::ApiSelection;
 
 use crate::merge::{CaptureExtras, RecordCounts};
 use crate::nccl_spool::NcclProcess;
@@ -84,7 +85,11 @@ impl ProcessCost {
 
 /// How the processes selected API calls, in words, from what they noted in their spools; `fallback`
 /// (the launcher's `--trace`) when none noted it (spools from before the selection was recorded).
-pub fn recorded_api_mode(extras: &CaptureExtras, fallback: &str) -> String {
+///
+/// CUPTI takes a selection of single calls only at the start of a process, so a window a trigger opened later
+/// records every runtime and driver call (see the injection library's `switch.rs`): when `trace` has such a
+/// window, the words say so.
+pub fn recorded_api_mode(trace: &Trace, extras: &CaptureExtras, fallback: &str) -> String {
     let selections: Vec<_> = extras.processes.iter().filter_map(|p| p.api_selection).collect();
     if selections.is_empty() {
         return fallback.to_string();
@@ -92,6 +97,19 @@ pub fn recorded_api_mode(extras: &CaptureExtras, fallback: &str) -> String {
     if selections.iter().all(|s| s.every_call) {
         return "every runtime and driver call".into();
     }
+    let selected_at_start = api_mode_at_start(&selections);
+    let opened_later = trace.capture_windows.iter().any(|w| w.start_trigger != WindowTrigger::ProcessStart);
+    if opened_later && selections.iter().any(|s| s.runtime_cbids + s.driver_cbids > 0) {
+        return format!(
+            "every runtime and driver call in windows opened after the start (CUPTI takes a selection of single \
+             calls only at the start); {selected_at_start} in a window open from the start"
+        );
+    }
+    selected_at_start
+}
+
+/// The words for the selection as the processes made it at their start.
+fn api_mode_at_start(selections: &[ApiSelection]) -> String {
     let whole: Vec<&str> = [
         selections.iter().any(|s| s.runtime_whole_kind).then_some("runtime"),
         selections.iter().any(|s| s.driver_whole_kind).then_some("driver"),
@@ -258,5 +276,29 @@ mod tests {
         let report = CaptureCostReport { processes: vec![process(1, 10, 0, 10, None)] };
         assert_eq!(report.added_ns_per_launch(), None);
         assert!(report.summary("none")[1].contains("not measured"));
+    }
+
+    #[test]
+    fn a_window_opened_after_the_start_says_every_call_was_recorded() {
+        let selection = ApiSelection { runtime_cbids: 120, driver_cbids: 115, ..ApiSelection::default() };
+        let extras = CaptureExtras {
+            processes: vec![crate::merge::ProcessExtra { api_selection: Some(selection), ..Default::default() }],
+            ..CaptureExtras::default()
+        };
+        let mut trace = Trace::default();
+        assert_eq!(recorded_api_mode(&trace, &extras, "-"), "work calls only (235 callback ids)");
+        let window = |start_trigger| shardscope_model::CaptureWindow {
+            process: shardscope_model::ProcessIdx(0),
+            start_ns: 0,
+            end_ns: 10,
+            start_trigger,
+            end_trigger: WindowTrigger::ProcessExit,
+        };
+        trace.capture_windows.push(window(WindowTrigger::ProcessStart));
+        assert_eq!(recorded_api_mode(&trace, &extras, "-"), "work calls only (235 callback ids)");
+        trace.capture_windows.push(window(WindowTrigger::CudaProfilerApi));
+        let words = recorded_api_mode(&trace, &extras, "-");
+        assert!(words.starts_with("every runtime and driver call in windows opened after the start"), "{words}");
+        assert!(words.ends_with("work calls only (235 callback ids) in a window open from the start"), "{words}");
     }
 }

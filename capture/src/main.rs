@@ -561,7 +561,7 @@ fn merge_and_write(
 
     let cost = CaptureCostReport::collect(&trace, &extras, &nccl);
     meta.push(("trace".into(), kinds.to_list()));
-    let api_mode = recorded_api_mode(&extras, kinds.api_mode());
+    let api_mode = recorded_api_mode(&trace, &extras, kinds.api_mode());
     meta.push(("apiCalls".into(), api_mode.clone()));
     meta.push(("recordCounts".into(), cost.record_counts_json()));
     meta.push(("captureCost".into(), cost.processes_json()));
