@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use shardscope_capture::nccl_sample;
 use shardscope_model::{DeviceIdx, Kernel, NameId, ProcessIdx};
 
-/// Per collective (pid, communicator, sequence number): bytes, CUPTI kernel (start, end), channels (start, end).
-type Timed = HashMap<(i64, i64, i64), (i64, (i64, i64), (i64, i64))>;
+/// A (start, end) pair, ns.
+type Span = (i64, i64);
+/// Per collective (pid, communicator, sequence number): bytes, CUPTI kernel span, channel span.
+type Timed = HashMap<(i64, i64, i64), (i64, Span, Span)>;
 
 fn unpacked(name: &str) -> Option<PathBuf> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/comm_only").join(name);
@@ -43,7 +45,7 @@ fn collectives(path: &Path) -> Timed {
     rows.map(Result::unwrap).collect()
 }
 
-fn timer_kernel(span: (i64, i64)) -> Kernel {
+fn timer_kernel(span: Span) -> Kernel {
     Kernel {
         start_ns: span.0,
         end_ns: span.1,
@@ -64,8 +66,9 @@ fn timer_kernel(span: (i64, i64)) -> Kernel {
 
 /// Median over the collectives of `bytes` seen on both ranks of (transfer by `pick`) ÷ (transfer by CUPTI), where
 /// a transfer is the last end minus the latest start over the ranks (the analyzer's definition).
-fn transfer_ratio(timed: &Timed, spans: &HashMap<(i64, i64, i64), (i64, i64)>, bytes: i64) -> (usize, f64) {
-    let mut ranks: HashMap<(i64, i64), Vec<((i64, i64), (i64, i64))>> = HashMap::new();
+fn transfer_ratio(timed: &Timed, spans: &HashMap<(i64, i64, i64), Span>, bytes: i64) -> (usize, f64) {
+    // Per (communicator, sequence number): each rank's CUPTI kernel and channel spans.
+    let mut ranks: HashMap<(i64, i64), Vec<(Span, Span)>> = HashMap::new();
     for (&(pid, comm, seq), &(size, kernel, _)) in timed {
         if let (true, Some(&span)) = (size == bytes, spans.get(&(pid, comm, seq))) {
             ranks.entry((comm, seq)).or_default().push((kernel, span));
@@ -102,7 +105,7 @@ fn the_sample_widens_channel_spans_to_cuptis_transfers_on_a_real_two_gpu_run() {
     for pid in pids {
         let mut ours: Vec<_> = timed.iter().filter(|(k, _)| k.0 == pid).collect();
         ours.sort_by_key(|(_, v)| v.1.0);
-        let sampled: Vec<(i64, i64)> = ours.iter().take(64).map(|(_, v)| v.1).collect();
+        let sampled: Vec<Span> = ours.iter().take(64).map(|(_, v)| v.1).collect();
         let mut kernels: Vec<Kernel> = ours.iter().map(|(_, v)| timer_kernel(v.2)).collect();
         let (named, process) = nccl_sample::fit(&sampled, &kernels);
         let fitted = process.expect("a fit");
