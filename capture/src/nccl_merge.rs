@@ -439,13 +439,7 @@ mod tests {
                 device: DeviceIdx(1),
                 process: ProcessIdx(1),
                 stream: 13,
-                correlation_id: 0,
-                grid: [1; 3],
-                block: [1; 3],
-                launch: None,
-                collective: None,
-                graph_id: None,
-                graph_node_id: None,
+                ..Default::default()
             });
             extras.kernels.push(Default::default());
         }

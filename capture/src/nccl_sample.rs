@@ -146,7 +146,6 @@ pub fn widen(timer: &mut [Kernel], named: &HashMap<NameId, Widening>, process: O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardscope_model::DeviceIdx;
 
     fn kernel(trace: &mut Trace, name: &str, start_ns: i64, end_ns: i64, process: u32) -> Kernel {
         let name = trace.names.intern(name);
@@ -155,16 +154,9 @@ mod tests {
             end_ns,
             name,
             short_name: name,
-            device: DeviceIdx(0),
             process: ProcessIdx(process),
             stream: 7,
-            correlation_id: 0,
-            grid: [0; 3],
-            block: [0; 3],
-            launch: None,
-            collective: None,
-            graph_id: None,
-            graph_node_id: None,
+            ..Kernel::default()
         }
     }
 

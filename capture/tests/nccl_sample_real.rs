@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use shardscope_capture::nccl_sample;
-use shardscope_model::{DeviceIdx, Kernel, NameId, ProcessIdx};
+use shardscope_model::Kernel;
 
 /// A (start, end) pair, ns.
 type Span = (i64, i64);
@@ -46,22 +46,7 @@ fn collectives(path: &Path) -> Timed {
 }
 
 fn timer_kernel(span: Span) -> Kernel {
-    Kernel {
-        start_ns: span.0,
-        end_ns: span.1,
-        name: NameId(0),
-        short_name: NameId(0),
-        device: DeviceIdx(0),
-        process: ProcessIdx(0),
-        stream: 0,
-        correlation_id: 0,
-        grid: [0; 3],
-        block: [0; 3],
-        launch: None,
-        collective: None,
-        graph_id: None,
-        graph_node_id: None,
-    }
+    Kernel { start_ns: span.0, end_ns: span.1, ..Kernel::default() }
 }
 
 /// Median over the collectives of `bytes` seen on both ranks of (transfer by `pick`) ÷ (transfer by CUPTI), where
