@@ -748,10 +748,12 @@ unsafe extern "C" fn init_v5(
     guarded(|| unsafe { init_common(context, activation_mask, comm_id, comm_name, n_nodes, n_ranks, rank, 5, log) })
 }
 
-unsafe extern "C" fn start_event_v5(
-    context: *mut c_void,
+/// What every version's `startEvent` does around reading its descriptor: the handle slot cleared first (NCCL reads
+/// it even when nothing starts), no event while recording is off or without a descriptor, the new handle stored.
+fn start_event_with<D>(
     handle: *mut *mut c_void,
-    descr: *mut ffi::EventDescrV5,
+    descr: *mut D,
+    start: impl FnOnce(&'static Recorder, &D) -> *mut c_void,
 ) -> NcclResult {
     guarded_timed(|| {
         // SAFETY: NCCL passes a valid slot (or null, which set_out ignores).
@@ -760,53 +762,76 @@ unsafe extern "C" fn start_event_v5(
         if descr.is_null() {
             return NCCL_SUCCESS;
         }
-        // SAFETY: NCCL's descriptor is valid for the call; the union member read matches
-        // `event_type`.
-        let new = unsafe {
-            let d = &*descr;
+        // SAFETY: checked non-null; NCCL's descriptor is valid for the call.
+        let new = start(recorder, unsafe { &*descr });
+        // SAFETY: as above.
+        unsafe { set_out(handle, new) };
+        NCCL_SUCCESS
+    })
+}
+
+/// [`CollFields`] from any version's collective descriptor `$c` (the same field names in every version), with what
+/// differs between versions passed in: the rank, the communicator id, the group and the channel count.
+macro_rules! coll_fields {
+    ($c:expr, $rank:expr, $comm_id:expr, $group:expr, $n_channels:expr) => {
+        CollFields {
+            comm_id: $comm_id,
+            group: $group,
+            seq: $c.seq_number,
+            count: $c.count,
+            root: $c.root,
+            rank: $rank,
+            n_channels: $n_channels,
+            n_warps: $c.n_warps,
+            func: $c.func,
+            datatype: $c.datatype,
+            algo: $c.algo,
+            proto: $c.proto,
+        }
+    };
+}
+
+/// [`P2pFields`] from any version's point-to-point descriptor `$p`, as [`coll_fields`] does for collectives.
+macro_rules! p2p_fields {
+    ($p:expr, $rank:expr, $comm_id:expr, $group:expr, $n_channels:expr) => {
+        P2pFields {
+            comm_id: $comm_id,
+            group: $group,
+            count: $p.count,
+            peer: $p.peer,
+            rank: $rank,
+            n_channels: $n_channels,
+            func: $p.func,
+            datatype: $p.datatype,
+        }
+    };
+}
+
+unsafe extern "C" fn start_event_v5(
+    context: *mut c_void,
+    handle: *mut *mut c_void,
+    descr: *mut ffi::EventDescrV5,
+) -> NcclResult {
+    start_event_with(handle, descr, |recorder, d| {
+        // SAFETY: the union member read matches `event_type`; the strings are NCCL's C strings or null.
+        unsafe {
             match d.event_type {
                 event::GROUP => group_handle(),
                 event::COLL => {
                     let c = d.u.coll;
-                    let fields = CollFields {
-                        comm_id: 0,
-                        group: c.parent_group,
-                        seq: c.seq_number,
-                        count: c.count,
-                        root: c.root,
-                        rank: d.rank,
-                        n_channels: c.n_channels,
-                        n_warps: c.n_warps,
-                        func: c.func,
-                        datatype: c.datatype,
-                        algo: c.algo,
-                        proto: c.proto,
-                    };
-                    start_coll(recorder, context, fields)
+                    let group = c.parent_group;
+                    start_coll(recorder, context, coll_fields!(c, d.rank, 0, group, c.n_channels))
                 }
                 event::P2P => {
                     let p = d.u.p2p;
-                    let fields = P2pFields {
-                        comm_id: 0,
-                        group: p.parent_group,
-                        count: p.count,
-                        peer: p.peer,
-                        rank: d.rank,
-                        n_channels: p.n_channels,
-                        func: p.func,
-                        datatype: p.datatype,
-                    };
-                    start_p2p(recorder, context, fields)
+                    start_p2p(recorder, context, p2p_fields!(p, d.rank, 0, p.parent_group, p.n_channels))
                 }
                 event::KERNEL_CH => {
                     start_kernel_ch(recorder, d.parent_obj, d.u.kernel_ch.channel_id, d.u.kernel_ch.p_timer)
                 }
                 _ => std::ptr::null_mut(),
             }
-        };
-        // SAFETY: as above.
-        unsafe { set_out(handle, new) };
-        NCCL_SUCCESS
+        }
     })
 }
 
@@ -843,60 +868,25 @@ unsafe extern "C" fn start_event_v4(
     handle: *mut *mut c_void,
     descr: *mut ffi::EventDescrV4,
 ) -> NcclResult {
-    guarded_timed(|| {
-        // SAFETY: NCCL passes a valid slot.
-        unsafe { set_out(handle, std::ptr::null_mut()) };
-        let Some(recorder) = active_for_new_events() else { return NCCL_SUCCESS };
-        if descr.is_null() {
-            return NCCL_SUCCESS;
-        }
-        // SAFETY: valid descriptor; member read matches `event_type`. In v4 an operation's
-        // parent is its group.
-        let new = unsafe {
-            let d = &*descr;
+    start_event_with(handle, descr, |recorder, d| {
+        // SAFETY: as in v5. In v4 an operation's parent is its group.
+        unsafe {
             match u64::from(d.event_type) {
                 event::GROUP => group_handle(),
                 event::COLL => {
                     let c = d.u.coll;
-                    let fields = CollFields {
-                        comm_id: 0,
-                        group: d.parent_obj,
-                        seq: c.seq_number,
-                        count: c.count,
-                        root: c.root,
-                        rank: d.rank,
-                        n_channels: c.n_channels,
-                        n_warps: c.n_warps,
-                        func: c.func,
-                        datatype: c.datatype,
-                        algo: c.algo,
-                        proto: c.proto,
-                    };
-                    start_coll(recorder, context, fields)
+                    start_coll(recorder, context, coll_fields!(c, d.rank, 0, d.parent_obj, c.n_channels))
                 }
                 event::P2P => {
                     let p = d.u.p2p;
-                    let fields = P2pFields {
-                        comm_id: 0,
-                        group: d.parent_obj,
-                        count: p.count,
-                        peer: p.peer,
-                        rank: d.rank,
-                        n_channels: p.n_channels,
-                        func: p.func,
-                        datatype: p.datatype,
-                    };
-                    start_p2p(recorder, context, fields)
+                    start_p2p(recorder, context, p2p_fields!(p, d.rank, 0, d.parent_obj, p.n_channels))
                 }
                 event::KERNEL_CH => {
                     start_kernel_ch(recorder, d.parent_obj, d.u.kernel_ch.channel_id, d.u.kernel_ch.p_timer)
                 }
                 _ => std::ptr::null_mut(),
             }
-        };
-        // SAFETY: as above.
-        unsafe { set_out(handle, new) };
-        NCCL_SUCCESS
+        }
     })
 }
 
@@ -925,56 +915,23 @@ unsafe extern "C" fn start_event_v3(
     handle: *mut *mut c_void,
     descr: *mut ffi::EventDescrV3,
 ) -> NcclResult {
-    guarded_timed(|| {
-        // SAFETY: NCCL passes a valid slot.
-        unsafe { set_out(handle, std::ptr::null_mut()) };
-        let Some(recorder) = active_for_new_events() else { return NCCL_SUCCESS };
-        if descr.is_null() {
-            return NCCL_SUCCESS;
-        }
-        // SAFETY: valid descriptor; member read matches `event_type`.
-        let new = unsafe {
-            let d = &*descr;
+    start_event_with(handle, descr, |recorder, d| {
+        // SAFETY: as in v5. v3 names the communicator in each operation and gives a collective's largest channel
+        // count, a point-to-point operation's none.
+        unsafe {
             match u64::from(d.event_type) {
                 event::GROUP => group_handle(),
                 event::COLL => {
                     let c = d.u.coll;
-                    let fields = CollFields {
-                        comm_id: c.comm_hash,
-                        group: d.parent_obj,
-                        seq: c.seq_number,
-                        count: c.count,
-                        root: c.root,
-                        rank: d.rank,
-                        n_channels: c.n_max_channels,
-                        n_warps: c.n_warps,
-                        func: c.func,
-                        datatype: c.datatype,
-                        algo: c.algo,
-                        proto: c.proto,
-                    };
-                    start_coll(recorder, context, fields)
+                    start_coll(recorder, context, coll_fields!(c, d.rank, c.comm_hash, d.parent_obj, c.n_max_channels))
                 }
                 event::P2P => {
                     let p = d.u.p2p;
-                    let fields = P2pFields {
-                        comm_id: p.comm_hash,
-                        group: d.parent_obj,
-                        count: p.count,
-                        peer: p.peer,
-                        rank: d.rank,
-                        n_channels: 0,
-                        func: p.func,
-                        datatype: p.datatype,
-                    };
-                    start_p2p(recorder, context, fields)
+                    start_p2p(recorder, context, p2p_fields!(p, d.rank, p.comm_hash, d.parent_obj, 0))
                 }
                 _ => std::ptr::null_mut(),
             }
-        };
-        // SAFETY: as above.
-        unsafe { set_out(handle, new) };
-        NCCL_SUCCESS
+        }
     })
 }
 
