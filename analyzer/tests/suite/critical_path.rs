@@ -2,6 +2,7 @@
 //! here, and the skewed two-rank sample capture.
 
 use crate::common;
+use crate::rank_builder::RankBuilder;
 
 use common::{analyzer, assert_one_line_error, repo_root};
 use proptest::prelude::*;
@@ -9,79 +10,19 @@ use serde_json::Value;
 use shardscope_analyzer::dependency::critical_path::{self, CriticalPath, Model};
 use shardscope_analyzer::dependency::whatif::{self, ScaleRule, ScaleTarget, Scenario};
 use shardscope_analyzer::report::Options;
-use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, Kernel, Process, Trace};
+use shardscope_model::{Collective, CollectiveOp, Kernel, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
 const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
 const ELEMENTWISE: &str = "void at::native::vectorized_elementwise_kernel<4>(int)";
 const NORM: &str = "void at::native::vectorized_layer_norm_kernel<float>(int)";
 
-/// One rank's trace, written as the host calls and the kernels they launch.
-struct RankBuilder {
-    trace: Trace,
-    next_correlation: u32,
-}
-
 impl RankBuilder {
-    fn new(rank: u32) -> RankBuilder {
-        let mut trace = Trace::default();
-        trace.source.path = format!("synthetic-rank{rank}");
-        let process = trace.add_process(Process { pid: 100 + rank, rank: Some(rank), ..Process::default() });
-        trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
-        RankBuilder { trace, next_correlation: 1 }
-    }
-
-    /// A host call on thread 1 that launches nothing.
-    fn call(&mut self, name: &str, start_ns: i64, end_ns: i64) {
-        let name = self.trace.names.intern(name);
-        let process = shardscope_model::ProcessIdx(0);
-        self.trace.api_calls.push(ApiCall { start_ns, end_ns, name, process, tid: 1, ..ApiCall::default() });
-    }
-
-    /// A `cudaLaunchKernel` call at `[call_ns, call_ns + 10)` launching `name` on `stream` at `[start_ns, end_ns)`.
-    fn launch(&mut self, call_ns: i64, name: &str, stream: u32, start_ns: i64, end_ns: i64) {
-        let correlation_id = self.next_correlation;
-        self.next_correlation += 1;
-        let call_name = self.trace.names.intern("cudaLaunchKernel_v7000");
-        let process = shardscope_model::ProcessIdx(0);
-        self.trace.api_calls.push(ApiCall {
-            start_ns: call_ns,
-            end_ns: call_ns + 10,
-            name: call_name,
-            process,
-            tid: 1,
-            correlation_id,
-            ..ApiCall::default()
-        });
-        let name = self.trace.names.intern(name);
-        self.trace.kernels.push(Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name: name,
-            device: shardscope_model::DeviceIdx(0),
-            process,
-            stream,
-            correlation_id,
-            ..Kernel::default()
-        });
-    }
-
     /// Marks the last kernel as instance `seq` of an all-reduce on communicator 1.
     fn collective(&mut self, seq: u64) {
-        let index = self.trace.collectives.len() as u32;
-        self.trace.collectives.push(Collective {
-            op: CollectiveOp::AllReduce,
-            communicator: Some(1),
-            seq: Some(seq),
-            ..Collective::default()
-        });
-        self.trace.kernels.last_mut().expect("a kernel").collective = Some(index);
-    }
-
-    fn finish(mut self) -> Trace {
-        self.trace.finish();
-        self.trace
+        let all_reduce =
+            Collective { op: CollectiveOp::AllReduce, communicator: Some(1), seq: Some(seq), ..Collective::default() };
+        self.mark_collective(all_reduce);
     }
 }
 
@@ -111,11 +52,11 @@ fn summary(path: &CriticalPath) -> Vec<(u32, &str, &str, i64, &str)> {
 #[test]
 fn a_chain_on_one_rank() {
     let mut r = RankBuilder::new(0);
-    r.launch(0, GEMM, 7, 100, 1_100);
-    r.launch(20, GEMM, 7, 1_100, 2_100);
-    r.launch(40, GEMM, 7, 2_100, 3_100);
+    r.launch_on(0, GEMM, 7, 100, 1_100);
+    r.launch_on(20, GEMM, 7, 1_100, 2_100);
+    r.launch_on(40, GEMM, 7, 2_100, 3_100);
     r.call("cudaStreamSynchronize_v3020", 60, 3_150);
-    r.launch(3_200, ELEMENTWISE, 7, 3_210, 3_310);
+    r.launch_on(3_200, ELEMENTWISE, 7, 3_210, 3_310);
     let traces = [r.finish()];
     let model = model(&traces);
     assert_eq!(model.graph.stats.edges["host sync on GPU work"], 1);
@@ -153,8 +94,8 @@ fn a_chain_on_one_rank() {
 #[test]
 fn a_wait_on_another_stream_is_inferred_from_timing() {
     let mut r = RankBuilder::new(0);
-    r.launch(0, GEMM, 7, 100, 1_100);
-    r.launch(20, ELEMENTWISE, 8, 1_105, 1_205);
+    r.launch_on(0, GEMM, 7, 100, 1_100);
+    r.launch_on(20, ELEMENTWISE, 8, 1_105, 1_205);
     let traces = [r.finish()];
     let model = model(&traces);
     assert_eq!(model.graph.stats.edges["cross-stream (inferred)"], 1);
@@ -171,14 +112,14 @@ fn a_wait_on_another_stream_is_inferred_from_timing() {
 fn fork_join_across_two_ranks_through_one_collective() {
     const X: i64 = 5_000;
     let mut rank0 = RankBuilder::new(0);
-    rank0.launch(0, GEMM, 7, 10, 1_010);
-    rank0.launch(20, ALL_REDUCE, 7, 1_010, 1_210 + X);
-    rank0.launch(40, ELEMENTWISE, 7, 1_210 + X, 1_710 + X);
-    rank0.launch(60, NORM, 7, 1_710 + X, 1_810 + X);
+    rank0.launch_on(0, GEMM, 7, 10, 1_010);
+    rank0.launch_on(20, ALL_REDUCE, 7, 1_010, 1_210 + X);
+    rank0.launch_on(40, ELEMENTWISE, 7, 1_210 + X, 1_710 + X);
+    rank0.launch_on(60, NORM, 7, 1_710 + X, 1_810 + X);
     let mut rank1 = RankBuilder::new(1);
-    rank1.launch(0, GEMM, 7, 10, 1_010);
-    rank1.launch(1_000 + X, ALL_REDUCE, 7, 1_010 + X, 1_210 + X);
-    rank1.launch(1_020 + X, ELEMENTWISE, 7, 1_210 + X, 1_710 + X);
+    rank1.launch_on(0, GEMM, 7, 10, 1_010);
+    rank1.launch_on(1_000 + X, ALL_REDUCE, 7, 1_010 + X, 1_210 + X);
+    rank1.launch_on(1_020 + X, ELEMENTWISE, 7, 1_210 + X, 1_710 + X);
     let traces = [rank0.finish(), rank1.finish()];
     let model = model(&traces);
     assert_eq!(model.graph.stats.collective_instances, 1);
@@ -229,14 +170,14 @@ fn fork_join_across_two_ranks_through_one_collective() {
 #[test]
 fn a_cycle_from_crosswise_pairing_is_broken_and_counted() {
     let mut rank0 = RankBuilder::new(0);
-    rank0.launch(0, ALL_REDUCE, 7, 100, 300);
+    rank0.launch_on(0, ALL_REDUCE, 7, 100, 300);
     rank0.collective(1);
-    rank0.launch(20, ALL_REDUCE, 7, 300, 500);
+    rank0.launch_on(20, ALL_REDUCE, 7, 300, 500);
     rank0.collective(2);
     let mut rank1 = RankBuilder::new(1);
-    rank1.launch(0, ALL_REDUCE, 7, 100, 300);
+    rank1.launch_on(0, ALL_REDUCE, 7, 100, 300);
     rank1.collective(2);
-    rank1.launch(20, ALL_REDUCE, 7, 300, 500);
+    rank1.launch_on(20, ALL_REDUCE, 7, 300, 500);
     rank1.collective(1);
     let traces = [rank0.finish(), rank1.finish()];
     let model = model(&traces);
@@ -341,7 +282,7 @@ fn random_rank(rank: u32, events: &[RandomEvent]) -> Trace {
             let stream = if stream { 8 } else { 7 };
             match launch {
                 Some(before_ns) => {
-                    r.launch(start_ns - before_ns, NAMES[name], stream, start_ns, start_ns + duration_ns)
+                    r.launch_on(start_ns - before_ns, NAMES[name], stream, start_ns, start_ns + duration_ns)
                 }
                 None => {
                     let name = r.trace.names.intern(NAMES[name]);

@@ -3,6 +3,7 @@
 //! equal what `analyzer what-if` replays for the same change.
 
 use crate::common;
+pub(crate) use crate::rank_builder::RankBuilder;
 
 use std::path::Path;
 
@@ -13,10 +14,7 @@ use shardscope_analyzer::findings::rules::FindingsRules;
 use shardscope_analyzer::findings::{self, Basis, Finding, Findings};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
-use shardscope_model::{
-    ApiCall, Collective, CollectiveOp, CopyKind, Device, Kernel, MemOp, MemoryEvent, MemoryKind, MemoryOperation,
-    Process, Trace,
-};
+use shardscope_model::{Collective, CollectiveOp, CopyKind, MemOp, MemoryEvent, MemoryKind, MemoryOperation, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
 const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
@@ -25,66 +23,22 @@ const NORM: &str = "void at::native::vectorized_layer_norm_kernel<float>(int)";
 /// The all-reduces' message size: 1 MiB.
 const BYTES: u64 = 1 << 20;
 
-/// One rank's trace, written as host calls on thread 1 and the GPU work they launch on stream 7.
-struct RankBuilder {
-    trace: Trace,
-    next_correlation: u32,
-}
-
+/// What the findings' cases launch, on stream 7 (see [`RankBuilder`] for the rest).
 impl RankBuilder {
-    fn new(rank: u32) -> RankBuilder {
-        let mut trace = Trace::default();
-        trace.source.path = format!("synthetic-rank{rank}");
-        let process = trace.add_process(Process { pid: 100 + rank, rank: Some(rank), ..Process::default() });
-        trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
-        RankBuilder { trace, next_correlation: 1 }
-    }
-
-    /// A host call `[start_ns, end_ns)`; returns its correlation id.
-    fn call(&mut self, name: &str, start_ns: i64, end_ns: i64) -> u32 {
-        let correlation_id = self.next_correlation;
-        self.next_correlation += 1;
-        let name = self.trace.names.intern(name);
-        let process = shardscope_model::ProcessIdx(0);
-        self.trace.api_calls.push(ApiCall {
-            start_ns,
-            end_ns,
-            name,
-            process,
-            tid: 1,
-            correlation_id,
-            ..ApiCall::default()
-        });
-        correlation_id
-    }
-
     /// A 10 ns `cudaLaunchKernel` at `call_ns` launching `name` at `[start_ns, end_ns)`; an all-reduce is instance 0
     /// of communicator 1, of `BYTES`.
     fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
-        let correlation_id = self.call("cudaLaunchKernel_v7000", call_ns, call_ns + 10);
-        let collective = (name == ALL_REDUCE).then(|| {
-            self.trace.collectives.push(Collective {
-                op: CollectiveOp::AllReduce,
+        self.launch_on(call_ns, name, 7, start_ns, end_ns);
+        if name == ALL_REDUCE {
+            let op = CollectiveOp::AllReduce;
+            self.mark_collective(Collective {
+                op,
                 communicator: Some(1),
                 seq: Some(0),
                 bytes: Some(BYTES),
                 ..Collective::default()
             });
-            self.trace.collectives.len() as u32 - 1
-        });
-        let name = self.trace.names.intern(name);
-        self.trace.kernels.push(Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name: name,
-            device: shardscope_model::DeviceIdx(0),
-            process: shardscope_model::ProcessIdx(0),
-            stream: 7,
-            correlation_id,
-            collective,
-            ..Kernel::default()
-        });
+        }
     }
 
     /// A 10 ns `cudaMemcpyAsync` at `call_ns` copying `bytes` host to device at `[start_ns, end_ns)`.
@@ -145,11 +99,6 @@ impl RankBuilder {
             bytes,
             ..MemoryEvent::default()
         });
-    }
-
-    fn finish(mut self) -> Trace {
-        self.trace.finish();
-        self.trace
     }
 }
 

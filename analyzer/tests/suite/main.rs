@@ -39,6 +39,7 @@ mod perfetto_split;
 mod perfetto_verdict;
 mod phases_and_steps;
 mod pipeline_real;
+mod rank_builder;
 mod readme_commands;
 mod report;
 mod report_threads;

@@ -12,7 +12,7 @@ use shardscope_analyzer::findings::{self, Basis, Findings, FlopInputs};
 use shardscope_analyzer::report::mfu::{ModelShape, Tokens};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_bench::results::{BenchResults, GemmResult};
-use shardscope_model::{Collective, CollectiveOp, Kernel, Range, RangeKind, Trace};
+use shardscope_model::{Collective, CollectiveOp, Range, RangeKind, Trace};
 
 const SEND_RECV: &str = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)";
 
@@ -20,27 +20,13 @@ impl RankBuilder {
     /// A 10 ns `cudaLaunchKernel` at `call_ns` launching a point-to-point SendRecv of `communicator` at
     /// `[start_ns, end_ns)`, instance `seq` of it.
     fn send_recv(&mut self, call_ns: i64, start_ns: i64, end_ns: i64, communicator: u64, seq: u64) {
-        let correlation_id = self.call("cudaLaunchKernel_v7000", call_ns, call_ns + 10);
-        self.trace.collectives.push(Collective {
+        self.launch_on(call_ns, SEND_RECV, 7, start_ns, end_ns);
+        self.mark_collective(Collective {
             op: CollectiveOp::SendRecv,
             communicator: Some(communicator),
             seq: Some(seq),
             bytes: Some(1 << 20),
             ..Collective::default()
-        });
-        let collective = Some(self.trace.collectives.len() as u32 - 1);
-        let name = self.trace.names.intern(SEND_RECV);
-        self.trace.kernels.push(Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name: name,
-            device: shardscope_model::DeviceIdx(0),
-            process: shardscope_model::ProcessIdx(0),
-            stream: 7,
-            correlation_id,
-            collective,
-            ..Kernel::default()
         });
     }
 }
