@@ -5,7 +5,8 @@
 //! collective on H100s, whatever the size), so a channel-timed small all-reduce looks half as long as the
 //! kernel CUPTI times. Under `--comm-only` CUPTI times the kernels of the first collectives of each process
 //! (the sample, see `NcclKernelSample`). Here the sampled NCCL kernels are paired in launch order with the
-//! first channel-timed kernels, the median of (kernel duration − channel span) is taken per kernel name
+//! first channel-timed kernels (a pair whose starts lie more than 50 µs apart does not count, nor a sampled kernel
+//! outside the process's capture windows), the median of (kernel duration − channel span) is taken per kernel name
 //! (algorithm and protocol) or, with too few of a name, over the process, and every channel-timed kernel is
 //! widened by it, half before and half after.
 //!
@@ -38,9 +39,14 @@ pub struct SampledKernels {
 }
 
 /// Takes every kernel of `process` out of the trace (and its detail out of `extras`, kept aligned): under
-/// `--comm-only` every CUPTI kernel is one of the sample's.
+/// `--comm-only` every CUPTI kernel is one of the sample's. The NCCL ones launched outside the process's capture
+/// windows (the sample starts with the process, the plugin records only inside windows) have no channel times to
+/// pair with and are not kept for the fit.
 pub fn take_kernels(trace: &mut Trace, extras: &mut CaptureExtras, process: ProcessIdx) -> SampledKernels {
     let aligned = extras.kernels.len() == trace.kernels.len();
+    let windows: Vec<(i64, i64)> =
+        trace.capture_windows.iter().filter(|w| w.process == process).map(|w| (w.start_ns, w.end_ns)).collect();
+    let in_windows = |t: i64| windows.is_empty() || windows.iter().any(|&(start, end)| (start..end).contains(&t));
     let mut sampled = SampledKernels::default();
     let mut keep = Vec::with_capacity(trace.kernels.len());
     for kernel in &trace.kernels {
@@ -48,7 +54,7 @@ pub fn take_kernels(trace: &mut Trace, extras: &mut CaptureExtras, process: Proc
         keep.push(!ours);
         if ours {
             sampled.removed += 1;
-            if kernel_names::is_nccl_kernel(trace.names.get(kernel.name)) {
+            if kernel_names::is_nccl_kernel(trace.names.get(kernel.name)) && in_windows(kernel.start_ns) {
                 sampled.nccl.push((kernel.start_ns, kernel.end_ns));
             }
         }
@@ -97,10 +103,17 @@ pub struct SampleFit {
 /// Longest start-up plus wind-down a pair may show; more means the pair is not one collective.
 const MAX_EXTRA_NS: i64 = 1_000_000;
 
+/// Farthest apart a sampled kernel's start and its channel-timed kernel's may be for the two to be one collective:
+/// more than the GPU clock's placement errs (up to about 11 µs was seen), less than collectives are apart in a
+/// decode.
+const MAX_START_GAP_NS: i64 = 50_000;
+
 /// Pairs the sampled NCCL kernels (start order) with the channel-timed kernels `timer` of the same process in
 /// launch order and returns the widening per kernel name and over the process (`None` with fewer than
-/// [`MIN_MATCHES`] pairs). A pair whose kernel is shorter than its channels (by more than 1 µs) or longer by
-/// more than [`MAX_EXTRA_NS`] is not counted.
+/// [`MIN_MATCHES`] pairs). A pair whose starts lie more than [`MAX_START_GAP_NS`] apart is not counted (the GPU
+/// clock's placement is worst at the first collectives; a list with a launch missing pairs nothing after it, which
+/// leaves the kernels unwidened rather than widened wrongly), nor one whose kernel is shorter than its channels (by
+/// more than 1 µs) or longer by more than [`MAX_EXTRA_NS`].
 pub fn fit(sampled: &[(i64, i64)], timer: &[Kernel]) -> (HashMap<NameId, Widening>, Option<Widening>) {
     let mut order: Vec<usize> = (0..timer.len()).collect();
     order.sort_unstable_by_key(|&i| (timer[i].start_ns, i));
@@ -109,7 +122,7 @@ pub fn fit(sampled: &[(i64, i64)], timer: &[Kernel]) -> (HashMap<NameId, Widenin
     for (&(start, end), &index) in sampled.iter().zip(&order) {
         let kernel = &timer[index];
         let extra = (end - start) - (kernel.end_ns - kernel.start_ns);
-        if !(-1_000..=MAX_EXTRA_NS).contains(&extra) {
+        if (kernel.start_ns - start).abs() > MAX_START_GAP_NS || !(-1_000..=MAX_EXTRA_NS).contains(&extra) {
             continue;
         }
         by_name.entry(kernel.name).or_default().push(extra);
@@ -230,6 +243,38 @@ mod tests {
         sampled[9].1 = sampled[9].0 + 2_000_000;
         let (_, process) = fit(&sampled, &timer);
         assert_eq!(process, Some(Widening { kernel_minus_channels_ns: 3_500, matches: 8 }));
+    }
+
+    #[test]
+    fn a_launch_missing_from_the_channel_times_pairs_nothing_after_it() {
+        let mut trace = Trace::default();
+        let (sampled, mut timer) = sample_and_timers(&mut trace);
+        // The sixth collective's channels never came: every later pair is 100 µs apart, and none counts.
+        timer.remove(5);
+        let (_, process) = fit(&sampled, &timer);
+        assert_eq!(process, Some(Widening { kernel_minus_channels_ns: 3_500, matches: 5 }));
+        timer.remove(1);
+        assert_eq!(fit(&sampled, &timer).1, None, "one pair left: too few to fit, so nothing is widened");
+    }
+
+    #[test]
+    fn sampled_kernels_outside_the_capture_windows_are_not_paired() {
+        let mut trace = Trace::default();
+        let mut extras = CaptureExtras::default();
+        let nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+        for start in [100, 5_000, 6_000] {
+            let k = kernel(&mut trace, nccl, start, start + 50, 0);
+            trace.kernels.push(k);
+        }
+        trace.capture_windows.push(shardscope_model::CaptureWindow {
+            process: ProcessIdx(0),
+            start_ns: 4_000,
+            end_ns: 10_000,
+            start_trigger: shardscope_model::WindowTrigger::CudaProfilerApi,
+            end_trigger: shardscope_model::WindowTrigger::CudaProfilerApi,
+        });
+        let sampled = take_kernels(&mut trace, &mut extras, ProcessIdx(0));
+        assert_eq!((sampled.removed, sampled.nccl.as_slice()), (3, &[(5_000, 5_050), (6_000, 6_050)][..]));
     }
 
     #[test]
