@@ -71,9 +71,10 @@ struct Args {
     /// timers); NCCL 2.31.x is warned about (costly timers).
     #[arg(long, conflicts_with_all = ["trace", "no_nccl_plugin"])]
     comm_only: bool,
-    /// With --comm-only: collectives per process whose kernels CUPTI times at the start of the run (kernel
-    /// timing is on until they are launched, at most 60 s, then off), to learn how NCCL's channel timers sit
-    /// inside their kernels. 0: no sample; channel spans are then used as they are.
+    /// With --comm-only: collectives per process whose kernels CUPTI times when recording starts (at the start,
+    /// or in the first capture window; kernel timing is on until they are launched, at most 60 s and no longer
+    /// than that window, then off), to learn how NCCL's channel timers sit inside their kernels. 0: no sample;
+    /// channel spans are then used as they are.
     #[arg(long, value_name = "COLLECTIVES", default_value_t = 64, requires = "comm_only")]
     comm_sample: u32,
     /// Record only from this many seconds after launch (in every process; recording is off before).

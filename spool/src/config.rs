@@ -453,14 +453,15 @@ pub fn is_memory_api(name: &str) -> bool {
 /// How many NCCL kernels `capture --comm-only` lets CUPTI time at the start of each process: NCCL's channel
 /// timers leave out the kernel's start-up and wind-down (about 3 µs per collective on H100s), so the capture
 /// times the first collectives both ways and widens every channel-timed kernel by what it learnt. CUPTI's
-/// kernel timing is on from the process's start until the plugin has seen `collectives` collectives
-/// launched, or for at most `max_ms` milliseconds, and off for the rest of the run.
+/// kernel timing is on from when the process starts recording (its start, or its first capture window) until the
+/// plugin has seen `collectives` collectives launched, or that window closes, or for at most `max_ms`
+/// milliseconds, and off for the rest of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NcclKernelSample {
     /// Collectives (and point-to-point launches) to time both ways; 0: no sample.
     pub collectives: u32,
-    /// Longest the sample may last, ms from the process's CUPTI start (a program whose collectives come
-    /// late, or never, does not pay CUPTI's kernel timing for longer).
+    /// Longest the sample may last, ms from its start (a program whose collectives come late, or never, does
+    /// not pay CUPTI's kernel timing for longer).
     pub max_ms: u64,
 }
 

@@ -297,12 +297,12 @@ fn start() -> Result<(), String> {
     } else {
         start_activity(api, &kinds, graph_trace, &selector, omit)?
     };
-    // Only where kernels are otherwise not timed (`capture --comm-only`).
+    // Only where kernels are otherwise not timed (`capture --comm-only`); it starts when recording does.
     if let Some(sample) = nccl_kernel_sample()?
         && !kinds.kernel
         && !omit.activity
     {
-        nccl_sample::start(api, sample)?;
+        nccl_sample::prepare(api, sample);
     }
     let session_start_ns =
         std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);

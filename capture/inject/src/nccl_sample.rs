@@ -4,11 +4,13 @@
 //! the kernel kind is switched off for the rest of the run. The kernels it recorded tell the launcher how
 //! NCCL's channel timers sit inside their kernels (start-up before the first channel, wind-down after the last).
 //!
-//! The switch off runs on the background thread, never inside NCCL's or the workload's calls. Records of
-//! kernels launched before it are kept: CUPTI made them at launch and delivers them when the kernels end.
+//! The sample runs while recording is on: from the start for a capture that records from the start, from the first
+//! window otherwise, and no longer than that window. The switch off at the plugin's word or the time limit runs on
+//! the background thread, never inside NCCL's or the workload's calls. Records of kernels launched before it are
+//! kept: CUPTI made them at launch and delivers them when the kernels end.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use shardscope_cupti_sys::v13 as cupti;
@@ -17,31 +19,56 @@ use shardscope_spool::config::NcclKernelSample;
 /// The sample of this process, when one was asked for.
 static SAMPLE: OnceLock<Sample> = OnceLock::new();
 
+/// Waiting for recording to switch on (the first window).
+const PENDING: u8 = 0;
+/// Kernels are being timed.
+const RUNNING: u8 = 1;
+/// Done: the kernel kind is off again.
+const ENDED: u8 = 2;
+
 struct Sample {
     api: &'static cupti::Cupti,
-    ends_at: Instant,
+    max: Duration,
+    state: AtomicU8,
+    /// When a running sample ends at the latest.
+    ends_at: Mutex<Option<Instant>>,
     /// The plugin has seen enough collectives launched.
     done_asked: AtomicBool,
-    /// The kernel kind is off again.
-    ended: AtomicBool,
 }
 
-/// Switches CUPTI's kernel timing on for the sample. Errors name CUPTI's refusal.
-pub(crate) fn start(api: &'static cupti::Cupti, sample: NcclKernelSample) -> Result<(), String> {
-    if sample.collectives == 0 || SAMPLE.get().is_some() {
-        return Ok(());
+/// Sets the sample up; it starts when recording switches on ([`window_switched`]: at once for a capture that
+/// records from the start, at the first window otherwise), so a process that waits for its window pays nothing.
+pub(crate) fn prepare(api: &'static cupti::Cupti, sample: NcclKernelSample) {
+    if sample.collectives == 0 {
+        return;
     }
-    // SAFETY: plain call with a valid kind constant.
-    let result = unsafe { api.cuptiActivityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
-    if result != 0 {
-        return Err(format!("cannot time the NCCL kernel sample (CUPTI error {result})"));
-    }
-    let ends_at = Instant::now() + Duration::from_millis(sample.max_ms);
-    let _ = SAMPLE.set(Sample { api, ends_at, done_asked: AtomicBool::new(false), ended: AtomicBool::new(false) });
-    Ok(())
+    let _ = SAMPLE.set(Sample {
+        api,
+        max: Duration::from_millis(sample.max_ms),
+        state: AtomicU8::new(PENDING),
+        ends_at: Mutex::new(None),
+        done_asked: AtomicBool::new(false),
+    });
 }
 
-/// Called by the NCCL profiler plugin once its sample of collectives has ended: the background thread
+/// Recording switched on or off: the sample starts with the first window and ends with it at the latest (its
+/// kernels outside a window would have no channel times to pair with).
+pub(crate) fn window_switched(on: bool) {
+    let Some(sample) = SAMPLE.get() else { return };
+    if on && sample.state.compare_exchange(PENDING, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        *sample.ends_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + sample.max);
+        // SAFETY: plain call with a valid kind constant.
+        let result = unsafe { sample.api.cuptiActivityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
+        if result != 0 {
+            eprintln!("shardscope: cannot time the NCCL kernel sample (CUPTI error {result})");
+            sample.state.store(ENDED, Ordering::SeqCst);
+        }
+    } else if !on {
+        end(sample);
+    }
+}
+
+/// Called by the NCCL profiler plugin once its sample of collectives has been launched: the background thread
 /// switches kernel timing off at its next look ([`tick`]), which this call brings forward.
 #[unsafe(no_mangle)]
 pub extern "C" fn shardscope_nccl_sample_done() {
@@ -53,21 +80,30 @@ pub extern "C" fn shardscope_nccl_sample_done() {
 
 /// Whether kernels are being timed for the sample now.
 pub fn sampling() -> bool {
-    SAMPLE.get().is_some_and(|s| !s.ended.load(Ordering::Relaxed))
+    SAMPLE.get().is_some_and(|s| s.state.load(Ordering::SeqCst) == RUNNING)
 }
 
 /// The background thread's look: ends the sample when it is done or due; returns how long until it is due
-/// (`Duration::MAX` when there is no sample running).
+/// (`Duration::MAX` when no sample is running).
 pub(crate) fn tick(now: Instant) -> Duration {
     let Some(sample) = SAMPLE.get() else { return Duration::MAX };
-    if sample.ended.load(Ordering::Relaxed) {
+    if sample.state.load(Ordering::SeqCst) != RUNNING {
         return Duration::MAX;
     }
-    if sample.done_asked.load(Ordering::Relaxed) || now >= sample.ends_at {
-        // SAFETY: plain call with a valid kind constant, on the background thread (no lock of ours held).
+    let ends_at = *sample.ends_at.lock().unwrap_or_else(|e| e.into_inner());
+    match ends_at {
+        Some(at) if now < at && !sample.done_asked.load(Ordering::Relaxed) => at - now,
+        _ => {
+            end(sample);
+            Duration::MAX
+        }
+    }
+}
+
+/// Switches kernel timing off, once, if the sample is running.
+fn end(sample: &Sample) {
+    if sample.state.compare_exchange(RUNNING, ENDED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        // SAFETY: plain call with a valid kind constant.
         unsafe { sample.api.cuptiActivityDisable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
-        sample.ended.store(true, Ordering::Relaxed);
-        return Duration::MAX;
     }
-    sample.ends_at - now
 }

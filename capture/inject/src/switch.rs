@@ -232,6 +232,7 @@ impl Switch {
                 eprintln!("shardscope: cannot enable CUPTI activity kind {kind} (error {result})");
             }
         }
+        crate::nccl_sample::window_switched(on);
     }
 
     /// True when API calls are recorded one callback id at a time.

@@ -451,6 +451,21 @@ fn nccl_sample_scenario(w: &Workload, ended_by_plugin: bool) {
     w.complete_all();
 }
 
+/// The sample under `--cuda-profiler-api`: nothing timed before the first window, kernels timed inside it, and the
+/// sample over when it closes (a second window times no kernel: `--comm-only` records none).
+fn nccl_sample_window_scenario(w: &Workload) {
+    assert!(!shardscope_inject::nccl_sample::sampling());
+    assert!(!w.launch(1, true), "a kernel timed before the first window");
+    w.profiler(true);
+    assert!(shardscope_inject::nccl_sample::sampling());
+    assert!(w.launch(2, true), "no kernel timing for the sample inside the window");
+    w.profiler(false);
+    assert!(!shardscope_inject::nccl_sample::sampling());
+    assert!(!w.launch(3, true), "a kernel timed after the window");
+    w.profiler(true);
+    assert!(!w.launch(4, true), "the sample ran again in a second window");
+}
+
 /// The child: start recording, play the scenario, exit (the library's exit flush runs).
 #[test]
 fn child_entry() {
@@ -475,6 +490,7 @@ fn child_entry() {
         }
         "nccl-sample-plugin" => nccl_sample_scenario(&workload, true),
         "nccl-sample-time" => nccl_sample_scenario(&workload, false),
+        "nccl-sample-window" => nccl_sample_window_scenario(&workload),
         "comm-only" => assert!(!workload.launch(1, true), "a kernel timed under --comm-only without a sample"),
         "external-1" => external_scenario(&workload, 1),
         "external-2" => external_scenario(&workload, 2),
@@ -653,6 +669,10 @@ fn the_nccl_kernel_sample_times_kernels_only_until_the_plugin_or_its_time_limit_
         let kernel_kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
         assert!(log.contains(&format!("kind_off {kernel_kind}")), "{scenario}: {log}");
     }
+    // In a capture that waits for its window, the sample waits too and ends with it.
+    let profiler = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let (records, _, _) = run_logged("nccl-sample-window", "nccl-sample-window", &profiler, &sample("64/60000"));
+    assert_eq!(kernels(&records).iter().map(|k| k.correlation_id).collect::<Vec<_>>(), [2]);
     // Without a sample, --comm-only times no kernel at all.
     let (records, _, log) = run_logged("comm-only", "comm-only", &whole_run, &[(config::TRACE_ENV, &comm_only)]);
     assert!(kernels(&records).is_empty());
