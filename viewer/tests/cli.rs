@@ -11,6 +11,15 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `viewer --screenshot OUT ARGS…`, run to its end.
+fn viewer(out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--screenshot", out.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("runs viewer")
+}
+
 #[test]
 fn screenshot_writes_a_png_of_the_requested_size() {
     let dir = temp_dir("screenshot");
@@ -19,10 +28,7 @@ fn screenshot_writes_a_png_of_the_requested_size() {
         generate_single(SyntheticSpec { ranks: 2, kernels_per_rank: 300, allreduce_every: 10, kernels_per_step: 100 });
     shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
     let png = dir.join("out.png");
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", png.to_str().unwrap(), "--size", "900x500", trace_path.to_str().unwrap()])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&png, &["--size", "900x500", trace_path.to_str().unwrap()]);
     assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
     let image = image::open(&png).expect("a PNG").to_rgba8();
     // Size in points at 1 pixel per point.
@@ -36,10 +42,7 @@ fn screenshot_writes_a_png_of_the_requested_size() {
 #[test]
 fn a_missing_trace_is_one_line_and_exit_code_2() {
     let dir = temp_dir("missing");
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", dir.join("out.png").to_str().unwrap(), "/nonexistent/trace.sqlite"])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&dir.join("out.png"), &["/nonexistent/trace.sqlite"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
@@ -75,11 +78,7 @@ fn sample(name: &str) -> String {
 
 /// Runs `viewer --screenshot OUT ARGS…` and returns its image, or panics with its stderr.
 fn screenshot(out: &std::path::Path, args: &[&str]) -> image::RgbaImage {
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", out.to_str().unwrap()])
-        .args(args)
-        .output()
-        .expect("runs viewer");
+    let output = viewer(out, args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
     image::open(out).expect("a PNG").to_rgba8()
 }
@@ -131,10 +130,7 @@ fn a_step_that_is_not_there_or_a_bad_window_is_one_line_and_exit_code_2() {
     let dir = temp_dir("bad-step");
     let trace = sample("tp2_skew_capture.sqlite.gz");
     let out = dir.join("out.png");
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", out.to_str().unwrap(), "--critical-path", "999", &trace])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&out, &["--critical-path", "999", &trace]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
@@ -142,10 +138,7 @@ fn a_step_that_is_not_there_or_a_bad_window_is_one_line_and_exit_code_2() {
     assert!(lines[0].contains("tp2_skew_capture") && lines[0].contains("999"), "{stderr}");
     assert!(!out.exists());
     for window in ["9:5", "12", "a:b"] {
-        let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-            .args(["--screenshot", out.to_str().unwrap(), "--window", window, &trace])
-            .output()
-            .expect("runs viewer");
+        let output = viewer(&out, &["--window", window, &trace]);
         assert_eq!(output.status.code(), Some(2), "--window {window}");
         assert!(String::from_utf8_lossy(&output.stderr).contains("--window"), "--window {window}");
         assert!(!out.exists());
@@ -167,10 +160,7 @@ fn ideal_replay_is_drawn_in_screenshots() {
     assert!(pixels_of(&step, green) > 50, "{} label pixels", pixels_of(&step, green));
     let window = screenshot(&out, &["--size", "1200x700", "--window", "7000000000:7010000000", "--ideal", &trace]);
     assert!(pixels_of(&window, green) > 50, "{} label pixels", pixels_of(&window, green));
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", out.to_str().unwrap(), "--ideal", "999", &trace])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&out, &["--ideal", "999", &trace]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("viewer:")).collect();
@@ -215,10 +205,7 @@ fn a_trace_that_fails_to_load_beside_one_that_loads_fails_the_screenshot() {
     let missing = dir.join("rank1.sqlite");
     let png = dir.join("out.png");
     // Fails before drawing, so the same on a machine without a renderer.
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", png.to_str().unwrap(), trace_path.to_str().unwrap(), missing.to_str().unwrap()])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&png, &[trace_path.to_str().unwrap(), missing.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -258,10 +245,7 @@ fn a_png_that_cannot_be_written_is_one_line_naming_it() {
         generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
     shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
     let png = dir.join("no-such-folder/out.png");
-    let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
-        .args(["--screenshot", png.to_str().unwrap(), "--size", "400x300", trace_path.to_str().unwrap()])
-        .output()
-        .expect("runs viewer");
+    let output = viewer(&png, &["--size", "400x300", trace_path.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     // Exit code 2 where the picture was drawn and could not be written; 1 where nothing could draw it.
     assert!(matches!(output.status.code(), Some(1 | 2)), "{stderr}");
