@@ -5,79 +5,16 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use prost::Message;
 use shardscope::model::{CopyKind, Device, Kernel, MemOp, Process, Range, RangeKind, Trace};
-use shardscope::perfetto::proto::{self, debug_annotation, trace_packet, track_event};
+use shardscope::perfetto::read_back::{self, Slice};
 use shardscope::perfetto::{CollectiveSplit, ExportStats, SliceNotes, write_trace, write_trace_with_notes};
 
-/// A slice as read back, with the slice it nests in on its track.
-#[derive(Debug, Clone, PartialEq)]
-struct Slice {
-    track: u64,
-    start_ns: u64,
-    end_ns: u64,
-    name: String,
-    categories: Vec<String>,
-    args: HashMap<String, u64>,
-    /// Index in the decoded list of the slice it nests in.
-    parent: Option<usize>,
-}
-
-/// Decodes every slice, resolving interned names and categories per sequence and pairing each end with the
-/// innermost open slice of its track, as Perfetto does.
+/// Every slice of an export; the exporter writes nothing but named slices.
 fn decode(bytes: &[u8]) -> Vec<Slice> {
-    let trace = proto::Trace::decode(bytes).expect("decodes");
-    type Interned = (HashMap<u64, String>, HashMap<u64, String>, HashMap<u64, String>);
-    let mut sequences: HashMap<u32, Interned> = HashMap::new();
-    let mut open: HashMap<u64, Vec<usize>> = HashMap::new();
-    let mut slices: Vec<Slice> = Vec::new();
-    for packet in trace.packet {
-        let sequence = match packet.optional_trusted_packet_sequence_id {
-            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(id)) => id,
-            None => 0,
-        };
-        let (names, categories, arg_names) = sequences.entry(sequence).or_default();
-        if let Some(interned) = packet.interned_data {
-            names.extend(interned.event_names.into_iter().map(|e| (e.iid(), e.name().to_string())));
-            categories.extend(interned.event_categories.into_iter().map(|e| (e.iid(), e.name().to_string())));
-            arg_names.extend(interned.debug_annotation_names.into_iter().map(|e| (e.iid(), e.name().to_string())));
-        }
-        let Some(trace_packet::Data::TrackEvent(event)) = packet.data else { continue };
-        let track = event.track_uuid();
-        let timestamp = packet.timestamp.expect("a timestamp");
-        match event.r#type() {
-            track_event::Type::SliceBegin => {
-                let name = match event.name_field {
-                    Some(track_event::NameField::NameIid(iid)) => names[&iid].clone(),
-                    Some(track_event::NameField::Name(name)) => name,
-                    None => panic!("a slice without a name"),
-                };
-                let args = event
-                    .debug_annotations
-                    .iter()
-                    .filter_map(|a| match (&a.name_field, &a.value) {
-                        (
-                            Some(debug_annotation::NameField::NameIid(iid)),
-                            Some(debug_annotation::Value::UintValue(v)),
-                        ) => Some((arg_names[iid].clone(), *v)),
-                        _ => None,
-                    })
-                    .collect();
-                let categories = event.category_iids.iter().map(|iid| categories[iid].clone()).collect();
-                let stack = open.entry(track).or_default();
-                let parent = stack.last().copied();
-                stack.push(slices.len());
-                slices.push(Slice { track, start_ns: timestamp, end_ns: 0, name, categories, args, parent });
-            }
-            track_event::Type::SliceEnd => {
-                let index = open.get_mut(&track).and_then(Vec::pop).expect("an end closes an open slice");
-                slices[index].end_ns = timestamp;
-            }
-            other => panic!("unexpected event type {other:?}"),
-        }
-    }
-    assert!(open.values().all(Vec::is_empty), "slices left open");
-    slices
+    let read = read_back::slices(bytes).expect("reads back");
+    assert_eq!(read.other_events, 0, "only slices");
+    assert!(read.slices.iter().all(|s| !s.name.is_empty()), "a slice without a name");
+    read.slices
 }
 
 /// Summed duration per category of the slices no other slice nests in.
@@ -164,7 +101,7 @@ fn kernels_and_copies_carry_their_category_and_a_collective_its_wait_and_transfe
     assert_eq!(slices[by_name("[CUDA memset]")].categories, ["memset"]);
     let collective = by_name("k1");
     assert_eq!(slices[collective].categories, ["comm.all_reduce"]);
-    let args = &slices[collective].args;
+    let args = &slices[collective].uint_args;
     assert_eq!((args["wait_ns"], args["transfer_ns"], args["late_rank"]), (150, 50, 3));
     let wait = &slices[by_name("waiting for rank 3")];
     assert_eq!((wait.start_ns, wait.end_ns, wait.parent), (300, 450, Some(collective)));
@@ -173,7 +110,7 @@ fn kernels_and_copies_carry_their_category_and_a_collective_its_wait_and_transfe
     assert_eq!((transfer.start_ns, transfer.end_ns, transfer.parent), (450, 500, Some(collective)));
     assert_eq!(transfer.categories, ["comm.all_reduce"]);
     let late = by_name("k2");
-    assert_eq!((slices[late].args["wait_ns"], slices[late].args["transfer_ns"]), (0, 100));
+    assert_eq!((slices[late].uint_args["wait_ns"], slices[late].uint_args["transfer_ns"]), (0, 100));
     assert!(slices.iter().all(|s| s.parent != Some(late)), "no parts under a collective that did not wait");
 
     let sums = leaf_sums(&slices);

@@ -3,10 +3,9 @@
 //! synthetic two-rank trace whose waits and transfers are worked out by hand, and the two-rank samples through the
 //! command itself.
 
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use shardscope::perfetto::proto::{debug_annotation, trace_packet, track_event};
+use shardscope::perfetto::read_back::{self, Slice};
 use shardscope_analyzer::figures::categories::Classifier;
 use shardscope_analyzer::output::perfetto_notes::slice_notes;
 use shardscope_model::{Collective, CollectiveOp, Device, DeviceIdx, Kernel, Process, Trace};
@@ -16,93 +15,14 @@ use crate::common;
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
 const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
 
-/// A slice as read back: times, name, categories, its arguments' names and unsigned values, and the slice it nests
-/// in on its track.
-#[derive(Debug)]
-struct Slice {
-    start_ns: u64,
-    end_ns: u64,
-    name: String,
-    categories: Vec<String>,
-    arg_names: HashSet<String>,
-    uint_args: HashMap<String, u64>,
-    parent: Option<usize>,
+/// Kernel slices, and only they, carry the launch's `grid`.
+fn is_kernel(slice: &Slice) -> bool {
+    slice.arg_names.iter().any(|name| name == "grid")
 }
 
-impl Slice {
-    fn duration_ns(&self) -> u64 {
-        self.end_ns - self.start_ns
-    }
-
-    /// Kernel slices, and only they, carry the launch's `grid`.
-    fn is_kernel(&self) -> bool {
-        self.arg_names.contains("grid")
-    }
-}
-
-/// Interned names per packet sequence: event names, categories, argument names.
-type Interned = (HashMap<u64, String>, HashMap<u64, String>, HashMap<u64, String>);
-
-/// Every slice of a Perfetto file, each end closing the innermost open slice of its track, as Perfetto pairs them.
+/// Every slice of a Perfetto file.
 fn decode(bytes: &[u8]) -> Vec<Slice> {
-    let trace = shardscope::perfetto::decode(bytes).expect("decodes");
-    let mut sequences: HashMap<u32, Interned> = HashMap::new();
-    let mut open: HashMap<u64, Vec<usize>> = HashMap::new();
-    let mut slices: Vec<Slice> = Vec::new();
-    for packet in trace.packet {
-        let sequence = match packet.optional_trusted_packet_sequence_id {
-            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(id)) => id,
-            None => 0,
-        };
-        let (names, categories, arg_names) = sequences.entry(sequence).or_default();
-        if let Some(data) = packet.interned_data {
-            names.extend(data.event_names.into_iter().map(|e| (e.iid(), e.name().to_string())));
-            categories.extend(data.event_categories.into_iter().map(|e| (e.iid(), e.name().to_string())));
-            arg_names.extend(data.debug_annotation_names.into_iter().map(|e| (e.iid(), e.name().to_string())));
-        }
-        let Some(trace_packet::Data::TrackEvent(event)) = packet.data else { continue };
-        let track = event.track_uuid();
-        let timestamp = packet.timestamp.expect("a timestamp");
-        match event.r#type() {
-            track_event::Type::SliceBegin => {
-                let name = match event.name_field {
-                    Some(track_event::NameField::NameIid(iid)) => names[&iid].clone(),
-                    Some(track_event::NameField::Name(name)) => name,
-                    None => String::new(),
-                };
-                let mut slice_args = HashSet::new();
-                let mut uint_args = HashMap::new();
-                for annotation in &event.debug_annotations {
-                    let Some(debug_annotation::NameField::NameIid(iid)) = annotation.name_field else { continue };
-                    let arg = arg_names[&iid].clone();
-                    if let Some(debug_annotation::Value::UintValue(value)) = annotation.value {
-                        uint_args.insert(arg.clone(), value);
-                    }
-                    slice_args.insert(arg);
-                }
-                let categories = event.category_iids.iter().map(|iid| categories[iid].clone()).collect();
-                let stack = open.entry(track).or_default();
-                let parent = stack.last().copied();
-                stack.push(slices.len());
-                slices.push(Slice {
-                    start_ns: timestamp,
-                    end_ns: timestamp,
-                    name,
-                    categories,
-                    arg_names: slice_args,
-                    uint_args,
-                    parent,
-                });
-            }
-            track_event::Type::SliceEnd => {
-                let index = open.get_mut(&track).and_then(Vec::pop).expect("an end closes an open slice");
-                slices[index].end_ns = timestamp;
-            }
-            _ => {}
-        }
-    }
-    assert!(open.values().all(Vec::is_empty), "slices left open");
-    slices
+    read_back::slices(bytes).expect("reads back").slices
 }
 
 /// The slices nested directly in slice `parent`, in time order.
@@ -185,7 +105,7 @@ fn kernel_at<'a>(slices: &'a [Slice], name: &str, start_ns: i64) -> (usize, &'a 
     let found: Vec<(usize, &Slice)> = slices
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.is_kernel() && s.name == name && s.start_ns == start_ns as u64)
+        .filter(|(_, s)| is_kernel(s) && s.name == name && s.start_ns == start_ns as u64)
         .collect();
     assert_eq!(found.len(), 1, "one {name} kernel at {start_ns}");
     found[0]
@@ -261,7 +181,7 @@ fn check_export(name: &str, inputs: &[PathBuf]) {
     let matching = shardscope_analyzer::figures::collectives::match_traces(&traces, &Classifier::builtin());
     let matched: usize = matching.instances.iter().map(|i| i.members.len()).sum();
 
-    let kernel_slices: Vec<(usize, &Slice)> = slices.iter().enumerate().filter(|(_, s)| s.is_kernel()).collect();
+    let kernel_slices: Vec<(usize, &Slice)> = slices.iter().enumerate().filter(|(_, s)| is_kernel(s)).collect();
     assert_eq!(kernel_slices.len(), kernels, "{name}: one slice per kernel");
     let (mut split, mut waited) = (0, 0);
     for (index, kernel) in kernel_slices {
