@@ -1,4 +1,4 @@
-//! Generates the Rust types of the Perfetto trace messages that `src/perfetto.rs` writes.
+//! Generates the Rust types of the Perfetto trace messages that `src/perfetto/mod.rs` writes.
 //!
 //! Perfetto traces are protobuf. Rather than depend on a crate that compiles all of Perfetto's
 //! several hundred messages, `proto/perfetto_subset.proto` declares the few the exporter needs
