@@ -314,11 +314,45 @@ pub fn capture_mode_note(trace: &Trace) -> Option<String> {
         return None;
     }
     Some(format!(
-        "{}: communication-only capture (capture --comm-only): collectives timed by NCCL's kernel-channel timers; \
-         no compute kernels were recorded, so GPU busy, categories and overlap cover communication only and \
+        "{}: communication-only capture (capture --comm-only): collectives timed by NCCL's kernel-channel timers \
+         ({}); no compute kernels were recorded, so GPU busy, categories and overlap cover communication only and \
          exposed communication is not known (shown as all of it)",
-        trace.source.path
+        trace.source.path,
+        kernel_sample_words(trace.source.nccl_kernel_sample.as_deref())
     ))
+}
+
+/// What a communication-only file says of its kernel sample (`ncclKernelSample`: per process, how much longer its
+/// NCCL kernels ran than their channel timers), in words.
+fn kernel_sample_words(sample: Option<&str>) -> String {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Fit {
+        process: Option<Widening>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Widening {
+        kernel_minus_channels_ns: i64,
+    }
+    const UNWIDENED: &str = "each collective's time leaves out its kernel's start-up and wind-down, about 3 µs";
+    let Some(text) = sample else { return format!("no kernel sample: {UNWIDENED}") };
+    let Ok(fits) = serde_json::from_str::<Vec<Fit>>(text) else {
+        return format!("its kernel sample could not be read: {UNWIDENED}");
+    };
+    let widened: Vec<i64> =
+        fits.iter().filter_map(|f| f.process.as_ref().map(|w| w.kernel_minus_channels_ns)).collect();
+    let (Some(&low), Some(&high)) = (widened.iter().min(), widened.iter().max()) else {
+        return format!("the kernel sample fitted no process: {UNWIDENED}");
+    };
+    format!(
+        "each collective's kernel widened by {:.2}–{:.2} µs of start-up and wind-down, from the kernels CUPTI timed \
+         for the first collectives of {} of {} processes",
+        low as f64 / 1e3,
+        high as f64 / 1e3,
+        widened.len(),
+        fits.len()
+    )
 }
 
 /// Collectives across ranks.

@@ -39,6 +39,9 @@ pub struct SourceInfo {
     /// How a capture was taken, when the file says (`full`, or `comm-only`: only NCCL's collectives,
     /// timed by NCCL's own GPU timers, and NVTX ranges).
     pub capture_mode: Option<String>,
+    /// A communication-only capture's kernel sample, as the file states it (JSON, per process: what its NCCL
+    /// kernels ran longer than their channel timers); read and checked where it is used.
+    pub nccl_kernel_sample: Option<String>,
 }
 
 /// One OS process that ran CUDA work or recorded ranges.

@@ -249,8 +249,34 @@ fn a_comm_only_capture_says_so_in_the_report() {
     let note = shardscope_analyzer::report::capture_mode_note(&trace).unwrap();
     assert!(note.starts_with("tp2-comm.sqlite: communication-only capture"), "{note}");
     assert!(note.contains("exposed communication is not known"), "{note}");
+    assert!(note.contains("no kernel sample"), "{note}");
     trace.source.capture_mode = Some("full".into());
     assert_eq!(shardscope_analyzer::report::capture_mode_note(&trace), None);
+}
+
+/// The note says what the file's kernel sample did, and a sample fact that is not what a capture writes (damaged,
+/// the wrong shape, huge numbers) is said to be unreadable or unfitted, never a panic.
+#[test]
+fn the_comm_only_note_says_what_the_kernel_sample_did() {
+    let mut trace = comm_only_capture();
+    trace.source.capture_mode = Some(shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY.into());
+    let note_with = |sample: &str| {
+        let mut trace = trace.clone();
+        trace.source.nccl_kernel_sample = Some(sample.into());
+        shardscope_analyzer::report::capture_mode_note(&trace).unwrap()
+    };
+    let fitted = note_with(
+        r#"[{"pid":1,"kernelsTimed":595,"ncclKernels":64,"process":{"kernelMinusChannelsNs":3264,"matches":60}},
+            {"pid":2,"kernelsTimed":595,"ncclKernels":64,"process":{"kernelMinusChannelsNs":3328,"matches":63}}]"#,
+    );
+    assert!(fitted.contains("widened by 3.26–3.33 µs") && fitted.contains("2 of 2 processes"), "{fitted}");
+    let unfitted = note_with(r#"[{"pid":1,"kernelsTimed":10,"ncclKernels":2}]"#);
+    assert!(unfitted.contains("fitted no process"), "{unfitted}");
+    for damaged in ["", "{", "[1,2]", r#"[{"process":{"kernelMinusChannelsNs":"x"}}]"#, &"[".repeat(10_000)] {
+        assert!(note_with(damaged).contains("could not be read"), "{damaged:.40}");
+    }
+    let huge = note_with(r#"[{"process":{"kernelMinusChannelsNs":9223372036854775807}}]"#);
+    assert!(huge.contains("widened by"), "{huge}");
 }
 
 /// A real `--comm-only` capture of the reference workload on two H100s (`sample-traces/comm_only/`): every
@@ -278,4 +304,5 @@ fn a_real_comm_only_capture_matches_every_collective_with_kernel_length_transfer
     assert_eq!(group("16-256 MiB")["count"], 64);
     let notes = report["notes"].to_string();
     assert!(notes.contains("communication-only capture"), "{notes}");
+    assert!(notes.contains("widened by 3.26–3.33 µs"), "the file's kernel sample: {notes}");
 }

@@ -518,8 +518,10 @@ fn read_metadata(db: &Database<'_>, trace: &mut Trace) -> Result<(), Error> {
         _ => None,
     };
     db.each_row(CAPTURE_META_TABLE, &["name", "value"], |row| {
-        if text(row, 0).as_deref() == Some("captureMode") {
-            trace.source.capture_mode = text(row, 1);
+        match text(row, 0).as_deref() {
+            Some("captureMode") => trace.source.capture_mode = text(row, 1),
+            Some("ncclKernelSample") => trace.source.nccl_kernel_sample = text(row, 1),
+            _ => {}
         }
         Ok(())
     })?;

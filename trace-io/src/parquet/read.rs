@@ -82,6 +82,7 @@ fn read_traces(source: &Source) -> Result<BTreeMap<u32, Reading>, Error> {
                     schema_version: text(schema_version, row).map(str::to_string),
                     producer: text(producer, row).map(str::to_string),
                     capture_mode: None,
+                    nccl_kernel_sample: None,
                 },
                 clock_offset_ns: value(offset, row),
                 ..Trace::default()
