@@ -302,7 +302,7 @@ fn start() -> Result<(), String> {
         && !kinds.kernel
         && !omit.activity
     {
-        nccl_sample::prepare(api, sample);
+        nccl_sample::prepare(api, sample, wake_background);
     }
     let session_start_ns =
         std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
@@ -898,7 +898,7 @@ fn background_loop() {
 }
 
 /// Wakes the background thread for a look at its triggers before its next flush.
-pub(crate) fn wake_background() {
+fn wake_background() {
     if let Some(session) = SESSION.get() {
         // Taken so that the wake-up cannot fall between the thread's look at the queue and its wait.
         drop(session.queue.lock().unwrap_or_else(|e| e.into_inner()));

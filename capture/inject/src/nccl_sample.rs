@@ -34,11 +34,14 @@ struct Sample {
     ends_at: Mutex<Option<Instant>>,
     /// The plugin has seen enough collectives launched.
     done_asked: AtomicBool,
+    /// Wakes the background thread for a look ([`tick`]) now.
+    wake: fn(),
 }
 
 /// Sets the sample up; it starts when recording switches on ([`window_switched`]: at once for a capture that
 /// records from the start, at the first window otherwise), so a process that waits for its window pays nothing.
-pub(crate) fn prepare(api: &'static cupti::Cupti, sample: NcclKernelSample) {
+/// `wake` wakes the background thread that calls [`tick`].
+pub(crate) fn prepare(api: &'static cupti::Cupti, sample: NcclKernelSample, wake: fn()) {
     if sample.collectives == 0 {
         return;
     }
@@ -48,6 +51,7 @@ pub(crate) fn prepare(api: &'static cupti::Cupti, sample: NcclKernelSample) {
         state: AtomicU8::new(PENDING),
         ends_at: Mutex::new(None),
         done_asked: AtomicBool::new(false),
+        wake,
     });
 }
 
@@ -74,7 +78,7 @@ pub(crate) fn window_switched(on: bool) {
 pub extern "C" fn shardscope_nccl_sample_done() {
     if let Some(sample) = SAMPLE.get() {
         sample.done_asked.store(true, Ordering::Relaxed);
-        crate::live::wake_background();
+        (sample.wake)();
     }
 }
 
