@@ -65,7 +65,7 @@ struct Args {
     /// number, type, bytes, algorithm, protocol and launch time, plus NVTX ranges; CUPTI times no kernel,
     /// copy or CUDA call, so the launch path runs as uncaptured. The report's wait and transfer, late rank
     /// and bus bandwidth come from these times; without compute kernels, exposed communication is unknown.
-    /// A channel span leaves out the kernel's start-up and wind-down (about 3.4 µs per collective on H100s),
+    /// A channel span leaves out the kernel's start-up and wind-down (about 3.3 µs per collective on H100s),
     /// so CUPTI times the first --comm-sample collectives' kernels too, and every channel-timed kernel is
     /// widened by what that sample showed. Needs the NCCL profiler plugin (NCCL 2.26 or later for GPU
     /// timers); NCCL 2.31.x is warned about (costly timers).
