@@ -1,5 +1,5 @@
 //! The NCCL kernel sample of `capture --comm-only` (see `NcclKernelSample` in `shardscope_spool::config`):
-//! CUPTI times kernels from the start of the process until the NCCL profiler plugin says that enough
+//! CUPTI times kernels from when the process starts recording until the NCCL profiler plugin says that enough
 //! collectives have been launched ([`shardscope_nccl_sample_done`]) or the sample's time limit passes; then
 //! the kernel kind is switched off for the rest of the run. The kernels it recorded tell the launcher how
 //! NCCL's channel timers sit inside their kernels (start-up before the first channel, wind-down after the last).
@@ -59,8 +59,11 @@ pub(crate) fn prepare(api: &'static cupti::Cupti, sample: NcclKernelSample, wake
 /// kernels outside a window would have no channel times to pair with).
 pub(crate) fn window_switched(on: bool) {
     let Some(sample) = SAMPLE.get() else { return };
-    if on && sample.state.compare_exchange(PENDING, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+    // Callers hold the window machine's lock, so two switches never race here; the limit is set before the
+    // sample is marked running, so the background thread never sees a running sample without it.
+    if on && sample.state.load(Ordering::SeqCst) == PENDING {
         *sample.ends_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + sample.max);
+        sample.state.store(RUNNING, Ordering::SeqCst);
         // SAFETY: plain call with a valid kind constant.
         let result = unsafe { sample.api.cuptiActivityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
         if result != 0 {
@@ -94,14 +97,12 @@ pub(crate) fn tick(now: Instant) -> Duration {
     if sample.state.load(Ordering::SeqCst) != RUNNING {
         return Duration::MAX;
     }
-    let ends_at = *sample.ends_at.lock().unwrap_or_else(|e| e.into_inner());
-    match ends_at {
-        Some(at) if now < at && !sample.done_asked.load(Ordering::Relaxed) => at - now,
-        _ => {
-            end(sample);
-            Duration::MAX
-        }
+    let ends_at = sample.ends_at.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(now + sample.max);
+    if now < ends_at && !sample.done_asked.load(Ordering::Relaxed) {
+        return ends_at - now;
     }
+    end(sample);
+    Duration::MAX
 }
 
 /// Switches kernel timing off, once, if the sample is running.
