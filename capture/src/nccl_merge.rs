@@ -88,7 +88,8 @@ pub fn attach_operations(
             let (stats, links) =
                 nccl_timers::add_timer_kernels(trace, process_idx, device, process, process.gpu_clock.as_ref(), offset);
             process.kernel_links = links;
-            if let Some(sampled) = sampled {
+            // A process with no kernel timed had no sample (`--comm-sample 0`): nothing to fit or to say.
+            if let Some(sampled) = sampled.filter(|s| s.removed > 0) {
                 let timer_kernels = &mut trace.kernels[first_timer_kernel..];
                 let fit = widen_by_sample(timer_kernels, &mut process.kernel_links, first_collective, &sampled);
                 summary.samples.push(SampleFit { pid: process.pid, ..fit });
@@ -279,7 +280,7 @@ impl NcclMergeSummary {
 
 fn sample_line(fit: &SampleFit) -> String {
     let head = format!(
-        "NCCL kernel sample of pid {}: {} kernels timed by CUPTI at the start ({} NCCL; left out of the trace)",
+        "NCCL kernel sample of pid {}: {} kernels timed by CUPTI as recording began ({} NCCL; left out of the trace)",
         fit.pid, fit.kernels_timed, fit.nccl_kernels
     );
     match fit.process {
@@ -462,10 +463,31 @@ mod tests {
     fn comm_only_with_too_small_a_sample_keeps_channel_spans_and_says_so() {
         let (mut trace, mut extras, _) = setup();
         let mut processes = vec![timed_process(3)];
+        let nccl = trace.names.intern("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+        let (device, process) = (DeviceIdx(1), ProcessIdx(1));
+        let sampled = shardscope_model::Kernel {
+            start_ns: 1_999_000,
+            end_ns: 2_012_000,
+            name: nccl,
+            short_name: nccl,
+            device,
+            process,
+            ..Default::default()
+        };
+        trace.kernels.push(sampled);
         let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
         assert_eq!(trace.kernels[2].end_ns - trace.kernels[2].start_ns, 10_000);
-        assert_eq!(summary.samples[0].process, None);
+        assert_eq!((summary.samples[0].kernels_timed, summary.samples[0].process), (1, None));
         assert!(summary.lines(1).iter().any(|l| l.starts_with("warning: NCCL kernel sample of pid 42")));
+    }
+
+    #[test]
+    fn comm_only_without_a_sample_says_nothing_of_one() {
+        let (mut trace, mut extras, _) = setup();
+        let mut processes = vec![timed_process(3)];
+        let summary = attach_operations(&mut trace, &mut extras, &mut processes, true);
+        assert!(summary.samples.is_empty());
+        assert!(!summary.lines(1).iter().any(|l| l.contains("kernel sample")), "{:?}", summary.lines(1));
     }
 
     #[test]
