@@ -11,6 +11,15 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// A small one-rank synthetic trace written to `dir/one_rank.sqlite`; its path.
+fn one_rank_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("one_rank.sqlite");
+    let trace =
+        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
+    shardscope_io::nsys_writer::write(&trace, &path).expect("writes the trace");
+    path
+}
+
 /// `viewer --screenshot OUT ARGS…`, run to its end.
 fn viewer(out: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_viewer"))
@@ -172,10 +181,7 @@ fn ideal_replay_is_drawn_in_screenshots() {
 #[test]
 fn no_renderer_is_one_line_naming_the_cause_and_a_non_zero_exit() {
     let dir = temp_dir("no-renderer");
-    let trace_path = dir.join("one_rank.sqlite");
-    let trace =
-        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
-    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let trace_path = one_rank_trace(&dir);
     let png = dir.join("out.png");
     // Linux has no Metal: no adapter at all. Without a session directory, Mesa's EGL would print its complaint
     // while probing; none of that reaches the terminal.
@@ -198,10 +204,7 @@ fn no_renderer_is_one_line_naming_the_cause_and_a_non_zero_exit() {
 #[test]
 fn a_trace_that_fails_to_load_beside_one_that_loads_fails_the_screenshot() {
     let dir = temp_dir("one-missing");
-    let trace_path = dir.join("one_rank.sqlite");
-    let trace =
-        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
-    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let trace_path = one_rank_trace(&dir);
     let missing = dir.join("rank1.sqlite");
     let png = dir.join("out.png");
     // Fails before drawing, so the same on a machine without a renderer.
@@ -219,10 +222,7 @@ fn a_trace_that_fails_to_load_beside_one_that_loads_fails_the_screenshot() {
 #[cfg_attr(not(wgpu_renderer), ignore = "needs a Vulkan driver for wgpu")]
 fn a_screenshot_without_a_session_directory_prints_nothing() {
     let dir = temp_dir("quiet");
-    let trace_path = dir.join("one_rank.sqlite");
-    let trace =
-        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
-    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let trace_path = one_rank_trace(&dir);
     let png = dir.join("out.png");
     // Mesa's EGL complains of a missing XDG_RUNTIME_DIR on every probe: none of it reaches standard error.
     let output = Command::new(env!("CARGO_BIN_EXE_viewer"))
@@ -240,10 +240,7 @@ fn a_screenshot_without_a_session_directory_prints_nothing() {
 #[test]
 fn a_png_that_cannot_be_written_is_one_line_naming_it() {
     let dir = temp_dir("unwritable");
-    let trace_path = dir.join("one_rank.sqlite");
-    let trace =
-        generate_single(SyntheticSpec { ranks: 1, kernels_per_rank: 50, allreduce_every: 10, kernels_per_step: 10 });
-    shardscope_io::nsys_writer::write(&trace, &trace_path).expect("writes the trace");
+    let trace_path = one_rank_trace(&dir);
     let png = dir.join("no-such-folder/out.png");
     let output = viewer(&png, &["--size", "400x300", trace_path.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
