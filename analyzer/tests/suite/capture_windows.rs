@@ -4,11 +4,10 @@
 //! leaves the gap out and no phase instance is measured across it, and the critical path cuts a wait that
 //! reaches into the gap (known answers, computed by hand in each test's comment).
 
+use crate::rank_builder::RankBuilder;
 use shardscope_analyzer::dependency::critical_path;
 use shardscope_analyzer::report::{self, Options};
-use shardscope_model::{
-    ApiCall, CaptureWindow, Device, DeviceIdx, Kernel, Process, ProcessIdx, Range, Trace, WindowTrigger,
-};
+use shardscope_model::{CaptureWindow, Device, Kernel, Process, ProcessIdx, Range, Trace, WindowTrigger};
 
 const STEP_NS: i64 = 1_000;
 const STEPS_PER_WINDOW: i64 = 8;
@@ -69,58 +68,21 @@ fn the_gap_between_windows_is_neither_span_nor_idle_and_no_step_crosses_it() {
     assert_eq!(steps.found + 1, whole_steps.found, "exactly the step that crossed the gap is gone");
 }
 
-/// One process, thread 1: host calls and the kernels they launch, and capture windows.
-struct Builder {
-    trace: Trace,
-    next_correlation: u32,
+/// One rank (see [`RankBuilder`]) recorded in `windows`.
+fn windowed(windows: &[(i64, i64)]) -> RankBuilder {
+    let mut b = RankBuilder::new(0);
+    let process = ProcessIdx(0);
+    for &(start_ns, end_ns) in windows {
+        let (start_trigger, end_trigger) = (WindowTrigger::Nvtx, WindowTrigger::Nvtx);
+        b.trace.capture_windows.push(CaptureWindow { process, start_ns, end_ns, start_trigger, end_trigger });
+    }
+    b
 }
 
-impl Builder {
-    fn new(windows: &[(i64, i64)]) -> Builder {
-        let mut trace = Trace::default();
-        trace.source.path = "synthetic-windows".into();
-        let process = trace.add_process(Process { pid: 7, name: "server".into(), ..Process::default() });
-        trace.add_device(Device { ordinal: 0, process: Some(process), ..Device::default() });
-        for &(start_ns, end_ns) in windows {
-            trace.capture_windows.push(CaptureWindow {
-                process,
-                start_ns,
-                end_ns,
-                start_trigger: WindowTrigger::Nvtx,
-                end_trigger: WindowTrigger::Nvtx,
-            });
-        }
-        Builder { trace, next_correlation: 1 }
-    }
-
+impl RankBuilder {
     /// A launch call at `[call_ns, call_ns + 10)` of kernel `name` on stream 7 at `[start_ns, end_ns)`.
-    fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
-        let correlation_id = self.next_correlation;
-        self.next_correlation += 1;
-        let (process, call) = (ProcessIdx(0), self.trace.names.intern("cudaLaunchKernel_v7000"));
-        self.trace.api_calls.push(ApiCall {
-            start_ns: call_ns,
-            end_ns: call_ns + 10,
-            name: call,
-            process,
-            tid: 1,
-            correlation_id,
-            ..ApiCall::default()
-        });
-        let name = self.trace.names.intern(name);
-        let device = DeviceIdx(0);
-        let kernel = Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name: name,
-            device,
-            process,
-            stream: 7,
-            correlation_id,
-            ..Kernel::default()
-        };
-        self.trace.kernels.push(kernel);
+    fn launch_kernel(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
+        self.launch_on(call_ns, name, 7, start_ns, end_ns);
     }
 
     /// An NVTX push/pop range on thread 1.
@@ -128,11 +90,6 @@ impl Builder {
         let name = self.trace.names.intern(name);
         let process = ProcessIdx(0);
         self.trace.ranges.push(Range { start_ns, end_ns, name, process, tid: 1, ..Range::default() });
-    }
-
-    fn finish(mut self) -> Trace {
-        self.trace.finish();
-        self.trace
     }
 }
 
@@ -145,15 +102,15 @@ const WINDOWS: [(i64, i64); 2] = [(0, 10_000), (1_000_000, 1_010_000)];
 /// instance counts only its recorded time, 8_200..10_500 and 1_000_000..1_002_100 (4_400), and it is no
 /// instance length.
 fn phase_trace(windows: &[(i64, i64)]) -> Trace {
-    let mut b = Builder::new(windows);
+    let mut b = windowed(windows);
     b.range("decode", 0, 5_000);
-    b.launch(100, "gemm", 200, 1_200);
-    b.launch(2_000, "gemm", 2_100, 3_100);
+    b.launch_kernel(100, "gemm", 200, 1_200);
+    b.launch_kernel(2_000, "gemm", 2_100, 3_100);
     b.range("decode", 8_000, 1_002_500);
-    b.launch(8_100, "gemm", 8_200, 10_500);
-    b.launch(1_001_000, "gemm", 1_001_100, 1_002_100);
+    b.launch_kernel(8_100, "gemm", 8_200, 10_500);
+    b.launch_kernel(1_001_000, "gemm", 1_001_100, 1_002_100);
     b.range("decode", 1_003_000, 1_004_000);
-    b.launch(1_003_100, "gemm", 1_003_200, 1_003_700);
+    b.launch_kernel(1_003_100, "gemm", 1_003_200, 1_003_700);
     b.finish()
 }
 
@@ -181,9 +138,9 @@ fn a_phase_span_leaves_out_the_gap_between_windows_and_no_instance_crosses_it() 
 #[test]
 fn the_critical_path_splits_a_wait_at_the_gap_between_windows() {
     let path_of = |windows: &[(i64, i64)]| {
-        let mut b = Builder::new(windows);
-        b.launch(0, "gemm", 100, 1_100);
-        b.launch(1_001_000, "elementwise", 1_001_020, 1_001_120);
+        let mut b = windowed(windows);
+        b.launch_kernel(0, "gemm", 100, 1_100);
+        b.launch_kernel(1_001_000, "elementwise", 1_001_020, 1_001_120);
         let traces = [b.finish()];
         let model = critical_path::build_model(&traces, &Options::default(), None, None).expect("model");
         critical_path::critical_path(&traces, &model)
