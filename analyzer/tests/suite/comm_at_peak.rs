@@ -3,63 +3,25 @@
 
 use std::path::Path;
 
+use crate::rank_builder::{ALL_REDUCE, ALL_REDUCE_BYTES as BYTES, RankBuilder};
+
 use shardscope_analyzer::dependency::critical_path;
 use shardscope_analyzer::dependency::whatif::{self, Scenario};
 use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::report::Options;
 use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
-use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, Kernel, Process, Trace};
+use shardscope_model::{CollectiveOp, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
-const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
 const ELEMENTWISE: &str = "void at::native::vectorized_elementwise_kernel<4>(int)";
-/// The all-reduce's message size: 1 MiB.
-const BYTES: u64 = 1 << 20;
 
-/// One rank: kernels, each launched by a `cudaLaunchKernel` call 10 ns long.
+/// One rank: kernels, each launched by a `cudaLaunchKernel` call 10 ns long (`(call_ns, name, start_ns, end_ns)`).
 fn rank(rank: u32, kernels: &[(i64, &str, i64, i64)]) -> Trace {
-    let mut trace = Trace::default();
-    trace.source.path = format!("synthetic-rank{rank}");
-    let process = trace.add_process(Process { pid: 100 + rank, rank: Some(rank), ..Process::default() });
-    trace.add_device(Device { ordinal: rank, process: Some(process), ..Device::default() });
-    let launch = trace.names.intern("cudaLaunchKernel_v7000");
-    for (i, &(call_ns, name, start_ns, end_ns)) in kernels.iter().enumerate() {
-        let correlation_id = i as u32 + 1;
-        trace.api_calls.push(ApiCall {
-            start_ns: call_ns,
-            end_ns: call_ns + 10,
-            name: launch,
-            process,
-            tid: 1,
-            correlation_id,
-            ..ApiCall::default()
-        });
-        let name = trace.names.intern(name);
-        let collective = (name == trace.names.intern(ALL_REDUCE)).then(|| {
-            trace.collectives.push(Collective {
-                op: CollectiveOp::AllReduce,
-                communicator: Some(1),
-                seq: Some(0),
-                bytes: Some(BYTES),
-                ..Collective::default()
-            });
-            trace.collectives.len() as u32 - 1
-        });
-        trace.kernels.push(Kernel {
-            start_ns,
-            end_ns,
-            name,
-            short_name: name,
-            device: shardscope_model::DeviceIdx(0),
-            process,
-            stream: 7,
-            correlation_id,
-            collective,
-            ..Kernel::default()
-        });
+    let mut b = RankBuilder::new(rank);
+    for &(call_ns, name, start_ns, end_ns) in kernels {
+        b.launch(call_ns, name, start_ns, end_ns);
     }
-    trace.finish();
-    trace
+    b.finish()
 }
 
 /// `bench` results measuring a 2-rank all-reduce of `BYTES` in `time_us` (a second size, 4 MiB in 4 × `time_us`,

@@ -3,7 +3,7 @@
 //! equal what `analyzer what-if` replays for the same change.
 
 use crate::common;
-pub(crate) use crate::rank_builder::RankBuilder;
+pub(crate) use crate::rank_builder::{ALL_REDUCE, ALL_REDUCE_BYTES as BYTES, RankBuilder};
 
 use std::path::Path;
 
@@ -14,33 +14,14 @@ use shardscope_analyzer::findings::rules::FindingsRules;
 use shardscope_analyzer::findings::{self, Basis, Finding, Findings};
 use shardscope_analyzer::report::{self, Options};
 use shardscope_bench::results::{BenchResults, CollectiveOp as BenchOp, CollectiveResult};
-use shardscope_model::{Collective, CollectiveOp, CopyKind, MemOp, MemoryEvent, MemoryKind, MemoryOperation, Trace};
+use shardscope_model::{CopyKind, MemOp, MemoryEvent, MemoryKind, MemoryOperation, Trace};
 
 const GEMM: &str = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn";
-const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
 const ELEMENTWISE: &str = "void at::native::vectorized_elementwise_kernel<4>(int)";
 const NORM: &str = "void at::native::vectorized_layer_norm_kernel<float>(int)";
-/// The all-reduces' message size: 1 MiB.
-const BYTES: u64 = 1 << 20;
 
-/// What the findings' cases launch, on stream 7 (see [`RankBuilder`] for the rest).
+/// The copies and allocations the findings' cases add (see [`RankBuilder`] for the launches).
 impl RankBuilder {
-    /// A 10 ns `cudaLaunchKernel` at `call_ns` launching `name` at `[start_ns, end_ns)`; an all-reduce is instance 0
-    /// of communicator 1, of `BYTES`.
-    fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
-        self.launch_on(call_ns, name, 7, start_ns, end_ns);
-        if name == ALL_REDUCE {
-            let op = CollectiveOp::AllReduce;
-            self.mark_collective(Collective {
-                op,
-                communicator: Some(1),
-                seq: Some(0),
-                bytes: Some(BYTES),
-                ..Collective::default()
-            });
-        }
-    }
-
     /// A 10 ns `cudaMemcpyAsync` at `call_ns` copying `bytes` host to device at `[start_ns, end_ns)`.
     fn copy_to_device(&mut self, call_ns: i64, bytes: u64, start_ns: i64, end_ns: i64) {
         let correlation_id = self.call("cudaMemcpyAsync_v3020", call_ns, call_ns + 10);

@@ -1,7 +1,12 @@
 //! One rank's synthetic trace, written as host calls on thread 1 and the GPU work they launch: what the findings'
 //! and the critical path's tests build their runs from (each adds the launches its cases need).
 
-use shardscope_model::{ApiCall, Collective, Device, DeviceIdx, Kernel, Process, ProcessIdx, Trace};
+use shardscope_model::{ApiCall, Collective, CollectiveOp, Device, DeviceIdx, Kernel, Process, ProcessIdx, Trace};
+
+/// The all-reduce kernel [`RankBuilder::launch`] makes an instance of a collective.
+pub const ALL_REDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+/// Its message size: 1 MiB.
+pub const ALL_REDUCE_BYTES: u64 = 1 << 20;
 
 pub struct RankBuilder {
     pub trace: Trace,
@@ -53,6 +58,16 @@ impl RankBuilder {
             ..Kernel::default()
         };
         self.trace.kernels.push(kernel);
+    }
+
+    /// A 10 ns `cudaLaunchKernel` at `call_ns` launching `name` on stream 7 at `[start_ns, end_ns)`; an
+    /// [`ALL_REDUCE`] is instance 0 of communicator 1, of [`ALL_REDUCE_BYTES`].
+    pub fn launch(&mut self, call_ns: i64, name: &str, start_ns: i64, end_ns: i64) {
+        self.launch_on(call_ns, name, 7, start_ns, end_ns);
+        if name == ALL_REDUCE {
+            let (op, communicator, seq, bytes) = (CollectiveOp::AllReduce, Some(1), Some(0), Some(ALL_REDUCE_BYTES));
+            self.mark_collective(Collective { op, communicator, seq, bytes, ..Collective::default() });
+        }
     }
 
     /// Makes the last kernel an instance of `collective`.
