@@ -9,6 +9,12 @@ MODE (environment):
           the mask copies a CPU tensor during capture.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
           the second is timed.
+  hooks-ab  what the module-call hooks present in the process (those `capture --torch-modules` installs) add to
+          an eager decode step, measured inside one process: DECODE steps in blocks of AB_BLOCK (4), in pairs of
+          one block with the hooks and one with them taken out (the order alternating between pairs), so both
+          halves share the process, the clocks and the neighbours. Prints the per-pair ratio (with / without hooks)
+          of the forwards' host time and of the blocks' wall time (synchronised at both ends). In a process without
+          such hooks both halves are the same (a check of the method).
 Other settings: LAYERS (4), HIDDEN (1024), PROMPT (64 tokens), DECODE (32), ATTN (attention implementation,
 transformers' default when unset), TORCH_PROF=FILE (record the timed part
 with torch.profiler, `with_modules=True, with_stack=True`, and write its Chrome trace there).
@@ -20,6 +26,7 @@ synchronised before and after only).
 import contextlib
 import json
 import os
+import statistics
 import time
 
 import torch
@@ -160,8 +167,82 @@ def static(config, model):
         return timed(run)
 
 
+class ModuleCallHooks:
+    """Takes out and puts back what a profiler adds to every module call: a wrapped `nn.Module._call_impl` (what
+    `capture --torch-modules` installs; the wrapper keeps the original as `__wrapped__`) and torch's global
+    module hooks (the tables `register_module_forward_*` fill)."""
+
+    TABLES = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called")
+
+    def __init__(self):
+        module_api = torch.nn.modules.module
+        self.tables = [getattr(module_api, name) for name in self.TABLES if hasattr(module_api, name)]
+        self.saved = [dict(table) for table in self.tables]
+        self.wrapped = torch.nn.Module._call_impl
+        self.plain = getattr(self.wrapped, "__wrapped__", self.wrapped)
+        self.count = sum(len(saved) for saved in self.saved) + (self.wrapped is not self.plain)
+
+    def set(self, present):
+        torch.nn.Module._call_impl = self.wrapped if present else self.plain
+        for table, saved in zip(self.tables, self.saved):
+            table.clear()
+            if present:
+                table.update(saved)
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+def hooks_ab(config, model):
+    """Paired blocks of decode steps with and without the module-call hooks; returns the figures as a dictionary.
+
+    Two figures per block of AB_BLOCK steps (4 unless set): the host time of its forwards (each from its call to
+    its return, the GPU left to run behind it as in a decode loop) and its wall time from a synchronised start to
+    the synchronised end, both per step. Pairs of blocks (with, without), the order alternating between pairs.
+    """
+    block = int(os.environ.get("AB_BLOCK", "4"))
+    hooks = ModuleCallHooks()
+    ids = torch.randint(0, config.vocab_size, (1, PROMPT), device="cuda")
+    samples = {True: [], False: []}  # per block: (host ns, wall ns), each per step
+    with torch.no_grad():
+        for warm_up in (True, False):
+            out = model(input_ids=ids, use_cache=True)
+            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            # The warm-up pass runs as many steps: a forward at a cache length not seen before is ~10x slower on
+            # an H100 with torch 2.11 (seen: ~41 against ~4.5 ms per step), so only lengths seen before are timed.
+            for index in range(max(2, DECODE // block)):
+                present = (index % 2 == 0) == (index // 2 % 2 == 0)  # pairs (with, without), (without, with), ...
+                hooks.set(present)
+                torch.cuda.synchronize()
+                host_ns, started = 0, time.perf_counter_ns()
+                for _ in range(block):
+                    called = time.perf_counter_ns()
+                    with nvtx("decode"):
+                        token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                    host_ns += time.perf_counter_ns() - called
+                torch.cuda.synchronize()
+                wall_ns = time.perf_counter_ns() - started
+                if not warm_up:
+                    samples[present].append((host_ns / block, wall_ns / block))
+    hooks.set(True)
+    pairs = list(zip(samples[True], samples[False]))
+    result = {"mode": MODE, "module_call_hooks": hooks.count, "block_steps": block, "pairs": len(pairs)}
+    for index, figure in ((0, "host"), (1, "wall")):
+        ratios = [on[index] / off[index] for on, off in pairs]
+        result.update({f"step_{figure}_ms_with": statistics.median(s[index] for s in samples[True]) / 1e6,
+                       f"step_{figure}_ms_without": statistics.median(s[index] for s in samples[False]) / 1e6,
+                       f"{figure}_ratio_median": statistics.median(ratios),
+                       f"{figure}_ratio_p10": percentile(ratios, 0.1), f"{figure}_ratio_p90": percentile(ratios, 0.9)})
+    return result
+
+
 def main():
     config, model = build()
+    if MODE == "hooks-ab":
+        print(json.dumps(hooks_ab(config, model)), flush=True)
+        return
     total_ms = {"eager": eager, "graph": graph, "static": static}[MODE](config, model)
     print(json.dumps({"mode": MODE, "decode_steps": DECODE, "step_ms": total_ms / DECODE, "total_ms": total_ms}),
           flush=True)

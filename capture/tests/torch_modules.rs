@@ -78,9 +78,14 @@ fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
     let result = run_model("all", "");
     let mut expected = one_call("", 2);
     expected.extend(one_call("", 2));
-    // The compiled call adds nothing; the last call's stray module is named under its caller.
+    // The compiled call adds nothing; the stray module is named under its caller; a forward that raises closes
+    // its range and its callers' before the exception reaches the program.
     expected.extend(
         ["push (Model)", "push layers (Module)", "push layers.Linear (Linear)", "pop", "pop", "pop"].map(String::from),
+    );
+    expected.extend(
+        ["push (Model)", "push layers (Module)", "push layers.Failing (Failing)", "pop", "pop", "pop", "raised"]
+            .map(String::from),
     );
     assert_eq!(log(&result), expected);
     assert_eq!(result["chained"], "yes", "the workload's own sitecustomize ran after the hook");

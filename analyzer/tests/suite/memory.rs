@@ -107,6 +107,22 @@ fn a_trace_without_memory_events_has_no_memory_section() {
     assert!(json.get("memory").is_none());
 }
 
+/// A trace's CUDA memory events as kind, operation and bytes, in order: what two recorders of one run share.
+fn memory_shape(trace: &Trace) -> Vec<(MemoryKind, MemoryOperation, u64)> {
+    trace.memory_events.iter().map(|e| (e.kind, e.operation, e.bytes)).collect()
+}
+
+/// The wide probe (`MEMORY_PROBE_HIDDEN=12288`): the capture and Nsight Systems' export of the same program read to
+/// the same 514 CUDA memory events, kind, operation and bytes in order.
+#[test]
+fn the_wide_probe_reads_the_same_from_capture_and_nsys() {
+    let dir = common::repo_root().join("sample-traces/memory");
+    let load = |name: &str| shardscope_io::load(&dir.join(name)).unwrap().remove(0);
+    let (ours, nsys) = (load("memory_probe_wide_capture.sqlite.gz"), load("memory_probe_wide_nsys.sqlite.gz"));
+    assert_eq!(ours.memory_events.len(), 514);
+    assert_eq!(memory_shape(&ours), memory_shape(&nsys), "event for event");
+}
+
 /// `sample-traces/memory/`: one program (`workloads/memory_probe.py`, one H100) captured with `capture --trace
 /// all,memory` and with Nsight Systems `--cuda-memory-usage=true`, and run under torch.profiler. Both SQLite files
 /// read to the same CUDA memory events (kind, operation, bytes, in order) and the same peak; the Kineto trace's
@@ -117,11 +133,8 @@ fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
     let dir = common::repo_root().join("sample-traces/memory");
     let load = |name: &str| shardscope_io::load(&dir.join(name)).unwrap().remove(0);
     let (ours, nsys) = (load("memory_probe_capture.sqlite.gz"), load("memory_probe_nsys.sqlite.gz"));
-    let shape = |t: &Trace| -> Vec<(MemoryKind, MemoryOperation, u64)> {
-        t.memory_events.iter().map(|e| (e.kind, e.operation, e.bytes)).collect()
-    };
     assert_eq!(ours.memory_events.len(), 504);
-    assert_eq!(shape(&ours), shape(&nsys), "event for event");
+    assert_eq!(memory_shape(&ours), memory_shape(&nsys), "event for event");
 
     let peak = |path: &str| -> Value {
         let input = dir.join(path);

@@ -31,5 +31,11 @@ torch.compiling[0] = False
 stray = torch.nn.Linear()
 model.layers.forward = lambda x: stray(x)
 model(0)
+# A forward that raises still closes its range (and its callers').
+model.layers.forward = lambda x: torch.nn.Failing()(x)
+try:
+    model(0)
+except ValueError:
+    torch.events.append(("raised",))
 print(json.dumps({"events": torch.events, "sitecustomize": sorted(m for m in sys.modules if "sitecustomize" in m),
                   "chained": getattr(sys.modules.get("sitecustomize"), "CHAINED", None)}))

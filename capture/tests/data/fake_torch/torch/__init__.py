@@ -1,5 +1,5 @@
-"""A stand-in for torch with just what the module hook uses: global module hooks, nn.Module calls and
-named_modules, NVTX push/pop, the allocator's counters and torch.compiler.is_compiling. Every NVTX call and
+"""A stand-in for torch with just what the module hook uses: nn.Module calls (`__call__` through `_call_impl`, as
+torch 2.1 and later) and named_modules, NVTX push/pop, the allocator's counters and torch.compiler.is_compiling. Every NVTX call and
 counter read is logged in `events`, which the test compares with what it expects."""
 
 import types
@@ -21,18 +21,6 @@ class _Nvtx:
 
 _C = types.SimpleNamespace(_nvtx=_Nvtx)
 
-_pre_hooks = []
-_post_hooks = []
-
-
-def _register_pre(hook):
-    _pre_hooks.append(hook)
-
-
-def _register_post(hook, always_call=False):
-    _post_hooks.append(hook)
-
-
 class Module:
     def __init__(self):
         self._children = {}
@@ -52,13 +40,13 @@ class Module:
             x = child(x)
         return x
 
-    def __call__(self, x):
-        for hook in _pre_hooks:
-            hook(self, (x,))
-        out = self.forward(x)
-        for hook in _post_hooks:
-            hook(self, (x,), out)
-        return out
+    def _call_impl(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def _wrapped_call_impl(self, *args, **kwargs):
+        return self._call_impl(*args, **kwargs)
+
+    __call__ = _wrapped_call_impl
 
 
 class Linear(Module):
@@ -67,15 +55,12 @@ class Linear(Module):
         return x + 1
 
 
-nn = types.SimpleNamespace(
-    Module=Module,
-    Linear=Linear,
-    modules=types.SimpleNamespace(
-        module=types.SimpleNamespace(
-            register_module_forward_pre_hook=_register_pre, register_module_forward_hook=_register_post
-        )
-    ),
-)
+class Failing(Module):
+    def forward(self, x):
+        raise ValueError("a forward that raises")
+
+
+nn = types.SimpleNamespace(Module=Module, Linear=Linear, Failing=Failing)
 
 
 def _memory_stats():
