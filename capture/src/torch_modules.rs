@@ -3,7 +3,8 @@
 //! The hook is a `sitecustomize.py` (kept beside this file and built into the binary) that the launcher writes
 //! into a folder of its own and puts first on the workload's `PYTHONPATH`; Python's `site` imports it in every
 //! Python process of the job. Once the program imports torch, it wraps `nn.Module._call_impl` so that each module
-//! call pushes and pops a range named `model.layers.3.self_attn.q_proj (Linear)` (see the file's own docstring). A `sitecustomize` that the workload's path already had is imported after ours, so both run.
+//! call pushes and pops a range named `model.layers.3.self_attn.q_proj (Linear)` (see the file's own docstring).
+//! A `sitecustomize` that the workload's path already had is imported after ours, so both run.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
