@@ -18,6 +18,11 @@ fn data() -> PathBuf {
 
 /// Runs the stand-in model under `capture --torch-modules<option>` and returns what the hook did.
 fn run_model(test: &str, option: &str) -> Value {
+    run_model_with(test, option, &[])
+}
+
+/// `run_model` with more environment for the stand-in torch.
+fn run_model_with(test: &str, option: &str, env: &[(&str, &str)]) -> Value {
     let dir = std::env::temp_dir().join(format!("shardscope-torch-modules-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -33,6 +38,7 @@ fn run_model(test: &str, option: &str) -> Value {
         .args(["--group-wait", "5", "--", "python3"])
         .arg(data().join("run_model.py"))
         .env("PYTHONPATH", pythonpath)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -69,17 +75,19 @@ fn one_call(prefix: &str, layers: usize) -> Vec<String> {
     lines
 }
 
-#[test]
-fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
-    if !python_available() {
-        eprintln!("every_module_forward_is_one_named_range_and_compiling_adds_none: skipped, no python3");
-        return;
-    }
-    let result = run_model("all", "");
+/// What `run_model.py` logs with every module named: two plain passes, a compiled one (nothing), a pass with a
+/// forward hook on one projection, a stray module, a forward that raises.
+fn expected_full_log() -> Vec<String> {
     let mut expected = one_call("", 2);
     expected.extend(one_call("", 2));
-    // The compiled call adds nothing; the stray module is named under its caller; a forward that raises closes
-    // its range and its callers' before the exception reaches the program.
+    // The compiled call adds nothing; then a call with a forward hook on one projection: its hook runs inside
+    // its range.
+    let mut hooked = one_call("", 2);
+    let at = hooked.iter().position(|l| l == "push layers.0.q_proj (Linear)").unwrap();
+    hooked.insert(at + 1, "hook".into());
+    expected.extend(hooked);
+    // The stray module is named under its caller; a forward that raises closes its range and its callers' before
+    // the exception reaches the program.
     expected.extend(
         ["push (Model)", "push layers (Module)", "push layers.Linear (Linear)", "pop", "pop", "pop"].map(String::from),
     );
@@ -87,8 +95,34 @@ fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
         ["push (Model)", "push layers (Module)", "push layers.Failing (Failing)", "pop", "pop", "pop", "raised"]
             .map(String::from),
     );
-    assert_eq!(log(&result), expected);
+    expected
+}
+
+#[test]
+fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
+    if !python_available() {
+        eprintln!("every_module_forward_is_one_named_range_and_compiling_adds_none: skipped, no python3");
+        return;
+    }
+    let result = run_model("all", "");
+    assert_eq!(log(&result), expected_full_log());
     assert_eq!(result["chained"], "yes", "the workload's own sitecustomize ran after the hook");
+    // torch's `_call_impl` ran for no call of the two plain passes (the hook took torch's fast path itself), for
+    // all 8 calls while compiling, and for the one hooked module's call.
+    assert_eq!(result["call_impl"], serde_json::json!([0, 8, 1]));
+}
+
+/// A torch without what its fast path checks (here no `torch._C._is_tracing`, as before 2.0 the backward-pre
+/// tables): every call goes through `_call_impl`, with the same ranges.
+#[test]
+fn without_the_fast_path_every_call_goes_through_call_impl() {
+    if !python_available() {
+        eprintln!("without_the_fast_path_every_call_goes_through_call_impl: skipped, no python3");
+        return;
+    }
+    let result = run_model_with("no-fast-path", "", &[("FAKE_TORCH_NO_FAST_PATH", "1")]);
+    assert_eq!(log(&result), expected_full_log());
+    assert_eq!(result["call_impl"], serde_json::json!([16, 8, 8]));
 }
 
 #[test]

@@ -1,16 +1,18 @@
 """shardscope capture's start-up hook for `capture --torch-modules`: one NVTX range per nn.Module forward.
 
 `capture` writes this file into a folder of its own and puts that folder first on PYTHONPATH, so that Python's
-`site` imports it at start-up. It changes nothing until the program imports torch; then it wraps `nn.Module._call_impl` (what every
-module call runs) so that each call pushes and pops an NVTX range named by the module's qualified path and class,
-`model.layers.3.self_attn.q_proj (Linear)`. The capture records the ranges like any
-other NVTX range, and the analyzer attributes each kernel to the innermost module range open on the thread that
+`site` imports it at start-up. It changes nothing until the program imports torch; then it wraps
+`nn.Module._call_impl` (what every module call runs) so that each call pushes and pops an NVTX range named by the
+module's qualified path and class, `model.layers.3.self_attn.q_proj (Linear)`. The capture records the ranges like
+any other NVTX range, and the analyzer attributes each kernel to the innermost module range open on the thread that
 launched it.
 
 What it does per call is kept small: one dictionary lookup for the name (names are resolved once per root
 module by walking its `named_modules()`), two NVTX calls, and, with memory on, two reads of the caching
-allocator's counters. No synchronisation and no stack walking. While torch.compile traces, the wrapper only
-calls through, so compiled programs are not changed.
+allocator's counters. No synchronisation, and no stack walking per call (the wrapper's frames are read once, for a
+module not named yet). Where torch would take its fast path the wrapper calls the module's forward itself, so a
+module call still costs one Python frame. While torch.compile traces, the wrapper only calls through, so compiled
+programs are not changed.
 
 Settings come from SHARDSCOPE_TORCH_MODULES, `;`-separated: `depth=N` (only modules whose path has at most N
 dotted parts; the root is 0) and `memory=1` (allocated and reserved bytes at entry in the range's message, and at
@@ -21,7 +23,6 @@ A sitecustomize that was on the path before ours is imported after ours, so both
 
 import os
 import sys
-import threading
 import weakref
 
 _SETTINGS_ENV = "SHARDSCOPE_TORCH_MODULES"
@@ -56,14 +57,7 @@ class ModuleRanges:
         self.is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
         # id(module) -> (weak reference that proves the id is still that module's, message or None when too deep).
         self.names = {}
-        self.local = threading.local()
-
-    def stack(self):
-        """The modules being called on this thread, outermost first."""
-        stack = getattr(self.local, "stack", None)
-        if stack is None:
-            stack = self.local.stack = []
-        return stack
+        self.wrapper_code = None  # the code object of the wrapper, to find its frames
 
     def _learn(self, root):
         """Names every module under `root` by its path from it (the root itself has the empty path)."""
@@ -84,12 +78,27 @@ class ModuleRanges:
             return entry
         return None
 
-    def name_of(self, module, stack):
-        """The range message of `module`, called inside the modules on `stack` (None: deeper than the limit)."""
+    def open_modules(self):
+        """The modules being called on this thread around the current call, outermost first.
+
+        Read from the wrapper's frames: this runs only for a module not named yet (once per module), so the calls
+        themselves keep no stack of their own.
+        """
+        frame = sys._getframe(3)  # 0 this, 1 name_of, 2 the wrapper call that asked, 3 its caller
+        found = []
+        while frame is not None:
+            if frame.f_code is self.wrapper_code:
+                found.append(frame.f_locals.get("module"))
+            frame = frame.f_back
+        return found[::-1]
+
+    def name_of(self, module):
+        """The range message of `module` (None: deeper than the limit); learns the names of its root's modules."""
         entry = self._entry(module)
         if entry is None:
             # A module not seen before: the outermost module being called (a root), or one created or attached
             # after its root was walked. Walk the open root again; a module outside it is named under its caller.
+            stack = self.open_modules()
             self._learn(stack[0] if stack else module)
             entry = self._entry(module)
             if entry is None:
@@ -103,40 +112,64 @@ class ModuleRanges:
         stats = self.memory_stats()
         return f"mem={stats.get('allocated_bytes.all.current', 0)},{stats.get('reserved_bytes.all.current', 0)}"
 
-    def wrap(self, call):
+    def wrap(self, call, torch):
         """`call` (torch's `Module._call_impl`) inside the module's range.
 
         Why not global forward hooks: with any global hook registered, every module call takes torch's slow path
         (hook tables walked, a closure and a set made per call) and makes two Python hook calls; on an eager
-        decode step of a small decoder that was ~15 % of the step (one H100). This is one Python frame and two C
-        calls per module, and torch's fast path stays as it was.
+        decode step of a small decoder that was ~15 % of the step (one H100). Why not simply call `call`: one
+        more Python frame per module call, forwarding every argument, cost about as much as torch's own
+        `_call_impl` frame (2.2-2.5 us per call of a small transformers decoder on a slow CPU). So where torch
+        would take its fast path (no hook on the module or globally, not tracing; see `_fast_path_tables`) the
+        wrapper calls the module's `forward` itself, as `_call_impl` would; anything else goes through `call`.
         """
         names_get, push, pop, is_compiling = self.names.get, self.push, self.pop, self.is_compiling
-        memory, stack_of = self.memory_stats is not None, self.stack
+        memory = self.memory_stats is not None
+        fast = _fast_path_tables(torch)
+        direct = fast is not None
+        pre_bw, bw, fw, pre_fw, tracing = fast or (None, None, None, None, None)
 
         def call_in_range(module, *args, **kwargs):
             if is_compiling():  # traced by torch.compile: add nothing to the graph
                 return call(module, *args, **kwargs)
-            stack = stack_of()
             entry = names_get(id(module))
-            message = entry[1] if entry is not None and entry[0]() is module else self.name_of(module, stack)
-            stack.append(module)
+            message = entry[1] if entry is not None and entry[0]() is module else self.name_of(module)
+            if message is None:
+                return call(module, *args, **kwargs)
+            push(f"{message} {self.memory_message()}" if memory else message)
             try:
-                if message is None:
-                    return call(module, *args, **kwargs)
-                push(f"{message} {self.memory_message()}" if memory else message)
-                try:
-                    return call(module, *args, **kwargs)
-                finally:
-                    if memory:
-                        push(self.memory_message())
-                        pop()
-                    pop()
+                if direct and not (
+                    fw or pre_fw or bw or pre_bw or module._forward_hooks or module._forward_pre_hooks
+                    or module._backward_hooks or module._backward_pre_hooks or tracing()
+                ):
+                    return module.forward(*args, **kwargs)
+                return call(module, *args, **kwargs)
             finally:
-                stack.pop()
+                if memory:
+                    push(self.memory_message())
+                    pop()
+                pop()
 
+        self.wrapper_code = call_in_range.__code__
         call_in_range.__wrapped__ = call
         return call_in_range
+
+
+def _fast_path_tables(torch):
+    """What torch's `_call_impl` checks before its fast path, where this torch has all of it (2.0 and later):
+    the global backward-pre, backward, forward and forward-pre hook tables and `torch._C._is_tracing`; else None,
+    and every call goes through `_call_impl`."""
+    module_api = getattr(getattr(torch, "nn", None), "modules", None)
+    module_api = getattr(module_api, "module", None)
+    names = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_hooks",
+             "_global_forward_pre_hooks")
+    tables = [getattr(module_api, name, None) for name in names]
+    tracing = getattr(getattr(torch, "_C", None), "_is_tracing", None)
+    probe = torch.nn.Module()
+    per_module = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    if any(t is None for t in tables) or tracing is None or not all(hasattr(probe, n) for n in per_module):
+        return None
+    return (*tables, tracing)
 
 
 def register(torch, settings_text):
@@ -148,7 +181,7 @@ def register(torch, settings_text):
         print("shardscope: module ranges not recorded: this torch has no nn.Module._call_impl", file=sys.stderr)
         return None
     ranges = ModuleRanges(torch, depth, memory)
-    wrapped = ranges.wrap(call)
+    wrapped = ranges.wrap(call, torch)
     module_class._call_impl = wrapped
     if module_class.__call__ is call:  # torch before 2.1: __call__ is _call_impl itself
         module_class.__call__ = wrapped

@@ -1,7 +1,9 @@
-"""A stand-in for torch with just what the module hook uses: nn.Module calls (`__call__` through `_call_impl`, as
-torch 2.1 and later) and named_modules, NVTX push/pop, the allocator's counters and torch.compiler.is_compiling. Every NVTX call and
+"""A stand-in for torch with just what the module hook uses: nn.Module calls (`__call__` through `_call_impl`, as torch
+2.1 and later, with per-module forward hooks and the global hook tables `_call_impl` checks) and named_modules, NVTX
+push/pop, `torch._C._is_tracing`, the allocator's counters and torch.compiler.is_compiling. Every NVTX call and
 counter read is logged in `events`, which the test compares with what it expects."""
 
+import os
 import types
 
 events = []
@@ -19,11 +21,22 @@ class _Nvtx:
         events.append(("pop",))
 
 
-_C = types.SimpleNamespace(_nvtx=_Nvtx)
+_C = types.SimpleNamespace(_nvtx=_Nvtx, _is_tracing=lambda: False)
+if os.environ.get("FAKE_TORCH_NO_FAST_PATH"):
+    del _C._is_tracing
+# How many module calls went through `_call_impl` (the hook takes torch's fast path itself where it can).
+call_impl_calls = [0]
+_global_tables = {name: {} for name in ("_global_backward_pre_hooks", "_global_backward_hooks",
+                                        "_global_forward_hooks", "_global_forward_pre_hooks")}
 
 class Module:
     def __init__(self):
         self._children = {}
+        self._forward_hooks, self._forward_pre_hooks = {}, {}
+        self._backward_hooks, self._backward_pre_hooks = {}, {}
+
+    def register_forward_hook(self, hook):
+        self._forward_hooks[len(self._forward_hooks)] = hook
 
     def add(self, name, child):
         self._children[name] = child
@@ -41,7 +54,11 @@ class Module:
         return x
 
     def _call_impl(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        call_impl_calls[0] += 1
+        out = self.forward(*args, **kwargs)
+        for hook in self._forward_hooks.values():
+            hook(self, args, out)
+        return out
 
     def _wrapped_call_impl(self, *args, **kwargs):
         return self._call_impl(*args, **kwargs)
@@ -60,7 +77,8 @@ class Failing(Module):
         raise ValueError("a forward that raises")
 
 
-nn = types.SimpleNamespace(Module=Module, Linear=Linear, Failing=Failing)
+nn = types.SimpleNamespace(Module=Module, Linear=Linear, Failing=Failing,
+                           modules=types.SimpleNamespace(module=types.SimpleNamespace(**_global_tables)))
 
 
 def _memory_stats():
