@@ -110,6 +110,40 @@ fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
     // torch's `_call_impl` ran for no call of the two plain passes (the hook took torch's fast path itself), for
     // all 8 calls while compiling, and for the one hooked module's call.
     assert_eq!(result["call_impl"], serde_json::json!([0, 8, 1]));
+    compiled_code_gets_balanced_ranges(&result);
+}
+
+/// Inductor's Python wrappers (the stand-in's) get the pushes and pops that follow each kernel's module stack,
+/// named as the eager ranges, all closed before the code returns; the C++ wrapper gets none; the caches are off.
+fn compiled_code_gets_balanced_ranges(result: &Value) {
+    let push = |name: &str| format!("torch._C._nvtx.rangePushA('{name}')");
+    let pop = "torch._C._nvtx.rangePop()".to_string();
+    let expected = [
+        "ctx mm".into(),
+        push("model (Model)"),
+        push("model.layers.0 (Block)"),
+        push("model.layers.0.q_proj (Linear)"),
+        "kernel 1".into(),
+        "ctx mm_1".into(),
+        pop.clone(),
+        push("model.layers.0.o_proj (Linear)"),
+        "kernel 2".into(),
+        "ctx add".into(),
+        pop.clone(),
+        "kernel 3".into(),
+        "ctx sum".into(),
+        pop.clone(),
+        pop.clone(),
+        push("(Model)"),
+        "kernel 4".into(),
+        pop,
+    ];
+    for kind in ["PythonWrapperCodegen", "SubgraphPythonWrapperCodegen"] {
+        assert_eq!(result["generated"][kind], serde_json::json!(expected), "{kind}");
+    }
+    let cpp = ["ctx mm", "kernel 1", "ctx mm_1", "kernel 2", "ctx add", "kernel 3", "ctx sum", "kernel 4"];
+    assert_eq!(result["generated"]["CppWrapperCpu"], serde_json::json!(cpp));
+    assert_eq!(result["caches"], serde_json::json!([false, false]), "Inductor's and AOTAutograd's caches off");
 }
 
 /// A torch without what its fast path checks (here no `torch._C._is_tracing`, as before 2.0 the backward-pre
@@ -153,4 +187,8 @@ fn depth_limit_and_memory_counters() {
     let stats = lines.iter().filter(|l| *l == "stats").count();
     let ranges = lines.iter().filter(|l| l.starts_with("push") && !l.starts_with("push mem=")).count();
     assert_eq!(stats, 2 * ranges, "one counter read at entry and one at exit of every recorded module");
+    // Compiled code keeps the same depth limit (`model.layers.0` has 3 parts) and reads no counters.
+    let generated = result["generated"]["PythonWrapperCodegen"].as_array().unwrap();
+    let pushes: Vec<&str> = generated.iter().filter_map(|l| l.as_str()).filter(|l| l.contains("rangePushA")).collect();
+    assert_eq!(pushes, ["torch._C._nvtx.rangePushA('model (Model)')", "torch._C._nvtx.rangePushA('(Model)')"]);
 }

@@ -22,6 +22,7 @@ A sitecustomize that was on the path before ours is imported after ours, so both
 """
 
 import os
+import re
 import sys
 import weakref
 
@@ -155,6 +156,100 @@ class ModuleRanges:
         return call_in_range
 
 
+_WRAPPER_MODULE = "torch._inductor.codegen.wrapper"
+# The root of Dynamo's source of a module (`L['self']`, `L['args'][0]`, `G['model']`), and the item accesses after it.
+_SOURCE_ROOT = re.compile(r"^[A-Z]\[[^\]]*\](?:\[[^\]]*\])*\.?")
+_SOURCE_ITEM = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]([^'\"]+)['\"]\]|\[(\d+)\]")
+
+
+def module_path(source):
+    """`model.layers.0.self_attn` from Dynamo's source of that module (`L['self'].model.layers[0].self_attn`,
+    `L['args'][0]._modules['model']...`); the compiled root itself is the empty path."""
+    path = _SOURCE_ROOT.sub("", source, count=1)
+    path = _SOURCE_ITEM.sub(lambda m: "." + (m.group(1) or m.group(2) or m.group(3)), path)
+    return path.strip(".")
+
+
+class CompiledModuleRanges:
+    """Module ranges in code torch.compile generates: Inductor's Python wrapper calls each kernel in turn, and
+    before each one it records which FX node the kernel came from (`enter_context`); Dynamo left that node's module
+    stack in its `nn_module_stack`. Where the stack changes, the generated code gets the NVTX pops and pushes that
+    go from one stack to the next, named as the eager ranges are, and every range still open is closed before the
+    generated function returns. At run time they are two C calls per module change; a CUDA graph captured from
+    the generated code (`mode="reduce-overhead"`) has them open while its nodes are made, which ties each replayed
+    kernel to its module. Inductor's caches are turned off in this process, so that code generated with the
+    ranges is never reused by a run without them, and the other way round."""
+
+    PUSH, POP = "torch._C._nvtx.rangePushA", "torch._C._nvtx.rangePop()"
+
+    def __init__(self, depth):
+        self.depth = depth
+
+    def stack_of(self, node):
+        """The range messages of the modules `node` was traced in, outermost first."""
+        meta = getattr(node, "meta", None)
+        stack = meta.get("nn_module_stack") if isinstance(meta, dict) else None
+        messages = []
+        for value in (stack or {}).values():
+            if not isinstance(value, tuple) or len(value) < 2 or not isinstance(value[0], str):
+                continue
+            path, cls = module_path(value[0]), value[1]
+            name = cls.__name__ if isinstance(cls, type) else str(cls).rsplit(".", 1)[-1]
+            if self.depth is None or (path.count(".") + 1 if path else 0) <= self.depth:
+                messages.append(f"{path} ({name})" if path else f"({name})")
+        return messages
+
+    def install(self, wrapper_api):
+        """Extends the Python wrapper of this Inductor (`torch._inductor.codegen.wrapper`), where it has what this
+        needs; says so on stderr where it does not."""
+        classes = [getattr(wrapper_api, n, None) for n in ("PythonWrapperCodegen", "SubgraphPythonWrapperCodegen")]
+        base = classes[0]
+        if base is None or not all(hasattr(base, n) for n in ("enter_context", "generate", "writeline")):
+            print("shardscope: module ranges in torch.compile code: not available with this torch", file=sys.stderr)
+            return
+        self._caches_off()
+        plain = frozenset(c for c in classes if c is not None)  # not the C++ or FX wrappers, which take no Python
+        enter_context, generate, ranges = base.enter_context, base.generate, self
+
+        def enter_context_in_ranges(wrapper, ctx):
+            enter_context(wrapper, ctx)
+            if type(wrapper) in plain:
+                ranges.go_to(wrapper, ranges.stack_of(ctx))
+
+        def generate_closing_ranges(wrapper, *args, **kwargs):
+            if type(wrapper) in plain:
+                ranges.go_to(wrapper, [])
+            return generate(wrapper, *args, **kwargs)
+
+        base.enter_context = enter_context_in_ranges
+        base.generate = generate_closing_ranges
+
+    def go_to(self, wrapper, wanted):
+        """Writes the pops and pushes that turn the ranges open in `wrapper`'s code into `wanted`."""
+        opened = wrapper.__dict__.setdefault("_shardscope_module_ranges", [])
+        common = 0
+        while common < min(len(opened), len(wanted)) and opened[common] == wanted[common]:
+            common += 1
+        for _ in range(len(opened) - common):
+            wrapper.writeline(self.POP)
+        for message in wanted[common:]:
+            wrapper.writeline(f"{self.PUSH}({message!r})")
+        opened[:] = wanted
+
+    @staticmethod
+    def _caches_off():
+        import importlib
+
+        for module_name, setting in (("torch._inductor.config", "fx_graph_cache"),
+                                     ("torch._functorch.config", "enable_autograd_cache")):
+            try:
+                config = importlib.import_module(module_name)
+                if hasattr(config, setting):
+                    setattr(config, setting, False)
+            except Exception as error:
+                print(f"shardscope: could not turn off {module_name}.{setting}: {error}", file=sys.stderr)
+
+
 def _fast_path_tables(torch):
     """What torch's `_call_impl` checks before its fast path, where this torch has all of it (2.0 and later):
     the global backward-pre, backward, forward and forward-pre hook tables and `torch._C._is_tracing`; else None,
@@ -185,31 +280,39 @@ def register(torch, settings_text):
     module_class._call_impl = wrapped
     if module_class.__call__ is call:  # torch before 2.1: __call__ is _call_impl itself
         module_class.__call__ = wrapped
+    compiled = CompiledModuleRanges(depth)
+    if _WRAPPER_MODULE in sys.modules:
+        compiled.install(sys.modules[_WRAPPER_MODULE])
+    else:
+        sys.meta_path.insert(0, _AfterImport(_WRAPPER_MODULE, compiled.install))
     return ranges
 
 
-class _AfterTorchImport:
-    """A meta path finder that lets torch import as usual and registers the hooks once it has."""
+class _AfterImport:
+    """A meta path finder that lets module `name` import as usual and then calls `on_import(module)` once."""
+
+    def __init__(self, name, on_import):
+        self.name, self.on_import = name, on_import
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)
         import importlib.util
 
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
         original_exec = spec.loader.exec_module
 
-        def exec_then_register(module):
+        def exec_then_call(module):
             original_exec(module)
             try:
-                register(module, os.environ.get(_SETTINGS_ENV, ""))
+                self.on_import(module)
             except Exception as error:  # never break the user's program over a profiling aid
                 print(f"shardscope: module ranges not recorded: {error}", file=sys.stderr)
 
-        spec.loader.exec_module = exec_then_register
+        spec.loader.exec_module = exec_then_call
         return spec
 
 
@@ -237,7 +340,7 @@ def _install():
         if "torch" in sys.modules:
             register(sys.modules["torch"], os.environ[_SETTINGS_ENV])
         else:
-            sys.meta_path.insert(0, _AfterTorchImport())
+            sys.meta_path.insert(0, _AfterImport("torch", lambda torch: register(torch, os.environ[_SETTINGS_ENV])))
     _chain_next_sitecustomize()
 
 

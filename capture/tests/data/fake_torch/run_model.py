@@ -2,6 +2,7 @@
 
 import json
 import sys
+import types
 
 import torch
 
@@ -45,6 +46,36 @@ try:
     model(0)
 except ValueError:
     torch.events.append(("raised",))
+
+
+# What torch.compile's generated code gets: Inductor's wrapper, driven as its scheduler drives it.
+def traced(name, *frames):
+    """An FX node traced inside the modules of `frames` ((Dynamo source, class), outermost first); a class given
+    as text stands for torch versions that keep the class's qualified name there."""
+    stack = {source: (source, cls if "." in cls else type(cls, (), {})) for source, cls in frames}
+    return types.SimpleNamespace(name=name, meta={"nn_module_stack": stack})
+
+
+import torch._inductor.codegen.wrapper as inductor_wrapper  # noqa: E402
+
+layer = [("L['self'].model", "Model"), ("L['self'].model.layers[0]", "Block")]
+generated = {}
+for kind in ("PythonWrapperCodegen", "SubgraphPythonWrapperCodegen", "CppWrapperCpu"):
+    wrapper = getattr(inductor_wrapper, kind)()
+    wrapper.enter_context(traced("mm", *layer, ("L['self'].model.layers[0].q_proj", "Linear")))
+    wrapper.writeline("kernel 1")
+    wrapper.enter_context(traced("mm_1", *layer, ("L['self'].model.layers[0]._modules['o_proj']", "torch.nn.Linear")))
+    wrapper.writeline("kernel 2")
+    wrapper.enter_context(traced("add", *layer))
+    wrapper.writeline("kernel 3")
+    wrapper.enter_context(traced("sum", ("L['self']", "Model")))
+    wrapper.writeline("kernel 4")
+    generated[kind] = wrapper.generate(True)
+import torch._functorch.config  # noqa: E402
+import torch._inductor.config  # noqa: E402
+
+caches = [torch._inductor.config.fx_graph_cache, torch._functorch.config.enable_autograd_cache]
 print(json.dumps({"events": torch.events, "call_impl": [fast_path_calls, compiled_calls, hooked_calls],
+                  "generated": generated, "caches": caches,
                   "sitecustomize": sorted(m for m in sys.modules if "sitecustomize" in m),
                   "chained": getattr(sys.modules.get("sitecustomize"), "CHAINED", None)}))

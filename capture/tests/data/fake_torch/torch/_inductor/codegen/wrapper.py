@@ -1,0 +1,24 @@
+"""Stand-in for Inductor's wrapper code generators: each keeps its lines; `enter_context` records the FX node a
+kernel comes from (as a `ctx NAME` line here), `generate` returns the lines as the generated code's body."""
+
+
+class PythonWrapperCodegen:
+    def __init__(self):
+        self.lines = []
+
+    def writeline(self, line):
+        self.lines.append(line)
+
+    def enter_context(self, ctx):
+        self.lines.append(f"ctx {ctx.name}")
+
+    def generate(self, is_inference):
+        return list(self.lines)
+
+
+class SubgraphPythonWrapperCodegen(PythonWrapperCodegen):
+    pass
+
+
+class CppWrapperCpu(PythonWrapperCodegen):
+    pass
