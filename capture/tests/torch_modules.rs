@@ -136,12 +136,36 @@ fn compiled_code_gets_balanced_ranges(result: &Value) {
         pop.clone(),
         push("(Model)"),
         "kernel 4".into(),
+        // A loop written inline: every range closed before it, none opened inside.
+        pop.clone(),
+        "while cond:".into(),
+        "ctx loop_mm".into(),
+        "    kernel in loop loop_mm".into(),
+        "ctx mm_2".into(),
+        push("model (Model)"),
+        push("model.layers.0 (Block)"),
+        "kernel 5".into(),
+        pop.clone(),
         pop,
     ];
     for kind in ["PythonWrapperCodegen", "SubgraphPythonWrapperCodegen"] {
         assert_eq!(result["generated"][kind], serde_json::json!(expected), "{kind}");
     }
-    let cpp = ["ctx mm", "kernel 1", "ctx mm_1", "kernel 2", "ctx add", "kernel 3", "ctx sum", "kernel 4"];
+    let cpp = [
+        "ctx mm",
+        "kernel 1",
+        "ctx mm_1",
+        "kernel 2",
+        "ctx add",
+        "kernel 3",
+        "ctx sum",
+        "kernel 4",
+        "while cond:",
+        "ctx loop_mm",
+        "    kernel in loop loop_mm",
+        "ctx mm_2",
+        "kernel 5",
+    ];
     assert_eq!(result["generated"]["CppWrapperCpu"], serde_json::json!(cpp));
     assert_eq!(result["caches"], serde_json::json!([false, false]), "Inductor's and AOTAutograd's caches off");
 }
@@ -190,5 +214,6 @@ fn depth_limit_and_memory_counters() {
     // Compiled code keeps the same depth limit (`model.layers.0` has 3 parts) and reads no counters.
     let generated = result["generated"]["PythonWrapperCodegen"].as_array().unwrap();
     let pushes: Vec<&str> = generated.iter().filter_map(|l| l.as_str()).filter(|l| l.contains("rangePushA")).collect();
-    assert_eq!(pushes, ["torch._C._nvtx.rangePushA('model (Model)')", "torch._C._nvtx.rangePushA('(Model)')"]);
+    let model = "torch._C._nvtx.rangePushA('model (Model)')";
+    assert_eq!(pushes, [model, "torch._C._nvtx.rangePushA('(Model)')", model]);
 }

@@ -181,6 +181,8 @@ class CompiledModuleRanges:
     ranges is never reused by a run without them, and the other way round."""
 
     PUSH, POP = "torch._C._nvtx.rangePushA", "torch._C._nvtx.rangePop()"
+    # The wrapper's methods that write a body under a branch or loop into the code being generated.
+    CONTROL_FLOW = ("codegen_conditional", "codegen_while_loop", "codegen_subgraph_by_inlining")
 
     def __init__(self, depth):
         self.depth = depth
@@ -213,7 +215,7 @@ class CompiledModuleRanges:
 
         def enter_context_in_ranges(wrapper, ctx):
             enter_context(wrapper, ctx)
-            if type(wrapper) in plain:
+            if type(wrapper) in plain and not wrapper.__dict__.get("_shardscope_in_control_flow"):
                 ranges.go_to(wrapper, ranges.stack_of(ctx))
 
         def generate_closing_ranges(wrapper, *args, **kwargs):
@@ -223,6 +225,27 @@ class CompiledModuleRanges:
 
         base.enter_context = enter_context_in_ranges
         base.generate = generate_closing_ranges
+        for name in self.CONTROL_FLOW:
+            if callable(getattr(base, name, None)):
+                setattr(base, name, self._outside_ranges(getattr(base, name), plain))
+
+    def _outside_ranges(self, codegen, plain):
+        """`codegen` (of a loop or branch whose body is written inline) with every range closed before it and
+        none opened inside: a range opened in a branch not taken would be closed by code that does run."""
+        ranges = self
+
+        def codegen_outside_ranges(wrapper, *args, **kwargs):
+            if type(wrapper) not in plain:
+                return codegen(wrapper, *args, **kwargs)
+            ranges.go_to(wrapper, [])
+            depth = wrapper.__dict__.get("_shardscope_in_control_flow", 0)
+            wrapper._shardscope_in_control_flow = depth + 1
+            try:
+                return codegen(wrapper, *args, **kwargs)
+            finally:
+                wrapper._shardscope_in_control_flow = depth
+
+        return codegen_outside_ranges
 
     def go_to(self, wrapper, wanted):
         """Writes the pops and pushes that turn the ranges open in `wrapper`'s code into `wanted`."""

@@ -70,6 +70,9 @@ for kind in ("PythonWrapperCodegen", "SubgraphPythonWrapperCodegen", "CppWrapper
     wrapper.writeline("kernel 3")
     wrapper.enter_context(traced("sum", ("L['self']", "Model")))
     wrapper.writeline("kernel 4")
+    wrapper.codegen_while_loop([traced("loop_mm", *layer)])
+    wrapper.enter_context(traced("mm_2", *layer))
+    wrapper.writeline("kernel 5")
     generated[kind] = wrapper.generate(True)
 import torch._functorch.config  # noqa: E402
 import torch._inductor.config  # noqa: E402

@@ -15,6 +15,13 @@ class PythonWrapperCodegen:
     def generate(self, is_inference):
         return list(self.lines)
 
+    def codegen_while_loop(self, body_nodes):
+        """A loop whose body (`body_nodes`, each with one kernel) is written inline, as Inductor's is."""
+        self.writeline("while cond:")
+        for node in body_nodes:
+            self.enter_context(node)
+            self.writeline(f"    kernel in loop {node.name}")
+
 
 class SubgraphPythonWrapperCodegen(PythonWrapperCodegen):
     pass
