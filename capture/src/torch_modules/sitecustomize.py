@@ -204,8 +204,9 @@ class CompiledModuleRanges:
     def install(self, wrapper_api):
         """Extends the Python wrapper of this Inductor (`torch._inductor.codegen.wrapper`), where it has what this
         needs; says so on stderr where it does not."""
-        classes = [getattr(wrapper_api, n, None) for n in ("PythonWrapperCodegen", "SubgraphPythonWrapperCodegen")]
-        base = classes[0]
+        # `WrapperCodeGen`: the name before torch 2.5.
+        base = getattr(wrapper_api, "PythonWrapperCodegen", None) or getattr(wrapper_api, "WrapperCodeGen", None)
+        classes = [base, getattr(wrapper_api, "SubgraphPythonWrapperCodegen", None)]
         if base is None or not all(hasattr(base, n) for n in ("enter_context", "generate", "writeline")):
             print("shardscope: module ranges in torch.compile code: not available with this torch", file=sys.stderr)
             return
