@@ -168,6 +168,21 @@ fn compiled_code_gets_balanced_ranges(result: &Value) {
     ];
     assert_eq!(result["generated"]["CppWrapperCpu"], serde_json::json!(cpp));
     assert_eq!(result["caches"], serde_json::json!([false, false]), "Inductor's and AOTAutograd's caches off");
+    // A node whose module stack cannot be read stops the ranges (said on stderr), and the ones already open are
+    // still closed before the code returns.
+    let after_failure = [
+        "ctx mm".into(),
+        push("model (Model)"),
+        push("model.layers.0 (Block)"),
+        "kernel 1".into(),
+        "ctx odd".into(),
+        "kernel 2".into(),
+        "ctx mm_1".into(),
+        "kernel 3".into(),
+        "torch._C._nvtx.rangePop()".to_string(),
+        "torch._C._nvtx.rangePop()".to_string(),
+    ];
+    assert_eq!(result["generated"]["after a failure"], serde_json::json!(after_failure));
 }
 
 /// A torch without what its fast path checks (here no `torch._C._is_tracing`, as before 2.0 the backward-pre

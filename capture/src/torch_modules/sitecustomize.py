@@ -185,7 +185,7 @@ class CompiledModuleRanges:
     CONTROL_FLOW = ("codegen_conditional", "codegen_while_loop", "codegen_subgraph_by_inlining")
 
     def __init__(self, depth):
-        self.depth = depth
+        self.depth, self.failed = depth, False
 
     def stack_of(self, node):
         """The range messages of the modules `node` was traced in, outermost first."""
@@ -217,11 +217,11 @@ class CompiledModuleRanges:
         def enter_context_in_ranges(wrapper, ctx):
             enter_context(wrapper, ctx)
             if type(wrapper) in plain and not wrapper.__dict__.get("_shardscope_in_control_flow"):
-                ranges.go_to(wrapper, ranges.stack_of(ctx))
+                ranges.safely(wrapper, lambda: ranges.stack_of(ctx))
 
         def generate_closing_ranges(wrapper, *args, **kwargs):
             if type(wrapper) in plain:
-                ranges.go_to(wrapper, [])
+                ranges.safely(wrapper, list, closing=True)
             return generate(wrapper, *args, **kwargs)
 
         base.enter_context = enter_context_in_ranges
@@ -238,7 +238,7 @@ class CompiledModuleRanges:
         def codegen_outside_ranges(wrapper, *args, **kwargs):
             if type(wrapper) not in plain:
                 return codegen(wrapper, *args, **kwargs)
-            ranges.go_to(wrapper, [])
+            ranges.safely(wrapper, list, closing=True)
             depth = wrapper.__dict__.get("_shardscope_in_control_flow", 0)
             wrapper._shardscope_in_control_flow = depth + 1
             try:
@@ -247,6 +247,20 @@ class CompiledModuleRanges:
                 wrapper._shardscope_in_control_flow = depth
 
         return codegen_outside_ranges
+
+    def safely(self, wrapper, wanted, closing=False):
+        """`go_to(wrapper, wanted())`, unless a failure here has already stopped this: an error in this addition
+        (an Inductor unlike the ones this knows) is said once and never fails the program's compilation. After
+        that, code gets no new ranges, and those already opened in a function are still closed before it returns."""
+        try:
+            if not self.failed:
+                self.go_to(wrapper, wanted())
+            elif closing and wrapper.__dict__.get("_shardscope_module_ranges"):
+                self.go_to(wrapper, [])
+        except Exception as error:
+            if not self.failed:
+                print(f"shardscope: module ranges in torch.compile code stopped: {error!r}", file=sys.stderr)
+            self.failed = True
 
     def go_to(self, wrapper, wanted):
         """Writes the pops and pushes that turn the ranges open in `wrapper`'s code into `wanted`."""

@@ -74,6 +74,22 @@ for kind in ("PythonWrapperCodegen", "SubgraphPythonWrapperCodegen", "CppWrapper
     wrapper.enter_context(traced("mm_2", *layer))
     wrapper.writeline("kernel 5")
     generated[kind] = wrapper.generate(True)
+
+class Unreadable(dict):
+    """An FX node's meta that fails when read, as an Inductor unlike the known ones might."""
+
+    def get(self, key, default=None):
+        raise RuntimeError("unreadable meta")
+
+
+wrapper = inductor_wrapper.PythonWrapperCodegen()
+wrapper.enter_context(traced("mm", *layer))
+wrapper.writeline("kernel 1")
+wrapper.enter_context(types.SimpleNamespace(name="odd", meta=Unreadable()))
+wrapper.writeline("kernel 2")
+wrapper.enter_context(traced("mm_1", ("L['self'].other", "Other")))
+wrapper.writeline("kernel 3")
+generated["after a failure"] = wrapper.generate(True)
 import torch._functorch.config  # noqa: E402
 import torch._inductor.config  # noqa: E402
 
