@@ -7,6 +7,9 @@
 #   bash benchmarks/scripts/torch_modules_device.sh captures        # the captures and the torch.profiler trace
 #   bash benchmarks/scripts/torch_modules_device.sh bench [BUDGET_S] # the cost benchmark
 #   bash benchmarks/scripts/torch_modules_device.sh all [BUDGET_S]   # both
+#   bash benchmarks/scripts/torch_modules_device.sh ab [ROUNDS]      # what modules add, inside one process
+#       (qwen3_decode.py MODE=hooks-ab under `capture --torch-modules`, plain `capture` and the hook alone;
+#       one JSON line per run in $OUT/hooks-ab.jsonl)
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -63,5 +66,20 @@ if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
 step cost benchmark, budget ${BUDGET}s
 python3 benchmarks/scripts/torch_modules_cost.py --capture "$CAPTURE" --nsys "$NSYS" --rounds 8 --budget-s "$BUDGET" \
     --out "$OUT/cost.json" >>"$LOG" 2>&1
+fi
+if [ "$STAGE" = ab ]; then
+HOOK_DIR=/tmp/shardscope-hook; mkdir -p "$HOOK_DIR"; cp capture/src/torch_modules/sitecustomize.py "$HOOK_DIR/"
+for round in $(seq 1 "${2:-3}"); do
+    for run in capture-modules capture hook-alone; do
+        step "hooks-ab round $round $run"
+        case $run in
+            capture-modules) command=("$CAPTURE" --force --no-nccl-plugin --torch-modules -o /tmp/ab.sqlite --);;
+            capture) command=("$CAPTURE" --force --no-nccl-plugin -o /tmp/ab.sqlite --);;
+            hook-alone) command=(env PYTHONPATH="$HOOK_DIR" SHARDSCOPE_TORCH_MODULES=on);;
+        esac
+        line=$(MODE=hooks-ab DECODE=320 timeout 80 "${command[@]}" python3 $WORKLOAD 2>>"$LOG" | grep '^{')
+        echo "{\"round\": $round, \"run\": \"$run\", \"result\": ${line:-null}}" >>"$OUT/hooks-ab.jsonl"
+    done
+done
 fi
 step done
