@@ -107,20 +107,24 @@ fn a_trace_without_memory_events_has_no_memory_section() {
     assert!(json.get("memory").is_none());
 }
 
-/// A trace's CUDA memory events as kind, operation and bytes, in order: what two recorders of one run share.
-fn memory_shape(trace: &Trace) -> Vec<(MemoryKind, MemoryOperation, u64)> {
-    trace.memory_events.iter().map(|e| (e.kind, e.operation, e.bytes)).collect()
+/// Reads `sample-traces/memory/<capture>` and `<nsys>` (two recorders of one run) and checks that both hold the
+/// same `events` CUDA memory events: kind, operation and bytes, in order.
+fn assert_recorders_agree(capture: &str, nsys: &str, events: usize) {
+    let dir = common::repo_root().join("sample-traces/memory");
+    let shape = |name: &str| -> Vec<(MemoryKind, MemoryOperation, u64)> {
+        let trace = shardscope_io::load(&dir.join(name)).unwrap().remove(0);
+        trace.memory_events.iter().map(|e| (e.kind, e.operation, e.bytes)).collect()
+    };
+    let (ours, theirs) = (shape(capture), shape(nsys));
+    assert_eq!(ours.len(), events, "{capture}");
+    assert_eq!(ours, theirs, "event for event");
 }
 
 /// The wide probe (`MEMORY_PROBE_HIDDEN=12288`): the capture and Nsight Systems' export of the same program read to
 /// the same 514 CUDA memory events, kind, operation and bytes in order.
 #[test]
 fn the_wide_probe_reads_the_same_from_capture_and_nsys() {
-    let dir = common::repo_root().join("sample-traces/memory");
-    let load = |name: &str| shardscope_io::load(&dir.join(name)).unwrap().remove(0);
-    let (ours, nsys) = (load("memory_probe_wide_capture.sqlite.gz"), load("memory_probe_wide_nsys.sqlite.gz"));
-    assert_eq!(ours.memory_events.len(), 514);
-    assert_eq!(memory_shape(&ours), memory_shape(&nsys), "event for event");
+    assert_recorders_agree("memory_probe_wide_capture.sqlite.gz", "memory_probe_wide_nsys.sqlite.gz", 514);
 }
 
 /// `sample-traces/memory/`: one program (`workloads/memory_probe.py`, one H100) captured with `capture --trace
@@ -130,11 +134,8 @@ fn the_wide_probe_reads_the_same_from_capture_and_nsys() {
 /// `max_memory_reserved()` 654,311,424, `benchmarks/results/memory-check-h100-sitting1.json.gz`).
 #[test]
 fn the_probe_reads_the_same_from_capture_and_nsys_and_kineto_matches_torch() {
+    assert_recorders_agree("memory_probe_capture.sqlite.gz", "memory_probe_nsys.sqlite.gz", 504);
     let dir = common::repo_root().join("sample-traces/memory");
-    let load = |name: &str| shardscope_io::load(&dir.join(name)).unwrap().remove(0);
-    let (ours, nsys) = (load("memory_probe_capture.sqlite.gz"), load("memory_probe_nsys.sqlite.gz"));
-    assert_eq!(ours.memory_events.len(), 504);
-    assert_eq!(memory_shape(&ours), memory_shape(&nsys), "event for event");
 
     let peak = |path: &str| -> Value {
         let input = dir.join(path);
