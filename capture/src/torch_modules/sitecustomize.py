@@ -120,7 +120,8 @@ class ModuleRanges:
         (hook tables walked, a closure and a set made per call) and makes two Python hook calls; on an eager
         decode step of a small decoder that was ~15 % of the step (one H100). Why not simply call `call`: one
         more Python frame per module call, forwarding every argument, cost about as much as torch's own
-        `_call_impl` frame (2.2-2.5 us per call of a small transformers decoder on a slow CPU). So where torch
+        `_call_impl` frame (a first wrapper that called through added 3.8 us per module call of a small
+        transformers decoder on a CPU, this one 0.8; BENCHMARKS.md, "What modules add"). So where torch
         would take its fast path (no hook on the module or globally, not tracing; see `_fast_path_tables`) the
         wrapper calls the module's `forward` itself, as `_call_impl` would; anything else goes through `call`.
         """
