@@ -8,7 +8,9 @@ MODE (environment):
           transformers 5.17 this failed: with SDPA the replays indexed the cache out of bounds, with eager attention
           the mask copies a CPU tensor during capture.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
-          the second is timed.
+          the second is timed. A streamer marks the steps: `prefill` until the first token, then each `decode`.
+          COMPILE_MODE sets torch.compile's mode (transformers' default, `reduce-overhead`, replays CUDA graphs;
+          `default` runs the same compiled code without them).
   hooks-ab  what the module-call hooks present in the process (those `capture --torch-modules` installs) add to
           an eager decode step, measured inside one process: DECODE steps in blocks of AB_BLOCK (4), in pairs of
           one block with the hooks and one with them taken out (the order alternating between pairs), so both
@@ -155,13 +157,38 @@ def graph(config, model):
         return timed(loop)
 
 
+class StepRanges:
+    """A `generate` streamer that marks its steps as NVTX ranges: `prefill` from the prompt until the first token,
+    then `decode` from each token to the next (generate hands the streamer the prompt, then every new token), so
+    the compiled decode steps form a phase of their own, as the eager mode's do."""
+
+    def __init__(self):
+        self.open = False
+
+    def put(self, _tokens):
+        if self.open:
+            torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_push("decode" if self.open else "prefill")
+        self.open = True
+
+    def end(self):
+        if self.open:
+            torch.cuda.nvtx.range_pop()
+        self.open = False
+
+
 def static(config, model):
     ids = torch.randint(0, config.vocab_size, (1, PROMPT), device="cuda")
+    compiled = {}
+    if os.environ.get("COMPILE_MODE"):
+        from transformers import CompileConfig
+
+        compiled["compile_config"] = CompileConfig(mode=os.environ["COMPILE_MODE"])
     with torch.no_grad():
         def run():
             with nvtx("generate"):
                 model.generate(ids, max_new_tokens=DECODE, min_new_tokens=DECODE, do_sample=False,
-                               cache_implementation="static")
+                               cache_implementation="static", streamer=StepRanges(), **compiled)
 
         run()  # compiles
         return timed(run)

@@ -6,34 +6,91 @@ Runs batches of in-place adds on a tiny tensor, small enough never to fill the l
 of each batch, synchronises between batches, and prints the median, 10th and 90th percentile ns per operator.
 
     python3 workloads/torch_launch_cost.py 400 100
+
+With `--windows PAIRS` it measures instead what recording adds inside one process, for a capture made with
+`--cuda-profiler-api`: PAIRS pairs of blocks of BATCHES batches, one block inside a `cudaProfilerStart`/`Stop`
+window (recording on) and one outside (off), the order alternating between pairs so both halves share the
+process, its clocks and its neighbours. The first batch after each switch is not timed (the switch itself is not
+a launch). Prints the median, 10th and 90th percentile of the per-pair ratio (median ns per operator on ÷ off)
+as one JSON line. Two captures that differ in one recorded kind (`--trace all` against `--trace all,memory`)
+then give that kind's cost as the ratio of their ratios, without comparing two processes' speeds.
+
+    capture --cuda-profiler-api --trace all,memory -o m.sqlite -- python3 workloads/torch_launch_cost.py 20 100 --windows 40
 """
 
-import sys
+import argparse
+import json
+import statistics
 import time
 
 import torch
 
 
-def main():
-    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-    per_batch = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    x = torch.zeros(16, device="cuda")
-    for _ in range(5 * per_batch):
+def batch_ns(x, per_batch):
+    """Host ns per operator to issue one batch (the GPU drained before and after)."""
+    started = time.perf_counter_ns()
+    for _ in range(per_batch):
         x.add_(1.0)
+    issued = time.perf_counter_ns()
     torch.cuda.synchronize()
+    return (issued - started) / per_batch
+
+
+def at(values, q):
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+def launches(x, batches, per_batch):
     ns = []
     for _ in range(batches):
         torch.cuda.nvtx.range_push("batch")
-        started = time.perf_counter_ns()
-        for _ in range(per_batch):
-            x.add_(1.0)
-        issued = time.perf_counter_ns()
+        ns.append(batch_ns(x, per_batch))
         torch.cuda.nvtx.range_pop()
-        torch.cuda.synchronize()
-        ns.append((issued - started) / per_batch)
-    ns.sort()
-    at = lambda q: ns[int(q * (len(ns) - 1))]  # noqa: E731
-    print(f"launch_ns median {at(0.5):.1f} p10 {at(0.1):.1f} p90 {at(0.9):.1f} launches {batches * per_batch}")
+    print(f"launch_ns median {at(ns, 0.5):.1f} p10 {at(ns, 0.1):.1f} p90 {at(ns, 0.9):.1f} "
+          f"launches {batches * per_batch}")
+
+
+def block(x, batches, per_batch, recording):
+    """One block's median ns per operator, recording on (inside a profiler window) or off."""
+    if recording:
+        torch.cuda.profiler.start()
+    batch_ns(x, per_batch)  # not timed: the first batch after the switch
+    ns = [batch_ns(x, per_batch) for _ in range(batches)]
+    if recording:
+        torch.cuda.profiler.stop()
+    return statistics.median(ns)
+
+
+def windows(x, pairs, batches, per_batch):
+    ratios, on_ns, off_ns = [], [], []
+    for pair in range(pairs):
+        order = (True, False) if pair % 2 == 0 else (False, True)
+        medians = {recording: block(x, batches, per_batch, recording) for recording in order}
+        on_ns.append(medians[True])
+        off_ns.append(medians[False])
+        ratios.append(medians[True] / medians[False])
+    print(json.dumps({
+        "pairs": pairs, "batches_per_block": batches, "per_batch": per_batch,
+        "ratio_on_off": {"median": statistics.median(ratios), "p10": at(ratios, 0.1), "p90": at(ratios, 0.9)},
+        "on_ns": statistics.median(on_ns), "off_ns": statistics.median(off_ns),
+    }))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("batches", type=int, nargs="?", default=400)
+    parser.add_argument("per_batch", type=int, nargs="?", default=100)
+    parser.add_argument("--windows", type=int, metavar="PAIRS", help="pairs of blocks on/off inside one process")
+    args = parser.parse_args()
+    x = torch.zeros(16, device="cuda")
+    for _ in range(5 * args.per_batch):
+        x.add_(1.0)
+    torch.cuda.synchronize()
+    if args.windows:
+        windows(x, args.windows, args.batches, args.per_batch)
+    else:
+        launches(x, args.batches, args.per_batch)
 
 
 main()

@@ -191,6 +191,11 @@ enum Command {
         /// Only kernels inside START_NS:END_NS of the trace clock.
         #[arg(long, value_parser = window::parse)]
         window: Option<(i64, i64)>,
+        /// Leave each phase's first N instances on every rank out as warm-up; 0: leave nothing out. Without it:
+        /// the leading instances longer than 1.5 × the steady median (a compiled program's first decode step holds
+        /// its compilation, autotuning and CUDA graph capture), reported as detected.
+        #[arg(long, value_name = "N")]
+        skip_steps: Option<usize>,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
@@ -434,8 +439,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Collectives { analysis, format } => collectives_command(analysis, format),
         Command::Compare { args } => compare_command(args),
-        Command::Modules { traces, module_depth, phase_pattern, window, format, html } => {
-            modules_command(traces, module_depth, phase_pattern, window, format, html)
+        Command::Modules { traces, module_depth, phase_pattern, window, skip_steps, format, html } => {
+            modules_command(traces, module_depth, phase_pattern, (window, skip_steps), format, html)
         }
         Command::KernSum { traces, format, window } => kern_sum_command(traces, format, window),
         Command::Export { traces, output, window, format: ExportFormat::Perfetto, rules, .. } => {
@@ -619,7 +624,7 @@ fn modules_command(
     paths: Vec<PathBuf>,
     module_depth: Option<usize>,
     phase_pattern: String,
-    window: Option<(i64, i64)>,
+    (window, skip_steps): (Option<(i64, i64)>, Option<usize>),
     format: OutputFormat,
     html: Option<PathBuf>,
 ) -> Result<()> {
@@ -632,7 +637,7 @@ fn modules_command(
     let traces = load_all(&paths)?;
     print_load_warnings(&traces);
     let phase_pattern = Regex::new(&phase_pattern).context("--phase-pattern")?;
-    let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window };
+    let options = modules::ModuleOptions { depth: module_depth, phase_pattern, window_ns: window, skip_steps };
     let report = modules::module_report(&traces, &options);
     let mut rows = report.ranks.iter().flat_map(|r| &r.phases).flat_map(|p| &p.rows);
     if rows.all(|row| row.path == modules::NO_MODULE) {

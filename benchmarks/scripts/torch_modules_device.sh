@@ -10,6 +10,11 @@
 #   bash benchmarks/scripts/torch_modules_device.sh ab [ROUNDS]      # what modules add, inside one process
 #       (qwen3_decode.py MODE=hooks-ab under `capture --torch-modules`, plain `capture` and the hook alone;
 #       one JSON line per run in $OUT/hooks-ab.jsonl)
+#   bash benchmarks/scripts/torch_modules_device.sh split           # eager decode, compiled decode replayed from
+#       CUDA graphs (MODE=static: transformers' static-cache generate, torch.compile `reduce-overhead`) and the
+#       same compiled code launched kernel by kernel (COMPILE_MODE=default), all under `capture --torch-modules`;
+#       the decode phases' split of decoder-layer time (modules_compare.py: eager against graph-replayed, compiled
+#       against graph-replayed) in $OUT/split.txt, the captures in $OUT/split-captures.tar.gz
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -81,5 +86,23 @@ for round in $(seq 1 "${2:-3}"); do
         echo "{\"round\": $round, \"run\": \"$run\", \"result\": ${line:-null}}" >>"$OUT/hooks-ab.jsonl"
     done
 done
+fi
+if [ "$STAGE" = split ]; then
+step split: eager capture
+MODE=eager "$CAPTURE" -o /tmp/split_eager.sqlite --force --no-nccl-plugin --torch-modules -- python3 $WORKLOAD \
+    >>"$LOG" 2>&1
+step split: static compiled capture
+MODE=static timeout 200 "$CAPTURE" -o /tmp/split_static.sqlite --force --no-nccl-plugin --torch-modules -- \
+    python3 $WORKLOAD >>"$LOG" 2>&1
+step split: the same compiled code without CUDA graphs
+MODE=static COMPILE_MODE=default timeout 200 "$CAPTURE" -o /tmp/split_compiled.sqlite --force --no-nccl-plugin \
+    --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+compare() {
+    python3 benchmarks/scripts/modules_compare.py --analyzer "$PWD/.devcarry/analyzer" --phase decode "$@"
+    echo "compare exit $?" >>"$LOG"
+}
+{ compare /tmp/split_eager.sqlite /tmp/split_static.sqlite; compare /tmp/split_compiled.sqlite \
+    /tmp/split_static.sqlite; } >"$OUT/split.txt" 2>>"$LOG"
+tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_static.sqlite split_compiled.sqlite
 fi
 step done

@@ -637,7 +637,7 @@ fn modules_json(
     let phase_pattern = Regex::new(pattern).map_err(|e| fail(format!("phase_pattern: {e}")))?;
     py.detach(|| {
         let traces = load_paths(&paths)?;
-        let options = shardscope_analyzer::llm::modules::ModuleOptions { depth, phase_pattern, window_ns: None };
+        let options = shardscope_analyzer::llm::modules::ModuleOptions { depth, phase_pattern, window_ns: None, skip_steps: None };
         serde_json::to_string_pretty(&shardscope_analyzer::llm::modules::module_report(&traces, &options)).map_err(fail)
     })
 }

@@ -9,7 +9,10 @@
 //! [`shardscope_model::GraphNodeOrigin`]s; node ids of an instantiated graph lead back through their clones).
 //!
 //! Rows are per rank, phase and module path; `depth` folds deeper modules into their ancestor at that depth, so the
-//! rows of one phase always add up to its attributed kernel time. A layer is the number after the path part that
+//! rows of one phase always add up to its attributed kernel time. Each phase's leading warm-up instances are left
+//! out and counted (the report's rule, [`steps::detect_warmup`], or a given number): under `torch.compile` the
+//! first decode step holds compilation, autotuning (kernels benchmarked inside the module that first uses them)
+//! and the CUDA graph's capture, which would otherwise weigh on the modules of the first layer. A layer is the number after the path part that
 //! holds the layers (`model.layers.3.…` → 3), or a Kineto module name ending in `Layer_N`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,7 +22,8 @@ use regex::Regex;
 use serde::Serialize;
 use shardscope_model::{GraphNodeOrigin, Kernel, ProcessIdx, Trace};
 
-use crate::llm::phases::{OpenRange, PhaseIndex, innermost, link_parents};
+use crate::llm::phases::{OpenRange, PhaseHit, PhaseId, PhaseIndex, innermost, link_parents};
+use crate::llm::steps;
 
 /// The capture hook's range names: `path (Class)`, the root as `(Class)`, optionally ` mem=ALLOCATED,RESERVED`.
 static HOOK_NAME: LazyLock<Regex> = LazyLock::new(|| {
@@ -43,6 +47,9 @@ pub struct ModuleOptions {
     pub phase_pattern: Regex,
     /// Only kernels that start and end inside START_NS:END_NS.
     pub window_ns: Option<(i64, i64)>,
+    /// Leave out each phase's first N instances on every rank; `None`: the leading warm-up instances found by
+    /// their length ([`steps::detect_warmup`]).
+    pub skip_steps: Option<usize>,
 }
 
 /// The allocator's counters at one moment, bytes.
@@ -318,10 +325,16 @@ pub struct ModuleRow {
 pub struct PhaseModules {
     /// Phase name, or [`NO_PHASE`].
     pub phase: String,
-    /// Phase instances (steps) with kernels on this rank.
+    /// Phase instances (steps) with kernels on this rank, warm-up left out.
     pub instances: u64,
-    /// All kernel time of the phase on this rank, ns.
+    /// All kernel time of the phase on this rank, warm-up left out, ns.
     pub gpu_ns: i64,
+    /// Leading instances left out as warm-up (not in `instances`, `gpu_ns` or the rows).
+    pub warmup_instances: u64,
+    /// Kernel time of those instances, ns.
+    pub warmup_gpu_ns: i64,
+    /// How the warm-up was chosen: `detected`, `skip_steps` (given) or `none`.
+    pub warmup: &'static str,
     /// Rows in path order.
     pub rows: Vec<ModuleRow>,
 }
@@ -378,6 +391,8 @@ struct PhaseTally {
     instances: HashSet<u32>,
     gpu_ns: i64,
     rows: BTreeMap<String, Tally>,
+    warmup_instances: HashSet<u32>,
+    warmup_gpu_ns: i64,
 }
 
 /// The module tables of `traces` (ranks of one run).
@@ -390,39 +405,37 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
     for (key, rank, _) in crate::figures::run::assign_ranks(traces) {
         let (trace, phases, modules) = (&traces[key.trace], &phase_indexes[key.trace], &module_indexes[key.trace]);
         let inside = |k: &Kernel| options.window_ns.is_none_or(|(a, b)| k.start_ns >= a && k.end_ns <= b);
+        let kernels: Vec<(&Kernel, Option<PhaseHit>)> = trace
+            .kernels
+            .iter()
+            .filter(|k| k.device == key.device && inside(k))
+            .map(|kernel| (kernel, phase_hit(trace, phases, kernel)))
+            .collect();
+        let (warmup, how) = warmup_instances(trace, kernels.iter().filter_map(|(_, hit)| *hit), options.skip_steps);
         // Per phase (in order of first kernel): its instances, its kernel time and its rows.
         let mut order: Vec<String> = Vec::new();
         let mut tallies: HashMap<String, PhaseTally> = HashMap::new();
-        for kernel in trace.kernels.iter().filter(|k| k.device == key.device && inside(k)) {
-            let call = kernel.launch.and_then(|l| trace.api_calls.get(l as usize));
-            let hit = match call {
-                Some(call) => phases.hit_on_thread(call.process, call.tid, call.start_ns),
-                None => phases.hit_on_device(key.device, kernel.start_ns),
-            };
+        for (kernel, hit) in kernels {
             let phase = hit.map_or(NO_PHASE.to_string(), |h| phases.names()[h.phase as usize].clone());
             if !tallies.contains_key(&phase) {
                 order.push(phase.clone());
             }
-            let PhaseTally { instances, gpu_ns: phase_ns, rows } = tallies.entry(phase).or_default();
-            instances.insert(hit.map_or(u32::MAX, |h| h.range));
-            *phase_ns += kernel.duration_ns();
-            let (module, from_graph) = modules.module_of(trace, kernel);
-            let folded = module.map(|m| modules.folded(m, options.depth));
-            let info = folded.and_then(|f| modules.info.get(&f));
-            let tally = rows.entry(info.map_or(NO_MODULE.to_string(), |i| i.path.clone())).or_default();
-            tally.gpu_ns += kernel.duration_ns();
-            tally.kernels += 1;
-            tally.graph_kernels += u64::from(from_graph);
-            if let (Some(folded), Some(info)) = (folded, info) {
-                tally.calls.insert(folded);
-                tally.class.clone_from(&info.class);
+            let tally = tallies.entry(phase).or_default();
+            let instance = hit.map_or(u32::MAX, |h| h.range);
+            if warmup.contains(&instance) {
+                tally.warmup_instances.insert(instance);
+                tally.warmup_gpu_ns += kernel.duration_ns();
+                continue;
             }
+            tally.instances.insert(instance);
+            tally.gpu_ns += kernel.duration_ns();
+            add_to_rows(modules, options.depth, trace, kernel, &mut tally.rows);
         }
         let phases_out = order
             .into_iter()
             .map(|phase| {
                 let tally = tallies.remove(&phase).unwrap_or_default();
-                phase_rows(modules, phase, tally.instances.len() as u64, tally.gpu_ns, tally.rows)
+                phase_rows(modules, phase, tally, how)
             })
             .collect();
         ranks.push(RankModules { rank, phases: phases_out });
@@ -430,14 +443,67 @@ pub fn module_report(traces: &[Trace], options: &ModuleOptions) -> ModuleReport 
     ModuleReport { depth: options.depth, ranks }
 }
 
-fn phase_rows(
+/// The phase instance a kernel belongs to: by its launch call's thread and time, else by GPU-side annotations.
+fn phase_hit(trace: &Trace, phases: &PhaseIndex, kernel: &Kernel) -> Option<PhaseHit> {
+    match kernel.launch.and_then(|l| trace.api_calls.get(l as usize)) {
+        Some(call) => phases.hit_on_thread(call.process, call.tid, call.start_ns),
+        None => phases.hit_on_device(kernel.device, kernel.start_ns),
+    }
+}
+
+/// The phase instances (ranges) one rank leaves out as warm-up, from the instances its kernels are in: per phase,
+/// in time order, the first `skip_steps`, or the leading ones [`steps::detect_warmup`] finds by their length.
+fn warmup_instances(
+    trace: &Trace,
+    hits: impl Iterator<Item = PhaseHit>,
+    skip_steps: Option<usize>,
+) -> (HashSet<u32>, &'static str) {
+    let mut by_phase: HashMap<PhaseId, BTreeMap<(i64, u32), i64>> = HashMap::new();
+    for hit in hits {
+        let Some(range) = trace.ranges.get(hit.range as usize) else { continue };
+        by_phase.entry(hit.phase).or_default().insert((range.start_ns, hit.range), range.end_ns - range.start_ns);
+    }
+    let mut left_out = HashSet::new();
+    for instances in by_phase.values() {
+        let count = match skip_steps {
+            Some(n) => n.min(instances.len()),
+            None => steps::detect_warmup(&instances.values().copied().collect::<Vec<i64>>(), &[]),
+        };
+        left_out.extend(instances.keys().take(count).map(|&(_, range)| range));
+    }
+    let how = match (skip_steps, left_out.is_empty()) {
+        (Some(_), _) => "skip_steps",
+        (None, false) => "detected",
+        (None, true) => "none",
+    };
+    (left_out, how)
+}
+
+/// Adds `kernel` to the row of its (folded) module.
+fn add_to_rows(
     modules: &ModuleIndex,
-    phase: String,
-    instances: u64,
-    gpu_ns: i64,
-    rows: BTreeMap<String, Tally>,
-) -> PhaseModules {
-    let rows = rows
+    depth: Option<usize>,
+    trace: &Trace,
+    kernel: &Kernel,
+    rows: &mut BTreeMap<String, Tally>,
+) {
+    let (module, from_graph) = modules.module_of(trace, kernel);
+    let folded = module.map(|m| modules.folded(m, depth));
+    let info = folded.and_then(|f| modules.info.get(&f));
+    let tally = rows.entry(info.map_or(NO_MODULE.to_string(), |i| i.path.clone())).or_default();
+    tally.gpu_ns += kernel.duration_ns();
+    tally.kernels += 1;
+    tally.graph_kernels += u64::from(from_graph);
+    if let (Some(folded), Some(info)) = (folded, info) {
+        tally.calls.insert(folded);
+        tally.class.clone_from(&info.class);
+    }
+}
+
+fn phase_rows(modules: &ModuleIndex, phase: String, tally: PhaseTally, warmup: &'static str) -> PhaseModules {
+    let (instances, gpu_ns) = (tally.instances.len() as u64, tally.gpu_ns);
+    let rows = tally
+        .rows
         .into_iter()
         .map(|(path, tally)| {
             let (layer, within_layer) = if path == NO_MODULE { (None, path.clone()) } else { layer_of(&path) };
@@ -457,7 +523,16 @@ fn phase_rows(
             }
         })
         .collect();
-    PhaseModules { phase, instances, gpu_ns, rows }
+    let warmup_instances = tally.warmup_instances.len() as u64;
+    PhaseModules {
+        phase,
+        instances,
+        gpu_ns,
+        rows,
+        warmup_instances,
+        warmup_gpu_ns: tally.warmup_gpu_ns,
+        warmup: if warmup_instances > 0 { warmup } else { "none" },
+    }
 }
 
 fn memory_figures(modules: &ModuleIndex, calls: &HashSet<u32>) -> Option<MemoryFigures> {
@@ -491,11 +566,12 @@ pub fn table(report: &ModuleReport) -> String {
         for phase in &rank.phases {
             let _ = writeln!(
                 out,
-                "rank {} · {} · {} instance(s) · {:.3} ms of kernels",
+                "rank {} · {} · {} instance(s) · {:.3} ms of kernels{}",
                 rank.rank,
                 phase.phase,
                 phase.instances,
-                phase.gpu_ns as f64 / 1e6
+                phase.gpu_ns as f64 / 1e6,
+                warmup_note(phase)
             );
             let _ = writeln!(
                 out,
@@ -523,6 +599,18 @@ pub fn table(report: &ModuleReport) -> String {
         }
     }
     out
+}
+
+/// What the phase left out as warm-up, for its table's title line.
+fn warmup_note(phase: &PhaseModules) -> String {
+    match phase.warmup_instances {
+        0 => String::new(),
+        n => format!(
+            " · {n} warm-up instance(s) left out ({}, {:.3} ms of kernels)",
+            if phase.warmup == "detected" { "detected" } else { "--skip-steps" },
+            phase.warmup_gpu_ns as f64 / 1e6
+        ),
+    }
 }
 
 /// Per module below the layer level: its time per layer (mean, min, max over the layers that have it).
@@ -667,7 +755,7 @@ mod tests {
 
     fn report(depth: Option<usize>) -> ModuleReport {
         let phase_pattern = Regex::new(crate::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
-        module_report(&[trace()], &ModuleOptions { depth, phase_pattern, window_ns: None })
+        module_report(&[trace()], &ModuleOptions { depth, phase_pattern, window_ns: None, skip_steps: None })
     }
 
     fn times(report: &ModuleReport) -> Vec<(String, i64, u64)> {
@@ -693,6 +781,74 @@ mod tests {
         assert_eq!(rows[2].within_layer, "q_proj");
         assert_eq!(rows[2].class, "Linear");
         assert!((rows.iter().map(|r| r.share).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    /// Eight decode steps, each with a layer range and one 10 ns kernel in it; the first step is 9× as long as the
+    /// others and launches three more 50 ns kernels (a compiled program's first step: compilation, autotuning).
+    fn steps_trace() -> Trace {
+        let mut trace = Trace::default();
+        let p = trace.add_process(Process { pid: 7, rank: Some(0), ..Process::default() });
+        let d = trace.add_device(Device { process: Some(p), ..Device::default() });
+        let (decode, layer) = (trace.names.intern("decode"), trace.names.intern("model.layers.0 (Layer)"));
+        let launch = trace.names.intern("cudaLaunchKernel");
+        for step in 0..8i64 {
+            let (start_ns, length_ns) = (step * 10_000, if step == 0 { 900 } else { 100 });
+            for name in [decode, layer] {
+                let end_ns = start_ns + length_ns;
+                trace.ranges.push(Range { start_ns, end_ns, name, process: p, tid: 1, ..Range::default() });
+            }
+            let durations: &[i64] = if step == 0 { &[10, 50, 50, 50] } else { &[10] };
+            for (i, &duration_ns) in durations.iter().enumerate() {
+                let correlation_id = trace.kernels.len() as u32 + 1;
+                let launch_ns = start_ns + 1 + i as i64;
+                let call = ApiCall {
+                    start_ns: launch_ns,
+                    end_ns: launch_ns + 1,
+                    name: launch,
+                    process: p,
+                    tid: 1,
+                    correlation_id,
+                    ..ApiCall::default()
+                };
+                trace.api_calls.push(call);
+                let kernel = Kernel {
+                    start_ns: launch_ns + 5,
+                    end_ns: launch_ns + 5 + duration_ns,
+                    device: d,
+                    process: p,
+                    correlation_id,
+                    ..Kernel::default()
+                };
+                trace.kernels.push(kernel);
+            }
+        }
+        trace.finish();
+        trace
+    }
+
+    fn steps_report(skip_steps: Option<usize>) -> PhaseModules {
+        let phase_pattern = Regex::new(crate::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
+        let options = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps };
+        module_report(&[steps_trace()], &options).ranks[0].phases[0].clone()
+    }
+
+    #[test]
+    fn leading_warmup_instances_are_left_out_and_counted() {
+        let detected = steps_report(None);
+        assert_eq!((detected.instances, detected.gpu_ns, detected.rows[0].kernels), (7, 70, 7));
+        assert_eq!((detected.warmup_instances, detected.warmup_gpu_ns, detected.warmup), (1, 160, "detected"));
+        assert_eq!(detected.rows[0].per_step_ns, 10.0);
+        assert!(
+            table(&ModuleReport { depth: None, ranks: vec![RankModules { rank: 0, phases: vec![detected] }] })
+                .contains("1 warm-up instance(s) left out (detected, 0.000 ms of kernels)")
+        );
+        let kept = steps_report(Some(0));
+        assert_eq!((kept.instances, kept.gpu_ns, kept.warmup_instances, kept.warmup), (8, 230, 0, "none"));
+        let given = steps_report(Some(3));
+        assert_eq!((given.instances, given.gpu_ns, given.warmup_instances, given.warmup_gpu_ns), (5, 50, 3, 180));
+        assert_eq!(given.warmup, "skip_steps");
+        let all = steps_report(Some(100));
+        assert_eq!((all.instances, all.gpu_ns, all.warmup_instances, all.rows.len()), (0, 0, 8, 0));
     }
 
     #[test]

@@ -121,7 +121,13 @@ mod tests {
                 ..ModuleRow::default()
             })
             .collect();
-        PhaseModules { phase: "decode".into(), instances: 2, gpu_ns: 2000 * layers.len() as i64, rows }
+        PhaseModules {
+            phase: "decode".into(),
+            instances: 2,
+            gpu_ns: 2000 * layers.len() as i64,
+            rows,
+            ..Default::default()
+        }
     }
 
     #[test]

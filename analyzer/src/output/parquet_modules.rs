@@ -29,7 +29,10 @@ struct Row<'a> {
 /// Writes the module table of `traces` (one run) to `writer`, one file per rank, and counts it in `stats`.
 pub fn write_modules(writer: &DatasetWriter, traces: &[Trace], stats: &mut WriteStats) -> Result<(), Error> {
     let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).expect("the built-in phase pattern compiles");
-    let report = modules::module_report(traces, &ModuleOptions { depth: None, phase_pattern, window_ns: None });
+    let report = modules::module_report(
+        traces,
+        &ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: None },
+    );
     let mut by_rank: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
     for rank in &report.ranks {
         let rows = by_rank.entry(rank.rank).or_default();

@@ -1,7 +1,9 @@
 //! `analyzer modules` on real captures of a random-weight Qwen3 decoder (transformers, 4 layers, bf16) made with
 //! `capture --torch-modules` on one H100 (`sample-traces/modules/`, made by `benchmarks/scripts/torch_modules_device.sh`):
 //! eager decode with allocator counters (`qwen3_eager`), and `generate` with a static cache under torch.compile and
-//! CUDA graphs (`qwen3_static`).
+//! CUDA graphs (`qwen3_static`, made before the compiled code had module ranges), and the same with module ranges
+//! in the compiled code, replayed from CUDA graphs (`qwen3_compiled_graphs`) and launched kernel by kernel
+//! (`qwen3_compiled`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ fn load(name: &str) -> Vec<Trace> {
 
 fn report(traces: &[Trace], depth: Option<usize>) -> ModuleReport {
     let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
-    module_report(traces, &ModuleOptions { depth, phase_pattern, window_ns: None })
+    module_report(traces, &ModuleOptions { depth, phase_pattern, window_ns: None, skip_steps: Some(0) })
 }
 
 /// Kernel time launched while each decoder layer's range was open, found from the ranges and launch calls alone.
@@ -124,4 +126,55 @@ fn graph_replayed_kernels_are_traced_back_to_their_node_capture() {
         .fold((0, 0), |(t, o), r| (t + r.graph_kernels, o + if r.path == "(no module)" { r.graph_kernels } else { 0 }));
     assert_eq!(traced, from_graphs);
     assert_eq!(outside, from_graphs);
+}
+
+/// Each part's share of the decode phase's decoder-layer time: the projections (`*_proj`), the norms, the rest of
+/// the MLP, the rest of attention and the layer's own kernels, read from the path below the layer.
+fn layer_split(report: &ModuleReport) -> BTreeMap<&'static str, f64> {
+    let decode = report.ranks[0].phases.iter().find(|p| p.phase == "decode").expect("a decode phase");
+    let mut parts: BTreeMap<&'static str, i64> = BTreeMap::new();
+    for row in decode.rows.iter().filter(|r| r.layer.is_some()) {
+        let last = row.within_layer.rsplit('.').next().unwrap_or_default();
+        let part = match last {
+            _ if last.ends_with("_proj") => "projections",
+            _ if last.contains("norm") => "norms",
+            _ if row.within_layer.starts_with("mlp") => "mlp",
+            _ if row.within_layer.starts_with("self_attn") => "attention",
+            _ => "layer",
+        };
+        *parts.entry(part).or_default() += row.gpu_ns;
+    }
+    let total: i64 = parts.values().sum();
+    assert!(total > 0, "no decoder-layer time in decode");
+    parts.into_iter().map(|(part, ns)| (part, ns as f64 / total as f64)).collect()
+}
+
+#[test]
+fn compiled_decode_replayed_from_graphs_splits_as_the_same_code_launched_kernel_by_kernel() {
+    let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
+    let options = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: None };
+    let (graphs, kernels) = (load("qwen3_compiled_graphs.sqlite.gz"), load("qwen3_compiled.sqlite.gz"));
+    let (graphs, kernels) = (module_report(&graphs, &options), module_report(&kernels, &options));
+    let decode = graphs.ranks[0].phases.iter().find(|p| p.phase == "decode").unwrap();
+    // The first decode step compiled, autotuned (its benchmark kernels inside the first layer's modules) and
+    // captured the graphs: detected by its length and left out.
+    assert_eq!((decode.instances, decode.warmup_instances, decode.warmup), (62, 2, "detected"));
+    assert!(decode.warmup_gpu_ns > decode.gpu_ns, "{} vs {}", decode.warmup_gpu_ns, decode.gpu_ns);
+    // Every kernel of a decoder layer is a replay, attributed through its node's capture in the compiled code.
+    let in_layers: Vec<_> = decode.rows.iter().filter(|r| r.layer.is_some()).collect();
+    assert_eq!(in_layers.iter().map(|r| r.graph_kernels).sum::<u64>(), 4200);
+    assert!(in_layers.iter().all(|r| r.graph_kernels == r.kernels), "a layer kernel not from a graph");
+    let layers: std::collections::BTreeSet<_> = in_layers.iter().filter_map(|r| r.layer).collect();
+    assert_eq!(layers.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    let (replayed, launched) = (layer_split(&graphs), layer_split(&kernels));
+    assert_eq!(replayed.keys().collect::<Vec<_>>(), launched.keys().collect::<Vec<_>>());
+    for (part, share) in &replayed {
+        let gap_pp = (share - launched[part]).abs() * 100.0;
+        assert!(gap_pp < 1.0, "{part}: {share:.4} replayed against {:.4} launched", launched[part]);
+    }
+    // Without the warm-up left out, the first layer's attention holds the compile step's autotuning.
+    let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
+    let whole = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: Some(0) };
+    let whole = module_report(&load("qwen3_compiled_graphs.sqlite.gz"), &whole);
+    assert!(layer_split(&whole)["attention"] > replayed["attention"] + 0.2);
 }
