@@ -626,18 +626,20 @@ fn check_one_run(headers: Vec<PyBackedBytes>, allow_mixed: bool) -> PyResult<()>
 
 /// The module tables of the run in `paths`, as `analyzer modules --format json` prints them.
 #[pyfunction]
-#[pyo3(signature = (paths, depth=None, phase_pattern=None))]
+#[pyo3(signature = (paths, depth=None, phase_pattern=None, skip_steps=None))]
 fn modules_json(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     depth: Option<usize>,
     phase_pattern: Option<String>,
+    skip_steps: Option<usize>,
 ) -> PyResult<String> {
     let pattern = phase_pattern.as_deref().unwrap_or(shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN);
     let phase_pattern = Regex::new(pattern).map_err(|e| fail(format!("phase_pattern: {e}")))?;
     py.detach(|| {
         let traces = load_paths(&paths)?;
-        let options = shardscope_analyzer::llm::modules::ModuleOptions { depth, phase_pattern, window_ns: None, skip_steps: None };
+        let options =
+            shardscope_analyzer::llm::modules::ModuleOptions { depth, phase_pattern, window_ns: None, skip_steps };
         serde_json::to_string_pretty(&shardscope_analyzer::llm::modules::module_report(&traces, &options)).map_err(fail)
     })
 }

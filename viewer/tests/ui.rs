@@ -721,7 +721,12 @@ fn the_module_rows_count_what_analyzer_modules_counts() {
             let path = if path.starts_with('(') { "" } else { path };
             *shown.entry(path.to_string()).or_default() += u64::from(span.kernels);
         }
-        let options = ModuleOptions { depth: Some(depth), phase_pattern: phase_pattern.clone(), window_ns: None, skip_steps: None };
+        let options = ModuleOptions {
+            depth: Some(depth),
+            phase_pattern: phase_pattern.clone(),
+            window_ns: None,
+            skip_steps: None,
+        };
         let report = module_report(&data.traces, &options);
         let mut expected: BTreeMap<String, u64> = BTreeMap::new();
         let deep_enough = |path: &str| level == 0 || (!path.is_empty() && path.split('.').count() >= depth);

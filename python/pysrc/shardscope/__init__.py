@@ -160,20 +160,23 @@ def report(*paths: str, options: Optional[Options] = None, **overrides: Any) -> 
     return json.loads(report_json(*paths, options=options, **overrides))
 
 
-def modules(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None) -> Dict[str, Any]:
+def modules(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None,
+            skip_steps: Optional[int] = None) -> Dict[str, Any]:
     """GPU time per module path, rank and phase (``analyzer modules --format json``) from module ranges: a capture
     made with ``capture --torch-modules`` or a torch.profiler trace with ``with_modules=True``. ``depth`` folds
-    deeper modules into their ancestor at that many path parts."""
-    return json.loads(_native.modules_json([str(p) for p in paths], depth, phase_pattern))
+    deeper modules into their ancestor at that many path parts. Each phase's leading warm-up instances are left out
+    and counted (``warmup_instances``): those found by their length, or the first ``skip_steps`` (0: none)."""
+    return json.loads(_native.modules_json([str(p) for p in paths], depth, phase_pattern, skip_steps))
 
 
-def module_rows(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None) -> List[Dict[str, Any]]:
+def module_rows(*paths: str, depth: Optional[int] = None, phase_pattern: Optional[str] = None,
+                skip_steps: Optional[int] = None) -> List[Dict[str, Any]]:
     """The module tables as flat rows (one per rank, phase and module path), ready for ``pandas.DataFrame``."""
     rows = []
-    for rank in modules(*paths, depth=depth, phase_pattern=phase_pattern)["ranks"]:
+    for rank in modules(*paths, depth=depth, phase_pattern=phase_pattern, skip_steps=skip_steps)["ranks"]:
         for phase in rank["phases"]:
             for row in phase["rows"]:
                 memory = row.pop("memory") or {}
                 rows.append({"rank": rank["rank"], "phase": phase["phase"], "phase_instances": phase["instances"],
-                             **row, **memory})
+                             "phase_warmup_instances": phase["warmup_instances"], **row, **memory})
     return rows
