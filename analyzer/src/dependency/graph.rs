@@ -45,6 +45,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use rayon::prelude::*;
 use shardscope_model::{DeviceIdx, NameId, Names, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
@@ -515,8 +516,12 @@ struct GpuEvent {
 
 /// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
 fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
-    let mut rank_gpu_events: Vec<Vec<GpuEvent>> = Vec::with_capacity(ranks.len());
-    for spec in ranks {
+    ranks.par_iter().map(|spec| gpu_events_of_rank(traces, spec)).collect()
+}
+
+/// One rank's GPU work, per stream in start order.
+fn gpu_events_of_rank(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
+    {
         let trace = &traces[spec.key.trace];
         let device: DeviceIdx = spec.key.device;
         let mut events: Vec<GpuEvent> = Vec::new();
@@ -551,9 +556,8 @@ fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent
             });
         }
         events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
-        rank_gpu_events.push(events);
+        events
     }
-    rank_gpu_events
 }
 
 /// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
@@ -693,11 +697,18 @@ impl<'a> Builder<'a> {
         let memset_category = self.category_id(crate::figures::categories::MEMSET);
         let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
         let ranks = self.ranks;
-        for (rank_index, spec) in ranks.iter().enumerate() {
+        // Each rank's events in start order (ties by position, so the order is the same on any thread count).
+        let starts: Vec<Vec<usize>> = rank_gpu_events
+            .par_iter()
+            .map(|events| {
+                let mut by_start: Vec<usize> = (0..events.len()).collect();
+                by_start.sort_unstable_by_key(|&i| (events[i].start_ns, i));
+                by_start
+            })
+            .collect();
+        for ((rank_index, spec), by_start) in ranks.iter().enumerate().zip(starts) {
             let trace_index = spec.key.trace;
             let trace = &traces[trace_index];
-            let mut by_start: Vec<usize> = (0..rank_gpu_events[rank_index].len()).collect();
-            by_start.sort_by_key(|&i| (rank_gpu_events[rank_index][i].start_ns, i));
             for i in by_start {
                 let event = &rank_gpu_events[rank_index][i];
                 let anchor = match event.launch.and_then(|l| trace.api_calls.get(l as usize)) {
@@ -846,8 +857,10 @@ impl<'a> Builder<'a> {
     fn add_host_order_edges(&mut self) {
         let mut host_ops: Vec<u32> =
             (0..self.op_count as u32).filter(|&o| self.ops[o as usize].kind == OpKind::HostCall).collect();
-        host_ops.sort_by_key(|&o| {
-            let op = &self.ops[o as usize];
+        // The keys end with the operation id: unique, so an unstable parallel sort gives the one order.
+        let ops = &self.ops;
+        host_ops.par_sort_unstable_by_key(|&o| {
+            let op = &ops[o as usize];
             (op.trace, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
         });
         let mut open: Vec<u32> = Vec::new();
@@ -892,9 +905,8 @@ impl<'a> Builder<'a> {
                 gpu_by_end[op.rank_index as usize].push(op_id as u32);
             }
         }
-        for list in &mut gpu_by_end {
-            list.sort_by_key(|&o| (self.ops[o as usize].end_ns, o));
-        }
+        let ops = &self.ops;
+        gpu_by_end.par_iter_mut().for_each(|list| list.sort_unstable_by_key(|&o| (ops[o as usize].end_ns, o)));
         self.gpu_by_end = gpu_by_end;
     }
 
@@ -912,22 +924,15 @@ impl<'a> Builder<'a> {
 
     /// Host sync: a blocking call's end waits for the GPU operation it was blocked on.
     fn add_host_sync_edges(&mut self) {
-        for op in 0..self.op_count as u32 {
+        // The searches in parallel, the edges added in operation order (as one thread would add them).
+        let this = &*self;
+        let blocking: Vec<(u32, Option<u32>)> = (0..self.op_count as u32)
+            .into_par_iter()
+            .filter(|&op| this.is_blocking(&this.ops[op as usize]))
+            .map(|op| (op, this.awaited_by(&this.ops[op as usize])))
+            .collect();
+        for (op, awaited) in blocking {
             let o = self.ops[op as usize];
-            if o.kind != OpKind::HostCall {
-                continue;
-            }
-            let trace = &self.traces[o.trace as usize];
-            if !is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name)) {
-                continue;
-            }
-            let list = &self.gpu_by_end[o.rank_index as usize];
-            let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.end_ns);
-            let awaited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
-                let gpu = &self.ops[g as usize];
-                gpu.end_ns > o.start_ns
-                    && self.launch_start(gpu).is_some_and(|(start, call)| start < o.start_ns || call == o.index)
-            });
             match awaited {
                 Some(g) => {
                     let release = o.start_ns.max(self.ops[g as usize].end_ns);
@@ -939,6 +944,24 @@ impl<'a> Builder<'a> {
             }
         }
         // The run edge of a blocking call was added with release = start; its lag is 0 either way.
+    }
+
+    /// Whether `o` is a host call that blocks until GPU work ends.
+    fn is_blocking(&self, o: &Op) -> bool {
+        let trace = &self.traces[o.trace as usize];
+        o.kind == OpKind::HostCall && is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name))
+    }
+
+    /// The GPU operation blocking call `o` waited for: the last one to end before it returned that was running
+    /// when it was called and launched before it (or by it), within [`SEARCH_BACK`] operations.
+    fn awaited_by(&self, o: &Op) -> Option<u32> {
+        let list = &self.gpu_by_end[o.rank_index as usize];
+        let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.end_ns);
+        list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
+            let gpu = &self.ops[g as usize];
+            gpu.end_ns > o.start_ns
+                && self.launch_start(gpu).is_some_and(|(start, call)| start < o.start_ns || call == o.index)
+        })
     }
 
     /// Collective barriers: every member's start reaches the barrier, which its transfer waits for.
@@ -984,24 +1007,32 @@ impl<'a> Builder<'a> {
                 *slot = (*slot).max(source_ns.saturating_add(edge.lag_ns));
             }
         }
-        for op in 0..op_count as u32 {
-            let o = self.ops[op as usize];
-            if !o.kind.on_gpu() || o.start_ns <= ready_ns[op as usize] {
-                continue;
-            }
-            let list = &self.gpu_by_end[o.rank_index as usize];
-            let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.start_ns);
-            let waited = list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| {
-                let other = &self.ops[g as usize];
-                other.lane != o.lane
-            });
-            if let Some(g) = waited {
-                let end_ns = self.ops[g as usize].end_ns;
-                if end_ns > ready_ns[op as usize] && o.start_ns - end_ns <= CROSS_STREAM_SLACK_NS {
-                    self.edge(end_vertex(g), start_vertex(op), end_ns, o.start_ns, EdgeKind::CrossStream);
-                }
-            }
+        // The searches in parallel, the edges added in operation order (as one thread would add them).
+        let this = &*self;
+        let waits: Vec<(u32, u32)> = (0..op_count as u32)
+            .into_par_iter()
+            .filter_map(|op| this.cross_stream_wait(op, ready_ns[op as usize]).map(|g| (op, g)))
+            .collect();
+        for (op, g) in waits {
+            let (end_ns, start_ns) = (self.ops[g as usize].end_ns, self.ops[op as usize].start_ns);
+            self.edge(end_vertex(g), start_vertex(op), end_ns, start_ns, EdgeKind::CrossStream);
         }
+    }
+
+    /// The operation on another stream of its GPU that GPU operation `op` (ready at `ready_ns` by its modelled
+    /// dependencies) waited for: the last to end before it started, if it ended after `ready_ns` and within
+    /// [`CROSS_STREAM_SLACK_NS`] of the start.
+    fn cross_stream_wait(&self, op: u32, ready_ns: i64) -> Option<u32> {
+        let o = &self.ops[op as usize];
+        if !o.kind.on_gpu() || o.start_ns <= ready_ns {
+            return None;
+        }
+        let list = &self.gpu_by_end[o.rank_index as usize];
+        let upto = list.partition_point(|&g| self.ops[g as usize].end_ns <= o.start_ns);
+        let waited =
+            list[..upto].iter().rev().take(SEARCH_BACK).copied().find(|&g| self.ops[g as usize].lane != o.lane)?;
+        let end_ns = self.ops[waited as usize].end_ns;
+        (end_ns > ready_ns && o.start_ns - end_ns <= CROSS_STREAM_SLACK_NS).then_some(waited)
     }
 
     /// The graph: measured vertex times and the counts of the stats.
@@ -1115,10 +1146,13 @@ impl Graph {
             instances,
         } = parts;
         let vertex_count = 2 * ops.len() + barriers as usize;
-        for &(_, edge) in &list {
-            if edge.kind != EdgeKind::Run {
-                *stats.edges.entry(edge.kind.describe().to_string()).or_default() += 1;
-            }
+        // Counted per kind first: one map entry per kind, not a string made per edge.
+        let mut per_kind: std::collections::BTreeMap<&'static str, u64> = std::collections::BTreeMap::new();
+        for &(_, edge) in list.iter().filter(|(_, edge)| edge.kind != EdgeKind::Run) {
+            *per_kind.entry(edge.kind.describe()).or_default() += 1;
+        }
+        for (kind, count) in per_kind {
+            *stats.edges.entry(kind.to_string()).or_default() += count;
         }
         // Incoming edges per vertex (CSR), in insertion order within a vertex.
         let mut offsets = vec![0u32; vertex_count + 1];
