@@ -405,7 +405,12 @@ struct InstanceKeys {
     /// once per trace, not once per event. The maps are only looked up, never iterated, so their hasher decides no
     /// order.
     trace_names: Vec<Vec<u32>>,
-    instance_ids: HashMap<(u8, u32, u32, u32), u32, IntHasher>,
+    /// Per (kind, lane, global name): the instance id of each occurrence (`NONE`: none in the model yet). One small
+    /// map and a list read in occurrence order, where a map keyed by the occurrence too would be as large as the
+    /// model and looked up at random.
+    instance_ids: HashMap<(u8, u32, u32), Vec<u32>, IntHasher>,
+    /// Instance ids given so far.
+    instance_count: u32,
     occurrences: HashMap<(u32, u8, u32, u32), u32, IntHasher>,
 }
 
@@ -486,13 +491,21 @@ impl InstanceKeys {
     fn next_of(&mut self, rank_index: u32, kind: OpKind, lane: u32, name_id: u32, in_model: bool) -> u32 {
         let kind_code = kind as u8;
         let occurrence = self.occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
-        let key = (kind_code, lane, name_id, *occurrence);
+        let at = *occurrence as usize;
         *occurrence += 1;
         if !in_model {
             return NONE;
         }
-        let next = self.instance_ids.len() as u32;
-        *self.instance_ids.entry(key).or_insert(next)
+        let ids = self.instance_ids.entry((kind_code, lane, name_id)).or_default();
+        if ids.len() <= at {
+            // Occurrences count one by one on each rank, so the list grows by at most the events seen.
+            ids.resize(at + 1, NONE);
+        }
+        if ids[at] == NONE {
+            ids[at] = self.instance_count;
+            self.instance_count += 1;
+        }
+        ids[at]
     }
 }
 
@@ -1061,7 +1074,7 @@ impl<'a> Builder<'a> {
             measured_ns,
             barriers: self.instances_in_model.len() as u32,
             barrier_instances: self.instances_in_model.iter().map(|&i| i as u32).collect(),
-            instances: self.instances.instance_ids.len() as u32,
+            instances: self.instances.instance_count,
         })
     }
 }
