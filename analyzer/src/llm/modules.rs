@@ -690,7 +690,7 @@ pub fn csv(report: &ModuleReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardscope_model::{ApiCall, Device, Process, Range};
+    use shardscope_model::{ApiCall, Device, DeviceIdx, Process, Range};
 
     /// A decode step on one thread: the root module, layer 0 with a projection (memory recorded), layer 1, and a
     /// graph replayed later whose node was captured inside the projection.
@@ -716,41 +716,32 @@ mod tests {
             range(400, 800, "model.layers.1 (Layer)"),
         ];
         trace.ranges = ranges;
-        let launch = trace.names.intern("cudaLaunchKernel");
-        let mut kernels = Vec::new();
         for (i, (launch_ns, duration_ns)) in
             [(30, 10), (200, 20), (450, 30), (900, 40), (950, 50)].into_iter().enumerate()
         {
-            let correlation_id = i as u32 + 1;
-            let call = ApiCall {
-                start_ns: launch_ns,
-                end_ns: launch_ns + 1,
-                name: launch,
-                process: p,
-                tid: 1,
-                correlation_id,
-                ..ApiCall::default()
-            };
-            trace.api_calls.push(call);
-            let start_ns = 2000 + 100 * i as i64;
-            kernels.push(Kernel {
-                start_ns,
-                end_ns: start_ns + duration_ns,
-                device: d,
-                process: p,
-                correlation_id,
-                ..Kernel::default()
-            });
+            add_launch(&mut trace, (p, d), launch_ns, 2000 + 100 * i as i64, duration_ns);
         }
         // The last kernel is a graph replay (launched at 950 inside the root only) of a node captured at 50.
-        kernels[4].graph_node_id = Some(0x200);
+        trace.kernels[4].graph_node_id = Some(0x200);
         trace.graph_nodes = vec![
             GraphNodeOrigin { process: p, node_id: 0x100, cloned_from: None, tid: 1, created_ns: 50 },
             GraphNodeOrigin { process: p, node_id: 0x200, cloned_from: Some(0x100), tid: 1, created_ns: 5000 },
         ];
-        trace.kernels = kernels;
         trace.finish();
         trace
+    }
+
+    /// Adds a launch call on thread 1 of process `p` at `launch_ns` and the kernel it launched on device `d`.
+    fn add_launch(trace: &mut Trace, (p, d): (ProcessIdx, DeviceIdx), launch_ns: i64, start_ns: i64, duration_ns: i64) {
+        let name = trace.names.intern("cudaLaunchKernel");
+        let correlation_id = trace.kernels.len() as u32 + 1;
+        let end_ns = launch_ns + 1;
+        let call =
+            ApiCall { start_ns: launch_ns, end_ns, name, process: p, tid: 1, correlation_id, ..ApiCall::default() };
+        trace.api_calls.push(call);
+        let end_ns = start_ns + duration_ns;
+        let kernel = Kernel { start_ns, end_ns, device: d, process: p, correlation_id, ..Kernel::default() };
+        trace.kernels.push(kernel);
     }
 
     fn report(depth: Option<usize>) -> ModuleReport {
@@ -790,7 +781,6 @@ mod tests {
         let p = trace.add_process(Process { pid: 7, rank: Some(0), ..Process::default() });
         let d = trace.add_device(Device { process: Some(p), ..Device::default() });
         let (decode, layer) = (trace.names.intern("decode"), trace.names.intern("model.layers.0 (Layer)"));
-        let launch = trace.names.intern("cudaLaunchKernel");
         for step in 0..8i64 {
             let (start_ns, length_ns) = (step * 10_000, if step == 0 { 900 } else { 100 });
             for name in [decode, layer] {
@@ -799,27 +789,8 @@ mod tests {
             }
             let durations: &[i64] = if step == 0 { &[10, 50, 50, 50] } else { &[10] };
             for (i, &duration_ns) in durations.iter().enumerate() {
-                let correlation_id = trace.kernels.len() as u32 + 1;
                 let launch_ns = start_ns + 1 + i as i64;
-                let call = ApiCall {
-                    start_ns: launch_ns,
-                    end_ns: launch_ns + 1,
-                    name: launch,
-                    process: p,
-                    tid: 1,
-                    correlation_id,
-                    ..ApiCall::default()
-                };
-                trace.api_calls.push(call);
-                let kernel = Kernel {
-                    start_ns: launch_ns + 5,
-                    end_ns: launch_ns + 5 + duration_ns,
-                    device: d,
-                    process: p,
-                    correlation_id,
-                    ..Kernel::default()
-                };
-                trace.kernels.push(kernel);
+                add_launch(&mut trace, (p, d), launch_ns, launch_ns + 5, duration_ns);
             }
         }
         trace.finish();
