@@ -9,11 +9,13 @@
 //! [`shardscope_model::GraphNodeOrigin`]s; node ids of an instantiated graph lead back through their clones).
 //!
 //! Rows are per rank, phase and module path; `depth` folds deeper modules into their ancestor at that depth, so the
-//! rows of one phase always add up to its attributed kernel time. Each phase's leading warm-up instances are left
-//! out and counted (the report's rule, [`steps::detect_warmup`], or a given number): under `torch.compile` the
-//! first decode step holds compilation, autotuning (kernels benchmarked inside the module that first uses them)
-//! and the CUDA graph's capture, which would otherwise weigh on the modules of the first layer. A layer is the number after the path part that
+//! rows of one phase always add up to its attributed kernel time. A layer is the number after the path part that
 //! holds the layers (`model.layers.3.…` → 3), or a Kineto module name ending in `Layer_N`.
+//!
+//! Each phase's leading warm-up instances are left out and counted (the report's rule, [`steps::detect_warmup`],
+//! or a given number): under `torch.compile` the first decode step holds compilation, autotuning (kernels
+//! benchmarked inside the module that first uses them) and the CUDA graph's capture, which would otherwise weigh
+//! on the modules of the first layer.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
@@ -461,7 +463,10 @@ fn warmup_instances(
     let mut by_phase: HashMap<PhaseId, BTreeMap<(i64, u32), i64>> = HashMap::new();
     for hit in hits {
         let Some(range) = trace.ranges.get(hit.range as usize) else { continue };
-        by_phase.entry(hit.phase).or_default().insert((range.start_ns, hit.range), range.end_ns - range.start_ns);
+        by_phase
+            .entry(hit.phase)
+            .or_default()
+            .insert((range.start_ns, hit.range), range.end_ns.saturating_sub(range.start_ns));
     }
     let mut left_out = HashSet::new();
     for instances in by_phase.values() {
