@@ -4,9 +4,9 @@ their cost. Nothing here knows about shardscope: `capture --torch-modules` adds 
 MODE (environment):
   eager   prefill, then DECODE steps with a dynamic KV cache, each step inside an NVTX range `decode`.
   graph   the same with a static KV cache, one decode step captured into a CUDA graph (with the model running
-          eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do. With torch 2.11 and
-          transformers 5.17 this failed: with SDPA the replays indexed the cache out of bounds, with eager attention
-          the mask copies a CPU tensor during capture.
+          eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do (twice: a warm-up
+          loop, then the timed one, the cache rewound before each). With eager attention (ATTN=eager) transformers
+          5.17's mask copies a CPU tensor during capture, which a graph cannot hold; use SDPA.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
           the second is timed. A streamer marks the steps: `prefill` until the first token, then each `decode`.
           COMPILE_MODE sets torch.compile's mode (transformers' default, `reduce-overhead`, replays CUDA graphs;
@@ -151,10 +151,21 @@ def graph(config, model):
                     token.copy_(next_token)
                     position.add_(1)
 
-        position.fill_(PROMPT)
+        rewind(cache, position, PROMPT)
         timed(loop)  # warm-up replays
-        position.fill_(PROMPT)
+        rewind(cache, position, PROMPT)
         return timed(loop)
+
+
+def rewind(cache, position, length):
+    """Sets the next decode step's position back to `length`: ours, and the write position transformers 5's static
+    cache keeps per layer (`cumulative_length`, a tensor the graph advances on every replay; without this the
+    second loop of replays writes past `max_cache_len`, which is what made this mode fail before)."""
+    position.fill_(length)
+    for layer in getattr(cache, "layers", []):
+        counter = getattr(layer, "cumulative_length", None)
+        if isinstance(counter, torch.Tensor):
+            counter.fill_(length)
 
 
 class StepRanges:

@@ -10,11 +10,12 @@
 #   bash benchmarks/scripts/torch_modules_device.sh ab [ROUNDS]      # what modules add, inside one process
 #       (qwen3_decode.py MODE=hooks-ab under `capture --torch-modules`, plain `capture` and the hook alone;
 #       one JSON line per run in $OUT/hooks-ab.jsonl)
-#   bash benchmarks/scripts/torch_modules_device.sh split           # eager decode, compiled decode replayed from
-#       CUDA graphs (MODE=static: transformers' static-cache generate, torch.compile `reduce-overhead`) and the
-#       same compiled code launched kernel by kernel (COMPILE_MODE=default), all under `capture --torch-modules`;
-#       the decode phases' split of decoder-layer time (modules_compare.py: eager against graph-replayed, compiled
-#       against graph-replayed) in $OUT/split.txt, the captures in $OUT/split-captures.tar.gz
+#   bash benchmarks/scripts/torch_modules_device.sh split           # eager decode, the eager decode step captured
+#       into a CUDA graph and replayed (MODE=graph), compiled decode replayed from CUDA graphs (MODE=static:
+#       transformers' static-cache generate, torch.compile `reduce-overhead`) and the same compiled code launched
+#       kernel by kernel (COMPILE_MODE=default), all under `capture --torch-modules`; the decode phases' split of
+#       decoder-layer time (modules_compare.py: eager against each graph-replayed one, compiled against
+#       graph-replayed) in $OUT/split.txt, the captures in $OUT/split-captures.tar.gz
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -94,6 +95,9 @@ MODE=eager "$CAPTURE" -o /tmp/split_eager.sqlite --force --no-nccl-plugin --torc
 step split: static compiled capture
 MODE=static timeout 200 "$CAPTURE" -o /tmp/split_static.sqlite --force --no-nccl-plugin --torch-modules -- \
     python3 $WORKLOAD >>"$LOG" 2>&1
+step split: eager decode step captured into a CUDA graph and replayed
+MODE=graph timeout 120 "$CAPTURE" -o /tmp/split_graph.sqlite --force --no-nccl-plugin --torch-modules -- \
+    python3 $WORKLOAD >>"$LOG" 2>&1
 step split: the same compiled code without CUDA graphs
 MODE=static COMPILE_MODE=default timeout 200 "$CAPTURE" -o /tmp/split_compiled.sqlite --force --no-nccl-plugin \
     --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
@@ -101,8 +105,9 @@ compare() {
     python3 benchmarks/scripts/modules_compare.py --analyzer "$PWD/.devcarry/analyzer" --phase decode "$@"
     echo "compare exit $?" >>"$LOG"
 }
-{ compare /tmp/split_eager.sqlite /tmp/split_static.sqlite; compare /tmp/split_compiled.sqlite \
-    /tmp/split_static.sqlite; } >"$OUT/split.txt" 2>>"$LOG"
-tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_static.sqlite split_compiled.sqlite
+{ compare /tmp/split_eager.sqlite /tmp/split_graph.sqlite; compare /tmp/split_eager.sqlite /tmp/split_static.sqlite
+    compare /tmp/split_compiled.sqlite /tmp/split_static.sqlite; } >"$OUT/split.txt" 2>>"$LOG"
+tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_graph.sqlite split_static.sqlite \
+    split_compiled.sqlite
 fi
 step done
