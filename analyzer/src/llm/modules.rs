@@ -828,6 +828,19 @@ mod tests {
     }
 
     #[test]
+    fn phase_ranges_with_extreme_times_are_measured_without_overflow() {
+        let mut trace = steps_trace();
+        // The first step's ranges span the whole clock (a damaged file): their length saturates.
+        for range in trace.ranges.iter_mut().take(2) {
+            (range.start_ns, range.end_ns) = (i64::MIN, i64::MAX);
+        }
+        let phase_pattern = Regex::new(crate::llm::phases::DEFAULT_PHASE_PATTERN).unwrap();
+        let options = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: None };
+        let phase = &module_report(&[trace], &options).ranks[0].phases[0];
+        assert_eq!((phase.instances + phase.warmup_instances, phase.warmup), (8, "detected"));
+    }
+
+    #[test]
     fn every_kernel_gets_its_innermost_module_path() {
         let modules = kernel_modules(&trace());
         let path = |i: usize| modules.of_kernel[i].map(|id| modules.paths[id as usize].as_str());
