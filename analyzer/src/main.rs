@@ -440,7 +440,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Collectives { analysis, format } => collectives_command(analysis, format),
         Command::Compare { args } => compare_command(args),
         Command::Modules { traces, module_depth, phase_pattern, window, skip_steps, format, html } => {
-            modules_command(traces, module_depth, phase_pattern, (window, skip_steps), format, html)
+            modules_command(traces, module_depth, phase_pattern, window, skip_steps, format, html)
         }
         Command::KernSum { traces, format, window } => kern_sum_command(traces, format, window),
         Command::Export { traces, output, window, format: ExportFormat::Perfetto, rules, .. } => {
@@ -624,7 +624,8 @@ fn modules_command(
     paths: Vec<PathBuf>,
     module_depth: Option<usize>,
     phase_pattern: String,
-    (window, skip_steps): (Option<(i64, i64)>, Option<usize>),
+    window: Option<(i64, i64)>,
+    skip_steps: Option<usize>,
     format: OutputFormat,
     html: Option<PathBuf>,
 ) -> Result<()> {

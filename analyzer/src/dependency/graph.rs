@@ -534,43 +534,41 @@ fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent
 
 /// One rank's GPU work, per stream in start order.
 fn gpu_events_of_rank(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
-    {
-        let trace = &traces[spec.key.trace];
-        let device: DeviceIdx = spec.key.device;
-        let mut events: Vec<GpuEvent> = Vec::new();
-        for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
-            events.push(GpuEvent {
-                kind: OpKind::Kernel,
-                index: index as u32,
-                stream: k.stream,
-                start_ns: k.start_ns,
-                end_ns: k.end_ns,
-                launch: k.launch,
-            });
-        }
-        for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
-            events.push(GpuEvent {
-                kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
-                index: index as u32,
-                stream: m.stream,
-                start_ns: m.start_ns,
-                end_ns: m.end_ns,
-                launch: m.launch,
-            });
-        }
-        for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
-            events.push(GpuEvent {
-                kind: OpKind::Graph,
-                index: index as u32,
-                stream: g.stream,
-                start_ns: g.start_ns,
-                end_ns: g.end_ns,
-                launch: g.launch,
-            });
-        }
-        events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
-        events
+    let trace = &traces[spec.key.trace];
+    let device: DeviceIdx = spec.key.device;
+    let mut events: Vec<GpuEvent> = Vec::new();
+    for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+        events.push(GpuEvent {
+            kind: OpKind::Kernel,
+            index: index as u32,
+            stream: k.stream,
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+            launch: k.launch,
+        });
     }
+    for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
+        events.push(GpuEvent {
+            kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
+            index: index as u32,
+            stream: m.stream,
+            start_ns: m.start_ns,
+            end_ns: m.end_ns,
+            launch: m.launch,
+        });
+    }
+    for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
+        events.push(GpuEvent {
+            kind: OpKind::Graph,
+            index: index as u32,
+            stream: g.stream,
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            launch: g.launch,
+        });
+    }
+    events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
+    events
 }
 
 /// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.

@@ -454,7 +454,8 @@ fn phase_hit(trace: &Trace, phases: &PhaseIndex, kernel: &Kernel) -> Option<Phas
 }
 
 /// The phase instances (ranges) one rank leaves out as warm-up, from the instances its kernels are in: per phase,
-/// in time order, the first `skip_steps`, or the leading ones [`steps::detect_warmup`] finds by their length.
+/// in time order, the leading ones the report's rule picks ([`steps::leading_warmup`]: the first `skip_steps`, or
+/// those found by their length), and how they were picked.
 fn warmup_instances(
     trace: &Trace,
     hits: impl Iterator<Item = PhaseHit>,
@@ -468,19 +469,15 @@ fn warmup_instances(
             .or_default()
             .insert((range.start_ns, hit.range), range.end_ns.saturating_sub(range.start_ns));
     }
-    let mut left_out = HashSet::new();
+    let (mut left_out, mut how) = (HashSet::new(), "none");
     for instances in by_phase.values() {
-        let count = match skip_steps {
-            Some(n) => n.min(instances.len()),
-            None => steps::detect_warmup(&instances.values().copied().collect::<Vec<i64>>(), &[]),
-        };
+        let durations = || instances.values().copied().collect();
+        let (count, label) = steps::leading_warmup(durations, &[], skip_steps.unwrap_or(0), skip_steps.is_none());
+        if count > 0 {
+            how = label;
+        }
         left_out.extend(instances.keys().take(count).map(|&(_, range)| range));
     }
-    let how = match (skip_steps, left_out.is_empty()) {
-        (Some(_), _) => "skip_steps",
-        (None, false) => "detected",
-        (None, true) => "none",
-    };
     (left_out, how)
 }
 

@@ -439,21 +439,30 @@ pub fn detect_warmup(durations_ns: &[i64], heavy: &[bool]) -> usize {
     warmup
 }
 
+/// How many leading steps are warm-up, and how that was decided: the first `skip` when it is not 0 (`skip_steps`),
+/// else with `detect` those [`detect_warmup`] finds in the steps' durations (`detected`), else none (`none`). The
+/// durations are asked for only when detecting.
+pub fn leading_warmup(
+    durations_ns: impl FnOnce() -> Vec<i64>,
+    heavy: &[bool],
+    skip: usize,
+    detect: bool,
+) -> (usize, &'static str) {
+    if skip > 0 {
+        return (skip, "skip_steps");
+    }
+    match detect.then(|| detect_warmup(&durations_ns(), heavy)) {
+        Some(n) if n > 0 => (n, "detected"),
+        _ => (0, "none"),
+    }
+}
+
 /// Step times from intervals in time order, the first `skip` left out; with `skip` 0 and `detect` set, the leading
 /// warm-up [`detect_warmup`] finds (`heavy` marks prefill steps, empty when unknown).
 pub fn steps(source: StepSource, intervals: Vec<(i64, i64)>, skip: usize, detect: bool, heavy: &[bool]) -> Steps {
     let found = intervals.len();
-    let (skip, warmup) = if skip > 0 {
-        (skip, "skip_steps")
-    } else if detect {
-        let durations: Vec<i64> = intervals.iter().map(|(start, end)| end - start).collect();
-        match detect_warmup(&durations, heavy) {
-            0 => (0, "none"),
-            n => (n, "detected"),
-        }
-    } else {
-        (0, "none")
-    };
+    let durations = || intervals.iter().map(|(start, end)| end - start).collect::<Vec<i64>>();
+    let (skip, warmup) = leading_warmup(durations, heavy, skip, detect);
     let kept: Vec<(i64, i64)> = intervals.iter().skip(skip).copied().collect();
     Steps {
         source,
