@@ -6,7 +6,9 @@ MODE (environment):
   graph   the same with a static KV cache, one decode step captured into a CUDA graph (with the model running
           eagerly) and replayed DECODE times, each replay inside `decode`, as serving engines do (twice: a warm-up
           loop, then the timed one, the cache rewound before each). With eager attention (ATTN=eager) transformers
-          5.17's mask copies a CPU tensor during capture, which a graph cannot hold; use SDPA.
+          5.17's mask copies a CPU tensor during capture, which a graph cannot hold; use SDPA. REPLAY=0 runs the
+          same step (same static cache, same positions) launched kernel by kernel instead of replayed: the eager
+          program whose module split the replayed one must equal.
   static  `model.generate(..., cache_implementation="static")`: torch.compile and CUDA graphs; generate runs twice,
           the second is timed. A streamer marks the steps: `prefill` until the first token, then each `decode`.
           COMPILE_MODE sets torch.compile's mode (transformers' default, `reduce-overhead`, replays CUDA graphs;
@@ -40,6 +42,7 @@ HIDDEN = int(os.environ.get("HIDDEN", "1024"))
 PROMPT = int(os.environ.get("PROMPT", "64"))
 DECODE = int(os.environ.get("DECODE", "32"))
 PROFILE = os.environ.get("TORCH_PROF")
+REPLAY = os.environ.get("REPLAY", "1") != "0"
 
 
 def build():
@@ -140,15 +143,19 @@ def graph(config, model):
             for _ in range(2):
                 step()
         torch.cuda.current_stream().wait_stream(side)
-        replay = torch.cuda.CUDAGraph()
-        with nvtx("capture"), torch.cuda.graph(replay):
-            next_token = step()
+        if REPLAY:
+            replay = torch.cuda.CUDAGraph()
+            with nvtx("capture"), torch.cuda.graph(replay):
+                next_token = step()
 
         def loop():
             for _ in range(DECODE):
                 with nvtx("decode"):
-                    replay.replay()
-                    token.copy_(next_token)
+                    if REPLAY:
+                        replay.replay()
+                        token.copy_(next_token)
+                    else:
+                        token.copy_(step())
                     position.add_(1)
 
         rewind(cache, position, PROMPT)

@@ -11,11 +11,15 @@
 #       (qwen3_decode.py MODE=hooks-ab under `capture --torch-modules`, plain `capture` and the hook alone;
 #       one JSON line per run in $OUT/hooks-ab.jsonl)
 #   bash benchmarks/scripts/torch_modules_device.sh split           # eager decode, the eager decode step captured
-#       into a CUDA graph and replayed (MODE=graph), compiled decode replayed from CUDA graphs (MODE=static:
-#       transformers' static-cache generate, torch.compile `reduce-overhead`) and the same compiled code launched
-#       kernel by kernel (COMPILE_MODE=default), all under `capture --torch-modules`; the decode phases' split of
-#       decoder-layer time (modules_compare.py: eager against each graph-replayed one, compiled against
-#       graph-replayed) in $OUT/split.txt, the captures in $OUT/split-captures.tar.gz
+#       into a CUDA graph and replayed (MODE=graph) and the same step launched kernel by kernel (REPLAY=0),
+#       compiled decode replayed from CUDA graphs (MODE=static: transformers' static-cache generate, torch.compile
+#       `reduce-overhead`) and the same compiled code launched kernel by kernel (COMPILE_MODE=default), all under
+#       `capture --torch-modules`; the decode phases' split of decoder-layer time (modules_compare.py: each
+#       graph-replayed program against the same program launched kernel by kernel, and eager decode with its
+#       dynamic cache against both) in $OUT/split.txt, the captures in $OUT/split-captures.tar.gz
+#   bash benchmarks/scripts/torch_modules_device.sh replay          # only the eager step replayed and launched
+#       (MODE=graph, REPLAY=1 and 0) at the model size LAYERS and HIDDEN set, compared; in
+#       $OUT/replay-L$LAYERS-H$HIDDEN.txt and .tar.gz
 set -u
 OUT=${OUT:-/tmp/torch-modules-out}
 mkdir -p "$OUT"
@@ -98,6 +102,9 @@ MODE=static timeout 200 "$CAPTURE" -o /tmp/split_static.sqlite --force --no-nccl
 step split: eager decode step captured into a CUDA graph and replayed
 MODE=graph timeout 120 "$CAPTURE" -o /tmp/split_graph.sqlite --force --no-nccl-plugin --torch-modules -- \
     python3 $WORKLOAD >>"$LOG" 2>&1
+step split: the same eager decode step launched kernel by kernel, not replayed
+MODE=graph REPLAY=0 timeout 120 "$CAPTURE" -o /tmp/split_direct.sqlite --force --no-nccl-plugin --torch-modules -- \
+    python3 $WORKLOAD >>"$LOG" 2>&1
 step split: the same compiled code without CUDA graphs
 MODE=static COMPILE_MODE=default timeout 200 "$CAPTURE" -o /tmp/split_compiled.sqlite --force --no-nccl-plugin \
     --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
@@ -105,9 +112,22 @@ compare() {
     python3 benchmarks/scripts/modules_compare.py --analyzer "$PWD/.devcarry/analyzer" --phase decode "$@"
     echo "compare exit $?" >>"$LOG"
 }
-{ compare /tmp/split_eager.sqlite /tmp/split_graph.sqlite; compare /tmp/split_eager.sqlite /tmp/split_static.sqlite
+{ compare /tmp/split_direct.sqlite /tmp/split_graph.sqlite; compare /tmp/split_eager.sqlite /tmp/split_graph.sqlite
+    compare /tmp/split_eager.sqlite /tmp/split_static.sqlite
     compare /tmp/split_compiled.sqlite /tmp/split_static.sqlite; } >"$OUT/split.txt" 2>>"$LOG"
-tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_graph.sqlite split_static.sqlite \
-    split_compiled.sqlite
+tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_graph.sqlite split_direct.sqlite \
+    split_static.sqlite split_compiled.sqlite
+fi
+if [ "$STAGE" = replay ]; then
+size=L$LAYERS-H${HIDDEN:-1024}
+for replay in 1 0; do
+    step "replay $size: REPLAY=$replay"
+    MODE=graph REPLAY=$replay timeout 120 "$CAPTURE" -o "/tmp/replay$replay-$size.sqlite" --force --no-nccl-plugin \
+        --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
+done
+python3 benchmarks/scripts/modules_compare.py --analyzer "$PWD/.devcarry/analyzer" --phase decode \
+    "/tmp/replay0-$size.sqlite" "/tmp/replay1-$size.sqlite" >"$OUT/replay-$size.txt" 2>>"$LOG"
+echo "compare exit $?" >>"$LOG"
+tar -czf "$OUT/replay-$size.tar.gz" -C /tmp "replay0-$size.sqlite" "replay1-$size.sqlite"
 fi
 step done

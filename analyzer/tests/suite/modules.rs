@@ -150,6 +150,29 @@ fn layer_split(report: &ModuleReport) -> BTreeMap<&'static str, f64> {
 }
 
 #[test]
+fn eager_decode_step_replayed_from_a_graph_splits_as_the_same_step_launched_kernel_by_kernel() {
+    let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
+    let options = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: None };
+    let (graph, direct) = (load("qwen3_eager_graph.sqlite.gz"), load("qwen3_eager_graph_direct.sqlite.gz"));
+    let (graph, direct) = (module_report(&graph, &options), module_report(&direct, &options));
+    let decode = graph.ranks[0].phases.iter().find(|p| p.phase == "decode").unwrap();
+    assert_eq!((decode.instances, decode.warmup_instances), (63, 1));
+    // Every kernel of a decoder layer in the steady steps is a replay of a node captured while the eager model's
+    // module ranges were open, and is attributed through that capture.
+    let in_layers: Vec<_> = decode.rows.iter().filter(|r| r.layer.is_some()).collect();
+    assert_eq!(in_layers.iter().map(|r| r.graph_kernels).sum::<u64>(), 63 * 260);
+    assert!(in_layers.iter().all(|r| r.graph_kernels == r.kernels), "a layer kernel not from a graph");
+    let launched = direct.ranks[0].phases.iter().find(|p| p.phase == "decode").unwrap();
+    assert!(launched.rows.iter().all(|r| r.graph_kernels == 0));
+    let (replayed, launched) = (layer_split(&graph), layer_split(&direct));
+    assert_eq!(replayed.keys().collect::<Vec<_>>(), launched.keys().collect::<Vec<_>>());
+    for (part, share) in &replayed {
+        let gap_pp = (share - launched[part]).abs() * 100.0;
+        assert!(gap_pp < 2.0, "{part}: {share:.4} replayed against {:.4} launched", launched[part]);
+    }
+}
+
+#[test]
 fn compiled_decode_replayed_from_graphs_splits_as_the_same_code_launched_kernel_by_kernel() {
     let phase_pattern = Regex::new(DEFAULT_PHASE_PATTERN).unwrap();
     let options = ModuleOptions { depth: None, phase_pattern, window_ns: None, skip_steps: None };
