@@ -10,7 +10,8 @@
 //!
 //! Rows are per rank, phase and module path; `depth` folds deeper modules into their ancestor at that depth, so the
 //! rows of one phase always add up to its attributed kernel time. A layer is the number after the path part that
-//! holds the layers (`model.layers.3.…` → 3), or a Kineto module name ending in `Layer_N`.
+//! holds the layers (`model.layers.3.…`, `transformer.h.3.…` → 3), or a Kineto module name ending in `Layer_N` or
+//! `Block_N` (`Qwen3DecoderLayer_3`, `GPT2Block_3`).
 //!
 //! Each phase's leading warm-up instances are left out and counted (the report's rule, [`steps::detect_warmup`],
 //! or a given number): under `torch.compile` the first decode step holds compilation, autotuning (kernels
@@ -365,7 +366,7 @@ pub fn layer_of(path: &str) -> (Option<u32>, String) {
     for (i, part) in parts.iter().enumerate() {
         let number = if i > 0 && part.bytes().all(|b| b.is_ascii_digit()) && !part.is_empty() {
             part.parse().ok()
-        } else if kineto_class(part).ends_with("Layer") && kineto_class(part) != *part {
+        } else if is_kineto_layer_class(kineto_class(part)) && kineto_class(part) != *part {
             part.rsplit('_').next().and_then(|n| n.parse().ok())
         } else {
             None
@@ -375,6 +376,11 @@ pub fn layer_of(path: &str) -> (Option<u32>, String) {
         }
     }
     (None, path.to_string())
+}
+
+/// Whether a module class holds one layer of a stack: `Qwen3DecoderLayer`, `BertLayer`; `GPT2Block`, `BloomBlock`.
+fn is_kineto_layer_class(class: &str) -> bool {
+    class.ends_with("Layer") || class.ends_with("Block")
 }
 
 /// Rows being added up: per (phase, folded range's path).
@@ -902,6 +908,9 @@ mod tests {
         assert_eq!((info.class.as_str(), info.depth), ("Linear", 2));
         assert_eq!(layer_of(&info.path), (Some(3), "Linear_7".to_string()));
         assert_eq!(layer_of("model.layers.12.mlp.down_proj"), (Some(12), "mlp.down_proj".to_string()));
+        assert_eq!(layer_of("transformer.h.5.attn.c_attn"), (Some(5), "attn.c_attn".to_string()));
+        assert_eq!(layer_of("GPT2Model_0.GPT2Block_5.GPT2Attention_5"), (Some(5), "GPT2Attention_5".to_string()));
+        assert_eq!(layer_of("GPT2Model_0.Conv1D_3"), (None, "GPT2Model_0.Conv1D_3".to_string()));
         assert_eq!(layer_of("lm_head"), (None, "lm_head".to_string()));
     }
 
