@@ -10,8 +10,9 @@
 # 2. With TIMERS=1, once per configuration, the default capture plus the NCCL plugin's GPU timers (`--trace
 #    all,nccl-timers`): CUPTI's kernels and NCCL's channel times of the same collectives, which checks the GPU
 #    clock placement and the kernel sample's widening against CUPTI's clock.
-# Results go to $OUT: the timing samples (JSON, gzipped), the log, and the capture files in one tar; compare
-# them with benchmarks/scripts/comm_only_compare.py and join a split sitting with capture_overhead.py --combine.
+# Results go to $OUT: the timing samples (JSON, gzipped), the log, comm_only_compare.py's figures of the kept
+# captures (compare-TAG.json), and the captures in two tars (--comm-only ones, the others); join a split sitting
+# with capture_overhead.py --combine.
 #
 # Usage (repository root of the GPU machine; CARRY holds capture, libshardscope_inject.so,
 # libshardscope_nccl_profiler.so, tp_llm.py and capture_overhead.py):
@@ -48,5 +49,10 @@ for mode in $modes; do mode_args+=(--mode "$mode"); done
 } > "$out/log-$tag.txt" 2>&1
 ls -la "$keep" >> "$out/log-$tag.txt"
 gzip -f "$out/comm-only-overhead-$tag.json" 2>/dev/null
-(cd "$keep" && tar czf "$out/captures-$tag.tar.gz" ./*.sqlite) 2>> "$out/log-$tag.txt"
+# Compared here, so that the figures come back even when the captures are too large to (a 10-repetition default
+# capture is 20-40 MB); the --comm-only captures, the small ones, in one tar, the others in a second.
+python3 "$(dirname "$0")/comm_only_compare.py" --dir "$keep" --out "$out/compare-$tag.json" >> "$out/log-$tag.txt" 2>&1
+(cd "$keep" && tar czf "$out/captures-$tag.tar.gz" ./*comm-only*.sqlite) 2>> "$out/log-$tag.txt"
+(cd "$keep" && ls | grep -v comm-only | grep -q . && tar czf "$out/captures-others-$tag.tar.gz" \
+    $(ls | grep -v comm-only)) 2>> "$out/log-$tag.txt"
 ls -la "$out" >> "$out/log-$tag.txt"
