@@ -8,10 +8,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn python_available() -> bool {
-    Command::new("python3").arg("--version").output().is_ok_and(|out| out.status.success())
-}
-
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake_torch")
 }
@@ -99,11 +95,8 @@ fn expected_full_log() -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(not(python3_on_path), ignore = "needs python3 on PATH")]
 fn every_module_forward_is_one_named_range_and_compiling_adds_none() {
-    if !python_available() {
-        eprintln!("every_module_forward_is_one_named_range_and_compiling_adds_none: skipped, no python3");
-        return;
-    }
     let result = run_model("all", "");
     assert_eq!(log(&result), expected_full_log());
     assert_eq!(result["chained"], "yes", "the workload's own sitecustomize ran after the hook");
@@ -188,22 +181,16 @@ fn compiled_code_gets_balanced_ranges(result: &Value) {
 /// A torch without what its fast path checks (here no `torch._C._is_tracing`, as before 2.0 the backward-pre
 /// tables): every call goes through `_call_impl`, with the same ranges.
 #[test]
+#[cfg_attr(not(python3_on_path), ignore = "needs python3 on PATH")]
 fn without_the_fast_path_every_call_goes_through_call_impl() {
-    if !python_available() {
-        eprintln!("without_the_fast_path_every_call_goes_through_call_impl: skipped, no python3");
-        return;
-    }
     let result = run_model_with("no-fast-path", "", &[("FAKE_TORCH_NO_FAST_PATH", "1")]);
     assert_eq!(log(&result), expected_full_log());
     assert_eq!(result["call_impl"], serde_json::json!([16, 8, 8]));
 }
 
 #[test]
+#[cfg_attr(not(python3_on_path), ignore = "needs python3 on PATH")]
 fn depth_limit_and_memory_counters() {
-    if !python_available() {
-        eprintln!("depth_limit_and_memory_counters: skipped, no python3");
-        return;
-    }
     let result = run_model("depth", "=2,memory");
     let lines = log(&result);
     // Depth 2 keeps the root (0 parts), `layers` (1) and `layers.N` (2), not the projections (3).
