@@ -53,6 +53,6 @@ gzip -f "$out/comm-only-overhead-$tag.json" 2>/dev/null
 # capture is 20-40 MB); the --comm-only captures, the small ones, in one tar, the others in a second.
 python3 "$(dirname "$0")/comm_only_compare.py" --dir "$keep" --out "$out/compare-$tag.json" >> "$out/log-$tag.txt" 2>&1
 (cd "$keep" && tar czf "$out/captures-$tag.tar.gz" ./*comm-only*.sqlite) 2>> "$out/log-$tag.txt"
-(cd "$keep" && ls | grep -v comm-only | grep -q . && tar czf "$out/captures-others-$tag.tar.gz" \
-    $(ls | grep -v comm-only)) 2>> "$out/log-$tag.txt"
+others=$(cd "$keep" && ls | grep -v comm-only)
+[ -n "$others" ] && (cd "$keep" && tar czf "$out/captures-others-$tag.tar.gz" $others) 2>> "$out/log-$tag.txt"
 ls -la "$out" >> "$out/log-$tag.txt"

@@ -31,6 +31,13 @@ WORKLOAD=workloads/qwen3_decode.py
 LOG=$OUT/log.txt
 export PYTHONUNBUFFERED=1 LAYERS=${LAYERS:-4} DECODE=${DECODE:-32}
 step() { echo "== $(date +%T) $*" >>"$LOG"; }
+# graph_capture REPLAY FILE: the eager decode step captured into a CUDA graph and replayed (MODE=graph, REPLAY=1), or
+# the same step launched kernel by kernel (REPLAY=0), under `capture --torch-modules` into FILE.
+graph_capture() {
+    step "eager decode step, REPLAY=$1 (0: launched kernel by kernel, not replayed) -> $2"
+    MODE=graph REPLAY=$1 timeout 120 "$CAPTURE" -o "$2" --force --no-nccl-plugin --torch-modules -- \
+        python3 $WORKLOAD >>"$LOG" 2>&1
+}
 { nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } >>"$LOG" 2>&1
 
 if [ "$STAGE" = captures ] || [ "$STAGE" = all ]; then
@@ -99,12 +106,8 @@ MODE=eager "$CAPTURE" -o /tmp/split_eager.sqlite --force --no-nccl-plugin --torc
 step split: static compiled capture
 MODE=static timeout 200 "$CAPTURE" -o /tmp/split_static.sqlite --force --no-nccl-plugin --torch-modules -- \
     python3 $WORKLOAD >>"$LOG" 2>&1
-step split: eager decode step captured into a CUDA graph and replayed
-MODE=graph timeout 120 "$CAPTURE" -o /tmp/split_graph.sqlite --force --no-nccl-plugin --torch-modules -- \
-    python3 $WORKLOAD >>"$LOG" 2>&1
-step split: the same eager decode step launched kernel by kernel, not replayed
-MODE=graph REPLAY=0 timeout 120 "$CAPTURE" -o /tmp/split_direct.sqlite --force --no-nccl-plugin --torch-modules -- \
-    python3 $WORKLOAD >>"$LOG" 2>&1
+graph_capture 1 /tmp/split_graph.sqlite
+graph_capture 0 /tmp/split_direct.sqlite
 step split: the same compiled code without CUDA graphs
 MODE=static COMPILE_MODE=default timeout 200 "$CAPTURE" -o /tmp/split_compiled.sqlite --force --no-nccl-plugin \
     --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
@@ -120,11 +123,8 @@ tar -czf "$OUT/split-captures.tar.gz" -C /tmp split_eager.sqlite split_graph.sql
 fi
 if [ "$STAGE" = replay ]; then
 size=L$LAYERS-H${HIDDEN:-1024}
-for replay in 1 0; do
-    step "replay $size: REPLAY=$replay"
-    MODE=graph REPLAY=$replay timeout 120 "$CAPTURE" -o "/tmp/replay$replay-$size.sqlite" --force --no-nccl-plugin \
-        --torch-modules -- python3 $WORKLOAD >>"$LOG" 2>&1
-done
+graph_capture 1 "/tmp/replay1-$size.sqlite"
+graph_capture 0 "/tmp/replay0-$size.sqlite"
 python3 benchmarks/scripts/modules_compare.py --analyzer "$PWD/.devcarry/analyzer" --phase decode \
     "/tmp/replay0-$size.sqlite" "/tmp/replay1-$size.sqlite" >"$OUT/replay-$size.txt" 2>>"$LOG"
 echo "compare exit $?" >>"$LOG"
