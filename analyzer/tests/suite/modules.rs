@@ -3,7 +3,8 @@
 //! eager decode with allocator counters (`qwen3_eager`), and `generate` with a static cache under torch.compile and
 //! CUDA graphs (`qwen3_static`, made before the compiled code had module ranges), and the same with module ranges
 //! in the compiled code, replayed from CUDA graphs (`qwen3_compiled_graphs`) and launched kernel by kernel
-//! (`qwen3_compiled`).
+//! (`qwen3_compiled`); on one H200, an eager decode step with a static cache replayed from a CUDA graph
+//! (`qwen3_eager_graph`) and the same step launched kernel by kernel (`qwen3_eager_graph_direct`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
