@@ -13,7 +13,10 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   launch there: `capture-off-bare` (CUPTI loaded, nothing subscribed or switched on), `capture-off-subscribed`
   (the subscription alone), `capture-off-no-triggers` (no profiler-API callbacks), `capture-off-driver-trigger`
   (the driver ones only), `capture-off-no-device` (no device kind), `capture-off-no-preload` (the library not
-  preloaded: `--no-client-guard`). `--torch-modes` likewise for the PyTorch program.
+  preloaded: `--no-client-guard`), `capture-off-attached` / `capture-off-detached` (CUPTI kept attached, or
+  detached, outside windows: `--outside-windows`; `capture-off` is `auto`, which detaches where a shared CUDA
+  runtime is loaded: build the CUDA programs with `--cudart shared` to compare). `--torch-modes` likewise for
+  the PyTorch program. `--pin CPUS` runs every command under `taskset -c CPUS`.
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
   (`workloads/capture_window.cu graph`): uncaptured, capture node level (default), capture graph level, and, when
   Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`. `--graph-modes` adds graph level without
@@ -59,7 +62,10 @@ OFF_OMIT = {
 }
 GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "capture-graph-kernel": "kernel",
                      "capture-graph-no-kernel": "nvtx"}
-KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + ["capture-off-no-preload"]
+# Recording off with CUPTI kept attached or detached whatever the triggers (`--outside-windows`; plain
+# `capture-off` is `auto`).
+OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "detached"}
+KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
 LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
@@ -88,6 +94,8 @@ def recorder_command(args, mode, program, scratch, extra=()):
         return capture + list(extra) + ["--"] + program
     if mode == "capture-off" or mode in OFF_OMIT:
         return capture + ["--cuda-profiler-api", "--"] + program
+    if mode in OUTSIDE_WINDOWS:
+        return capture + ["--cuda-profiler-api", "--outside-windows", OUTSIDE_WINDOWS[mode], "--"] + program
     if mode == "capture-off-no-preload":
         return capture + ["--cuda-profiler-api", "--no-client-guard", "--"] + program
     if mode == "capture-graph":
@@ -102,7 +110,11 @@ def recorder_command(args, mode, program, scratch, extra=()):
     raise ValueError(mode)
 
 
+PIN = []
+
+
 def run(command, timeout_s, extra_env=None):
+    command = PIN + list(command)
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                           env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", PYTHONUNBUFFERED="1", **(extra_env or {})))
@@ -293,8 +305,14 @@ def main():
     parser.add_argument("--torch-modes", default=",".join(LAUNCH_MODES), help="modes of the PyTorch program")
     parser.add_argument("--graph-modes", default=",".join(GRAPH_MODES),
                         help="graph modes (known: %(default)s, " + ", ".join(GRAPH_TRACE_KINDS) + ")")
+    parser.add_argument("--cudart", choices=["static", "shared"], default="static",
+                        help="how the CUDA programs link the CUDA runtime (nvcc's default: static)")
+    parser.add_argument("--launch-batches", type=int, default=2000, help="batches of 100 launches per bare-launch run")
+    parser.add_argument("--pin", default=None, help="run every command on these CPUs (taskset -c), for steadier rounds")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    if args.pin:
+        PIN[:] = ["taskset", "-c", args.pin]
     for option, known in (("launch_modes", KNOWN_LAUNCH_MODES), ("torch_modes", KNOWN_LAUNCH_MODES),
                           ("graph_modes", KNOWN_GRAPH_MODES)):
         modes = [m.strip() for m in getattr(args, option).split(",") if m.strip()]
@@ -307,10 +325,11 @@ def main():
     started = time.monotonic()
     os.makedirs(args.scratch, exist_ok=True)
     binary = os.path.join(args.scratch, "capture_window")
-    subprocess.run([args.nvcc, "-O2", "-o", binary, os.path.join(WORKLOADS, "capture_window.cu")], check=True)
+    nvcc = [args.nvcc, "-O2", "-cudart", args.cudart]
+    subprocess.run(nvcc + ["-o", binary, os.path.join(WORKLOADS, "capture_window.cu")], check=True)
     launch_binary = os.path.join(args.scratch, "launch_cost")
-    subprocess.run([args.nvcc, "-O2", "-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
-    programs = [{"name": "cuda", "command": [launch_binary, "2000", "100"], "modes": args.launch_modes},
+    subprocess.run(nvcc + ["-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
+    programs = [{"name": "cuda", "command": [launch_binary, str(args.launch_batches), "100"], "modes": args.launch_modes},
                 {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"],
                  "modes": args.torch_modes}]
     try:

@@ -14,7 +14,7 @@ use shardscope_capture::nccl_spool::{self, NcclProcess};
 use shardscope_capture::torch_modules::{HookFolder, ModuleSettings};
 use shardscope_capture::{control, names, nccl_merge, nvml, redact, sqlite};
 use shardscope_io::nsys::CAPTURE_MODE_COMM_ONLY;
-use shardscope_spool::config::{self, GraphTrace, TraceKinds, WindowPlan};
+use shardscope_spool::config::{self, GraphTrace, OutsideWindows, TraceKinds, WindowPlan};
 
 /// Name of the injection library that `cargo build` puts next to the `capture` binary.
 const INJECT_LIB_NAME: &str = "libshardscope_inject.so";
@@ -103,10 +103,21 @@ struct Args {
     start_paused: bool,
     /// CUDA graphs: `node` records every kernel, copy and set of each replay (CUPTI times each node on the GPU:
     /// a replay of 400 tiny kernels took 1.38× on one H100); `graph` records one activity per graph launch, with
-    /// its graph id (1.09× on the same replays, and nothing of what ran inside the graph: no kernel names or
-    /// per-kernel times). BENCHMARKS.md has the measurement.
+    /// its graph id (1.09× on the same replays on an H100, 1.16× on an H200, and nothing of what ran inside the
+    /// graph: no kernel names or per-kernel times); with capture ranges its kind stays on for the whole run (CUPTI
+    /// 13.0 crashed graphs launched after it was switched on) and only launches inside windows are kept.
+    /// BENCHMARKS.md has the measurement.
     #[arg(long, value_name = "graph|node", default_value = "node")]
     cuda_graph_trace: String,
+    /// With capture ranges: what CUPTI does in each process while no window is open. `attached` keeps CUPTI
+    /// attached with nothing switched on, which still costs every CUDA call (about 3 % of a bare launch on an
+    /// H200); `detached` detaches it (cuptiFinalize) between windows, so the process runs as uncaptured there,
+    /// and attaches it again when a window opens; the profiler API trigger is then seen only through the shared
+    /// CUDA runtime or driver (not a statically linked runtime, not ctypes), and graph nodes made while detached
+    /// get no module range. `auto` detaches where every trigger is seen that way (time, `capture start`, the
+    /// profiler API with a shared runtime loaded) and stays attached otherwise and for --nvtx-range.
+    #[arg(long, value_name = "auto|attached|detached", default_value = "auto")]
+    outside_windows: String,
     /// libcupti to load in the workload (default: library path, then the usual CUDA folders).
     #[arg(long, value_name = "PATH")]
     cupti_lib: Option<PathBuf>,
@@ -290,6 +301,8 @@ fn run(args: Args) -> anyhow::Result<i32> {
     let graph_trace =
         GraphTrace::parse(&args.cuda_graph_trace).map_err(anyhow::Error::msg).context("--cuda-graph-trace")?;
     let plan = window_plan(&args)?;
+    let outside_windows =
+        OutsideWindows::parse(&args.outside_windows).map_err(anyhow::Error::msg).context("--outside-windows")?;
     let range = CaptureRange {
         delay_ns: seconds_to_ns(args.delay, "--delay")?,
         duration_ns: seconds_to_ns(args.duration, "--duration")?,
@@ -334,6 +347,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
         (config::WINDOW_ENV.into(), plan.to_env().map_err(anyhow::Error::msg).context("--nvtx-range")?.into()),
         (config::SESSION_START_ENV.into(), session_start_utc_ns.to_string().into()),
         (config::GRAPH_TRACE_ENV.into(), graph_trace.as_str().into()),
+        (config::OUTSIDE_WINDOWS_ENV.into(), outside_windows.as_str().into()),
     ];
     if !args.no_client_guard {
         // Preloaded, the library's `cuptiSubscribe` comes first in symbol lookup, so a profiler the workload

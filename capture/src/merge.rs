@@ -340,8 +340,25 @@ impl<'s> JobMerge<'s> {
         if !options.windows_live && self.trace.capture_windows.is_empty() {
             apply_range(&mut self.trace, &mut self.extras, &options.range);
         }
+        drop_graph_launches_outside_windows(&mut self.trace);
         (self.trace, self.extras)
     }
+}
+
+/// At CUDA graph level with capture windows, CUPTI's graph-trace kind stays on for the whole run (switched on
+/// after a graph was instantiated, CUPTI 13.0 crashed that graph's next launch): a graph launch that started
+/// outside every window of its process is not kept, and is counted.
+fn drop_graph_launches_outside_windows(trace: &mut Trace) {
+    if trace.capture_windows.is_empty() {
+        return;
+    }
+    let windows = &trace.capture_windows;
+    let before = trace.graph_launches.len();
+    trace.graph_launches.retain(|g| {
+        windows.iter().any(|w| w.process == g.process && g.start_ns >= w.start_ns && g.start_ns <= w.end_ns)
+    });
+    let dropped = (before - trace.graph_launches.len()) as u64;
+    trace.warn_n("CUDA graph launches outside every capture window (not kept)", dropped);
 }
 
 /// One process's records on their way into the job's trace.
@@ -930,5 +947,36 @@ mod tests {
         for name in ["cudaLaunchHostFunc_v10000", "cudaMemcpyAsync_v3020", "cudaEventRecord_v3020"] {
             assert!(!is_launch_call(name), "{name}");
         }
+    }
+
+    #[test]
+    fn with_windows_only_graph_launches_inside_a_window_of_their_process_are_kept_and_the_rest_counted() {
+        use shardscope_model::{CaptureWindow, DeviceIdx, GraphLaunch, WindowTrigger as Trigger};
+        let launch = |process: u32, start_ns: i64| GraphLaunch {
+            start_ns,
+            end_ns: start_ns + 10,
+            device: DeviceIdx(0),
+            process: ProcessIdx(process),
+            stream: 1,
+            correlation_id: start_ns as u32,
+            graph_id: 7,
+            launch: None,
+        };
+        let window = |process: u32, start_ns: i64, end_ns: i64| CaptureWindow {
+            process: ProcessIdx(process),
+            start_ns,
+            end_ns,
+            start_trigger: Trigger::CudaProfilerApi,
+            end_trigger: Trigger::CudaProfilerApi,
+        };
+        let launches = vec![launch(0, 50), launch(0, 150), launch(0, 250), launch(1, 150), launch(1, 350)];
+        let mut trace = Trace { graph_launches: launches, ..Trace::default() };
+        drop_graph_launches_outside_windows(&mut trace);
+        assert_eq!(trace.graph_launches.len(), 5, "no window: nothing is dropped");
+        trace.capture_windows = vec![window(0, 100, 200), window(1, 300, 400)];
+        drop_graph_launches_outside_windows(&mut trace);
+        let kept: Vec<(u32, i64)> = trace.graph_launches.iter().map(|g| (g.process.0, g.start_ns)).collect();
+        assert_eq!(kept, [(0, 150), (1, 350)]);
+        assert!(trace.warnings.iter().any(|w| w.count == 3 && w.what.contains("outside every capture window")));
     }
 }

@@ -76,6 +76,18 @@ pub(crate) fn enable(
     })
 }
 
+/// Switches the two node callbacks on again for a new subscriber (CUPTI attached again after a detach), where
+/// [`enable`] found them.
+pub(crate) fn enable_again(api: &'static cupti::Cupti, subscriber: cupti::CUpti_SubscriberHandle) {
+    if IDS.get().is_none() {
+        return;
+    }
+    for cbid in [CBID_GRAPHNODE_CREATED, CBID_GRAPHNODE_CLONED] {
+        // SAFETY: a subscriber CUPTI handed out, a valid domain and callback id.
+        unsafe { api.cuptiEnableCallback(1, subscriber, cupti::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
+    }
+}
+
 /// The subscriber's callback lands here: keeps graph node callbacks, ignores everything else.
 ///
 /// # Safety

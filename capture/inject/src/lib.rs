@@ -16,12 +16,14 @@
 //! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]).
 //!
 //! Recording can be on for windows only (`window.rs` decides, `switch.rs` switches CUPTI): outside a window
-//! nothing but the trigger callbacks is on. Under `capture --comm-only` kernels are timed only for a sample at
+//! nothing but the trigger callbacks is on, or CUPTI is detached altogether where the triggers are seen without
+//! it (`attach.rs`). Under `capture --comm-only` kernels are timed only for a sample at
 //! the start (`nccl_sample.rs`), which the NCCL profiler plugin ends.
 //!
 //! Nothing here may hurt the workload: every exported function catches panics, and any
 //! failure switches recording off with one line on stderr.
 
+mod attach;
 pub mod decode;
 mod graph_nodes;
 mod live;
@@ -30,6 +32,7 @@ pub mod omit;
 mod switch;
 pub mod window;
 
+pub use attach::{cuProfilerStart, cuProfilerStop, cudaProfilerStart, cudaProfilerStop};
 pub use live::{InitializeInjection, InitializeInjectionNvtx2, cuptiSubscribe, cuptiSubscribe_v2};
 pub use nccl_sample::shardscope_nccl_sample_done;
 pub use switch::shardscope_recording_on;

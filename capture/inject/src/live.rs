@@ -19,10 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardscope_cupti_sys::v13 as cupti;
 
-use shardscope_spool::config::{self, GraphTrace, NcclKernelSample, TraceKinds, WindowPlan};
+use shardscope_spool::config::{self, GraphTrace, NcclKernelSample, OutsideWindows, TraceKinds, WindowPlan};
 use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 use shardscope_spool::hostname;
 
+use crate::attach::{self, Detacher};
 use crate::decode::{self, Decoder, Layout};
 use crate::graph_nodes;
 use crate::nccl_sample;
@@ -84,7 +85,7 @@ struct Session {
 }
 
 /// Switches recording off and says why, once per process.
-fn give_up(why: &str) {
+pub(crate) fn give_up(why: &str) {
     DISABLED.store(true, Ordering::SeqCst);
     if !COMPLAINED.swap(true, Ordering::SeqCst) {
         eprintln!("shardscope: recording off in process {}: {why}", std::process::id());
@@ -92,7 +93,7 @@ fn give_up(why: &str) {
 }
 
 /// Runs `body`, turning a panic into "recording off" instead of unwinding into C.
-fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+pub(crate) fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(_) => {
@@ -207,6 +208,10 @@ fn start() -> Result<(), String> {
         Ok(text) => GraphTrace::parse(&text)?,
         Err(_) => GraphTrace::default(),
     };
+    let outside_windows = match std::env::var(config::OUTSIDE_WINDOWS_ENV) {
+        Ok(text) => OutsideWindows::parse(&text)?,
+        Err(_) => OutsideWindows::default(),
+    };
     let omit = Omit::from_env()?;
     let spool_dir = PathBuf::from(spool_dir);
     let loaded = load_cupti()
@@ -295,7 +300,7 @@ fn start() -> Result<(), String> {
     let (recorded, selection) = if omit.activity {
         (Recorded::nothing(), ApiSelection::default())
     } else {
-        start_activity(api, &kinds, graph_trace, &selector, omit)?
+        start_activity(api, &kinds, graph_trace, &selector, omit, plan.starts_off())?
     };
     // Only where kernels are otherwise not timed (`capture --comm-only`); it starts when recording does.
     if let Some(sample) = nccl_kernel_sample()?
@@ -313,7 +318,28 @@ fn start() -> Result<(), String> {
     if omit.driver_triggers {
         (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
     }
-    let switch = Switch::new(api, &plan, recorded, profiler, spool_dir, session_start_ns);
+    let comm_sample = nccl_kernel_sample()?.is_some() && !kinds.kernel;
+    let graph_level = graph_trace == GraphTrace::Graph;
+    let detacher = match attach::decide(&plan, outside_windows, api, omit.any() || comm_sample, graph_level) {
+        Ok(()) => {
+            let grace = session.flush_interval;
+            Some(Detacher::new(api, subscriber, Box::new(move || reattach(api, want_nodes)), grace))
+        }
+        Err(why) => {
+            if let Some(why) = why {
+                eprintln!("shardscope: process {pid}: {why}");
+            }
+            None
+        }
+    };
+    if detacher.is_some() {
+        attach::route_profiler_calls(|start| {
+            if let Some(switch) = SWITCH.get() {
+                switch.profiler_call(start);
+            }
+        });
+    }
+    let switch = Switch::new(api, &plan, recorded, profiler, spool_dir, session_start_ns, detacher);
     // Switched on (or left off until a trigger) after the callbacks are registered, so no buffer is missed.
     let switch = SWITCH.get_or_init(|| switch);
     switch.install(subscriber);
@@ -337,6 +363,26 @@ fn start() -> Result<(), String> {
     Ok(())
 }
 
+/// Attaches CUPTI again after a detach (see `attach.rs`): a new subscriber with the graph node callbacks when
+/// `want_nodes`, and the activity buffers. The device records came with the first attach and are not asked again.
+fn reattach(api: &'static cupti::Cupti, want_nodes: bool) -> Result<cupti::CUpti_SubscriberHandle, String> {
+    let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
+    // SAFETY: `trigger_callback` has CUPTI's callback signature; the handle is an out-parameter.
+    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(trigger_callback), std::ptr::null_mut()) };
+    if subscribed != 0 {
+        return Err(format!("cuptiSubscribe: {}", result_text(api, subscribed)));
+    }
+    // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
+    let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
+    if registered != 0 {
+        return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
+    }
+    if want_nodes {
+        graph_nodes::enable_again(api, subscriber);
+    }
+    Ok(subscriber)
+}
+
 /// Registers the activity buffers, switches on the kinds on from the start (the device records), and says what
 /// a window switches on.
 fn start_activity(
@@ -345,21 +391,34 @@ fn start_activity(
     graph_trace: GraphTrace,
     selector: &ApiSelector,
     omit: Omit,
+    windowed: bool,
 ) -> Result<(Recorded, ApiSelection), String> {
     // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
     let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
     if registered != 0 {
         return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
     }
-    let always_on: &[cupti::CUpti_ActivityKind] = if omit.device_kind { &[] } else { &decode::ALWAYS_ON_KINDS };
-    for &kind in always_on {
+    let mut always_on: Vec<cupti::CUpti_ActivityKind> =
+        if omit.device_kind { Vec::new() } else { decode::ALWAYS_ON_KINDS.to_vec() };
+    // CUPTI 13.0 crashed a graph's launch when the graph-trace kind was switched on after the graph was
+    // instantiated (reproduced with `workloads/cupti_state_cost.cu graph … graph-live`): with windows it stays on
+    // from the start, and the merge keeps only the graph launches inside windows.
+    let graph_kind_always = windowed && graph_trace == GraphTrace::Graph;
+    if graph_kind_always {
+        always_on.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    }
+    for kind in always_on {
         // SAFETY: plain call with a valid kind constant.
         let result = unsafe { api.cuptiActivityEnable(kind) };
         if result != 0 {
             eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
         }
     }
-    Ok(recorded_activity(kinds, graph_trace, selector))
+    let (mut recorded, selection) = recorded_activity(kinds, graph_trace, selector);
+    if graph_kind_always {
+        recorded.kinds.retain(|&k| k != cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    }
+    Ok((recorded, selection))
 }
 
 /// A CUDA API domain whose calls can be recorded one callback id at a time.
@@ -889,12 +948,22 @@ fn background_loop() {
         // later (unforced) flush.
         if drain(session) || Instant::now() >= next_flush {
             // No lock of ours is held: CUPTI calls buffer_completed from inside this call.
-            // SAFETY: plain call; callbacks were registered before this thread started.
-            unsafe { session.api.cuptiActivityFlushAll(0) };
+            flush_cupti(session, 0);
             next_flush = Instant::now() + session.flush_interval;
         }
     }
     WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Relaxed);
+}
+
+/// Flushes CUPTI's buffers, unless CUPTI is detached (a call would attach it again).
+fn flush_cupti(session: &Session, flag: u32) {
+    match SWITCH.get() {
+        Some(switch) => switch.flush(flag),
+        // SAFETY: plain call; callbacks were registered before the background thread started.
+        None => unsafe {
+            session.api.cuptiActivityFlushAll(flag);
+        },
+    }
 }
 
 /// Wakes the background thread for a look at its triggers before its next flush.
@@ -926,14 +995,17 @@ extern "C" fn flush_at_exit() {
         if DISABLED.load(Ordering::Relaxed) {
             return;
         }
-        // The workload is done, so measuring what a recorded call costs disturbs nothing.
-        let ns_per_recorded_call = CALIBRATION.get().and_then(|c| c.as_ref()).and_then(Calibration::measure);
+        // The workload is done, so measuring what a recorded call costs disturbs nothing; detached, no call is
+        // recorded and measuring would attach CUPTI again.
+        let detached = SWITCH.get().is_some_and(Switch::detached);
+        let calibration = CALIBRATION.get().and_then(|c| c.as_ref()).filter(|_| !detached);
+        let ns_per_recorded_call = calibration.and_then(Calibration::measure);
         let drain_started = thread_cpu_ns();
         if let Some(switch) = SWITCH.get() {
             switch.at_exit();
         }
-        // SAFETY: plain call; no lock of ours is held.
-        unsafe { session.api.cuptiActivityFlushAll(cupti::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) };
+        // No lock of ours is held.
+        flush_cupti(session, cupti::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         drain(session);
         let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
         let calibration_records = writer.decoder.calibration_records;

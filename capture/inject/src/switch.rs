@@ -25,6 +25,7 @@ use shardscope_cupti_sys::v13 as cupti;
 use shardscope_spool::config::{ControlCommand, WindowPlan, WindowTrigger};
 use shardscope_spool::cupti::SpoolRecord;
 
+use crate::attach::{self, Detacher};
 use crate::window::{
     NvtxData, PushMessage, RangeOpen, TimeAction, TimeSchedule, Transition, WindowMachine, c_text, nvtx_cbid,
     nvtx_end_id, nvtx_push_message, range_open_kind, wide_text,
@@ -121,6 +122,10 @@ pub(crate) struct Switch {
     flush_wanted: AtomicBool,
     /// The start state is applied: a window opening from now on records whole API kinds (see [`Switch::apply`]).
     after_start: AtomicBool,
+    /// Detaches CUPTI while no window is open, where the plan's triggers allow it (see `attach.rs`).
+    detacher: Option<Detacher>,
+    /// The plan opens windows at `cudaProfilerStart`.
+    profiler_api_trigger: bool,
 }
 
 thread_local! {
@@ -142,6 +147,8 @@ struct CallbackDataHead {
 
 impl Switch {
     /// A switch for `plan`; `spool_dir` holds the control file, `session_start_ns` is the launcher's start.
+    /// With a `detacher`, CUPTI is detached outside windows and the profiler API trigger comes through the
+    /// library's exported profiler calls instead of CUPTI's callbacks.
     pub(crate) fn new(
         api: &'static cupti::Cupti,
         plan: &WindowPlan,
@@ -149,6 +156,7 @@ impl Switch {
         profiler: ProfilerCbids,
         spool_dir: PathBuf,
         session_start_ns: u64,
+        detacher: Option<Detacher>,
     ) -> Switch {
         let nvtx = plan.nvtx_range.clone().map(|name| NvtxTarget {
             name,
@@ -159,7 +167,7 @@ impl Switch {
             started_open: AtomicUsize::new(0),
         });
         // Without the profiler API trigger, cudaProfilerStart/Stop leave recording alone (as nsys does).
-        let profiler = if plan.cuda_profiler_api { profiler } else { ProfilerCbids::default() };
+        let profiler = if plan.cuda_profiler_api && detacher.is_none() { profiler } else { ProfilerCbids::default() };
         Switch {
             api,
             recorded,
@@ -175,6 +183,40 @@ impl Switch {
             pending: Mutex::new(Vec::new()),
             flush_wanted: AtomicBool::new(false),
             after_start: AtomicBool::new(false),
+            detacher,
+            profiler_api_trigger: plan.cuda_profiler_api,
+        }
+    }
+
+    /// CUPTI's clock now, ns (carried on from the monotonic clock while CUPTI is detached).
+    fn now_ns(&self) -> u64 {
+        self.detacher.as_ref().map_or_else(|| cupti_now(self.api), Detacher::now_ns)
+    }
+
+    /// True while CUPTI is detached (nothing may call it then).
+    pub(crate) fn detached(&self) -> bool {
+        self.detacher.as_ref().is_some_and(Detacher::detached)
+    }
+
+    /// Flushes CUPTI's buffers (`flag` as `cuptiActivityFlushAll` takes it), unless CUPTI is detached.
+    pub(crate) fn flush(&self, flag: u32) {
+        match &self.detacher {
+            Some(detacher) => detacher.flush(flag),
+            // SAFETY: plain call; the buffer callbacks take no lock of ours that is held here.
+            None => unsafe {
+                self.api.cuptiActivityFlushAll(flag);
+            },
+        }
+    }
+
+    /// An exported profiler call (`cudaProfilerStart`/`Stop`, `cuProfilerStart`/`Stop`) while CUPTI may be
+    /// detached.
+    pub(crate) fn profiler_call(&self, start: bool) {
+        let trigger = WindowTrigger::CudaProfilerApi;
+        if start {
+            self.trigger_opening(|m, t| m.start(trigger, t), trigger);
+        } else {
+            self.trigger(|m, t| m.stop(trigger, t), trigger);
         }
     }
 
@@ -186,6 +228,8 @@ impl Switch {
         if on {
             self.apply_api_selection(true);
             self.apply(true);
+        } else if let Some(detacher) = &self.detacher {
+            detacher.detach_soon();
         }
         self.after_start.store(true, Ordering::SeqCst);
         let enable = |domain, cbid| {
@@ -257,9 +301,29 @@ impl Switch {
 
     /// Runs one trigger through the machine and does what it decided.
     fn trigger(&self, step: impl FnOnce(&mut WindowMachine, u64) -> Transition, trigger: WindowTrigger) {
+        self.run_trigger(step, trigger, false);
+    }
+
+    /// Runs a trigger that may open a window: CUPTI is attached first, so that the window's start is on its
+    /// clock and its first launch is recorded.
+    fn trigger_opening(&self, step: impl FnOnce(&mut WindowMachine, u64) -> Transition, trigger: WindowTrigger) {
+        self.run_trigger(step, trigger, true);
+    }
+
+    fn run_trigger(
+        &self,
+        step: impl FnOnce(&mut WindowMachine, u64) -> Transition,
+        trigger: WindowTrigger,
+        opening: bool,
+    ) {
         let mut machine = self.lock_machine();
-        let now_ns = cupti_now(self.api);
-        match step(&mut machine, now_ns) {
+        let attached = opening && !machine.recording() && !machine.exhausted() && self.attach_for_window();
+        let now_ns = self.now_ns();
+        let transition = step(&mut machine, now_ns);
+        if attached && !matches!(transition, Transition::Opened) {
+            self.detach_later();
+        }
+        match transition {
             Transition::Unchanged => {}
             Transition::Opened => {
                 self.apply(true);
@@ -270,6 +334,7 @@ impl Switch {
                 self.apply(false);
                 self.lock_pending().push(SpoolRecord::Window(window));
                 self.flush_wanted.store(true, Ordering::SeqCst);
+                self.detach_later();
             }
             Transition::StrayStop { first } => {
                 if first {
@@ -281,6 +346,29 @@ impl Switch {
                 }
                 self.lock_pending().push(SpoolRecord::WindowStrayStop { timestamp_ns: now_ns, trigger: trigger as u8 });
             }
+        }
+    }
+
+    /// Attaches CUPTI for a window about to open; true when this process detaches at all. A refusal leaves
+    /// recording off for good (one line on stderr).
+    fn attach_for_window(&self) -> bool {
+        let Some(detacher) = &self.detacher else { return false };
+        if let Err(why) = detacher.attach() {
+            crate::live::give_up(&format!("cannot attach CUPTI again for a window: {why}"));
+        }
+        true
+    }
+
+    fn detach_later(&self) {
+        if let Some(detacher) = &self.detacher {
+            detacher.detach_later(Instant::now());
+        }
+    }
+
+    /// At the exit of a runtime or driver callback: where a detach is armed, CUPTI is detached here.
+    fn on_api_exit(&self) {
+        if let Some(detacher) = &self.detacher {
+            detacher.on_api_exit();
         }
     }
 
@@ -303,13 +391,14 @@ impl Switch {
             watch.schedule.as_mut().and_then(|s| s.due(wall_ns))
         };
         match due {
-            Some(TimeAction::Open) => self.trigger(|m, t| m.start(WindowTrigger::Time, t), WindowTrigger::Time),
+            Some(TimeAction::Open) => self.trigger_opening(|m, t| m.start(WindowTrigger::Time, t), WindowTrigger::Time),
             Some(TimeAction::Close) => self.trigger(|m, t| m.stop(WindowTrigger::Time, t), WindowTrigger::Time),
             None => {}
         }
         self.poll_control(now);
+        let until_detach = self.detacher.as_ref().and_then(|d| d.tick(Instant::now())).unwrap_or(Duration::MAX);
         let watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
-        let until_control = watch.next_control_poll.saturating_duration_since(Instant::now());
+        let until_control = watch.next_control_poll.saturating_duration_since(Instant::now()).min(until_detach);
         let until_schedule = watch
             .schedule
             .and_then(|s| s.next_deadline_ns())
@@ -331,7 +420,7 @@ impl Switch {
         let Some(command) = ControlCommand::parse(&text).filter(|c| c.generation != seen) else { return };
         self.watch.lock().unwrap_or_else(|e| e.into_inner()).control_generation = command.generation;
         if command.recording {
-            self.trigger(|m, t| m.start(WindowTrigger::External, t), WindowTrigger::External);
+            self.trigger_opening(|m, t| m.start(WindowTrigger::External, t), WindowTrigger::External);
         } else {
             self.trigger(|m, t| m.stop(WindowTrigger::External, t), WindowTrigger::External);
         }
@@ -340,7 +429,15 @@ impl Switch {
     /// At exit: closes the open window.
     pub(crate) fn at_exit(&self) {
         let mut machine = self.lock_machine();
-        if let Some(window) = machine.at_exit(cupti_now(self.api)) {
+        if self.detacher.is_some() && self.profiler_api_trigger && !attach::profiler_call_seen() {
+            eprintln!(
+                "shardscope: process {}: no cudaProfilerStart reached the capture through the shared CUDA runtime or \
+                 driver; a call through a statically linked runtime or a ctypes handle is seen only with \
+                 --outside-windows attached",
+                std::process::id()
+            );
+        }
+        if let Some(window) = machine.at_exit(self.now_ns()) {
             self.lock_pending().push(SpoolRecord::Window(window));
         }
     }
@@ -497,6 +594,9 @@ pub(crate) unsafe fn dispatch(switch: &Switch, domain: cupti::CUpti_CallbackDoma
             // SAFETY: API-domain callbacks pass a `CUpti_CallbackData`, whose first field is the site.
             let site = unsafe { (*(cbdata as *const CallbackDataHead)).callback_site };
             switch.on_api(domain == cupti::CUPTI_CB_DOMAIN_DRIVER_API, cbid, site);
+            if site != SITE_ENTER {
+                switch.on_api_exit();
+            }
         }
         // SAFETY: NVTX-domain callbacks pass a `CUpti_NvtxData`.
         cupti::CUPTI_CB_DOMAIN_NVTX => unsafe { switch.on_nvtx(cbid, &*(cbdata as *const NvtxData)) },

@@ -22,6 +22,8 @@
  * many switches act on one call of `cbid` (its callback, its single API record, its whole API kind): what a
  * launch pays in CUPTI beyond the driver's own work. fake_graph_node_activity() is a kernel of a replayed graph:
  * it gets a record only at node level (CUPTI makes no node record while the graph trace kind is on).
+ * cuptiFinalize() detaches: subscriber, callbacks, kinds and buffer callbacks are gone; the next call into CUPTI
+ * attaches it again (fake_attached() says where it stands, fake_attaches() how often a call attached it again).
  * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
  * ids are the handles' own values.
  * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
@@ -53,8 +55,18 @@ static void note(const char *what, unsigned a, int b) {
     fclose(log);
 }
 
+/* CUPTI is attached until cuptiFinalize; any later call attaches it again. */
+static int attached = 1;
+static unsigned long attaches;
+static void touch(void) {
+    if (!attached) { attached = 1; attaches++; note("attach", (unsigned)attaches, -1); }
+}
+int fake_attached(void) { return attached; }
+unsigned long fake_attaches(void) { return attaches; }
+
 CUptiResult cuptiGetVersion(uint32_t *version) { *version = 130001; return OK; }
 CUptiResult cuptiGetTimestamp(uint64_t *ts) {
+    touch();
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     *ts = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
@@ -90,6 +102,7 @@ static int pending_count;
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 
 CUptiResult cuptiSubscribe(void **subscriber, void *callback, void *data) {
+    touch();
     if (subscribers > 0) return 39;
     subscribers++;
     subscriber_callback = (Callback)callback;
@@ -99,6 +112,7 @@ CUptiResult cuptiSubscribe(void **subscriber, void *callback, void *data) {
 }
 CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, int domain, uint32_t cbid) {
     (void)subscriber;
+    touch();
     if (domain < 0 || domain >= DOMAINS || cbid >= MAX_CBID) return INVALID_PARAMETER;
     callback_on[domain][cbid] = enable != 0;
     if (domain == 3) {
@@ -111,6 +125,7 @@ CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, int domain, u
 }
 CUptiResult cuptiEnableDomain(uint32_t enable, void *subscriber, int domain) {
     (void)subscriber;
+    touch();
     if (domain < 0 || domain >= DOMAINS) return INVALID_PARAMETER;
     for (int cbid = 0; cbid < MAX_CBID; cbid++) callback_on[domain][cbid] = enable != 0;
     note("domain", (unsigned)domain, (int)enable);
@@ -124,16 +139,19 @@ CUptiResult cuptiEnableAllDomains(uint32_t enable, void *subscriber) {
     return OK;
 }
 CUptiResult cuptiActivityEnable(int kind) {
+    touch();
     if (kind >= 0 && kind < MAX_KIND) kind_on[kind] = 1;
     note("kind", (unsigned)kind, -1);
     return OK;
 }
 CUptiResult cuptiActivityDisable(int kind) {
+    touch();
     if (kind >= 0 && kind < MAX_KIND) kind_on[kind] = 0;
     note("kind_off", (unsigned)kind, -1);
     return OK;
 }
 CUptiResult cuptiActivityRegisterCallbacks(void *requested, void *completed) {
+    touch();
     buffer_requested = (Requested)requested;
     buffer_completed = (Completed)completed;
     return OK;
@@ -146,6 +164,7 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **rec
 }
 /* Hands the deliverable pending records to the library in one buffer. */
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    touch();
     int forced = (flag & 1) != 0;
     pthread_mutex_lock(&pending_lock);
     uint8_t *buffer = NULL;
@@ -167,6 +186,20 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     pending_count = kept;
     pthread_mutex_unlock(&pending_lock);
     if (buffer && buffer_completed) buffer_completed(NULL, 0, buffer, size, valid);
+    return OK;
+}
+
+/* Detaches: CUPTI forgets the subscriber, its callbacks, the kinds and the buffer callbacks. */
+CUptiResult cuptiFinalize(void) {
+    subscribers = 0;
+    subscriber_callback = NULL;
+    memset(callback_on, 0, sizeof callback_on);
+    memset(kind_on, 0, sizeof kind_on);
+    graph_callbacks_on = 0;
+    buffer_requested = NULL;
+    buffer_completed = NULL;
+    attached = 0;
+    note("finalize", 0, -1);
     return OK;
 }
 
