@@ -7,6 +7,9 @@
 //   launch   host ns per launch of an empty kernel (batches of 100, never filling the queue)
 //   graph    wall µs per replay of a graph of 400 tiny kernels, replayed 100 times back to back; the graph is
 //            instantiated afresh under each state (CUPTI may prepare a graph's instrumentation at instantiation)
+//   loadorder  with the graph-trace kind on: a graph of a kernel loaded before the kind went on against a graph of
+//            one first launched (loaded) after it, replayed alternately; then both again with the kind off
+//            (`cupti_state_cost loadorder CYCLES -`)
 //
 // States (CUPTI is first touched after the `fresh` cycles, so `fresh` is the process as it runs uncaptured):
 //   none        unsubscribed, no activity kind (CUPTI attached to the driver)
@@ -20,7 +23,8 @@
 //   graph-kind  the graph-trace activity kind (graph-level records)
 //   kernel-kind the concurrent-kernel activity kind (node-level records)
 //   graph-live  the graph-trace kind switched on while a graph instantiated before it is replayed (the graph part
-//               replays that one graph instead of a fresh one)
+//               replays that one graph instead of a fresh one): CUPTI 13.0 crashed in cuGraphLaunch (a SIGSEGV
+//               handler prints where)
 //   graph-device the graph-trace kind with the device kind (as a capture switches them)
 //   graph-kernel both: the graph-trace kind switched on first, then the concurrent-kernel kind (how a capture at
 //               graph level that also records kernels outside graphs switches them)
@@ -30,13 +34,11 @@
 //   all-off     what capture leaves on outside a window: subscriber, both triggers, node callbacks, device kind
 //
 //     nvcc -O2 -I$CUDA/extras/CUPTI/include -o cupti_state_cost workloads/cupti_state_cost.cu -lcupti
-// A fifth argument `early` switches the graph-trace and device kinds on before the first CUDA call (as a recorder
-// injected at start does), so that `fresh` then measures the process with them on from its start.
-//
 //     ./cupti_state_cost launch 30 none,sub,both-trig,device
 //
-// Prints one line per state: "state NAME part PART median X min Y max Z cycles N" (X: ns per launch or µs per
-// replay, the median over cycles of each cycle's median).
+// Prints how many graph-trace records CUPTI delivered and how many carry timestamps, then one line per state:
+// "state NAME part PART median X min Y max Z ratio_to_fresh R cycles N" (X: ns per launch or µs per replay, the
+// median over cycles of each cycle's median).
 #include <cupti.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -57,6 +59,8 @@
 
 __global__ void empty_kernel() {}
 __global__ void tick(int* counter) { counter[threadIdx.x] += 1; }
+// Used only by the load-order part: first launched (and so loaded) after the graph-trace kind is on.
+__global__ void tock(int* counter) { counter[threadIdx.x] += 2; }
 
 static void check(cudaError_t status, const char* what) {
     if (status != cudaSuccess) {
@@ -226,6 +230,44 @@ static double replay_us(cudaGraph_t graph, cudaStream_t stream, bool events, cud
     return median(per_replay);
 }
 
+// A graph of 400 launches of `kernel`, captured on `stream`.
+static cudaGraph_t captured_graph(void (*kernel)(int*), int* counter, cudaStream_t stream) {
+    cudaGraph_t graph;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    for (int i = 0; i < 400; ++i) kernel<<<1, 32, 0, stream>>>(counter);
+    check(cudaStreamEndCapture(stream, &graph), "end capture");
+    return graph;
+}
+
+// The load-order part (see the top): whether the graph-trace kind costs more on kernels loaded while it is on.
+static int load_order(int cycles) {
+    if (cycles <= 0 || cycles > 1000) return 2;
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    int* counter;
+    check(cudaMalloc(&counter, 32 * sizeof(int)), "malloc");
+    cudaGraph_t before = captured_graph(tick, counter, stream);
+    replay_us(before, stream, false, nullptr);  // loads `tick`, warms up
+    Cupti cupti;
+    cupti.kind(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, true);
+    cudaGraph_t after = captured_graph(tock, counter, stream);
+    std::map<std::string, std::vector<double>> samples;
+    for (int cycle = 0; cycle < cycles; ++cycle) {
+        samples["on, loaded before"].push_back(replay_us(before, stream, false, nullptr));
+        samples["on, loaded after"].push_back(replay_us(after, stream, false, nullptr));
+    }
+    cupti.kind(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, false);
+    check_cupti(cuptiActivityFlushAll(0), "flush");
+    for (int cycle = 0; cycle < cycles; ++cycle) {
+        samples["off, loaded before"].push_back(replay_us(before, stream, false, nullptr));
+        samples["off, loaded after"].push_back(replay_us(after, stream, false, nullptr));
+    }
+    for (const auto& [what, values] : samples)
+        std::printf("loadorder kind %s: median %.2f min %.2f max %.2f\n", what.c_str(), median(values),
+                    *std::min_element(values.begin(), values.end()), *std::max_element(values.begin(), values.end()));
+    return 0;
+}
+
 // Where a crash happened, on stderr (no debugger on the GPU machines).
 static void on_crash(int signal_number) {
     void* frames[32];
@@ -237,12 +279,14 @@ static void on_crash(int signal_number) {
 
 int main(int argc, char** argv) {
     signal(SIGSEGV, on_crash);
-    const bool early = argc == 5 && std::strcmp(argv[4], "early") == 0;
-    if ((argc != 4 && !early) || (std::strcmp(argv[1], "launch") != 0 && std::strcmp(argv[1], "graph") != 0)) {
-        std::fprintf(stderr, "cupti_state_cost: usage: cupti_state_cost launch|graph CYCLES STATE,STATE,...\n");
+    const bool known = std::strcmp(argv[1], "launch") == 0 || std::strcmp(argv[1], "graph") == 0 ||
+                       std::strcmp(argv[1], "loadorder") == 0;
+    if (argc != 4 || !known) {
+        std::fprintf(stderr, "cupti_state_cost: usage: cupti_state_cost launch|graph|loadorder CYCLES STATE,STATE,...\n");
         return 2;
     }
     const bool graph_part = std::strcmp(argv[1], "graph") == 0;
+    if (std::strcmp(argv[1], "loadorder") == 0) return load_order(std::atoi(argv[2]));
     const int cycles = std::atoi(argv[2]);
     std::vector<std::string> states;
     std::stringstream list(argv[3]);
@@ -252,10 +296,6 @@ int main(int argc, char** argv) {
         return 2;
     }
     Cupti cupti;
-    if (early) {
-        cupti.kind(CUPTI_ACTIVITY_KIND_DEVICE, true);
-        cupti.kind(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, true);
-    }
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     int* counter;
@@ -276,10 +316,6 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<double>> samples;
     // `fresh` first, before any CUPTI call: the process as it runs with no recorder.
     for (int cycle = 0; cycle < cycles; ++cycle) samples["fresh"].push_back(measure());
-    if (early) {
-        cupti.kind(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, false);
-        cupti.kind(CUPTI_ACTIVITY_KIND_DEVICE, false);
-    }
     for (int cycle = 0; cycle < cycles; ++cycle) {
         for (size_t i = 0; i < states.size(); ++i) {
             const std::string& state = states[(i + cycle) % states.size()];

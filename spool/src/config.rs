@@ -233,8 +233,9 @@ impl GraphTrace {
 
 /// What CUPTI does in a process while no capture window is open (`--outside-windows`).
 ///
-/// Attached, CUPTI costs every CUDA call something even with nothing switched on (measured in one process on an
-/// H200: 2.7–3.4 % of a bare kernel launch, 0.7 % of a graph replay); detached (`cuptiFinalize`), the process
+/// Attached, CUPTI costs every CUDA call something even with nothing switched on (on an H200: 2.7–3.4 % of a bare
+/// kernel launch, timed in one process; 16 % of a replay of 400 tiny kernels when attached from the start);
+/// detached (`cuptiFinalize`), the process
 /// runs as uncaptured, but CUPTI sees no trigger: the profiler API trigger is then seen by the library's own
 /// `cudaProfilerStart`/`Stop` and `cuProfilerStart`/`Stop`, which only calls through the shared CUDA runtime or
 /// driver reach, and graph nodes made while detached are not attributed to module ranges.
