@@ -4,7 +4,8 @@
 //! calls, NVTX markers, graph launches); outside a window all of them are off, and only what detects a
 //! trigger stays on: the callbacks of `cudaProfilerStart`/`Stop` (`cuProfilerStart`/`Stop`), the NVTX push
 //! and pop, start and end callbacks when the trigger is an NVTX range, and the background thread's look at the clock and
-//! at the control file (`capture start`/`stop`). Every trigger goes through the [`WindowMachine`]; a
+//! at the control file (`capture start`/`stop`). Where the plan's triggers are seen without CUPTI, CUPTI itself is detached
+//! between windows ([`Detacher`], `attach.rs`). Every trigger goes through the [`WindowMachine`]; a
 //! transition's CUPTI calls run under its lock, so two triggers never interleave their switching.
 //!
 //! At the end of a window the background thread is woken to call `cuptiActivityFlushAll(0)`: records of
