@@ -64,6 +64,25 @@ fn existing_output_is_kept_without_force() {
 }
 
 #[test]
+fn an_unknown_outside_windows_mode_is_one_line_and_exit_2_before_the_workload_runs() {
+    let dir = temp_dir("outside");
+    let marker = dir.join("ran");
+    let out = Command::new(capture_bin())
+        .arg("-o")
+        .arg(dir.join("out.sqlite"))
+        .args(["--cuda-profiler-api", "--outside-windows", "sometimes", "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--outside-windows") && stderr.contains("'sometimes'"), "{stderr}");
+    assert!(!marker.exists(), "the workload ran");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn several_children_and_leftover_group_members_are_waited_for() {
     let dir = temp_dir("children");
     let marker = dir.join("late-child-finished");
