@@ -62,16 +62,19 @@ pub(crate) struct Detacher {
     /// Set while armed: read without the lock on every API callback.
     armed: AtomicBool,
     reattach: Reattach,
+    /// Runs right after each detach: takes back the buffers CUPTI held.
+    after_detach: fn(),
     /// How long a closed window's records get before CUPTI is detached.
     grace: Duration,
 }
 
 impl Detacher {
-    /// A detacher for a process attached with `subscriber`.
+    /// A detacher for a process attached with `subscriber`; `after_detach` runs right after each detach.
     pub(crate) fn new(
         api: &'static cupti::Cupti,
         subscriber: cupti::CUpti_SubscriberHandle,
         reattach: Reattach,
+        after_detach: fn(),
         grace: Duration,
     ) -> Detacher {
         let attachment = Attachment {
@@ -80,7 +83,8 @@ impl Detacher {
             clock: (read_cupti_clock(api), Instant::now()),
             detach_due: None,
         };
-        Detacher { api, attachment: Mutex::new(attachment), armed: AtomicBool::new(false), reattach, grace }
+        let armed = AtomicBool::new(false);
+        Detacher { api, attachment: Mutex::new(attachment), armed, reattach, after_detach, grace }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Attachment> {
@@ -178,6 +182,7 @@ impl Detacher {
             self.api.cuptiActivityFlushAll(cupti::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
             self.api.cuptiFinalize();
         }
+        (self.after_detach)();
         attachment.clock = (attachment.clock.0 + attachment.clock.1.elapsed().as_nanos() as u64, Instant::now());
         attachment.state = State::Detached;
         attachment.subscriber = 0;

@@ -73,6 +73,8 @@ struct Writer {
 struct Session {
     api: &'static cupti::Cupti,
     free_buffers: Mutex<Vec<usize>>,
+    /// Buffers handed to CUPTI and not returned yet (CUPTI forgets them when it is detached: see [`reclaim_buffers`]).
+    with_cupti: Mutex<Vec<usize>>,
     buffers_allocated: AtomicUsize,
     buffers_refused: AtomicU64,
     records_dropped: AtomicU64,
@@ -274,6 +276,7 @@ fn start() -> Result<(), String> {
     let session = Session {
         api,
         free_buffers: Mutex::new(Vec::new()),
+        with_cupti: Mutex::new(Vec::new()),
         buffers_allocated: AtomicUsize::new(0),
         buffers_refused: AtomicU64::new(0),
         records_dropped: AtomicU64::new(0),
@@ -323,7 +326,7 @@ fn start() -> Result<(), String> {
     let detacher = match attach::decide(&plan, outside_windows, api, omit.any() || comm_sample, graph_level) {
         Ok(()) => {
             let grace = session.flush_interval;
-            Some(Detacher::new(api, subscriber, Box::new(move || reattach(api, want_nodes)), grace))
+            Some(Detacher::new(api, subscriber, Box::new(move || reattach(api, want_nodes)), reclaim_buffers, grace))
         }
         Err(why) => {
             if let Some(why) = why {
@@ -824,6 +827,7 @@ unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, ma
                     return;
                 }
             };
+            session.with_cupti.lock().unwrap_or_else(|e| e.into_inner()).push(ptr as usize);
             // SAFETY: as above.
             unsafe {
                 *buffer = ptr;
@@ -831,6 +835,15 @@ unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, ma
             }
         })
     })
+}
+
+/// After `cuptiFinalize`: the buffers CUPTI still held (asked for, never returned) go back to the pool. CUPTI
+/// destroys all its resources when it detaches, so it will not write to them again; without this each window would
+/// leave its buffers behind until the pool ran dry and records were refused.
+fn reclaim_buffers() {
+    let Some(session) = SESSION.get() else { return };
+    let held = std::mem::take(&mut *session.with_cupti.lock().unwrap_or_else(|e| e.into_inner()));
+    session.free_buffers.lock().unwrap_or_else(|e| e.into_inner()).extend(held);
 }
 
 /// CUPTI returns a filled buffer. Queues it for the background thread.
@@ -847,6 +860,7 @@ unsafe extern "C" fn buffer_completed(
             if buffer.is_null() {
                 return;
             }
+            session.with_cupti.lock().unwrap_or_else(|e| e.into_inner()).retain(|&b| b != buffer as usize);
             // No lock of ours is held here (see the module notes).
             let mut dropped = 0usize;
             // SAFETY: a null context asks for the global queue, which is where all records go

@@ -463,6 +463,18 @@ fn detached_profiler_scenario(w: &Workload) {
     assert!(w.launch(2003, true));
 }
 
+/// Eighty windows, each detaching CUPTI after it while CUPTI held a buffer it never returned: the held buffers come
+/// back to the library's pool at each detach, so the pool (64 buffers) never runs dry.
+fn detached_many_windows_scenario(w: &Workload) {
+    w.detach_at_next_call();
+    for i in 0..80 {
+        assert_eq!(shardscope_inject::cudaProfilerStart(), 0);
+        assert!(w.launch(i, true), "window {i} recorded nothing");
+        assert_eq!(shardscope_inject::cudaProfilerStop(), 0);
+        w.detach_at_next_call();
+    }
+}
+
 /// CUPTI detached outside a window of the clock: the background thread attaches it for the window and detaches
 /// it after.
 fn detached_time_scenario(w: &Workload) {
@@ -550,6 +562,7 @@ fn child_entry() {
         "time" => time_scenario(&workload),
         "detached-profiler" => detached_profiler_scenario(&workload),
         "detached-time" => detached_time_scenario(&workload),
+        "detached-many-windows" => detached_many_windows_scenario(&workload),
         "whole-run" => {
             assert!(workload.launch(1, true));
             workload.profiler(false);
@@ -830,6 +843,17 @@ fn detached_outside_windows_cupti_is_attached_only_for_each_profiler_window_and_
     assert_eq!(stderr.matches("stop came while recording was off").count(), 1, "{stderr}");
     assert!(!stderr.contains("no cudaProfilerStart reached"), "{stderr}");
     assert!(matches!(records.last(), Some(SpoolRecord::End { .. })), "the process ended cleanly");
+}
+
+#[test]
+fn buffers_cupti_held_at_a_detach_come_back_so_many_windows_lose_nothing() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let env = [(config::OUTSIDE_WINDOWS_ENV, "detached"), ("FAKE_CUPTI_HOLD_BUFFER", "1")];
+    let (records, _, _) = run_logged("detached-many", "detached-many-windows", &plan, &env);
+    assert_eq!(kernels(&records).len(), 80);
+    assert_eq!(windows(&records).len(), 80);
+    let refused = records.iter().any(|r| matches!(r, SpoolRecord::BuffersRefused { .. }));
+    assert!(!refused, "the buffer pool ran dry");
 }
 
 #[test]

@@ -24,6 +24,8 @@
  * it gets a record only at node level (CUPTI makes no node record while the graph trace kind is on).
  * cuptiFinalize() detaches: subscriber, callbacks, kinds and buffer callbacks are gone; the next call into CUPTI
  * attaches it again (fake_attached() says where it stands, fake_attaches() how often a call attached it again).
+ * With FAKE_CUPTI_HOLD_BUFFER set, switching a kind on asks the library for a buffer that CUPTI keeps (empty, never
+ * returned, forgotten at cuptiFinalize), as CUPTI may hold buffers ahead of records.
  * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
  * ids are the handles' own values.
  * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
@@ -138,8 +140,14 @@ CUptiResult cuptiEnableAllDomains(uint32_t enable, void *subscriber) {
     note("all-domains", enable, -1);
     return OK;
 }
+/* A buffer this fake holds without records (FAKE_CUPTI_HOLD_BUFFER). */
+static uint8_t *held_buffer;
 CUptiResult cuptiActivityEnable(int kind) {
     touch();
+    if (getenv("FAKE_CUPTI_HOLD_BUFFER") && !held_buffer && buffer_requested) {
+        size_t size = 0, max_records = 0;
+        buffer_requested(&held_buffer, &size, &max_records);
+    }
     if (kind >= 0 && kind < MAX_KIND) kind_on[kind] = 1;
     note("kind", (unsigned)kind, -1);
     return OK;
@@ -198,6 +206,7 @@ CUptiResult cuptiFinalize(void) {
     graph_callbacks_on = 0;
     buffer_requested = NULL;
     buffer_completed = NULL;
+    held_buffer = NULL;
     attached = 0;
     note("finalize", 0, -1);
     return OK;
