@@ -352,11 +352,28 @@ fn drop_graph_launches_outside_windows(trace: &mut Trace) {
     if trace.capture_windows.is_empty() {
         return;
     }
-    let windows = &trace.capture_windows;
+    // Per process, the windows by start, each with the latest end of it and the windows before it: a launch is
+    // inside some window exactly when the windows that started by its start reach its start (a server captured in
+    // windows for hours has many windows and millions of launches, so no launch looks at every window).
+    let mut windows: HashMap<ProcessIdx, Vec<(i64, i64)>> = HashMap::new();
+    for w in &trace.capture_windows {
+        windows.entry(w.process).or_default().push((w.start_ns, w.end_ns));
+    }
+    for spans in windows.values_mut() {
+        spans.sort_unstable();
+        let mut latest_end = i64::MIN;
+        for span in spans.iter_mut() {
+            latest_end = latest_end.max(span.1);
+            span.1 = latest_end;
+        }
+    }
+    let inside = |g: &GraphLaunch| {
+        let Some(spans) = windows.get(&g.process) else { return false };
+        let started_by = spans.partition_point(|&(start, _)| start <= g.start_ns);
+        started_by > 0 && spans[started_by - 1].1 >= g.start_ns
+    };
     let before = trace.graph_launches.len();
-    trace.graph_launches.retain(|g| {
-        windows.iter().any(|w| w.process == g.process && g.start_ns >= w.start_ns && g.start_ns <= w.end_ns)
-    });
+    trace.graph_launches.retain(inside);
     let dropped = (before - trace.graph_launches.len()) as u64;
     trace.warn_n("CUDA graph launches outside every capture window (not kept)", dropped);
 }
@@ -978,5 +995,12 @@ mod tests {
         let kept: Vec<(u32, i64)> = trace.graph_launches.iter().map(|g| (g.process.0, g.start_ns)).collect();
         assert_eq!(kept, [(0, 150), (1, 350)]);
         assert!(trace.warnings.iter().any(|w| w.count == 3 && w.what.contains("outside every capture window")));
+        // Windows out of order, one inside another (a hand-made spool): a launch inside the outer one after the
+        // inner one ended is still inside; one at an end is inside, one past it is not.
+        trace.capture_windows = vec![window(0, 120, 130), window(0, 100, 200), window(0, 400, 500)];
+        trace.graph_launches = vec![launch(0, 140), launch(0, 200), launch(0, 201), launch(0, 500), launch(0, 99)];
+        drop_graph_launches_outside_windows(&mut trace);
+        let kept: Vec<i64> = trace.graph_launches.iter().map(|g| g.start_ns).collect();
+        assert_eq!(kept, [140, 200, 500]);
     }
 }

@@ -133,17 +133,18 @@ impl Detacher {
 
     /// Asks for CUPTI to be detached once a grace period has passed (no window is open any more).
     pub(crate) fn detach_later(&self, now: Instant) {
-        let mut attachment = self.lock();
-        if attachment.state == State::Attached {
-            attachment.detach_due = Some(now + self.grace);
-        }
+        self.detach_at(now + self.grace);
     }
 
     /// Asks for CUPTI to be detached at the next CUDA call (recording starts off).
     pub(crate) fn detach_soon(&self) {
+        self.detach_at(Instant::now());
+    }
+
+    fn detach_at(&self, due: Instant) {
         let mut attachment = self.lock();
         if attachment.state == State::Attached {
-            attachment.detach_due = Some(Instant::now());
+            attachment.detach_due = Some(due);
         }
     }
 
@@ -176,6 +177,8 @@ impl Detacher {
         if attachment.state != State::Armed {
             return;
         }
+        // The last reading of CUPTI's clock, carried on while detached (see `now_ns`).
+        attachment.clock = (read_cupti_clock(self.api), Instant::now());
         // Every buffer comes back before CUPTI lets go of them; kinds are off, so no new record is made.
         // SAFETY: plain calls, at an API callback's exit as CUPTI advises for cuptiFinalize.
         unsafe {
@@ -183,7 +186,6 @@ impl Detacher {
             self.api.cuptiFinalize();
         }
         (self.after_detach)();
-        attachment.clock = (attachment.clock.0 + attachment.clock.1.elapsed().as_nanos() as u64, Instant::now());
         attachment.state = State::Detached;
         attachment.subscriber = 0;
         self.armed.store(false, Ordering::SeqCst);

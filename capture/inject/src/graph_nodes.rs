@@ -70,22 +70,23 @@ pub(crate) fn enable(
     if IDS.set(Ids { api, node_id, graph_id }).is_err() {
         return false;
     }
-    [CBID_GRAPHNODE_CREATED, CBID_GRAPHNODE_CLONED].into_iter().all(|cbid| {
-        // SAFETY: a subscriber CUPTI handed out, a valid domain and callback id.
-        unsafe { api.cuptiEnableCallback(1, subscriber, cupti::CUPTI_CB_DOMAIN_RESOURCE, cbid) == 0 }
-    })
+    switch_callbacks_on(api, subscriber)
 }
 
 /// Switches the two node callbacks on again for a new subscriber (CUPTI attached again after a detach), where
 /// [`enable`] found them.
 pub(crate) fn enable_again(api: &'static cupti::Cupti, subscriber: cupti::CUpti_SubscriberHandle) {
-    if IDS.get().is_none() {
-        return;
+    if IDS.get().is_some() {
+        switch_callbacks_on(api, subscriber);
     }
-    for cbid in [CBID_GRAPHNODE_CREATED, CBID_GRAPHNODE_CLONED] {
+}
+
+/// Switches the node-made and node-cloned callbacks on for `subscriber`; true when CUPTI took both.
+fn switch_callbacks_on(api: &cupti::Cupti, subscriber: cupti::CUpti_SubscriberHandle) -> bool {
+    [CBID_GRAPHNODE_CREATED, CBID_GRAPHNODE_CLONED].into_iter().all(|cbid| {
         // SAFETY: a subscriber CUPTI handed out, a valid domain and callback id.
-        unsafe { api.cuptiEnableCallback(1, subscriber, cupti::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
-    }
+        unsafe { api.cuptiEnableCallback(1, subscriber, cupti::CUPTI_CB_DOMAIN_RESOURCE, cbid) == 0 }
+    })
 }
 
 /// The subscriber's callback lands here: keeps graph node callbacks, ignores everything else.

@@ -237,15 +237,9 @@ fn start() -> Result<(), String> {
 
     // Subscribing first tells us whether another CUPTI client (nsys, torch.profiler) owns the
     // process; activity calls alone would appear to succeed and interfere with it.
-    let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
-    // SAFETY: `trigger_callback` has CUPTI's callback signature; the handle is an out-parameter.
-    let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(trigger_callback), std::ptr::null_mut()) };
-    if subscribed != 0 {
-        return Err(format!(
-            "CUPTI refused to subscribe ({}): another profiler is attached?",
-            result_text(api, subscribed)
-        ));
-    }
+    let subscriber = subscribe(api).map_err(|refused| {
+        format!("CUPTI refused to subscribe ({}): another profiler is attached?", result_text(api, refused))
+    })?;
 
     // Graph level records no kernel of a graph, so nothing would use the nodes.
     let want_nodes = kinds.kernel && graph_trace == GraphTrace::Node && !omit.graph_nodes;
@@ -306,10 +300,8 @@ fn start() -> Result<(), String> {
         start_activity(api, &kinds, graph_trace, &selector, omit, plan.starts_off())?
     };
     // Only where kernels are otherwise not timed (`capture --comm-only`); it starts when recording does.
-    if let Some(sample) = nccl_kernel_sample()?
-        && !kinds.kernel
-        && !omit.activity
-    {
+    let comm_sample = nccl_kernel_sample()?.filter(|_| !kinds.kernel);
+    if let Some(sample) = comm_sample.filter(|_| !omit.activity) {
         nccl_sample::prepare(api, sample, wake_background);
     }
     let session_start_ns =
@@ -321,9 +313,9 @@ fn start() -> Result<(), String> {
     if omit.driver_triggers {
         (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
     }
-    let comm_sample = nccl_kernel_sample()?.is_some() && !kinds.kernel;
     let graph_level = graph_trace == GraphTrace::Graph;
-    let detacher = match attach::decide(&plan, outside_windows, api, omit.any() || comm_sample, graph_level) {
+    let measuring_or_sampling = omit.any() || comm_sample.is_some();
+    let detacher = match attach::decide(&plan, outside_windows, api, measuring_or_sampling, graph_level) {
         Ok(()) => {
             let grace = session.flush_interval;
             Some(Detacher::new(api, subscriber, Box::new(move || reattach(api, want_nodes)), reclaim_buffers, grace))
@@ -366,20 +358,29 @@ fn start() -> Result<(), String> {
     Ok(())
 }
 
-/// Attaches CUPTI again after a detach (see `attach.rs`): a new subscriber with the graph node callbacks when
-/// `want_nodes`, and the activity buffers. The device records came with the first attach and are not asked again.
-fn reattach(api: &'static cupti::Cupti, want_nodes: bool) -> Result<cupti::CUpti_SubscriberHandle, String> {
+/// Subscribes [`trigger_callback`]; the handle, or CUPTI's refusal.
+fn subscribe(api: &cupti::Cupti) -> Result<cupti::CUpti_SubscriberHandle, cupti::CUptiResult> {
     let mut subscriber: cupti::CUpti_SubscriberHandle = std::ptr::null_mut();
     // SAFETY: `trigger_callback` has CUPTI's callback signature; the handle is an out-parameter.
     let subscribed = unsafe { api.cuptiSubscribe(&mut subscriber, Some(trigger_callback), std::ptr::null_mut()) };
-    if subscribed != 0 {
-        return Err(format!("cuptiSubscribe: {}", result_text(api, subscribed)));
-    }
+    if subscribed == 0 { Ok(subscriber) } else { Err(subscribed) }
+}
+
+/// Hands CUPTI the activity buffer callbacks.
+fn register_buffers(api: &cupti::Cupti) -> Result<(), String> {
     // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
     let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
     if registered != 0 {
         return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
     }
+    Ok(())
+}
+
+/// Attaches CUPTI again after a detach (see `attach.rs`): a new subscriber with the graph node callbacks when
+/// `want_nodes`, and the activity buffers. The device records came with the first attach and are not asked again.
+fn reattach(api: &'static cupti::Cupti, want_nodes: bool) -> Result<cupti::CUpti_SubscriberHandle, String> {
+    let subscriber = subscribe(api).map_err(|refused| format!("cuptiSubscribe: {}", result_text(api, refused)))?;
+    register_buffers(api)?;
     if want_nodes {
         graph_nodes::enable_again(api, subscriber);
     }
@@ -396,11 +397,7 @@ fn start_activity(
     omit: Omit,
     windowed: bool,
 ) -> Result<(Recorded, ApiSelection), String> {
-    // SAFETY: both callbacks are `extern "C"` functions with CUPTI's signatures.
-    let registered = unsafe { api.cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)) };
-    if registered != 0 {
-        return Err(format!("cuptiActivityRegisterCallbacks: {}", result_text(api, registered)));
-    }
+    register_buffers(api)?;
     let mut always_on: Vec<cupti::CUpti_ActivityKind> =
         if omit.device_kind { Vec::new() } else { decode::ALWAYS_ON_KINDS.to_vec() };
     // CUPTI 13.0 crashed a graph's launch when the graph-trace kind was switched on after the graph was
@@ -417,11 +414,8 @@ fn start_activity(
             eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
         }
     }
-    let (mut recorded, selection) = recorded_activity(kinds, graph_trace, selector);
-    if graph_kind_always {
-        recorded.kinds.retain(|&k| k != cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-    }
-    Ok((recorded, selection))
+    let graph_kind_in_windows = graph_trace == GraphTrace::Graph && !graph_kind_always;
+    Ok(recorded_activity(kinds, graph_kind_in_windows, selector))
 }
 
 /// A CUDA API domain whose calls can be recorded one callback id at a time.
@@ -758,9 +752,9 @@ unsafe extern "C" fn trigger_callback(
     })
 }
 
-/// What recording switches on inside a window for `kinds`: activity kinds and single API calls; and how
-/// the API calls are selected, for the spool.
-fn recorded_activity(kinds: &TraceKinds, graph_trace: GraphTrace, selector: &ApiSelector) -> (Recorded, ApiSelection) {
+/// What recording switches on inside a window for `kinds` (and the graph-trace kind, when `graph_kind`): activity
+/// kinds and single API calls; and how the API calls are selected, for the spool.
+fn recorded_activity(kinds: &TraceKinds, graph_kind: bool, selector: &ApiSelector) -> (Recorded, ApiSelection) {
     let mut recorded = Recorded {
         kinds: decode::activity_kinds(kinds).into_iter().filter(|k| !decode::ALWAYS_ON_KINDS.contains(k)).collect(),
         runtime_cbids: Vec::new(),
@@ -768,7 +762,7 @@ fn recorded_activity(kinds: &TraceKinds, graph_trace: GraphTrace, selector: &Api
         enable_runtime: selector.runtime,
         enable_driver: selector.driver,
     };
-    if graph_trace == GraphTrace::Graph {
+    if graph_kind {
         // Before the node kinds, so that no graph launch ever finds kernel records on and graph records off.
         recorded.kinds.insert(0, cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     }
