@@ -1,7 +1,11 @@
 // Programs for the capture window benchmark (benchmarks/scripts/capture_window.py), one per first argument:
 //
-//   graph KERNELS REPLAYS    a CUDA graph of KERNELS tiny kernels, replayed REPLAYS times back to back; prints
-//                            the median wall time per replay over 5 batches ("replay_us …")
+//   graph KERNELS REPLAYS [OFFSET|quiet]
+//                            a CUDA graph of KERNELS tiny kernels, replayed REPLAYS times back to back; prints
+//                            the median wall time per replay over 5 batches ("replay_us …"). The kernels add one
+//                            to a counter; with OFFSET the counter sits OFFSET bytes into a 64 MiB allocation;
+//                            with `quiet` the kernels touch no memory (their time does not depend on where the
+//                            counter landed, which a recorder's own allocations move)
 //   steady SECONDS           a long-running program: batches of 50 tiny kernels every ~2 ms for SECONDS seconds,
 //                            like a server under light load; prints the launches and the elapsed time
 //   profiler STEPS FIRST LAST OPS
@@ -23,6 +27,15 @@
 
 __global__ void tick(int* counter) { counter[threadIdx.x] += 1; }
 
+// A tiny kernel that touches no memory (the store never runs: no thread has that index), so its time does not
+// depend on where an allocation landed.
+__global__ void quiet(int* counter) {
+    if (threadIdx.x == 1024) counter[0] = 1;
+}
+
+// Bytes of the allocation a `graph ... OFFSET` run places its counter in.
+static const size_t kPlacementBytes = 64u << 20;
+
 static void check(cudaError_t status, const char* what) {
     if (status != cudaSuccess) {
         std::fprintf(stderr, "capture_window: %s: %s\n", what, cudaGetErrorString(status));
@@ -34,11 +47,17 @@ static double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-static int graph(int kernels, int replays, int* counter, cudaStream_t stream) {
+static int graph(int kernels, int replays, int* counter, bool touch_memory, cudaStream_t stream) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
-    for (int i = 0; i < kernels; ++i) tick<<<1, 32, 0, stream>>>(counter);
+    for (int i = 0; i < kernels; ++i) {
+        if (touch_memory) {
+            tick<<<1, 32, 0, stream>>>(counter);
+        } else {
+            quiet<<<1, 32, 0, stream>>>(counter);
+        }
+    }
     check(cudaStreamEndCapture(stream, &graph), "end capture");
     check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     for (int i = 0; i < 20; ++i) check(cudaGraphLaunch(exec, stream), "warm-up launch");
@@ -89,12 +108,26 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&counter, 32 * sizeof(int)), "cudaMalloc");
     check(cudaMemset(counter, 0, 32 * sizeof(int)), "cudaMemset");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (std::strcmp(mode, "graph") == 0 && argc == 4) return graph(std::atoi(argv[2]), std::atoi(argv[3]), counter, stream);
+    if (std::strcmp(mode, "graph") == 0 && argc == 4)
+        return graph(std::atoi(argv[2]), std::atoi(argv[3]), counter, true, stream);
+    if (std::strcmp(mode, "graph") == 0 && argc == 5 && std::strcmp(argv[4], "quiet") == 0)
+        return graph(std::atoi(argv[2]), std::atoi(argv[3]), counter, false, stream);
+    if (std::strcmp(mode, "graph") == 0 && argc == 5) {
+        const size_t offset = std::strtoull(argv[4], nullptr, 10) & ~size_t{127};
+        if (offset + 32 * sizeof(int) > kPlacementBytes) {
+            std::fprintf(stderr, "capture_window: OFFSET must be below %zu\n", kPlacementBytes);
+            return 2;
+        }
+        char* placed;
+        check(cudaMalloc(&placed, kPlacementBytes), "cudaMalloc placement");
+        check(cudaMemset(placed, 0, kPlacementBytes), "cudaMemset placement");
+        return graph(std::atoi(argv[2]), std::atoi(argv[3]), reinterpret_cast<int*>(placed + offset), true, stream);
+    }
     if (std::strcmp(mode, "steady") == 0 && argc == 3) return steady(std::atof(argv[2]), counter, stream);
     if (std::strcmp(mode, "profiler") == 0 && argc == 6)
         return profiler(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), counter, stream);
     std::fprintf(stderr,
-                 "capture_window: usage: capture_window graph KERNELS REPLAYS | steady SECONDS | "
+                 "capture_window: usage: capture_window graph KERNELS REPLAYS [OFFSET|quiet] | steady SECONDS | "
                  "profiler STEPS FIRST LAST OPS\n");
     return 2;
 }

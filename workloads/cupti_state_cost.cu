@@ -11,7 +11,8 @@
 //            one first launched (loaded) after it, replayed alternately; then both again with the kind off
 //            (`cupti_state_cost loadorder CYCLES -`)
 //
-// States (CUPTI is first touched after the `fresh` cycles, so `fresh` is the process as it runs uncaptured):
+// States (CUPTI is first touched after the `fresh` cycles, so `fresh` is the process as it runs uncaptured, unless
+// CUPTI_STATE_COST_EARLY is set: then CUPTI is attached before the first CUDA call, as an injected recorder is):
 //   none        unsubscribed, no activity kind (CUPTI attached to the driver)
 //   detached    as none, then cuptiFinalize: CUPTI detached from the driver until the next state's first call
 //   sub         a subscriber, no callback enabled
@@ -296,6 +297,12 @@ int main(int argc, char** argv) {
         return 2;
     }
     Cupti cupti;
+    // CUPTI_STATE_COST_EARLY set: CUPTI attached before the context exists (as an injected recorder is), so
+    // `fresh` is then "attached from the start, nothing on", to compare with a process where it is not.
+    if (std::getenv("CUPTI_STATE_COST_EARLY") != nullptr) {
+        uint64_t now_ns = 0;
+        check_cupti(cuptiGetTimestamp(&now_ns), "early timestamp");
+    }
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     int* counter;

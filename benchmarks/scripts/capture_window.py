@@ -18,7 +18,8 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   runtime is loaded: build the CUDA programs with `--cudart shared` to compare). `--torch-modes` likewise for
   the PyTorch program. `--pin CPUS` runs every command under `taskset -c CPUS`.
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
-  (`workloads/capture_window.cu graph`): uncaptured, capture node level (default), capture graph level, and, when
+  (`workloads/capture_window.cu graph 400 200 quiet`: kernels that touch no memory, whose time does not depend on
+  where an allocation landed; `--graph-kernel counter` for the counter kernels of sittings 1-6): uncaptured, capture node level (default), capture graph level, and, when
   Nsight Systems is given, nsys `--cuda-graph-trace=node` and `=graph`. `--graph-modes` adds graph level without
   API records (`capture-graph-no-api`, `--trace kernel,memcpy,memset,nvtx`), with kernels only
   (`capture-graph-kernel`, `--trace kernel`) and with the graph-trace kind alone (`capture-graph-no-kernel`,
@@ -66,7 +67,7 @@ GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "captu
 # `capture-off` is `auto`).
 OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "detached"}
 KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
-KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS)
+KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
 LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
 REPLAY_LINE = re.compile(r"replay_us ([0-9.]+)")
@@ -199,7 +200,7 @@ def launch_part(args, results, r, programs):
 def graph_part(args, results, r, binary):
     with_nsys = args.nsys and r < args.nsys_rounds
     modes = [m for m in args.graph_modes if with_nsys or not m.startswith("nsys")]
-    program = [binary, "graph", "400", "200"]
+    program = [binary, "graph", "400", "200"] + (["quiet"] if args.graph_kernel == "quiet" else [])
     for position, mode in enumerate(rotated(modes, r)):
         done, wall_s = run(recorder_command(args, mode, program, args.scratch), args.timeout_s)
         sample = {"part": "graph", "program": "graph400", "mode": mode, "round": r, "position": position,
@@ -292,6 +293,9 @@ def main():
     parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch launch program")
     parser.add_argument("--graph-rounds", type=int, default=4)
     parser.add_argument("--nsys-rounds", type=int, default=3, help="graph rounds that include the nsys modes")
+    parser.add_argument("--graph-kernel", choices=["quiet", "counter"], default="quiet",
+                        help="graph kernels that touch no memory (quiet) or add to a counter (the replay time then "
+                             "depends on where the counter landed, by up to 17 %% on an H200)")
     parser.add_argument("--long-rounds", type=int, default=2)
     parser.add_argument("--long-s", type=float, default=12.0, help="length of the long-running program")
     parser.add_argument("--window-s", type=float, default=0.5)

@@ -102,21 +102,23 @@ struct Args {
     #[arg(long)]
     start_paused: bool,
     /// CUDA graphs: `node` records every kernel, copy and set of each replay (CUPTI times each node on the GPU:
-    /// a replay of 400 tiny kernels took 1.38× on one H100); `graph` records one activity per graph launch, with
-    /// its graph id (1.09× on the same replays on an H100; 1.16× on an H200, which is what CUPTI attached from the
-    /// process's start costs those replays with nothing switched on; and nothing of what ran inside the graph: no
-    /// kernel names or per-kernel times); with capture ranges its kind stays on for the whole run (CUPTI 13.0
-    /// crashed graphs launched after it was switched on) and only launches inside windows are kept.
-    /// BENCHMARKS.md has the measurements.
+    /// a replay of 400 tiny kernels took 2.04× on an H200, Nsight Systems' node level 2.75×); `graph` records one
+    /// activity per graph launch, with its graph id (1.018× on the same replays, as Nsight Systems' graph level;
+    /// nothing of what ran inside the graph: no kernel names or per-kernel times); with capture ranges its kind
+    /// stays on for the whole run (CUPTI 13.0 crashed graphs launched after it was switched on) and only launches
+    /// inside windows are kept. BENCHMARKS.md has the measurements.
     #[arg(long, value_name = "graph|node", default_value = "node")]
     cuda_graph_trace: String,
     /// With capture ranges: what CUPTI does in each process while no window is open. `attached` keeps CUPTI
-    /// attached with nothing switched on, which still costs every CUDA call (about 3 % of a bare launch and 16 %
-    /// of a replay of 400 tiny kernels on an H200); `detached` detaches it (cuptiFinalize) between windows, so the process runs as uncaptured there,
+    /// attached with nothing switched on, which still costs every CUDA call (about 3 % of a bare launch and 1.7 %
+    /// of a replay of 400 tiny kernels on an H200); `detached` detaches it (cuptiFinalize) between windows, so the
+    /// process runs as uncaptured there,
     /// and attaches it again when a window opens; the profiler API trigger is then seen only through the shared
     /// CUDA runtime or driver (not a statically linked runtime, not ctypes), and graph nodes made while detached
     /// get no module range. `auto` detaches where every trigger is seen that way (time, `capture start`, the
-    /// profiler API with a shared runtime loaded) and stays attached otherwise and for --nvtx-range.
+    /// profiler API with a shared runtime loaded) and stays attached otherwise and for --nvtx-range. A process
+    /// in which a CUDA graph ran while a window recorded stays attached from then on (detached, CUPTI 13.0 broke
+    /// such a graph's next launch).
     #[arg(long, value_name = "auto|attached|detached", default_value = "auto")]
     outside_windows: String,
     /// libcupti to load in the workload (default: library path, then the usual CUDA folders).

@@ -227,9 +227,45 @@ enum WarmupLeftOut {
 /// left out.
 type SteadyWindows = (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>);
 
-/// Per rank the window of its steady-state steps (the same step numbers on every rank), the step range, and
-/// what is left out, in words; all windows `None` (the whole trace) when there are too few steps.
+/// Per rank the window of its steady-state steps, the step range, and what is left out, in words. A capture taken
+/// in windows recorded nothing between them, so the steady state is taken inside one capture window: the one
+/// where every rank has the most steps (the earliest of equals). Without gaps, [`steady_windows_of`] of all
+/// steps.
 fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: WarmupLeftOut) -> SteadyWindows {
+    let gaps: Vec<(i64, i64)> = traces.iter().flat_map(|t| capture_gaps::gaps(t, None)).collect();
+    if gaps.is_empty() {
+        return steady_windows_of(traces, rank_steps, warmup, 0);
+    }
+    // Steps are in time order and none crosses a gap: those of one capture window are consecutive.
+    let window_of = |step: &(i64, i64)| gaps.iter().filter(|gap| gap.1 <= step.0).count();
+    let in_window = |steps: &[(i64, i64)], w: usize| {
+        let first = steps.iter().take_while(|step| window_of(step) < w).count();
+        first..first + steps[first..].iter().take_while(|step| window_of(step) == w).count()
+    };
+    let common = |w: usize| rank_steps.iter().map(|steps| in_window(steps, w).len()).min().unwrap_or(0);
+    let best = (0..=gaps.len()).rev().max_by_key(|&w| common(w)).unwrap_or(0);
+    let ranges: Vec<std::ops::Range<usize>> = rank_steps.iter().map(|steps| in_window(steps, best)).collect();
+    let chosen: Vec<&[(i64, i64)]> = rank_steps.iter().zip(&ranges).map(|(steps, r)| &steps[r.clone()]).collect();
+    let offset = ranges.first().map_or(0, |r| r.start);
+    let (windows, range, mut left_out) = steady_windows_of(traces, &chosen, warmup, offset);
+    let others = rank_steps.iter().zip(&ranges).map(|(steps, r)| steps.len() - r.len()).max().unwrap_or(0);
+    if others > 0 {
+        left_out.push(format!(
+            "{others} step(s) in the other capture windows (on the rank with most): nothing was recorded between \
+             windows, so one model never spans two"
+        ));
+    }
+    (windows, range, left_out)
+}
+
+/// [`steady_windows`] of the given steps (the same step numbers on every rank), numbered from `offset` in what
+/// it says; all windows `None` (the whole trace) when there are too few steps.
+fn steady_windows_of(
+    traces: &[Trace],
+    rank_steps: &[&[(i64, i64)]],
+    warmup: WarmupLeftOut,
+    offset: usize,
+) -> SteadyWindows {
     let common = rank_steps.iter().map(|s| s.len()).min().unwrap_or(0);
     // The first step is warm-up unless the report already left warm-up out (and unless it is one of two).
     let none_left_out = warmup == WarmupLeftOut::None;
@@ -248,10 +284,14 @@ fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: Warmup
     let window_start = windows.iter().flatten().map(|w| w.0).min().unwrap_or(0);
     let window_end = windows.iter().flatten().map(|w| w.1).max().unwrap_or(0);
     let mut excluded = Vec::new();
+    // Step numbers as the report counts them (the chosen capture window's steps start at `offset`).
+    let (first_n, last_n) = (first + offset, last + offset);
     if first == 0 && none_left_out {
         excluded.push(format!(
-            "nothing of step 0, although it may carry warm-up: only {common} steps on every rank (--step 1 \
-             models step 1 alone)"
+            "nothing of step {first_n}, although it may carry warm-up: only {common} steps on every rank (--step \
+             {} models step {} alone)",
+            first_n + 1,
+            first_n + 1
         ));
     }
     let skipped = match warmup {
@@ -260,27 +300,29 @@ fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: Warmup
         WarmupLeftOut::Detected(n) => format!(", after the warm-up step(s) detected ({n} on the rank with most)"),
     };
     if let Some(start) = trace_start.filter(|&t| t < window_start) {
-        let before = match (first, warmup) {
-            (1, _) => "start-up and step 0 (warm-up)",
-            (_, WarmupLeftOut::Detected(_)) => "start-up and the warm-up",
-            _ => "start-up",
+        let before = match (first, warmup, offset) {
+            (1, _, 1..) => "earlier capture windows and this window's first step".to_string(),
+            (_, _, 1..) => "earlier capture windows".to_string(),
+            (1, _, _) => "start-up and step 0 (warm-up)".to_string(),
+            (_, WarmupLeftOut::Detected(_), _) => "start-up and the warm-up".to_string(),
+            _ => "start-up".to_string(),
         };
         excluded.push(format!(
-            "{before}: {} of GPU time line before step {first}{skipped}",
+            "{before}: {} of GPU time line before step {first_n}{skipped}",
             human_ns(window_start - start)
         ));
     }
     let longest = rank_steps.iter().map(|s| s.len()).max().unwrap_or(0);
     if longest > common {
         excluded.push(format!(
-            "steps after step {last} that not every rank has ({} on the rank with most)",
+            "steps after step {last_n} that not every rank has ({} on the rank with most)",
             longest - common
         ));
     }
     if let Some(end) = trace_end.filter(|&t| t > window_end) {
-        excluded.push(format!("after step {last}: {} of GPU time line", human_ns(end - window_end)));
+        excluded.push(format!("after step {last_n}: {} of GPU time line", human_ns(end - window_end)));
     }
-    (windows, Some((first, last)), excluded)
+    (windows, Some((first_n, last_n)), excluded)
 }
 
 /// One segment of the critical path.

@@ -40,6 +40,11 @@ pub fn evaluate(context: &Context, rule: &WarmupRule) -> Outcome {
     let Some((first_steady, _)) = context.model.steps else {
         return Err(Quiet { kind: KIND, why: "not evaluated: no steady-state steps on every rank".into() });
     };
+    if context.traces.iter().any(|t| !crate::figures::capture_gaps::gaps(t, None).is_empty()) && first_steady > 1 {
+        let why = "not evaluated: the steady steps are in a later capture window; what came before them was not all \
+                   recorded";
+        return Err(Quiet { kind: KIND, why: why.into() });
+    }
     let warmups = rank_warmups(context, first_steady);
     let Some(&(rank, warmup_ns, steps_before, excess_ns, run_ns)) = warmups.iter().max_by_key(|w| (w.3, w.0)) else {
         return Err(Quiet { kind: KIND, why: "not evaluated: no rank with steps and GPU work".into() });

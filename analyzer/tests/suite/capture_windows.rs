@@ -175,3 +175,22 @@ fn the_critical_path_splits_a_wait_at_the_gap_between_windows() {
     assert_eq!(category(&windowed, "host_gap"), 9_990 + 1_000);
     assert_eq!(category(&whole, "capture_gap"), 0);
 }
+
+/// The steady state the findings model is taken inside one capture window: the one with the most steps (the
+/// second here: the step that touched the gap left the first one with fewer), numbered as the report numbers steps,
+/// and the steps of the other window are said to be left out. Without windows it spans the whole run.
+#[test]
+fn the_steady_state_model_stays_inside_one_capture_window() {
+    let model = critical_path::build_steady_model(&[trace(true)], &Options::default()).expect("model");
+    let (start_ns, end_ns) = model.window_ns.expect("a steady window");
+    let second = (SECOND_WINDOW_NS, SECOND_WINDOW_NS + STEPS_PER_WINDOW * STEP_NS);
+    assert!(second.0 <= start_ns && end_ns <= second.1, "model {start_ns}..{end_ns} outside the second window");
+    let (first_step, last_step) = model.steps.expect("steps");
+    let report = report::analyze(&[trace(true)], &Options::default());
+    let intervals = &report.ranks[0].steps.as_ref().unwrap().intervals;
+    assert_eq!(intervals[first_step].0, start_ns, "step numbers are the report's");
+    assert_eq!(intervals[last_step].1, end_ns);
+    assert!(model.excluded.iter().any(|e| e.contains("other capture windows")), "{:?}", model.excluded);
+    let whole = critical_path::build_steady_model(&[trace(false)], &Options::default()).expect("model");
+    assert!(whole.window_ns.unwrap().0 < SECOND_WINDOW_NS, "without windows the model spans the run");
+}

@@ -131,6 +131,32 @@ fn jax_loop_of_eight_identical_blocks_in_one_command_buffer() {
     assert!(other <= 0.05 * total, "other {other} of {total}");
 }
 
+/// The transformers server compiled with CUDA graphs, captured in two profiler windows (requests 2–3 and 6–7 of
+/// `workloads/engines/hf_server_window.py`, `MODE=static WINDOWS=2:4,6:8`, on an H200): the file keeps the 2,864
+/// kernels that Nsight Systems kept with `-c cudaProfilerApi --capture-range-end=repeat` on the same program, and
+/// the findings' steady state lies inside one window, so no replay or critical path reaches across the unrecorded
+/// time between them (before, the model spanned both windows and counted the gap as host time).
+#[test]
+fn a_server_captured_in_two_profiler_windows_is_modelled_inside_one_window() {
+    // SHARDSCOPE_CAPTURE_WINDOWS of the file.
+    let windows_ns = [(29_563_575_409_i64, 29_605_361_949_i64), (29_649_252_001, 29_690_858_031)];
+    let report = report("hf_server_static_2windows.sqlite.gz");
+    assert_eq!(report["ranks"][0]["kernel_count"], 2864);
+    let findings = &report["findings"];
+    let window = findings["window"].as_str().unwrap();
+    let range = window.rsplit('(').next().unwrap().trim_end_matches(" ns)");
+    let (start, end) = range.split_once("..").unwrap();
+    let (start, end): (i64, i64) = (start.parse().unwrap(), end.parse().unwrap());
+    assert!(
+        windows_ns.iter().any(|&(s, e)| s <= start && end <= e),
+        "the findings' model {start}..{end} is not inside one capture window"
+    );
+    let excluded = findings["excluded"].to_string();
+    assert!(excluded.contains("other capture windows"), "{excluded}");
+    // The warm-up finding would count the first window and the gap as warm-up: it says why it is not evaluated.
+    assert!(findings["quiet"].to_string().contains("later capture window"), "{}", findings["quiet"]);
+}
+
 /// The table's duration format (`render::duration`), for matching its lines.
 fn duration(ns: i64) -> String {
     shardscope_analyzer::output::render::duration(ns)

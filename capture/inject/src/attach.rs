@@ -2,10 +2,10 @@
 //!
 //! Attached, CUPTI costs every CUDA call something even with no kind and no callback switched on: timed in one
 //! process on an H200 (`workloads/cupti_state_cost.cu`), a bare kernel launch took 2.7–3.4 % longer attached with
-//! nothing on than detached, and subscribing or the trigger callbacks added nothing measurable on top; attached from
-//! the process's start, as this library attaches, CUPTI made a replay of a 400-kernel graph 1.16× slower with
-//! nothing switched on, detached 1.000×. So where every trigger of the plan can be seen without CUPTI, the library detaches
-//! it (`cuptiFinalize`) while no window is open and attaches it again when one opens.
+//! nothing on than detached, and subscribing or the trigger callbacks added nothing measurable on top; across
+//! processes, a replay of 400 kernels that touch no memory took 1.017× attached with nothing on and 1.000×
+//! detached. So where every trigger of the plan can be seen without CUPTI, the library detaches it
+//! (`cuptiFinalize`) while no window is open and attaches it again when one opens.
 //!
 //! Detaching follows CUPTI's advice: `cuptiFinalize` is called at the exit of an API callback, never from a
 //! thread that might race the workload's calls into CUPTI. After a window closes and its records had one flush
@@ -13,6 +13,13 @@
 //! the detach by switching the runtime and driver callbacks on; the next CUDA call's exit callback forces out
 //! the last buffers and detaches. While detached, nothing of this library calls CUPTI (any call would attach it
 //! again): flushes are skipped and CUPTI's clock is carried on from the monotonic clock.
+//!
+//! CUDA graphs pin CUPTI: once a graph was made, changed, instantiated or launched while a window recorded,
+//! CUPTI stays attached for the rest of the process. Detached after such a window, CUPTI 13.0 left a JAX
+//! program's next command-buffer launch to fail on the GPU (`CUDA_ERROR_LAUNCH_FAILED`, on an H200, at the first
+//! detach; the same program ran clean with CUPTI kept attached, and with command buffers switched off). While a
+//! window is open the graph calls' callbacks are on (one callback per graph call, not per kernel) and the first
+//! one pins.
 //!
 //! Triggers while detached: the clock and `capture start`/`stop` are the background thread's own. For the
 //! profiler API the library exports `cudaProfilerStart`/`Stop` and `cuProfilerStart`/`Stop`; preloaded
@@ -55,6 +62,13 @@ struct Attachment {
     detach_due: Option<Instant>,
 }
 
+/// The callback ids of the CUDA graph calls, runtime and driver (see the module notes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GraphCbids {
+    pub runtime: Vec<u32>,
+    pub driver: Vec<u32>,
+}
+
 /// Detaches and attaches CUPTI for one process (see the module notes).
 pub(crate) struct Detacher {
     api: &'static cupti::Cupti,
@@ -66,6 +80,10 @@ pub(crate) struct Detacher {
     after_detach: fn(),
     /// How long a closed window's records get before CUPTI is detached.
     grace: Duration,
+    /// The graph calls whose callbacks a window switches on.
+    graph_cbids: GraphCbids,
+    /// A graph call came while a window recorded: CUPTI is never detached again.
+    pinned: AtomicBool,
 }
 
 impl Detacher {
@@ -76,6 +94,7 @@ impl Detacher {
         reattach: Reattach,
         after_detach: fn(),
         grace: Duration,
+        graph_cbids: GraphCbids,
     ) -> Detacher {
         let attachment = Attachment {
             state: State::Attached,
@@ -84,7 +103,8 @@ impl Detacher {
             detach_due: None,
         };
         let armed = AtomicBool::new(false);
-        Detacher { api, attachment: Mutex::new(attachment), armed, reattach, after_detach, grace }
+        let pinned = AtomicBool::new(false);
+        Detacher { api, attachment: Mutex::new(attachment), armed, reattach, after_detach, grace, graph_cbids, pinned }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Attachment> {
@@ -143,7 +163,7 @@ impl Detacher {
 
     fn detach_at(&self, due: Instant) {
         let mut attachment = self.lock();
-        if attachment.state == State::Attached {
+        if attachment.state == State::Attached && !self.pinned.load(Ordering::SeqCst) {
             attachment.detach_due = Some(due);
         }
     }
@@ -156,7 +176,7 @@ impl Detacher {
             return Some(due - now);
         }
         attachment.detach_due = None;
-        if attachment.state == State::Attached {
+        if attachment.state == State::Attached && !self.pinned.load(Ordering::SeqCst) {
             // Records of work done since the window closed go out while CUPTI is still there to hand them over.
             // SAFETY: plain call; the buffer callbacks take no lock of ours that is held here.
             unsafe { self.api.cuptiActivityFlushAll(0) };
@@ -190,6 +210,43 @@ impl Detacher {
         attachment.subscriber = 0;
         self.armed.store(false, Ordering::SeqCst);
         say_verbose("CUPTI detached");
+    }
+
+    /// A window opened: switches on the callbacks of the graph calls, so that the first one pins CUPTI.
+    pub(crate) fn watch_graphs(&self) {
+        let attachment = self.lock();
+        if attachment.state == State::Detached || self.pinned.load(Ordering::SeqCst) {
+            return;
+        }
+        let subscriber = attachment.subscriber as cupti::CUpti_SubscriberHandle;
+        let domains = [
+            (cupti::CUPTI_CB_DOMAIN_RUNTIME_API, &self.graph_cbids.runtime),
+            (cupti::CUPTI_CB_DOMAIN_DRIVER_API, &self.graph_cbids.driver),
+        ];
+        for (domain, cbids) in domains {
+            for &cbid in cbids {
+                // SAFETY: plain call on our subscriber with an id CUPTI named.
+                unsafe { self.api.cuptiEnableCallback(1, subscriber, domain, cbid) };
+            }
+        }
+    }
+
+    /// True when `cbid` (driver or runtime) is a graph call.
+    pub(crate) fn is_graph_call(&self, driver: bool, cbid: u32) -> bool {
+        let cbids = if driver { &self.graph_cbids.driver } else { &self.graph_cbids.runtime };
+        cbids.contains(&cbid)
+    }
+
+    /// A graph call came while a window recorded: CUPTI stays attached from now on (see the module notes).
+    pub(crate) fn pin(&self) {
+        if self.pinned.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        eprintln!(
+            "shardscope: process {}: a CUDA graph ran while recording: CUPTI stays attached outside windows from \
+             now on (detached, it can break the graph's next launch)",
+            std::process::id()
+        );
     }
 
     /// Flushes CUPTI's buffers (`flag` as `cuptiActivityFlushAll` takes it), unless detached.

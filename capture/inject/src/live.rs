@@ -23,7 +23,7 @@ use shardscope_spool::config::{self, GraphTrace, NcclKernelSample, OutsideWindow
 use shardscope_spool::cupti::{ApiSelection, CaptureCost, DroppedRecord, ProcessInfo, SpoolRecord, SpoolWriter};
 use shardscope_spool::hostname;
 
-use crate::attach::{self, Detacher};
+use crate::attach::{self, Detacher, GraphCbids};
 use crate::decode::{self, Decoder, Layout};
 use crate::graph_nodes;
 use crate::nccl_sample;
@@ -318,7 +318,8 @@ fn start() -> Result<(), String> {
     let detacher = match attach::decide(&plan, outside_windows, api, measuring_or_sampling, graph_level) {
         Ok(()) => {
             let grace = session.flush_interval;
-            Some(Detacher::new(api, subscriber, Box::new(move || reattach(api, want_nodes)), reclaim_buffers, grace))
+            let reattach = Box::new(move || reattach(api, want_nodes));
+            Some(Detacher::new(api, subscriber, reattach, reclaim_buffers, grace, selector.graph_cbids()))
         }
         Err(why) => {
             if let Some(why) = why {
@@ -476,6 +477,18 @@ impl ApiSelector {
         }
         let wanted = |name: String| config::is_work_api(&name) || (memory && config::is_memory_api(&name));
         (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(wanted)).collect()
+    }
+
+    /// The callback ids of the CUDA graph calls (make, change, instantiate, launch a graph; not the graphics
+    /// interop calls, whose names also start `cuGraph`), runtime and driver: see `attach.rs` on why they pin CUPTI.
+    fn graph_cbids(&self) -> GraphCbids {
+        let graph_call = |name: &str, prefix: &str| {
+            name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with("Graph") && !rest.starts_with("Graphics"))
+        };
+        let named = |domain, prefix: &str| {
+            (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(|n| graph_call(&n, prefix))).collect()
+        };
+        GraphCbids { runtime: named(Domain::Runtime, "cuda"), driver: named(Domain::Driver, "cu") }
     }
 
     /// The callback ids of the profiler API's start and stop calls, which open and close windows.

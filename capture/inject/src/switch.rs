@@ -328,6 +328,9 @@ impl Switch {
             Transition::Unchanged => {}
             Transition::Opened => {
                 self.apply(true);
+                if let Some(detacher) = &self.detacher {
+                    detacher.watch_graphs();
+                }
                 RECORDING.store(true, Ordering::SeqCst);
             }
             Transition::Closed(window) => {
@@ -443,8 +446,15 @@ impl Switch {
         }
     }
 
-    /// A runtime or driver callback: the profiler API trigger.
+    /// A runtime or driver callback: the profiler API trigger, and graph calls while recording (they pin CUPTI).
     fn on_api(&self, driver: bool, cbid: u32, site: u32) {
+        if let Some(detacher) = &self.detacher
+            && RECORDING.load(Ordering::Relaxed)
+            && detacher.is_graph_call(driver, cbid)
+        {
+            detacher.pin();
+            return;
+        }
         let p = &self.profiler;
         let (starts, stops) =
             if driver { (&p.driver_start, &p.driver_stop) } else { (&p.runtime_start, &p.runtime_stop) };
