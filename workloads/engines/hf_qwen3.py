@@ -31,16 +31,17 @@ PROMPT = int(os.environ.get("PROMPT", "1024"))
 LAYERS = int(os.environ.get("LAYERS", "4"))
 
 
-def build_model():
+def build_model(layers=LAYERS, hidden=2048, intermediate=6144, head_dim=128, max_positions=4096):
+    """Qwen3 with random weights (seed 0), bf16 on the GPU: 16 query and 8 key-value heads."""
     config = Qwen3Config(
         vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_hidden_layers=LAYERS,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
         num_attention_heads=16,
         num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=4096,
+        head_dim=head_dim,
+        max_position_embeddings=max_positions,
     )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()

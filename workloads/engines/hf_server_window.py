@@ -19,7 +19,7 @@ import os
 import time
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from hf_qwen3 import build_model
 
 MODE = os.environ.get("MODE", "eager")
 REQUESTS = int(os.environ.get("REQUESTS", "10"))
@@ -28,21 +28,6 @@ NEW_TOKENS = int(os.environ.get("NEW_TOKENS", "8"))
 BATCH = int(os.environ.get("BATCH", "2"))
 PROMPT = int(os.environ.get("PROMPT", "256"))
 LAYERS = int(os.environ.get("LAYERS", "2"))
-
-
-def build_model():
-    config = Qwen3Config(
-        vocab_size=32000,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=64,
-        max_position_embeddings=2048,
-    )
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
 
 
 def serve(model, request):
@@ -82,7 +67,7 @@ def main():
     windows = parse_windows(WINDOWS)
     starts = {first for first, _ in windows}
     stops = {last - 1 for _, last in windows}
-    model = build_model()
+    model = build_model(layers=LAYERS, hidden=1024, intermediate=3072, head_dim=64, max_positions=2048)
     started = time.perf_counter()
     for request in range(REQUESTS):
         if request in starts:

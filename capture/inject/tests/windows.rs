@@ -894,6 +894,20 @@ fn a_graph_that_ran_while_recording_keeps_cupti_attached_outside_windows_for_the
     assert_eq!(windows(&records).len(), 2);
 }
 
+/// A bad `SHARDSCOPE_OUTSIDE_WINDOWS` (set by hand: the launcher refuses one itself) is one line naming the value,
+/// recording stays off and the workload runs on: nothing touches CUPTI and no spool is written.
+#[test]
+fn a_bad_outside_windows_value_is_one_line_and_the_workload_runs_unrecorded() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let env = [(config::OUTSIDE_WINDOWS_ENV, "sometimes")];
+    let (records, stderr, log) = run_logged("bad-outside-windows", "idle", &plan, &env);
+    assert!(records.is_empty(), "a spool was written: {records:?}");
+    let complaints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("shardscope:")).collect();
+    assert_eq!(complaints.len(), 1, "{stderr}");
+    assert!(complaints[0].contains("recording off") && complaints[0].contains("'sometimes'"), "{stderr}");
+    assert!(log.is_empty(), "CUPTI was called: {log}");
+}
+
 #[test]
 fn detached_outside_windows_a_window_of_the_clock_attaches_cupti_and_detaches_it_after() {
     let plan = WindowPlan { delay_ns: Some(1_000_000_000), duration_ns: Some(400_000_000), ..WindowPlan::default() };
