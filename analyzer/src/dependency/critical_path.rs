@@ -174,7 +174,8 @@ fn build_from(
             windows
         }
         Selection::SteadySteps => {
-            let (windows, range, left_out) = steady_windows(traces, &rank_steps, warmup);
+            let rank_gaps: Vec<Vec<(i64, i64)>> = ranks.iter().map(|spec| rank_capture_gaps(traces, spec)).collect();
+            let (windows, range, left_out) = steady_windows(traces, &rank_steps, &rank_gaps, warmup);
             steps = range;
             excluded = left_out;
             windows
@@ -228,23 +229,32 @@ enum WarmupLeftOut {
 type SteadyWindows = (Vec<Option<(i64, i64)>>, Option<(usize, usize)>, Vec<String>);
 
 /// Per rank the window of its steady-state steps, the step range, and what is left out, in words. A capture taken
-/// in windows recorded nothing between them, so the steady state is taken inside one capture window: the one
-/// where every rank has the most steps (the earliest of equals). Without gaps, [`steady_windows_of`] of all
-/// steps.
-fn steady_windows(traces: &[Trace], rank_steps: &[&[(i64, i64)]], warmup: WarmupLeftOut) -> SteadyWindows {
-    let gaps: Vec<(i64, i64)> = traces.iter().flat_map(|t| capture_gaps::gaps(t, None)).collect();
-    if gaps.is_empty() {
+/// in windows recorded nothing between them (`rank_gaps`: per rank, the gaps of the process that drives its GPU),
+/// so the steady state is taken inside one capture window: the one, counted per rank, where every rank has the
+/// most steps (the earliest of equals). Without gaps, [`steady_windows_of`] of all steps.
+fn steady_windows(
+    traces: &[Trace],
+    rank_steps: &[&[(i64, i64)]],
+    rank_gaps: &[Vec<(i64, i64)>],
+    warmup: WarmupLeftOut,
+) -> SteadyWindows {
+    let most_gaps = rank_gaps.iter().map(Vec::len).max().unwrap_or(0);
+    if most_gaps == 0 {
         return steady_windows_of(traces, rank_steps, warmup, 0);
     }
-    // Steps are in time order and none crosses a gap: those of one capture window are consecutive.
-    let window_of = |step: &(i64, i64)| gaps.iter().filter(|gap| gap.1 <= step.0).count();
-    let in_window = |steps: &[(i64, i64)], w: usize| {
+    // A rank's steps are in time order and none crosses a gap of its process: those of its capture window `w`
+    // (the one after its `w`-th gap) are consecutive.
+    let in_window = |steps: &[(i64, i64)], gaps: &[(i64, i64)], w: usize| {
+        let window_of = |step: &(i64, i64)| gaps.iter().filter(|gap| gap.1 <= step.0).count();
         let first = steps.iter().take_while(|step| window_of(step) < w).count();
         first..first + steps[first..].iter().take_while(|step| window_of(step) == w).count()
     };
-    let common = |w: usize| rank_steps.iter().map(|steps| in_window(steps, w).len()).min().unwrap_or(0);
-    let best = (0..=gaps.len()).rev().max_by_key(|&w| common(w)).unwrap_or(0);
-    let ranges: Vec<std::ops::Range<usize>> = rank_steps.iter().map(|steps| in_window(steps, best)).collect();
+    let ranges_in = |w: usize| -> Vec<std::ops::Range<usize>> {
+        rank_steps.iter().zip(rank_gaps).map(|(steps, gaps)| in_window(steps, gaps, w)).collect()
+    };
+    let common = |w: usize| ranges_in(w).iter().map(|r| r.len()).min().unwrap_or(0);
+    let best = (0..=most_gaps).rev().max_by_key(|&w| common(w)).unwrap_or(0);
+    let ranges = ranges_in(best);
     let chosen: Vec<&[(i64, i64)]> = rank_steps.iter().zip(&ranges).map(|(steps, r)| &steps[r.clone()]).collect();
     let offset = ranges.first().map_or(0, |r| r.start);
     let (windows, range, mut left_out) = steady_windows_of(traces, &chosen, warmup, offset);
@@ -514,6 +524,14 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
     }
 }
 
+/// The gaps between the capture windows of the process that drives `spec`'s GPU (of every process of its trace
+/// when the GPU has no known process).
+fn rank_capture_gaps(traces: &[Trace], spec: &RankSpec) -> Vec<(i64, i64)> {
+    let trace = &traces[spec.key.trace];
+    let owner = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process);
+    capture_gaps::gaps(trace, owner)
+}
+
 /// `segments` with every delay that reaches into a gap between two capture windows of its rank cut there: the
 /// parts outside the gap keep the delay's category, the part inside becomes a `gap` segment (`capture_gap`);
 /// `by_category` moves the gap time likewise. A trace without windows (or with one per process) is unchanged.
@@ -524,15 +542,8 @@ fn split_at_capture_gaps(
     by_category: &mut BTreeMap<String, i64>,
 ) -> Vec<Segment> {
     // Per rank number, the gaps of the process that owns its GPU.
-    let gaps_of: BTreeMap<u32, Vec<(i64, i64)>> = graph
-        .ranks
-        .iter()
-        .map(|spec| {
-            let trace = &traces[spec.key.trace];
-            let owner = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process);
-            (spec.rank, capture_gaps::gaps(trace, owner))
-        })
-        .collect();
+    let gaps_of: BTreeMap<u32, Vec<(i64, i64)>> =
+        graph.ranks.iter().map(|spec| (spec.rank, rank_capture_gaps(traces, spec))).collect();
     let mut out = Vec::with_capacity(segments.len());
     for segment in segments {
         let gaps = gaps_of.get(&segment.rank).map_or(&[][..], Vec::as_slice);

@@ -35,12 +35,24 @@ fn rank_warmups(context: &Context, first_steady: usize) -> Vec<RankWarmup> {
     out
 }
 
+/// True when on some rank a gap between capture windows ends before the first steady step starts.
+fn steady_after_a_capture_gap(context: &Context, first_steady: usize) -> bool {
+    context.report.ranks.iter().any(|rank| {
+        let steady_start = rank.steps.as_ref().and_then(|s| s.intervals.get(first_steady)).map(|s| s.0);
+        let trace = context.traces.iter().find(|t| t.source.path == rank.source);
+        match (steady_start, trace) {
+            (Some(start), Some(trace)) => crate::figures::capture_gaps::gaps(trace, None).iter().any(|g| g.1 <= start),
+            _ => false,
+        }
+    })
+}
+
 /// See the module documentation.
 pub fn evaluate(context: &Context, rule: &WarmupRule) -> Outcome {
     let Some((first_steady, _)) = context.model.steps else {
         return Err(Quiet { kind: KIND, why: "not evaluated: no steady-state steps on every rank".into() });
     };
-    if context.traces.iter().any(|t| !crate::figures::capture_gaps::gaps(t, None).is_empty()) && first_steady > 1 {
+    if steady_after_a_capture_gap(context, first_steady) {
         let why = "not evaluated: the steady steps are in a later capture window; what came before them was not all \
                    recorded";
         return Err(Quiet { kind: KIND, why: why.into() });

@@ -68,9 +68,14 @@ fn the_gap_between_windows_is_neither_span_nor_idle_and_no_step_crosses_it() {
     assert_eq!(steps.found + 1, whole_steps.found, "exactly the step that crossed the gap is gone");
 }
 
-/// One rank (see [`RankBuilder`]) recorded in `windows`.
+/// Rank 0 (see [`RankBuilder`]) recorded in `windows`.
 fn windowed(windows: &[(i64, i64)]) -> RankBuilder {
-    let mut b = RankBuilder::new(0);
+    windowed_rank(0, windows)
+}
+
+/// Rank `rank` recorded in `windows`.
+fn windowed_rank(rank: u32, windows: &[(i64, i64)]) -> RankBuilder {
+    let mut b = RankBuilder::new(rank);
     let process = ProcessIdx(0);
     for &(start_ns, end_ns) in windows {
         let (start_trigger, end_trigger) = (WindowTrigger::Nvtx, WindowTrigger::Nvtx);
@@ -193,4 +198,33 @@ fn the_steady_state_model_stays_inside_one_capture_window() {
     assert!(model.excluded.iter().any(|e| e.contains("other capture windows")), "{:?}", model.excluded);
     let whole = critical_path::build_steady_model(&[trace(false)], &Options::default()).expect("model");
     assert!(whole.window_ns.unwrap().0 < SECOND_WINDOW_NS, "without windows the model spans the run");
+}
+
+/// Two ranks in two files whose windows open 500 ns apart (each process switches on its own): each rank's steps are
+/// placed in its own windows, so the steady state is the second window on both ranks (eight steps each; the first
+/// window lost the step that ran into the gap). Counting one rank's steps against the other's gaps put rank 0's
+/// first step of its second window, which starts before rank 1's window does, into the first window.
+#[test]
+fn the_steady_state_of_two_ranks_is_the_same_window_counted_per_rank() {
+    let rank = |rank: u32, offset_ns: i64| {
+        let windows: Vec<(i64, i64)> = [0, SECOND_WINDOW_NS]
+            .iter()
+            .map(|&start| (start + offset_ns, start + offset_ns + STEPS_PER_WINDOW * STEP_NS))
+            .collect();
+        let mut b = windowed_rank(rank, &windows);
+        for &(start, _) in &windows {
+            for step in 0..STEPS_PER_WINDOW {
+                for (i, name) in ["gemm", "norm", "act"].iter().enumerate() {
+                    let at = start + step * STEP_NS + i as i64 * 300;
+                    b.launch_kernel(at, name, at + 20, at + 220);
+                }
+            }
+        }
+        b.finish()
+    };
+    let traces = [rank(0, 0), rank(1, 500)];
+    let model = critical_path::build_steady_model(&traces, &Options::default()).expect("model");
+    let (start_ns, end_ns) = model.window_ns.expect("a steady window");
+    assert!(start_ns >= SECOND_WINDOW_NS, "the model starts at {start_ns}, before the second windows");
+    assert!(end_ns <= SECOND_WINDOW_NS + 500 + STEPS_PER_WINDOW * STEP_NS, "the model ends at {end_ns}");
 }
