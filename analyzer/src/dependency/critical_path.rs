@@ -242,19 +242,18 @@ fn steady_windows(
     if most_gaps == 0 {
         return steady_windows_of(traces, rank_steps, warmup, 0);
     }
-    // A rank's steps are in time order and none crosses a gap of its process: those of its capture window `w`
-    // (the one after its `w`-th gap) are consecutive.
-    let in_window = |steps: &[(i64, i64)], gaps: &[(i64, i64)], w: usize| {
-        let window_of = |step: &(i64, i64)| gaps.iter().filter(|gap| gap.1 <= step.0).count();
-        let first = steps.iter().take_while(|step| window_of(step) < w).count();
-        first..first + steps[first..].iter().take_while(|step| window_of(step) == w).count()
-    };
-    let ranges_in = |w: usize| -> Vec<std::ops::Range<usize>> {
-        rank_steps.iter().zip(rank_gaps).map(|(steps, gaps)| in_window(steps, gaps, w)).collect()
-    };
-    let common = |w: usize| ranges_in(w).iter().map(|r| r.len()).min().unwrap_or(0);
+    let per_window: Vec<Vec<usize>> =
+        rank_steps.iter().zip(rank_gaps).map(|(steps, gaps)| steps_per_window(steps, gaps)).collect();
+    let common = |w: usize| per_window.iter().map(|counts| counts.get(w).copied().unwrap_or(0)).min().unwrap_or(0);
     let best = (0..=most_gaps).rev().max_by_key(|&w| common(w)).unwrap_or(0);
-    let ranges = ranges_in(best);
+    // A rank's steps of one window are consecutive: those of the windows before it come first.
+    let ranges: Vec<std::ops::Range<usize>> = per_window
+        .iter()
+        .map(|counts| {
+            let first: usize = counts.iter().take(best).sum();
+            first..first + counts.get(best).copied().unwrap_or(0)
+        })
+        .collect();
     let chosen: Vec<&[(i64, i64)]> = rank_steps.iter().zip(&ranges).map(|(steps, r)| &steps[r.clone()]).collect();
     let offset = ranges.first().map_or(0, |r| r.start);
     let (windows, range, mut left_out) = steady_windows_of(traces, &chosen, warmup, offset);
@@ -266,6 +265,21 @@ fn steady_windows(
         ));
     }
     (windows, range, left_out)
+}
+
+/// How many of `steps` lie in each capture window, window `w` being the one after the `w`-th of `gaps`: one walk
+/// through both, which are in time order (a step crosses no gap of its process), so hours of windows and millions
+/// of steps stay linear.
+fn steps_per_window(steps: &[(i64, i64)], gaps: &[(i64, i64)]) -> Vec<usize> {
+    let mut counts = vec![0; gaps.len() + 1];
+    let mut window = 0;
+    for step in steps {
+        while window < gaps.len() && gaps[window].1 <= step.0 {
+            window += 1;
+        }
+        counts[window] += 1;
+    }
+    counts
 }
 
 /// [`steady_windows`] of the given steps (the same step numbers on every rank), numbered from `offset` in what

@@ -475,20 +475,26 @@ impl ApiSelector {
         if self.enable_fn(domain).is_none() {
             return Vec::new();
         }
-        let wanted = |name: String| config::is_work_api(&name) || (memory && config::is_memory_api(&name));
-        (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(wanted)).collect()
+        self.cbids_named(domain, |name| config::is_work_api(name) || (memory && config::is_memory_api(name)))
+    }
+
+    /// The callback ids of `domain` whose CUPTI name `wanted` accepts.
+    fn cbids_named(&self, domain: Domain, wanted: impl Fn(&str) -> bool) -> Vec<u32> {
+        (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(|name| wanted(&name))).collect()
     }
 
     /// The callback ids of the CUDA graph calls (make, change, instantiate, launch a graph; not the graphics
     /// interop calls, whose names also start `cuGraph`), runtime and driver: see `attach.rs` on why they pin CUPTI.
     fn graph_cbids(&self) -> GraphCbids {
-        let graph_call = |name: &str, prefix: &str| {
-            name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with("Graph") && !rest.starts_with("Graphics"))
+        let graph_call = |prefix: &'static str| {
+            move |name: &str| {
+                name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with("Graph") && !rest.starts_with("Graphics"))
+            }
         };
-        let named = |domain, prefix: &str| {
-            (1..MAX_CBID).filter(|&cbid| self.name(domain, cbid).is_some_and(|n| graph_call(&n, prefix))).collect()
-        };
-        GraphCbids { runtime: named(Domain::Runtime, "cuda"), driver: named(Domain::Driver, "cu") }
+        GraphCbids {
+            runtime: self.cbids_named(Domain::Runtime, graph_call("cuda")),
+            driver: self.cbids_named(Domain::Driver, graph_call("cu")),
+        }
     }
 
     /// The callback ids of the profiler API's start and stop calls, which open and close windows.
