@@ -13,6 +13,7 @@ read.
 import argparse
 import collections
 import json
+import os
 import sqlite3
 import sys
 
@@ -50,12 +51,16 @@ def main():
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    inputs = [args.ours] + args.nsys
+    if args.out and any(os.path.exists(p) and os.path.samefile(args.out, p) for p in inputs):
+        print(f"window_vs_nsys: --out {args.out} is one of the inputs", file=sys.stderr)
+        return 2
     try:
         ours = kernel_counts(args.ours)
         theirs = sum((kernel_counts(path) for path in args.nsys), collections.Counter())
         graphs = (graph_launches(args.ours), sum(graph_launches(path) for path in args.nsys))
     except sqlite3.Error as error:
-        print(f"window_vs_nsys: cannot read the kernels: {error}", file=sys.stderr)
+        print(f"window_vs_nsys: cannot read the kernels of {' '.join(inputs)}: {error}", file=sys.stderr)
         return 2
     differing = {name: [ours[name], theirs[name]] for name in sorted(set(ours) | set(theirs)) if ours[name] != theirs[name]}
     row = {
@@ -81,4 +86,10 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # stdout closed by the reader: say so once, on stderr.
+        sys.stdout = None
+        print("window_vs_nsys: standard output closed", file=sys.stderr)
+        sys.exit(2)

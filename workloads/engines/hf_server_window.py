@@ -16,6 +16,7 @@ PROMPT (256), LAYERS (2). Prints one line `server requests N windows WINDOWS mod
 """
 
 import os
+import sys
 import time
 
 import torch
@@ -57,13 +58,15 @@ def parse_windows(text):
     ends = [n for window in windows for n in window]
     valid = windows and all(len(w) == 2 and w[0] < w[1] for w in windows) and ends == sorted(ends)
     if not valid or ends[0] < 0 or ends[-1] > REQUESTS:
-        raise SystemExit(f"hf_server_window: WINDOWS must be FIRST:LAST,... in order inside 0..{REQUESTS}: {text}")
+        print(f"hf_server_window: WINDOWS must be FIRST:LAST,... in order inside 0..{REQUESTS}: {text}", file=sys.stderr)
+        sys.exit(2)
     return windows
 
 
 def main():
     if MODE not in ("eager", "static"):
-        raise SystemExit("hf_server_window: MODE eager|static")
+        print(f"hf_server_window: MODE must be eager or static: {MODE}", file=sys.stderr)
+        sys.exit(2)
     windows = parse_windows(WINDOWS)
     starts = {first for first, _ in windows}
     stops = {last - 1 for _, last in windows}
