@@ -5,7 +5,13 @@
 // prints the median, 10th and 90th percentile ns per launch over all batches. An NVTX range around
 // every batch gives recorders that trace NVTX their usual work too.
 //
-//     nvcc -O2 -o launch_cost workloads/launch_cost.cu && ./launch_cost 2000 100
+// With CONTEXTS > 1 the measurement is repeated in that many fresh primary contexts of one process
+// (`cudaDeviceReset` between them), a line per context, and the last line gives the median and mean of
+// the contexts' medians (the median first, where a single context prints its own). The host cost of a
+// launch settles at a different level in each new process (±10–25 % on a virtual machine); if it does so
+// per context too, averaging contexts inside one process narrows what a few processes can resolve.
+//
+//     nvcc -O2 -o launch_cost workloads/launch_cost.cu && ./launch_cost 2000 100 [CONTEXTS]
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -24,13 +30,12 @@ static void check(cudaError_t status, const char* what) {
     }
 }
 
-int main(int argc, char** argv) {
-    const int batches = argc > 1 ? std::atoi(argv[1]) : 2000;
-    const int per_batch = argc > 2 ? std::atoi(argv[2]) : 100;
-    if (batches <= 0 || per_batch <= 0 || per_batch > 1000) {
-        std::fprintf(stderr, "launch_cost: usage: launch_cost BATCHES LAUNCHES_PER_BATCH (1..1000)\n");
-        return 2;
-    }
+/// Median, 10th and 90th percentile of the batches' ns per launch in one context.
+struct LaunchNs {
+    double median, p10, p90;
+};
+
+static LaunchNs time_one_context(int batches, int per_batch) {
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     // Warm-up: module load, the recorder's first buffers.
@@ -49,8 +54,38 @@ int main(int argc, char** argv) {
         ns_per_launch.push_back(std::chrono::duration<double, std::nano>(launched - started).count() / per_batch);
     }
     check(cudaGetLastError(), "launch");
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
     std::sort(ns_per_launch.begin(), ns_per_launch.end());
     auto at = [&](double q) { return ns_per_launch[static_cast<size_t>(q * (ns_per_launch.size() - 1))]; };
-    std::printf("launch_ns median %.1f p10 %.1f p90 %.1f launches %d\n", at(0.5), at(0.1), at(0.9), batches * per_batch);
+    return {at(0.5), at(0.1), at(0.9)};
+}
+
+int main(int argc, char** argv) {
+    const int batches = argc > 1 ? std::atoi(argv[1]) : 2000;
+    const int per_batch = argc > 2 ? std::atoi(argv[2]) : 100;
+    const int contexts = argc > 3 ? std::atoi(argv[3]) : 1;
+    if (batches <= 0 || per_batch <= 0 || per_batch > 1000 || contexts <= 0 || contexts > 1000) {
+        std::fprintf(stderr, "launch_cost: usage: launch_cost BATCHES LAUNCHES_PER_BATCH (1..1000) [CONTEXTS (1..1000)]\n");
+        return 2;
+    }
+    if (contexts == 1) {
+        const LaunchNs ns = time_one_context(batches, per_batch);
+        std::printf("launch_ns median %.1f p10 %.1f p90 %.1f launches %d\n", ns.median, ns.p10, ns.p90,
+                    batches * per_batch);
+        return 0;
+    }
+    std::vector<double> medians;
+    for (int c = 0; c < contexts; ++c) {
+        if (c > 0) check(cudaDeviceReset(), "cudaDeviceReset");
+        const LaunchNs ns = time_one_context(batches, per_batch);
+        std::printf("context %d ns_per_launch median %.1f p10 %.1f p90 %.1f\n", c, ns.median, ns.p10, ns.p90);
+        medians.push_back(ns.median);
+    }
+    double sum = 0;
+    for (double m : medians) sum += m;
+    std::sort(medians.begin(), medians.end());
+    std::printf("launch_ns median %.1f mean %.1f min %.1f max %.1f contexts %d launches %d\n",
+                medians[medians.size() / 2], sum / contexts, medians.front(), medians.back(), contexts,
+                batches * per_batch * contexts);
     return 0;
 }

@@ -25,6 +25,14 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   (`capture-graph-kernel`, `--trace kernel`) and with the graph-trace kind alone (`capture-graph-no-kernel`,
   `--trace nvtx`: no kernel kind on, so kernels outside graphs are not recorded either).
 
+- `pairs`: the bare-launch program uncaptured and under `capture --cuda-profiler-api` (recording off) at the same
+  time, each pinned to one of the two `--pair-cpus` (swapped every round), beside a control pair of two
+  uncaptured runs the same way: what varies with time on the machine then touches both sides of a pair. Each
+  sample's ratio is to its partner; the summary gives the median ratio of each pair (`pairs/cuda`).
+- `--launch-contexts N` repeats the bare-launch measurement in N fresh contexts of each process
+  (`launch_cost.cu`'s third argument) and takes the median of their medians: on an H200 virtual machine the cost
+  of a launch moves between two levels (about 3.7k and 4.6k ns) over seconds, inside one process too.
+
 Parts run in the order `--part` names them (check, launch, long, graph when none is named).
 - `long`: a long-running program launching small batches (`capture_window.cu steady`), captured whole and in
   repeated windows (`--delay D --duration W --every P`): wall time (launch to capture file), spool bytes, file
@@ -66,7 +74,11 @@ GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "captu
 # Recording off with CUPTI kept attached or detached whatever the triggers (`--outside-windows`; plain
 # `capture-off` is `auto`).
 OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "detached"}
-KNOWN_LAUNCH_MODES = LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
+# The injection library without `capture`: loaded by CUDA and doing nothing (no spool folder given), or only
+# preloaded; the program runs as uncaptured otherwise.
+BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD"}
+KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
+                      + list(BARE_LIBRARY))
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
 LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
@@ -80,16 +92,27 @@ def rotated(modes, round_index):
     return modes[shift:] + modes[:shift]
 
 
-def recorder_env(mode):
-    """What `mode` adds to the environment: the parts of the injection library it leaves off."""
+def recorder_env(args, mode):
+    """What `mode` adds to the environment: the parts of the injection library it leaves off, or the library
+    itself for the modes without `capture`."""
+    if mode in BARE_LIBRARY:
+        return {BARE_LIBRARY[mode]: inject_library(args)}
     return {"SHARDSCOPE_INJECT_OMIT": OFF_OMIT[mode]} if mode in OFF_OMIT else {}
+
+
+def inject_library(args):
+    """The injection library `capture` would use: `--inject-lib`, else the one beside the capture binary."""
+    if args.inject_lib:
+        return os.path.abspath(args.inject_lib)
+    capture = shutil.which(args.capture) or args.capture
+    return os.path.join(os.path.dirname(os.path.abspath(capture)), "libshardscope_inject.so")
 
 
 def recorder_command(args, mode, program, scratch, extra=()):
     """The command line of `program` under `mode`'s recorder."""
     out = os.path.join(scratch, f"{mode}.sqlite")
     capture = [args.capture, "--force", "--no-nccl-plugin", "-o", out]
-    if mode == "uncaptured":
+    if mode == "uncaptured" or mode in BARE_LIBRARY:
         return program
     if mode in ("capture", "capture-node", "capture-whole"):
         return capture + list(extra) + ["--"] + program
@@ -138,7 +161,7 @@ def summarise(samples):
     """Per part, program and mode: median with min and max of the figure, and its median ratio to uncaptured
     in the same round."""
     summary = {}
-    keys = sorted({(s["part"], s["program"]) for s in samples if "value" in s})
+    keys = sorted({(s["part"], s["program"]) for s in samples if "value" in s and s["part"] != "pairs"})
     for part, program in keys:
         rows = {}
         mine = [s for s in samples if s["part"] == part and s["program"] == program and s.get("value") is not None]
@@ -187,7 +210,7 @@ def launch_part(args, results, r, programs):
     for program in programs:
         for position, mode in enumerate(rotated(program["modes"], r)):
             command = recorder_command(args, mode, program["command"], args.scratch)
-            done, wall_s = run(command, args.timeout_s, recorder_env(mode))
+            done, wall_s = run(command, args.timeout_s, recorder_env(args, mode))
             sample = {"part": "launch", "program": program["name"], "mode": mode, "round": r, "position": position,
                       "unit": "ns per launch", "value": number(LAUNCH_LINE, done.stdout), "wall_s": round(wall_s, 2),
                       "exit_code": done.returncode}
@@ -195,6 +218,48 @@ def launch_part(args, results, r, programs):
                 sample["stderr_tail"] = done.stderr[-1500:]
             print(f"launch r{r} {program['name']} {mode}: {sample['value']} ns", flush=True)
             keep(results, sample, args.out)
+
+
+def pairs_part(args, results, r, program):
+    """One round of the side-by-side pairs: uncaptured beside each of `--pair-modes`, and beside uncaptured."""
+    cpus = args.pair_cpus if r % 2 == 0 else args.pair_cpus[::-1]
+    for other in rotated(args.pair_modes + ["uncaptured"], r):
+        scratch = os.path.join(args.scratch, "pair")
+        os.makedirs(scratch, exist_ok=True)
+        sides = [("uncaptured", cpus[0]), (other, cpus[1])]
+        started = time.monotonic()
+        running = [subprocess.Popen(["taskset", "-c", cpu] + recorder_command(args, mode, program, scratch),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **recorder_env(args, mode)))
+                   for mode, cpu in sides]
+        outputs = [p.communicate(timeout=args.timeout_s) for p in running]
+        values = [number(LAUNCH_LINE, out) for out, _ in outputs]
+        pair = "uncaptured-control" if other == "uncaptured" else other
+        sample = {"part": "pairs", "program": "cuda", "mode": pair, "round": r, "unit": "ns per launch",
+                  "value": values[1], "partner_value": values[0], "cpus": cpus,
+                  "wall_s": round(time.monotonic() - started, 2), "exit_codes": [p.returncode for p in running]}
+        if None in values:
+            sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
+        print(f"pairs r{r} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
+        results["samples"].append(sample)
+        results["summary"] = summarise(results["samples"])
+        results["summary"]["pairs/cuda"] = summarise_pairs(results["samples"], args.pair_modes)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def summarise_pairs(samples, pair_modes):
+    """Per pair: the median of each sample's ratio to its partner, with min, max and the quartiles."""
+    rows = {}
+    for pair in pair_modes + ["uncaptured-control"]:
+        ratios = sorted(s["value"] / s["partner_value"] for s in samples
+                        if s["part"] == "pairs" and s["mode"] == pair and s["value"] and s["partner_value"])
+        if ratios:
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            rows[pair] = {"n": len(ratios), "ratio_median": round(statistics.median(ratios), 4),
+                          "ratio_q1": round(quartiles[0], 4), "ratio_q3": round(quartiles[2], 4),
+                          "ratio_min": round(ratios[0], 4), "ratio_max": round(ratios[-1], 4)}
+    return rows
 
 
 def graph_part(args, results, r, binary):
@@ -288,8 +353,16 @@ def main():
     parser.add_argument("--capture", default="capture")
     parser.add_argument("--nsys", default=None, help="Nsight Systems CLI (nsys modes are left out without it)")
     parser.add_argument("--nvcc", default="nvcc")
-    parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long"])
+    parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long", "pairs"])
     parser.add_argument("--launch-rounds", type=int, default=6, help="rounds of the bare-launch program")
+    parser.add_argument("--launch-contexts", type=int, default=1,
+                        help="fresh contexts per bare-launch process (median of their medians)")
+    parser.add_argument("--pair-rounds", type=int, default=20, help="rounds of the side-by-side pairs")
+    parser.add_argument("--pair-cpus", default="3,5", help="the two CPUs of a pair, comma-separated")
+    parser.add_argument("--pair-modes", default="capture-off",
+                        help="modes run beside uncaptured in the pairs part, comma-separated (launch modes)")
+    parser.add_argument("--inject-lib", default=None,
+                        help="the injection library for inject-idle and preload-only (default: beside --capture)")
     parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch launch program")
     parser.add_argument("--graph-rounds", type=int, default=4)
     parser.add_argument("--nsys-rounds", type=int, default=3, help="graph rounds that include the nsys modes")
@@ -317,6 +390,15 @@ def main():
     args = parser.parse_args()
     if args.pin:
         PIN[:] = ["taskset", "-c", args.pin]
+    args.pair_cpus = [c.strip() for c in args.pair_cpus.split(",")]
+    if len(args.pair_cpus) != 2 or not all(c.isdigit() for c in args.pair_cpus) or args.pair_cpus[0] == args.pair_cpus[1]:
+        parser.error("--pair-cpus: two different CPU numbers, comma-separated")
+    if not 1 <= args.launch_contexts <= 1000:
+        parser.error("--launch-contexts: 1 to 1000")
+    args.pair_modes = [m.strip() for m in args.pair_modes.split(",") if m.strip()]
+    unknown = [m for m in args.pair_modes if m not in KNOWN_LAUNCH_MODES or m == "uncaptured"]
+    if unknown or not args.pair_modes:
+        parser.error(f"--pair-modes: unknown {unknown}" if unknown else "--pair-modes: at least one mode")
     for option, known in (("launch_modes", KNOWN_LAUNCH_MODES), ("torch_modes", KNOWN_LAUNCH_MODES),
                           ("graph_modes", KNOWN_GRAPH_MODES)):
         modes = [m.strip() for m in getattr(args, option).split(",") if m.strip()]
@@ -333,7 +415,8 @@ def main():
     subprocess.run(nvcc + ["-o", binary, os.path.join(WORKLOADS, "capture_window.cu")], check=True)
     launch_binary = os.path.join(args.scratch, "launch_cost")
     subprocess.run(nvcc + ["-o", launch_binary, os.path.join(WORKLOADS, "launch_cost.cu")], check=True)
-    programs = [{"name": "cuda", "command": [launch_binary, str(args.launch_batches), "100"], "modes": args.launch_modes},
+    bare_launch = [launch_binary, str(args.launch_batches), "100", str(args.launch_contexts)]
+    programs = [{"name": "cuda", "command": bare_launch, "modes": args.launch_modes},
                 {"name": "torch", "command": ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"), "300", "100"],
                  "modes": args.torch_modes}]
     try:
@@ -346,7 +429,7 @@ def main():
         check_part(args, results, binary)
     # Part after part, each with its modes interleaved round by round; no round starts once the budget is spent.
     rounds = {"launch": max(args.launch_rounds, args.torch_rounds), "long": args.long_rounds,
-              "graph": args.graph_rounds}
+              "graph": args.graph_rounds, "pairs": args.pair_rounds}
     for part in (p for p in parts if p != "check"):
         for r in range(rounds[part]):
             if time.monotonic() - started > args.budget_s:
@@ -357,6 +440,8 @@ def main():
                 launch_part(args, results, r, chosen)
             elif part == "long":
                 long_part(args, results, r, binary)
+            elif part == "pairs":
+                pairs_part(args, results, r, bare_launch)
             else:
                 graph_part(args, results, r, binary)
             results["rounds_done"][part] = r + 1

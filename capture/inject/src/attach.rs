@@ -4,8 +4,9 @@
 //! process on an H200 (`workloads/cupti_state_cost.cu`), a bare kernel launch took 2.7–3.4 % longer attached with
 //! nothing on than detached, and subscribing or the trigger callbacks added nothing measurable on top; across
 //! processes, a replay of 400 kernels that touch no memory took 1.017× attached with nothing on and 1.000×
-//! detached. So where every trigger of the plan can be seen without CUPTI, the library detaches it
-//! (`cuptiFinalize`) while no window is open and attaches it again when one opens.
+//! detached (a bare launch across processes still measured about 1.03× detached, beside an uncaptured run; what
+//! costs it is not known: BENCHMARKS.md, sitting 8). So where every trigger of the plan can be seen without CUPTI,
+//! the library detaches it (`cuptiFinalize`) while no window is open and attaches it again when one opens.
 //!
 //! Detaching follows CUPTI's advice: `cuptiFinalize` is called at the exit of an API callback, never from a
 //! thread that might race the workload's calls into CUPTI. After a window closes and its records had one flush
