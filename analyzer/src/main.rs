@@ -3,6 +3,7 @@
 //! Exit codes: 0 on success, 2 when an input, an option or a rules file cannot be used (one line on
 //! stderr names the file and the cause).
 
+use shardscope_io::Extent;
 use shardscope_io::error_text::one_line;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -662,7 +663,8 @@ fn modules_command(
 
 /// `kern-sum`: the kernel summary of all GPUs together.
 fn kern_sum_command(traces: Vec<PathBuf>, format: KernSumFormat, window: Option<(i64, i64)>) -> Result<()> {
-    let mut traces = load_all(&traces)?;
+    // Kernels only: an export's host calls and NVTX ranges are as many rows as its kernels, or more.
+    let mut traces = load_all_extent(&traces, Extent::GpuWork)?;
     print_load_warnings(&traces);
     if let Some(window_ns) = window {
         for trace in &mut traces {
@@ -1151,13 +1153,19 @@ fn warn_if_window_is_empty(report: &report::Report, (start_ns, end_ns): (i64, i6
 
 /// Loads every named trace, or the built-in sample when none is named.
 fn load_all(paths: &[PathBuf]) -> Result<Vec<Trace>> {
+    load_all_extent(paths, Extent::Whole)
+}
+
+/// [`load_all`], reading of each file what `extent` asks for.
+fn load_all_extent(paths: &[PathBuf], extent: Extent) -> Result<Vec<Trace>> {
     if paths.is_empty() {
         return load_builtin_sample();
     }
     let mut traces = Vec::new();
     for path in paths {
-        let loaded =
-            shardscope_analyzer::output::progress::loading(&path.display().to_string(), || shardscope_io::load(path));
+        let loaded = shardscope_analyzer::output::progress::loading(&path.display().to_string(), || {
+            shardscope_io::load_extent(path, extent)
+        });
         traces.extend(loaded?);
     }
     if traces.iter().all(|t| t.kernels.is_empty() && t.memops.is_empty() && t.graph_launches.is_empty()) {

@@ -36,6 +36,20 @@ pub use detect::{Format, sniff};
 pub use error::Error;
 use shardscope_model::Trace;
 
+/// How much of a trace file to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Extent {
+    /// Everything the file holds.
+    #[default]
+    Whole,
+    /// What a summary of GPU work needs (`analyzer kern-sum`): kernels, copies and sets, graph launches, their
+    /// processes, devices and names, capture windows and warnings. An nsys export's host calls and NVTX ranges
+    /// (as many rows as the kernels, or more), memory events, graph nodes and NCCL operations are not read, so
+    /// kernels keep no launch call and processes are numbered among those that ran GPU work; other formats are
+    /// read whole.
+    GpuWork,
+}
+
 /// Reads one file, or every trace file in a folder (sorted by name), into traces. A folder holding a Parquet
 /// dataset's marker is read as that dataset instead (see [`parquet`]): one trace per input it was made from.
 ///
@@ -43,18 +57,28 @@ use shardscope_model::Trace;
 /// (`<(zcat x.json.gz)`, `/dev/stdin`) is copied into a private temporary file first (at most
 /// [`limits::max_unpacked_bytes`] of it) and then read like a file.
 pub fn load(path: &Path) -> Result<Vec<Trace>, Error> {
+    load_extent(path, Extent::Whole)
+}
+
+/// [`load`], of what `extent` asks for.
+pub fn load_extent(path: &Path, extent: Extent) -> Result<Vec<Trace>, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
         if parquet::is_dataset(path) {
             return parquet::read_dataset(path);
         }
-        return load_folder(path);
+        return load_folder(path, extent);
     }
-    Ok(vec![load_file(path)?])
+    Ok(vec![load_file_extent(path, extent)?])
 }
 
 /// Reads a single file, choosing the reader by content.
 pub fn load_file(path: &Path) -> Result<Trace, Error> {
+    load_file_extent(path, Extent::Whole)
+}
+
+/// [`load_file`], of what `extent` asks for.
+pub fn load_file_extent(path: &Path, extent: Extent) -> Result<Trace, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
         return Err(Error::format(path, "is a folder, not a trace file"));
@@ -64,30 +88,30 @@ pub fn load_file(path: &Path) -> Result<Trace, Error> {
         // pipe without a writer is given a bounded wait.
         let input = temp_copies::open_special(path, &metadata)?;
         let copy = limits::copy_to_temp(path, input, limits::max_unpacked_bytes(None), "read the pipe")?;
-        return read_copy(path, copy.path());
+        return read_copy(path, copy.path(), extent);
     }
     match sniff(path)? {
-        Format::Sqlite => nsys::read(path),
+        Format::Sqlite => nsys::read_extent(path, extent),
         Format::Json | Format::GzipJson => kineto::read(path),
-        Format::GzipSqlite => read_gzipped_sqlite(path),
+        Format::GzipSqlite => read_gzipped_sqlite(path, extent),
     }
 }
 
 /// Reads `copy`, a temporary copy of `path`, as if it were `path`.
-fn read_copy(path: &Path, copy: &Path) -> Result<Trace, Error> {
-    let mut trace = load_file(copy).map_err(|e| rename_path(e, copy, path))?;
+fn read_copy(path: &Path, copy: &Path, extent: Extent) -> Result<Trace, Error> {
+    let mut trace = load_file_extent(copy, extent).map_err(|e| rename_path(e, copy, path))?;
     trace.source.path = path.display().to_string();
     Ok(trace)
 }
 
 /// SQLite needs a real file: unpack into a private temporary file, read it, delete it.
-fn read_gzipped_sqlite(path: &Path) -> Result<Trace, Error> {
+fn read_gzipped_sqlite(path: &Path, extent: Extent) -> Result<Trace, Error> {
     let input = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let compressed_bytes = input.metadata().map_err(|e| Error::io(path, e))?.len();
     let decoder = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(input));
     let unpacked =
         limits::copy_to_temp(path, decoder, limits::max_unpacked_bytes(Some(compressed_bytes)), "unpack gzip")?;
-    let mut trace = nsys::read(unpacked.path()).map_err(|e| rename_path(e, unpacked.path(), path))?;
+    let mut trace = nsys::read_extent(unpacked.path(), extent).map_err(|e| rename_path(e, unpacked.path(), path))?;
     trace.source.path = path.display().to_string();
     Ok(trace)
 }
@@ -112,7 +136,7 @@ fn rename_path(error: Error, from: &Path, to: &Path) -> Error {
 /// files that are neither SQLite nor JSON are skipped, each counted as a warning of the first
 /// trace read, so that a missing rank never goes unnoticed. A member that cannot be opened
 /// stops the run: it may well be a rank.
-fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
+fn load_folder(path: &Path, extent: Extent) -> Result<Vec<Trace>, Error> {
     let mut files = Vec::new();
     // Per cause, the members skipped for it (names sorted and summarised after the scan).
     let mut skipped: std::collections::BTreeMap<&str, Vec<String>> = std::collections::BTreeMap::new();
@@ -141,7 +165,7 @@ fn load_folder(path: &Path) -> Result<Vec<Trace>, Error> {
         });
     }
     files.sort();
-    let mut traces = files.iter().map(|f| load_file(f)).collect::<Result<Vec<Trace>, Error>>()?;
+    let mut traces = files.iter().map(|f| load_file_extent(f, extent)).collect::<Result<Vec<Trace>, Error>>()?;
     for (cause, mut names) in skipped {
         traces[0].warn_n(&skipped_members(path, cause, &mut names), names.len() as u64);
     }

@@ -468,3 +468,53 @@ fn committed_two_rank_export_matches_nsys_stats() {
     assert_eq!(trace.threads.len(), 37);
     assert!(trace.warnings.is_empty(), "{:?}", trace.warnings);
 }
+
+/// `Extent::GpuWork` (what `analyzer kern-sum` reads) keeps every kernel, copy and graph launch of the whole read,
+/// with the same names, processes and devices, and reads no host call or NVTX range; other formats are read whole.
+/// Processes are numbered as they are met, so a process seen only in host calls is missing and the numbers may
+/// differ: events are compared by process id and device ordinal.
+#[test]
+fn reading_gpu_work_only_keeps_the_gpu_work_of_the_whole_read() {
+    type Event = (i64, i64, String, u32, u32, u32);
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces");
+    for name in ["tp2_nsys.sqlite.gz", "tp2_capture.sqlite.gz", "engines/hf_server_static_2windows.sqlite.gz"] {
+        let path = samples.join(name);
+        let whole = shardscope_io::load(&path).unwrap().remove(0);
+        let gpu = shardscope_io::load_extent(&path, shardscope_io::Extent::GpuWork).unwrap().remove(0);
+        let at = |t: &Trace, process: shardscope_model::ProcessIdx, device: shardscope_model::DeviceIdx| {
+            (t.processes[process.0 as usize].pid, t.devices[device.0 as usize].ordinal)
+        };
+        let kernels = |t: &Trace| -> Vec<Event> {
+            let row = |k: &shardscope_model::Kernel| {
+                let (pid, ordinal) = at(t, k.process, k.device);
+                (k.start_ns, k.end_ns, t.kernel_name(k).to_string(), pid, ordinal, k.correlation_id)
+            };
+            t.kernels.iter().map(row).collect()
+        };
+        let memops = |t: &Trace| -> Vec<(i64, i64, u64, u32, u32)> {
+            let row = |m: &shardscope_model::MemOp| {
+                let (pid, ordinal) = at(t, m.process, m.device);
+                (m.start_ns, m.end_ns, m.bytes, pid, ordinal)
+            };
+            t.memops.iter().map(row).collect()
+        };
+        let graphs = |t: &Trace| -> Vec<(i64, i64, u32, u32)> {
+            let row = |g: &shardscope_model::GraphLaunch| {
+                let (pid, ordinal) = at(t, g.process, g.device);
+                (g.start_ns, g.end_ns, pid, ordinal)
+            };
+            t.graph_launches.iter().map(row).collect()
+        };
+        assert!(!whole.kernels.is_empty() && !whole.api_calls.is_empty(), "{name}");
+        assert!(kernels(&gpu) == kernels(&whole), "{name}: the kernels differ");
+        assert!(memops(&gpu) == memops(&whole), "{name}: the copies differ");
+        assert!(graphs(&gpu) == graphs(&whole), "{name}: the graph launches differ");
+        assert!(gpu.api_calls.is_empty() && gpu.ranges.is_empty(), "{name}");
+    }
+    let kineto = samples.join("kineto_tp2");
+    let whole = shardscope_io::load(&kineto).unwrap();
+    let gpu = shardscope_io::load_extent(&kineto, shardscope_io::Extent::GpuWork).unwrap();
+    let api_calls = |traces: &[Trace]| traces.iter().map(|t| t.api_calls.len()).sum::<usize>();
+    assert!(api_calls(&whole) > 0);
+    assert_eq!(api_calls(&gpu), api_calls(&whole));
+}

@@ -37,7 +37,7 @@ use shardscope_model::{
 };
 
 use self::strings::StringTable;
-use crate::Error;
+use crate::{Error, Extent};
 
 /// The schema major version this reader understands.
 pub const SUPPORTED_SCHEMA_MAJOR: u32 = 3;
@@ -88,11 +88,16 @@ const NSYS_TABLES: &[&str] = &[
 /// [`Error::Format`] for a file that is not an SQLite database, is truncated or corrupt, or
 /// holds none of the nsys tables.
 pub fn read(path: &Path) -> Result<Trace, Error> {
-    read_in_shares(path, ROWS_PER_JOB)
+    read_in_shares(path, ROWS_PER_JOB, Extent::Whole)
+}
+
+/// [`read`], of the tables `extent` asks for (see [`Extent::GpuWork`]).
+pub fn read_extent(path: &Path, extent: Extent) -> Result<Trace, Error> {
+    read_in_shares(path, ROWS_PER_JOB, extent)
 }
 
 /// [`read`], reading the big tables in shares of `rows_per_job` rowids.
-fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
+fn read_in_shares(path: &Path, rows_per_job: i64, extent: Extent) -> Result<Trace, Error> {
     let metadata = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if metadata.is_dir() {
         return Err(Error::format(path, "is a folder, not an SQLite file"));
@@ -141,8 +146,11 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     };
 
     // The event tables are decoded in parallel, the big ones in shares of rowids.
-    let jobs = plan_jobs(&db, rows_per_job);
+    let jobs = plan_jobs(&db, rows_per_job, extent);
     let (mut kernel_scans, mut api_scans, mut memops, mut ranges) = (Vec::new(), Vec::new(), None, None);
+    if extent == Extent::GpuWork {
+        ranges = Some(scan::Scan::new(&strings));
+    }
     for output in run_jobs(&db, &jobs, &strings, classes, &nvtx_types)? {
         match output {
             Output::Kernels(scan) => kernel_scans.push(scan),
@@ -199,10 +207,12 @@ fn read_in_shares(path: &Path, rows_per_job: i64) -> Result<Trace, Error> {
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
     read_capture_windows(&db, &global_pids, &listed_pids, &mut trace)?;
-    nccl_tables::attach(&db, &mut trace)?;
     read_capture_warnings(&db, &mut trace)?;
-    graph_nodes::attach(&db, &mut trace)?;
-    memory::attach(&db, &mut trace)?;
+    if extent == Extent::Whole {
+        nccl_tables::attach(&db, &mut trace)?;
+        graph_nodes::attach(&db, &mut trace)?;
+        memory::attach(&db, &mut trace)?;
+    }
     trace.finish();
     Ok(trace)
 }
@@ -259,8 +269,9 @@ enum Output {
 }
 
 /// Kernel and API tables in shares of `rows_per_job` rowids (nsys writes dense rowids, so
-/// the shares are even), then the copy and NVTX tables whole; largest first.
-fn plan_jobs(db: &Database<'_>, rows_per_job: i64) -> Vec<Job> {
+/// the shares are even), then the copy and NVTX tables whole; largest first. Only the kernel and copy tables
+/// for [`Extent::GpuWork`].
+fn plan_jobs(db: &Database<'_>, rows_per_job: i64, extent: Extent) -> Vec<Job> {
     let shares = |table: &str| -> Vec<scan::RowIds> {
         let bound = |aggregate: &str| {
             db.conn
@@ -288,8 +299,10 @@ fn plan_jobs(db: &Database<'_>, rows_per_job: i64) -> Vec<Job> {
         }
     };
     let mut jobs: Vec<Job> = shares("CUPTI_ACTIVITY_KIND_KERNEL").into_iter().map(Job::Kernels).collect();
-    jobs.extend(shares("CUPTI_ACTIVITY_KIND_RUNTIME").into_iter().map(Job::ApiCalls));
-    jobs.push(Job::Ranges);
+    if extent == Extent::Whole {
+        jobs.extend(shares("CUPTI_ACTIVITY_KIND_RUNTIME").into_iter().map(Job::ApiCalls));
+        jobs.push(Job::Ranges);
+    }
     jobs.push(Job::MemOps);
     jobs
 }
@@ -913,7 +926,7 @@ mod tests {
         let file = Path::new(traces).join("nsys/mfu_2gpu_before.sqlite");
         let whole = read(&file).unwrap();
         // 4010 kernels and 7466 API calls: 5 and 8 shares of 1000 rowids.
-        let shared = read_in_shares(&file, 1000).unwrap();
+        let shared = read_in_shares(&file, 1000, Extent::Whole).unwrap();
         type KernelRow = (i64, i64, String, u32, u32, u32, Option<u32>);
         let kernels = |t: &Trace| -> Vec<KernelRow> {
             let rows = t.kernels.iter();

@@ -118,7 +118,7 @@ pub(super) struct Scan<T> {
 }
 
 impl<T> Scan<T> {
-    fn new(strings: &StringTable) -> Scan<T> {
+    pub(super) fn new(strings: &StringTable) -> Scan<T> {
         Scan { rows: Vec::new(), local: Local::new(strings), warnings: Vec::new() }
     }
 }
