@@ -232,7 +232,7 @@ def pairs_part(args, results, r, program):
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **recorder_env(args, mode)))
                    for mode, cpu in sides]
-        outputs = [p.communicate(timeout=args.timeout_s) for p in running]
+        outputs = [finish(p, started + args.timeout_s) for p in running]
         values = [number(LAUNCH_LINE, out) for out, _ in outputs]
         pair = "uncaptured-control" if other == "uncaptured" else other
         sample = {"part": "pairs", "program": "cuda", "mode": pair, "round": r, "unit": "ns per launch",
@@ -246,6 +246,16 @@ def pairs_part(args, results, r, program):
         results["summary"]["pairs/cuda"] = summarise_pairs(results["samples"], args.pair_modes)
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def finish(process, deadline):
+    """The (stdout, stderr) of `process` by `deadline` (monotonic seconds); killed past it, with what it wrote."""
+    try:
+        return process.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        return out, err + "\n(killed: past --timeout-s)"
 
 
 def summarise_pairs(samples, pair_modes):
