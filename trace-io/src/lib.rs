@@ -42,11 +42,11 @@ pub enum Extent {
     /// Everything the file holds.
     #[default]
     Whole,
-    /// What a summary of GPU work needs (`analyzer kern-sum`): kernels, copies and sets, graph launches, their
-    /// processes, devices and names, capture windows and warnings. An nsys export's host calls and NVTX ranges
-    /// (as many rows as the kernels, or more), memory events, graph nodes and NCCL operations are not read, so
-    /// kernels keep no launch call and processes are numbered among those that ran GPU work; other formats are
-    /// read whole.
+    /// What a summary of GPU work needs (`analyzer kern-sum`): kernels (times, names, device, process), copies and
+    /// sets, graph launches, their processes, devices and names, capture windows and warnings. An nsys export's
+    /// host calls and NVTX ranges (as many rows as the kernels, or more), memory events, graph nodes and NCCL
+    /// operations are not read, nor a kernel's stream, correlation id, grid, block and graph ids (left 0 or
+    /// none); processes are numbered among those that ran GPU work. Other formats are read whole.
     GpuWork,
 }
 

@@ -470,12 +470,13 @@ fn committed_two_rank_export_matches_nsys_stats() {
 }
 
 /// `Extent::GpuWork` (what `analyzer kern-sum` reads) keeps every kernel, copy and graph launch of the whole read,
-/// with the same names, processes and devices, and reads no host call or NVTX range; other formats are read whole.
+/// with the same times, names, processes and devices, and reads no host call or NVTX range, nor a kernel's stream,
+/// correlation id, grid, block or graph ids; other formats are read whole.
 /// Processes are numbered as they are met, so a process seen only in host calls is missing and the numbers may
 /// differ: events are compared by process id and device ordinal.
 #[test]
 fn reading_gpu_work_only_keeps_the_gpu_work_of_the_whole_read() {
-    type Event = (i64, i64, String, u32, u32, u32);
+    type Event = (i64, i64, String, String, u32, u32);
     let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces");
     for name in ["tp2_nsys.sqlite.gz", "tp2_capture.sqlite.gz", "engines/hf_server_static_2windows.sqlite.gz"] {
         let path = samples.join(name);
@@ -487,7 +488,8 @@ fn reading_gpu_work_only_keeps_the_gpu_work_of_the_whole_read() {
         let kernels = |t: &Trace| -> Vec<Event> {
             let row = |k: &shardscope_model::Kernel| {
                 let (pid, ordinal) = at(t, k.process, k.device);
-                (k.start_ns, k.end_ns, t.kernel_name(k).to_string(), pid, ordinal, k.correlation_id)
+                let short = t.names.get(k.short_name).to_string();
+                (k.start_ns, k.end_ns, t.kernel_name(k).to_string(), short, pid, ordinal)
             };
             t.kernels.iter().map(row).collect()
         };
@@ -510,6 +512,9 @@ fn reading_gpu_work_only_keeps_the_gpu_work_of_the_whole_read() {
         assert!(memops(&gpu) == memops(&whole), "{name}: the copies differ");
         assert!(graphs(&gpu) == graphs(&whole), "{name}: the graph launches differ");
         assert!(gpu.api_calls.is_empty() && gpu.ranges.is_empty(), "{name}");
+        let details = |k: &shardscope_model::Kernel| (k.stream, k.correlation_id, k.grid, k.block, k.graph_id);
+        assert!(gpu.kernels.iter().all(|k| details(k) == (0, 0, [0; 3], [0; 3], None)), "{name}: details were read");
+        assert!(whole.kernels.iter().any(|k| k.correlation_id != 0 && k.grid != [0; 3]), "{name}");
     }
     let kineto = samples.join("kineto_tp2");
     let whole = shardscope_io::load(&kineto).unwrap();

@@ -151,7 +151,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64, extent: Extent) -> Result<Trac
     if extent == Extent::GpuWork {
         ranges = Some(scan::Scan::new(&strings));
     }
-    for output in run_jobs(&db, &jobs, &strings, classes, &nvtx_types)? {
+    for output in run_jobs(&db, &jobs, &strings, classes, &nvtx_types, extent)? {
         match output {
             Output::Kernels(scan) => kernel_scans.push(scan),
             Output::ApiCalls(scan) => api_scans.push(scan),
@@ -315,6 +315,7 @@ fn run_jobs(
     strings: &StringTable,
     classes: scan::ApiClasses,
     nvtx_types: &scan::NvtxTypes,
+    extent: Extent,
 ) -> Result<Vec<Output>, Error> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
     let next_job = std::sync::atomic::AtomicUsize::new(0);
@@ -327,7 +328,7 @@ fn run_jobs(
             let index = next_job.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(job) = jobs.get(index) else { return Ok(done) };
             let output = match *job {
-                Job::Kernels(rowids) => Output::Kernels(scan::kernels(&db, strings, rowids)?),
+                Job::Kernels(rowids) => Output::Kernels(scan::kernels(&db, strings, rowids, extent)?),
                 Job::ApiCalls(rowids) => Output::ApiCalls(scan::api_calls(&db, strings, classes, rowids)?),
                 Job::MemOps => Output::MemOps(scan::memops(&db, strings)?),
                 Job::Ranges => Output::Ranges(scan::ranges(&db, strings, nvtx_types)?),

@@ -17,7 +17,7 @@ use shardscope_model::{
 
 use super::strings::StringTable;
 use super::{Database, api_kind_from_name, global_pid_of, int, strip_api_version, tid_of};
-use crate::Error;
+use crate::{Error, Extent};
 
 /// Marks a string slot that has not been interned yet.
 const NOT_INTERNED: u32 = u32::MAX;
@@ -123,17 +123,26 @@ impl<T> Scan<T> {
     }
 }
 
+/// The kernel columns that [`Extent::GpuWork`] does not read.
+const KERNEL_DETAILS: [&str; 10] =
+    ["streamId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "graphId", "graphNodeId"];
+
 /// An inclusive range of rowids: one share of a big table, so that several threads can read it.
 pub(super) type RowIds = Option<(i64, i64)>;
 
 /// `CUPTI_ACTIVITY_KIND_KERNEL`, all of it or the rows in `rowids`.
-pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) -> Result<Scan<Kernel>, Error> {
+pub(super) fn kernels(
+    db: &Database<'_>,
+    strings: &StringTable,
+    rowids: RowIds,
+    extent: Extent,
+) -> Result<Scan<Kernel>, Error> {
     const TABLE: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
     let mut scan = Scan::new(strings);
     if !db.has(TABLE) {
         return Ok(scan);
     }
-    let columns = [
+    let all = [
         "start",
         "end",
         "deviceId",
@@ -151,6 +160,9 @@ pub(super) fn kernels(db: &Database<'_>, strings: &StringTable, rowids: RowIds) 
         "graphId",
         "graphNodeId",
     ];
+    // A summary of GPU work reads the times, names, device and process only; the rest is read as NULL (no such
+    // column), which keeps the row's layout and spares SQLite most of each row's decoding.
+    let columns = all.map(|c| if extent == Extent::GpuWork && KERNEL_DETAILS.contains(&c) { "" } else { c });
     scan.rows.reserve(db.row_hint(TABLE, rowids));
     let (mut no_time, mut unknown_name) = (0u64, 0u64);
     let local = &mut scan.local;
