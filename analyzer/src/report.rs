@@ -1205,9 +1205,16 @@ fn node_replays(
     memop_indices: &[u32],
     window_ns: Option<(i64, i64)>,
 ) -> (HashMap<u32, Replay>, u64) {
-    let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
+    // By name id: whether the call is a graph launch. Most traces launch no graph, and then one look at the names
+    // spares the walk over every kernel.
+    let is_graph_launch: Vec<bool> = (trace.names.iter())
+        .map(|(_, name)| name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch"))
+        .collect();
     let mut replays: HashMap<u32, Replay> = HashMap::new();
     let mut node_activities = 0u64;
+    if !is_graph_launch.contains(&true) {
+        return (replays, node_activities);
+    }
     let kernels = kernel_indices.iter().map(|&i| {
         let k = &trace.kernels[i as usize];
         (k.launch, k.start_ns, k.end_ns, k.graph_id, k.graph_node_id)
@@ -1218,10 +1225,7 @@ fn node_replays(
     });
     for (launch, start, end, graph_id, node_id) in kernels.chain(memops) {
         let Some(call) = launch.and_then(|l| trace.api_calls.get(l as usize).map(|c| (l, c))) else { continue };
-        let graph = *is_graph_launch.entry(call.1.name).or_insert_with(|| {
-            let name = trace.names.get(call.1.name);
-            name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
-        });
+        let graph = is_graph_launch.get(call.1.name.0 as usize).copied().unwrap_or(false);
         let Some((start, end)) = clip(start, end, window_ns).filter(|_| graph) else { continue };
         node_activities += 1;
         let replay = replays.entry(call.0).or_insert(Replay { start_ns: start, end_ns: end, ..Replay::default() });
