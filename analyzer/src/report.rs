@@ -1205,11 +1205,8 @@ fn node_replays(
     memop_indices: &[u32],
     window_ns: Option<(i64, i64)>,
 ) -> (HashMap<u32, Replay>, u64) {
-    // By name id: whether the call is a graph launch. Most traces launch no graph, and then one look at the names
-    // spares the walk over every kernel.
-    let is_graph_launch: Vec<bool> = (trace.names.iter())
-        .map(|(_, name)| name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch"))
-        .collect();
+    // Most traces launch no graph, and then one look at the names spares the walk over every kernel.
+    let is_graph_launch = steps::graph_launch_names(trace);
     let mut replays: HashMap<u32, Replay> = HashMap::new();
     let mut node_activities = 0u64;
     if !is_graph_launch.contains(&true) {

@@ -183,6 +183,10 @@ def summarise(samples):
                     row[extra + "_median"] = statistics.median(extras)
             rows[mode] = row
         summary[f"{part}/{program}"] = rows
+    pairs = [s for s in samples if s["part"] == "pairs"]
+    if pairs:
+        # Each pair's ratio is to its own partner, not to an uncaptured run of the round.
+        summary["pairs/cuda"] = summarise_pairs(pairs)
     return summary
 
 
@@ -223,9 +227,9 @@ def launch_part(args, results, r, programs):
 def pairs_part(args, results, r, program):
     """One round of the side-by-side pairs: uncaptured beside each of `--pair-modes`, and beside uncaptured."""
     cpus = args.pair_cpus if r % 2 == 0 else args.pair_cpus[::-1]
+    scratch = os.path.join(args.scratch, "pair")
+    os.makedirs(scratch, exist_ok=True)
     for other in rotated(args.pair_modes + ["uncaptured"], r):
-        scratch = os.path.join(args.scratch, "pair")
-        os.makedirs(scratch, exist_ok=True)
         sides = [("uncaptured", cpus[0]), (other, cpus[1])]
         started = time.monotonic()
         running = [subprocess.Popen(["taskset", "-c", cpu] + recorder_command(args, mode, program, scratch),
@@ -241,11 +245,7 @@ def pairs_part(args, results, r, program):
         if None in values:
             sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
         print(f"pairs r{r} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
-        results["samples"].append(sample)
-        results["summary"] = summarise(results["samples"])
-        results["summary"]["pairs/cuda"] = summarise_pairs(results["samples"], args.pair_modes)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        keep(results, sample, args.out)
 
 
 def finish(process, deadline):
@@ -258,12 +258,13 @@ def finish(process, deadline):
         return out, err + "\n(killed: past --timeout-s)"
 
 
-def summarise_pairs(samples, pair_modes):
-    """Per pair: the median of each sample's ratio to its partner, with min, max and the quartiles."""
+def summarise_pairs(pairs):
+    """Per pair (the control last): the median of each sample's ratio to its partner, with min, max and quartiles."""
     rows = {}
-    for pair in pair_modes + ["uncaptured-control"]:
-        ratios = sorted(s["value"] / s["partner_value"] for s in samples
-                        if s["part"] == "pairs" and s["mode"] == pair and s["value"] and s["partner_value"])
+    modes = sorted({s["mode"] for s in pairs} - {"uncaptured-control"}) + ["uncaptured-control"]
+    for pair in modes:
+        ratios = sorted(s["value"] / s["partner_value"] for s in pairs
+                        if s["mode"] == pair and s["value"] and s["partner_value"])
         if ratios:
             quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
             rows[pair] = {"n": len(ratios), "ratio_median": round(statistics.median(ratios), 4),

@@ -219,6 +219,14 @@ pub struct InferredSteps {
     pub from_graphs: bool,
 }
 
+/// By name id: whether a call of that name launches a CUDA graph (`cudaGraphLaunch*`, `cuGraphLaunch*`). Made once
+/// per walk, it spares a lookup by hash per kernel.
+pub fn graph_launch_names(trace: &Trace) -> Vec<bool> {
+    (trace.names.iter())
+        .map(|(_, name)| name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch"))
+        .collect()
+}
+
 /// One GPU's units of work in start order (see [`WorkToken`]): `kernels` are its kernel indices in start order,
 /// clipped to `window_ns`; kernels for which `leave_out` says so (runtime helpers that are no part of the loop) are
 /// not units. Whole-graph records of the device are one unit each.
@@ -229,7 +237,7 @@ pub fn work_units(
     window_ns: Option<(i64, i64)>,
     leave_out: impl Fn(NameId) -> bool,
 ) -> Vec<WorkUnit> {
-    let mut is_graph_launch: HashMap<NameId, bool> = HashMap::new();
+    let is_graph_launch = graph_launch_names(trace);
     // Per graph launch call: the unit so far, the graph id and the smallest node id of its kernels.
     let mut replays: HashMap<u32, (WorkUnit, Option<u32>, Option<u64>)> = HashMap::new();
     let mut units = Vec::new();
@@ -239,12 +247,8 @@ pub fn work_units(
             continue;
         }
         let graph_call = kernel.launch.filter(|&l| {
-            trace.api_calls.get(l as usize).is_some_and(|call| {
-                *is_graph_launch.entry(call.name).or_insert_with(|| {
-                    let name = trace.names.get(call.name);
-                    name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
-                })
-            })
+            (trace.api_calls.get(l as usize))
+                .is_some_and(|call| is_graph_launch.get(call.name.0 as usize).copied().unwrap_or(false))
         });
         let Some(call) = graph_call else {
             units.push(WorkUnit { start_ns, end_ns, token: WorkToken::Kernel(kernel.name) });
