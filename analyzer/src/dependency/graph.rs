@@ -46,7 +46,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use rayon::prelude::*;
-use shardscope_model::{DeviceIdx, NameId, Names, ProcessIdx, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
 use crate::figures::collectives::{Matching, RankKey};
@@ -147,6 +147,22 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
+    /// How many kinds there are.
+    const COUNT: usize = 10;
+    /// Every kind, in declaration order (`ALL[k as usize] == k`).
+    const ALL: [EdgeKind; EdgeKind::COUNT] = [
+        EdgeKind::Run,
+        EdgeKind::StreamOrder,
+        EdgeKind::Launch,
+        EdgeKind::HostOrder,
+        EdgeKind::NestedCall,
+        EdgeKind::HostSync,
+        EdgeKind::CrossStream,
+        EdgeKind::CollectiveArrival,
+        EdgeKind::CollectiveRelease,
+        EdgeKind::Dropped,
+    ];
+
     /// Words for reports.
     pub fn describe(self) -> &'static str {
         match self {
@@ -397,13 +413,13 @@ struct Builder<'a> {
 /// Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The lane of
 /// a host call is its thread's ordinal on the rank (threads numbered by their first call), so that a helper
 /// thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may differ between
-/// ranks).
+/// ranks). The occurrences are counted per rank ([`Occurrences`], on worker threads); the instance ids are given
+/// here, in the order the operations are added.
 #[derive(Default)]
 struct InstanceKeys {
     global_names: HashMap<String, u32>,
-    /// Per trace, per name id of the trace: its global name id (`NONE`: not looked up yet), so that a name is hashed
-    /// once per trace, not once per event. The maps are only looked up, never iterated, so their hasher decides no
-    /// order.
+    /// Per trace and per name id of the trace: its global id as named (`2 × trace`) and with its `_vNNNN` version
+    /// suffix stripped (`2 × trace + 1`, host calls), made once before the ranks are read.
     trace_names: Vec<Vec<u32>>,
     /// Per (kind, lane, global name): the instance id of each occurrence (`NONE`: none in the model yet). One small
     /// map and a list read in occurrence order, where a map keyed by the occurrence too would be as large as the
@@ -411,7 +427,21 @@ struct InstanceKeys {
     instance_ids: HashMap<(u8, u32, u32), Vec<u32>, IntHasher>,
     /// Instance ids given so far.
     instance_count: u32,
-    occurrences: HashMap<(u32, u8, u32, u32), u32, IntHasher>,
+}
+
+/// How often each (kind, lane, global name) came so far on one rank.
+#[derive(Default)]
+struct Occurrences(HashMap<(u8, u32, u32), u32, IntHasher>);
+
+impl Occurrences {
+    /// The occurrence of this event of (`kind`, `lane`, name `name_id`) on the rank, counting from 0. Occurrences
+    /// count from the start of the trace, inside the window or not, so that the windows of different ranks (their
+    /// own step N) still pair the same instances.
+    fn next(&mut self, kind: OpKind, lane: u32, name_id: u32) -> u32 {
+        let count = self.0.entry((kind as u8, lane, name_id)).or_insert(0);
+        *count += 1;
+        *count - 1
+    }
 }
 
 /// A hasher for small keys of integers (multiply and rotate per word, as compilers' own maps do): the instance keys
@@ -450,27 +480,29 @@ impl std::hash::Hasher for IntHash {
 }
 
 impl InstanceKeys {
-    /// The global id of name `id` of trace `trace` (`names` its name table), with its `_vNNNN` version suffix
-    /// stripped when `strip` (host calls).
-    fn name_of_trace(&mut self, trace: usize, names: &Names, id: NameId, strip: bool) -> u32 {
-        let cache = 2 * trace + usize::from(strip);
-        if self.trace_names.len() <= cache {
-            self.trace_names.resize(cache + 1, Vec::new());
+    /// Global ids for every name of every trace (as named and without the version suffix) and for the names the
+    /// model gives copies, sets and graphs. Only the grouping of the ids matters, not their values.
+    fn name_all(&mut self, traces: &[Trace]) {
+        for name in [MEMCPY_NAME, MEMSET_NAME, GRAPH_NAME] {
+            self.global_name(name);
         }
-        if self.trace_names[cache].is_empty() {
-            self.trace_names[cache] = vec![NONE; names.len()];
-        }
-        match self.trace_names[cache].get(id.0 as usize) {
-            Some(&known) if known != NONE => known,
-            _ => {
-                let name = names.get(id);
-                let global = self.global_name(if strip { strip_version(name) } else { name });
-                if let Some(slot) = self.trace_names[cache].get_mut(id.0 as usize) {
-                    *slot = global;
-                }
-                global
+        for trace in traces {
+            for strip in [false, true] {
+                let ids = trace
+                    .names
+                    .iter()
+                    .map(|(_, name)| self.global_name(if strip { strip_version(name) } else { name }))
+                    .collect();
+                self.trace_names.push(ids);
             }
         }
+    }
+
+    /// The global id of name `id` of trace `trace`, with its version suffix stripped when `strip` (host calls);
+    /// [`InstanceKeys::name_all`] made them.
+    fn of_trace(&self, trace: usize, id: NameId, strip: bool) -> u32 {
+        let ids = &self.trace_names[2 * trace + usize::from(strip)];
+        ids.get(id.0 as usize).copied().unwrap_or(NONE)
     }
 
     /// The global id of `name`.
@@ -485,18 +517,16 @@ impl InstanceKeys {
         }
     }
 
-    /// The instance id of the next occurrence of (`kind`, `lane`, the name of global id `name_id`) on the rank,
-    /// or `NONE` when the operation is not `in_model`. Occurrences count from the start of the trace, inside the
-    /// window or not, so that the windows of different ranks (their own step N) still pair the same instances.
-    fn next_of(&mut self, rank_index: u32, kind: OpKind, lane: u32, name_id: u32, in_model: bool) -> u32 {
-        let kind_code = kind as u8;
-        let occurrence = self.occurrences.entry((rank_index, kind_code, lane, name_id)).or_insert(0);
-        let at = *occurrence as usize;
-        *occurrence += 1;
-        if !in_model {
-            return NONE;
-        }
-        let ids = self.instance_ids.entry((kind_code, lane, name_id)).or_default();
+    /// The global id of a name [`InstanceKeys::name_all`] registered.
+    fn known(&self, name: &str) -> u32 {
+        self.global_names.get(name).copied().unwrap_or(NONE)
+    }
+
+    /// The instance id of occurrence `occurrence` of (`kind`, `lane`, the name of global id `name_id`): a new id
+    /// the first time it is asked for.
+    fn instance_of(&mut self, kind: OpKind, lane: u32, name_id: u32, occurrence: u32) -> u32 {
+        let at = occurrence as usize;
+        let ids = self.instance_ids.entry((kind as u8, lane, name_id)).or_default();
         if ids.len() <= at {
             // Occurrences count one by one on each rank, so the list grows by at most the events seen.
             ids.resize(at + 1, NONE);
@@ -508,6 +538,11 @@ impl InstanceKeys {
         ids[at]
     }
 }
+
+/// The instance names of copies, sets and graph launches.
+const MEMCPY_NAME: &str = "[CUDA memcpy]";
+const MEMSET_NAME: &str = "[CUDA memset]";
+const GRAPH_NAME: &str = "[CUDA graph]";
 
 /// Index maps from a trace's event lists to operation ids (`NONE` when the event is not in the model).
 struct TraceMaps {
@@ -528,6 +563,13 @@ struct GpuEvent {
 }
 
 /// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
+/// The edge from `source` to `target` (as (target, edge)) whose lag makes the measured times satisfy it:
+/// `min(0, target_ref − source_time)`.
+fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> (u32, Edge) {
+    let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
+    (target, Edge { source, lag_ns, kind })
+}
+
 fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
     ranks.par_iter().map(|spec| gpu_events_of_rank(traces, spec)).collect()
 }
@@ -569,6 +611,85 @@ fn gpu_events_of_rank(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
     }
     events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
     events
+}
+
+/// What one host call of a rank in its window is, found before it becomes an operation.
+struct HostCallFacts {
+    /// Its index in the trace's API calls.
+    call: u32,
+    /// Its thread's ordinal on the rank.
+    thread: u32,
+    /// Its instance name's global id, version suffix stripped.
+    name: u32,
+    /// Its occurrence on the rank's thread (see [`Occurrences`]).
+    occurrence: u32,
+    /// A `cudaStreamWaitEvent`/`cuStreamWaitEvent` (not followed across streams: counted).
+    stream_wait: bool,
+}
+
+/// What one GPU event of a rank is, found before it becomes an operation.
+struct GpuEventFacts {
+    /// Its index in the rank's event list.
+    event: usize,
+    /// Its instance name's global id (see [`InstanceKeys`]).
+    name: u32,
+    /// Its occurrence on the rank (see [`Occurrences`]).
+    occurrence: u32,
+    /// Its launching call (or, with none recorded, its own start) is in the rank's window.
+    in_window: bool,
+    /// The classifier's category of a kernel that is not communication.
+    category: u16,
+    /// The collective type of a communication kernel.
+    comm: Option<CollectiveOp>,
+    /// A communication kernel in the window matched across ranks.
+    matched: bool,
+}
+
+/// One rank's stream order and launch edges, and the dependencies on work outside the model (target vertex, source
+/// time, target reference time) that [`Builder::external`] records.
+#[derive(Default)]
+struct RankOrderEdges {
+    edges: Vec<(u32, Edge)>,
+    externals: Vec<(u32, i64, i64)>,
+    without_launch: u64,
+}
+
+/// The host order and nested-call edges of one host thread's calls (`calls`: sorted by start, the longer first).
+fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<(u32, Edge)> {
+    let mut edges = Vec::with_capacity(calls.len());
+    let mut open: Vec<u32> = Vec::new();
+    for &op in calls {
+        let o = ops[op as usize];
+        let mut closed = None;
+        while let Some(&top) = open.last() {
+            if ops[top as usize].end_ns <= o.start_ns {
+                closed = Some(top);
+                open.pop();
+            } else {
+                break;
+            }
+        }
+        match (closed, open.last()) {
+            (Some(previous), _) => {
+                let p = ops[previous as usize];
+                edges.push(edge_between(
+                    end_vertex(previous),
+                    start_vertex(op),
+                    p.end_ns,
+                    o.start_ns,
+                    EdgeKind::HostOrder,
+                ));
+            }
+            (None, Some(&parent)) => {
+                let p = ops[parent as usize];
+                let kind = EdgeKind::NestedCall;
+                edges.push(edge_between(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, kind));
+            }
+            (None, None) => {}
+        }
+        open.push(op);
+    }
+    edges
 }
 
 /// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
@@ -622,10 +743,9 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Adds an edge whose lag makes the measured times satisfy it: `min(0, target_ref − source_time)`.
+    /// Adds an edge whose lag makes the measured times satisfy it (see [`edge_between`]).
     fn edge(&mut self, source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) {
-        let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
-        self.edges.push((target, Edge { source, lag_ns, kind }));
+        self.edges.push(edge_between(source, target, source_ns, target_ref_ns, kind));
     }
 
     /// A dependency on work outside the model: a constant time for `target`.
@@ -651,36 +771,42 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The host calls of each rank's process that start in its window (first: GPU operations refer to them).
+    /// The host calls of each rank's process that start in its window (first: GPU operations refer to them). What
+    /// each call is ([`HostCallFacts`]) is found per rank on worker threads; the operations and their instance ids
+    /// are then added in trace and call order, as one thread would.
     fn add_host_calls(&mut self, host_category: u16) {
         let traces = self.traces;
         let process_rank = process_ranks(traces, self.ranks);
-        let mut thread_ordinals: HashMap<(u32, u32), u32> = HashMap::new();
-        let mut threads_per_rank: Vec<u32> = vec![0; self.ranks.len()];
+        // Per trace, per process index: the rank its calls go to.
+        let rank_of_process: Vec<Vec<Option<u32>>> = (traces.iter().enumerate())
+            .map(|(t, trace)| {
+                (0..trace.processes.len() as u32).map(|p| process_rank.get(&(t, ProcessIdx(p))).copied()).collect()
+            })
+            .collect();
+        let rank_of =
+            |trace: usize, process: ProcessIdx| rank_of_process[trace].get(process.0 as usize).copied().flatten();
+        let this = &*self;
+        let facts: Vec<Vec<HostCallFacts>> = (0..self.ranks.len() as u32)
+            .into_par_iter()
+            .map(|rank_index| this.host_call_facts(rank_index, |t, p| rank_of(t, p) == Some(rank_index)))
+            .collect();
+        let mut next_fact = vec![0usize; facts.len()];
         for (trace_index, trace) in traces.iter().enumerate() {
             for (index, call) in trace.api_calls.iter().enumerate() {
-                let Some(&rank_index) = process_rank.get(&(trace_index, call.process)) else {
+                let Some(rank_index) = rank_of(trace_index, call.process) else {
                     let counted =
                         self.windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
                     self.stats.host_calls_without_rank += u64::from(counted);
                     continue;
                 };
-                let name = trace.names.get(call.name);
-                let base = strip_version(name);
-                let thread = *thread_ordinals.entry((rank_index, call.tid)).or_insert_with(|| {
-                    threads_per_rank[rank_index as usize] += 1;
-                    threads_per_rank[rank_index as usize] - 1
-                });
-                let name_id = self.instances.name_of_trace(trace_index, &trace.names, call.name, true);
-                if !self.in_window(rank_index, call.start_ns) {
-                    self.instances.next_of(rank_index, OpKind::HostCall, thread, name_id, false);
+                let rank = rank_index as usize;
+                let Some(fact) = facts[rank].get(next_fact[rank]).filter(|f| f.call == index as u32) else {
                     continue;
-                }
-                if base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent" {
-                    self.stats.stream_wait_calls_not_followed += 1;
-                }
+                };
+                next_fact[rank] += 1;
+                self.stats.stream_wait_calls_not_followed += u64::from(fact.stream_wait);
                 self.maps[trace_index].calls[index] = self.ops.len() as u32;
-                let instance = self.instances.next_of(rank_index, OpKind::HostCall, thread, name_id, true);
+                let instance = self.instances.instance_of(OpKind::HostCall, fact.thread, fact.name, fact.occurrence);
                 self.ops.push(Op {
                     kind: OpKind::HostCall,
                     rank_index,
@@ -698,8 +824,32 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// What each host call of rank `rank_index` in its window is, in call order; `ours(trace, process)` tells the
+    /// rank's calls. Threads are numbered and occurrences counted over all of the rank's calls.
+    fn host_call_facts(&self, rank_index: u32, ours: impl Fn(usize, ProcessIdx) -> bool) -> Vec<HostCallFacts> {
+        let trace_index = self.ranks[rank_index as usize].key.trace;
+        let trace = &self.traces[trace_index];
+        let mut threads: HashMap<u32, u32> = HashMap::new();
+        let mut occurrences = Occurrences::default();
+        let mut facts = Vec::new();
+        for (index, call) in trace.api_calls.iter().enumerate().filter(|(_, c)| ours(trace_index, c.process)) {
+            let next_thread = threads.len() as u32;
+            let thread = *threads.entry(call.tid).or_insert(next_thread);
+            let name = self.instances.of_trace(trace_index, call.name, true);
+            let occurrence = occurrences.next(OpKind::HostCall, thread, name);
+            if !self.in_window(rank_index, call.start_ns) {
+                continue;
+            }
+            let base = strip_version(trace.names.get(call.name));
+            let stream_wait = base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent";
+            facts.push(HostCallFacts { call: index as u32, thread, name, occurrence, stream_wait });
+        }
+        facts
+    }
+
     /// The GPU work of each rank, in start order, whose launching call starts in the rank's window (or that starts
-    /// in it when no call is recorded).
+    /// in it when no call is recorded). What each event is ([`GpuEventFacts`]) is found per rank on worker threads;
+    /// the operations and their instance keys are then added in rank and start order, as one thread would.
     fn add_gpu_ops(&mut self, classifier: &Classifier) {
         let traces = self.traces;
         let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
@@ -707,45 +857,31 @@ impl<'a> Builder<'a> {
         let memcpy_category = self.category_id(crate::figures::categories::MEMCPY);
         let memset_category = self.category_id(crate::figures::categories::MEMSET);
         let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
-        let ranks = self.ranks;
-        // Each rank's events in start order (ties by position, so the order is the same on any thread count).
-        let starts: Vec<Vec<usize>> = rank_gpu_events
-            .par_iter()
-            .map(|events| {
-                let mut by_start: Vec<usize> = (0..events.len()).collect();
-                by_start.sort_unstable_by_key(|&i| (events[i].start_ns, i));
-                by_start
-            })
+        let this = &*self;
+        let facts: Vec<Vec<GpuEventFacts>> = (this.ranks.par_iter().enumerate().zip(&rank_gpu_events))
+            .map(|((rank_index, spec), events)| this.gpu_event_facts(rank_index, spec, events, &classes, classifier))
             .collect();
-        for ((rank_index, spec), by_start) in ranks.iter().enumerate().zip(starts) {
+        let mut comm_categories: HashMap<CollectiveOp, u16> = HashMap::new();
+        for ((rank_index, spec), rank_facts) in self.ranks.iter().enumerate().zip(facts) {
             let trace_index = spec.key.trace;
-            let trace = &traces[trace_index];
-            for i in by_start {
-                let event = &rank_gpu_events[rank_index][i];
-                let anchor = match event.launch.and_then(|l| trace.api_calls.get(l as usize)) {
-                    Some(call) => call.start_ns,
-                    None => event.start_ns,
-                };
-                let (category, comm, name) = match event.kind {
-                    OpKind::Kernel => {
-                        let kernel = &trace.kernels[event.index as usize];
-                        let class = Classifier::lookup(&classes[trace_index], kernel.name);
-                        let name = self.instances.name_of_trace(trace_index, &trace.names, kernel.name, false);
-                        if classifier.is_communication(class.category) {
-                            let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
-                            let op = class.collective.or(meta.map(|m| m.op)).unwrap_or_default();
-                            (self.category_id(&format!("{COMM_PREFIX}{}", op.label())), true, name)
-                        } else {
-                            (class.category.0, false, name)
+            for fact in rank_facts {
+                let event = &rank_gpu_events[rank_index][fact.event];
+                // Categories are numbered in order of first appearance, inside the window or not.
+                let (category, comm) = match (event.kind, fact.comm) {
+                    (OpKind::Kernel, Some(op)) => match comm_categories.get(&op) {
+                        Some(&known) => (known, true),
+                        None => {
+                            let id = self.category_id(&format!("{COMM_PREFIX}{}", op.label()));
+                            (*comm_categories.entry(op).or_insert(id), true)
                         }
-                    }
-                    OpKind::Copy => (memcpy_category, false, self.instances.global_name("[CUDA memcpy]")),
-                    OpKind::Set => (memset_category, false, self.instances.global_name("[CUDA memset]")),
-                    OpKind::Graph => (graph_category, false, self.instances.global_name("[CUDA graph]")),
-                    OpKind::HostCall => unreachable!("GPU events only"),
+                    },
+                    (OpKind::Kernel, None) => (fact.category, false),
+                    (OpKind::Copy, _) => (memcpy_category, false),
+                    (OpKind::Set, _) => (memset_category, false),
+                    (OpKind::Graph, _) => (graph_category, false),
+                    (OpKind::HostCall, _) => unreachable!("GPU events only"),
                 };
-                if !self.in_window(rank_index as u32, anchor) {
-                    self.instances.next_of(rank_index as u32, event.kind, 0, name, false);
+                if !fact.in_window {
                     continue;
                 }
                 let op_id = self.ops.len() as u32;
@@ -756,9 +892,7 @@ impl<'a> Builder<'a> {
                     _ => &mut maps.memops,
                 };
                 map[event.index as usize] = op_id;
-                let matched =
-                    event.kind == OpKind::Kernel && self.matching.shares.contains_key(&(trace_index, event.index));
-                let instance = self.instances.next_of(rank_index as u32, event.kind, 0, name, true);
+                let instance = self.instances.instance_of(event.kind, 0, fact.name, fact.occurrence);
                 self.ops.push(Op {
                     kind: event.kind,
                     rank_index: rank_index as u32,
@@ -767,7 +901,7 @@ impl<'a> Builder<'a> {
                     lane: event.stream,
                     category,
                     comm,
-                    matched,
+                    matched: fact.matched,
                     start_ns: event.start_ns,
                     end_ns: event.end_ns,
                     instance,
@@ -775,6 +909,64 @@ impl<'a> Builder<'a> {
             }
         }
         self.rank_gpu_events = rank_gpu_events;
+    }
+
+    /// What each GPU event of one rank is, in start order (ties by position, so the order is the same on any thread
+    /// count).
+    fn gpu_event_facts(
+        &self,
+        rank_index: usize,
+        spec: &RankSpec,
+        events: &[GpuEvent],
+        classes: &[Vec<KernelClass>],
+        classifier: &Classifier,
+    ) -> Vec<GpuEventFacts> {
+        let trace_index = spec.key.trace;
+        let trace = &self.traces[trace_index];
+        let mut by_start: Vec<usize> = (0..events.len()).collect();
+        by_start.sort_unstable_by_key(|&i| (events[i].start_ns, i));
+        let mut occurrences = Occurrences::default();
+        let fixed_names =
+            [self.instances.known(MEMCPY_NAME), self.instances.known(MEMSET_NAME), self.instances.known(GRAPH_NAME)];
+        by_start
+            .into_iter()
+            .map(|i| {
+                let event = &events[i];
+                let name = match event.kind {
+                    OpKind::Kernel => {
+                        self.instances.of_trace(trace_index, trace.kernels[event.index as usize].name, false)
+                    }
+                    OpKind::Copy => fixed_names[0],
+                    OpKind::Set => fixed_names[1],
+                    _ => fixed_names[2],
+                };
+                let anchor = match event.launch.and_then(|l| trace.api_calls.get(l as usize)) {
+                    Some(call) => call.start_ns,
+                    None => event.start_ns,
+                };
+                let mut facts = GpuEventFacts {
+                    event: i,
+                    name,
+                    occurrence: occurrences.next(event.kind, 0, name),
+                    in_window: self.in_window(rank_index as u32, anchor),
+                    category: 0,
+                    comm: None,
+                    matched: false,
+                };
+                if event.kind == OpKind::Kernel {
+                    let kernel = &trace.kernels[event.index as usize];
+                    let class = Classifier::lookup(&classes[trace_index], kernel.name);
+                    if classifier.is_communication(class.category) {
+                        let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
+                        facts.comm = Some(class.collective.or(meta.map(|m| m.op)).unwrap_or_default());
+                    } else {
+                        facts.category = class.category.0;
+                    }
+                    facts.matched = facts.in_window && self.matching.shares.contains_key(&(trace_index, event.index));
+                }
+                facts
+            })
+            .collect()
     }
 
     /// Once every operation is in: the window start, the barrier vertices (after the operations' vertices), the
@@ -791,121 +983,123 @@ impl<'a> Builder<'a> {
             .or_else(|| self.ops.iter().map(|o| o.start_ns).min())
             .unwrap_or(0);
         let maps = &self.maps;
-        self.instances_in_model = self
-            .matching
-            .instances
-            .iter()
-            .enumerate()
+        self.instances_in_model = (self.matching.instances.par_iter().enumerate())
             .filter(|(_, inst)| {
                 inst.members.iter().any(|&(t, k)| maps.get(t).is_some_and(|m| m.kernels[k as usize] != NONE))
             })
             .map(|(i, _)| i)
             .collect();
         let vertex_count = 2 * op_count + self.instances_in_model.len();
-        self.external_ns = vec![i64::MIN; vertex_count];
-        for op in 0..op_count as u32 {
-            self.external_ns[start_vertex(op) as usize] = self.window_start_ns.min(self.ops[op as usize].start_ns);
-        }
-        self.release_ns = self.ops.iter().map(|o| o.start_ns).collect();
-        for (op_id, op) in self.ops.iter().enumerate() {
-            if op.matched
-                && let Some(share) = self.matching.shares.get(&(op.trace as usize, op.index))
-            {
-                self.release_ns[op_id] = (op.start_ns + share.wait_ns).min(op.end_ns);
-            }
-        }
+        let (ops, window_start_ns) = (&self.ops, self.window_start_ns);
+        // Start vertices: the window start (or the operation's own start before it); end and barrier vertices none.
+        self.external_ns = (0..vertex_count)
+            .into_par_iter()
+            .map(|v| {
+                if v < 2 * op_count && v.is_multiple_of(2) {
+                    window_start_ns.min(ops[v / 2].start_ns)
+                } else {
+                    i64::MIN
+                }
+            })
+            .collect();
+        let shares = &self.matching.shares;
+        self.release_ns = ops
+            .par_iter()
+            .map(|op| match op.matched.then(|| shares.get(&(op.trace as usize, op.index))).flatten() {
+                Some(share) => (op.start_ns + share.wait_ns).min(op.end_ns),
+                None => op.start_ns,
+            })
+            .collect();
     }
 
     /// Run edges: each operation's end after its own start.
     fn add_run_edges(&mut self) {
-        for op in 0..self.op_count as u32 {
-            let o = self.ops[op as usize];
-            self.edge(start_vertex(op), end_vertex(op), o.start_ns, self.release_ns[op as usize], EdgeKind::Run);
+        let (ops, release_ns) = (&self.ops, &self.release_ns);
+        let run = (0..self.op_count as u32).into_par_iter().map(|op| {
+            edge_between(
+                start_vertex(op),
+                end_vertex(op),
+                ops[op as usize].start_ns,
+                release_ns[op as usize],
+                EdgeKind::Run,
+            )
+        });
+        self.edges.par_extend(run);
+    }
+
+    /// Stream order and launch edges, each rank's found on a worker thread and added in rank order (as one thread
+    /// would add them).
+    fn add_stream_order_and_launch_edges(&mut self) {
+        let this = &*self;
+        let per_rank: Vec<RankOrderEdges> = (this.ranks.par_iter().zip(&this.rank_gpu_events))
+            .map(|(spec, events)| this.stream_order_and_launch_of_rank(spec, events))
+            .collect();
+        for rank in per_rank {
+            self.edges.extend(rank.edges);
+            for (target, source_ns, target_ref_ns) in rank.externals {
+                self.external(target, source_ns, target_ref_ns);
+            }
+            self.stats.gpu_ops_without_launch += rank.without_launch;
         }
     }
 
-    /// Stream order and launch edges.
-    fn add_stream_order_and_launch_edges(&mut self) {
-        let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
-        let ranks = self.ranks;
-        for (rank_index, spec) in ranks.iter().enumerate() {
-            let trace_index = spec.key.trace;
-            let trace = &self.traces[trace_index];
-            let events = &rank_gpu_events[rank_index];
-            for (position, event) in events.iter().enumerate() {
-                let op = op_of(&self.maps[trace_index], event.kind, event.index);
-                if op == NONE {
-                    continue;
-                }
-                let target = start_vertex(op);
-                if position > 0 && events[position - 1].stream == event.stream {
-                    let previous = &events[position - 1];
-                    let source = op_of(&self.maps[trace_index], previous.kind, previous.index);
-                    if source == NONE {
-                        self.external(target, previous.end_ns, event.start_ns);
-                    } else {
-                        self.edge(end_vertex(source), target, previous.end_ns, event.start_ns, EdgeKind::StreamOrder);
-                    }
-                }
-                match event.launch {
-                    Some(call_index) => {
-                        let call_start = trace.api_calls[call_index as usize].start_ns;
-                        let source = self.maps[trace_index].calls[call_index as usize];
-                        if source == NONE {
-                            self.external(target, call_start, event.start_ns);
-                        } else {
-                            self.edge(start_vertex(source), target, call_start, event.start_ns, EdgeKind::Launch);
-                        }
-                    }
-                    None => self.stats.gpu_ops_without_launch += 1,
+    /// One rank's stream order and launch edges (`events`: its GPU events, per stream in start order).
+    fn stream_order_and_launch_of_rank(&self, spec: &RankSpec, events: &[GpuEvent]) -> RankOrderEdges {
+        let trace_index = spec.key.trace;
+        let (trace, maps) = (&self.traces[trace_index], &self.maps[trace_index]);
+        let mut found = RankOrderEdges::default();
+        for (position, event) in events.iter().enumerate() {
+            let op = op_of(maps, event.kind, event.index);
+            if op == NONE {
+                continue;
+            }
+            let target = start_vertex(op);
+            if position > 0 && events[position - 1].stream == event.stream {
+                let previous = &events[position - 1];
+                let source = op_of(maps, previous.kind, previous.index);
+                if source == NONE {
+                    found.externals.push((target, previous.end_ns, event.start_ns));
+                } else {
+                    let kind = EdgeKind::StreamOrder;
+                    found.edges.push(edge_between(end_vertex(source), target, previous.end_ns, event.start_ns, kind));
                 }
             }
+            match event.launch {
+                Some(call_index) => {
+                    let call_start = trace.api_calls[call_index as usize].start_ns;
+                    let source = maps.calls[call_index as usize];
+                    if source == NONE {
+                        found.externals.push((target, call_start, event.start_ns));
+                    } else {
+                        let kind = EdgeKind::Launch;
+                        found.edges.push(edge_between(start_vertex(source), target, call_start, event.start_ns, kind));
+                    }
+                }
+                None => found.without_launch += 1,
+            }
         }
-        self.rank_gpu_events = rank_gpu_events;
+        found
     }
 
-    /// Host order per thread; nested calls after their parent's start.
+    /// Host order per thread; nested calls after their parent's start. Each thread's edges are found on a worker
+    /// thread and added in the order of the threads (as one thread would add them).
     fn add_host_order_edges(&mut self) {
-        let mut host_ops: Vec<u32> =
-            (0..self.op_count as u32).filter(|&o| self.ops[o as usize].kind == OpKind::HostCall).collect();
-        // The keys end with the operation id: unique, so an unstable parallel sort gives the one order.
         let ops = &self.ops;
+        let mut host_ops: Vec<u32> =
+            (0..self.op_count as u32).into_par_iter().filter(|&o| ops[o as usize].kind == OpKind::HostCall).collect();
+        // The keys end with the operation id: unique, so an unstable parallel sort gives the one order.
         host_ops.par_sort_unstable_by_key(|&o| {
             let op = &ops[o as usize];
             (op.trace, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
         });
-        let mut open: Vec<u32> = Vec::new();
-        for (position, &op) in host_ops.iter().enumerate() {
-            let o = self.ops[op as usize];
-            let same_thread = position > 0 && {
-                let p = &self.ops[host_ops[position - 1] as usize];
-                (p.trace, p.rank_index, p.lane) == (o.trace, o.rank_index, o.lane)
-            };
-            if !same_thread {
-                open.clear();
-            }
-            let mut closed = None;
-            while let Some(&top) = open.last() {
-                if self.ops[top as usize].end_ns <= o.start_ns {
-                    closed = Some(top);
-                    open.pop();
-                } else {
-                    break;
-                }
-            }
-            match (closed, open.last()) {
-                (Some(previous), _) => {
-                    let p = self.ops[previous as usize];
-                    self.edge(end_vertex(previous), start_vertex(op), p.end_ns, o.start_ns, EdgeKind::HostOrder);
-                }
-                (None, Some(&parent)) => {
-                    let p = self.ops[parent as usize];
-                    self.edge(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, EdgeKind::NestedCall);
-                }
-                (None, None) => {}
-            }
-            open.push(op);
-        }
+        let thread_of = |o: &u32| {
+            let op = &ops[*o as usize];
+            (op.trace, op.rank_index, op.lane)
+        };
+        let threads: Vec<&[u32]> = host_ops.chunk_by(|a, b| thread_of(a) == thread_of(b)).collect();
+        let per_thread: Vec<Vec<(u32, Edge)>> =
+            threads.par_iter().map(|calls| host_order_of_thread(ops, calls)).collect();
+        self.edges.extend(per_thread.into_iter().flatten());
     }
 
     /// Per rank, the GPU operations in the model by end time.
@@ -1050,14 +1244,8 @@ impl<'a> Builder<'a> {
     fn finish(mut self) -> Graph {
         let op_count = self.op_count;
         let vertex_count = 2 * op_count + self.instances_in_model.len();
-        let mut measured_ns = vec![0i64; vertex_count];
-        for (op_id, op) in self.ops.iter().enumerate() {
-            measured_ns[2 * op_id] = op.start_ns;
-            measured_ns[2 * op_id + 1] = op.end_ns;
-        }
-        for (v, slot) in measured_ns.iter_mut().enumerate().skip(2 * op_count) {
-            *slot = self.measured(v as u32);
-        }
+        let this = &self;
+        let measured_ns: Vec<i64> = (0..vertex_count as u32).into_par_iter().map(|v| this.measured(v)).collect();
         self.stats.ops = op_count as u64;
         self.stats.host_calls = self.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
         self.stats.gpu_ops = self.stats.ops - self.stats.host_calls;
@@ -1091,6 +1279,7 @@ impl Graph {
     ) -> Graph {
         let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
         let host_category = b.category_id(HOST);
+        b.instances.name_all(traces);
         b.add_host_calls(host_category);
         b.rank_gpu_events = gpu_events_per_rank(traces, ranks);
         b.add_gpu_ops(classifier);
@@ -1157,13 +1346,19 @@ impl Graph {
             instances,
         } = parts;
         let vertex_count = 2 * ops.len() + barriers as usize;
-        // Counted per kind first: one map entry per kind, not a string made per edge.
-        let mut per_kind: std::collections::BTreeMap<&'static str, u64> = std::collections::BTreeMap::new();
-        for &(_, edge) in list.iter().filter(|(_, edge)| edge.kind != EdgeKind::Run) {
-            *per_kind.entry(edge.kind.describe()).or_default() += 1;
-        }
-        for (kind, count) in per_kind {
-            *stats.edges.entry(kind.to_string()).or_default() += count;
+        // Counted per kind first (a slot per kind, counted on worker threads), then one map entry per kind.
+        let per_kind = list
+            .par_chunks(1 << 16)
+            .map(|chunk| {
+                let mut counts = [0u64; EdgeKind::COUNT];
+                for (_, edge) in chunk {
+                    counts[edge.kind as usize] += 1;
+                }
+                counts
+            })
+            .reduce(|| [0u64; EdgeKind::COUNT], |a, b| std::array::from_fn(|k| a[k] + b[k]));
+        for kind in EdgeKind::ALL.into_iter().filter(|&k| k != EdgeKind::Run && per_kind[k as usize] > 0) {
+            *stats.edges.entry(kind.describe().to_string()).or_default() += per_kind[kind as usize];
         }
         // Incoming edges per vertex (CSR), in insertion order within a vertex.
         let mut offsets = vec![0u32; vertex_count + 1];
@@ -1298,18 +1493,14 @@ impl Graph {
 
     /// Own times from the measured times; negative ones (the record contradicts the model) are counted and zeroed.
     fn measured_own(&mut self) -> Vec<i64> {
-        let mut own = vec![0i64; self.vertex_count()];
-        let mut inconsistent = 0;
-        for &v in &self.order {
-            let ready = self.ready(v, &self.measured_ns, false);
-            let value = self.measured_ns[v as usize].saturating_sub(ready);
-            if value < 0 {
-                inconsistent += 1;
-            }
-            own[v as usize] = value.max(0);
-        }
-        self.stats.inconsistent_vertices = inconsistent;
-        own
+        // Each vertex's own time depends on measured times only: computed on worker threads.
+        let this = &*self;
+        let own_or_negative: Vec<i64> = (0..self.vertex_count() as u32)
+            .into_par_iter()
+            .map(|v| this.measured_ns[v as usize].saturating_sub(this.ready(v, &this.measured_ns, false)))
+            .collect();
+        self.stats.inconsistent_vertices = own_or_negative.par_iter().filter(|&&own| own < 0).count() as u64;
+        own_or_negative.into_par_iter().map(|own| own.max(0)).collect()
     }
 
     /// The measured own time of each vertex: delays at start vertices, durations at end vertices, 0 at barriers.
@@ -1338,6 +1529,46 @@ impl Graph {
     /// release: communication free; a host sync: the host no longer waits for the GPU). Returns every vertex's
     /// simulated time.
     pub fn simulate_skipping(&self, own_ns: &[i64], skip: &[EdgeKind]) -> Vec<i64> {
+        let at = self.replay_in_order(|vertex| own_ns[vertex as usize], skip, |_, _| {});
+        let mut times = vec![0i64; self.vertex_count()];
+        for (position, &vertex) in self.order.iter().enumerate() {
+            times[vertex as usize] = at[position];
+        }
+        times
+    }
+
+    /// What [`Graph::last_end`] finds in the times of a replay with the own time `own_of(vertex)` of every vertex
+    /// (edges of the kinds in `skip` ignored), without keeping those times: the replays whose only figure is the
+    /// span hold one time per vertex, not three.
+    pub fn replayed_last_end(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
+        let op_vertices = 2 * self.ops.len() as u32;
+        // (operation, end time) of the latest GPU operation, and of the latest operation of any kind.
+        let (mut gpu, mut any) = (None::<(u32, i64)>, None::<(u32, i64)>);
+        // The latest time, on ties the lowest operation: the order `last_end` keeps.
+        let later = |best: Option<(u32, i64)>, op: u32, t: i64| match best {
+            Some((o, b)) if (b, Reverse(o)) >= (t, Reverse(op)) => best,
+            _ => Some((op, t)),
+        };
+        self.replay_in_order(own_of, skip, |vertex, t| {
+            if vertex % 2 == 1 && vertex < op_vertices {
+                let op = vertex / 2;
+                if self.ops[op as usize].kind.on_gpu() {
+                    gpu = later(gpu, op, t);
+                }
+                any = later(any, op, t);
+            }
+        });
+        gpu.or(any)
+    }
+
+    /// The replay itself: every vertex's time by its position in the topological order, each passed to `seen` with
+    /// its vertex as it is found.
+    fn replay_in_order(
+        &self,
+        own_of: impl Fn(u32) -> i64,
+        skip: &[EdgeKind],
+        mut seen: impl FnMut(u32, i64),
+    ) -> Vec<i64> {
         let plan = &self.plan;
         // One bit per edge kind: the test in the inner loop stays one shift and one mask.
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
@@ -1351,13 +1582,10 @@ impl Graph {
                 }
                 ready = ready.max(at[edge.source_position as usize].saturating_add(edge.lag_ns));
             }
-            at[position] = ready.saturating_add(own_ns[vertex as usize]);
+            at[position] = ready.saturating_add(own_of(vertex));
+            seen(vertex, at[position]);
         }
-        let mut times = vec![0i64; self.vertex_count()];
-        for (position, &vertex) in self.order.iter().enumerate() {
-            times[vertex as usize] = at[position];
-        }
-        times
+        at
     }
 
     /// The edges again, by the topological position of their target, with their sources as positions too.
@@ -1366,24 +1594,28 @@ impl Graph {
         for (position, &vertex) in self.order.iter().enumerate() {
             position_of[vertex as usize] = position as u32;
         }
-        let mut plan = ReplayPlan {
-            offsets: Vec::with_capacity(self.order.len() + 1),
-            edges: Vec::with_capacity(self.edges.len()),
-            external_ns: Vec::with_capacity(self.order.len()),
-        };
-        plan.offsets.push(0);
-        for &vertex in &self.order {
-            plan.external_ns.push(self.external_ns[vertex as usize]);
-            for edge in self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped) {
-                plan.edges.push(PlanEdge {
+        let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
+        // Each position's edges are found on worker threads and kept in position order.
+        let counts: Vec<u32> = self.order.par_iter().map(|&vertex| kept(vertex).count() as u32).collect();
+        let mut offsets = Vec::with_capacity(self.order.len() + 1);
+        offsets.push(0u32);
+        let mut total = 0u32;
+        for count in counts {
+            total += count;
+            offsets.push(total);
+        }
+        let position_of = &position_of;
+        let edges: Vec<PlanEdge> = (self.order.par_iter())
+            .flat_map_iter(|&vertex| {
+                kept(vertex).map(move |edge| PlanEdge {
                     source_position: position_of[edge.source as usize],
                     kind: edge.kind,
                     lag_ns: edge.lag_ns,
-                });
-            }
-            plan.offsets.push(plan.edges.len() as u32);
-        }
-        plan
+                })
+            })
+            .collect();
+        let external_ns = self.order.par_iter().map(|&vertex| self.external_ns[vertex as usize]).collect();
+        ReplayPlan { offsets, edges, external_ns }
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.

@@ -263,22 +263,39 @@ pub fn typical_own_ns(graph: &Graph, select: impl Fn(&Op) -> OwnParts) -> Vec<i6
 
 /// [`typical_own_ns`] with the typical own times computed already.
 pub fn typical_own_ns_with(graph: &Graph, typical: &Typical, select: impl Fn(&Op) -> OwnParts) -> Vec<i64> {
+    let own_of = typical_own_of(graph, typical, select);
+    (0..graph.vertex_count() as u32).map(own_of).collect()
+}
+
+/// The own time of each vertex as [`typical_own_ns_with`] gives it, one vertex at a time (for a replay that keeps
+/// no list of own times: [`Graph::replayed_last_end`]).
+pub fn typical_own_of<'a>(
+    graph: &'a Graph,
+    typical: &'a Typical,
+    select: impl Fn(&Op) -> OwnParts + 'a,
+) -> impl Fn(u32) -> i64 + 'a {
     let base = graph.own_ns();
-    let mut own = base.to_vec();
-    for (op_id, op) in graph.ops.iter().enumerate() {
-        let parts = select(op);
+    let op_vertices = 2 * graph.ops.len();
+    move |vertex: u32| {
+        let v = vertex as usize;
+        if v >= op_vertices {
+            return base[v];
+        }
+        let op = &graph.ops[v / 2];
         let instance = op.instance as usize;
         if typical.members[instance] < 2 {
-            continue;
+            return base[v];
         }
-        if parts.delay {
-            own[start_vertex(op_id as u32) as usize] = typical.start_ns[instance];
-        }
-        if parts.duration && !op.matched {
-            own[end_vertex(op_id as u32) as usize] = typical.end_ns[instance];
+        let parts = select(op);
+        let is_start = v.is_multiple_of(2);
+        if is_start && parts.delay {
+            typical.start_ns[instance]
+        } else if !is_start && parts.duration && !op.matched {
+            typical.end_ns[instance]
+        } else {
+            base[v]
         }
     }
-    own
 }
 
 fn scale(ns: i64, factor: f64) -> i64 {

@@ -7,7 +7,7 @@
 use crate::dependency::graph::Op;
 use rayon::prelude::*;
 
-use crate::dependency::whatif::{OwnParts, typical_own_ns_with};
+use crate::dependency::whatif::{OwnParts, typical_own_of};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -17,10 +17,11 @@ const KIND: &str = "late_rank";
 /// The saving of replaying rank `rank_index` with the parts `select` names at typical own times.
 fn saving(context: &Context, rank_index: u32, select: impl Fn(&Op) -> OwnParts + Sync) -> i64 {
     let graph = &context.model.graph;
-    let own = typical_own_ns_with(graph, &context.typical, |op| {
+    let own_of = typical_own_of(graph, &context.typical, |op| {
         if op.rank_index == rank_index { select(op) } else { OwnParts::default() }
     });
-    context.measured_ns - context.span_ns(&graph.simulate(&own, false))
+    let last_end = graph.replayed_last_end(own_of, &[]);
+    context.measured_ns - last_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
 }
 
 /// See the module documentation.
