@@ -328,3 +328,39 @@ proptest! {
         prop_assert!(ideal.simulated_ns >= 0);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The replay that keeps no list of own times or vertex times (the late-rank finding's) finds the same last end
+    /// as a full replay with the same own times, for each rank idealised alone and each part of it.
+    #[test]
+    fn a_replay_keeping_only_the_last_end_agrees_with_the_full_replay(
+        rank0 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+        rank1 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+    ) {
+        use shardscope_analyzer::dependency::graph::EdgeKind;
+        use whatif::OwnParts;
+        let traces = [random_rank(0, &rank0), random_rank(1, &rank1)];
+        if traces.iter().all(|t| t.kernels.is_empty()) {
+            return Ok(());
+        }
+        let model = model(&traces);
+        let graph = &model.graph;
+        let typical = whatif::typical_of(graph);
+        let parts = [(true, true), (true, false), (false, true)];
+        for rank_index in 0..graph.ranks.len() as u32 {
+            for (delay, duration) in parts {
+                for skip in [&[][..], &[EdgeKind::HostSync][..]] {
+                    let select = |op: &shardscope_analyzer::dependency::graph::Op| {
+                        if op.rank_index == rank_index { OwnParts { delay, duration } } else { OwnParts::default() }
+                    };
+                    let own = whatif::typical_own_ns_with(graph, &typical, select);
+                    let full = graph.last_end(&graph.simulate_skipping(&own, skip));
+                    let kept = graph.replayed_last_end(whatif::typical_own_of(graph, &typical, select), skip);
+                    prop_assert_eq!(kept, full);
+                }
+            }
+        }
+    }
+}
