@@ -75,8 +75,9 @@ GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "captu
 # `capture-off` is `auto`).
 OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "detached"}
 # The injection library without `capture`: loaded by CUDA and doing nothing (no spool folder given), or only
-# preloaded; the program runs as uncaptured otherwise.
-BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD"}
+# preloaded; or CUPTI alone, preloaded (its initialisers run, nothing calls it); the program runs as uncaptured
+# otherwise.
+BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD", "cupti-preload": "LD_PRELOAD"}
 KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
                       + list(BARE_LIBRARY))
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
@@ -95,6 +96,8 @@ def rotated(modes, round_index):
 def recorder_env(args, mode):
     """What `mode` adds to the environment: the parts of the injection library it leaves off, or the library
     itself for the modes without `capture`."""
+    if mode == "cupti-preload":
+        return {"LD_PRELOAD": args.cupti_lib}
     if mode in BARE_LIBRARY:
         return {BARE_LIBRARY[mode]: inject_library(args)}
     return {"SHARDSCOPE_INJECT_OMIT": OFF_OMIT[mode]} if mode in OFF_OMIT else {}
@@ -374,6 +377,8 @@ def main():
                         help="modes run beside uncaptured in the pairs part, comma-separated (launch modes)")
     parser.add_argument("--inject-lib", default=None,
                         help="the injection library for inject-idle and preload-only (default: beside --capture)")
+    parser.add_argument("--cupti-lib", default="/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
+                        help="libcupti for the cupti-preload mode (default: %(default)s)")
     parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch launch program")
     parser.add_argument("--graph-rounds", type=int, default=4)
     parser.add_argument("--nsys-rounds", type=int, default=3, help="graph rounds that include the nsys modes")
@@ -418,6 +423,9 @@ def main():
             parser.error(f"--{option.replace('_', '-')}: unknown {unknown}" if unknown else
                          f"--{option.replace('_', '-')}: the ratios need the uncaptured mode")
         setattr(args, option, modes)
+    cupti_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "cupti-preload"]
+    if cupti_modes and not os.path.isfile(args.cupti_lib):
+        parser.error(f"--cupti-lib: no file {args.cupti_lib!r} (the cupti-preload mode needs it)")
     parts = args.part or ["check", "launch", "long", "graph"]
     started = time.monotonic()
     os.makedirs(args.scratch, exist_ok=True)
