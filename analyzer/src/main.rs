@@ -1058,9 +1058,10 @@ fn analyse_streaming(args: AnalysisArgs) -> Result<(report::Report, Vec<Trace>, 
     let paths = args.traces.clone();
     let options = analysis_options(args, false)?;
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let what = format!("{} files, {jobs} at a time", paths.len());
+    let files = report::streaming::streamed_files(&paths)?;
+    let what = format!("{} files, {jobs} at a time", files.len());
     let digests = shardscope_analyzer::output::progress::loading(&what, || {
-        report::streaming::digest_files(&paths, &options, jobs)
+        report::streaming::digest_files(&files, &options, jobs)
     })?;
     if !digests.digests().iter().any(|d| d.has_gpu_work()) {
         bail!("{}: no GPU kernels or memory operations in the input", display_list(&paths));

@@ -30,7 +30,7 @@ pub mod parquet;
 pub mod redact;
 pub mod temp_copies;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use detect::{Format, sniff};
 pub use error::Error;
@@ -137,6 +137,27 @@ fn rename_path(error: Error, from: &Path, to: &Path) -> Error {
 /// trace read, so that a missing rank never goes unnoticed. A member that cannot be opened
 /// stops the run: it may well be a rank.
 fn load_folder(path: &Path, extent: Extent) -> Result<Vec<Trace>, Error> {
+    let members = folder_members(path)?;
+    let mut traces =
+        members.files.iter().map(|f| load_file_extent(f, extent)).collect::<Result<Vec<Trace>, Error>>()?;
+    for (what, count) in &members.skipped {
+        traces[0].warn_n(what, *count);
+    }
+    Ok(traces)
+}
+
+/// The trace files of a folder as [`load`] reads them, for a caller that reads them one at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderMembers {
+    /// The trace files, sorted by name.
+    pub files: Vec<PathBuf>,
+    /// (warning, count) per cause of skipping members: [`load`] gives them to the first trace.
+    pub skipped: Vec<(String, u64)>,
+}
+
+/// The members [`load`] would read from folder `path` (not a Parquet dataset: that is read whole), without reading
+/// them. An error where the folder cannot be listed, a member cannot be opened, or no member is a trace.
+pub fn folder_members(path: &Path) -> Result<FolderMembers, Error> {
     let mut files = Vec::new();
     // Per cause, the members skipped for it (names sorted and summarised after the scan).
     let mut skipped: std::collections::BTreeMap<&str, Vec<String>> = std::collections::BTreeMap::new();
@@ -165,11 +186,10 @@ fn load_folder(path: &Path, extent: Extent) -> Result<Vec<Trace>, Error> {
         });
     }
     files.sort();
-    let mut traces = files.iter().map(|f| load_file_extent(f, extent)).collect::<Result<Vec<Trace>, Error>>()?;
-    for (cause, mut names) in skipped {
-        traces[0].warn_n(&skipped_members(path, cause, &mut names), names.len() as u64);
-    }
-    Ok(traces)
+    let skipped = (skipped.into_iter())
+        .map(|(cause, mut names)| (skipped_members(path, cause, &mut names), names.len() as u64))
+        .collect();
+    Ok(FolderMembers { files, skipped })
 }
 
 /// Members of a folder shown by name in the warning about them; the rest are counted.

@@ -21,10 +21,11 @@
 //! t = the instance's transfer time (latest start to last end).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use shardscope_model::{CollectiveOp, DeviceIdx, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, NameId, Trace};
 
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::figures::categories::{Classifier, KernelClass};
@@ -188,16 +189,17 @@ pub struct CommKernel {
     pub end_ns: i64,
     /// Collective type.
     pub op: CollectiveOp,
-    /// Communicator (id or process-group name, else `default`).
-    pub communicator: String,
+    /// Communicator (id or process-group name, else `default`); shared by the rows of one rank that name it (a job
+    /// keeps a row per collective kernel of every rank, tens of millions in a large one).
+    pub communicator: Arc<str>,
     /// Sequence number recorded by the NCCL profiler plugin, if any.
     pub seq: Option<u64>,
     /// Message size S (nccl-tests convention), if known.
     pub bytes: Option<u64>,
     /// Ranks of the communicator, if recorded.
     pub group_size: Option<u32>,
-    /// Phase the kernel was launched in.
-    pub phase: Option<String>,
+    /// Phase the kernel was launched in; shared like the communicator.
+    pub phase: Option<Arc<str>>,
 }
 
 /// [`CommKernel`]'s fields in order, the collective type by its position in [`ALL_OPS`] (one byte where its name
@@ -209,7 +211,8 @@ impl From<CommKernel> for CommKernelFields {
     fn from(k: CommKernel) -> CommKernelFields {
         // The discriminant, which covers every variant; `ALL_OPS` lists them in declaration order (tested), so
         // it reads back as the same type.
-        (k.kernel, k.start_ns, k.end_ns, k.op as u8, k.communicator, k.seq, k.bytes, k.group_size, k.phase)
+        let (communicator, phase) = (k.communicator.to_string(), k.phase.map(|p| p.to_string()));
+        (k.kernel, k.start_ns, k.end_ns, k.op as u8, communicator, k.seq, k.bytes, k.group_size, phase)
     }
 }
 
@@ -228,11 +231,11 @@ impl TryFrom<CommKernelFields> for CommKernel {
             start_ns: f.1,
             end_ns: f.2,
             op,
-            communicator: f.4,
+            communicator: Arc::from(f.4),
             seq: f.5,
             bytes: f.6,
             group_size: f.7,
-            phase: f.8,
+            phase: f.8.map(Arc::from),
         })
     }
 }
@@ -316,6 +319,9 @@ pub fn size_bucket(bytes: Option<u64>) -> &'static str {
 pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
     let trace = input.trace;
     let mut out = Vec::new();
+    // Each communicator and phase named once per rank, its rows sharing the name.
+    let mut communicators: HashMap<CommunicatorName, Arc<str>> = HashMap::new();
+    let mut phases: HashMap<String, Arc<str>> = HashMap::new();
     for &index in input.kernel_indices {
         let kernel = &trace.kernels[index as usize];
         let class = Classifier::lookup(input.classes, kernel.name);
@@ -324,11 +330,23 @@ pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKerne
         }
         let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
         let op = class.collective.or(meta.map(|m| m.op)).unwrap_or(CollectiveOp::Other);
-        let communicator = match meta {
-            Some(m) if m.communicator.is_some() => format!("{:#x}", m.communicator.unwrap_or_default()),
-            Some(m) if !trace.names.get(m.group_name).is_empty() => trace.names.get(m.group_name).to_string(),
-            _ => "default".to_string(),
+        let name = match meta {
+            Some(m) if m.communicator.is_some() => CommunicatorName::Id(m.communicator.unwrap_or_default()),
+            Some(m) if !trace.names.get(m.group_name).is_empty() => CommunicatorName::Group(m.group_name),
+            _ => CommunicatorName::Default,
         };
+        let communicator = communicators
+            .entry(name)
+            .or_insert_with(|| match name {
+                CommunicatorName::Id(id) => Arc::from(format!("{id:#x}")),
+                CommunicatorName::Group(group) => Arc::from(trace.names.get(group)),
+                CommunicatorName::Default => Arc::from("default"),
+            })
+            .clone();
+        let phase = (input.phase_of_kernel)(index).map(|phase| match phases.get(phase.as_str()) {
+            Some(known) => known.clone(),
+            None => phases.entry(phase).or_insert_with_key(|name| Arc::from(name.as_str())).clone(),
+        });
         out.push(CommKernel {
             kernel: index,
             start_ns: kernel.start_ns,
@@ -338,10 +356,18 @@ pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKerne
             seq: meta.and_then(|m| m.seq),
             bytes: meta.and_then(|m| message_bytes(op, m.bytes, m.in_elems, m.out_elems)),
             group_size: meta.and_then(|m| m.group_size),
-            phase: (input.phase_of_kernel)(index),
+            phase,
         });
     }
     out
+}
+
+/// How a kernel's communicator is named: its recorded id, its process group's name, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum CommunicatorName {
+    Id(u64),
+    Group(NameId),
+    Default,
 }
 
 /// Matches the communication kernels of all ranks and computes wait, transfer and bandwidth.
@@ -360,7 +386,7 @@ pub fn slots(kernels: &[CommKernel]) -> Vec<u64> {
     kernels
         .iter()
         .map(|kernel| {
-            let next = ordinal.entry((kernel.communicator.as_str(), kernel.op)).or_default();
+            let next = ordinal.entry((&*kernel.communicator, kernel.op)).or_default();
             let slot = kernel.seq.unwrap_or(*next);
             *next += 1;
             slot
@@ -382,9 +408,7 @@ fn in_instance_order(kernels: Vec<Vec<CommKernel>>) -> (Vec<u64>, Vec<(usize, Co
         .collect();
     let mut all: Vec<(u64, usize, CommKernel)> = slotted.into_iter().flatten().collect();
     // Stable: one rank's kernels of one slot (a repeated sequence number) keep their time order.
-    all.par_sort_by(|a, b| {
-        (a.2.communicator.as_str(), a.2.op, a.0, a.1).cmp(&(b.2.communicator.as_str(), b.2.op, b.0, b.1))
-    });
+    all.par_sort_by(|a, b| (&*a.2.communicator, a.2.op, a.0, a.1).cmp(&(&*b.2.communicator, b.2.op, b.0, b.1)));
     all.into_iter().map(|(slot, input, kernel)| (slot, (input, kernel))).unzip()
 }
 
@@ -431,7 +455,11 @@ fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_d
             match_instance(&first.communicator, first.op, slots[run.start], &members[run.clone()], ranks, &offsets)
         })
         .collect();
+    // The kernels, in instance order, are the largest thing held here (a row per collective kernel of every rank):
+    // gone before the map of shares is made, which is sized once for every matched kernel rather than grown.
+    drop((slots, members, runs));
     let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
+    matching.shares.reserve(matched.iter().flatten().map(|(instance, _)| instance.members.len()).sum());
     let mut spreads = Vec::new();
     let mut matched_kernels = 0u64;
     for (instance, spread_ns) in matched.into_iter().flatten() {
@@ -505,7 +533,7 @@ pub fn match_instance(
     let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
     let bytes = members.iter().find_map(|(_, k)| k.bytes);
     let algbw_gbps = bytes.filter(|_| transfer_ns > 0).map(|b| b as f64 / transfer_ns as f64);
-    let mut phases: Vec<&String> = members.iter().filter_map(|(_, k)| k.phase.as_ref()).collect();
+    let mut phases: Vec<&str> = members.iter().filter_map(|(_, k)| k.phase.as_deref()).collect();
     phases.sort();
     let phase = most_common(&phases).map(|p| p.to_string());
     let instance = Instance {
@@ -584,8 +612,8 @@ fn median_f64(values: &mut [f64]) -> Option<f64> {
     Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
 }
 
-fn most_common<'a>(sorted: &[&'a String]) -> Option<&'a String> {
-    let mut best: Option<(&String, usize)> = None;
+fn most_common<'a>(sorted: &[&'a str]) -> Option<&'a str> {
+    let mut best: Option<(&str, usize)> = None;
     let mut i = 0;
     while i < sorted.len() {
         let run = sorted[i..].iter().take_while(|s| **s == sorted[i]).count();

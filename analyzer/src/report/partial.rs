@@ -567,7 +567,8 @@ fn grouped(mut rows: Vec<KeyedRow>) -> BTreeMap<(String, CollectiveOp, u64), Key
     rows.sort_by_key(|row| row.input);
     let mut groups: BTreeMap<(String, CollectiveOp, u64), KeyMembers> = BTreeMap::new();
     for row in rows {
-        let (members, labels) = groups.entry((row.kernel.communicator.clone(), row.kernel.op, row.slot)).or_default();
+        let (members, labels) =
+            groups.entry((row.kernel.communicator.to_string(), row.kernel.op, row.slot)).or_default();
         members.push((row.input, row.kernel));
         labels.push(row.label);
     }
@@ -594,7 +595,7 @@ pub fn match_rows(rows: Vec<KeyedRow>, ranks: &[RankEntry], offsets: &[i64], kee
         // `instance.shares` are in the order of `members`.
         for (((input, kernel), label), share) in members.iter().zip(&labels).zip(&instance.shares) {
             let Some(label) = *label else { continue };
-            let key = (*input, label, kernel.phase.clone());
+            let key = (*input, label, kernel.phase.as_deref().map(str::to_string));
             tallies.entry(ranks[*input].trace).or_default().entry(key).or_default().absorb((*share).into());
         }
         instances.push(MatchedInstance::new(instance, spread, keep_rank_waits));
@@ -626,7 +627,7 @@ pub fn merge(parts: &[TracePart], options: &Options) -> Value {
             for row in &device.comm {
                 let Some(label) = device.tally_label(row) else { continue };
                 let Some(share) = matching.shares.get(&(trace, row.kernel.kernel)) else { continue };
-                let key = (first_input + position, label, row.kernel.phase.clone());
+                let key = (first_input + position, label, row.kernel.phase.as_deref().map(str::to_string));
                 tallies.entry(key).or_default().absorb((*share).into());
             }
         }

@@ -291,23 +291,58 @@ fn add_share(figures: &mut Figures, label: &str, share: RankShare) {
     *figures.categories.entry(format!("{}{op}", categories::WAIT_PREFIX)).or_default() += share.wait_ns;
 }
 
-/// Reads and digests the files at `paths` in input order, up to `jobs` at a time (each on a worker of the analyzer's
-/// pool, its traces dropped once digested): at most `jobs` files' traces are in memory at once. The first file
-/// that cannot be read, in input order, is the error.
-pub fn digest_files(paths: &[PathBuf], options: &Options, jobs: usize) -> Result<Streaming, shardscope_io::Error> {
+/// One file the report reads on its own: a file given, or a member of a folder given (a folder of rank files is
+/// read file by file too; a Parquet dataset is read whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamedFile {
+    /// The file (or dataset).
+    pub path: PathBuf,
+    /// The warnings about members its folder skipped: given to its first trace, as reading the folder whole does.
+    pub folder_warnings: Vec<(String, u64)>,
+}
+
+/// The files `paths` stand for, in the order the report reads them: a folder's trace files sorted by name where it
+/// stands. An error where a folder cannot be listed or holds no trace.
+pub fn streamed_files(paths: &[PathBuf]) -> Result<Vec<StreamedFile>, shardscope_io::Error> {
+    let mut files = Vec::new();
+    for path in paths {
+        if !path.is_dir() || shardscope_io::parquet::is_dataset(path) {
+            files.push(StreamedFile { path: path.clone(), folder_warnings: Vec::new() });
+            continue;
+        }
+        let members = shardscope_io::folder_members(path)?;
+        let mut folder_warnings = Some(members.skipped);
+        for file in members.files {
+            files.push(StreamedFile { path: file, folder_warnings: folder_warnings.take().unwrap_or_default() });
+        }
+    }
+    Ok(files)
+}
+
+/// Reads and digests `files` in order, up to `jobs` at a time (each on a worker of the analyzer's pool, its traces
+/// dropped once digested): at most `jobs` files' traces are in memory at once. The first file that cannot be read,
+/// in input order, is the error.
+pub fn digest_files(files: &[StreamedFile], options: &Options, jobs: usize) -> Result<Streaming, shardscope_io::Error> {
     let mut streaming = Streaming::new();
-    for group in paths.chunks(jobs.max(1)) {
-        let digested: Vec<Result<Vec<TraceDigest>, shardscope_io::Error>> = workers::run(|| {
-            group
-                .par_iter()
-                .map(|path| Ok(shardscope_io::load(path)?.iter().map(|trace| digest(trace, options)).collect()))
-                .collect()
-        });
+    for group in files.chunks(jobs.max(1)) {
+        let digested: Vec<Result<Vec<TraceDigest>, shardscope_io::Error>> =
+            workers::run(|| group.par_iter().map(|file| digest_file(file, options)).collect());
         for file in digested {
             file?.into_iter().for_each(|d| streaming.push(d));
         }
     }
     Ok(streaming)
+}
+
+/// The digests of one file's traces.
+fn digest_file(file: &StreamedFile, options: &Options) -> Result<Vec<TraceDigest>, shardscope_io::Error> {
+    let mut traces = shardscope_io::load(&file.path)?;
+    if let Some(first) = traces.first_mut() {
+        for (what, count) in &file.folder_warnings {
+            first.warn_n(what, *count);
+        }
+    }
+    Ok(traces.iter().map(|trace| digest(trace, options)).collect())
 }
 
 /// How many bytes the traces of `paths` take in memory, estimated from their files: an uncompressed file about
@@ -356,8 +391,9 @@ pub fn available_memory_bytes() -> Option<u64> {
     }
 }
 
-/// Whether `report` should go one file at a time: for two or more files whose traces would take more than half of
-/// the memory available (`None`: not known, then not).
+/// Whether `report` should go one file at a time: for two or more files (a folder counts its rank files) whose
+/// traces would take more than half of the memory available (`None`: not known, then not).
 pub fn should_stream(paths: &[PathBuf], available_bytes: Option<u64>) -> bool {
-    paths.len() >= 2 && available_bytes.is_some_and(|free| estimated_memory_bytes(paths) > free / 2)
+    let files = streamed_files(paths).map_or(paths.len(), |files| files.len());
+    files >= 2 && available_bytes.is_some_and(|free| estimated_memory_bytes(paths) > free / 2)
 }

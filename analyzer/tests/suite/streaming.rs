@@ -224,6 +224,35 @@ fn the_command_streams_the_same_report_without_findings() {
     common::assert_one_line_error(&refused, "--html");
 }
 
+/// A folder of rank files given as one argument is read file by file too (it used to be one unit, read whole, and
+/// never chosen for streaming): the same report as the folder read whole, its skipped members warned about once.
+#[test]
+fn a_folder_of_rank_files_streams_file_by_file() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    for (rank, trace) in one_rank_traces(3, 12).iter().enumerate() {
+        let path = dir.path().join(format!("rank{rank}.sqlite"));
+        shardscope_io::nsys_writer::write(trace, &path).expect("the nsys writer writes it");
+    }
+    std::fs::write(dir.path().join("notes.txt"), "not a trace").unwrap();
+    let folder = dir.path().to_path_buf();
+    let files = streaming::streamed_files(std::slice::from_ref(&folder)).expect("the folder lists");
+    let names: Vec<String> = files.iter().map(|f| f.path.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank0.sqlite", "rank1.sqlite", "rank2.sqlite"]);
+    assert_eq!(files[0].folder_warnings.len(), 1, "the skipped member, with the first file");
+    assert!(files[1..].iter().all(|f| f.folder_warnings.is_empty()));
+    assert!(streaming::should_stream(std::slice::from_ref(&folder), Some(0)), "a folder counts its rank files");
+    compare_command("a folder of 3 rank files", std::slice::from_ref(&folder));
+    let warned = |mode: &str| {
+        let output = analyzer(&["report", folder.to_str().unwrap(), "--format", "csv", "--streaming", mode]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        stderr.lines().filter(|l| l.contains("folder member skipped (not a trace)")).count()
+    };
+    assert_eq!((warned("on"), warned("off")), (1, 1), "the skipped member is warned about once either way");
+    let empty = tempfile::tempdir().expect("a temporary folder");
+    let error = streaming::streamed_files(&[empty.path().to_path_buf()]).expect_err("no trace in it");
+    assert!(error.to_string().contains("holds no SQLite or JSON trace"), "{error}");
+}
+
 fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(dir).expect("a folder").map(|e| e.expect("an entry").path()).collect();
