@@ -123,8 +123,8 @@ enum Command {
         #[arg(long, conflicts_with = "findings_rules")]
         no_findings: bool,
         /// Read and analyse the rank files a few at a time, each dropped once analysed, and match the collectives
-        /// from what is kept (the same report, without the findings, which need every trace): `auto` does so
-        /// for two or more files whose traces would not fit in half the available memory.
+        /// from what is kept (the same report, without the findings, which need every trace; a folder's rank files
+        /// too): `auto` does so for two or more files whose traces would not fit in half the available memory.
         #[arg(long, value_enum, default_value = "auto")]
         streaming: StreamingMode,
     },

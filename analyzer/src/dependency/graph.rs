@@ -1594,28 +1594,24 @@ impl Graph {
         for (position, &vertex) in self.order.iter().enumerate() {
             position_of[vertex as usize] = position as u32;
         }
-        let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
-        // Each position's edges are found on worker threads and kept in position order.
-        let counts: Vec<u32> = self.order.par_iter().map(|&vertex| kept(vertex).count() as u32).collect();
-        let mut offsets = Vec::with_capacity(self.order.len() + 1);
-        offsets.push(0u32);
-        let mut total = 0u32;
-        for count in counts {
-            total += count;
-            offsets.push(total);
-        }
-        let position_of = &position_of;
-        let edges: Vec<PlanEdge> = (self.order.par_iter())
-            .flat_map_iter(|&vertex| {
-                kept(vertex).map(move |edge| PlanEdge {
+        let mut plan = ReplayPlan {
+            offsets: Vec::with_capacity(self.order.len() + 1),
+            edges: Vec::with_capacity(self.edges.len()),
+            external_ns: Vec::with_capacity(self.order.len()),
+        };
+        plan.offsets.push(0);
+        for &vertex in &self.order {
+            plan.external_ns.push(self.external_ns[vertex as usize]);
+            for edge in self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped) {
+                plan.edges.push(PlanEdge {
                     source_position: position_of[edge.source as usize],
                     kind: edge.kind,
                     lag_ns: edge.lag_ns,
-                })
-            })
-            .collect();
-        let external_ns = self.order.par_iter().map(|&vertex| self.external_ns[vertex as usize]).collect();
-        ReplayPlan { offsets, edges, external_ns }
+                });
+            }
+            plan.offsets.push(plan.edges.len() as u32);
+        }
+        plan
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
