@@ -301,6 +301,22 @@ fn random_rank(rank: u32, events: &[RandomEvent]) -> Trace {
     r.finish()
 }
 
+/// A rank's random events, 1 to 15 of them.
+fn random_events() -> impl Strategy<Value = Vec<RandomEvent>> {
+    let event = (any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500));
+    prop::collection::vec(event, 1..16)
+}
+
+/// Two random ranks and their model; `None` when neither ran a kernel (nothing to model).
+fn random_model(rank0: &[RandomEvent], rank1: &[RandomEvent]) -> Option<([Trace; 2], Model)> {
+    let traces = [random_rank(0, rank0), random_rank(1, rank1)];
+    if traces.iter().all(|t| t.kernels.is_empty()) {
+        return None;
+    }
+    let model = model(&traces);
+    Some((traces, model))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -309,14 +325,10 @@ proptest! {
     /// time, and the critical path's segments add up to the measured time.
     #[test]
     fn replay_reproduces_the_record_and_the_path_adds_up(
-        rank0 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
-        rank1 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+        rank0 in random_events(),
+        rank1 in random_events(),
     ) {
-        let traces = [random_rank(0, &rank0), random_rank(1, &rank1)];
-        if traces.iter().all(|t| t.kernels.is_empty()) {
-            return Ok(());
-        }
-        let model = model(&traces);
+        let Some((traces, model)) = random_model(&rank0, &rank1) else { return Ok(()) };
         let graph = &model.graph;
         prop_assert_eq!(graph.stats.inconsistent_vertices, 0);
         prop_assert_eq!(graph.simulate(graph.own_ns(), false), graph.measured_ns().to_vec());
@@ -327,25 +339,17 @@ proptest! {
         prop_assert_eq!(ideal.replay_ns, ideal.measured_ns);
         prop_assert!(ideal.simulated_ns >= 0);
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// The replay that keeps no list of own times or vertex times (the late-rank finding's) finds the same last end
     /// as a full replay with the same own times, for each rank idealised alone and each part of it.
     #[test]
     fn a_replay_keeping_only_the_last_end_agrees_with_the_full_replay(
-        rank0 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
-        rank1 in prop::collection::vec((any::<bool>(), any::<bool>(), 0usize..3, 0i64..5_000, 0i64..1_000, prop::option::of(-50i64..500)), 1..16),
+        rank0 in random_events(),
+        rank1 in random_events(),
     ) {
         use shardscope_analyzer::dependency::graph::EdgeKind;
         use whatif::OwnParts;
-        let traces = [random_rank(0, &rank0), random_rank(1, &rank1)];
-        if traces.iter().all(|t| t.kernels.is_empty()) {
-            return Ok(());
-        }
-        let model = model(&traces);
+        let Some((_, model)) = random_model(&rank0, &rank1) else { return Ok(()) };
         let graph = &model.graph;
         let typical = whatif::typical_of(graph);
         let parts = [(true, true), (true, false), (false, true)];
