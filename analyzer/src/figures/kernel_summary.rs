@@ -4,7 +4,7 @@
 //! `Med` is the mean of the two middle values for an even count; `StdDev` is the sample standard deviation
 //! (n − 1 in the denominator, 0 for one instance). Rows are ordered by total time, largest first.
 
-use std::collections::HashMap;
+use rayon::prelude::*;
 
 use serde::Serialize;
 use shardscope_model::NameId;
@@ -44,48 +44,42 @@ pub fn saturated_rows(rows: &[KernelSummaryRow]) -> usize {
 /// Builds the summary from `(name, duration_ns)` pairs.
 pub fn summarize(
     kernels: impl Iterator<Item = (NameId, i64)>,
-    name_of: impl Fn(NameId) -> String,
+    name_of: impl Fn(NameId) -> String + Sync,
 ) -> Vec<KernelSummaryRow> {
-    let mut by_name: HashMap<NameId, Vec<i64>> = HashMap::new();
-    for (name, duration_ns) in kernels {
-        by_name.entry(name).or_default().push(duration_ns);
-    }
+    // Sorted by name, then duration: each name's durations end up together and in order, sorted on worker threads.
+    let mut kernels: Vec<(NameId, i64)> = kernels.collect();
+    crate::figures::workers::run(|| kernels.par_sort_unstable());
     // Sums in i128: n durations of up to 2⁶³ ns each cannot overflow it for any n that fits in memory.
-    let grand_total_ns: i128 = by_name.values().flatten().map(|&d| i128::from(d)).sum();
-    let mut rows: Vec<KernelSummaryRow> = by_name
-        .into_iter()
-        .map(|(name, mut durations)| {
-            durations.sort_unstable();
-            let n = durations.len();
-            let exact_total_ns: i128 = durations.iter().map(|&d| i128::from(d)).sum();
-            let total_ns =
-                i64::try_from(exact_total_ns).unwrap_or(if exact_total_ns > 0 { i64::MAX } else { i64::MIN });
-            let avg_ns = exact_total_ns as f64 / n as f64;
-            let med_ns = if n % 2 == 1 {
-                durations[n / 2] as f64
-            } else {
-                (durations[n / 2 - 1] as f64 + durations[n / 2] as f64) / 2.0
-            };
-            let stddev_ns = if n > 1 {
-                let squares: f64 = durations.iter().map(|&d| (d as f64 - avg_ns).powi(2)).sum();
-                (squares / (n - 1) as f64).sqrt()
-            } else {
-                0.0
-            };
-            KernelSummaryRow {
-                time_pct: if grand_total_ns > 0 { 100.0 * exact_total_ns as f64 / grand_total_ns as f64 } else { 0.0 },
-                total_ns,
-                instances: n as u64,
-                avg_ns,
-                med_ns,
-                min_ns: durations[0],
-                max_ns: durations[n - 1],
-                stddev_ns,
-                name: name_of(name),
-                total_saturated: i128::from(total_ns) != exact_total_ns,
-            }
-        })
-        .collect();
+    let grand_total_ns: i128 = kernels.iter().map(|&(_, d)| i128::from(d)).sum();
+    let groups: Vec<&[(NameId, i64)]> = kernels.chunk_by(|a, b| a.0 == b.0).collect();
+    let row = |group: &&[(NameId, i64)]| {
+        let durations = || group.iter().map(|&(_, d)| d);
+        let n = group.len();
+        let exact_total_ns: i128 = durations().map(i128::from).sum();
+        let total_ns = i64::try_from(exact_total_ns).unwrap_or(if exact_total_ns > 0 { i64::MAX } else { i64::MIN });
+        let avg_ns = exact_total_ns as f64 / n as f64;
+        let med_ns =
+            if n % 2 == 1 { group[n / 2].1 as f64 } else { (group[n / 2 - 1].1 as f64 + group[n / 2].1 as f64) / 2.0 };
+        let stddev_ns = if n > 1 {
+            let squares: f64 = durations().map(|d| (d as f64 - avg_ns).powi(2)).sum();
+            (squares / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        KernelSummaryRow {
+            time_pct: if grand_total_ns > 0 { 100.0 * exact_total_ns as f64 / grand_total_ns as f64 } else { 0.0 },
+            total_ns,
+            instances: n as u64,
+            avg_ns,
+            med_ns,
+            min_ns: group[0].1,
+            max_ns: group[n - 1].1,
+            stddev_ns,
+            name: name_of(group[0].0),
+            total_saturated: i128::from(total_ns) != exact_total_ns,
+        }
+    };
+    let mut rows: Vec<KernelSummaryRow> = crate::figures::workers::run(|| groups.par_iter().map(row).collect());
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
     rows
 }
