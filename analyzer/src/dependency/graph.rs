@@ -480,18 +480,24 @@ impl std::hash::Hasher for IntHash {
 }
 
 impl InstanceKeys {
-    /// Global ids for every name of every trace (as named and without the version suffix) and for the names the
-    /// model gives copies, sets and graphs. Only the grouping of the ids matters, not their values.
+    /// Global ids for the names of every trace that name a kernel (as named) or a host call (without the version
+    /// suffix), and for the names the model gives copies, sets and graphs; other names (NVTX ranges, which can be
+    /// millions) get none. Only the grouping of the ids matters, not their values.
     fn name_all(&mut self, traces: &[Trace]) {
         for name in [MEMCPY_NAME, MEMSET_NAME, GRAPH_NAME] {
             self.global_name(name);
         }
         for trace in traces {
-            for strip in [false, true] {
-                let ids = trace
-                    .names
-                    .iter()
-                    .map(|(_, name)| self.global_name(if strip { strip_version(name) } else { name }))
+            let kernel_names = trace.kernels.iter().map(|k| k.name);
+            let call_names = trace.api_calls.iter().map(|c| c.name);
+            for (strip, used) in [(false, names_used(trace, kernel_names)), (true, names_used(trace, call_names))] {
+                let ids = (trace.names.iter().zip(used))
+                    .map(|((_, name), used)| {
+                        if !used {
+                            return NONE;
+                        }
+                        self.global_name(if strip { strip_version(name) } else { name })
+                    })
                     .collect();
                 self.trace_names.push(ids);
             }
@@ -537,6 +543,17 @@ impl InstanceKeys {
         }
         ids[at]
     }
+}
+
+/// Per name id of `trace`, whether one of `ids` is it.
+fn names_used(trace: &Trace, ids: impl Iterator<Item = NameId>) -> Vec<bool> {
+    let mut used = vec![false; trace.names.len()];
+    for id in ids {
+        if let Some(slot) = used.get_mut(id.0 as usize) {
+            *slot = true;
+        }
+    }
+    used
 }
 
 /// The instance names of copies, sets and graph launches.
