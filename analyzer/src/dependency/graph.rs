@@ -556,6 +556,32 @@ fn names_used(trace: &Trace, ids: impl Iterator<Item = NameId>) -> Vec<bool> {
     used
 }
 
+/// The latest end among the operations' ends offered: of a GPU operation, else of any; on ties the lowest operation
+/// ([`Graph::last_end`], [`Graph::replayed_last_end`]).
+#[derive(Default)]
+struct LastEnd {
+    gpu: Option<(u32, i64)>,
+    any: Option<(u32, i64)>,
+}
+
+impl LastEnd {
+    fn offer(&mut self, op: u32, on_gpu: bool, end_ns: i64) {
+        let later = |best: Option<(u32, i64)>| match best {
+            Some((o, t)) if (t, Reverse(o)) >= (end_ns, Reverse(op)) => best,
+            _ => Some((op, end_ns)),
+        };
+        if on_gpu {
+            self.gpu = later(self.gpu);
+        }
+        self.any = later(self.any);
+    }
+
+    /// (operation, end) of the latest GPU operation, else of the latest operation.
+    fn found(self) -> Option<(u32, i64)> {
+        self.gpu.or(self.any)
+    }
+}
+
 /// The instance names of copies, sets and graph launches.
 const MEMCPY_NAME: &str = "[CUDA memcpy]";
 const MEMSET_NAME: &str = "[CUDA memset]";
@@ -885,13 +911,12 @@ impl<'a> Builder<'a> {
                 let event = &rank_gpu_events[rank_index][fact.event];
                 // Categories are numbered in order of first appearance, inside the window or not.
                 let (category, comm) = match (event.kind, fact.comm) {
-                    (OpKind::Kernel, Some(op)) => match comm_categories.get(&op) {
-                        Some(&known) => (known, true),
-                        None => {
-                            let id = self.category_id(&format!("{COMM_PREFIX}{}", op.label()));
-                            (*comm_categories.entry(op).or_insert(id), true)
-                        }
-                    },
+                    (OpKind::Kernel, Some(op)) => {
+                        let category = comm_categories
+                            .entry(op)
+                            .or_insert_with(|| self.category_id(&format!("{COMM_PREFIX}{}", op.label())));
+                        (*category, true)
+                    }
                     (OpKind::Kernel, None) => (fact.category, false),
                     (OpKind::Copy, _) => (memcpy_category, false),
                     (OpKind::Set, _) => (memset_category, false),
@@ -1559,23 +1584,14 @@ impl Graph {
     /// span hold one time per vertex, not three.
     pub fn replayed_last_end(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
         let op_vertices = 2 * self.ops.len() as u32;
-        // (operation, end time) of the latest GPU operation, and of the latest operation of any kind.
-        let (mut gpu, mut any) = (None::<(u32, i64)>, None::<(u32, i64)>);
-        // The latest time, on ties the lowest operation: the order `last_end` keeps.
-        let later = |best: Option<(u32, i64)>, op: u32, t: i64| match best {
-            Some((o, b)) if (b, Reverse(o)) >= (t, Reverse(op)) => best,
-            _ => Some((op, t)),
-        };
+        let mut last = LastEnd::default();
         self.replay_in_order(own_of, skip, |vertex, t| {
             if vertex % 2 == 1 && vertex < op_vertices {
                 let op = vertex / 2;
-                if self.ops[op as usize].kind.on_gpu() {
-                    gpu = later(gpu, op, t);
-                }
-                any = later(any, op, t);
+                last.offer(op, self.ops[op as usize].kind.on_gpu(), t);
             }
         });
-        gpu.or(any)
+        last.found()
     }
 
     /// The replay itself: every vertex's time by its position in the topological order, each passed to `seen` with
@@ -1633,13 +1649,11 @@ impl Graph {
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
     pub fn last_end(&self, times: &[i64]) -> Option<(u32, i64)> {
-        let gpu = (0..self.ops.len() as u32)
-            .filter(|&o| self.ops[o as usize].kind.on_gpu())
-            .map(|o| (o, times[end_vertex(o) as usize]))
-            .max_by_key(|&(o, t)| (t, Reverse(o)));
-        gpu.or_else(|| {
-            (0..self.ops.len() as u32).map(|o| (o, times[end_vertex(o) as usize])).max_by_key(|&(o, t)| (t, Reverse(o)))
-        })
+        let mut last = LastEnd::default();
+        for (op, o) in self.ops.iter().enumerate() {
+            last.offer(op as u32, o.kind.on_gpu(), times[end_vertex(op as u32) as usize]);
+        }
+        last.found()
     }
 
     /// The critical path through the measured times: see the module documentation.
