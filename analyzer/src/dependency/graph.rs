@@ -1708,6 +1708,20 @@ impl Graph {
         ((vertex as usize) < 2 * self.ops.len()).then_some(vertex / 2)
     }
 
+    /// The operation whose end is vertex `vertex` (none for a start or a barrier).
+    pub fn op_ended_at(&self, vertex: u32) -> Option<u32> {
+        self.op_of_vertex(vertex).filter(|_| vertex % 2 == 1)
+    }
+
+    /// One flag per operation, set for the operations `ops` lists (for own times changed per operation).
+    pub fn op_flags(&self, ops: impl IntoIterator<Item = usize>) -> Vec<bool> {
+        let mut flags = vec![false; self.ops.len()];
+        for op in ops {
+            flags[op] = true;
+        }
+        flags
+    }
+
     /// The barrier vertex whose release a matched collective operation waits for.
     pub fn barrier_of(&self, op: u32) -> Option<u32> {
         self.incoming(end_vertex(op)).iter().find(|e| e.kind == EdgeKind::CollectiveRelease).map(|e| e.source)

@@ -3,7 +3,7 @@
 //! scenario). It is the most any overlap of communication with computation can give; the evidence splits the
 //! communication time into waiting for the last rank and transfer.
 
-use crate::dependency::graph::end_vertex;
+use crate::dependency::graph::EdgeKind;
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -16,14 +16,12 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if !graph.ops.iter().any(|op| op.comm) {
         return Err(Quiet { kind: KIND, why: "not evaluated: no communication kernels in the window".into() });
     }
-    let mut own = graph.own_ns().to_vec();
-    for (op_id, op) in graph.ops.iter().enumerate() {
-        if op.comm {
-            own[end_vertex(op_id as u32) as usize] = 0;
-        }
-    }
-    let times = graph.simulate(&own, true);
-    let saving_ns = context.measured_ns - context.span_ns(&times);
+    let own = graph.own_ns();
+    let own_of = |v: u32| match graph.op_ended_at(v) {
+        Some(op) if graph.ops[op as usize].comm => 0,
+        _ => own[v as usize],
+    };
+    let saving_ns = context.replay_saving_ns(own_of, &[EdgeKind::CollectiveRelease]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(KIND, "full overlap of communication", saving_ns, rule.min_saving_pct));
     }
@@ -48,11 +46,11 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     let waiting: i64 = context.report.ranks.iter().map(|r| r.figures.comm_wait_ns).sum();
     let transfer: i64 = context.report.ranks.iter().map(|r| r.figures.comm_transfer_ns).sum();
     let what = if waiting > transfer { "mostly waiting for the last rank" } else { "mostly transfer" };
-    Ok(context.replayed(
+    Ok(context.replayed_saving(
         KIND,
         format!("communication is exposed on the critical path ({what})"),
         evidence,
         "communication kernels replayed at no time and no rank waiting at a collective (full overlap)".into(),
-        &times,
+        saving_ns,
     ))
 }

@@ -2,7 +2,7 @@
 //! replayed at no time (as keeping the data on the GPU, or prefetching it on a side stream, would). Whether a
 //! copy used pageable host memory is not in the trace model; their achieved bandwidth is given as evidence.
 
-use crate::dependency::graph::{OpKind, end_vertex};
+use crate::dependency::graph::OpKind;
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -27,12 +27,12 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if copies.is_empty() {
         return Err(Quiet { kind: KIND, why: "no host-device copies in the window".into() });
     }
-    let mut own = graph.own_ns().to_vec();
-    for &(o, _, _) in &copies {
-        own[end_vertex(o as u32) as usize] = 0;
-    }
-    let times = graph.simulate(&own, false);
-    let saving_ns = context.measured_ns - context.span_ns(&times);
+    let (own, removed) = (graph.own_ns(), graph.op_flags(copies.iter().map(|c| c.0)));
+    let own_of = |v: u32| match graph.op_ended_at(v) {
+        Some(op) if removed[op as usize] => 0,
+        _ => own[v as usize],
+    };
+    let saving_ns = context.replay_saving_ns(own_of, &[]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         let what = format!("removing {} host-device copies", copies.len());
         return Err(context.below(KIND, &what, saving_ns, rule.min_saving_pct));
@@ -53,11 +53,11 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
             human_ns(busy_ns)
         ));
     }
-    Ok(context.replayed(
+    Ok(context.replayed_saving(
         KIND,
         "host-device copies inside the step loop hold up the step".into(),
         evidence,
         "every host-to-device and device-to-host copy in the window replayed at no time".into(),
-        &times,
+        saving_ns,
     ))
 }

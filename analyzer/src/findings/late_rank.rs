@@ -20,8 +20,7 @@ fn saving(context: &Context, rank_index: u32, select: impl Fn(&Op) -> OwnParts +
     let own_of = typical_own_of(graph, &context.typical, |op| {
         if op.rank_index == rank_index { select(op) } else { OwnParts::default() }
     });
-    let last_end = graph.replayed_last_end(own_of, &[]);
-    context.measured_ns - last_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
+    context.replay_saving_ns(own_of, &[])
 }
 
 /// See the module documentation.

@@ -4,7 +4,7 @@
 //! delays before each kernel (launch latency, unrecorded waits) are kept, so the saving is what removing the
 //! host's share gives, not a GPU that never idles.
 
-use crate::dependency::graph::{GPU_DELAY, HOST, HOST_GAP, end_vertex, start_vertex};
+use crate::dependency::graph::{GPU_DELAY, HOST, HOST_GAP};
 use crate::findings::rules::LaunchRule;
 use crate::findings::{Context, Outcome, top_by_time};
 use crate::output::render::duration as human_ns;
@@ -29,15 +29,12 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
         });
     }
     // The replay only where the host shows on the path.
-    let mut own = graph.own_ns().to_vec();
-    for (op_id, op) in graph.ops.iter().enumerate() {
-        if !op.kind.on_gpu() {
-            own[start_vertex(op_id as u32) as usize] = 0;
-            own[end_vertex(op_id as u32) as usize] = 0;
-        }
-    }
-    let times = graph.simulate(&own, false);
-    let saving_ns = context.measured_ns - context.span_ns(&times);
+    let own = graph.own_ns();
+    let own_of = |v: u32| match graph.op_of_vertex(v) {
+        Some(op) if !graph.ops[op as usize].kind.on_gpu() => 0,
+        _ => own[v as usize],
+    };
+    let saving_ns = context.replay_saving_ns(own_of, &[]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(KIND, "a free host launch path", saving_ns, rule.min_saving_pct));
     }
@@ -46,7 +43,7 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
         context.window_steps.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {} per step", gpu_ops / n));
     let gaps = context.path.segments.iter().filter(|s| s.category == HOST_GAP || s.category == GPU_DELAY);
     let before: Vec<(String, i64)> = gaps.map(|s| (s.op.clone(), s.duration_ns)).collect();
-    Ok(context.replayed(
+    Ok(context.replayed_saving(
         KIND,
         "the GPU waits for the host: launches and host work between them (launch-bound)".into(),
         vec![
@@ -63,6 +60,6 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
         "every host call and host gap replayed at no time (all launches issued at once, as CUDA graphs or fewer \
          launches would)"
             .into(),
-        &times,
+        saving_ns,
     ))
 }

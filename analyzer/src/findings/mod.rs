@@ -32,6 +32,7 @@ use serde::Serialize;
 use shardscope_model::Trace;
 
 use crate::dependency::critical_path::{self, CriticalPath, Model};
+use crate::dependency::graph::EdgeKind;
 use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT, Typical};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
@@ -208,16 +209,13 @@ impl Context<'_> {
         if self.measured_ns > 0 { 100.0 * ns as f64 / self.measured_ns as f64 } else { 0.0 }
     }
 
-    /// A replayed finding: the saving of `times` against the measured time.
-    pub fn replayed(
-        &self,
-        kind: &'static str,
-        title: String,
-        evidence: Vec<String>,
-        how: String,
-        times: &[i64],
-    ) -> Finding {
-        self.finding(kind, title, evidence, how, Basis::Replay, self.measured_ns - self.span_ns(times))
+    /// The saving against the measured time of a replay with the own time `own_of(vertex)` of every vertex (edges
+    /// of the kinds in `skip` ignored). The replay keeps one time per vertex and no list of own times, so that
+    /// the finding types' replays fit [`REPLAY_STATE_BUDGET_BYTES`] side by side.
+    pub fn replay_saving_ns(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> i64 {
+        let graph = &self.model.graph;
+        let last_end = graph.replayed_last_end(own_of, skip);
+        self.measured_ns - last_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
     }
 
     /// A replayed finding whose saving was computed already.
@@ -391,16 +389,16 @@ pub fn findings_of_model_with(
     }
 }
 
-/// How much replay state the finding types may hold at once, bytes. Each replay keeps about three 8-byte times per
-/// vertex of the model (its own times, the times in replay order, the result), and on 16 cores a 10 M-kernel, 8-rank
-/// model replayed on every core at once doubled the report's peak (16.1 against 8.5 GB); fewer replays run at
-/// once on a model that large, all of them on a small one.
+/// How much replay state the finding types may hold at once, bytes. Each of their replays keeps one 8-byte time per
+/// vertex of the model ([`Context::replay_saving_ns`]: own times are computed where read); on 16 cores a 10 M-kernel,
+/// 8-rank model replayed on every core at once, three times per vertex then, doubled the report's peak (16.1
+/// against 8.5 GB): fewer replays run at once on a model that large, all of them on a small one.
 const REPLAY_STATE_BUDGET_BYTES: u64 = 2 << 30;
 
 /// How many threads the finding types and their replays get on `graph`: as many as the budget holds replays, at
 /// least one, at most the pool's.
 fn replay_threads(graph: &crate::dependency::graph::Graph) -> usize {
-    let per_replay_bytes = (graph.vertex_count() as u64).saturating_mul(24).max(1);
+    let per_replay_bytes = (graph.vertex_count() as u64).saturating_mul(8).max(1);
     let fitting = usize::try_from(REPLAY_STATE_BUDGET_BYTES / per_replay_bytes).unwrap_or(usize::MAX);
     fitting.clamp(1, rayon::current_num_threads().max(1))
 }

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::dependency::graph::{OpKind, end_vertex};
+use crate::dependency::graph::OpKind;
 use crate::findings::rules::SavingRule;
 use crate::findings::{Basis, Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -198,11 +198,16 @@ fn replayed_saving(context: &Context, copies: &[Copy]) -> i64 {
     let pageable = copies.iter().filter(|c| c.host_memory == Some(MemoryKind::Pageable));
     let calls: BTreeSet<(u32, u32)> = pageable.clone().filter_map(|c| c.call).collect();
     let ops: BTreeSet<usize> = pageable.map(|c| c.op).collect();
-    let mut own = graph.own_ns().to_vec();
-    for (op_id, op) in graph.ops.iter().enumerate() {
-        if ops.contains(&op_id) || (op.kind == OpKind::HostCall && calls.contains(&(op.trace, op.index))) {
-            own[end_vertex(op_id as u32) as usize] = 0;
-        }
-    }
-    context.measured_ns - context.span_ns(&graph.simulate(&own, false))
+    let removed = graph.op_flags(graph.ops.iter().enumerate().filter_map(|(op_id, op)| {
+        let issuing = op.kind == OpKind::HostCall && calls.contains(&(op.trace, op.index));
+        (ops.contains(&op_id) || issuing).then_some(op_id)
+    }));
+    let own = graph.own_ns();
+    context.replay_saving_ns(
+        |v| match graph.op_ended_at(v) {
+            Some(op) if removed[op as usize] => 0,
+            _ => own[v as usize],
+        },
+        &[],
+    )
 }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shardscope_model::CollectiveOp;
 
-use crate::dependency::graph::{Graph, end_vertex};
+use crate::dependency::graph::{Graph, Op};
 use crate::figures::collectives::Matching;
 use crate::findings::rules::PipelineRule;
 use crate::findings::{Basis, Context, Outcome, Quiet};
@@ -167,16 +167,15 @@ pub fn evaluate(context: &Context, rule: &PipelineRule) -> Outcome {
     let factor = mean_ns as f64 / slow_ns as f64;
     let slow_ranks: Vec<usize> = stages[slow].iter().map(|&r| index_of(r)).collect();
     let (basis, saving_ns, how) = if context.fit.fits {
-        let mut own = graph.own_ns().to_vec();
-        for (op_id, op) in graph.ops.iter().enumerate() {
-            if op.kind.on_gpu() && !op.comm && slow_ranks.contains(&(op.rank_index as usize)) {
-                let end = end_vertex(op_id as u32) as usize;
-                own[end] = (own[end] as f64 * factor).round() as i64;
-            }
-        }
+        let own = graph.own_ns();
+        let scaled = |op: &Op| op.kind.on_gpu() && !op.comm && slow_ranks.contains(&(op.rank_index as usize));
+        let own_of = |v: u32| match graph.op_ended_at(v) {
+            Some(op) if scaled(&graph.ops[op as usize]) => (own[v as usize] as f64 * factor).round() as i64,
+            _ => own[v as usize],
+        };
         let how =
             format!("stage {slow}'s non-communication GPU durations replayed × {factor:.3} (its compute at the mean)");
-        (Basis::Replay, context.measured_ns - context.span_ns(&graph.simulate(&own, false)), how)
+        (Basis::Replay, context.replay_saving_ns(own_of, &[]), how)
     } else {
         let how = "bound: (busiest − mean) stage compute per step × steps; the model does not fit this window, so no \
                    replay"

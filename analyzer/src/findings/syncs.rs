@@ -4,7 +4,7 @@
 //! would; work that truly needs the result (a value read on the host) keeps a wait the trace cannot tell apart.
 
 use crate::dependency::critical_path::op_name;
-use crate::dependency::graph::{EdgeKind, end_vertex, is_blocking_call};
+use crate::dependency::graph::{EdgeKind, is_blocking_call};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet, top_names};
 use crate::output::render::duration as human_ns;
@@ -20,14 +20,13 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if blocking.is_empty() {
         return Err(Quiet { kind: KIND, why: "no blocking calls in the window".into() });
     }
-    let mut own = graph.own_ns().to_vec();
-    let mut blocked_ns = 0i64;
-    for &o in &blocking {
-        own[end_vertex(o as u32) as usize] = 0;
-        blocked_ns += graph.ops[o].end_ns - graph.ops[o].start_ns;
-    }
-    let times = graph.simulate_skipping(&own, &[EdgeKind::HostSync]);
-    let saving_ns = context.measured_ns - context.span_ns(&times);
+    let blocked_ns: i64 = blocking.iter().map(|&o| graph.ops[o].end_ns - graph.ops[o].start_ns).sum();
+    let (own, unblocked) = (graph.own_ns(), graph.op_flags(blocking.iter().copied()));
+    let own_of = |v: u32| match graph.op_ended_at(v) {
+        Some(op) if unblocked[op as usize] => 0,
+        _ => own[v as usize],
+    };
+    let saving_ns = context.replay_saving_ns(own_of, &[EdgeKind::HostSync]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(
             KIND,
@@ -41,7 +40,7 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         .filter(|&n| n > 0)
         .map_or(String::new(), |n| format!(" ({:.1} per step)", blocking.len() as f64 / n as f64));
     let names = top_names(blocking.iter().map(|&o| op_name(context.traces, graph, o as u32)), 4);
-    Ok(context.replayed(
+    Ok(context.replayed_saving(
         KIND,
         "the host waits for the GPU inside the step loop (synchronising calls)".into(),
         vec![
@@ -51,6 +50,6 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         "the host no longer waits for the GPU at the blocking calls (their host-sync edges dropped, the calls at \
          no time)"
             .into(),
-        &times,
+        saving_ns,
     ))
 }

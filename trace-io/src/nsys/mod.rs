@@ -663,32 +663,29 @@ fn adopt<T: Send, K: Ord>(
         }
         parts.push((scan.rows, map));
     }
+    for_each_on_threads(&mut parts, |(rows, map)| rows.iter_mut().for_each(|row| remap(row, map)));
+    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
+}
+
+/// Runs `work` on every item, the items taken in groups from a queue by the calling thread and up to
+/// [`MAX_READER_THREADS`] − 1 helpers; a helper that cannot be started leaves its groups to the others.
+fn for_each_on_threads<W: Send>(items: &mut [W], work: impl Fn(&mut W) + Sync) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
-    let group = parts.len().div_ceil(threads).max(1);
-    // Groups are taken from a queue by the calling thread and its helpers: a helper that cannot be started leaves
-    // its groups to the others.
-    let groups: Vec<Mutex<&mut [ScanRows<T>]>> = parts.chunks_mut(group).map(Mutex::new).collect();
+    let group = items.len().div_ceil(threads).max(1);
+    let groups: Vec<Mutex<&mut [W]>> = items.chunks_mut(group).map(Mutex::new).collect();
     let next_group = std::sync::atomic::AtomicUsize::new(0);
-    let work = || {
+    let drain = || {
         while let Some(group) = groups.get(next_group.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-            let mut group = group.lock().unwrap_or_else(PoisonError::into_inner);
-            for (rows, map) in group.iter_mut() {
-                rows.iter_mut().for_each(|row| remap(row, map));
-            }
+            group.lock().unwrap_or_else(PoisonError::into_inner).iter_mut().for_each(&work);
         }
     };
     std::thread::scope(|s| {
         for i in 1..groups.len() {
-            let _ = std::thread::Builder::new().name(format!("shardscope-nsys-remap-{i}")).spawn_scoped(s, work);
+            let _ = std::thread::Builder::new().name(format!("shardscope-nsys-work-{i}")).spawn_scoped(s, drain);
         }
-        work();
+        drain();
     });
-    drop(groups);
-    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
 }
-
-/// The rows of one scan and the map from its local ids to the trace's.
-type ScanRows<T> = (Vec<T>, IdMap);
 
 /// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
 /// sorted list: what a stable sort of their concatenation gives, so `Trace::finish` finds its
@@ -698,9 +695,12 @@ type ScanRows<T> = (Vec<T>, IdMap);
 /// neighbouring shares overlap little: only the overlap is merged, the rest is appended. Where
 /// a share reaches further back than its own length, the rows are far from time order and a
 /// plain stable sort is cheaper.
-fn join_sorted<T, K: Ord>(mut runs: Vec<Vec<T>>, order: impl Fn(&T) -> K) -> Vec<T> {
+fn join_sorted<T: Send, K: Ord>(mut runs: Vec<Vec<T>>, order: impl Fn(&T) -> K) -> Vec<T> {
     if runs.len() <= 1 {
         return runs.pop().unwrap_or_default();
+    }
+    if in_order(&runs, &order) {
+        return concatenated(runs);
     }
     let mut joined: Vec<T> = Vec::with_capacity(runs.iter().map(Vec::len).sum());
     let mut runs = runs.into_iter();
@@ -723,6 +723,44 @@ fn join_sorted<T, K: Ord>(mut runs: Vec<Vec<T>>, order: impl Fn(&T) -> K) -> Vec
         }
         joined.extend(run);
     }
+    joined
+}
+
+/// Whether each run starts at or after the end of the runs before it (its first row sorts no earlier than their
+/// last): then their concatenation is already in order, and stable (equal keys keep the earlier share first).
+fn in_order<T, K: Ord>(runs: &[Vec<T>], order: impl Fn(&T) -> K) -> bool {
+    let mut last: Option<K> = None;
+    runs.iter().all(|run| {
+        let follows = match (&last, run.first()) {
+            (Some(last), Some(first)) => *last <= order(first),
+            _ => true,
+        };
+        if let Some(row) = run.last() {
+            last = Some(order(row));
+        }
+        follows
+    })
+}
+
+/// The runs one after the other, moved into place on several threads (a ten-million-kernel table is a gigabyte).
+fn concatenated<T: Send>(runs: Vec<Vec<T>>) -> Vec<T> {
+    let total: usize = runs.iter().map(Vec::len).sum();
+    let mut joined: Vec<T> = Vec::with_capacity(total);
+    let mut free = &mut joined.spare_capacity_mut()[..total];
+    let mut moves = Vec::with_capacity(runs.len());
+    for run in runs {
+        let (slots, rest) = free.split_at_mut(run.len());
+        free = rest;
+        moves.push((slots, run));
+    }
+    for_each_on_threads(&mut moves, |(slots, run)| {
+        for (slot, row) in slots.iter_mut().zip(std::mem::take(run)) {
+            slot.write(row);
+        }
+    });
+    // SAFETY: the runs' lengths sum to `total`, and each run's rows were written to its own slots of the first
+    // `total`: every slot below `total` holds a row.
+    unsafe { joined.set_len(total) };
     joined
 }
 
@@ -960,6 +998,11 @@ mod tests {
         check(vec![vec![(1, 'a'), (4, 'b'), (6, 'c')], vec![(4, 'd'), (5, 'e'), (9, 'f')], vec![], vec![(9, 'g')]]);
         check(vec![vec![(5, 'a'), (6, 'b'), (7, 'c')], vec![(1, 'd')], vec![(2, 'e'), (8, 'f')]]);
         check(vec![]);
+        // Many shares in order, of owned rows (moved, not copied), some empty: the parallel concatenation.
+        let runs: Vec<Vec<(i32, String)>> =
+            (0..40).map(|r| (0..r % 7).map(|i| (r * 10 + i, format!("row {r}.{i}"))).collect()).collect();
+        let expected: Vec<(i32, String)> = runs.concat();
+        assert_eq!(join_sorted(runs, |row| row.0), expected);
     }
 
     #[test]
