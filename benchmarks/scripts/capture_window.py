@@ -78,8 +78,10 @@ OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "
 # preloaded; or CUPTI alone, preloaded (its initialisers run, nothing calls it); the program runs as uncaptured
 # otherwise.
 BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD", "cupti-preload": "LD_PRELOAD"}
+# Nsight Systems waiting for a cudaProfilerStart that never comes (`-c cudaProfilerApi`): its recording off, the
+# reference for what a recorder costs outside its windows.
 KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
-                      + list(BARE_LIBRARY))
+                      + list(BARE_LIBRARY) + ["nsys-off"])
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
 LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
@@ -131,6 +133,9 @@ def recorder_command(args, mode, program, scratch, extra=()):
         return capture + ["--cuda-graph-trace", "graph", "--trace", GRAPH_TRACE_KINDS[mode], "--"] + program
     if mode == "capture-windows":
         return capture + list(extra) + ["--"] + program
+    if mode == "nsys-off":
+        return [args.nsys, "profile", "-t", "cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
+                "-c", "cudaProfilerApi", "-o", os.path.join(scratch, mode)] + program
     if mode in ("nsys-node", "nsys-graph"):
         return [args.nsys, "profile", "-t", "cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
                 f"--cuda-graph-trace={mode.split('-')[1]}", "-o", os.path.join(scratch, mode)] + program
@@ -426,6 +431,9 @@ def main():
     cupti_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "cupti-preload"]
     if cupti_modes and not os.path.isfile(args.cupti_lib):
         parser.error(f"--cupti-lib: no file {args.cupti_lib!r} (the cupti-preload mode needs it)")
+    nsys_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "nsys-off"]
+    if nsys_modes and not (args.nsys and os.path.isfile(args.nsys)):
+        parser.error("--nsys: the nsys-off mode needs the nsys binary")
     parts = args.part or ["check", "launch", "long", "graph"]
     started = time.monotonic()
     os.makedirs(args.scratch, exist_ok=True)

@@ -24,6 +24,7 @@
 pub mod kernel_names;
 mod memory;
 mod names;
+mod parallel;
 mod types;
 
 pub use memory::*;

@@ -661,19 +661,22 @@ impl Trace {
     /// computes range nesting depths. Importers call it once, last.
     pub fn finish(&mut self) {
         self.check_times();
-        // Sorting kernels moves them, so carry each collective's kernel through the sort.
-        self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
+        // Sorting kernels moves them, so carry each collective's kernel through the sort. Readers mostly give the
+        // kernels in order already: checked on several threads, a gigabyte of them is not walked again.
+        if !crate::parallel::all_pairs(&self.kernels, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
+            self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
+        }
         self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
         self.api_calls.sort_by_key(|a| (a.start_ns, a.end_ns));
         // Outer ranges first at equal start: longer before shorter.
         self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
 
         let launches = LaunchIndex::new(&self.api_calls);
-        for kernel in &mut self.kernels {
+        crate::parallel::for_each_mut(&mut self.kernels, |kernel| {
             if kernel.correlation_id != 0 {
                 kernel.launch = launches.get(kernel.process, kernel.correlation_id);
             }
-        }
+        });
         for memop in &mut self.memops {
             if memop.correlation_id != 0 {
                 memop.launch = launches.get(memop.process, memop.correlation_id);
@@ -693,7 +696,9 @@ impl Trace {
         for collective in &mut self.collectives {
             collective.kernel = None;
         }
-        for (index, kernel) in self.kernels.iter().enumerate() {
+        // Without collectives there is nothing to point at (a gigabyte of kernels not walked for nothing).
+        let kernels = if self.collectives.is_empty() { &[][..] } else { &self.kernels[..] };
+        for (index, kernel) in kernels.iter().enumerate() {
             if let Some(c) = kernel.collective.and_then(|c| self.collectives.get_mut(c as usize)) {
                 c.kernel = Some(index as u32);
             }
@@ -708,26 +713,40 @@ impl Trace {
     /// cannot wrap); events that end before they start are kept with zero length. Both are
     /// counted as warnings, never dropped in silence.
     fn check_times(&mut self) {
-        fn check<T>(events: &mut Vec<T>, times: impl Fn(&mut T) -> (&mut i64, &mut i64)) -> (u64, u64) {
-            let before = events.len();
-            events.retain_mut(|event| {
+        /// Drops the events out of range and zeroes inverted ones; returns how many of each. Usually nothing is
+        /// wrong, which one look on several threads tells.
+        fn check<T: Send + Sync>(
+            events: &mut Vec<T>,
+            times: impl Fn(&T) -> (i64, i64) + Sync,
+            set_end: impl Fn(&mut T, i64),
+        ) -> (u64, u64) {
+            let in_range = |t: i64| t.unsigned_abs() <= MAX_TIMESTAMP_NS as u64;
+            let fine = |event: &T| {
                 let (start, end) = times(event);
-                start.unsigned_abs() <= MAX_TIMESTAMP_NS as u64 && end.unsigned_abs() <= MAX_TIMESTAMP_NS as u64
+                in_range(start) && in_range(end) && end >= start
+            };
+            if crate::parallel::all(events, fine) {
+                return (0, 0);
+            }
+            let before = events.len();
+            events.retain(|event| {
+                let (start, end) = times(event);
+                in_range(start) && in_range(end)
             });
             let mut inverted = 0;
             for event in events.iter_mut() {
                 let (start, end) = times(event);
-                if *end < *start {
-                    *end = *start;
+                if end < start {
+                    set_end(event, start);
                     inverted += 1;
                 }
             }
             ((before - events.len()) as u64, inverted)
         }
-        let kernels = check(&mut self.kernels, |k| (&mut k.start_ns, &mut k.end_ns));
-        let memops = check(&mut self.memops, |m| (&mut m.start_ns, &mut m.end_ns));
-        let api_calls = check(&mut self.api_calls, |a| (&mut a.start_ns, &mut a.end_ns));
-        let ranges = check(&mut self.ranges, |r| (&mut r.start_ns, &mut r.end_ns));
+        let kernels = check(&mut self.kernels, |k| (k.start_ns, k.end_ns), |k, t| k.end_ns = t);
+        let memops = check(&mut self.memops, |m| (m.start_ns, m.end_ns), |m, t| m.end_ns = t);
+        let api_calls = check(&mut self.api_calls, |a| (a.start_ns, a.end_ns), |a, t| a.end_ns = t);
+        let ranges = check(&mut self.ranges, |r| (r.start_ns, r.end_ns), |r, t| r.end_ns = t);
         for (what, (out_of_range, inverted)) in
             [("kernel", kernels), ("memory operation", memops), ("CUDA API call", api_calls), ("range", ranges)]
         {

@@ -44,6 +44,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use rayon::prelude::*;
 use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
@@ -1246,16 +1247,19 @@ impl<'a> Builder<'a> {
     /// just after an operation on another stream of its GPU ended.
     fn add_cross_stream_edges(&mut self) {
         let op_count = self.op_count;
-        let mut ready_ns: Vec<i64> = (0..op_count).map(|o| self.external_ns[start_vertex(o as u32) as usize]).collect();
-        for &(target, edge) in &self.edges {
-            if target % 2 == 0 && (target as usize) < 2 * op_count {
-                let source_ns = self.measured(edge.source);
-                let slot = &mut ready_ns[(target / 2) as usize];
-                *slot = (*slot).max(source_ns.saturating_add(edge.lag_ns));
-            }
-        }
-        // The searches in parallel, the edges added in operation order (as one thread would add them).
         let this = &*self;
+        // Each operation's readiness by its modelled dependencies: a maximum over its edges, so the edges may be
+        // read on worker threads in any order.
+        let ready_ns: Vec<AtomicI64> =
+            (0..op_count).map(|o| AtomicI64::new(self.external_ns[start_vertex(o as u32) as usize])).collect();
+        self.edges.par_iter().for_each(|&(target, edge)| {
+            if target % 2 == 0 && (target as usize) < 2 * op_count {
+                let source_ns = this.measured(edge.source);
+                ready_ns[(target / 2) as usize].fetch_max(source_ns.saturating_add(edge.lag_ns), Ordering::Relaxed);
+            }
+        });
+        let ready_ns: Vec<i64> = ready_ns.into_iter().map(AtomicI64::into_inner).collect();
+        // The searches in parallel, the edges added in operation order (as one thread would add them).
         let waits: Vec<(u32, u32)> = (0..op_count as u32)
             .into_par_iter()
             .filter_map(|op| this.cross_stream_wait(op, ready_ns[op as usize]).map(|g| (op, g)))
@@ -1402,21 +1406,7 @@ impl Graph {
         for kind in EdgeKind::ALL.into_iter().filter(|&k| k != EdgeKind::Run && per_kind[k as usize] > 0) {
             *stats.edges.entry(kind.describe().to_string()).or_default() += per_kind[kind as usize];
         }
-        // Incoming edges per vertex (CSR), in insertion order within a vertex.
-        let mut offsets = vec![0u32; vertex_count + 1];
-        for &(target, _) in &list {
-            offsets[target as usize + 1] += 1;
-        }
-        for v in 0..vertex_count {
-            offsets[v + 1] += offsets[v];
-        }
-        let mut fill = offsets.clone();
-        let placeholder = Edge { source: 0, lag_ns: 0, kind: EdgeKind::Dropped };
-        let mut edges = vec![placeholder; list.len()];
-        for &(target, edge) in &list {
-            edges[fill[target as usize] as usize] = edge;
-            fill[target as usize] += 1;
-        }
+        let (offsets, edges) = incoming_lists(&list, vertex_count);
         drop(list);
         let mut graph = Graph {
             ops,
@@ -1622,29 +1612,31 @@ impl Graph {
     }
 
     /// The edges again, by the topological position of their target, with their sources as positions too.
+    /// Made on worker threads: each vertex's position, then per position its kept edges and external time.
     fn replay_plan(&self) -> ReplayPlan {
-        let mut position_of = vec![0u32; self.vertex_count()];
-        for (position, &vertex) in self.order.iter().enumerate() {
-            position_of[vertex as usize] = position as u32;
+        let position_of: Vec<AtomicU32> = (0..self.vertex_count()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
+        self.order.par_iter().enumerate().for_each(|(position, &vertex)| {
+            position_of[vertex as usize].store(position as u32, Ordering::Relaxed);
+        });
+        let position_of: Vec<u32> = position_of.into_par_iter().map(AtomicU32::into_inner).collect();
+        let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
+        let counts: Vec<u32> = self.order.par_iter().map(|&vertex| kept(vertex).count() as u32).collect();
+        let mut offsets = Vec::with_capacity(self.order.len() + 1);
+        offsets.push(0u32);
+        for count in counts {
+            offsets.push(offsets[offsets.len() - 1] + count);
         }
-        let mut plan = ReplayPlan {
-            offsets: Vec::with_capacity(self.order.len() + 1),
-            edges: Vec::with_capacity(self.edges.len()),
-            external_ns: Vec::with_capacity(self.order.len()),
-        };
-        plan.offsets.push(0);
-        for &vertex in &self.order {
-            plan.external_ns.push(self.external_ns[vertex as usize]);
-            for edge in self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped) {
-                plan.edges.push(PlanEdge {
+        let edges = (self.order.par_iter())
+            .flat_map_iter(|&vertex| {
+                kept(vertex).map(|edge| PlanEdge {
                     source_position: position_of[edge.source as usize],
                     kind: edge.kind,
                     lag_ns: edge.lag_ns,
-                });
-            }
-            plan.offsets.push(plan.edges.len() as u32);
-        }
-        plan
+                })
+            })
+            .collect();
+        let external_ns = self.order.par_iter().map(|&vertex| self.external_ns[vertex as usize]).collect();
+        ReplayPlan { offsets, edges, external_ns }
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
@@ -1753,6 +1745,47 @@ pub struct PathStep {
     pub own_ns: i64,
     /// The kind of its binding edge.
     pub after: EdgeKind,
+}
+
+/// Incoming edges per vertex (CSR: offsets by vertex, then the edges), in the order `list` gives them within a
+/// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
+/// threads take within a vertex are then put back in list order.
+fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<Edge>) {
+    let counts: Vec<AtomicU32> = (0..vertex_count).into_par_iter().map(|_| AtomicU32::new(0)).collect();
+    list.par_iter().for_each(|&(target, _)| {
+        counts[target as usize].fetch_add(1, Ordering::Relaxed);
+    });
+    let mut offsets = Vec::with_capacity(vertex_count + 1);
+    offsets.push(0u32);
+    for count in counts {
+        offsets.push(offsets[offsets.len() - 1] + count.into_inner());
+    }
+    let next: Vec<AtomicU32> = offsets[..vertex_count].par_iter().map(|&o| AtomicU32::new(o)).collect();
+    let placed: Vec<AtomicU32> = (0..list.len()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
+    list.par_iter().enumerate().for_each(|(index, &(target, _))| {
+        let slot = next[target as usize].fetch_add(1, Ordering::Relaxed);
+        placed[slot as usize].store(index as u32, Ordering::Relaxed);
+    });
+    drop(next);
+    let mut placed: Vec<u32> = placed.into_par_iter().map(AtomicU32::into_inner).collect();
+    // Each vertex's list indices sorted back into list order, vertices in groups on worker threads.
+    let per_group = vertex_count.div_ceil(4096).max(1);
+    let mut groups = Vec::new();
+    let mut rest: &mut [u32] = &mut placed;
+    for first in (0..vertex_count).step_by(per_group) {
+        let end = (first + per_group).min(vertex_count);
+        let (group, tail) = std::mem::take(&mut rest).split_at_mut((offsets[end] - offsets[first]) as usize);
+        groups.push((first..end, group));
+        rest = tail;
+    }
+    groups.into_par_iter().for_each(|(vertices, group)| {
+        let base = offsets[vertices.start];
+        for v in vertices {
+            group[(offsets[v] - base) as usize..(offsets[v + 1] - base) as usize].sort_unstable();
+        }
+    });
+    let edges = placed.into_par_iter().map(|index| list[index as usize].1).collect();
+    (offsets, edges)
 }
 
 fn op_of(maps: &TraceMaps, kind: OpKind, index: u32) -> u32 {

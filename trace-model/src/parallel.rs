@@ -1,0 +1,92 @@
+//! Passes over an event list on several threads: a ten-million-kernel list is a gigabyte, and one thread reads it
+//! at a fraction of the machine's memory bandwidth. Chunks are taken from a queue by the calling thread and its
+//! helpers; a helper that cannot be started leaves its chunks to the others.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// Threads for one pass, at most.
+const MAX_THREADS: usize = 16;
+
+/// Items per chunk, at least: below this a helper costs more than it saves.
+const MIN_CHUNK: usize = 1 << 16;
+
+/// Whether `test` holds for every item.
+pub(crate) fn all<T: Sync>(items: &[T], test: impl Fn(&T) -> bool + Sync) -> bool {
+    let holds = AtomicBool::new(true);
+    let chunk = chunk_len(items.len());
+    run(items.chunks(chunk).collect(), |part: &[T]| {
+        if holds.load(Ordering::Relaxed) && !part.iter().all(&test) {
+            holds.store(false, Ordering::Relaxed);
+        }
+    });
+    holds.into_inner()
+}
+
+/// Whether `in_order(a, b)` holds for every item `a` and the one after it, `b`.
+pub(crate) fn all_pairs<T: Sync>(items: &[T], in_order: impl Fn(&T, &T) -> bool + Sync) -> bool {
+    let holds = AtomicBool::new(true);
+    let chunk = chunk_len(items.len());
+    // Each part reaches one item into the next, so that the pairs across a boundary are checked too.
+    let parts: Vec<&[T]> =
+        (0..items.len()).step_by(chunk).map(|at| &items[at..(at + chunk + 1).min(items.len())]).collect();
+    run(parts, |part: &[T]| {
+        if holds.load(Ordering::Relaxed) && !part.windows(2).all(|w| in_order(&w[0], &w[1])) {
+            holds.store(false, Ordering::Relaxed);
+        }
+    });
+    holds.into_inner()
+}
+
+/// Runs `work` on every item.
+pub(crate) fn for_each_mut<T: Send>(items: &mut [T], work: impl Fn(&mut T) + Sync) {
+    let chunk = chunk_len(items.len());
+    run(items.chunks_mut(chunk).collect(), |part: &mut [T]| part.iter_mut().for_each(&work));
+}
+
+fn chunk_len(items: usize) -> usize {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_THREADS);
+    items.div_ceil(threads).max(MIN_CHUNK)
+}
+
+/// Runs `work` on every chunk, on the calling thread and up to one helper per further chunk.
+fn run<C: Send>(chunks: Vec<C>, work: impl Fn(C) + Sync) {
+    let slots: Vec<Mutex<Option<C>>> = chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    let next = AtomicUsize::new(0);
+    let drain = || {
+        while let Some(slot) = slots.get(next.fetch_add(1, Ordering::Relaxed)) {
+            if let Some(chunk) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                work(chunk);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..slots.len() {
+            let _ = std::thread::Builder::new().name("shardscope-model-pass".into()).spawn_scoped(s, drain);
+        }
+        drain();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_passes_see_every_item_and_every_pair_across_chunk_boundaries() {
+        let n = 5 * MIN_CHUNK + 7;
+        let mut items: Vec<u64> = (0..n as u64).collect();
+        assert!(all(&items, |&x| x < n as u64));
+        assert!(!all(&items, |&x| x != (n - 1) as u64));
+        assert!(all_pairs(&items, |a, b| a < b));
+        // Out of order exactly at a chunk boundary, and at the very end.
+        for at in [MIN_CHUNK, n - 1] {
+            let mut swapped = items.clone();
+            swapped.swap(at - 1, at);
+            assert!(!all_pairs(&swapped, |a, b| a < b), "swap at {at}");
+        }
+        for_each_mut(&mut items, |x| *x *= 2);
+        assert!(items.iter().enumerate().all(|(i, &x)| x == 2 * i as u64));
+        assert!(all::<u64>(&[], |_| false) && all_pairs::<u64>(&[], |_, _| false));
+    }
+}
