@@ -1626,15 +1626,20 @@ impl Graph {
         for count in counts {
             offsets.push(offsets[offsets.len() - 1] + count);
         }
-        let edges = (self.order.par_iter())
-            .flat_map_iter(|&vertex| {
-                kept(vertex).map(|edge| PlanEdge {
+        // Written in place by groups of positions (collecting per thread and joining would hold the edges twice).
+        let placeholder = PlanEdge { source_position: 0, kind: EdgeKind::Dropped, lag_ns: 0 };
+        let mut edges: Vec<PlanEdge> = (0..offsets[self.order.len()]).into_par_iter().map(|_| placeholder).collect();
+        groups_by_offsets(&mut edges, &offsets).into_par_iter().for_each(|(positions, group)| {
+            let slots = group.iter_mut();
+            let sources = positions.flat_map(|position| kept(self.order[position]));
+            for (slot, edge) in slots.zip(sources) {
+                *slot = PlanEdge {
                     source_position: position_of[edge.source as usize],
                     kind: edge.kind,
                     lag_ns: edge.lag_ns,
-                })
-            })
-            .collect();
+                };
+            }
+        });
         let external_ns = self.order.par_iter().map(|&vertex| self.external_ns[vertex as usize]).collect();
         ReplayPlan { offsets, edges, external_ns }
     }
@@ -1767,25 +1772,33 @@ fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<E
         placed[slot as usize].store(index as u32, Ordering::Relaxed);
     });
     drop(next);
-    let mut placed: Vec<u32> = placed.into_par_iter().map(AtomicU32::into_inner).collect();
     // Each vertex's list indices sorted back into list order, vertices in groups on worker threads.
+    let mut placed = placed;
+    groups_by_offsets(&mut placed, &offsets).into_par_iter().for_each(|(vertices, group)| {
+        let base = offsets[vertices.start];
+        for v in vertices {
+            let slots = &mut group[(offsets[v] - base) as usize..(offsets[v + 1] - base) as usize];
+            slots.sort_unstable_by_key(|index| index.load(Ordering::Relaxed));
+        }
+    });
+    let edges = placed.par_iter().map(|index| list[index.load(Ordering::Relaxed) as usize].1).collect();
+    (offsets, edges)
+}
+
+/// `flat` cut into the lists of groups of consecutive vertices (`offsets` gives each vertex's list), so that
+/// worker threads can write the groups side by side.
+fn groups_by_offsets<'a, T>(flat: &'a mut [T], offsets: &[u32]) -> Vec<(std::ops::Range<usize>, &'a mut [T])> {
+    let vertex_count = offsets.len().saturating_sub(1);
     let per_group = vertex_count.div_ceil(4096).max(1);
     let mut groups = Vec::new();
-    let mut rest: &mut [u32] = &mut placed;
+    let mut rest = flat;
     for first in (0..vertex_count).step_by(per_group) {
         let end = (first + per_group).min(vertex_count);
         let (group, tail) = std::mem::take(&mut rest).split_at_mut((offsets[end] - offsets[first]) as usize);
         groups.push((first..end, group));
         rest = tail;
     }
-    groups.into_par_iter().for_each(|(vertices, group)| {
-        let base = offsets[vertices.start];
-        for v in vertices {
-            group[(offsets[v] - base) as usize..(offsets[v + 1] - base) as usize].sort_unstable();
-        }
-    });
-    let edges = placed.into_par_iter().map(|index| list[index as usize].1).collect();
-    (offsets, edges)
+    groups
 }
 
 fn op_of(maps: &TraceMaps, kind: OpKind, index: u32) -> u32 {
