@@ -1444,25 +1444,8 @@ impl Graph {
     /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
     fn topological_order(&mut self) -> Vec<u32> {
         let n = self.vertex_count();
-        let mut outgoing_offsets = vec![0u32; n + 1];
-        let mut indegree = vec![0u32; n];
-        for (v, degree) in indegree.iter_mut().enumerate() {
-            for edge in self.incoming(v as u32) {
-                outgoing_offsets[edge.source as usize + 1] += 1;
-                *degree += 1;
-            }
-        }
-        for v in 0..n {
-            outgoing_offsets[v + 1] += outgoing_offsets[v];
-        }
-        let mut fill = outgoing_offsets.clone();
-        let mut outgoing = vec![0u32; self.edges.len()];
-        for v in 0..n {
-            for edge in self.incoming(v as u32) {
-                outgoing[fill[edge.source as usize] as usize] = v as u32;
-                fill[edge.source as usize] += 1;
-            }
-        }
+        let (outgoing_offsets, outgoing) = self.outgoing_lists();
+        let mut indegree: Vec<u32> = self.offsets.par_windows(2).map(|w| w[1] - w[0]).collect();
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
             .filter(|&v| indegree[v as usize] == 0)
             .map(|v| Reverse((self.measured_ns[v as usize], v)))
@@ -1498,7 +1481,8 @@ impl Graph {
             }
             done[v as usize] = true;
             order.push(v);
-            for &w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
+            for w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
+                let w = w.load(Ordering::Relaxed);
                 let slot = &mut indegree[w as usize];
                 if *slot > 0 {
                     *slot -= 1;
@@ -1509,6 +1493,31 @@ impl Graph {
             }
         }
         order
+    }
+
+    /// Each vertex's successors (offsets by vertex, then the targets), counted and placed on worker threads. The
+    /// order within a vertex's list is the threads': the topological order does not depend on it (a vertex joins
+    /// the heap when its last predecessor is done, whichever edge that is).
+    fn outgoing_lists(&self) -> (Vec<u32>, Vec<AtomicU32>) {
+        let n = self.vertex_count();
+        let counts: Vec<AtomicU32> = (0..n).into_par_iter().map(|_| AtomicU32::new(0)).collect();
+        self.edges.par_iter().for_each(|edge| {
+            counts[edge.source as usize].fetch_add(1, Ordering::Relaxed);
+        });
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u32);
+        for count in counts {
+            offsets.push(offsets[offsets.len() - 1] + count.into_inner());
+        }
+        let next: Vec<AtomicU32> = offsets[..n].par_iter().map(|&o| AtomicU32::new(o)).collect();
+        let targets: Vec<AtomicU32> = (0..self.edges.len()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
+        (0..n as u32).into_par_iter().for_each(|v| {
+            for edge in self.incoming(v) {
+                let slot = next[edge.source as usize].fetch_add(1, Ordering::Relaxed);
+                targets[slot as usize].store(v, Ordering::Relaxed);
+            }
+        });
+        (offsets, targets)
     }
 
     /// The latest time the predecessors of `vertex` allow, from vertex times `times`.
