@@ -68,6 +68,10 @@ pub const CAPTURE_GAP: &str = "capture_gap";
 /// Category of the critical path's time before its first operation: waiting for work before the window.
 pub const BEFORE_WINDOW: &str = "before_window";
 
+/// Items a worker thread takes at least in the model's passes on worker threads: a small model's passes stay on
+/// one thread instead of waking others for microseconds of work.
+const PAR_MIN_LEN: usize = 1 << 14;
+
 /// How far back [`Graph::build`] looks among the ends of a rank's GPU operations for the one a blocking call or a
 /// late GPU operation waited for.
 const SEARCH_BACK: usize = 64;
@@ -1445,7 +1449,8 @@ impl Graph {
     fn topological_order(&mut self) -> Vec<u32> {
         let n = self.vertex_count();
         let (outgoing_offsets, outgoing) = self.outgoing_lists();
-        let mut indegree: Vec<u32> = self.offsets.par_windows(2).map(|w| w[1] - w[0]).collect();
+        let mut indegree: Vec<u32> =
+            self.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
             .filter(|&v| indegree[v as usize] == 0)
             .map(|v| Reverse((self.measured_ns[v as usize], v)))
@@ -1500,8 +1505,9 @@ impl Graph {
     /// the heap when its last predecessor is done, whichever edge that is).
     fn outgoing_lists(&self) -> (Vec<u32>, Vec<AtomicU32>) {
         let n = self.vertex_count();
-        let counts: Vec<AtomicU32> = (0..n).into_par_iter().map(|_| AtomicU32::new(0)).collect();
-        self.edges.par_iter().for_each(|edge| {
+        let counts: Vec<AtomicU32> =
+            (0..n).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        self.edges.par_iter().with_min_len(PAR_MIN_LEN).for_each(|edge| {
             counts[edge.source as usize].fetch_add(1, Ordering::Relaxed);
         });
         let mut offsets = Vec::with_capacity(n + 1);
@@ -1509,9 +1515,11 @@ impl Graph {
         for count in counts {
             offsets.push(offsets[offsets.len() - 1] + count.into_inner());
         }
-        let next: Vec<AtomicU32> = offsets[..n].par_iter().map(|&o| AtomicU32::new(o)).collect();
-        let targets: Vec<AtomicU32> = (0..self.edges.len()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
-        (0..n as u32).into_par_iter().for_each(|v| {
+        let next: Vec<AtomicU32> =
+            offsets[..n].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
+        let targets: Vec<AtomicU32> =
+            (0..self.edges.len()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        (0..n as u32).into_par_iter().with_min_len(PAR_MIN_LEN).for_each(|v| {
             for edge in self.incoming(v) {
                 let slot = next[edge.source as usize].fetch_add(1, Ordering::Relaxed);
                 targets[slot as usize].store(v, Ordering::Relaxed);
@@ -1538,10 +1546,12 @@ impl Graph {
         let this = &*self;
         let own_or_negative: Vec<i64> = (0..self.vertex_count() as u32)
             .into_par_iter()
+            .with_min_len(PAR_MIN_LEN)
             .map(|v| this.measured_ns[v as usize].saturating_sub(this.ready(v, &this.measured_ns, false)))
             .collect();
-        self.stats.inconsistent_vertices = own_or_negative.par_iter().filter(|&&own| own < 0).count() as u64;
-        own_or_negative.into_par_iter().map(|own| own.max(0)).collect()
+        self.stats.inconsistent_vertices =
+            own_or_negative.par_iter().with_min_len(PAR_MIN_LEN).filter(|&&own| own < 0).count() as u64;
+        own_or_negative.into_par_iter().with_min_len(PAR_MIN_LEN).map(|own| own.max(0)).collect()
     }
 
     /// The measured own time of each vertex: delays at start vertices, durations at end vertices, 0 at barriers.
@@ -1623,13 +1633,16 @@ impl Graph {
     /// The edges again, by the topological position of their target, with their sources as positions too.
     /// Made on worker threads: each vertex's position, then per position its kept edges and external time.
     fn replay_plan(&self) -> ReplayPlan {
-        let position_of: Vec<AtomicU32> = (0..self.vertex_count()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
-        self.order.par_iter().enumerate().for_each(|(position, &vertex)| {
+        let position_of: Vec<AtomicU32> =
+            (0..self.vertex_count()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        self.order.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(position, &vertex)| {
             position_of[vertex as usize].store(position as u32, Ordering::Relaxed);
         });
-        let position_of: Vec<u32> = position_of.into_par_iter().map(AtomicU32::into_inner).collect();
+        let position_of: Vec<u32> =
+            position_of.into_par_iter().with_min_len(PAR_MIN_LEN).map(AtomicU32::into_inner).collect();
         let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
-        let counts: Vec<u32> = self.order.par_iter().map(|&vertex| kept(vertex).count() as u32).collect();
+        let counts: Vec<u32> =
+            self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
         let mut offsets = Vec::with_capacity(self.order.len() + 1);
         offsets.push(0u32);
         for count in counts {
@@ -1637,7 +1650,8 @@ impl Graph {
         }
         // Written in place by groups of positions (collecting per thread and joining would hold the edges twice).
         let placeholder = PlanEdge { source_position: 0, kind: EdgeKind::Dropped, lag_ns: 0 };
-        let mut edges: Vec<PlanEdge> = (0..offsets[self.order.len()]).into_par_iter().map(|_| placeholder).collect();
+        let mut edges: Vec<PlanEdge> =
+            (0..offsets[self.order.len()]).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| placeholder).collect();
         groups_by_offsets(&mut edges, &offsets).into_par_iter().for_each(|(positions, group)| {
             let slots = group.iter_mut();
             let sources = positions.flat_map(|position| kept(self.order[position]));
@@ -1649,7 +1663,8 @@ impl Graph {
                 };
             }
         });
-        let external_ns = self.order.par_iter().map(|&vertex| self.external_ns[vertex as usize]).collect();
+        let external_ns =
+            self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| self.external_ns[vertex as usize]).collect();
         ReplayPlan { offsets, edges, external_ns }
     }
 
@@ -1765,8 +1780,9 @@ pub struct PathStep {
 /// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
 /// threads take within a vertex are then put back in list order.
 fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<Edge>) {
-    let counts: Vec<AtomicU32> = (0..vertex_count).into_par_iter().map(|_| AtomicU32::new(0)).collect();
-    list.par_iter().for_each(|&(target, _)| {
+    let counts: Vec<AtomicU32> =
+        (0..vertex_count).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+    list.par_iter().with_min_len(PAR_MIN_LEN).for_each(|&(target, _)| {
         counts[target as usize].fetch_add(1, Ordering::Relaxed);
     });
     let mut offsets = Vec::with_capacity(vertex_count + 1);
@@ -1774,9 +1790,11 @@ fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<E
     for count in counts {
         offsets.push(offsets[offsets.len() - 1] + count.into_inner());
     }
-    let next: Vec<AtomicU32> = offsets[..vertex_count].par_iter().map(|&o| AtomicU32::new(o)).collect();
-    let placed: Vec<AtomicU32> = (0..list.len()).into_par_iter().map(|_| AtomicU32::new(0)).collect();
-    list.par_iter().enumerate().for_each(|(index, &(target, _))| {
+    let next: Vec<AtomicU32> =
+        offsets[..vertex_count].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
+    let placed: Vec<AtomicU32> =
+        (0..list.len()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+    list.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(index, &(target, _))| {
         let slot = next[target as usize].fetch_add(1, Ordering::Relaxed);
         placed[slot as usize].store(index as u32, Ordering::Relaxed);
     });
@@ -1790,7 +1808,11 @@ fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<E
             slots.sort_unstable_by_key(|index| index.load(Ordering::Relaxed));
         }
     });
-    let edges = placed.par_iter().map(|index| list[index.load(Ordering::Relaxed) as usize].1).collect();
+    let edges = placed
+        .par_iter()
+        .with_min_len(PAR_MIN_LEN)
+        .map(|index| list[index.load(Ordering::Relaxed) as usize].1)
+        .collect();
     (offsets, edges)
 }
 

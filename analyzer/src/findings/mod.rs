@@ -300,11 +300,13 @@ pub fn findings_with(
     rules: &FindingsRules,
     flops: Option<&FlopInputs>,
 ) -> Result<Findings, critical_path::ModelError> {
-    let model = match options.window_ns {
-        Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None)?,
+    // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
+    // already running there (a small model's passes cost microseconds, not a wake-up each).
+    let model = crate::figures::workers::run(|| match options.window_ns {
+        Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None),
         // Without a window, `report` is the run's report the model would make again: it is given.
-        None => critical_path::build_steady_model_from(traces, options, report)?,
-    };
+        None => critical_path::build_steady_model_from(traces, options, report),
+    })?;
     Ok(findings_of_model_with(traces, report, &model, bench, rules, flops))
 }
 
