@@ -1505,20 +1505,14 @@ impl Graph {
     /// the heap when its last predecessor is done, whichever edge that is).
     fn outgoing_lists(&self) -> (Vec<u32>, Vec<AtomicU32>) {
         let n = self.vertex_count();
-        let counts: Vec<AtomicU32> =
-            (0..n).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        let counts = atomic_zeros(n);
         self.edges.par_iter().with_min_len(PAR_MIN_LEN).for_each(|edge| {
             counts[edge.source as usize].fetch_add(1, Ordering::Relaxed);
         });
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0u32);
-        for count in counts {
-            offsets.push(offsets[offsets.len() - 1] + count.into_inner());
-        }
+        let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
         let next: Vec<AtomicU32> =
             offsets[..n].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
-        let targets: Vec<AtomicU32> =
-            (0..self.edges.len()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        let targets = atomic_zeros(self.edges.len());
         (0..n as u32).into_par_iter().with_min_len(PAR_MIN_LEN).for_each(|v| {
             for edge in self.incoming(v) {
                 let slot = next[edge.source as usize].fetch_add(1, Ordering::Relaxed);
@@ -1633,8 +1627,7 @@ impl Graph {
     /// The edges again, by the topological position of their target, with their sources as positions too.
     /// Made on worker threads: each vertex's position, then per position its kept edges and external time.
     fn replay_plan(&self) -> ReplayPlan {
-        let position_of: Vec<AtomicU32> =
-            (0..self.vertex_count()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+        let position_of = atomic_zeros(self.vertex_count());
         self.order.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(position, &vertex)| {
             position_of[vertex as usize].store(position as u32, Ordering::Relaxed);
         });
@@ -1643,11 +1636,7 @@ impl Graph {
         let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
         let counts: Vec<u32> =
             self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
-        let mut offsets = Vec::with_capacity(self.order.len() + 1);
-        offsets.push(0u32);
-        for count in counts {
-            offsets.push(offsets[offsets.len() - 1] + count);
-        }
+        let offsets = offsets_of(counts.into_iter());
         // Written in place by groups of positions (collecting per thread and joining would hold the edges twice).
         let placeholder = PlanEdge { source_position: 0, kind: EdgeKind::Dropped, lag_ns: 0 };
         let mut edges: Vec<PlanEdge> =
@@ -1780,20 +1769,14 @@ pub struct PathStep {
 /// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
 /// threads take within a vertex are then put back in list order.
 fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<Edge>) {
-    let counts: Vec<AtomicU32> =
-        (0..vertex_count).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+    let counts = atomic_zeros(vertex_count);
     list.par_iter().with_min_len(PAR_MIN_LEN).for_each(|&(target, _)| {
         counts[target as usize].fetch_add(1, Ordering::Relaxed);
     });
-    let mut offsets = Vec::with_capacity(vertex_count + 1);
-    offsets.push(0u32);
-    for count in counts {
-        offsets.push(offsets[offsets.len() - 1] + count.into_inner());
-    }
+    let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
     let next: Vec<AtomicU32> =
         offsets[..vertex_count].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
-    let placed: Vec<AtomicU32> =
-        (0..list.len()).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect();
+    let placed = atomic_zeros(list.len());
     list.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(index, &(target, _))| {
         let slot = next[target as usize].fetch_add(1, Ordering::Relaxed);
         placed[slot as usize].store(index as u32, Ordering::Relaxed);
@@ -1814,6 +1797,21 @@ fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<E
         .map(|index| list[index.load(Ordering::Relaxed) as usize].1)
         .collect();
     (offsets, edges)
+}
+
+/// `len` counters at 0, made on worker threads.
+fn atomic_zeros(len: usize) -> Vec<AtomicU32> {
+    (0..len).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect()
+}
+
+/// Where each of consecutive lists of the given lengths starts in their concatenation, and the total last.
+fn offsets_of(lengths: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut offsets = Vec::with_capacity(lengths.size_hint().0 + 1);
+    offsets.push(0u32);
+    for length in lengths {
+        offsets.push(offsets[offsets.len() - 1] + length);
+    }
+    offsets
 }
 
 /// `flat` cut into the lists of groups of consecutive vertices (`offsets` gives each vertex's list), so that
