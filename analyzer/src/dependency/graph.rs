@@ -610,7 +610,6 @@ struct GpuEvent {
     launch: Option<u32>,
 }
 
-/// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
 /// The edge from `source` to `target` (as (target, edge)) whose lag makes the measured times satisfy it:
 /// `min(0, target_ref − source_time)`.
 fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> (u32, Edge) {
@@ -618,6 +617,7 @@ fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, ki
     (target, Edge { source, lag_ns, kind })
 }
 
+/// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
 fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
     ranks.par_iter().map(|spec| gpu_events_of_rank(traces, spec)).collect()
 }
@@ -1504,22 +1504,13 @@ impl Graph {
     /// order within a vertex's list is the threads': the topological order does not depend on it (a vertex joins
     /// the heap when its last predecessor is done, whichever edge that is).
     fn outgoing_lists(&self) -> (Vec<u32>, Vec<AtomicU32>) {
-        let n = self.vertex_count();
-        let counts = atomic_zeros(n);
-        self.edges.par_iter().with_min_len(PAR_MIN_LEN).for_each(|edge| {
-            counts[edge.source as usize].fetch_add(1, Ordering::Relaxed);
-        });
-        let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
-        let next: Vec<AtomicU32> =
-            offsets[..n].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
-        let targets = atomic_zeros(self.edges.len());
-        (0..n as u32).into_par_iter().with_min_len(PAR_MIN_LEN).for_each(|v| {
-            for edge in self.incoming(v) {
-                let slot = next[edge.source as usize].fetch_add(1, Ordering::Relaxed);
-                targets[slot as usize].store(v, Ordering::Relaxed);
-            }
-        });
-        (offsets, targets)
+        let pairs = || {
+            (0..self.vertex_count() as u32)
+                .into_par_iter()
+                .with_min_len(PAR_MIN_LEN)
+                .flat_map_iter(|v| self.incoming(v).iter().map(move |edge| (edge.source, v)))
+        };
+        bucketed(self.vertex_count(), pairs)
     }
 
     /// The latest time the predecessors of `vertex` allow, from vertex times `times`.
@@ -1769,21 +1760,10 @@ pub struct PathStep {
 /// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
 /// threads take within a vertex are then put back in list order.
 fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<Edge>) {
-    let counts = atomic_zeros(vertex_count);
-    list.par_iter().with_min_len(PAR_MIN_LEN).for_each(|&(target, _)| {
-        counts[target as usize].fetch_add(1, Ordering::Relaxed);
-    });
-    let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
-    let next: Vec<AtomicU32> =
-        offsets[..vertex_count].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
-    let placed = atomic_zeros(list.len());
-    list.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(index, &(target, _))| {
-        let slot = next[target as usize].fetch_add(1, Ordering::Relaxed);
-        placed[slot as usize].store(index as u32, Ordering::Relaxed);
-    });
-    drop(next);
+    let pairs =
+        || list.par_iter().with_min_len(PAR_MIN_LEN).enumerate().map(|(index, &(target, _))| (target, index as u32));
+    let (offsets, mut placed) = bucketed(vertex_count, pairs);
     // Each vertex's list indices sorted back into list order, vertices in groups on worker threads.
-    let mut placed = placed;
     groups_by_offsets(&mut placed, &offsets).into_par_iter().for_each(|(vertices, group)| {
         let base = offsets[vertices.start];
         for v in vertices {
@@ -1797,6 +1777,28 @@ fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<E
         .map(|index| list[index.load(Ordering::Relaxed) as usize].1)
         .collect();
     (offsets, edges)
+}
+
+/// The values of `pairs()` (bucket, value) grouped by bucket: each bucket's offset (the total last) and the values,
+/// counted and placed on worker threads, each bucket's in the order the threads placed them. `pairs` is called
+/// twice (once to count, once to place) and must give the same pairs both times.
+fn bucketed<I: ParallelIterator<Item = (u32, u32)>>(
+    buckets: usize,
+    pairs: impl Fn() -> I,
+) -> (Vec<u32>, Vec<AtomicU32>) {
+    let counts = atomic_zeros(buckets);
+    pairs().for_each(|(bucket, _)| {
+        counts[bucket as usize].fetch_add(1, Ordering::Relaxed);
+    });
+    let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
+    let next: Vec<AtomicU32> =
+        offsets[..buckets].par_iter().with_min_len(PAR_MIN_LEN).map(|&o| AtomicU32::new(o)).collect();
+    let values = atomic_zeros(offsets[buckets] as usize);
+    pairs().for_each(|(bucket, value)| {
+        let slot = next[bucket as usize].fetch_add(1, Ordering::Relaxed);
+        values[slot as usize].store(value, Ordering::Relaxed);
+    });
+    (offsets, values)
 }
 
 /// `len` counters at 0, made on worker threads.
