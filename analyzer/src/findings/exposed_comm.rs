@@ -16,12 +16,8 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if !graph.ops.iter().any(|op| op.comm) {
         return Err(Quiet { kind: KIND, why: "not evaluated: no communication kernels in the window".into() });
     }
-    let own = graph.own_ns();
-    let own_of = |v: u32| match graph.op_ended_at(v) {
-        Some(op) if graph.ops[op as usize].comm => 0,
-        _ => own[v as usize],
-    };
-    let saving_ns = context.replay_saving_ns(own_of, &[EdgeKind::CollectiveRelease]);
+    let comm = |op: u32| graph.ops[op as usize].comm;
+    let saving_ns = context.saving_with_ends_free(comm, &[EdgeKind::CollectiveRelease]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(KIND, "full overlap of communication", saving_ns, rule.min_saving_pct));
     }

@@ -27,12 +27,8 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if copies.is_empty() {
         return Err(Quiet { kind: KIND, why: "no host-device copies in the window".into() });
     }
-    let (own, removed) = (graph.own_ns(), graph.op_flags(copies.iter().map(|c| c.0)));
-    let own_of = |v: u32| match graph.op_ended_at(v) {
-        Some(op) if removed[op as usize] => 0,
-        _ => own[v as usize],
-    };
-    let saving_ns = context.replay_saving_ns(own_of, &[]);
+    let removed = graph.op_flags(copies.iter().map(|c| c.0));
+    let saving_ns = context.saving_with_ends_free(|op| removed[op as usize], &[]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         let what = format!("removing {} host-device copies", copies.len());
         return Err(context.below(KIND, &what, saving_ns, rule.min_saving_pct));

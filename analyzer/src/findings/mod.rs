@@ -218,6 +218,18 @@ impl Context<'_> {
         self.measured_ns - last_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
     }
 
+    /// [`Context::replay_saving_ns`] with the operations `free(op)` names ending at no time (their end vertices' own
+    /// time 0), every other own time as measured.
+    pub fn saving_with_ends_free(&self, free: impl Fn(u32) -> bool, skip: &[EdgeKind]) -> i64 {
+        let graph = &self.model.graph;
+        let own = graph.own_ns();
+        let own_of = |v: u32| match graph.op_ended_at(v) {
+            Some(op) if free(op) => 0,
+            _ => own[v as usize],
+        };
+        self.replay_saving_ns(own_of, skip)
+    }
+
     /// A replayed finding whose saving was computed already.
     pub fn replayed_saving(
         &self,

@@ -202,12 +202,5 @@ fn replayed_saving(context: &Context, copies: &[Copy]) -> i64 {
         let issuing = op.kind == OpKind::HostCall && calls.contains(&(op.trace, op.index));
         (ops.contains(&op_id) || issuing).then_some(op_id)
     }));
-    let own = graph.own_ns();
-    context.replay_saving_ns(
-        |v| match graph.op_ended_at(v) {
-            Some(op) if removed[op as usize] => 0,
-            _ => own[v as usize],
-        },
-        &[],
-    )
+    context.saving_with_ends_free(|op| removed[op as usize], &[])
 }

@@ -21,12 +21,8 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         return Err(Quiet { kind: KIND, why: "no blocking calls in the window".into() });
     }
     let blocked_ns: i64 = blocking.iter().map(|&o| graph.ops[o].end_ns - graph.ops[o].start_ns).sum();
-    let (own, unblocked) = (graph.own_ns(), graph.op_flags(blocking.iter().copied()));
-    let own_of = |v: u32| match graph.op_ended_at(v) {
-        Some(op) if unblocked[op as usize] => 0,
-        _ => own[v as usize],
-    };
-    let saving_ns = context.replay_saving_ns(own_of, &[EdgeKind::HostSync]);
+    let unblocked = graph.op_flags(blocking.iter().copied());
+    let saving_ns = context.saving_with_ends_free(|op| unblocked[op as usize], &[EdgeKind::HostSync]);
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(
             KIND,
