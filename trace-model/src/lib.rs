@@ -24,7 +24,7 @@
 pub mod kernel_names;
 mod memory;
 mod names;
-mod parallel;
+pub mod parallel;
 mod types;
 
 pub use memory::*;

@@ -1,6 +1,6 @@
-//! Passes over an event list on several threads: a ten-million-kernel list is a gigabyte, and one thread reads it
-//! at a fraction of the machine's memory bandwidth. Chunks are taken from a queue by the calling thread and its
-//! helpers; a helper that cannot be started leaves its chunks to the others.
+//! Work on several threads: passes over an event list (a ten-million-kernel list is a gigabyte, and one thread
+//! reads it at a fraction of the machine's memory bandwidth) and a reader's shares of a table. Chunks are taken from
+//! a queue by the calling thread and its helpers; a helper that cannot be started leaves its chunks to the others.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -8,13 +8,13 @@ use std::sync::{Mutex, PoisonError};
 /// Threads for one pass, at most.
 const MAX_THREADS: usize = 16;
 
-/// Items per chunk, at least: below this a helper costs more than it saves.
-const MIN_CHUNK: usize = 1 << 16;
+/// Events per chunk, at least, in the passes over event lists: below this a helper costs more than it saves.
+pub const MIN_CHUNK: usize = 1 << 16;
 
 /// Whether `test` holds for every item.
 pub(crate) fn all<T: Sync>(items: &[T], test: impl Fn(&T) -> bool + Sync) -> bool {
     let holds = AtomicBool::new(true);
-    let chunk = chunk_len(items.len());
+    let chunk = chunk_len(items.len(), MIN_CHUNK);
     run(items.chunks(chunk).collect(), |part: &[T]| {
         if holds.load(Ordering::Relaxed) && !part.iter().all(&test) {
             holds.store(false, Ordering::Relaxed);
@@ -26,7 +26,7 @@ pub(crate) fn all<T: Sync>(items: &[T], test: impl Fn(&T) -> bool + Sync) -> boo
 /// Whether `in_order(a, b)` holds for every item `a` and the one after it, `b`.
 pub(crate) fn all_pairs<T: Sync>(items: &[T], in_order: impl Fn(&T, &T) -> bool + Sync) -> bool {
     let holds = AtomicBool::new(true);
-    let chunk = chunk_len(items.len());
+    let chunk = chunk_len(items.len(), MIN_CHUNK);
     // Each part reaches one item into the next, so that the pairs across a boundary are checked too.
     let parts: Vec<&[T]> =
         (0..items.len()).step_by(chunk).map(|at| &items[at..(at + chunk + 1).min(items.len())]).collect();
@@ -38,15 +38,18 @@ pub(crate) fn all_pairs<T: Sync>(items: &[T], in_order: impl Fn(&T, &T) -> bool 
     holds.into_inner()
 }
 
-/// Runs `work` on every item.
-pub(crate) fn for_each_mut<T: Send>(items: &mut [T], work: impl Fn(&mut T) + Sync) {
-    let chunk = chunk_len(items.len());
+/// Runs `work` on every item, in chunks of `min_chunk` items at least (1 where each item is heavy work, such as a
+/// reader's share of a table; [`MIN_CHUNK`] for events).
+pub fn for_each_mut<T: Send>(items: &mut [T], min_chunk: usize, work: impl Fn(&mut T) + Sync) {
+    let chunk = chunk_len(items.len(), min_chunk);
     run(items.chunks_mut(chunk).collect(), |part: &mut [T]| part.iter_mut().for_each(&work));
 }
 
-fn chunk_len(items: usize) -> usize {
+/// Items per chunk: the items spread over the threads (so there are no more chunks than threads), `min_chunk` at
+/// least.
+fn chunk_len(items: usize, min_chunk: usize) -> usize {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_THREADS);
-    items.div_ceil(threads).max(MIN_CHUNK)
+    items.div_ceil(threads).max(min_chunk).max(1)
 }
 
 /// Runs `work` on every chunk, on the calling thread and up to one helper per further chunk.
@@ -85,8 +88,12 @@ mod tests {
             swapped.swap(at - 1, at);
             assert!(!all_pairs(&swapped, |a, b| a < b), "swap at {at}");
         }
-        for_each_mut(&mut items, |x| *x *= 2);
+        for_each_mut(&mut items, MIN_CHUNK, |x| *x *= 2);
         assert!(items.iter().enumerate().all(|(i, &x)| x == 2 * i as u64));
+        // One item per chunk at least: heavy items spread over the threads, every one still worked on once.
+        let mut heavy: Vec<Vec<u64>> = (0..40).map(|i| vec![i; 3]).collect();
+        for_each_mut(&mut heavy, 1, |v| v.iter_mut().for_each(|x| *x += 1));
+        assert!(heavy.iter().enumerate().all(|(i, v)| v == &vec![i as u64 + 1; 3]));
         assert!(all::<u64>(&[], |_| false) && all_pairs::<u64>(&[], |_, _| false));
     }
 }

@@ -672,7 +672,7 @@ impl Trace {
         self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
 
         let launches = LaunchIndex::new(&self.api_calls);
-        crate::parallel::for_each_mut(&mut self.kernels, |kernel| {
+        crate::parallel::for_each_mut(&mut self.kernels, crate::parallel::MIN_CHUNK, |kernel| {
             if kernel.correlation_id != 0 {
                 kernel.launch = launches.get(kernel.process, kernel.correlation_id);
             }

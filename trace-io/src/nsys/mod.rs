@@ -27,7 +27,6 @@ mod strings;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
@@ -663,28 +662,11 @@ fn adopt<T: Send, K: Ord>(
         }
         parts.push((scan.rows, map));
     }
-    for_each_on_threads(&mut parts, |(rows, map)| rows.iter_mut().for_each(|row| remap(row, map)));
-    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
-}
-
-/// Runs `work` on every item, the items taken in groups from a queue by the calling thread and up to
-/// [`MAX_READER_THREADS`] − 1 helpers; a helper that cannot be started leaves its groups to the others.
-fn for_each_on_threads<W: Send>(items: &mut [W], work: impl Fn(&mut W) + Sync) {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
-    let group = items.len().div_ceil(threads).max(1);
-    let groups: Vec<Mutex<&mut [W]>> = items.chunks_mut(group).map(Mutex::new).collect();
-    let next_group = std::sync::atomic::AtomicUsize::new(0);
-    let drain = || {
-        while let Some(group) = groups.get(next_group.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-            group.lock().unwrap_or_else(PoisonError::into_inner).iter_mut().for_each(&work);
-        }
-    };
-    std::thread::scope(|s| {
-        for i in 1..groups.len() {
-            let _ = std::thread::Builder::new().name(format!("shardscope-nsys-work-{i}")).spawn_scoped(s, drain);
-        }
-        drain();
+    // Each share's rows on a thread of their own, as far as threads go.
+    shardscope_model::parallel::for_each_mut(&mut parts, 1, |(rows, map)| {
+        rows.iter_mut().for_each(|row| remap(row, map))
     });
+    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
 }
 
 /// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
@@ -753,7 +735,7 @@ fn concatenated<T: Send>(runs: Vec<Vec<T>>) -> Vec<T> {
         free = rest;
         moves.push((slots, run));
     }
-    for_each_on_threads(&mut moves, |(slots, run)| {
+    shardscope_model::parallel::for_each_mut(&mut moves, 1, |(slots, run)| {
         for (slot, row) in slots.iter_mut().zip(std::mem::take(run)) {
             slot.write(row);
         }
