@@ -343,10 +343,8 @@ pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKerne
                 CommunicatorName::Default => Arc::from("default"),
             })
             .clone();
-        let phase = (input.phase_of_kernel)(index).map(|phase| match phases.get(phase.as_str()) {
-            Some(known) => known.clone(),
-            None => phases.entry(phase).or_insert_with_key(|name| Arc::from(name.as_str())).clone(),
-        });
+        let phase = (input.phase_of_kernel)(index)
+            .map(|phase| phases.entry(phase).or_insert_with_key(|n| Arc::from(n.as_str())).clone());
         out.push(CommKernel {
             kernel: index,
             start_ns: kernel.start_ns,
