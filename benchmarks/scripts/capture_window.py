@@ -15,7 +15,8 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   (the driver ones only), `capture-off-no-device` (no device kind), `capture-off-no-preload` (the library not
   preloaded: `--no-client-guard`), `capture-off-attached` / `capture-off-detached` (CUPTI kept attached, or
   detached, outside windows: `--outside-windows`; `capture-off` is `auto`, which detaches where a shared CUDA
-  runtime is loaded: build the CUDA programs with `--cudart shared` to compare). `--torch-modes` likewise for
+  runtime is loaded: build the CUDA programs with `--cudart shared` to compare), `capture-off-baseline` (recording
+  off under another build, `--baseline-capture`, to compare two builds in one sitting). `--torch-modes` likewise for
   the PyTorch program. `--pin CPUS` runs every command under `taskset -c CPUS`.
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
   (`workloads/capture_window.cu graph 400 200 quiet`: kernels that touch no memory, whose time does not depend on
@@ -80,7 +81,7 @@ OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "
 BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD", "cupti-preload": "LD_PRELOAD"}
 # Nsight Systems waiting for a cudaProfilerStart that never comes (`-c cudaProfilerApi`): its recording off, the
 # reference for what a recorder costs outside its windows.
-KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload"]
+KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload", "capture-off-baseline"]
                       + list(BARE_LIBRARY) + ["nsys-off"])
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
@@ -123,6 +124,8 @@ def recorder_command(args, mode, program, scratch, extra=()):
         return capture + list(extra) + ["--"] + program
     if mode == "capture-off" or mode in OFF_OMIT:
         return capture + ["--cuda-profiler-api", "--"] + program
+    if mode == "capture-off-baseline":
+        return [args.baseline_capture] + capture[1:] + ["--cuda-profiler-api", "--"] + program
     if mode in OUTSIDE_WINDOWS:
         return capture + ["--cuda-profiler-api", "--outside-windows", OUTSIDE_WINDOWS[mode], "--"] + program
     if mode == "capture-off-no-preload":
@@ -210,6 +213,19 @@ def kernel_rows(path):
         return count, sorted(names)
     except sqlite3.Error:
         return 0, []
+    finally:
+        con.close()
+
+
+def gpu_rows(path):
+    """GPUs described in a capture file (`TARGET_INFO_GPU`, from CUPTI's device records), None without the file."""
+    if not os.path.exists(path):
+        return None
+    con = sqlite3.connect(path)
+    try:
+        return con.execute("SELECT count(*) FROM TARGET_INFO_GPU WHERE totalMemory > 0").fetchone()[0]
+    except sqlite3.Error:
+        return 0
     finally:
         con.close()
 
@@ -356,6 +372,7 @@ def check_part(args, results, binary):
         count, names = kernel_rows(out)
         sample = {"part": "check", "program": name, "mode": "capture --cuda-profiler-api",
                   "launched_between": expected, "kernels_kept": count, "kernel_names": names,
+                  "gpus_described": gpu_rows(out),
                   "exact": expected is not None and count == expected,
                   "capture_stderr_tail": captured.stderr[-800:]}
         if args.nsys:
@@ -380,6 +397,9 @@ def main():
     parser.add_argument("--pair-cpus", default="3,5", help="the two CPUs of a pair, comma-separated")
     parser.add_argument("--pair-modes", default="capture-off",
                         help="modes run beside uncaptured in the pairs part, comma-separated (launch modes)")
+    parser.add_argument("--baseline-capture", default=None,
+                        help="another build of capture (its injection library beside it) for the capture-off-baseline "
+                             "mode: recording off under that build, to set two builds side by side in one sitting")
     parser.add_argument("--inject-lib", default=None,
                         help="the injection library for inject-idle and preload-only (default: beside --capture)")
     parser.add_argument("--cupti-lib", default="/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
@@ -431,6 +451,9 @@ def main():
     cupti_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "cupti-preload"]
     if cupti_modes and not os.path.isfile(args.cupti_lib):
         parser.error(f"--cupti-lib: no file {args.cupti_lib!r} (the cupti-preload mode needs it)")
+    baseline_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "capture-off-baseline"]
+    if baseline_modes and not (args.baseline_capture and os.path.isfile(args.baseline_capture)):
+        parser.error("--baseline-capture: the capture-off-baseline mode needs that build's capture binary")
     nsys_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "nsys-off"]
     if nsys_modes and not (args.nsys and os.path.isfile(args.nsys)):
         parser.error("--nsys: the nsys-off mode needs the nsys binary")

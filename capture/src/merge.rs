@@ -264,6 +264,19 @@ fn rebuilt_info(spool: &ProcessSpool, infos: &[Option<&ProcessInfo>]) -> Process
     ProcessInfo { pid, hostname, ..ProcessInfo::default() }
 }
 
+/// CUPTI's clock and the wall clock (ns) read together in `spool`'s process: its header's, or, for a process that
+/// started with CUPTI detached (header clock 0), the pair written when CUPTI was first attached. `None` when
+/// CUPTI was never attached.
+fn clock_pair(spool: &ProcessSpool, info: &ProcessInfo) -> Option<(u64, u64)> {
+    if info.cupti_clock_ns != 0 {
+        return Some((info.cupti_clock_ns, info.realtime_ns));
+    }
+    spool.contents.records.iter().find_map(|record| match record {
+        SpoolRecord::ClockPair { cupti_clock_ns, realtime_ns } => Some((*cupti_clock_ns, *realtime_ns)),
+        _ => None,
+    })
+}
+
 /// What the whole job shares while its processes are merged.
 struct JobMerge<'s> {
     trace: Trace,
@@ -291,13 +304,19 @@ impl<'s> JobMerge<'s> {
         let session_start_utc_ns = options.session_start_utc_ns.unwrap_or(earliest);
         extras.session_start_utc_ns = session_start_utc_ns;
         trace.clock_offset_ns = Some(session_start_utc_ns);
-        // One CUPTI→wall offset per host, from its earliest process: CUPTI times of processes on
-        // one host share a clock, and per-process offsets would add their measurement jitter.
+        // One CUPTI→wall offset per host, from its earliest process that read CUPTI's clock: CUPTI times of
+        // processes on one host share a clock, and per-process offsets would add their measurement jitter.
         let mut host_offsets: HashMap<&str, i128> = HashMap::new();
+        for (spool, info) in spools.iter().zip(infos) {
+            let Some(info) = info else { continue };
+            if let Some((cupti_ns, wall_ns)) = clock_pair(spool, info) {
+                host_offsets.entry(info.hostname.as_str()).or_insert(wall_ns as i128 - cupti_ns as i128);
+            }
+        }
+        // A host none of whose processes ever attached CUPTI recorded no CUPTI time but its stray stops, which
+        // the library then took from the wall clock (CUPTI's clock on Linux): they stay as they are.
         for info in infos.iter().flatten() {
-            host_offsets
-                .entry(info.hostname.as_str())
-                .or_insert(info.realtime_ns as i128 - info.cupti_clock_ns as i128);
+            host_offsets.entry(info.hostname.as_str()).or_insert(0);
         }
 
         // Kernel names: collect every distinct mangled name first, demangle in one batch.
@@ -489,7 +508,10 @@ impl<'a> ProcessMerge<'a> {
                     self.extra.clean_exit = true;
                     self.extra.records_undecoded = *undecoded;
                 }
-                SpoolRecord::Process(_) | SpoolRecord::Name { .. } | SpoolRecord::Device(_) => {}
+                SpoolRecord::Process(_)
+                | SpoolRecord::Name { .. }
+                | SpoolRecord::Device(_)
+                | SpoolRecord::ClockPair { .. } => {}
                 other => {
                     let (offset_ns, session_start_utc_ns) = (self.clock_offset_ns, self.session_start_utc_ns);
                     let to_session = |ns: u64| session_ns(ns, offset_ns, session_start_utc_ns);

@@ -363,3 +363,45 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
     assert_eq!(read.graph_launches.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A process that started with CUPTI detached has no CUPTI clock in its header: the pair it wrote at its first
+/// attach places its times, and a process that never attached takes its host's pair.
+#[test]
+fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_attach() {
+    use shardscope_spool::config::WindowTrigger;
+    use shardscope_spool::cupti::WindowRecord;
+    let dir = temp_dir("clock-pair");
+    let spool_dir = dir.join("spool");
+    let mut attached = SpoolWriter::create(&spool_dir.join("node1.4000.spool")).unwrap();
+    let mut batch = vec![process(4000, 0, 0, T0_UTC_NS)];
+    batch.extend(devices());
+    batch.extend(names(&[GEMM]));
+    batch.extend([
+        SpoolRecord::ClockPair { cupti_clock_ns: 1_000_000, realtime_ns: T0_UTC_NS + 50_000 },
+        kernel(0, 1, 1_000_100, 1_000_900, 1),
+        SpoolRecord::Window(WindowRecord {
+            start_ns: 1_000_000,
+            end_ns: 1_001_000,
+            start_trigger: WindowTrigger::CudaProfilerApi as u8,
+            end_trigger: WindowTrigger::CudaProfilerApi as u8,
+        }),
+        SpoolRecord::End { records: 3, undecoded: 0 },
+    ]);
+    attached.write_batch(&batch).unwrap();
+    let mut idle = SpoolWriter::create(&spool_dir.join("node1.4001.spool")).unwrap();
+    idle.write_batch(&[process(4001, 1, 0, T0_UTC_NS + 20_000), SpoolRecord::End { records: 0, undecoded: 0 }])
+        .unwrap();
+    drop((attached, idle));
+    let spools = merge::read_spool_dir(&spool_dir).unwrap();
+    let options = MergeOptions {
+        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
+        windows_live: true,
+        ..Default::default()
+    };
+    let (trace, _) = merge::merge(&spools, &options);
+    // Session start: the earliest process's wall clock; CUPTI 1_000_000 is T0 + 50 µs.
+    assert_eq!(trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect::<Vec<_>>(), [(50_100, 50_900)]);
+    let windows: Vec<_> = trace.capture_windows.iter().map(|w| (w.start_ns, w.end_ns)).collect();
+    assert_eq!(windows, [(50_000, 51_000)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

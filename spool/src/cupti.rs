@@ -54,7 +54,8 @@ pub struct ProcessInfo {
     /// What `cuptiGetVersion` returned (28 for CUDA 12.9, 130001 for CUDA 13.0).
     pub cupti_version: u32,
     /// A CUPTI timestamp and the wall clock (ns since the Unix epoch) read back to back, so
-    /// CUPTI times can be placed on the calendar.
+    /// CUPTI times can be placed on the calendar. 0 when the process started with CUPTI detached (reading its
+    /// clock would have attached it): a [`SpoolRecord::ClockPair`] follows at the first attach.
     pub cupti_clock_ns: u64,
     /// See `cupti_clock_ns`.
     pub realtime_ns: u64,
@@ -467,6 +468,14 @@ crate::spool_records! {
         Memory(MemoryRecord) = 22,
         /// A stream-ordered memory pool made, destroyed or trimmed (`--trace memory`).
         MemoryPool(MemoryPoolRecord) = 23,
+        /// CUPTI's clock and the wall clock read back to back when CUPTI was first attached, by a process that
+        /// started with it detached (its [`ProcessInfo::cupti_clock_ns`] is 0); written then.
+        ClockPair {
+            /// CUPTI's clock, ns.
+            cupti_clock_ns: u64,
+            /// The wall clock, ns since the Unix epoch.
+            realtime_ns: u64,
+        } = 24,
     }
 }
 

@@ -4,9 +4,11 @@
 //! process on an H200 (`workloads/cupti_state_cost.cu`), a bare kernel launch took 2.7–3.4 % longer attached with
 //! nothing on than detached, and subscribing or the trigger callbacks added nothing measurable on top; across
 //! processes, a replay of 400 kernels that touch no memory took 1.017× attached with nothing on and 1.000×
-//! detached (a bare launch across processes still measured about 1.03× detached, beside an uncaptured run; what
-//! costs it is not known: BENCHMARKS.md, sitting 8). So where every trigger of the plan can be seen without CUPTI,
-//! the library detaches it (`cuptiFinalize`) while no window is open and attaches it again when one opens.
+//! detached (a bare launch across processes still measured about 1.03× detached, beside an uncaptured run:
+//! BENCHMARKS.md, sittings 8–10). So where every trigger of the plan can be seen without CUPTI, the library never
+//! attaches CUPTI before the first window opens (not even to read its clock: the process record then carries the
+//! wall clock, and the first attach writes CUPTI's clock beside it), detaches it (`cuptiFinalize`) after each
+//! window and attaches it again when the next one opens.
 //!
 //! Detaching follows CUPTI's advice: `cuptiFinalize` is called at the exit of an API callback, never from a
 //! thread that might race the workload's calls into CUPTI. After a window closes and its records had one flush
@@ -40,9 +42,9 @@ use std::time::{Duration, Instant};
 use shardscope_cupti_sys::v13 as cupti;
 use shardscope_spool::config::{OutsideWindows, WindowPlan};
 
-/// Attaches CUPTI again: subscribes, registers the activity buffers, switches on the callbacks the session
-/// needs. Returns the new subscriber.
-pub(crate) type Reattach = Box<dyn Fn() -> Result<cupti::CUpti_SubscriberHandle, String> + Send + Sync>;
+/// Attaches CUPTI for a window: subscribes, registers the activity buffers, switches on the callbacks the session
+/// needs, and at the process's first attach (`true`) the kinds on for the whole process. Returns the new subscriber.
+pub(crate) type Reattach = Box<dyn Fn(bool) -> Result<cupti::CUpti_SubscriberHandle, String> + Send + Sync>;
 
 /// Where CUPTI stands in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +59,11 @@ struct Attachment {
     state: State,
     /// The current subscriber (null while detached), as an address so that the state can be shared.
     subscriber: usize,
-    /// CUPTI's clock and the monotonic clock read together while attached: CUPTI's clock while detached.
+    /// CUPTI's clock and the monotonic clock read together while attached: CUPTI's clock while detached. Before
+    /// the first attach, the wall clock stands in for CUPTI's (on Linux CUPTI's clock is the wall clock).
     clock: (u64, Instant),
+    /// CUPTI was attached at least once in this process.
+    ever_attached: bool,
     /// When the background thread should arm the detach.
     detach_due: Option<Instant>,
 }
@@ -88,21 +93,19 @@ pub(crate) struct Detacher {
 }
 
 impl Detacher {
-    /// A detacher for a process attached with `subscriber`; `after_detach` runs right after each detach.
-    pub(crate) fn new(
+    /// A detacher for a process that starts with CUPTI detached; `clock` is the wall clock (ns) and the monotonic
+    /// clock read together, standing in for CUPTI's until it is attached; `after_detach` runs right after each
+    /// detach.
+    pub(crate) fn unattached(
         api: &'static cupti::Cupti,
-        subscriber: cupti::CUpti_SubscriberHandle,
+        clock: (u64, Instant),
         reattach: Reattach,
         after_detach: fn(),
         grace: Duration,
         graph_cbids: GraphCbids,
     ) -> Detacher {
-        let attachment = Attachment {
-            state: State::Attached,
-            subscriber: subscriber as usize,
-            clock: (read_cupti_clock(api), Instant::now()),
-            detach_due: None,
-        };
+        let attachment =
+            Attachment { state: State::Detached, subscriber: 0, clock, ever_attached: false, detach_due: None };
         let armed = AtomicBool::new(false);
         let pinned = AtomicBool::new(false);
         Detacher { api, attachment: Mutex::new(attachment), armed, reattach, after_detach, grace, graph_cbids, pinned }
@@ -129,25 +132,32 @@ impl Detacher {
         now.0
     }
 
-    /// Makes sure CUPTI is attached (a window is about to open). Errors when CUPTI refused to attach again.
-    pub(crate) fn attach(&self) -> Result<(), String> {
+    /// Makes sure CUPTI is attached (a window is about to open). At the process's first attach, returns CUPTI's
+    /// clock and the wall clock read together (ns), for the spool. Errors when CUPTI refused to attach.
+    pub(crate) fn attach(&self) -> Result<Option<(u64, u64)>, String> {
         let mut attachment = self.lock();
         attachment.detach_due = None;
         match attachment.state {
-            State::Attached => Ok(()),
+            State::Attached => Ok(None),
             State::Armed => {
                 self.switch_api_callbacks(attachment.subscriber, false);
                 self.armed.store(false, Ordering::SeqCst);
                 attachment.state = State::Attached;
-                Ok(())
+                Ok(None)
             }
             State::Detached => {
-                let subscriber = (self.reattach)()?;
+                let first = !attachment.ever_attached;
+                let subscriber = (self.reattach)(first)?;
                 attachment.subscriber = subscriber as usize;
                 attachment.state = State::Attached;
+                attachment.ever_attached = true;
                 attachment.clock = (read_cupti_clock(self.api), Instant::now());
-                say_verbose("CUPTI attached again for a window");
-                Ok(())
+                say_verbose(if first {
+                    "CUPTI attached for the first window"
+                } else {
+                    "CUPTI attached again for a window"
+                });
+                Ok(first.then(|| (attachment.clock.0, crate::switch::wall_now_ns())))
             }
         }
     }
@@ -155,11 +165,6 @@ impl Detacher {
     /// Asks for CUPTI to be detached once a grace period has passed (no window is open any more).
     pub(crate) fn detach_later(&self, now: Instant) {
         self.detach_at(now + self.grace);
-    }
-
-    /// Asks for CUPTI to be detached at the next CUDA call (recording starts off).
-    pub(crate) fn detach_soon(&self) {
-        self.detach_at(Instant::now());
     }
 
     fn detach_at(&self, due: Instant) {

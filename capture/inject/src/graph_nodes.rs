@@ -59,6 +59,12 @@ pub(crate) fn enable(
     library: &libloading::Library,
     subscriber: cupti::CUpti_SubscriberHandle,
 ) -> bool {
+    prepare(api, library) && switch_callbacks_on(api, subscriber)
+}
+
+/// Finds what the node callbacks need in this CUPTI without calling it, for [`enable_again`] at the first attach
+/// of a process that starts detached. False where this CUPTI lacks the callback API or node ids.
+pub(crate) fn prepare(api: &'static cupti::Cupti, library: &libloading::Library) -> bool {
     if api.cuptiEnableCallback.is_err() {
         return false;
     }
@@ -67,14 +73,11 @@ pub(crate) fn enable(
     // SAFETY: as above.
     let graph_id = unsafe { library.get::<GetGraphId>(b"cuptiGetGraphId\0") }.map(|f| *f).ok();
     let Ok(node_id) = node_id else { return false };
-    if IDS.set(Ids { api, node_id, graph_id }).is_err() {
-        return false;
-    }
-    switch_callbacks_on(api, subscriber)
+    IDS.set(Ids { api, node_id, graph_id }).is_ok()
 }
 
-/// Switches the two node callbacks on again for a new subscriber (CUPTI attached again after a detach), where
-/// [`enable`] found them.
+/// Switches the two node callbacks on again for a new subscriber (CUPTI attached for a window), where [`prepare`]
+/// found them.
 pub(crate) fn enable_again(api: &'static cupti::Cupti, subscriber: cupti::CUpti_SubscriberHandle) {
     if IDS.get().is_some() {
         switch_callbacks_on(api, subscriber);

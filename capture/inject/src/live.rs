@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use shardscope_cupti_sys::v13 as cupti;
 
@@ -198,27 +198,12 @@ fn start() -> Result<(), String> {
         DISABLED.store(true, Ordering::SeqCst);
         return Ok(());
     };
-    let kinds = match std::env::var(config::TRACE_ENV) {
-        Ok(text) => TraceKinds::parse(&text)?,
-        Err(_) => TraceKinds::default(),
-    };
-    let plan = match std::env::var(config::WINDOW_ENV) {
-        Ok(text) => WindowPlan::parse(&text)?,
-        Err(_) => WindowPlan::default(),
-    };
-    let graph_trace = match std::env::var(config::GRAPH_TRACE_ENV) {
-        Ok(text) => GraphTrace::parse(&text)?,
-        Err(_) => GraphTrace::default(),
-    };
-    let outside_windows = match std::env::var(config::OUTSIDE_WINDOWS_ENV) {
-        Ok(text) => OutsideWindows::parse(&text)?,
-        Err(_) => OutsideWindows::default(),
-    };
-    let omit = Omit::from_env()?;
+    let settings = Settings::from_env()?;
     let spool_dir = PathBuf::from(spool_dir);
     let loaded = load_cupti()
         .ok_or_else(|| format!("cannot load libcupti (tried {}; set --cupti-lib)", cupti_candidates().join(", ")))?;
     let api = loaded.api;
+    let omit = settings.omit;
     if omit.any() {
         eprintln!("shardscope: process {}: left off for a measurement: {omit:?}", std::process::id());
     }
@@ -226,34 +211,164 @@ fn start() -> Result<(), String> {
         DISABLED.store(true, Ordering::SeqCst);
         return Ok(());
     }
+    let pid = std::process::id();
+    let detaching = match settings.detach_decision(api) {
+        Ok(()) => true,
+        Err(why) => {
+            if let Some(why) = why {
+                eprintln!("shardscope: process {pid}: {why}");
+            }
+            false
+        }
+    };
 
     let mut version = 0u32;
-    // SAFETY: plain out-parameter call.
+    // SAFETY: plain out-parameter call (the version of the library, no call into the driver).
     unsafe { api.cuptiGetVersion(&mut version) };
+    // Graph level records no kernel of a graph, so nothing would use the nodes.
+    let want_nodes = settings.kinds.kernel && settings.graph_trace == GraphTrace::Node && !omit.graph_nodes;
+    // Detaching, CUPTI is first attached when the first window opens: until then nothing of this library calls
+    // it (see `attach.rs`), not even its clock.
+    let (subscriber, cupti_clock_ns) = if detaching {
+        if want_nodes {
+            graph_nodes::prepare(api, loaded.library);
+        }
+        (std::ptr::null_mut(), 0)
+    } else {
+        attach_at_start(api, loaded.library, want_nodes)?
+    };
+    let realtime_ns = switch::wall_now_ns();
+
+    let host = hostname();
+    let path = spool_dir.join(format!("{host}.{pid}.spool"));
+    let mut spool = SpoolWriter::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let info = process_info(pid, host, version, cupti_clock_ns, realtime_ns);
+    spool.write_batch(&[SpoolRecord::Process(info)]).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let session = open_session(api, spool, version)?;
+
+    let selector = ApiSelector::load(api, loaded.library);
+    let (recorded, selection) = if omit.activity {
+        (Recorded::nothing(), ApiSelection::default())
+    } else if detaching {
+        recorded_activity(&settings.kinds, settings.graph_trace == GraphTrace::Graph, &selector)
+    } else {
+        start_activity(api, &settings, &selector)?
+    };
+    // Only where kernels are otherwise not timed (`capture --comm-only`); it starts when recording does.
+    if let Some(sample) = settings.comm_sample.filter(|_| !omit.activity) {
+        nccl_sample::prepare(api, sample, wake_background);
+    }
+    let session_start_ns =
+        std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
+    let mut profiler = selector.profiler_cbids();
+    if omit.runtime_triggers {
+        (profiler.runtime_start, profiler.runtime_stop) = (Vec::new(), Vec::new());
+    }
+    if omit.driver_triggers {
+        (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
+    }
+    let detacher = detaching.then(|| {
+        let reattach = Box::new(move |first: bool| reattach(api, want_nodes, first));
+        let clock = (realtime_ns, Instant::now());
+        Detacher::unattached(api, clock, reattach, reclaim_buffers, session.flush_interval, selector.graph_cbids())
+    });
+    if detacher.is_some() {
+        attach::route_profiler_calls(|start| {
+            if let Some(switch) = SWITCH.get() {
+                switch.profiler_call(start);
+            }
+        });
+    }
+    let switch = Switch::new(api, &settings.plan, recorded, profiler, spool_dir, session_start_ns, detacher);
+    // Switched on (or left off until a trigger) after the callbacks are registered, so no buffer is missed.
+    let switch = SWITCH.get_or_init(|| switch);
+    switch.install(subscriber);
+    {
+        let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
+        writer.decoder.calibration_driver_cbid = CALIBRATION.get().and_then(|c| c.as_ref()).map(|c| c.cbid);
+        if let Err(e) = writer.spool.write_batch(&[SpoolRecord::ApiSelection(selection)]) {
+            return Err(format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    let thread = std::thread::Builder::new()
+        .name("shardscope-spool".into())
+        .spawn(|| guarded((), background_loop))
+        .map_err(|e| format!("cannot start the spool thread: {e}"))?;
+    *session.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+    // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
+    unsafe { libc::atexit(flush_at_exit) };
+    if std::env::var_os("SHARDSCOPE_VERBOSE").is_some() {
+        eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
+    }
+    Ok(())
+}
+
+/// What `capture` asked of this process, from the environment it passed on.
+struct Settings {
+    kinds: TraceKinds,
+    plan: WindowPlan,
+    graph_trace: GraphTrace,
+    outside_windows: OutsideWindows,
+    omit: Omit,
+    /// The NCCL kernel sample, only where kernels are otherwise not timed (`capture --comm-only`).
+    comm_sample: Option<NcclKernelSample>,
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings, String> {
+        let kinds = match std::env::var(config::TRACE_ENV) {
+            Ok(text) => TraceKinds::parse(&text)?,
+            Err(_) => TraceKinds::default(),
+        };
+        let plan = match std::env::var(config::WINDOW_ENV) {
+            Ok(text) => WindowPlan::parse(&text)?,
+            Err(_) => WindowPlan::default(),
+        };
+        let graph_trace = match std::env::var(config::GRAPH_TRACE_ENV) {
+            Ok(text) => GraphTrace::parse(&text)?,
+            Err(_) => GraphTrace::default(),
+        };
+        let outside_windows = match std::env::var(config::OUTSIDE_WINDOWS_ENV) {
+            Ok(text) => OutsideWindows::parse(&text)?,
+            Err(_) => OutsideWindows::default(),
+        };
+        let omit = Omit::from_env()?;
+        let comm_sample = nccl_kernel_sample()?.filter(|_| !kinds.kernel);
+        Ok(Settings { kinds, plan, graph_trace, outside_windows, omit, comm_sample })
+    }
+
+    /// Whether CUPTI is detached outside windows (see [`attach::decide`]).
+    fn detach_decision(&self, api: &cupti::Cupti) -> Result<(), Option<String>> {
+        let measuring_or_sampling = self.omit.any() || self.comm_sample.is_some();
+        let graph_level = self.graph_trace == GraphTrace::Graph;
+        attach::decide(&self.plan, self.outside_windows, api, measuring_or_sampling, graph_level)
+    }
+}
+
+/// Attaches CUPTI as the process starts (recording from the start, or kept attached outside windows): its clock
+/// with the subscription that tells whether another CUPTI client owns the process, and the graph node callbacks
+/// when `want_nodes`. The subscriber and CUPTI's clock, ns.
+fn attach_at_start(
+    api: &'static cupti::Cupti,
+    library: &'static libloading::Library,
+    want_nodes: bool,
+) -> Result<(cupti::CUpti_SubscriberHandle, u64), String> {
     let mut cupti_clock_ns = 0u64;
     // SAFETY: plain out-parameter call.
     unsafe { api.cuptiGetTimestamp(&mut cupti_clock_ns) };
-    let realtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-
     // Subscribing first tells us whether another CUPTI client (nsys, torch.profiler) owns the
     // process; activity calls alone would appear to succeed and interfere with it.
     let subscriber = subscribe(api).map_err(|refused| {
         format!("CUPTI refused to subscribe ({}): another profiler is attached?", result_text(api, refused))
     })?;
-
-    // Graph level records no kernel of a graph, so nothing would use the nodes.
-    let want_nodes = kinds.kernel && graph_trace == GraphTrace::Node && !omit.graph_nodes;
-    if want_nodes && !graph_nodes::enable(api, loaded.library, subscriber) {
+    if want_nodes && !graph_nodes::enable(api, library, subscriber) {
         eprintln!("shardscope: this CUPTI gives no graph node callbacks; graph kernels keep no module ranges");
     }
+    Ok((subscriber, cupti_clock_ns))
+}
 
-    let host = hostname();
-    let pid = std::process::id();
-    let path = spool_dir.join(format!("{host}.{pid}.spool"));
-    let mut spool = SpoolWriter::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let info = process_info(pid, host, version, cupti_clock_ns, realtime_ns);
-    spool.write_batch(&[SpoolRecord::Process(info)]).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-
+/// The session that writes `spool` (the process record already in it), set once for the process.
+fn open_session(api: &'static cupti::Cupti, spool: SpoolWriter, version: u32) -> Result<&'static Session, String> {
     let namer = Box::new(move |driver: bool, cbid: u32| {
         let domain = if driver { cupti::CUPTI_CB_DOMAIN_DRIVER_API } else { cupti::CUPTI_CB_DOMAIN_RUNTIME_API };
         let mut name: *const c_char = std::ptr::null();
@@ -291,72 +406,7 @@ fn start() -> Result<(), String> {
     if SESSION.set(session).is_err() {
         return Err("InitializeInjection called twice".into());
     }
-    let session = SESSION.get().expect("just set");
-
-    let selector = ApiSelector::load(api, loaded.library);
-    let (recorded, selection) = if omit.activity {
-        (Recorded::nothing(), ApiSelection::default())
-    } else {
-        start_activity(api, &kinds, graph_trace, &selector, omit, plan.starts_off())?
-    };
-    // Only where kernels are otherwise not timed (`capture --comm-only`); it starts when recording does.
-    let comm_sample = nccl_kernel_sample()?.filter(|_| !kinds.kernel);
-    if let Some(sample) = comm_sample.filter(|_| !omit.activity) {
-        nccl_sample::prepare(api, sample, wake_background);
-    }
-    let session_start_ns =
-        std::env::var(config::SESSION_START_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(realtime_ns);
-    let mut profiler = selector.profiler_cbids();
-    if omit.runtime_triggers {
-        (profiler.runtime_start, profiler.runtime_stop) = (Vec::new(), Vec::new());
-    }
-    if omit.driver_triggers {
-        (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
-    }
-    let graph_level = graph_trace == GraphTrace::Graph;
-    let measuring_or_sampling = omit.any() || comm_sample.is_some();
-    let detacher = match attach::decide(&plan, outside_windows, api, measuring_or_sampling, graph_level) {
-        Ok(()) => {
-            let grace = session.flush_interval;
-            let reattach = Box::new(move || reattach(api, want_nodes));
-            Some(Detacher::new(api, subscriber, reattach, reclaim_buffers, grace, selector.graph_cbids()))
-        }
-        Err(why) => {
-            if let Some(why) = why {
-                eprintln!("shardscope: process {pid}: {why}");
-            }
-            None
-        }
-    };
-    if detacher.is_some() {
-        attach::route_profiler_calls(|start| {
-            if let Some(switch) = SWITCH.get() {
-                switch.profiler_call(start);
-            }
-        });
-    }
-    let switch = Switch::new(api, &plan, recorded, profiler, spool_dir, session_start_ns, detacher);
-    // Switched on (or left off until a trigger) after the callbacks are registered, so no buffer is missed.
-    let switch = SWITCH.get_or_init(|| switch);
-    switch.install(subscriber);
-    {
-        let mut writer = session.writer.lock().unwrap_or_else(|e| e.into_inner());
-        writer.decoder.calibration_driver_cbid = CALIBRATION.get().and_then(|c| c.as_ref()).map(|c| c.cbid);
-        if let Err(e) = writer.spool.write_batch(&[SpoolRecord::ApiSelection(selection)]) {
-            return Err(format!("cannot write {}: {e}", path.display()));
-        }
-    }
-    let thread = std::thread::Builder::new()
-        .name("shardscope-spool".into())
-        .spawn(|| guarded((), background_loop))
-        .map_err(|e| format!("cannot start the spool thread: {e}"))?;
-    *session.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
-    // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
-    unsafe { libc::atexit(flush_at_exit) };
-    if std::env::var_os("SHARDSCOPE_VERBOSE").is_some() {
-        eprintln!("shardscope: recording process {pid} with {} (CUPTI {version}) to {}", loaded.path, path.display());
-    }
-    Ok(())
+    Ok(SESSION.get().expect("set just above"))
 }
 
 /// Subscribes [`trigger_callback`]; the handle, or CUPTI's refusal.
@@ -377,46 +427,56 @@ fn register_buffers(api: &cupti::Cupti) -> Result<(), String> {
     Ok(())
 }
 
-/// Attaches CUPTI again after a detach (see `attach.rs`): a new subscriber with the graph node callbacks when
-/// `want_nodes`, and the activity buffers. The device records came with the first attach and are not asked again.
-fn reattach(api: &'static cupti::Cupti, want_nodes: bool) -> Result<cupti::CUpti_SubscriberHandle, String> {
+/// Attaches CUPTI for a window of a process that detaches it outside windows (see `attach.rs`): a new subscriber
+/// with the graph node callbacks when `want_nodes`, and the activity buffers; at the `first` attach of the process
+/// also the device records' kind (device records come when it is switched on and are not asked again).
+fn reattach(
+    api: &'static cupti::Cupti,
+    want_nodes: bool,
+    first: bool,
+) -> Result<cupti::CUpti_SubscriberHandle, String> {
     let subscriber = subscribe(api).map_err(|refused| format!("cuptiSubscribe: {}", result_text(api, refused)))?;
     register_buffers(api)?;
     if want_nodes {
         graph_nodes::enable_again(api, subscriber);
     }
+    if first {
+        enable_kinds(api, &decode::ALWAYS_ON_KINDS);
+    }
     Ok(subscriber)
 }
 
-/// Registers the activity buffers, switches on the kinds on from the start (the device records), and says what
-/// a window switches on.
-fn start_activity(
-    api: &'static cupti::Cupti,
-    kinds: &TraceKinds,
-    graph_trace: GraphTrace,
-    selector: &ApiSelector,
-    omit: Omit,
-    windowed: bool,
-) -> Result<(Recorded, ApiSelection), String> {
-    register_buffers(api)?;
-    let mut always_on: Vec<cupti::CUpti_ActivityKind> =
-        if omit.device_kind { Vec::new() } else { decode::ALWAYS_ON_KINDS.to_vec() };
-    // CUPTI 13.0 crashed a graph's launch when the graph-trace kind was switched on after the graph was
-    // instantiated (reproduced with `workloads/cupti_state_cost.cu graph … graph-live`): with windows it stays on
-    // from the start, and the merge keeps only the graph launches inside windows.
-    let graph_kind_always = windowed && graph_trace == GraphTrace::Graph;
-    if graph_kind_always {
-        always_on.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-    }
-    for kind in always_on {
+/// Switches on `kinds`; a refusal is one line on stderr.
+fn enable_kinds(api: &cupti::Cupti, kinds: &[cupti::CUpti_ActivityKind]) {
+    for &kind in kinds {
         // SAFETY: plain call with a valid kind constant.
         let result = unsafe { api.cuptiActivityEnable(kind) };
         if result != 0 {
             eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
         }
     }
-    let graph_kind_in_windows = graph_trace == GraphTrace::Graph && !graph_kind_always;
-    Ok(recorded_activity(kinds, graph_kind_in_windows, selector))
+}
+
+/// Registers the activity buffers, switches on the kinds on from the start (the device records), and says what
+/// a window switches on.
+fn start_activity(
+    api: &'static cupti::Cupti,
+    settings: &Settings,
+    selector: &ApiSelector,
+) -> Result<(Recorded, ApiSelection), String> {
+    register_buffers(api)?;
+    let mut always_on: Vec<cupti::CUpti_ActivityKind> =
+        if settings.omit.device_kind { Vec::new() } else { decode::ALWAYS_ON_KINDS.to_vec() };
+    // CUPTI 13.0 crashed a graph's launch when the graph-trace kind was switched on after the graph was
+    // instantiated (reproduced with `workloads/cupti_state_cost.cu graph … graph-live`): with windows it stays on
+    // from the start, and the merge keeps only the graph launches inside windows.
+    let graph_level = settings.graph_trace == GraphTrace::Graph;
+    let graph_kind_always = settings.plan.starts_off() && graph_level;
+    if graph_kind_always {
+        always_on.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    }
+    enable_kinds(api, &always_on);
+    Ok(recorded_activity(&settings.kinds, graph_level && !graph_kind_always, selector))
 }
 
 /// A CUDA API domain whose calls can be recorded one callback id at a time.

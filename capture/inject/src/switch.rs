@@ -169,12 +169,13 @@ impl Switch {
         });
         // Without the profiler API trigger, cudaProfilerStart/Stop leave recording alone (as nsys does).
         let profiler = if plan.cuda_profiler_api && detacher.is_none() { profiler } else { ProfilerCbids::default() };
+        let now_ns = detacher.as_ref().map_or_else(|| cupti_now(api), Detacher::now_ns);
         Switch {
             api,
             recorded,
             profiler,
             nvtx,
-            machine: Mutex::new(WindowMachine::new(plan, cupti_now(api))),
+            machine: Mutex::new(WindowMachine::new(plan, now_ns)),
             watch: Mutex::new(Watch {
                 schedule: TimeSchedule::new(plan, session_start_ns),
                 control_path: spool_dir.join(shardscope_spool::config::CONTROL_FILE_NAME),
@@ -222,17 +223,20 @@ impl Switch {
     }
 
     /// Applies the start state (recording on unless the plan waits) and switches on the trigger callbacks
-    /// of `subscriber`. A control file already there (a capture stopped before this process started) wins.
+    /// of `subscriber` (null where CUPTI starts detached: the triggers then need none). A control file already
+    /// there (a capture stopped before this process started) wins.
     pub(crate) fn install(&self, subscriber: cupti::CUpti_SubscriberHandle) {
         let on = self.lock_machine().recording();
         RECORDING.store(on, Ordering::SeqCst);
         if on {
             self.apply_api_selection(true);
             self.apply(true);
-        } else if let Some(detacher) = &self.detacher {
-            detacher.detach_soon();
         }
         self.after_start.store(true, Ordering::SeqCst);
+        if subscriber.is_null() {
+            self.poll_control(Instant::now());
+            return;
+        }
         let enable = |domain, cbid| {
             // SAFETY: plain call on our subscriber; unknown ids are refused, not undefined.
             unsafe { self.api.cuptiEnableCallback(1, subscriber, domain, cbid) };
@@ -357,8 +361,12 @@ impl Switch {
     /// recording off for good (one line on stderr).
     fn attach_for_window(&self) -> bool {
         let Some(detacher) = &self.detacher else { return false };
-        if let Err(why) = detacher.attach() {
-            crate::live::give_up(&format!("cannot attach CUPTI again for a window: {why}"));
+        match detacher.attach() {
+            Ok(Some((cupti_clock_ns, realtime_ns))) => {
+                self.lock_pending().push(SpoolRecord::ClockPair { cupti_clock_ns, realtime_ns });
+            }
+            Ok(None) => {}
+            Err(why) => crate::live::give_up(&format!("cannot attach CUPTI for a window: {why}")),
         }
         true
     }

@@ -22,8 +22,9 @@
  * many switches act on one call of `cbid` (its callback, its single API record, its whole API kind): what a
  * launch pays in CUPTI beyond the driver's own work. fake_graph_node_activity() is a kernel of a replayed graph:
  * it gets a record only at node level (CUPTI makes no node record while the graph trace kind is on).
- * cuptiFinalize() detaches: subscriber, callbacks, kinds and buffer callbacks are gone; the next call into CUPTI
- * attaches it again (fake_attached() says where it stands, fake_attaches() how often a call attached it again).
+ * The first call into CUPTI attaches it; cuptiFinalize() detaches: subscriber, callbacks, kinds and buffer callbacks
+ * are gone; the next call into CUPTI attaches it again (fake_attached() says where it stands, fake_attaches() how
+ * often a call attached it, the first time included).
  * With FAKE_CUPTI_HOLD_BUFFER set, switching a kind on asks the library for a buffer that CUPTI keeps (empty, never
  * returned, forgotten at cuptiFinalize), as CUPTI may hold buffers ahead of records.
  * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
@@ -57,11 +58,16 @@ static void note(const char *what, unsigned a, int b) {
     fclose(log);
 }
 
-/* CUPTI is attached until cuptiFinalize; any later call attaches it again. */
-static int attached = 1;
+/* CUPTI attaches at the process's first call into it (the version and the callback names need no driver and
+ * attach nothing) and is attached until cuptiFinalize; any later call attaches it again. */
+static int attached;
+static int finalized;
 static unsigned long attaches;
 static void touch(void) {
-    if (!attached) { attached = 1; attaches++; note("attach", (unsigned)attaches, -1); }
+    if (attached) return;
+    attached = 1;
+    attaches++;
+    if (finalized) note("attach", (unsigned)attaches, -1);
 }
 int fake_attached(void) { return attached; }
 unsigned long fake_attaches(void) { return attaches; }
@@ -208,6 +214,7 @@ CUptiResult cuptiFinalize(void) {
     buffer_completed = NULL;
     held_buffer = NULL;
     attached = 0;
+    finalized = 1;
     note("finalize", 0, -1);
     return OK;
 }
