@@ -111,9 +111,10 @@ struct Args {
     cuda_graph_trace: String,
     /// With capture ranges: what CUPTI does in each process while no window is open. `attached` keeps CUPTI
     /// attached with nothing switched on, which still costs every CUDA call (about 3 % of a bare launch and 1.7 %
-    /// of a replay of 400 tiny kernels on an H200); `detached` detaches it (cuptiFinalize) between windows (the
-    /// graph replay then ran as uncaptured; a bare launch still measured about 3 % slower beside an uncaptured run,
-    /// cause not known yet: BENCHMARKS.md) and attaches it again when a window opens; the profiler API trigger is then seen only through the shared
+    /// of a replay of 400 tiny kernels on an H200); `detached` never attaches it before the first window, detaches
+    /// it (cuptiFinalize) after each window and attaches it again when the next opens (the graph replay then ran as
+    /// uncaptured; a bare launch measured 1.017× beside an uncaptured run: BENCHMARKS.md); the profiler API trigger
+    /// is then seen only through the shared
     /// CUDA runtime or driver (not a statically linked runtime, not ctypes), and graph nodes made while detached
     /// get no module range. `auto` detaches where every trigger is seen that way (time, `capture start`, the
     /// profiler API with a shared runtime loaded) and stays attached otherwise and for --nvtx-range. A process

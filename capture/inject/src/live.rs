@@ -268,7 +268,8 @@ fn start() -> Result<(), String> {
         (profiler.driver_start, profiler.driver_stop) = (Vec::new(), Vec::new());
     }
     let detacher = detaching.then(|| {
-        let reattach = Box::new(move |first: bool| reattach(api, want_nodes, first));
+        let dump = enable_and_dump(loaded.library);
+        let reattach = Box::new(move |first: bool| reattach(api, want_nodes, first.then_some(dump)));
         let clock = (realtime_ns, Instant::now());
         Detacher::unattached(api, clock, reattach, reclaim_buffers, session.flush_interval, selector.graph_cbids())
     });
@@ -428,22 +429,44 @@ fn register_buffers(api: &cupti::Cupti) -> Result<(), String> {
 }
 
 /// Attaches CUPTI for a window of a process that detaches it outside windows (see `attach.rs`): a new subscriber
-/// with the graph node callbacks when `want_nodes`, and the activity buffers; at the `first` attach of the process
-/// also the device records' kind (device records come when it is switched on and are not asked again).
+/// with the graph node callbacks when `want_nodes`, and the activity buffers. At the process's first attach
+/// (`first_dump` given) also the device records' kind, through `cuptiActivityEnableAndDump` where this CUPTI has it:
+/// the contexts exist by then, and switched on after them with `cuptiActivityEnable` the kind gave no device record
+/// on CUPTI 13.0 (H200). Device records are not asked again at later attaches.
 fn reattach(
     api: &'static cupti::Cupti,
     want_nodes: bool,
-    first: bool,
+    first_dump: Option<Option<EnableAndDump>>,
 ) -> Result<cupti::CUpti_SubscriberHandle, String> {
     let subscriber = subscribe(api).map_err(|refused| format!("cuptiSubscribe: {}", result_text(api, refused)))?;
     register_buffers(api)?;
     if want_nodes {
         graph_nodes::enable_again(api, subscriber);
     }
-    if first {
-        enable_kinds(api, &decode::ALWAYS_ON_KINDS);
+    match first_dump {
+        Some(Some(dump)) => {
+            for kind in decode::ALWAYS_ON_KINDS {
+                // SAFETY: CUPTI's function of this signature, with a valid kind constant.
+                let result = unsafe { dump(kind) };
+                if result != 0 {
+                    eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
+                }
+            }
+        }
+        Some(None) => enable_kinds(api, &decode::ALWAYS_ON_KINDS),
+        None => {}
     }
     Ok(subscriber)
+}
+
+/// `cuptiActivityEnableAndDump` (CUPTI of CUDA 11.7 on): switches a kind on and makes the records of what already
+/// exists (devices, contexts).
+type EnableAndDump = unsafe extern "C" fn(cupti::CUpti_ActivityKind) -> cupti::CUptiResult;
+
+/// [`EnableAndDump`] in `library`, where it has it (looked up, not called).
+fn enable_and_dump(library: &libloading::Library) -> Option<EnableAndDump> {
+    // SAFETY: CUPTI exports this function with exactly this signature.
+    unsafe { library.get::<EnableAndDump>(b"cuptiActivityEnableAndDump\0") }.map(|f| *f).ok()
 }
 
 /// Switches on `kinds`; a refusal is one line on stderr.

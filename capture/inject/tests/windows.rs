@@ -885,6 +885,11 @@ fn detached_outside_windows_cupti_is_attached_only_for_each_profiler_window_and_
         .collect();
     assert_eq!(pairs.len(), 1, "one clock pair, at the first attach");
     assert!(pairs[0] <= windows[0].start_ns, "the pair was read as the first window opened");
+    // The device records of contexts made before the first attach come from a dump of the device kind, once.
+    let device_dump = format!("kind-dump {}", cupti::CUPTI_ACTIVITY_KIND_DEVICE);
+    assert_eq!(log.lines().filter(|l| *l == device_dump).count(), 1, "{log}");
+    let device_on = format!("kind {}", cupti::CUPTI_ACTIVITY_KIND_DEVICE);
+    assert!(!log.lines().any(|l| l == device_on), "{log}");
     // The profiler calls came through the library's own functions, not CUPTI's callbacks.
     assert!(!log.lines().any(|l| l.starts_with("callback 2007") || l.starts_with("callback 1006")), "{log}");
     assert_eq!(stderr.matches("stop came while recording was off").count(), 1, "{stderr}");

@@ -148,6 +148,14 @@ CUptiResult cuptiEnableAllDomains(uint32_t enable, void *subscriber) {
 }
 /* A buffer this fake holds without records (FAKE_CUPTI_HOLD_BUFFER). */
 static uint8_t *held_buffer;
+/* Switches a kind on and makes the records of what already exists: only noted here. */
+CUptiResult cuptiActivityEnableAndDump(int kind) {
+    touch();
+    if (kind < 0 || kind >= MAX_KIND) return INVALID_PARAMETER;
+    kind_on[kind] = 1;
+    note("kind-dump", (unsigned)kind, -1);
+    return OK;
+}
 CUptiResult cuptiActivityEnable(int kind) {
     touch();
     if (getenv("FAKE_CUPTI_HOLD_BUFFER") && !held_buffer && buffer_requested) {
