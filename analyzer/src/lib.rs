@@ -17,6 +17,8 @@
 
 // The wings, each using only those listed before it (`tests/suite/wings.rs` checks it; the comments between them keep
 // rustfmt from sorting them).
+// The allocator of the binaries: large blocks on transparent huge pages.
+pub mod huge_pages;
 // Figures of one trace: op categories, intervals, kernel summary, matched collectives, window, run identity.
 pub mod figures;
 // The LLM structure read from a trace: phases, steps, generate calls, layers, modules.

@@ -29,6 +29,11 @@ use shardscope_model::Trace;
 const BUILTIN_SAMPLE_NAME: &str = "sample-traces/tp2_nsys.sqlite.gz";
 const BUILTIN_SAMPLE: &[u8] = include_bytes!("../../sample-traces/tp2_nsys.sqlite.gz");
 
+/// Large blocks on transparent huge pages, fewer page faults (see `shardscope_analyzer::huge_pages`).
+#[global_allocator]
+static ALLOCATOR: shardscope_analyzer::huge_pages::HugePagesForLargeBlocks =
+    shardscope_analyzer::huge_pages::HugePagesForLargeBlocks;
+
 #[derive(Parser)]
 #[command(name = "analyzer", version, about = "Where the GPU time of a sharded run goes, per rank and per phase")]
 struct Cli {
@@ -534,6 +539,8 @@ fn report_command(
         OutputFormat::Csv => render::csv(&report),
     };
     emit(&text)?;
+    // The traces and the report go with the process, not one page mapping at a time before it ends.
+    shardscope_analyzer::figures::workers::drop_in_background((traces, report, found));
     Ok(())
 }
 

@@ -35,3 +35,11 @@ pub fn with_threads<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) ->
         Err(_) => work(),
     }
 }
+
+/// Drops `value` on a thread of its own: a model or the traces of a large run hold gigabytes, which the system takes
+/// back one mapping at a time (about half a second at 10 M kernels, one thread), time the caller need not wait
+/// for; a process that ends meanwhile simply leaves it. Dropped on the calling thread where no thread can start.
+pub fn drop_in_background<T: Send + 'static>(value: T) {
+    // On failure the closure, and `value` with it, is dropped here.
+    let _ = std::thread::Builder::new().name("shardscope-free".into()).spawn(move || drop(value));
+}

@@ -319,7 +319,9 @@ pub fn findings_with(
         // Without a window, `report` is the run's report the model would make again: it is given.
         None => critical_path::build_steady_model_from(traces, options, report),
     })?;
-    Ok(findings_of_model_with(traces, report, &model, bench, rules, flops))
+    let found = findings_of_model_with(traces, report, &model, bench, rules, flops);
+    crate::figures::workers::drop_in_background(model);
+    Ok(found)
 }
 
 /// The JSON of `analyzer report`: `findings` first (`null` when the run could not be modelled), then the report's
