@@ -135,7 +135,7 @@ mod tests {
                 block.add(i).write(i as u8);
             }
             let grown = allocator.realloc(block, small, large.size());
-            assert!(!grown.is_null() && grown as usize % 8 == 0);
+            assert!(!grown.is_null() && (grown as usize).is_multiple_of(8));
             assert!((0..1000).all(|i| grown.add(i).read() == i as u8));
             grown.add(LARGE_BLOCK_BYTES + 2).write(9);
             let shrunk = allocator.realloc(grown, large, 500);
