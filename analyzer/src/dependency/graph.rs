@@ -839,6 +839,7 @@ impl<'a> Builder<'a> {
             .map(|rank_index| this.host_call_facts(rank_index, |t, p| rank_of(t, p) == Some(rank_index)))
             .collect();
         let mut next_fact = vec![0usize; facts.len()];
+        make_room(&mut self.ops, facts.iter().map(Vec::len).sum());
         for (trace_index, trace) in traces.iter().enumerate() {
             for (index, call) in trace.api_calls.iter().enumerate() {
                 let Some(rank_index) = rank_of(trace_index, call.process) else {
@@ -910,6 +911,7 @@ impl<'a> Builder<'a> {
             .map(|((rank_index, spec), events)| this.gpu_event_facts(rank_index, spec, events, &classes, classifier))
             .collect();
         let mut comm_categories: HashMap<CollectiveOp, u16> = HashMap::new();
+        make_room(&mut self.ops, facts.iter().map(|rank| rank.iter().filter(|f| f.in_window).count()).sum());
         for ((rank_index, spec), rank_facts) in self.ranks.iter().enumerate().zip(facts) {
             let trace_index = spec.key.trace;
             for fact in rank_facts {
@@ -1081,6 +1083,7 @@ impl<'a> Builder<'a> {
         let per_rank: Vec<RankOrderEdges> = (this.ranks.par_iter().zip(&this.rank_gpu_events))
             .map(|(spec, events)| this.stream_order_and_launch_of_rank(spec, events))
             .collect();
+        make_room(&mut self.edges, per_rank.iter().map(|rank| rank.edges.len()).sum());
         for rank in per_rank {
             self.edges.extend(rank.edges);
             for (target, source_ns, target_ref_ns) in rank.externals {
@@ -1146,6 +1149,7 @@ impl<'a> Builder<'a> {
         let threads: Vec<&[u32]> = host_ops.chunk_by(|a, b| thread_of(a) == thread_of(b)).collect();
         let per_thread: Vec<Vec<(u32, Edge)>> =
             threads.par_iter().map(|calls| host_order_of_thread(ops, calls)).collect();
+        make_room(&mut self.edges, per_thread.iter().map(Vec::len).sum());
         self.edges.extend(per_thread.into_iter().flatten());
     }
 
@@ -1183,6 +1187,7 @@ impl<'a> Builder<'a> {
             .filter(|&op| this.is_blocking(&this.ops[op as usize]))
             .map(|op| (op, this.awaited_by(&this.ops[op as usize])))
             .collect();
+        make_room(&mut self.edges, blocking.iter().filter(|(_, awaited)| awaited.is_some()).count());
         for (op, awaited) in blocking {
             let o = self.ops[op as usize];
             match awaited {
@@ -1254,20 +1259,23 @@ impl<'a> Builder<'a> {
         let this = &*self;
         // Each operation's readiness by its modelled dependencies: a maximum over its edges, so the edges may be
         // read on worker threads in any order.
-        let ready_ns: Vec<AtomicI64> =
-            (0..op_count).map(|o| AtomicI64::new(self.external_ns[start_vertex(o as u32) as usize])).collect();
+        let ready_ns: Vec<AtomicI64> = (0..op_count)
+            .into_par_iter()
+            .map(|o| AtomicI64::new(self.external_ns[start_vertex(o as u32) as usize]))
+            .collect();
         self.edges.par_iter().for_each(|&(target, edge)| {
             if target % 2 == 0 && (target as usize) < 2 * op_count {
                 let source_ns = this.measured(edge.source);
                 ready_ns[(target / 2) as usize].fetch_max(source_ns.saturating_add(edge.lag_ns), Ordering::Relaxed);
             }
         });
-        let ready_ns: Vec<i64> = ready_ns.into_iter().map(AtomicI64::into_inner).collect();
+        let ready_ns: Vec<i64> = ready_ns.into_par_iter().map(AtomicI64::into_inner).collect();
         // The searches in parallel, the edges added in operation order (as one thread would add them).
         let waits: Vec<(u32, u32)> = (0..op_count as u32)
             .into_par_iter()
             .filter_map(|op| this.cross_stream_wait(op, ready_ns[op as usize]).map(|g| (op, g)))
             .collect();
+        make_room(&mut self.edges, waits.len());
         for (op, g) in waits {
             let (end_ns, start_ns) = (self.ops[g as usize].end_ns, self.ops[op as usize].start_ns);
             self.edge(end_vertex(g), start_vertex(op), end_ns, start_ns, EdgeKind::CrossStream);
@@ -1756,6 +1764,37 @@ pub struct PathStep {
     pub after: EdgeKind,
 }
 
+/// Makes room in `items` for `additional` more, every page of the room touched on worker threads (and, where the
+/// list must move, its items copied over on worker threads): the serial pushes and extends that follow then meet
+/// no fresh page. Fresh pages are zeroed by the kernel on first touch, on the touching thread: in a profile of the
+/// 10 M-kernel report that zeroing was most of the model's one-thread time (BENCHMARKS.md, sitting 11).
+fn make_room<T: Copy + Send + Sync>(items: &mut Vec<T>, additional: usize) {
+    let needed = items.len().saturating_add(additional);
+    if needed > items.capacity() {
+        // Twice what is needed, as growing by pushes would, so that the next steps' rooms rarely move the list.
+        let mut moved: Vec<T> = Vec::with_capacity(needed.saturating_mul(2));
+        touch_pages(moved.spare_capacity_mut());
+        moved.par_extend(items.par_iter().with_min_len(PAR_MIN_LEN).copied());
+        *items = moved;
+    }
+    let room = additional.min(items.capacity() - items.len());
+    touch_pages(&mut items.spare_capacity_mut()[..room]);
+}
+
+/// Writes one byte of each page of `room` on worker threads (the values stay unset: nothing reads them).
+fn touch_pages<T: Send>(room: &mut [std::mem::MaybeUninit<T>]) {
+    const PAGE_BYTES: usize = 4096;
+    if size_of::<T>() == 0 {
+        return;
+    }
+    let per_page = (PAGE_BYTES / size_of::<T>()).max(1);
+    room.par_chunks_mut(per_page).with_min_len(64).for_each(|page| {
+        // SAFETY: the first byte of a slot of the room, which this chunk holds exclusively; writing a byte of
+        // uninitialised memory through `MaybeUninit` is allowed. Volatile, so that the write is not left out.
+        unsafe { std::ptr::write_volatile(page[0].as_mut_ptr() as *mut u8, 0) };
+    });
+}
+
 /// Incoming edges per vertex (CSR: offsets by vertex, then the edges), in the order `list` gives them within a
 /// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
 /// threads take within a vertex are then put back in list order.
@@ -1857,4 +1896,28 @@ fn vertex_measured(
     }
     let instance = &matching.instances[instances_in_model[v - 2 * op_count]];
     instance.members.iter().map(|&(t, k)| traces[t].kernels[k as usize].start_ns).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_keeps_the_items_and_holds_what_is_asked_moved_or_not() {
+        let mut items: Vec<u64> = (0..100_000).collect();
+        make_room(&mut items, 1_000_000);
+        assert!(items.capacity() >= 1_100_000);
+        assert!(items.iter().copied().eq(0..100_000), "items lost or reordered by the move");
+        let capacity = items.capacity();
+        items.extend(100_000..1_100_000);
+        assert_eq!(items.capacity(), capacity, "the room held the extension");
+        make_room(&mut items, 0);
+        let left = capacity - items.len();
+        make_room(&mut items, left);
+        assert_eq!(items.capacity(), capacity, "room already there moves nothing");
+        assert!(items.iter().copied().eq(0..1_100_000));
+        let mut units = vec![(); 3];
+        make_room(&mut units, 5);
+        assert_eq!(units.len(), 3);
+    }
 }
