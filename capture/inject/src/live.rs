@@ -317,22 +317,10 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Result<Settings, String> {
-        let kinds = match std::env::var(config::TRACE_ENV) {
-            Ok(text) => TraceKinds::parse(&text)?,
-            Err(_) => TraceKinds::default(),
-        };
-        let plan = match std::env::var(config::WINDOW_ENV) {
-            Ok(text) => WindowPlan::parse(&text)?,
-            Err(_) => WindowPlan::default(),
-        };
-        let graph_trace = match std::env::var(config::GRAPH_TRACE_ENV) {
-            Ok(text) => GraphTrace::parse(&text)?,
-            Err(_) => GraphTrace::default(),
-        };
-        let outside_windows = match std::env::var(config::OUTSIDE_WINDOWS_ENV) {
-            Ok(text) => OutsideWindows::parse(&text)?,
-            Err(_) => OutsideWindows::default(),
-        };
+        let kinds = from_env_or_default(config::TRACE_ENV, TraceKinds::parse)?;
+        let plan = from_env_or_default(config::WINDOW_ENV, WindowPlan::parse)?;
+        let graph_trace = from_env_or_default(config::GRAPH_TRACE_ENV, GraphTrace::parse)?;
+        let outside_windows = from_env_or_default(config::OUTSIDE_WINDOWS_ENV, OutsideWindows::parse)?;
         let omit = Omit::from_env()?;
         let comm_sample = nccl_kernel_sample()?.filter(|_| !kinds.kernel);
         Ok(Settings { kinds, plan, graph_trace, outside_windows, omit, comm_sample })
@@ -344,6 +332,11 @@ impl Settings {
         let graph_level = self.graph_trace == GraphTrace::Graph;
         attach::decide(&self.plan, self.outside_windows, api, measuring_or_sampling, graph_level)
     }
+}
+
+/// The setting in environment variable `name`, parsed; the default where it is unset.
+fn from_env_or_default<T: Default>(name: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, String> {
+    std::env::var(name).map_or_else(|_| Ok(T::default()), |text| parse(&text))
 }
 
 /// Attaches CUPTI as the process starts (recording from the start, or kept attached outside windows): its clock
