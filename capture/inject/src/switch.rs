@@ -338,8 +338,10 @@ impl Switch {
                 RECORDING.store(true, Ordering::SeqCst);
             }
             Transition::Closed(window) => {
-                RECORDING.store(false, Ordering::SeqCst);
+                // Off only once the kinds are: whoever reads the flag (`shardscope_recording_on`) then finds
+                // nothing recorded any more, as the flag goes on only after they are on.
                 self.apply(false);
+                RECORDING.store(false, Ordering::SeqCst);
                 self.lock_pending().push(SpoolRecord::Window(window));
                 self.flush_wanted.store(true, Ordering::SeqCst);
                 self.detach_later();
