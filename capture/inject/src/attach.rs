@@ -164,13 +164,9 @@ impl Detacher {
 
     /// Asks for CUPTI to be detached once a grace period has passed (no window is open any more).
     pub(crate) fn detach_later(&self, now: Instant) {
-        self.detach_at(now + self.grace);
-    }
-
-    fn detach_at(&self, due: Instant) {
         let mut attachment = self.lock();
         if attachment.state == State::Attached && !self.pinned.load(Ordering::SeqCst) {
-            attachment.detach_due = Some(due);
+            attachment.detach_due = Some(now + self.grace);
         }
     }
 

@@ -269,7 +269,7 @@ fn start() -> Result<(), String> {
     }
     let detacher = detaching.then(|| {
         let dump = enable_and_dump(loaded.library);
-        let reattach = Box::new(move |first: bool| reattach(api, want_nodes, first.then_some(dump)));
+        let reattach = Box::new(move |first: bool| reattach(api, want_nodes, first, dump));
         let clock = (realtime_ns, Instant::now());
         Detacher::unattached(api, clock, reattach, reclaim_buffers, session.flush_interval, selector.graph_cbids())
     });
@@ -422,32 +422,23 @@ fn register_buffers(api: &cupti::Cupti) -> Result<(), String> {
 }
 
 /// Attaches CUPTI for a window of a process that detaches it outside windows (see `attach.rs`): a new subscriber
-/// with the graph node callbacks when `want_nodes`, and the activity buffers. At the process's first attach
-/// (`first_dump` given) also the device records' kind, through `cuptiActivityEnableAndDump` where this CUPTI has it:
-/// the contexts exist by then, and switched on after them with `cuptiActivityEnable` the kind gave no device record
-/// on CUPTI 13.0 (H200). Device records are not asked again at later attaches.
+/// with the graph node callbacks when `want_nodes`, and the activity buffers. At the process's `first` attach also
+/// the device records' kind, through `dump` (`cuptiActivityEnableAndDump`) where this CUPTI has it: the contexts
+/// exist by then, and switched on after them with `cuptiActivityEnable` the kind gave no device record on CUPTI
+/// 13.0 (H200). Device records are not asked again at later attaches.
 fn reattach(
     api: &'static cupti::Cupti,
     want_nodes: bool,
-    first_dump: Option<Option<EnableAndDump>>,
+    first: bool,
+    dump: Option<EnableAndDump>,
 ) -> Result<cupti::CUpti_SubscriberHandle, String> {
     let subscriber = subscribe(api).map_err(|refused| format!("cuptiSubscribe: {}", result_text(api, refused)))?;
     register_buffers(api)?;
     if want_nodes {
         graph_nodes::enable_again(api, subscriber);
     }
-    match first_dump {
-        Some(Some(dump)) => {
-            for kind in decode::ALWAYS_ON_KINDS {
-                // SAFETY: CUPTI's function of this signature, with a valid kind constant.
-                let result = unsafe { dump(kind) };
-                if result != 0 {
-                    eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
-                }
-            }
-        }
-        Some(None) => enable_kinds(api, &decode::ALWAYS_ON_KINDS),
-        None => {}
+    if first {
+        enable_kinds(api, &decode::ALWAYS_ON_KINDS, dump);
     }
     Ok(subscriber)
 }
@@ -462,11 +453,12 @@ fn enable_and_dump(library: &libloading::Library) -> Option<EnableAndDump> {
     unsafe { library.get::<EnableAndDump>(b"cuptiActivityEnableAndDump\0") }.map(|f| *f).ok()
 }
 
-/// Switches on `kinds`; a refusal is one line on stderr.
-fn enable_kinds(api: &cupti::Cupti, kinds: &[cupti::CUpti_ActivityKind]) {
+/// Switches on `kinds`, through `dump` where given (the records of what exists come too); a refusal is one line
+/// on stderr.
+fn enable_kinds(api: &cupti::Cupti, kinds: &[cupti::CUpti_ActivityKind], dump: Option<EnableAndDump>) {
     for &kind in kinds {
-        // SAFETY: plain call with a valid kind constant.
-        let result = unsafe { api.cuptiActivityEnable(kind) };
+        // SAFETY: plain calls with a valid kind constant; `dump` is CUPTI's function of that signature.
+        let result = unsafe { dump.map_or_else(|| api.cuptiActivityEnable(kind), |dump| dump(kind)) };
         if result != 0 {
             eprintln!("shardscope: cannot enable CUPTI activity kind {kind}: {}", result_text(api, result));
         }
@@ -491,7 +483,7 @@ fn start_activity(
     if graph_kind_always {
         always_on.push(cupti::CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     }
-    enable_kinds(api, &always_on);
+    enable_kinds(api, &always_on, None);
     Ok(recorded_activity(&settings.kinds, graph_level && !graph_kind_always, selector))
 }
 
