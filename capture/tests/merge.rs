@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use shardscope_capture::merge::{self, MergeOptions};
 use shardscope_capture::sqlite::{self, RunFacts};
 use shardscope_model::MemoryKind;
+use shardscope_spool::config::WindowTrigger;
 use shardscope_spool::cupti::{
     ApiRecord, DeviceRecord, KernelRecord, MarkerRecord, MemcpyRecord, ProcessInfo, SpoolRecord, SpoolWriter,
-    SyncRecord,
+    SyncRecord, WindowRecord,
 };
 
 /// Wall clock of the first process's CUPTI clock reading.
@@ -294,15 +295,25 @@ fn merge_only_mode_writes_the_file_from_a_spool_folder() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A capture window from `start_ns` to `end_ns` (CUPTI clock), opened and closed by the given triggers.
+fn window(start_ns: u64, end_ns: u64, start: WindowTrigger, end: WindowTrigger) -> SpoolRecord {
+    SpoolRecord::Window(WindowRecord { start_ns, end_ns, start_trigger: start as u8, end_trigger: end as u8 })
+}
+
+/// The merge of a capture whose processes recorded only inside their `cudaProfilerStart`/`Stop` windows.
+fn live_profiler_windows() -> MergeOptions {
+    MergeOptions {
+        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
+        windows_live: true,
+        ..Default::default()
+    }
+}
+
 /// A process that recorded in two capture windows: a kernel launched in the first runs past its end, a whole
 /// graph launch comes in the second, and one stop came with recording off.
 fn write_windowed_spool(dir: &Path) {
-    use shardscope_spool::config::WindowTrigger;
-    use shardscope_spool::cupti::{GraphTraceRecord, WindowRecord};
+    use shardscope_spool::cupti::GraphTraceRecord;
     let mut spool = SpoolWriter::create(&dir.join("node1.3000.spool")).unwrap();
-    let window = |start_ns, end_ns, start: WindowTrigger, end: WindowTrigger| {
-        SpoolRecord::Window(WindowRecord { start_ns, end_ns, start_trigger: start as u8, end_trigger: end as u8 })
-    };
     let mut batch = vec![process(3000, 0, 1_000_000, T0_UTC_NS)];
     batch.extend(devices());
     batch.extend(names(&[GEMM, "step"]));
@@ -341,11 +352,7 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
     write_windowed_spool(&dir.join("spool"));
     let spools = merge::read_spool_dir(&dir.join("spool")).unwrap();
     // The live capture range: the processes recorded only inside their windows.
-    let options = MergeOptions {
-        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
-        windows_live: true,
-        ..Default::default()
-    };
+    let options = live_profiler_windows();
     let (trace, extras) = merge::merge(&spools, &options);
     assert_eq!(trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect::<Vec<_>>(), [(100, 900)]);
     let windows: Vec<_> = trace.capture_windows.iter().map(|w| (w.start_ns, w.end_ns)).collect();
@@ -368,8 +375,6 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
 /// attach places its times, and a process that never attached takes its host's pair.
 #[test]
 fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_attach() {
-    use shardscope_spool::config::WindowTrigger;
-    use shardscope_spool::cupti::WindowRecord;
     let dir = temp_dir("clock-pair");
     let spool_dir = dir.join("spool");
     let mut attached = SpoolWriter::create(&spool_dir.join("node1.4000.spool")).unwrap();
@@ -379,12 +384,7 @@ fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_atta
     batch.extend([
         SpoolRecord::ClockPair { cupti_clock_ns: 1_000_000, realtime_ns: T0_UTC_NS + 50_000 },
         kernel(0, 1, 1_000_100, 1_000_900, 1),
-        SpoolRecord::Window(WindowRecord {
-            start_ns: 1_000_000,
-            end_ns: 1_001_000,
-            start_trigger: WindowTrigger::CudaProfilerApi as u8,
-            end_trigger: WindowTrigger::CudaProfilerApi as u8,
-        }),
+        window(1_000_000, 1_001_000, WindowTrigger::CudaProfilerApi, WindowTrigger::CudaProfilerApi),
         SpoolRecord::End { records: 3, undecoded: 0 },
     ]);
     attached.write_batch(&batch).unwrap();
@@ -393,11 +393,7 @@ fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_atta
         .unwrap();
     drop((attached, idle));
     let spools = merge::read_spool_dir(&spool_dir).unwrap();
-    let options = MergeOptions {
-        range: merge::CaptureRange { cuda_profiler_api: true, ..Default::default() },
-        windows_live: true,
-        ..Default::default()
-    };
+    let options = live_profiler_windows();
     let (trace, _) = merge::merge(&spools, &options);
     // Session start: the earliest process's wall clock; CUPTI 1_000_000 is T0 + 50 µs.
     assert_eq!(trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect::<Vec<_>>(), [(50_100, 50_900)]);
