@@ -1771,9 +1771,9 @@ pub struct PathStep {
 fn make_room<T: Copy + Send + Sync>(items: &mut Vec<T>, additional: usize) {
     let needed = items.len().saturating_add(additional);
     if needed > items.capacity() {
-        // Twice what is needed, as growing by pushes would, so that the next steps' rooms rarely move the list.
+        // Twice what is needed, as growing by pushes would, so that the next steps' rooms rarely move the list;
+        // only the items' pages and the room are touched (each later step touches its own room).
         let mut moved: Vec<T> = Vec::with_capacity(needed.saturating_mul(2));
-        touch_pages(moved.spare_capacity_mut());
         moved.par_extend(items.par_iter().with_min_len(PAR_MIN_LEN).copied());
         *items = moved;
     }
