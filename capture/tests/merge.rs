@@ -401,3 +401,36 @@ fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_atta
     assert_eq!(windows, [(50_000, 51_000)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A clock pair from a damaged or hostile spool (CUPTI's clock at its maximum, the wall clock at 0) moves the
+/// process's times far out: they saturate rather than wrap, the file is written, and reading it back skips the
+/// kernel out of range with a counted warning.
+#[test]
+fn a_clock_pair_at_the_ends_of_the_range_merges_without_overflow() {
+    let dir = temp_dir("clock-pair-hostile");
+    let spool_dir = dir.join("spool");
+    let mut spool = SpoolWriter::create(&spool_dir.join("node1.4100.spool")).unwrap();
+    let mut batch = vec![process(4100, 0, 0, T0_UTC_NS)];
+    batch.extend(devices());
+    batch.extend(names(&[GEMM]));
+    batch.extend([
+        SpoolRecord::ClockPair { cupti_clock_ns: u64::MAX, realtime_ns: 0 },
+        kernel(0, 1, u64::MAX - 10, u64::MAX, 1),
+        kernel(0, 2, 0, 1, 1),
+        SpoolRecord::End { records: 3, undecoded: 0 },
+    ]);
+    spool.write_batch(&batch).unwrap();
+    drop(spool);
+    let spools = merge::read_spool_dir(&spool_dir).unwrap();
+    let (trace, extras) = merge::merge(&spools, &MergeOptions::default());
+    let times: Vec<(i64, i64)> = trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect();
+    // The offset (0 − u64::MAX) and the session start move both far below 0; the second saturates, none wraps.
+    assert_eq!(times, [(-1_800_000_000_000_000_010, -1_800_000_000_000_000_000), (i64::MIN, i64::MIN)]);
+    let path = dir.join("hostile.sqlite");
+    sqlite::write_capture(&path, &trace, &extras, &RunFacts::default()).unwrap();
+    let read = shardscope_io::load(&path).unwrap().remove(0);
+    // Read back, the kernel out of any trace's range is skipped and counted, the other kept.
+    assert_eq!(read.kernels.len(), 1);
+    assert!(read.warnings.iter().any(|w| w.what.contains("beyond") && w.count == 1), "{:?}", read.warnings);
+    let _ = std::fs::remove_dir_all(&dir);
+}
