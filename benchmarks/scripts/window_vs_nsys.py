@@ -52,7 +52,8 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     inputs = [args.ours] + args.nsys
-    if args.out and any(os.path.exists(p) and os.path.samefile(args.out, p) for p in inputs):
+    # A results file that does not exist yet cannot be an input (samefile needs both to exist).
+    if args.out and os.path.exists(args.out) and any(os.path.exists(p) and os.path.samefile(args.out, p) for p in inputs):
         print(f"window_vs_nsys: --out {args.out} is one of the inputs", file=sys.stderr)
         return 2
     try:

@@ -20,7 +20,8 @@
 //! (n−1)/n for all-gather, reduce-scatter and all-to-all (S = the whole gathered or scattered buffer), 1 otherwise;
 //! t = the instance's transfer time (latest start to last end).
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -166,7 +167,7 @@ pub struct Matching {
     /// Every instance seen on two or more ranks.
     pub instances: Vec<Instance>,
     /// Wait and transfer per (rank, kernel index in its trace).
-    pub shares: HashMap<(usize, u32), RankShare>,
+    pub shares: foldhash::HashMap<(usize, u32), RankShare>,
     /// Communication kernels that could not be matched to another rank.
     pub unmatched_kernels: u64,
     /// Whether clocks were aligned on collective ends.
@@ -392,36 +393,80 @@ pub fn slots(kernels: &[CommKernel]) -> Vec<u64> {
         .collect()
 }
 
+/// Where one communication kernel falls in instance order, in a few integers: communicator (its position among
+/// the job's communicators by name) and collective type, slot, then rank input and position in that rank's list.
+/// Sorting these sorts the kernels by (communicator, type, slot, rank input, time) without reading the rows.
+type InstanceKey = (u64, u64, u64);
+
 /// Every rank's communication kernels in instance order: by communicator, collective type and slot, and within one
-/// instance by rank input (then time). Returns each kernel's slot and (rank input, kernel), in that order, so that
-/// the kernels of one instance are one run of the list.
-fn in_instance_order(kernels: Vec<Vec<CommKernel>>) -> (Vec<u64>, Vec<(usize, CommKernel)>) {
-    let slotted: Vec<Vec<(u64, usize, CommKernel)>> = kernels
-        .into_par_iter()
-        .enumerate()
-        .map(|(input, rank_kernels)| {
-            let slots = slots(&rank_kernels);
-            slots.into_iter().zip(rank_kernels).map(|(slot, kernel)| (slot, input, kernel)).collect()
+/// instance by rank input (then time). Returns each kernel's key and (rank input, kernel), in that order, so that
+/// the kernels of one instance are one run of the list. The rows stay where they are (a large job has tens of
+/// millions): only their keys and references are sorted, and every list is written by all the worker threads.
+fn in_instance_order(kernels: &[Vec<CommKernel>]) -> (Vec<InstanceKey>, Vec<(usize, &CommKernel)>) {
+    let names = communicator_names(kernels);
+    let slots: Vec<Vec<u64>> = kernels.par_iter().map(|rank| slots(rank)).collect();
+    let starts: Vec<usize> = kernels
+        .iter()
+        .scan(0, |next, rank| {
+            let start = *next;
+            *next += rank.len();
+            Some(start)
         })
         .collect();
-    let mut all: Vec<(u64, usize, CommKernel)> = slotted.into_iter().flatten().collect();
-    // Stable: one rank's kernels of one slot (a repeated sequence number) keep their time order.
-    all.par_sort_by(|a, b| (&*a.2.communicator, a.2.op, a.0, a.1).cmp(&(&*b.2.communicator, b.2.op, b.0, b.1)));
-    all.into_iter().map(|(slot, input, kernel)| (slot, (input, kernel))).unzip()
+    let total = kernels.iter().map(Vec::len).sum::<usize>();
+    // Indexed, so that the list is written in place by every worker rather than joined on one thread.
+    let mut keys: Vec<InstanceKey> = (0..total)
+        .into_par_iter()
+        .map(|i| {
+            let input = starts.partition_point(|&start| start <= i) - 1;
+            let position = i - starts[input];
+            let kernel = &kernels[input][position];
+            let communicator = names.binary_search(&kernel.communicator).unwrap_or(0) as u64;
+            // A rank's list fits 32 bits of position many times over (a row takes about 100 bytes).
+            (communicator << 8 | kernel.op as u64, slots[input][position], (input as u64) << 32 | position as u64)
+        })
+        .collect();
+    drop(slots);
+    // Keys are unique (rank input and position are in them), so an unstable sort gives the stable order.
+    keys.par_sort_unstable();
+    let members = keys
+        .par_iter()
+        .map(|&(_, _, place)| {
+            let (input, position) = ((place >> 32) as usize, (place & u64::from(u32::MAX)) as usize);
+            (input, &kernels[input][position])
+        })
+        .collect();
+    (keys, members)
 }
 
-/// The runs of one instance each in [`in_instance_order`]'s list, as index ranges.
-fn instance_runs(slots: &[u64], members: &[(usize, CommKernel)]) -> Vec<std::ops::Range<usize>> {
-    let same = |a: usize, b: usize| {
-        slots[a] == slots[b]
-            && members[a].1.op == members[b].1.op
-            && members[a].1.communicator == members[b].1.communicator
-    };
+/// The job's communicator names, sorted: a kernel's position here stands for its communicator in [`InstanceKey`].
+fn communicator_names(kernels: &[Vec<CommKernel>]) -> Vec<Arc<str>> {
+    let per_rank: Vec<BTreeSet<Arc<str>>> = kernels
+        .par_iter()
+        .map(|rank| {
+            let mut names = BTreeSet::new();
+            let mut last: Option<&Arc<str>> = None;
+            // A rank's rows share their communicator's string, so most rows are the last one seen.
+            for kernel in rank {
+                if !last.is_some_and(|l| Arc::ptr_eq(l, &kernel.communicator)) {
+                    names.insert(kernel.communicator.clone());
+                    last = Some(&kernel.communicator);
+                }
+            }
+            names
+        })
+        .collect();
+    per_rank.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+/// The runs of one instance each in [`in_instance_order`]'s list, as index ranges with the instance's slot: kernels
+/// of one communicator, type and slot.
+fn instance_runs(keys: &[InstanceKey]) -> Vec<(std::ops::Range<usize>, u64)> {
     let mut runs = Vec::new();
     let mut start = 0;
-    for i in 1..=members.len() {
-        if i == members.len() || !same(start, i) {
-            runs.push(start..i);
+    for i in 1..=keys.len() {
+        if i == keys.len() || keys[i].0 != keys[start].0 || keys[i].1 != keys[start].1 {
+            runs.push((start..i, keys[start].1));
             start = i;
         }
     }
@@ -437,25 +482,27 @@ pub fn match_comm_kernels(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>
 
 fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_differ: bool) -> Matching {
     let total_comm_kernels: u64 = kernels.iter().map(|k| k.len() as u64).sum();
-    let (slots, members) = in_instance_order(kernels);
-    let runs = instance_runs(&slots, &members);
+    let (keys, members) = in_instance_order(&kernels);
+    let runs = instance_runs(&keys);
+    drop(keys);
     let offsets = if hosts_differ {
         let differences: Vec<Vec<(usize, i64)>> =
-            runs.par_iter().map(|run| alignment_differences(&members[run.clone()])).collect();
+            runs.par_iter().map(|(run, _)| alignment_differences(&members[run.clone()])).collect();
         alignment_offsets(ranks.len(), differences.into_iter().flatten())
     } else {
         vec![0; ranks.len()]
     };
     let matched: Vec<Option<(Instance, i64)>> = runs
         .par_iter()
-        .map(|run| {
-            let first = &members[run.start].1;
-            match_instance(&first.communicator, first.op, slots[run.start], &members[run.clone()], ranks, &offsets)
+        .map(|(run, slot)| {
+            let first = members[run.start].1;
+            match_instance(&first.communicator, first.op, *slot, &members[run.clone()], ranks, &offsets)
         })
         .collect();
-    // The kernels, in instance order, are the largest thing held here (a row per collective kernel of every rank):
-    // gone before the map of shares is made, which is sized once for every matched kernel rather than grown.
-    drop((slots, members, runs));
+    // The kernels (a row per collective kernel of every rank) are the largest thing held here: gone before the map
+    // of shares is made, which is sized once for every matched kernel rather than grown.
+    drop((members, runs));
+    drop(kernels);
     let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
     matching.shares.reserve(matched.iter().flatten().map(|(instance, _)| instance.members.len()).sum());
     let mut spreads = Vec::new();
@@ -475,9 +522,11 @@ fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_d
 
 /// Of one instance's kernels (rank input index, kernel), what each rank's clock differs from rank input 0's at the
 /// collective's end: the observations from which [`alignment_offsets`] shifts clocks across hosts.
-pub fn alignment_differences(members: &[(usize, CommKernel)]) -> Vec<(usize, i64)> {
-    let Some(reference_end) = members.iter().find(|(i, _)| *i == 0).map(|(_, k)| k.end_ns) else { return Vec::new() };
-    members.iter().map(|(i, kernel)| (*i, reference_end - kernel.end_ns)).collect()
+pub fn alignment_differences<K: Borrow<CommKernel>>(members: &[(usize, K)]) -> Vec<(usize, i64)> {
+    let Some(reference_end) = members.iter().find(|(i, _)| *i == 0).map(|(_, k)| k.borrow().end_ns) else {
+        return Vec::new();
+    };
+    members.iter().map(|(i, kernel)| (*i, reference_end - kernel.borrow().end_ns)).collect()
 }
 
 /// Per rank input (of `n`), the clock shift that best lines up collective ends with rank input 0: the median of
@@ -494,11 +543,11 @@ pub fn alignment_offsets(n: usize, differences: impl IntoIterator<Item = (usize,
 
 /// One collective instance from the kernels that share its communicator, type and slot (rank input index, kernel;
 /// in rank input order), with the spread of its ends across ranks; `None` when fewer than two ranks took part.
-pub fn match_instance(
+pub fn match_instance<K: Borrow<CommKernel>>(
     communicator: &str,
     op: CollectiveOp,
     seq: u64,
-    members: &[(usize, CommKernel)],
+    members: &[(usize, K)],
     ranks: &[(RankKey, u32)],
     offsets: &[i64],
 ) -> Option<(Instance, i64)> {
@@ -507,7 +556,7 @@ pub fn match_instance(
     }
     let offset = |input: usize| offsets.get(input).copied().unwrap_or(0);
     let shifted: Vec<(i64, i64)> =
-        members.iter().map(|(i, k)| (k.start_ns + offset(*i), k.end_ns + offset(*i))).collect();
+        members.iter().map(|(i, k)| (k.borrow().start_ns + offset(*i), k.borrow().end_ns + offset(*i))).collect();
     let latest = shifted.iter().map(|s| s.0).max().unwrap_or(0);
     let last_end = shifted.iter().map(|s| s.1).max().unwrap_or(0);
     let first_end = shifted.iter().map(|s| s.1).min().unwrap_or(0);
@@ -523,15 +572,15 @@ pub fn match_instance(
         max_wait_ns = max_wait_ns.max(share.wait_ns);
         wait_total_ns += share.wait_ns;
         rank_wait_ns.insert(ranks[members[member].0].1, share.wait_ns);
-        let recorded = &members[member].1;
+        let recorded = members[member].1.borrow();
         rank_times_ns.insert(ranks[members[member].0].1, [recorded.start_ns, recorded.end_ns]);
         shares.push(share);
     }
     let transfer_ns = (last_end - latest).max(0);
-    let nranks = members[0].1.group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
-    let bytes = members.iter().find_map(|(_, k)| k.bytes);
+    let nranks = members[0].1.borrow().group_size.unwrap_or(members.len() as u32).max(members.len() as u32);
+    let bytes = members.iter().find_map(|(_, k)| k.borrow().bytes);
     let algbw_gbps = bytes.filter(|_| transfer_ns > 0).map(|b| b as f64 / transfer_ns as f64);
-    let mut phases: Vec<&str> = members.iter().filter_map(|(_, k)| k.phase.as_deref()).collect();
+    let mut phases: Vec<&str> = members.iter().filter_map(|(_, k)| k.borrow().phase.as_deref()).collect();
     phases.sort();
     let phase = most_common(&phases).map(|p| p.to_string());
     let instance = Instance {
@@ -549,7 +598,7 @@ pub fn match_instance(
         phase,
         rank_wait_ns,
         rank_times_ns,
-        members: members.iter().map(|(i, k)| (ranks[*i].0.trace, k.kernel)).collect(),
+        members: members.iter().map(|(i, k)| (ranks[*i].0.trace, k.borrow().kernel)).collect(),
         shares,
     };
     Some((instance, last_end - first_end))
@@ -557,7 +606,7 @@ pub fn match_instance(
 
 /// True when the traces say their processes ran on more than one host (their clocks then need aligning).
 pub fn ranks_on_different_hosts(traces: &[Trace]) -> bool {
-    let hosts: std::collections::BTreeSet<&str> =
+    let hosts: BTreeSet<&str> =
         traces.iter().flat_map(|t| t.processes.iter().filter_map(|p| p.host.as_deref())).collect();
     hosts.len() > 1
 }
@@ -770,6 +819,57 @@ mod fabricated {
             })
             .collect();
         match_collectives(&inputs, &classifier, false)
+    }
+
+    /// A communication row of the matcher: kernel `kernel` of its rank on `communicator`, with sequence `seq`.
+    fn row(kernel: u32, start_ns: i64, communicator: &str, op: CollectiveOp, seq: Option<u64>) -> CommKernel {
+        CommKernel {
+            kernel,
+            start_ns,
+            end_ns: start_ns + 10,
+            op,
+            communicator: Arc::from(communicator),
+            seq,
+            bytes: None,
+            group_size: None,
+            phase: None,
+        }
+    }
+
+    /// Instances come in (communicator by name, type, slot) order whatever order the ranks list them in and
+    /// whichever string allocation a row holds; within an instance the members go by rank input, then time (a
+    /// sequence number seen twice on one rank keeps both kernels in time order).
+    #[test]
+    fn instances_and_their_members_come_in_name_type_slot_then_rank_order() {
+        use CollectiveOp::{AllGather, AllReduce};
+        let rank0 = vec![
+            row(0, 0, "tp", AllReduce, None),
+            row(1, 10, "dp", AllReduce, None),
+            row(2, 20, "tp", AllGather, None),
+            row(3, 30, "ep", AllReduce, Some(5)),
+            row(4, 40, "ep", AllReduce, Some(5)),
+        ];
+        let rank1 = vec![
+            row(0, 0, "ep", AllReduce, Some(5)),
+            row(1, 5, "dp", AllReduce, None),
+            row(2, 15, "tp", AllGather, None),
+            row(3, 25, "tp", AllReduce, None),
+        ];
+        let ranks: Vec<(RankKey, u32)> =
+            (0..2).map(|i| (RankKey { trace: i, device: DeviceIdx(0) }, i as u32)).collect();
+        let m = match_comm_kernels(&ranks, vec![rank0, rank1], false);
+        let order: Vec<String> =
+            m.instances.iter().map(|i| format!("{} {:?} {} {:?}", i.communicator, i.op, i.seq, i.members)).collect();
+        assert_eq!(
+            order,
+            [
+                "dp AllReduce 0 [(0, 1), (1, 1)]",
+                "ep AllReduce 5 [(0, 3), (0, 4), (1, 0)]",
+                "tp AllReduce 0 [(0, 0), (1, 3)]",
+                "tp AllGather 0 [(0, 2), (1, 2)]",
+            ]
+        );
+        assert_eq!(m.unmatched_kernels, 0);
     }
 
     /// Rank 1 sleeps 1 ms before the second all-reduce: rank 0 waits 1 ms there, rank 1 is the late rank.

@@ -214,13 +214,20 @@ fn finish_here(mut digests: Vec<TraceDigest>, options: &Options) -> Report {
     let kernels: Vec<Vec<CommKernel>> =
         digests.iter_mut().flat_map(|d| d.devices.iter_mut().map(|g| std::mem::take(&mut g.comm))).collect();
     let matching = collectives::match_comm_kernels(&rank_keys, kernels, hosts_differ);
-    let mut ranks = Vec::with_capacity(keys.len());
-    let mut rank_memory = Vec::new();
     let mut facts = RunFacts::default();
-    let mut numbered = numbers.into_iter();
+    let mut devices = Vec::with_capacity(keys.len());
     for (trace, digest) in digests.into_iter().enumerate() {
-        for device in digest.devices {
-            let (rank, rank_recorded) = numbered.next().unwrap_or_default();
+        devices.extend(digest.devices.into_iter().map(|device| (trace, device)));
+        facts.inputs.push(digest.source);
+        facts.warnings.extend(digest.warnings);
+        facts.identities.push(digest.identity);
+        facts.capture_notes.extend(digest.capture_note);
+    }
+    // Each rank's report takes only its own kernels' shares: the ranks are finished side by side.
+    let (mut ranks, rank_memory): (Vec<super::RankReport>, Vec<Option<memory::RankMemory>>) = devices
+        .into_par_iter()
+        .zip(numbers)
+        .map(|((trace, device), (rank, rank_recorded))| {
             let DeviceDigest { mut report, hta_if_job_has_steps, memory, targets, labels, .. } = device;
             report.rank = rank;
             report.rank_recorded = rank_recorded;
@@ -228,14 +235,10 @@ fn finish_here(mut digests: Vec<TraceDigest>, options: &Options) -> Report {
                 report.hta = hta;
             }
             apply_shares(&mut report, &targets, &labels, |kernel| matching.shares.get(&(trace, kernel)).copied());
-            ranks.push(report);
-            rank_memory.extend(memory.map(|m| memory::RankMemory { rank, ..m }));
-        }
-        facts.inputs.push(digest.source);
-        facts.warnings.extend(digest.warnings);
-        facts.identities.push(digest.identity);
-        facts.capture_notes.extend(digest.capture_note);
-    }
+            (report, memory.map(|m| memory::RankMemory { rank, ..m }))
+        })
+        .unzip();
+    let mut rank_memory: Vec<memory::RankMemory> = rank_memory.into_iter().flatten().collect();
     // As `analyze`: by rank, input order among equals.
     ranks.sort_by_key(|r| r.rank);
     rank_memory.sort_by_key(|r| r.rank);
