@@ -13,7 +13,10 @@ or, generating the traces first (needs only the `gen_large_nsys` binary, no carg
         --gen ./gen_large_nsys --sizes 1000000,10000000 --ranks 8 --workdir /tmp/traces --out results.json
 
 `--gen` writes `k<size>.sqlite` (`gen_large_nsys --kernels SIZE --ranks RANKS`) into `--workdir` unless it is there
-already, and times each as a trace named `k<size>`.
+already, and times each as a trace named `k<size>`. `--fleet-gen` with `--fleet RANKSxSTEPS` writes the many-rank
+Kineto job `fleet<RANKS>x<STEPS>/` (`gen_fleet_job --layers 64`; 512x1040 is the 102.8 M-kernel job), timed as a
+folder. `--commands` picks what runs per trace: `report`, `kern-sum`, and `report-streaming` (`report --streaming
+on`, one file at a time: the one-process path for a job larger than memory).
 
 Each round runs every (trace, command, build) once; the builds' order rotates from round to round so that
 neither always runs first after the other. One process per run: its wall time, user + system CPU time
@@ -62,8 +65,16 @@ def run_once(argv):
 def commands(build_path, trace_path):
     return {
         "report": [build_path, "report", "--format", "json", trace_path],
+        "report-streaming": [build_path, "report", "--streaming", "on", "--format", "json", trace_path],
         "kern-sum": [build_path, "kern-sum", "--format", "csv", trace_path],
     }
+
+
+def size_bytes(path):
+    """A file's size, or the sum of a folder's files."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def summarize(samples):
@@ -98,6 +109,10 @@ def main():
                         "(default: `nsys` on PATH, if any)")
     parser.add_argument("--no-nsys", action="store_true", help="do not time nsys stats even if it is on PATH")
     parser.add_argument("--nsys-rounds", type=int, default=None, help="rounds that run nsys stats (default: all)")
+    parser.add_argument("--fleet-gen", help="gen_fleet_job binary: generate the --fleet jobs in --workdir")
+    parser.add_argument("--fleet", default="", help="RANKSxSTEPS of generated Kineto jobs, comma-separated")
+    parser.add_argument("--commands", default="report,kern-sum",
+                        help="comma-separated: report, kern-sum, report-streaming")
     parser.add_argument("--deadline-s", type=float, default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -117,10 +132,24 @@ def main():
                 subprocess.run([args.gen, "--kernels", str(size), "--ranks", str(args.ranks), "-o", path], check=True)
                 print(f"generated {path} in {time.monotonic() - start:.1f} s", flush=True)
             traces.append((f"k{size}", path))
+    if args.fleet_gen:
+        for shape in [f for f in args.fleet.split(",") if f]:
+            ranks, steps = shape.split("x")
+            path = os.path.join(args.workdir, f"fleet{ranks}x{steps}")
+            if not os.path.exists(path):
+                start = time.monotonic()
+                subprocess.run([args.fleet_gen, "--ranks", ranks, "--steps", steps, "--layers", "64", "--out", path,
+                                "--jobs", str(len(os.sched_getaffinity(0)))], check=True)
+                print(f"generated {path} in {time.monotonic() - start:.1f} s", flush=True)
+            traces.append((f"fleet{ranks}x{steps}", path))
     if not traces:
-        parser.error("give --trace or --gen")
+        parser.error("give --trace, --gen or --fleet-gen")
+    wanted = [c for c in args.commands.split(",") if c]
+    unknown = [c for c in wanted if c not in commands("", "")]
+    if unknown or not wanted:
+        parser.error(f"--commands: unknown {unknown}")
     for name, path in traces:
-        generated.append({"trace": name, "path": path, "bytes": os.path.getsize(path)})
+        generated.append({"trace": name, "path": path, "bytes": size_bytes(path)})
     began = time.monotonic()
     samples = []
     stopped = None
@@ -137,11 +166,11 @@ def main():
         order = builds[round_index % len(builds):] + builds[: round_index % len(builds)]
         for trace_name, trace_path in traces:
             planned = []
-            for command in ("report", "kern-sum"):
+            for command in wanted:
                 for build_name, build_path in order:
                     planned.append((command, build_name, commands(build_path, trace_path)[command]))
             nsys_rounds = args.nsys_rounds if args.nsys_rounds is not None else args.rounds
-            if args.nsys and round_index < nsys_rounds:
+            if args.nsys and "kern-sum" in wanted and round_index < nsys_rounds:
                 argv = [args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", trace_path]
                 planned.append(("kern-sum", "nsys stats", argv))
             for command, build_name, argv in planned:
@@ -160,7 +189,7 @@ def main():
     write()
     for row in summarize(samples):
         w, c, m = row["wall_s"], row["cores_busy"], row["peak_rss_mib"]
-        print(f"{row['trace']:>6} {row['command']:>8} {row['build']:>10}: {w['median']:.2f} s "
+        print(f"{row['trace']:>6} {row['command']:>16} {row['build']:>10}: {w['median']:.2f} s "
               f"({w['min']:.2f}-{w['max']:.2f}), cores {c['median']:.1f}, peak {m['median']:.0f} MiB, n={row['runs']}")
     failed = [s for s in samples if s["exit_code"] != 0]
     for s in failed:
