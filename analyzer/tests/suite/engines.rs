@@ -157,6 +157,41 @@ fn a_server_captured_in_two_profiler_windows_is_modelled_inside_one_window() {
     assert!(findings["quiet"].to_string().contains("later capture window"), "{}", findings["quiet"]);
 }
 
+/// The same server captured by the build that first attaches CUPTI when a window opens, so that CUPTI's clock is
+/// read only then (sitting 19 of BENCHMARKS.md, one H200): at node level, and at graph level where each replay is one
+/// record. Every kernel and graph launch starts inside a window of its process (the windows come from the wall clock
+/// at the switch, the GPU times from CUPTI's clock placed by the pair read at the first attach), the counts are the
+/// ones Nsight Systems kept on the same program, and the findings' model lies inside one window.
+#[test]
+fn a_server_first_attached_at_its_first_window_keeps_its_work_inside_the_windows() {
+    for (capture, kernels, graph_launches) in [
+        ("hf_server_static_2windows_first_attach.sqlite.gz", 2864, 0),
+        ("hf_server_static_2windows_graph.sqlite.gz", 1660, 28),
+    ] {
+        let path = repo_root().join("sample-traces/engines").join(capture);
+        let trace = shardscope_io::load(&path).unwrap().remove(0);
+        assert_eq!((trace.kernels.len(), trace.graph_launches.len()), (kernels, graph_launches), "{capture}");
+        assert_eq!(trace.capture_windows.len(), 2, "{capture}");
+        let inside = |process, start_ns| {
+            trace.capture_windows.iter().any(|w| w.process == process && w.start_ns <= start_ns && start_ns <= w.end_ns)
+        };
+        let starts = trace.kernels.iter().map(|k| (k.process, k.start_ns));
+        let starts = starts.chain(trace.graph_launches.iter().map(|g| (g.process, g.start_ns)));
+        for (process, start_ns) in starts {
+            assert!(inside(process, start_ns), "{capture}: work at {start_ns} ns outside every window");
+        }
+        let report = report(capture);
+        assert_eq!(report["ranks"][0]["kernel_count"], kernels);
+        assert_eq!(report["ranks"][0]["cuda_graph_count"], graph_launches);
+        let window = report["findings"]["window"].as_str().unwrap();
+        let range = window.rsplit('(').next().unwrap().trim_end_matches(" ns)");
+        let (start, end) = range.split_once("..").unwrap();
+        let (start, end): (i64, i64) = (start.parse().unwrap(), end.parse().unwrap());
+        let one_window = trace.capture_windows.iter().any(|w| w.start_ns <= start && end <= w.end_ns);
+        assert!(one_window, "{capture}: the findings' model {start}..{end} is not inside one capture window");
+    }
+}
+
 /// The table's duration format (`render::duration`), for matching its lines.
 fn duration(ns: i64) -> String {
     shardscope_analyzer::output::render::duration(ns)
