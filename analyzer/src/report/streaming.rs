@@ -83,19 +83,20 @@ struct DeviceDigest {
     labels: Vec<String>,
 }
 
-/// Where a matched kernel's wait and transfer go in its rank's report.
+/// Where a matched kernel's wait and transfer go in its rank's report (one per communication kernel of a job, so
+/// kept small: what the finish needs of the kernel's times is only whether it lies in the steady state).
 #[derive(Debug, Clone, Copy)]
 struct ShareTarget {
     /// Index of the kernel in its trace.
     kernel: u32,
-    start_ns: i64,
-    end_ns: i64,
     /// Its label's position in [`DeviceDigest::labels`].
     label: u32,
     /// Its phase's position in the rank's phases.
     phase: Option<u32>,
     /// Cut by the analysis window: matched, but its time is not split into wait and transfer.
     clipped: bool,
+    /// Inside the rank's steady state whole, where the steady state's figures take its share too.
+    in_steady_state: bool,
 }
 
 /// Analyses `trace` alone into what the run's report needs of it, on the analyzer's worker threads.
@@ -127,13 +128,15 @@ fn device_digest(context: &DeviceContext, options: &Options) -> DeviceDigest {
     let hta_if_job_has_steps = (!trace_has_steps).then(|| super::partial::device_hta(context, options));
     let rows = super::partial::comm_rows(context, options);
     let labels: Vec<String> = rows.iter().map(|row| &row.label).collect::<BTreeSet<_>>().into_iter().cloned().collect();
+    let steady_window = report.steady_state.as_ref().map(|s| s.window_ns);
     let (comm, targets): (Vec<CommKernel>, Vec<ShareTarget>) = rows
         .into_iter()
         .map(|row| {
+            let whole = (row.kernel.start_ns, row.kernel.end_ns);
             let target = ShareTarget {
                 kernel: row.kernel.kernel,
-                start_ns: row.kernel.start_ns,
-                end_ns: row.kernel.end_ns,
+                in_steady_state: steady_window
+                    .is_some_and(|window| clip(whole.0, whole.1, Some(window)) == Some(whole)),
                 label: labels.binary_search(&row.label).map_or(0, |i| i as u32),
                 phase: row
                     .kernel
@@ -255,7 +258,6 @@ fn apply_shares(
     labels: &[String],
     share_of: impl Fn(u32) -> Option<RankShare>,
 ) {
-    let steady_window = report.steady_state.as_ref().map(|s| s.window_ns);
     for target in targets.iter().filter(|t| !t.clipped) {
         let Some(share) = share_of(target.kernel) else { continue };
         let label = labels.get(target.label as usize).map_or("", String::as_str);
@@ -263,9 +265,7 @@ fn apply_shares(
         if let Some(phase) = target.phase.and_then(|p| report.phases.get_mut(p as usize)) {
             add_share(&mut phase.figures, label, share);
         }
-        let whole = (target.start_ns, target.end_ns);
-        if let Some(window) = steady_window
-            && clip(whole.0, whole.1, Some(window)) == Some(whole)
+        if target.in_steady_state
             && let Some(steady) = report.steady_state.as_mut()
         {
             add_share(&mut steady.figures, label, share);
