@@ -295,6 +295,16 @@ fn merge_only_mode_writes_the_file_from_a_spool_folder() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Writes one process's spool at `path` in one batch: its process record, the devices, the names `names`, then
+/// `records`.
+fn write_one_process_spool(path: &Path, process_record: SpoolRecord, names_list: &[&str], records: Vec<SpoolRecord>) {
+    let mut batch = vec![process_record];
+    batch.extend(devices());
+    batch.extend(names(names_list));
+    batch.extend(records);
+    SpoolWriter::create(path).unwrap().write_batch(&batch).unwrap();
+}
+
 /// A capture window from `start_ns` to `end_ns` (CUPTI clock), opened and closed by the given triggers.
 fn window(start_ns: u64, end_ns: u64, start: WindowTrigger, end: WindowTrigger) -> SpoolRecord {
     SpoolRecord::Window(WindowRecord { start_ns, end_ns, start_trigger: start as u8, end_trigger: end as u8 })
@@ -313,11 +323,7 @@ fn live_profiler_windows() -> MergeOptions {
 /// graph launch comes in the second, and one stop came with recording off.
 fn write_windowed_spool(dir: &Path) {
     use shardscope_spool::cupti::GraphTraceRecord;
-    let mut spool = SpoolWriter::create(&dir.join("node1.3000.spool")).unwrap();
-    let mut batch = vec![process(3000, 0, 1_000_000, T0_UTC_NS)];
-    batch.extend(devices());
-    batch.extend(names(&[GEMM, "step"]));
-    batch.extend([
+    let records = vec![
         kernel(0, 1, 1_000_100, 1_000_900, 1),
         // An NVTX range pushed inside the first window whose pop came after recording stopped.
         SpoolRecord::Marker(MarkerRecord {
@@ -342,8 +348,9 @@ fn write_windowed_spool(dir: &Path) {
         }),
         window(1_002_000, 1_003_000, WindowTrigger::External, WindowTrigger::ProcessExit),
         SpoolRecord::End { records: 5, undecoded: 0 },
-    ]);
-    spool.write_batch(&batch).unwrap();
+    ];
+    let process_record = process(3000, 0, 1_000_000, T0_UTC_NS);
+    write_one_process_spool(&dir.join("node1.3000.spool"), process_record, &[GEMM, "step"], records);
 }
 
 #[test]
@@ -377,21 +384,17 @@ fn windows_and_whole_graph_launches_reach_the_file_and_nothing_recorded_is_filte
 fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_attach() {
     let dir = temp_dir("clock-pair");
     let spool_dir = dir.join("spool");
-    let mut attached = SpoolWriter::create(&spool_dir.join("node1.4000.spool")).unwrap();
-    let mut batch = vec![process(4000, 0, 0, T0_UTC_NS)];
-    batch.extend(devices());
-    batch.extend(names(&[GEMM]));
-    batch.extend([
+    let attached = vec![
         SpoolRecord::ClockPair { cupti_clock_ns: 1_000_000, realtime_ns: T0_UTC_NS + 50_000 },
         kernel(0, 1, 1_000_100, 1_000_900, 1),
         window(1_000_000, 1_001_000, WindowTrigger::CudaProfilerApi, WindowTrigger::CudaProfilerApi),
         SpoolRecord::End { records: 3, undecoded: 0 },
-    ]);
-    attached.write_batch(&batch).unwrap();
+    ];
+    write_one_process_spool(&spool_dir.join("node1.4000.spool"), process(4000, 0, 0, T0_UTC_NS), &[GEMM], attached);
     let mut idle = SpoolWriter::create(&spool_dir.join("node1.4001.spool")).unwrap();
     idle.write_batch(&[process(4001, 1, 0, T0_UTC_NS + 20_000), SpoolRecord::End { records: 0, undecoded: 0 }])
         .unwrap();
-    drop((attached, idle));
+    drop(idle);
     let spools = merge::read_spool_dir(&spool_dir).unwrap();
     let options = live_profiler_windows();
     let (trace, _) = merge::merge(&spools, &options);
@@ -409,18 +412,13 @@ fn a_process_that_started_detached_is_placed_by_the_clock_pair_of_its_first_atta
 fn a_clock_pair_at_the_ends_of_the_range_merges_without_overflow() {
     let dir = temp_dir("clock-pair-hostile");
     let spool_dir = dir.join("spool");
-    let mut spool = SpoolWriter::create(&spool_dir.join("node1.4100.spool")).unwrap();
-    let mut batch = vec![process(4100, 0, 0, T0_UTC_NS)];
-    batch.extend(devices());
-    batch.extend(names(&[GEMM]));
-    batch.extend([
+    let records = vec![
         SpoolRecord::ClockPair { cupti_clock_ns: u64::MAX, realtime_ns: 0 },
         kernel(0, 1, u64::MAX - 10, u64::MAX, 1),
         kernel(0, 2, 0, 1, 1),
         SpoolRecord::End { records: 3, undecoded: 0 },
-    ]);
-    spool.write_batch(&batch).unwrap();
-    drop(spool);
+    ];
+    write_one_process_spool(&spool_dir.join("node1.4100.spool"), process(4100, 0, 0, T0_UTC_NS), &[GEMM], records);
     let spools = merge::read_spool_dir(&spool_dir).unwrap();
     let (trace, extras) = merge::merge(&spools, &MergeOptions::default());
     let times: Vec<(i64, i64)> = trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect();
