@@ -247,18 +247,15 @@ pub struct Graph {
     pub window_start_ns: i64,
     /// Counts of what was and was not modelled.
     pub stats: ModelStats,
-    /// Incoming edges of vertex v: `edges[offsets[v]..offsets[v + 1]]`.
-    offsets: Vec<u32>,
-    edges: Vec<Edge>,
-    /// Per vertex: the earliest time given from outside the model (window start, work before the window).
-    external_ns: Vec<i64>,
+    /// Per vertex: its position in [`Graph::order`] (where the replay plan keeps its incoming edges).
+    position_of: Vec<u32>,
     /// Per vertex: its own time, as measured.
     own_ns: Vec<i64>,
     /// Per vertex: its measured time.
     measured_ns: Vec<i64>,
     /// Vertices in topological order.
     order: Vec<u32>,
-    /// The replay's copy of the edges, laid out in topological order (see [`ReplayPlan`]).
+    /// The edges, laid out in topological order (see [`ReplayPlan`]): the only copy once the graph is assembled.
     plan: ReplayPlan,
     /// Number of collective barriers (vertices after the operations' two each).
     barriers: u32,
@@ -289,6 +286,32 @@ struct PlanEdge {
     /// Why the target waits (a replay may skip some kinds: [`Graph::simulate_skipping`]).
     kind: EdgeKind,
     lag_ns: i64,
+}
+
+/// Incoming edges per vertex as the constructors found them (dropped ones too), and each vertex's external time:
+/// what [`Graph::assemble`] orders the vertices and lays out the [`ReplayPlan`] from. Dropped once the plan is
+/// made: the plan holds the same edges, less the dropped ones, and keeping both held every edge twice (about
+/// 0.9 GB of a 10 M-kernel model).
+struct IncomingLists {
+    /// Incoming edges of vertex v: `edges[offsets[v]..offsets[v + 1]]`.
+    offsets: Vec<u32>,
+    edges: Vec<Edge>,
+    /// Per vertex: the earliest time given from outside the model (window start, work before the window).
+    external_ns: Vec<i64>,
+}
+
+impl IncomingLists {
+    fn of(&self, vertex: u32) -> &[Edge] {
+        &self.edges[self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize]
+    }
+
+    /// The latest time the kept predecessors of `vertex` allow, from vertex times `times`.
+    fn ready(&self, vertex: u32, times: &[i64]) -> i64 {
+        let kept = self.of(vertex).iter().filter(|edge| edge.kind != EdgeKind::Dropped);
+        kept.fold(self.external_ns[vertex as usize], |ready, edge| {
+            ready.max(times[edge.source as usize].saturating_add(edge.lag_ns))
+        })
+    }
 }
 
 /// What [`Graph::assemble`] needs from either constructor.
@@ -1420,15 +1443,14 @@ impl Graph {
         }
         let (offsets, edges) = incoming_lists(&list, vertex_count);
         drop(list);
+        let mut incoming = IncomingLists { offsets, edges, external_ns };
         let mut graph = Graph {
             ops,
             ranks,
             categories,
             window_start_ns,
             stats,
-            offsets,
-            edges,
-            external_ns,
+            position_of: Vec::new(),
             own_ns: Vec::new(),
             measured_ns,
             order: Vec::new(),
@@ -1437,9 +1459,10 @@ impl Graph {
             barrier_instances,
             instances,
         };
-        graph.order = graph.topological_order();
-        graph.plan = graph.replay_plan();
-        graph.own_ns = graph.measured_own();
+        graph.order = graph.topological_order(&mut incoming);
+        graph.position_of = graph.positions_in_order();
+        graph.plan = graph.replay_plan(&incoming);
+        graph.own_ns = graph.measured_own(&incoming);
         graph
     }
 
@@ -1448,17 +1471,29 @@ impl Graph {
         2 * self.ops.len() + self.barriers as usize
     }
 
-    fn incoming(&self, vertex: u32) -> &[Edge] {
-        &self.edges[self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize]
+    /// The kept incoming edges of `vertex`, in the order they were found, read from the replay plan.
+    fn incoming(&self, vertex: u32) -> impl Iterator<Item = Edge> + '_ {
+        let position = self.position_of[vertex as usize] as usize;
+        let plan = &self.plan;
+        plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize].iter().map(|edge| Edge {
+            source: self.order[edge.source_position as usize],
+            lag_ns: edge.lag_ns,
+            kind: edge.kind,
+        })
+    }
+
+    /// The earliest time given to `vertex` from outside the model.
+    fn external_ns(&self, vertex: u32) -> i64 {
+        self.plan.external_ns[self.position_of[vertex as usize] as usize]
     }
 
     /// Kahn's algorithm, earliest measured time first; where the input's edges form a cycle, the remaining vertex
     /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
-    fn topological_order(&mut self) -> Vec<u32> {
+    fn topological_order(&mut self, incoming: &mut IncomingLists) -> Vec<u32> {
         let n = self.vertex_count();
-        let (outgoing_offsets, outgoing) = self.outgoing_lists();
+        let (outgoing_offsets, outgoing) = outgoing_lists(incoming, n);
         let mut indegree: Vec<u32> =
-            self.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
+            incoming.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
             .filter(|&v| indegree[v as usize] == 0)
             .map(|v| Reverse((self.measured_ns[v as usize], v)))
@@ -1478,8 +1513,8 @@ impl Graph {
                     cursor += 1;
                 }
                 let v = by_time[cursor];
-                let range = self.offsets[v as usize] as usize..self.offsets[v as usize + 1] as usize;
-                for edge in &mut self.edges[range] {
+                let range = incoming.offsets[v as usize] as usize..incoming.offsets[v as usize + 1] as usize;
+                for edge in &mut incoming.edges[range] {
                     if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
                         edge.kind = EdgeKind::Dropped;
                         self.stats.edges_dropped_for_cycles += 1;
@@ -1508,39 +1543,23 @@ impl Graph {
         order
     }
 
-    /// Each vertex's successors (offsets by vertex, then the targets), counted and placed on worker threads. The
-    /// order within a vertex's list is the threads': the topological order does not depend on it (a vertex joins
-    /// the heap when its last predecessor is done, whichever edge that is).
-    fn outgoing_lists(&self) -> (Vec<u32>, Vec<AtomicU32>) {
-        let pairs = || {
-            (0..self.vertex_count() as u32)
-                .into_par_iter()
-                .with_min_len(PAR_MIN_LEN)
-                .flat_map_iter(|v| self.incoming(v).iter().map(move |edge| (edge.source, v)))
-        };
-        bucketed(self.vertex_count(), pairs)
-    }
-
-    /// The latest time the predecessors of `vertex` allow, from vertex times `times`.
-    fn ready(&self, vertex: u32, times: &[i64], skip_collectives: bool) -> i64 {
-        let mut ready = self.external_ns[vertex as usize];
-        for edge in self.incoming(vertex) {
-            if edge.kind == EdgeKind::Dropped || (skip_collectives && edge.kind == EdgeKind::CollectiveRelease) {
-                continue;
-            }
-            ready = ready.max(times[edge.source as usize].saturating_add(edge.lag_ns));
-        }
-        ready
+    /// Each vertex's position in the topological order.
+    fn positions_in_order(&self) -> Vec<u32> {
+        let position_of = atomic_zeros(self.vertex_count());
+        self.order.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(position, &vertex)| {
+            position_of[vertex as usize].store(position as u32, Ordering::Relaxed);
+        });
+        position_of.into_par_iter().with_min_len(PAR_MIN_LEN).map(AtomicU32::into_inner).collect()
     }
 
     /// Own times from the measured times; negative ones (the record contradicts the model) are counted and zeroed.
-    fn measured_own(&mut self) -> Vec<i64> {
+    fn measured_own(&mut self, incoming: &IncomingLists) -> Vec<i64> {
         // Each vertex's own time depends on measured times only: computed on worker threads.
-        let this = &*self;
+        let measured_ns = &self.measured_ns;
         let own_or_negative: Vec<i64> = (0..self.vertex_count() as u32)
             .into_par_iter()
             .with_min_len(PAR_MIN_LEN)
-            .map(|v| this.measured_ns[v as usize].saturating_sub(this.ready(v, &this.measured_ns, false)))
+            .map(|v| measured_ns[v as usize].saturating_sub(incoming.ready(v, measured_ns)))
             .collect();
         self.stats.inconsistent_vertices =
             own_or_negative.par_iter().with_min_len(PAR_MIN_LEN).filter(|&&own| own < 0).count() as u64;
@@ -1625,14 +1644,9 @@ impl Graph {
 
     /// The edges again, by the topological position of their target, with their sources as positions too.
     /// Made on worker threads: each vertex's position, then per position its kept edges and external time.
-    fn replay_plan(&self) -> ReplayPlan {
-        let position_of = atomic_zeros(self.vertex_count());
-        self.order.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(position, &vertex)| {
-            position_of[vertex as usize].store(position as u32, Ordering::Relaxed);
-        });
-        let position_of: Vec<u32> =
-            position_of.into_par_iter().with_min_len(PAR_MIN_LEN).map(AtomicU32::into_inner).collect();
-        let kept = |vertex: u32| self.incoming(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
+    fn replay_plan(&self, incoming: &IncomingLists) -> ReplayPlan {
+        let position_of = &self.position_of;
+        let kept = |vertex: u32| incoming.of(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
         let counts: Vec<u32> =
             self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
         let offsets = offsets_of(counts.into_iter());
@@ -1651,8 +1665,9 @@ impl Graph {
                 };
             }
         });
-        let external_ns =
-            self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| self.external_ns[vertex as usize]).collect();
+        let external_ns = (self.order.par_iter().with_min_len(PAR_MIN_LEN))
+            .map(|&vertex| incoming.external_ns[vertex as usize])
+            .collect();
         ReplayPlan { offsets, edges, external_ns }
     }
 
@@ -1672,16 +1687,13 @@ impl Graph {
         let mut steps = Vec::new();
         let mut vertex = end_vertex(last);
         loop {
-            let external = self.external_ns[vertex as usize];
+            let external = self.external_ns(vertex);
             let mut best: Option<(i64, Edge)> = None;
             for edge in self.incoming(vertex) {
-                if edge.kind == EdgeKind::Dropped {
-                    continue;
-                }
                 let at = times[edge.source as usize].saturating_add(edge.lag_ns);
                 // Strictly later wins, so that on ties the first recorded edge (the run edge of an end) is kept.
                 if best.is_none_or(|(t, _)| at > t) {
-                    best = Some((at, *edge));
+                    best = Some((at, edge));
                 }
             }
             let own = self.own_ns[vertex as usize];
@@ -1733,7 +1745,7 @@ impl Graph {
 
     /// The barrier vertex whose release a matched collective operation waits for.
     pub fn barrier_of(&self, op: u32) -> Option<u32> {
-        self.incoming(end_vertex(op)).iter().find(|e| e.kind == EdgeKind::CollectiveRelease).map(|e| e.source)
+        self.incoming(end_vertex(op)).find(|e| e.kind == EdgeKind::CollectiveRelease).map(|e| e.source)
     }
 
     /// The index in the model's [`Matching`] of a barrier vertex's collective instance.
@@ -1793,6 +1805,19 @@ fn touch_pages<T: Send>(room: &mut [std::mem::MaybeUninit<T>]) {
         // uninitialised memory through `MaybeUninit` is allowed. Volatile, so that the write is not left out.
         unsafe { std::ptr::write_volatile(page[0].as_mut_ptr() as *mut u8, 0) };
     });
+}
+
+/// Each vertex's successors (offsets by vertex, then the targets), counted and placed on worker threads. The order
+/// within a vertex's list is the threads': the topological order does not depend on it (a vertex joins the heap
+/// when its last predecessor is done, whichever edge that is).
+fn outgoing_lists(incoming: &IncomingLists, vertex_count: usize) -> (Vec<u32>, Vec<AtomicU32>) {
+    let pairs = || {
+        (0..vertex_count as u32)
+            .into_par_iter()
+            .with_min_len(PAR_MIN_LEN)
+            .flat_map_iter(|v| incoming.of(v).iter().map(move |edge| (edge.source, v)))
+    };
+    bucketed(vertex_count, pairs)
 }
 
 /// Incoming edges per vertex (CSR: offsets by vertex, then the edges), in the order `list` gives them within a
