@@ -18,6 +18,7 @@ use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::output::render::{self, OutputFormat};
+use shardscope_analyzer::output::stage_times::stage;
 use shardscope_analyzer::report::{self, Options};
 use shardscope_analyzer::{
     dependency::critical_path, dependency::straggler_artifact, dependency::whatif, figures::hta, figures::window,
@@ -535,7 +536,7 @@ fn report_command(
                 + "\n"
                 + &render::table(&report, if top == 0 { usize::MAX } else { top })
         }
-        OutputFormat::Json => findings::report_json(found.as_ref(), &report)? + "\n",
+        OutputFormat::Json => stage("json", || findings::report_json(found.as_ref(), &report))? + "\n",
         OutputFormat::Csv => render::csv(&report),
     };
     emit(&text)?;
@@ -1101,13 +1102,13 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
     let paths = args.traces.clone();
     let allow_mixed = args.allow_mixed;
     let options = analysis_options(args, keep_instances)?;
-    let traces = load_all(&paths)?;
+    let traces = stage("read", || load_all(&paths))?;
     let identities: Vec<RunIdentity> = traces.iter().map(RunIdentity::of).collect();
     if !allow_mixed && let Some(why) = run::mixed_runs(&identities) {
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
-    let report = report::analyze(&traces, &options);
+    let report = stage("report figures", || report::analyze(&traces, &options));
     if let Some(window_ns) = options.window_ns {
         warn_if_window_is_empty(&report, window_ns);
     }

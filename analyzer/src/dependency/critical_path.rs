@@ -17,6 +17,7 @@
 //! the measured time: the last GPU end minus the window start (less any overlap where the record contradicts an
 //! edge by a few ns, reported as `overlap`).
 
+use crate::output::stage_times::stage;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -186,7 +187,7 @@ fn build_from(
         .copied()
         .collect::<Option<Vec<(i64, i64)>>>()
         .and_then(|w| Some((w.iter().map(|w| w.0).min()?, w.iter().map(|w| w.1).max()?)));
-    let matching = collectives::match_traces(traces, &options.classifier);
+    let matching = stage("model collective matching", || collectives::match_traces(traces, &options.classifier));
     let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
     if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
         return Err(match window_ns {

@@ -51,6 +51,7 @@ use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
 use crate::figures::collectives::{Matching, RankKey};
+use crate::output::stage_times::stage;
 
 /// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
 /// taken as an (inferred) cross-stream wait.
@@ -1358,20 +1359,27 @@ impl Graph {
         classifier: &Classifier,
         windows_ns: &[Option<(i64, i64)>],
     ) -> Graph {
-        let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
-        let host_category = b.category_id(HOST);
-        b.instances.name_all(traces);
-        b.add_host_calls(host_category);
-        b.rank_gpu_events = gpu_events_per_rank(traces, ranks);
-        b.add_gpu_ops(classifier);
-        b.prepare_vertices();
-        b.add_run_edges();
-        b.add_stream_order_and_launch_edges();
-        b.add_host_order_edges();
-        b.sort_gpu_ops_by_end();
-        b.add_host_sync_edges();
-        b.add_collective_edges();
-        b.add_cross_stream_edges();
+        let b = stage("model operations", || {
+            let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
+            let host_category = b.category_id(HOST);
+            b.instances.name_all(traces);
+            b.add_host_calls(host_category);
+            b.rank_gpu_events = gpu_events_per_rank(traces, ranks);
+            b.add_gpu_ops(classifier);
+            b.prepare_vertices();
+            b
+        });
+        let b = stage("model edges", || {
+            let mut b = b;
+            b.add_run_edges();
+            b.add_stream_order_and_launch_edges();
+            b.add_host_order_edges();
+            b.sort_gpu_ops_by_end();
+            b.add_host_sync_edges();
+            b.add_collective_edges();
+            b.add_cross_stream_edges();
+            b
+        });
         b.finish()
     }
     /// Builds a model whose operations and dependencies are given rather than inferred from a trace (a dataset
@@ -1441,7 +1449,7 @@ impl Graph {
         for kind in EdgeKind::ALL.into_iter().filter(|&k| k != EdgeKind::Run && per_kind[k as usize] > 0) {
             *stats.edges.entry(kind.describe().to_string()).or_default() += per_kind[kind as usize];
         }
-        let (offsets, edges) = incoming_lists(&list, vertex_count);
+        let (offsets, edges) = stage("model incoming lists", || incoming_lists(&list, vertex_count));
         drop(list);
         let mut incoming = IncomingLists { offsets, edges, external_ns };
         let mut graph = Graph {
@@ -1459,9 +1467,9 @@ impl Graph {
             barrier_instances,
             instances,
         };
-        graph.order = graph.topological_order(&mut incoming);
+        graph.order = stage("model order", || graph.topological_order(&mut incoming));
         graph.position_of = graph.positions_in_order();
-        graph.plan = graph.replay_plan(&incoming);
+        graph.plan = stage("model replay plan", || graph.replay_plan(&incoming));
         graph.own_ns = graph.measured_own(&incoming);
         graph
     }

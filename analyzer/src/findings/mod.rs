@@ -36,6 +36,7 @@ use crate::dependency::graph::EdgeKind;
 use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT, Typical};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
+use crate::output::stage_times::stage;
 use crate::report::Report;
 use crate::report::mfu::{ModelShape, Tokens};
 use rules::FindingsRules;
@@ -314,12 +315,14 @@ pub fn findings_with(
 ) -> Result<Findings, critical_path::ModelError> {
     // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
     // already running there (a small model's passes cost microseconds, not a wake-up each).
-    let model = crate::figures::workers::run(|| match options.window_ns {
-        Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None),
-        // Without a window, `report` is the run's report the model would make again: it is given.
-        None => critical_path::build_steady_model_from(traces, options, report),
+    let model = stage("model", || {
+        crate::figures::workers::run(|| match options.window_ns {
+            Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None),
+            // Without a window, `report` is the run's report the model would make again: it is given.
+            None => critical_path::build_steady_model_from(traces, options, report),
+        })
     })?;
-    let found = findings_of_model_with(traces, report, &model, bench, rules, flops);
+    let found = stage("findings", || findings_of_model_with(traces, report, &model, bench, rules, flops));
     crate::figures::workers::drop_in_background(model);
     Ok(found)
 }
