@@ -44,6 +44,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use rayon::prelude::*;
@@ -265,6 +266,49 @@ pub struct Graph {
     barrier_instances: Vec<u32>,
     /// Instances across ranks: number of distinct (kind, name, occurrence) keys.
     instances: u32,
+    /// Time buffers of finished replays, for the next ones.
+    spare_times: SpareTimes,
+}
+
+/// Replays' time buffers (one time per vertex) handed back when a replay ends and taken by the next: a fresh
+/// buffer meets fresh pages, which the kernel zeroes on first touch (320 MB per replay of a 10 M-kernel model, and
+/// the findings replay it a few dozen times). A replay writes every time before it reads it, so what a buffer
+/// held before does not matter. A clone of the graph starts with none.
+#[derive(Default)]
+struct SpareTimes(Mutex<Vec<Vec<i64>>>);
+
+impl SpareTimes {
+    /// A buffer of `len` times, one handed back if there is one.
+    fn take(&self, len: usize) -> Vec<i64> {
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match spare {
+            Some(mut times) => {
+                times.resize(len, 0);
+                times
+            }
+            None => vec![0i64; len],
+        }
+    }
+
+    /// Hands `times` back; no more are kept than replays can run at once (one per worker).
+    fn give(&self, times: Vec<i64>) {
+        let mut spares = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if spares.len() < rayon::current_num_threads().max(1) {
+            spares.push(times);
+        }
+    }
+}
+
+impl Clone for SpareTimes {
+    fn clone(&self) -> Self {
+        SpareTimes::default()
+    }
+}
+
+impl std::fmt::Debug for SpareTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpareTimes")
+    }
 }
 
 /// The model laid out for replay: vertices in topological order, each one's incoming edges (without dropped
@@ -1466,6 +1510,7 @@ impl Graph {
             barriers,
             barrier_instances,
             instances,
+            spare_times: SpareTimes::default(),
         };
         graph.order = stage("model order", || graph.topological_order(&mut incoming));
         graph.position_of = graph.positions_in_order();
@@ -1601,10 +1646,11 @@ impl Graph {
     /// simulated time.
     pub fn simulate_skipping(&self, own_ns: &[i64], skip: &[EdgeKind]) -> Vec<i64> {
         let at = self.replay_in_order(|vertex| own_ns[vertex as usize], skip, |_, _| {});
-        let mut times = vec![0i64; self.vertex_count()];
-        for (position, &vertex) in self.order.iter().enumerate() {
-            times[vertex as usize] = at[position];
-        }
+        // Gathered by vertex on worker threads (scattered from the order by one thread, the writes and the fresh
+        // pages they met were a second of the 10 M-kernel report on 2 cores).
+        let times =
+            self.position_of.par_iter().with_min_len(PAR_MIN_LEN).map(|&position| at[position as usize]).collect();
+        self.spare_times.give(at);
         times
     }
 
@@ -1614,12 +1660,13 @@ impl Graph {
     pub fn replayed_last_end(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
         let op_vertices = 2 * self.ops.len() as u32;
         let mut last = LastEnd::default();
-        self.replay_in_order(own_of, skip, |vertex, t| {
+        let times = self.replay_in_order(own_of, skip, |vertex, t| {
             if vertex % 2 == 1 && vertex < op_vertices {
                 let op = vertex / 2;
                 last.offer(op, self.ops[op as usize].kind.on_gpu(), t);
             }
         });
+        self.spare_times.give(times);
         last.found()
     }
 
@@ -1635,7 +1682,7 @@ impl Graph {
         // One bit per edge kind: the test in the inner loop stays one shift and one mask.
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
         // Times by position in the order: written in sequence, and the predecessors read are recent ones.
-        let mut at = vec![0i64; self.order.len()];
+        let mut at = self.spare_times.take(self.order.len());
         for (position, &vertex) in self.order.iter().enumerate() {
             let mut ready = plan.external_ns[position];
             for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {

@@ -14,7 +14,7 @@ use crate::output::render::duration as human_ns;
 use crate::report::Report;
 use crate::report::mfu::{self, Peak, PhaseMfu};
 
-const KIND: &str = "low_flop_rate";
+pub(crate) const KIND: &str = "low_flop_rate";
 
 /// The GEMM side of one phase: (rank, GEMM ns per instance, instances on that rank, the dense FLOPs' time per GPU
 /// at the threshold efficiency, bound per instance).

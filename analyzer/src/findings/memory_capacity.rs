@@ -9,7 +9,7 @@ use crate::findings::{Basis, Finding, Outcome, Quiet};
 use crate::report::Report;
 use shardscope_model::Trace;
 
-const KIND: &str = "memory_near_capacity";
+pub(crate) const KIND: &str = "memory_near_capacity";
 
 /// One rank's peak: (rank, GPU ordinal, peak bytes, when, total bytes, which level).
 type RankPeak = (u32, u32, u64, i64, u64, &'static str);

@@ -366,8 +366,13 @@ pub fn findings_of_model_with(
     // order, so the findings are the same bytes on any number of threads.
     let (path, (replay, typical)) = crate::figures::workers::run(|| {
         rayon::join(
-            || critical_path::critical_path(traces, model),
-            || rayon::join(|| graph.simulate(graph.own_ns(), false), || crate::dependency::whatif::typical_of(graph)),
+            || stage("findings: critical path", || critical_path::critical_path(traces, model)),
+            || {
+                rayon::join(
+                    || stage("findings: replay", || graph.simulate(graph.own_ns(), false)),
+                    || stage("findings: typical times", || crate::dependency::whatif::typical_of(graph)),
+                )
+            },
         )
     });
     let fit = crate::dependency::whatif::model_fit_with(model, &typical, &replay);
@@ -422,33 +427,36 @@ fn replay_threads(graph: &crate::dependency::graph::Graph) -> usize {
     fitting.clamp(1, rayon::current_num_threads().max(1))
 }
 
-/// One finding type's evaluation.
-type Evaluate = fn(&Context, &FindingsRules) -> Outcome;
+/// One finding type's evaluation, and its name (for [`stage`] lines).
+type Evaluate = (&'static str, fn(&Context, &FindingsRules) -> Outcome);
 
 /// Every finding type's outcome, in the order of the quiet list, the types evaluated in parallel; the replayed
 /// types only where the model fits (else each is not evaluated, with the fit's reasons).
 fn evaluate_all(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
     use rayon::prelude::*;
     let first: [Evaluate; 3] = [
-        |c, r| warmup::evaluate(c, &r.warmup),
-        |c, r| flop_rate::evaluate(c, &r.low_flop_rate),
-        |c, r| pipeline_stages::evaluate(c, &r.pipeline_stage_imbalance),
+        (warmup::KIND, |c, r| warmup::evaluate(c, &r.warmup)),
+        (flop_rate::KIND, |c, r| flop_rate::evaluate(c, &r.low_flop_rate)),
+        (pipeline_stages::KIND, |c, r| pipeline_stages::evaluate(c, &r.pipeline_stage_imbalance)),
     ];
     let replayed: [Evaluate; 6] = [
-        |c, r| late_rank::evaluate(c, &r.late_rank),
-        |c, r| exposed_comm::evaluate(c, &r.exposed_communication),
-        |c, r| launch_bound::evaluate(c, &r.launch_bound),
-        |c, r| syncs::evaluate(c, &r.synchronising_calls),
-        |c, r| host_copies::evaluate(c, &r.host_device_copies),
-        |c, r| slow_collectives::evaluate(c, &r.slow_collectives),
+        (REPLAYED_KINDS[0], |c, r| late_rank::evaluate(c, &r.late_rank)),
+        (REPLAYED_KINDS[1], |c, r| exposed_comm::evaluate(c, &r.exposed_communication)),
+        (REPLAYED_KINDS[2], |c, r| launch_bound::evaluate(c, &r.launch_bound)),
+        (REPLAYED_KINDS[3], |c, r| syncs::evaluate(c, &r.synchronising_calls)),
+        (REPLAYED_KINDS[4], |c, r| host_copies::evaluate(c, &r.host_device_copies)),
+        (REPLAYED_KINDS[5], |c, r| slow_collectives::evaluate(c, &r.slow_collectives)),
     ];
     let last: [Evaluate; 2] = [
-        |c, r| pageable_copies::evaluate(c, &r.pageable_copies),
-        |c, r| memory_capacity::evaluate(c.traces, c.report, &r.memory_near_capacity),
+        (pageable_copies::KIND, |c, r| pageable_copies::evaluate(c, &r.pageable_copies)),
+        (memory_capacity::KIND, |c, r| memory_capacity::evaluate(c.traces, c.report, &r.memory_near_capacity)),
     ];
     let fits = context.fit.fits;
     let kinds: Vec<Evaluate> = first.into_iter().chain(replayed.into_iter().filter(|_| fits)).chain(last).collect();
-    let mut outcomes: Vec<Outcome> = kinds.par_iter().map(|evaluate| evaluate(context, rules)).collect();
+    let mut outcomes: Vec<Outcome> = kinds
+        .par_iter()
+        .map(|&(name, evaluate)| stage(&format!("findings: {name}"), || evaluate(context, rules)))
+        .collect();
     if !fits {
         let why = not_fitting(&context.fit);
         let quiet = REPLAYED_KINDS.iter().map(|&kind| Err(Quiet { kind, why: why.clone() }));

@@ -18,7 +18,7 @@ use crate::findings::{Basis, Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
 use shardscope_model::{CopyKind, MemoryKind};
 
-const KIND: &str = "pageable_copies";
+pub(crate) const KIND: &str = "pageable_copies";
 
 /// The reason given when no trace records the host memory kind of its copies (the words of the findings before
 /// the model kept it, so that such traces give the same output).

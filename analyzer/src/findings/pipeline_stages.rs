@@ -21,7 +21,7 @@ use crate::findings::rules::PipelineRule;
 use crate::findings::{Basis, Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
 
-const KIND: &str = "pipeline_stage_imbalance";
+pub(crate) const KIND: &str = "pipeline_stage_imbalance";
 
 /// Why the ranks form no pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
