@@ -2000,4 +2000,86 @@ mod tests {
         make_room(&mut units, 5);
         assert_eq!(units.len(), 3);
     }
+
+    /// Two streams of `per_stream` kernels of 10 ns each, one after the other on each stream, the second stream's
+    /// first kernel waiting for the first stream's last (an inferred cross-stream wait).
+    fn two_stream_model(per_stream: u32) -> Graph {
+        let op = |index: u32| {
+            let (lane, place) = (index / per_stream, i64::from(index % per_stream));
+            let start_ns = i64::from(lane) * 10 * i64::from(per_stream) + 10 * place;
+            Op {
+                kind: OpKind::Kernel,
+                rank_index: 0,
+                trace: 0,
+                index,
+                lane,
+                category: 0,
+                comm: false,
+                matched: false,
+                start_ns,
+                end_ns: start_ns + 10,
+                instance: index,
+            }
+        };
+        let ops: Vec<Op> = (0..2 * per_stream).map(op).collect();
+        let mut edges = Vec::new();
+        for index in 1..2 * per_stream {
+            let kind = if index == per_stream { EdgeKind::CrossStream } else { EdgeKind::StreamOrder };
+            edges.push(ExplicitEdge { source: end_vertex(index - 1), target: start_vertex(index), kind });
+        }
+        let measured_ns: Vec<i64> = ops.iter().flat_map(|o| [o.start_ns, o.end_ns]).collect();
+        let mut external_ns = vec![i64::MIN; measured_ns.len()];
+        // Each stream may start at time 0 but for what it waits for.
+        external_ns[0] = 0;
+        external_ns[start_vertex(per_stream) as usize] = 0;
+        let key = RankKey { trace: 0, device: DeviceIdx(0) };
+        Graph::from_explicit(ExplicitModel {
+            instances: ops.len() as u32,
+            ops,
+            ranks: vec![RankSpec { key, rank: 0 }],
+            categories: vec!["kernel".into()],
+            window_start_ns: 0,
+            barriers: 0,
+            edges,
+            external_ns,
+            measured_ns,
+        })
+    }
+
+    #[test]
+    fn replays_that_reuse_a_time_buffer_give_what_fresh_ones_give() {
+        let graph = two_stream_model(50);
+        let measured = graph.simulate(graph.own_ns(), false);
+        assert_eq!(measured, graph.measured_ns(), "the measured own times replay to the record");
+        // A second replay with other own times takes the first one's buffer back, full of its times.
+        let doubled: Vec<i64> = graph.own_ns().iter().map(|own| 2 * own).collect();
+        let slower = graph.simulate(&doubled, false);
+        assert_eq!(slower.last(), Some(&2000), "100 kernels of 20 ns one after the other");
+        assert_eq!(graph.simulate(graph.own_ns(), false), measured);
+        assert_eq!(graph.replayed_last_end(|v| doubled[v as usize], &[]), Some((99, 2000)));
+        assert_eq!(graph.replayed_last_end(|v| graph.own_ns()[v as usize], &[]), graph.last_end(&measured));
+        // Without the cross-stream edge the second stream starts at time 0.
+        let apart = graph.simulate_skipping(graph.own_ns(), &[EdgeKind::CrossStream]);
+        assert_eq!(apart[end_vertex(99) as usize], 500);
+        assert_eq!(graph.clone().simulate(graph.own_ns(), false), measured, "a clone replays alike");
+    }
+
+    #[test]
+    fn the_critical_path_reads_the_kept_edges_from_the_replay_plan() {
+        let graph = two_stream_model(3);
+        let path = graph.critical_path();
+        let vertices: Vec<u32> = path.iter().map(|step| step.vertex).collect();
+        assert_eq!(vertices, (0..12).collect::<Vec<u32>>(), "every start and end, in order");
+        let kinds: Vec<EdgeKind> = path.iter().map(|step| step.after).collect();
+        let run_then = |kind| [kind, EdgeKind::Run];
+        let expected: Vec<EdgeKind> = [[EdgeKind::Dropped, EdgeKind::Run]]
+            .into_iter()
+            .chain([run_then(EdgeKind::StreamOrder); 2])
+            .chain([run_then(EdgeKind::CrossStream)])
+            .chain([run_then(EdgeKind::StreamOrder); 2])
+            .flatten()
+            .collect();
+        assert_eq!(kinds, expected);
+        assert_eq!(graph.barrier_of(0), None);
+    }
 }
