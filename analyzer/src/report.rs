@@ -39,6 +39,7 @@ use crate::llm::generate_calls::{self, GenerateCalls};
 use crate::llm::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
 use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
+use crate::output::stage_times::stage;
 
 pub mod compare;
 pub mod memory;
@@ -414,9 +415,21 @@ pub fn analyze_on_threads(traces: &[Trace], options: &Options, threads: usize) -
 
 fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     let filter_steps = hta::job_has_steps(traces);
-    let prepared = Prepared::build(traces, options);
+    let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
-    let matching = match_across_ranks(traces, &prepared, options);
+    let matching = stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
+    let ranks = stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options));
+    stage("report: run", || run_report(traces, ranks, matching, filter_steps, options))
+}
+
+/// Each rank's report, ranks on worker threads, in rank order.
+fn analyze_ranks(
+    traces: &[Trace],
+    prepared: &Prepared,
+    matching: &Matching,
+    filter_steps: bool,
+    options: &Options,
+) -> Vec<RankReport> {
     let mut ranks: Vec<RankReport> = prepared
         .ranks_in_input
         .par_iter()
@@ -429,13 +442,13 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
                 classes: &prepared.classes[key.trace],
                 phase_index: &prepared.phase_indexes[key.trace],
                 filter_steps,
-                matching: &matching,
+                matching,
             };
             analyze_device(&context, rank, rank_recorded, options)
         })
         .collect();
     ranks.sort_by_key(|r| r.rank);
-    run_report(traces, ranks, matching, filter_steps, options)
+    ranks
 }
 
 /// What every rank of a trace shares: its names' classes, its phases, its events by device; and the ranks of the
