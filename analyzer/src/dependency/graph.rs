@@ -1542,64 +1542,53 @@ impl Graph {
 
     /// Kahn's algorithm, earliest measured time first; where the input's edges form a cycle, the remaining vertex
     /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
-    ///
-    /// The ready vertex taken next is the earliest of two: the first ready one in (measured time, vertex) order
-    /// that has not been passed over, and the earliest of those passed over while they waited (a heap, which they
-    /// join when their last predecessor is done). Where the record agrees with the edges (a source measured before
-    /// its target) nothing waits, and the loop is a walk through the sorted vertices; a heap of every ready vertex
-    /// gave the same order with a push and a pop for each (2.1 s of one thread on the 10 M-kernel report).
     fn topological_order(&mut self, incoming: &mut IncomingLists) -> Vec<u32> {
         let n = self.vertex_count();
         let (outgoing_offsets, outgoing) = outgoing_lists(incoming, n);
         let mut indegree: Vec<u32> =
             incoming.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
-        let measured_ns = &self.measured_ns;
-        let key = |v: u32| (measured_ns[v as usize], v);
-        let by_time = vertices_by_time(measured_ns);
-        let mut state = vec![Visit::Ahead; n];
-        let mut waited: BinaryHeap<Reverse<(i64, u32)>> = BinaryHeap::new();
-        let (mut next, mut forced_from) = (0, 0);
+        let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
+            .filter(|&v| indegree[v as usize] == 0)
+            .map(|v| Reverse((self.measured_ns[v as usize], v)))
+            .collect();
+        let mut done = vec![false; n];
         let mut order = Vec::with_capacity(n);
+        let mut by_time: Vec<u32> = Vec::new();
+        let mut cursor = 0;
         while order.len() < n {
-            // Pass over what is done or still waits, up to the first ready vertex in time order.
-            while let Some(&v) = by_time.get(next) {
-                match state[v as usize] {
-                    Visit::Done => {}
-                    _ if indegree[v as usize] > 0 => state[v as usize] = Visit::Passed,
-                    _ => break,
+            let Some(Reverse((_, v))) = heap.pop() else {
+                // A cycle: force the earliest remaining vertex.
+                if by_time.is_empty() {
+                    by_time = (0..n as u32).collect();
+                    by_time.sort_by_key(|&v| (self.measured_ns[v as usize], v));
                 }
-                next += 1;
-            }
-            let ahead = by_time.get(next).copied();
-            let behind = waited.peek().map(|&Reverse((_, v))| v);
-            let v = match (ahead, behind) {
-                (Some(a), Some(b)) if key(b) < key(a) => waited.pop().map_or(b, |Reverse((_, v))| v),
-                (Some(a), _) => {
-                    next += 1;
-                    a
+                while done[by_time[cursor] as usize] || indegree[by_time[cursor] as usize] == 0 {
+                    cursor += 1;
                 }
-                (None, Some(b)) => waited.pop().map_or(b, |Reverse((_, v))| v),
-                (None, None) => {
-                    // A cycle: every vertex left waits. The earliest loses its edges from the ones left.
-                    while state[by_time[forced_from] as usize] == Visit::Done {
-                        forced_from += 1;
+                let v = by_time[cursor];
+                let range = incoming.offsets[v as usize] as usize..incoming.offsets[v as usize + 1] as usize;
+                for edge in &mut incoming.edges[range] {
+                    if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
+                        edge.kind = EdgeKind::Dropped;
+                        self.stats.edges_dropped_for_cycles += 1;
                     }
-                    let v = by_time[forced_from];
-                    self.stats.edges_dropped_for_cycles += drop_edges_from_undone(incoming, v, &state);
-                    indegree[v as usize] = 0;
-                    waited.push(Reverse(key(v)));
-                    continue;
                 }
+                indegree[v as usize] = 0;
+                heap.push(Reverse((self.measured_ns[v as usize], v)));
+                continue;
             };
-            state[v as usize] = Visit::Done;
+            if done[v as usize] {
+                continue;
+            }
+            done[v as usize] = true;
             order.push(v);
             for w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
                 let w = w.load(Ordering::Relaxed);
                 let slot = &mut indegree[w as usize];
                 if *slot > 0 {
                     *slot -= 1;
-                    if *slot == 0 && state[w as usize] == Visit::Passed {
-                        waited.push(Reverse(key(w)));
+                    if *slot == 0 && !done[w as usize] {
+                        heap.push(Reverse((self.measured_ns[w as usize], w)));
                     }
                 }
             }
@@ -1871,53 +1860,6 @@ fn touch_pages<T: Send>(room: &mut [std::mem::MaybeUninit<T>]) {
         // uninitialised memory through `MaybeUninit` is allowed. Volatile, so that the write is not left out.
         unsafe { std::ptr::write_volatile(page[0].as_mut_ptr() as *mut u8, 0) };
     });
-}
-
-/// The vertices sorted by (measured time, vertex). Where the times' span leaves room beside the vertex number in
-/// 64 bits (a 40 M-vertex model: spans up to 4.5 minutes), the two are sorted as one integer, which is several
-/// times faster than sorting vertex numbers by looking their times up; else by the look-ups.
-fn vertices_by_time(measured_ns: &[i64]) -> Vec<u32> {
-    let n = measured_ns.len();
-    let vertex_bits = u64::BITS - (n as u64).leading_zeros();
-    let earliest = measured_ns.par_iter().copied().min().unwrap_or(0);
-    let latest = measured_ns.par_iter().copied().max().unwrap_or(0);
-    let span = i128::from(latest) - i128::from(earliest);
-    if vertex_bits < u64::BITS && span < 1i128 << (u64::BITS - vertex_bits) {
-        let mut packed: Vec<u64> = (measured_ns.par_iter().enumerate().with_min_len(PAR_MIN_LEN))
-            .map(|(v, &t)| ((t - earliest) as u64) << vertex_bits | v as u64)
-            .collect();
-        packed.par_sort_unstable();
-        let vertex_mask = (1u64 << vertex_bits) - 1;
-        return packed.par_iter().with_min_len(PAR_MIN_LEN).map(|&k| (k & vertex_mask) as u32).collect();
-    }
-    let mut by_time: Vec<u32> = (0..n as u32).into_par_iter().with_min_len(PAR_MIN_LEN).collect();
-    by_time.par_sort_unstable_by_key(|&v| (measured_ns[v as usize], v));
-    by_time
-}
-
-/// Where a vertex stands in [`Graph::topological_order`]'s walk through the vertices in time order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Visit {
-    /// Not reached yet.
-    Ahead,
-    /// Reached while it still waited for a predecessor: it joins the heap when the last one is done.
-    Passed,
-    /// In the order.
-    Done,
-}
-
-/// Marks `vertex`'s incoming edges from vertices not yet in the order as dropped (a cycle is broken there) and
-/// returns how many it marked.
-fn drop_edges_from_undone(incoming: &mut IncomingLists, vertex: u32, state: &[Visit]) -> u64 {
-    let range = incoming.offsets[vertex as usize] as usize..incoming.offsets[vertex as usize + 1] as usize;
-    let mut dropped = 0;
-    for edge in &mut incoming.edges[range] {
-        if state[edge.source as usize] != Visit::Done && edge.kind != EdgeKind::Dropped {
-            edge.kind = EdgeKind::Dropped;
-            dropped += 1;
-        }
-    }
-    dropped
 }
 
 /// Each vertex's successors (offsets by vertex, then the targets), counted and placed on worker threads. The order
