@@ -17,19 +17,21 @@
 //! the measured time: the last GPU end minus the window start (less any overlap where the record contradicts an
 //! edge by a few ns, reported as `overlap`).
 
-use crate::output::stage_times::stage;
 use std::collections::BTreeMap;
 
+use rayon::prelude::*;
 use serde::Serialize;
 use shardscope_model::Trace;
 
 use crate::dependency::graph::{
-    BEFORE_WINDOW, CAPTURE_GAP, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, RankSpec, end_vertex,
+    BEFORE_WINDOW, CAPTURE_GAP, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, PathStep, RankSpec,
+    end_vertex,
 };
 use crate::figures::capture_gaps;
 use crate::figures::collectives::{self, RankKey};
 // Durations for people, as every report prints them: `1.25 ms`, `830.0 µs`, `12 ns`.
 use crate::output::render::duration as human_ns;
+use crate::output::stage_times::stage;
 use crate::report::{self, Options};
 
 /// A model ready for analysis: the graph and how its window was chosen.
@@ -443,7 +445,6 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
     let steps = graph.critical_path();
     let start_ns = graph.window_start_ns;
     let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(start_ns));
-    let mut segments = Vec::new();
     let mut by_category: BTreeMap<String, i64> = BTreeMap::new();
     let mut by_rank: BTreeMap<u32, i64> = BTreeMap::new();
     if let Some(first) = steps.first()
@@ -451,64 +452,31 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
     {
         *by_category.entry(BEFORE_WINDOW.into()).or_default() += first.from_ns - start_ns;
     }
-    let mut overlap_ns = 0;
-    for (position, step) in steps.iter().enumerate() {
-        if position > 0 {
-            overlap_ns += (step.from_ns - steps[position - 1].to_ns).min(0);
-        }
-        let Some(op) = graph.op_of_vertex(step.vertex) else { continue };
-        let duration_ns = step.to_ns - step.from_ns;
-        if duration_ns == 0 {
-            continue;
-        }
-        let o = &graph.ops[op as usize];
-        let is_run = step.vertex == end_vertex(op);
-        let category = if is_run {
-            graph.categories[o.category as usize].clone()
-        } else if o.kind.on_gpu() {
-            GPU_DELAY.to_string()
-        } else {
-            HOST_GAP.to_string()
-        };
-        // The edge that made it wait: a run entered from its own start waited for whatever its start waited for.
-        let mut entered = position;
-        while entered > 0 && steps[entered].after == EdgeKind::Run {
-            entered -= 1;
-        }
-        let edge = steps[entered].after;
-        // The rank the path came from: for a collective wait, the member that arrived last (two steps back, before
-        // the barrier); otherwise the previous vertex's operation.
-        let came_from = match edge {
-            EdgeKind::CollectiveRelease => entered.checked_sub(2).map(|p| steps[p].vertex),
-            _ => entered.checked_sub(1).map(|p| steps[p].vertex),
-        };
-        let from_rank = came_from
-            .and_then(|v| graph.op_of_vertex(v))
-            .map(|p| graph.ranks[graph.ops[p as usize].rank_index as usize].rank);
-        let rank = graph.ranks[o.rank_index as usize].rank;
-        let after = match edge {
-            EdgeKind::Dropped if entered == 0 => "window start".to_string(),
-            EdgeKind::Dropped => "work before the window".to_string(),
-            EdgeKind::CollectiveRelease => match from_rank {
-                Some(r) => format!("collective wait on rank {r}"),
-                None => "collective wait".to_string(),
+    let overlap_ns: i64 = (steps.windows(2).map(|pair| (pair[1].from_ns - pair[0].to_ns).min(0))).sum();
+    // Each step's segment reads the steps before it only: made on worker threads (a path through a 10 M-kernel
+    // run has over a million), in path order.
+    let segments: Vec<Segment> = (0..steps.len())
+        .into_par_iter()
+        .with_min_len(1 << 12)
+        .filter_map(|position| segment_at(traces, graph, &steps, position))
+        .collect();
+    // Summed per category and rank on worker threads too, under borrowed names (a few distinct ones).
+    let (category_ns, rank_ns) = segments
+        .par_iter()
+        .fold(
+            || (BTreeMap::<&str, i64>::new(), BTreeMap::<u32, i64>::new()),
+            |(mut categories, mut ranks), segment| {
+                *categories.entry(segment.category.as_str()).or_default() += segment.duration_ns;
+                *ranks.entry(segment.rank).or_default() += segment.duration_ns;
+                (categories, ranks)
             },
-            kind => kind.describe().to_string(),
-        };
-        *by_category.entry(category.clone()).or_default() += duration_ns;
-        *by_rank.entry(rank).or_default() += duration_ns;
-        segments.push(Segment {
-            rank,
-            lane: lane(graph, op),
-            op: op_name(traces, graph, op),
-            part: if is_run { "run" } else { "delay" },
-            category,
-            start_ns: step.from_ns,
-            end_ns: step.to_ns,
-            duration_ns,
-            after,
-            after_rank: from_rank.filter(|&r| r != rank),
-        });
+        )
+        .reduce(|| (BTreeMap::new(), BTreeMap::new()), |a, b| (merge_sums(a.0, b.0), merge_sums(a.1, b.1)));
+    for (category, ns) in category_ns {
+        *by_category.entry(category.to_string()).or_default() += ns;
+    }
+    for (rank, ns) in rank_ns {
+        *by_rank.entry(rank).or_default() += ns;
     }
     let segments = split_at_capture_gaps(traces, graph, segments, &mut by_category);
     if overlap_ns != 0 {
@@ -537,6 +505,70 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
         model: graph.stats.clone(),
         notes: model.notes.clone(),
     }
+}
+
+/// `a` with the sums of `b` added, key by key.
+fn merge_sums<K: Ord>(mut a: BTreeMap<K, i64>, b: BTreeMap<K, i64>) -> BTreeMap<K, i64> {
+    for (key, ns) in b {
+        *a.entry(key).or_default() += ns;
+    }
+    a
+}
+
+/// The segment of the path's step at `position`: `None` for a barrier or a step of no time.
+fn segment_at(traces: &[Trace], graph: &Graph, steps: &[PathStep], position: usize) -> Option<Segment> {
+    let step = &steps[position];
+    let op = graph.op_of_vertex(step.vertex)?;
+    let duration_ns = step.to_ns - step.from_ns;
+    if duration_ns == 0 {
+        return None;
+    }
+    let o = &graph.ops[op as usize];
+    let is_run = step.vertex == end_vertex(op);
+    let category = if is_run {
+        graph.categories[o.category as usize].clone()
+    } else if o.kind.on_gpu() {
+        GPU_DELAY.to_string()
+    } else {
+        HOST_GAP.to_string()
+    };
+    // The edge that made it wait: a run entered from its own start waited for whatever its start waited for.
+    let mut entered = position;
+    while entered > 0 && steps[entered].after == EdgeKind::Run {
+        entered -= 1;
+    }
+    let edge = steps[entered].after;
+    // The rank the path came from: for a collective wait, the member that arrived last (two steps back, before
+    // the barrier); otherwise the previous vertex's operation.
+    let came_from = match edge {
+        EdgeKind::CollectiveRelease => entered.checked_sub(2).map(|p| steps[p].vertex),
+        _ => entered.checked_sub(1).map(|p| steps[p].vertex),
+    };
+    let from_rank = came_from
+        .and_then(|v| graph.op_of_vertex(v))
+        .map(|p| graph.ranks[graph.ops[p as usize].rank_index as usize].rank);
+    let rank = graph.ranks[o.rank_index as usize].rank;
+    let after = match edge {
+        EdgeKind::Dropped if entered == 0 => "window start".to_string(),
+        EdgeKind::Dropped => "work before the window".to_string(),
+        EdgeKind::CollectiveRelease => match from_rank {
+            Some(r) => format!("collective wait on rank {r}"),
+            None => "collective wait".to_string(),
+        },
+        kind => kind.describe().to_string(),
+    };
+    Some(Segment {
+        rank,
+        lane: lane(graph, op),
+        op: op_name(traces, graph, op),
+        part: if is_run { "run" } else { "delay" },
+        category,
+        start_ns: step.from_ns,
+        end_ns: step.to_ns,
+        duration_ns,
+        after,
+        after_rank: from_rank.filter(|&r| r != rank),
+    })
 }
 
 /// The gaps between the capture windows of the process that drives `spec`'s GPU (of every process of its trace
