@@ -19,6 +19,8 @@
 // rustfmt from sorting them).
 // The allocator of the binaries: large blocks on transparent huge pages.
 pub mod huge_pages;
+// The wall time of each stage of a command, on standard error when asked for.
+pub mod stage_times;
 // Figures of one trace: op categories, intervals, kernel summary, matched collectives, window, run identity.
 pub mod figures;
 // The LLM structure read from a trace: phases, steps, generate calls, layers, modules.

@@ -18,8 +18,8 @@ use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
 use shardscope_analyzer::output::render::{self, OutputFormat};
-use shardscope_analyzer::output::stage_times::stage;
 use shardscope_analyzer::report::{self, Options};
+use shardscope_analyzer::stage_times::stage;
 use shardscope_analyzer::{
     dependency::critical_path, dependency::straggler_artifact, dependency::whatif, figures::hta, figures::window,
     findings, llm::modules, output::html, report::compare,

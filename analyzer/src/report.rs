@@ -39,7 +39,7 @@ use crate::llm::generate_calls::{self, GenerateCalls};
 use crate::llm::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
 use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
-use crate::output::stage_times::stage;
+use crate::stage_times::stage;
 
 pub mod compare;
 pub mod memory;

@@ -31,8 +31,8 @@ use crate::figures::capture_gaps;
 use crate::figures::collectives::{self, RankKey};
 // Durations for people, as every report prints them: `1.25 ms`, `830.0 µs`, `12 ns`.
 use crate::output::render::duration as human_ns;
-use crate::output::stage_times::stage;
 use crate::report::{self, Options};
+use crate::stage_times::stage;
 
 /// A model ready for analysis: the graph and how its window was chosen.
 pub struct Model {

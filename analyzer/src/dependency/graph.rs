@@ -52,7 +52,7 @@ use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
 
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
 use crate::figures::collectives::{Matching, RankKey};
-use crate::output::stage_times::stage;
+use crate::stage_times::stage;
 
 /// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
 /// taken as an (inferred) cross-stream wait.

@@ -36,9 +36,9 @@ use crate::dependency::graph::EdgeKind;
 use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT, Typical};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
-use crate::output::stage_times::stage;
 use crate::report::Report;
 use crate::report::mfu::{ModelShape, Tokens};
+use crate::stage_times::stage;
 use rules::FindingsRules;
 
 /// How a saving was obtained.

@@ -1,5 +1,5 @@
 //! Everything a report becomes for a reader: the table, JSON and CSV renderings, the HTML page, the charts and
-//! their one colour rule, the Parquet dataset, progress on a terminal and the stages' times.
+//! their one colour rule, the Parquet dataset, and progress on a terminal.
 
 pub mod charts;
 pub mod colors;
@@ -12,5 +12,4 @@ pub mod parquet_modules;
 pub mod perfetto_notes;
 pub mod progress;
 pub mod render;
-pub mod stage_times;
 pub mod summary;

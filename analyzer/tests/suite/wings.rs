@@ -303,7 +303,7 @@ fn each_wing_uses_only_the_wings_before_it() {
     let order = wing_order(&lib_rs);
     assert_eq!(
         order,
-        ["huge_pages", "figures", "llm", "report", "output", "dependency", "findings", "study"],
+        ["huge_pages", "stage_times", "figures", "llm", "report", "output", "dependency", "findings", "study"],
         "the wings of lib.rs, in order"
     );
     let files: Vec<(PathBuf, String)> = rust_files(&src)
