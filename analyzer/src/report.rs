@@ -1484,16 +1484,18 @@ mod tests {
         work
     }
 
-    /// Memory operation rows, and one phase's instance extents.
-    type Rows = Vec<(i64, i64, bool)>;
-    type Extents = BTreeMap<u32, (i64, i64)>;
-
-    /// What a rank's filed work holds, comparable: every row, each phase's rows, first times and extents.
-    type Parts = (Rows, Vec<(PhaseId, Rows)>, BTreeMap<PhaseId, i64>, Vec<(PhaseId, Extents)>);
+    /// What a rank's filed work holds, comparable.
+    type Parts = (
+        Vec<(i64, i64, bool)>,
+        Vec<(PhaseId, Vec<(i64, i64, bool)>)>,
+        BTreeMap<PhaseId, i64>,
+        Vec<(PhaseId, BTreeMap<u32, (i64, i64)>)>,
+    );
 
     fn parts(work: &RankWork) -> Parts {
-        let by_phase = work.by_phase.iter().map(|(&phase, w)| (phase, w.memops.clone())).collect();
-        let extents = (work.instance_extents.iter())
+        let by_phase: Vec<(PhaseId, Vec<(i64, i64, bool)>)> =
+            work.by_phase.iter().map(|(&phase, w)| (phase, w.memops.clone())).collect();
+        let extents: Vec<(PhaseId, BTreeMap<u32, (i64, i64)>)> = (work.instance_extents.iter())
             .map(|(&phase, extents)| (phase, extents.iter().map(|(&r, &e)| (r, e)).collect()))
             .collect();
         (work.whole.memops.clone(), by_phase, work.first_seen.clone(), extents)
