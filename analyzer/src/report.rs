@@ -781,13 +781,6 @@ struct Work {
 }
 
 impl Work {
-    /// `later`'s rows after these.
-    fn append(&mut self, mut later: Work) {
-        self.kernels.append(&mut later.kernels);
-        self.memops.append(&mut later.memops);
-        self.graphs.append(&mut later.graphs);
-    }
-
     /// Every kernel, memory operation and whole graph as `(start_ns, end_ns)`.
     fn intervals(&self) -> Vec<(i64, i64)> {
         (self.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
@@ -831,10 +824,6 @@ struct DeviceContext<'a> {
     matching: &'a Matching,
 }
 
-/// Kernels a worker files at a time in [`RankWork::collect`]: enough that joining the runs costs little beside
-/// filing them, few enough that a rank's million kernels spread over every core.
-const KERNELS_PER_RUN: usize = 1 << 16;
-
 /// A rank's GPU work after clipping, whole and per phase, with when each phase first ran and each phase instance's
 /// extent.
 #[derive(Default)]
@@ -853,45 +842,13 @@ impl RankWork {
     }
 
     /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
-    /// phase. The kernels are filed in runs on worker threads and the runs joined in order: the same lists, first
-    /// times and extents as one pass (a rank of a large trace has over a million, and a job has fewer ranks than
-    /// a host has cores).
+    /// phase.
     fn collect(
         context: &DeviceContext,
         kernel_indices: &[u32],
         memop_indices: &[u32],
         window_ns: Option<(i64, i64)>,
     ) -> RankWork {
-        let DeviceContext { trace, device, phase_index, .. } = *context;
-        let runs: Vec<RankWork> = kernel_indices
-            .par_chunks(KERNELS_PER_RUN)
-            .map(|run| RankWork::collect_kernels(context, run, window_ns))
-            .collect();
-        let mut work = RankWork::joined(runs);
-        for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
-            let Some((start, end)) = clip(memop.start_ns, memop.end_ns, window_ns) else { continue };
-            let row = (start, end, memop.is_memset());
-            work.whole.memops.push(row);
-            if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
-                work.first_seen.entry(hit.phase).or_insert(start);
-                work.by_phase.entry(hit.phase).or_default().memops.push(row);
-                work.note(hit, start, end);
-            }
-        }
-        for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
-            let Some((start, end)) = clip(graph.start_ns, graph.end_ns, window_ns) else { continue };
-            work.whole.graphs.push((start, end));
-            if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
-                work.first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
-                work.by_phase.entry(hit.phase).or_default().graphs.push((start, end));
-                work.note(hit, start, end);
-            }
-        }
-        work
-    }
-
-    /// [`RankWork::collect`]'s part for one run of kernels, in their order.
-    fn collect_kernels(context: &DeviceContext, kernel_indices: &[u32], window_ns: Option<(i64, i64)>) -> RankWork {
         let DeviceContext { trace, trace_index, device, classes, phase_index, matching, .. } = *context;
         let mut work = RankWork::default();
         for &index in kernel_indices {
@@ -914,28 +871,23 @@ impl RankWork {
                 work.note(hit, start, end);
             }
         }
-        work
-    }
-
-    /// Runs of kernels filed apart, joined in their order: lists one after the other, each phase's first time
-    /// from the earliest run that saw the phase, instance extents widened.
-    fn joined(runs: Vec<RankWork>) -> RankWork {
-        let mut runs = runs.into_iter();
-        let Some(mut work) = runs.next() else { return RankWork::default() };
-        for run in runs {
-            work.whole.append(run.whole);
-            for (phase, later) in run.by_phase {
-                work.by_phase.entry(phase).or_default().append(later);
+        for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
+            let Some((start, end)) = clip(memop.start_ns, memop.end_ns, window_ns) else { continue };
+            let row = (start, end, memop.is_memset());
+            work.whole.memops.push(row);
+            if let Some(hit) = phase_of(trace, phase_index, memop.launch, device, memop.start_ns) {
+                work.first_seen.entry(hit.phase).or_insert(start);
+                work.by_phase.entry(hit.phase).or_default().memops.push(row);
+                work.note(hit, start, end);
             }
-            for (phase, start_ns) in run.first_seen {
-                work.first_seen.entry(phase).or_insert(start_ns);
-            }
-            for (phase, extents) in run.instance_extents {
-                let joined = work.instance_extents.entry(phase).or_default();
-                for (range, (start_ns, end_ns)) in extents {
-                    let extent = joined.entry(range).or_insert((start_ns, end_ns));
-                    *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
-                }
+        }
+        for graph in trace.graph_launches.iter().filter(|g| g.device == device) {
+            let Some((start, end)) = clip(graph.start_ns, graph.end_ns, window_ns) else { continue };
+            work.whole.graphs.push((start, end));
+            if let Some(hit) = phase_of(trace, phase_index, graph.launch, device, graph.start_ns) {
+                work.first_seen.entry(hit.phase).and_modify(|t| *t = (*t).min(start)).or_insert(start);
+                work.by_phase.entry(hit.phase).or_default().graphs.push((start, end));
+                work.note(hit, start, end);
             }
         }
         work
@@ -1463,61 +1415,4 @@ pub fn kernel_summary(traces: &[Trace]) -> Vec<KernelSummaryRow> {
         kernels.extend(trace.kernels.iter().map(|k| (ids[k.name.0 as usize], k.duration_ns())));
     }
     kernel_summary::summarize(kernels.into_iter(), |n| names.get(n).to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Files `(phase, range, start, end)` rows as [`RankWork::collect`] files a rank's work (phase `None`: outside
-    /// every phase).
-    fn filed(rows: &[(Option<PhaseId>, u32, i64, i64)]) -> RankWork {
-        let mut work = RankWork::default();
-        for &(phase, range, start, end) in rows {
-            work.whole.memops.push((start, end, false));
-            if let Some(phase) = phase {
-                work.first_seen.entry(phase).or_insert(start);
-                work.by_phase.entry(phase).or_default().memops.push((start, end, false));
-                work.note(PhaseHit { phase, range }, start, end);
-            }
-        }
-        work
-    }
-
-    /// What a rank's filed work holds, comparable.
-    type Parts = (
-        Vec<(i64, i64, bool)>,
-        Vec<(PhaseId, Vec<(i64, i64, bool)>)>,
-        BTreeMap<PhaseId, i64>,
-        Vec<(PhaseId, BTreeMap<u32, (i64, i64)>)>,
-    );
-
-    fn parts(work: &RankWork) -> Parts {
-        let by_phase: Vec<(PhaseId, Vec<(i64, i64, bool)>)> =
-            work.by_phase.iter().map(|(&phase, w)| (phase, w.memops.clone())).collect();
-        let extents: Vec<(PhaseId, BTreeMap<u32, (i64, i64)>)> = (work.instance_extents.iter())
-            .map(|(&phase, extents)| (phase, extents.iter().map(|(&r, &e)| (r, e)).collect()))
-            .collect();
-        (work.whole.memops.clone(), by_phase, work.first_seen.clone(), extents)
-    }
-
-    #[test]
-    fn runs_filed_apart_and_joined_equal_one_pass() {
-        // Phase 1 first seen late in time but early in the rows; an instance (range 4) spread over runs.
-        let rows = [
-            (Some(1), 4, 50, 60),
-            (None, 0, 10, 20),
-            (Some(2), 7, 5, 8),
-            (Some(1), 4, 40, 45),
-            (Some(1), 5, 70, 90),
-            (Some(2), 7, 30, 35),
-            (Some(1), 4, 61, 65),
-        ];
-        let whole = parts(&filed(&rows));
-        for run_length in 1..=rows.len() {
-            let runs: Vec<RankWork> = rows.chunks(run_length).map(filed).collect();
-            assert_eq!(parts(&RankWork::joined(runs)), whole, "runs of {run_length}");
-        }
-        assert_eq!(parts(&RankWork::joined(Vec::new())), parts(&RankWork::default()));
-    }
 }
