@@ -346,14 +346,23 @@ struct IncomingLists {
 }
 
 impl IncomingLists {
+    /// Where `vertex`'s incoming edges lie in [`IncomingLists::edges`].
+    fn range(&self, vertex: u32) -> std::ops::Range<usize> {
+        self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize
+    }
+
     fn of(&self, vertex: u32) -> &[Edge] {
-        &self.edges[self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize]
+        &self.edges[self.range(vertex)]
+    }
+
+    /// `vertex`'s incoming edges that were not dropped to break a cycle.
+    fn kept(&self, vertex: u32) -> impl Iterator<Item = &Edge> {
+        self.of(vertex).iter().filter(|edge| edge.kind != EdgeKind::Dropped)
     }
 
     /// The latest time the kept predecessors of `vertex` allow, from vertex times `times`.
     fn ready(&self, vertex: u32, times: &[i64]) -> i64 {
-        let kept = self.of(vertex).iter().filter(|edge| edge.kind != EdgeKind::Dropped);
-        kept.fold(self.external_ns[vertex as usize], |ready, edge| {
+        self.kept(vertex).fold(self.external_ns[vertex as usize], |ready, edge| {
             ready.max(times[edge.source as usize].saturating_add(edge.lag_ns))
         })
     }
@@ -1566,7 +1575,7 @@ impl Graph {
                     cursor += 1;
                 }
                 let v = by_time[cursor];
-                let range = incoming.offsets[v as usize] as usize..incoming.offsets[v as usize + 1] as usize;
+                let range = incoming.range(v);
                 for edge in &mut incoming.edges[range] {
                     if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
                         edge.kind = EdgeKind::Dropped;
@@ -1697,11 +1706,11 @@ impl Graph {
         at
     }
 
-    /// The edges again, by the topological position of their target, with their sources as positions too.
-    /// Made on worker threads: each vertex's position, then per position its kept edges and external time.
+    /// The kept edges, by the topological position of their target, with their sources as positions too (from
+    /// [`Graph::position_of`]). Made on worker threads: per position its kept edges and external time.
     fn replay_plan(&self, incoming: &IncomingLists) -> ReplayPlan {
         let position_of = &self.position_of;
-        let kept = |vertex: u32| incoming.of(vertex).iter().filter(|e| e.kind != EdgeKind::Dropped);
+        let kept = |vertex: u32| incoming.kept(vertex);
         let counts: Vec<u32> =
             self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
         let offsets = offsets_of(counts.into_iter());
@@ -2001,25 +2010,35 @@ mod tests {
         assert_eq!(units.len(), 3);
     }
 
+    /// Kernel `index` of rank 0 on stream `lane`, its own instance, from `start_ns` to `end_ns`.
+    fn kernel(index: u32, lane: u32, start_ns: i64, end_ns: i64) -> Op {
+        Op {
+            kind: OpKind::Kernel,
+            rank_index: 0,
+            trace: 0,
+            index,
+            lane,
+            category: 0,
+            comm: false,
+            matched: false,
+            start_ns,
+            end_ns,
+            instance: index,
+        }
+    }
+
+    /// The one rank of the test models.
+    fn rank_zero() -> Vec<RankSpec> {
+        vec![RankSpec { key: RankKey { trace: 0, device: DeviceIdx(0) }, rank: 0 }]
+    }
+
     /// Two streams of `per_stream` kernels of 10 ns each, one after the other on each stream, the second stream's
     /// first kernel waiting for the first stream's last (an inferred cross-stream wait).
     fn two_stream_model(per_stream: u32) -> Graph {
         let op = |index: u32| {
             let (lane, place) = (index / per_stream, i64::from(index % per_stream));
             let start_ns = i64::from(lane) * 10 * i64::from(per_stream) + 10 * place;
-            Op {
-                kind: OpKind::Kernel,
-                rank_index: 0,
-                trace: 0,
-                index,
-                lane,
-                category: 0,
-                comm: false,
-                matched: false,
-                start_ns,
-                end_ns: start_ns + 10,
-                instance: index,
-            }
+            kernel(index, lane, start_ns, start_ns + 10)
         };
         let ops: Vec<Op> = (0..2 * per_stream).map(op).collect();
         let mut edges = Vec::new();
@@ -2032,11 +2051,10 @@ mod tests {
         // Each stream may start at time 0 but for what it waits for.
         external_ns[0] = 0;
         external_ns[start_vertex(per_stream) as usize] = 0;
-        let key = RankKey { trace: 0, device: DeviceIdx(0) };
         Graph::from_explicit(ExplicitModel {
             instances: ops.len() as u32,
             ops,
-            ranks: vec![RankSpec { key, rank: 0 }],
+            ranks: rank_zero(),
             categories: vec!["kernel".into()],
             window_start_ns: 0,
             barriers: 0,
@@ -2120,19 +2138,7 @@ mod tests {
                 .map(|&(a, b)| ExplicitEdge { source: (a % n) as u32, target: (b % n) as u32, kind: EdgeKind::HostSync })
                 .collect();
             let ops: Vec<Op> = (0..op_count as u32)
-                .map(|o| Op {
-                    kind: OpKind::Kernel,
-                    rank_index: 0,
-                    trace: 0,
-                    index: o,
-                    lane: 0,
-                    category: 0,
-                    comm: false,
-                    matched: false,
-                    start_ns: measured_ns[2 * o as usize],
-                    end_ns: measured_ns[2 * o as usize + 1],
-                    instance: o,
-                })
+                .map(|o| kernel(o, 0, measured_ns[2 * o as usize], measured_ns[2 * o as usize + 1]))
                 .collect();
             // The constructor puts each operation's run edge first, then the given ones.
             let all: Vec<(u32, u32)> = (0..op_count as u32)
@@ -2142,7 +2148,7 @@ mod tests {
             let (expected, dropped) = heap_order(n, &all, &measured_ns);
             let graph = Graph::from_explicit(ExplicitModel {
                 ops,
-                ranks: vec![RankSpec { key: RankKey { trace: 0, device: DeviceIdx(0) }, rank: 0 }],
+                ranks: rank_zero(),
                 categories: vec!["kernel".into()],
                 window_start_ns: 0,
                 barriers,
