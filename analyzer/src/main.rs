@@ -672,7 +672,7 @@ fn modules_command(
 /// `kern-sum`: the kernel summary of all GPUs together.
 fn kern_sum_command(traces: Vec<PathBuf>, format: KernSumFormat, window: Option<(i64, i64)>) -> Result<()> {
     // Kernels only: an export's host calls and NVTX ranges are as many rows as its kernels, or more.
-    let mut traces = load_all_extent(&traces, Extent::GpuWork)?;
+    let mut traces = stage("read", || load_all_extent(&traces, Extent::GpuWork))?;
     print_load_warnings(&traces);
     if let Some(window_ns) = window {
         for trace in &mut traces {
@@ -683,7 +683,7 @@ fn kern_sum_command(traces: Vec<PathBuf>, format: KernSumFormat, window: Option<
             let _ = writeln!(std::io::stderr(), "analyzer: {}", render::window_note(window_ns));
         }
     }
-    let rows = report::kernel_summary(&traces);
+    let rows = stage("kernel summary", || report::kernel_summary(&traces));
     let saturated = shardscope_analyzer::figures::kernel_summary::saturated_rows(&rows);
     if saturated > 0 {
         let _ = writeln!(

@@ -19,7 +19,7 @@ folder. `--commands` picks what runs per trace: `report`, `kern-sum`, and `repor
 on`, one file at a time: the one-process path for a job larger than memory).
 
 Each round runs every (trace, command, build) once; the builds' order rotates from round to round so that
-neither always runs first after the other. One process per run: its wall time, user + system CPU time
+neither always runs first after the other. One process per run: its wall time, user and system CPU time (each, and summed)
 (`cores busy` = CPU / wall), peak resident memory (`ru_maxrss` of the child, from `wait4`) and the SHA-256 of
 what it printed (the builds must print the same bytes). `--deadline-s` stops starting runs after that many seconds and still writes what was measured.
 The summary (per trace, command and build: median, min and max of each figure) is printed and written with the
@@ -55,6 +55,8 @@ def run_once(argv):
     return {
         "wall_s": wall_s,
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        "user_s": usage.ru_utime,
+        "system_s": usage.ru_stime,
         "peak_rss_mib": usage.ru_maxrss / 1024.0,
         "exit_code": exit_code,
         "stdout_sha256": digest.hexdigest(),
@@ -86,8 +88,10 @@ def summarize(samples):
     out = []
     for (trace, command, build), runs in sorted(groups.items()):
         row = {"trace": trace, "command": command, "build": build, "runs": len(runs)}
-        for field in ("wall_s", "cpu_s", "peak_rss_mib"):
-            values = [r[field] for r in runs]
+        for field in ("wall_s", "cpu_s", "user_s", "system_s", "peak_rss_mib"):
+            values = [r[field] for r in runs if field in r]
+            if not values:
+                continue
             row[field] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
         cores = [r["cpu_s"] / r["wall_s"] for r in runs if r["wall_s"] > 0]
         row["cores_busy"] = {"median": statistics.median(cores), "min": min(cores), "max": max(cores)}
@@ -190,7 +194,9 @@ def main():
     for row in summarize(samples):
         w, c, m = row["wall_s"], row["cores_busy"], row["peak_rss_mib"]
         print(f"{row['trace']:>6} {row['command']:>16} {row['build']:>10}: {w['median']:.2f} s "
-              f"({w['min']:.2f}-{w['max']:.2f}), cores {c['median']:.1f}, peak {m['median']:.0f} MiB, n={row['runs']}")
+              f"({w['min']:.2f}-{w['max']:.2f}), cores {c['median']:.1f}, peak {m['median']:.0f} MiB, n={row['runs']}"
+              + (f", user {row['user_s']['median']:.2f} s, system {row['system_s']['median']:.2f} s"
+                 if "user_s" in row else ""))
     failed = [s for s in samples if s["exit_code"] != 0]
     for s in failed:
         print(f"FAILED: {s['trace']} {s['command']} {s['build']}: exit {s['exit_code']}: {s['stderr_tail']}",

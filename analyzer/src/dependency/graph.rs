@@ -1415,22 +1415,22 @@ impl Graph {
         let b = stage("model operations", || {
             let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
             let host_category = b.category_id(HOST);
-            b.instances.name_all(traces);
-            b.add_host_calls(host_category);
-            b.rank_gpu_events = gpu_events_per_rank(traces, ranks);
-            b.add_gpu_ops(classifier);
-            b.prepare_vertices();
+            stage("model operations: instances named", || b.instances.name_all(traces));
+            stage("model operations: host calls", || b.add_host_calls(host_category));
+            b.rank_gpu_events = stage("model operations: GPU events per rank", || gpu_events_per_rank(traces, ranks));
+            stage("model operations: GPU operations", || b.add_gpu_ops(classifier));
+            stage("model operations: vertices", || b.prepare_vertices());
             b
         });
         let b = stage("model edges", || {
             let mut b = b;
-            b.add_run_edges();
-            b.add_stream_order_and_launch_edges();
-            b.add_host_order_edges();
-            b.sort_gpu_ops_by_end();
-            b.add_host_sync_edges();
-            b.add_collective_edges();
-            b.add_cross_stream_edges();
+            stage("model edges: run", || b.add_run_edges());
+            stage("model edges: stream order and launches", || b.add_stream_order_and_launch_edges());
+            stage("model edges: host order", || b.add_host_order_edges());
+            stage("model edges: GPU operations by end", || b.sort_gpu_ops_by_end());
+            stage("model edges: host syncs", || b.add_host_sync_edges());
+            stage("model edges: collectives", || b.add_collective_edges());
+            stage("model edges: cross-stream waits", || b.add_cross_stream_edges());
             b
         });
         b.finish()

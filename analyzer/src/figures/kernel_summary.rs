@@ -41,13 +41,9 @@ pub fn saturated_rows(rows: &[KernelSummaryRow]) -> usize {
     rows.iter().filter(|r| r.total_saturated).count()
 }
 
-/// Builds the summary from `(name, duration_ns)` pairs.
-pub fn summarize(
-    kernels: impl Iterator<Item = (NameId, i64)>,
-    name_of: impl Fn(NameId) -> String + Sync,
-) -> Vec<KernelSummaryRow> {
+/// Builds the summary from `(name, duration_ns)` pairs, in any order.
+pub fn summarize(mut kernels: Vec<(NameId, i64)>, name_of: impl Fn(NameId) -> String + Sync) -> Vec<KernelSummaryRow> {
     // Sorted by name, then duration: each name's durations end up together and in order, sorted on worker threads.
-    let mut kernels: Vec<(NameId, i64)> = kernels.collect();
     crate::figures::workers::run(|| kernels.par_sort_unstable());
     // Sums in i128: n durations of up to 2⁶³ ns each cannot overflow it for any n that fits in memory.
     let grand_total_ns: i128 = kernels.iter().map(|&(_, d)| i128::from(d)).sum();
@@ -91,7 +87,7 @@ mod tests {
     #[test]
     fn statistics_follow_nsys_definitions() {
         let kernels = [(NameId(1), 10), (NameId(1), 30), (NameId(1), 20), (NameId(1), 40), (NameId(2), 100)];
-        let rows = summarize(kernels.into_iter(), |id| format!("k{}", id.0));
+        let rows = summarize(kernels.to_vec(), |id| format!("k{}", id.0));
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].name, "k1");
         assert_eq!(rows[0].total_ns, 100);
@@ -107,7 +103,7 @@ mod tests {
     fn totals_beyond_i64_saturate_with_an_exact_mean_and_are_counted() {
         let near = i64::MAX - 10;
         let kernels = [(NameId(1), near), (NameId(1), near), (NameId(2), 5)];
-        let rows = summarize(kernels.into_iter(), |id| format!("k{}", id.0));
+        let rows = summarize(kernels.to_vec(), |id| format!("k{}", id.0));
         assert_eq!(rows[0].total_ns, i64::MAX);
         assert!(rows[0].total_saturated && !rows[1].total_saturated);
         assert_eq!(rows[0].avg_ns, near as f64, "the mean is not the saturated total halved");

@@ -19,6 +19,7 @@
 
 pub(crate) mod enums;
 pub mod graph_nodes;
+mod join;
 pub mod memory;
 mod nccl_tables;
 mod scan;
@@ -267,10 +268,11 @@ enum Output {
     Ranges(scan::Scan<Range>),
 }
 
-/// Kernel and API tables in shares of `rows_per_job` rowids (nsys writes dense rowids, so
-/// the shares are even), then the copy and NVTX tables whole; largest first. Only the kernel and copy tables
-/// for [`Extent::GpuWork`].
+/// Kernel and API tables in shares of about `rows_per_job` rowids (nsys writes dense rowids, so the shares are
+/// even), as many shares as fill the reader threads evenly, then the copy and NVTX tables whole. Only the kernel
+/// and copy tables for [`Extent::GpuWork`].
 fn plan_jobs(db: &Database<'_>, rows_per_job: i64, extent: Extent) -> Vec<Job> {
+    let threads = reader_threads() as u64;
     let shares = |table: &str| -> Vec<scan::RowIds> {
         let bound = |aggregate: &str| {
             db.conn
@@ -284,7 +286,8 @@ fn plan_jobs(db: &Database<'_>, rows_per_job: i64, extent: Extent) -> Vec<Job> {
                 // from the rows the file can hold, and each share widens to cover the span.
                 let span = last.abs_diff(first).saturating_add(1);
                 let by_rows = max_rows(db.file_bytes).div_ceil(rows_per_job as u64).max(1);
-                let shares = span.div_ceil(rows_per_job as u64).min(by_rows);
+                // A last wave with fewer shares than threads leaves threads idle while the slowest finish.
+                let shares = span.div_ceil(rows_per_job as u64).next_multiple_of(threads).min(by_rows).min(span);
                 let width = span.div_ceil(shares);
                 (0..shares)
                     .map(|share| {
@@ -316,7 +319,11 @@ fn run_jobs(
     nvtx_types: &scan::NvtxTypes,
     extent: Extent,
 ) -> Result<Vec<Output>, Error> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS);
+    let threads = reader_threads();
+    // Longest first, so that a table read whole (the NVTX events can be millions of rows) does not start last
+    // and run on alone; the outputs still come back in job order.
+    let mut schedule: Vec<usize> = (0..jobs.len()).collect();
+    schedule.sort_by_key(|&index| std::cmp::Reverse(estimated_rows(db, &jobs[index])));
     let next_job = std::sync::atomic::AtomicUsize::new(0);
     let (path, tables, file_bytes) = (db.path, db.tables, db.file_bytes);
     let worker = || -> Result<Vec<(usize, Output)>, Error> {
@@ -324,8 +331,9 @@ fn run_jobs(
         let db = Database { path, conn: &conn, tables, file_bytes };
         let mut done = Vec::new();
         loop {
-            let index = next_job.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(job) = jobs.get(index) else { return Ok(done) };
+            let next = next_job.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&index) = schedule.get(next) else { return Ok(done) };
+            let job = &jobs[index];
             let output = match *job {
                 Job::Kernels(rowids) => Output::Kernels(scan::kernels(&db, strings, rowids, extent)?),
                 Job::ApiCalls(rowids) => Output::ApiCalls(scan::api_calls(&db, strings, classes, rowids)?),
@@ -355,6 +363,26 @@ fn run_jobs(
     }
     outputs.sort_by_key(|(index, _)| *index);
     Ok(outputs.into_iter().map(|(_, output)| output).collect())
+}
+
+/// Threads for the table readers: one per core, at most [`MAX_READER_THREADS`].
+fn reader_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, MAX_READER_THREADS)
+}
+
+/// About how many rows a job reads: its share's rowid span, or the rowid span of the tables it reads whole.
+fn estimated_rows(db: &Database<'_>, job: &Job) -> usize {
+    match *job {
+        Job::Kernels(Some((first, last))) | Job::ApiCalls(Some((first, last))) => {
+            last.abs_diff(first).saturating_add(1).try_into().unwrap_or(usize::MAX)
+        }
+        Job::Kernels(None) => db.row_hint("CUPTI_ACTIVITY_KIND_KERNEL", None),
+        Job::ApiCalls(None) => db.row_hint("CUPTI_ACTIVITY_KIND_RUNTIME", None),
+        Job::Ranges => db.row_hint("NVTX_EVENTS", None),
+        Job::MemOps => db
+            .row_hint("CUPTI_ACTIVITY_KIND_MEMCPY", None)
+            .saturating_add(db.row_hint("CUPTI_ACTIVITY_KIND_MEMSET", None)),
+    }
 }
 
 /// One open export: its connection and the tables it has.
@@ -638,13 +666,13 @@ struct IdMap {
 
 /// Takes the rows of scans of one table into the trace: interns their names, counts their
 /// warnings, maps their local ids (in parallel, one thread per group of scans) and joins the
-/// scans, each sorted by `order`, into one list sorted by `order` (see [`join_sorted`]).
+/// scans, each sorted by `order`, into one list sorted by `order` (see [`join::join_sorted`]).
 fn adopt<T: Send, K: Ord>(
     trace: &mut Trace,
     global_pids: &[u64],
     scans: Vec<scan::Scan<T>>,
     remap: impl Fn(&mut T, &IdMap) + Sync,
-    order: impl Fn(&T) -> K,
+    order: impl Fn(&T) -> K + Sync,
 ) -> Vec<T> {
     let mut parts: Vec<(Vec<T>, IdMap)> = Vec::with_capacity(scans.len());
     for scan in scans {
@@ -666,84 +694,7 @@ fn adopt<T: Send, K: Ord>(
     shardscope_model::parallel::for_each_mut(&mut parts, 1, |(rows, map)| {
         rows.iter_mut().for_each(|row| remap(row, map))
     });
-    join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
-}
-
-/// Joins lists, each sorted by `order` and holding consecutive shares of a table, into one
-/// sorted list: what a stable sort of their concatenation gives, so `Trace::finish` finds its
-/// work done.
-///
-/// Tables are written roughly in time order (nsys exports store kernels sorted by start), so
-/// neighbouring shares overlap little: only the overlap is merged, the rest is appended. Where
-/// a share reaches further back than its own length, the rows are far from time order and a
-/// plain stable sort is cheaper.
-fn join_sorted<T: Send, K: Ord>(mut runs: Vec<Vec<T>>, order: impl Fn(&T) -> K) -> Vec<T> {
-    if runs.len() <= 1 {
-        return runs.pop().unwrap_or_default();
-    }
-    if in_order(&runs, &order) {
-        return concatenated(runs);
-    }
-    let mut joined: Vec<T> = Vec::with_capacity(runs.iter().map(Vec::len).sum());
-    let mut runs = runs.into_iter();
-    while let Some(run) = runs.next() {
-        let Some(first) = run.first().map(&order) else { continue };
-        // Rows already joined that sort after the run's first row must be merged with it.
-        let overlap_from = joined.partition_point(|row| order(row) <= first);
-        if joined.len() - overlap_from > run.len() {
-            joined.extend(run);
-            joined.extend(runs.flatten());
-            joined.sort_by_key(&order);
-            return joined;
-        }
-        let mut earlier = joined.split_off(overlap_from).into_iter().peekable();
-        let mut run = run.into_iter().peekable();
-        // Stable: on equal keys the earlier share's row comes first.
-        while let Some(row) = earlier.peek() {
-            let take_run = run.peek().is_some_and(|next| order(next) < order(row));
-            joined.extend(if take_run { run.next() } else { earlier.next() });
-        }
-        joined.extend(run);
-    }
-    joined
-}
-
-/// Whether each run starts at or after the end of the runs before it (its first row sorts no earlier than their
-/// last): then their concatenation is already in order, and stable (equal keys keep the earlier share first).
-fn in_order<T, K: Ord>(runs: &[Vec<T>], order: impl Fn(&T) -> K) -> bool {
-    let mut last: Option<K> = None;
-    runs.iter().all(|run| {
-        let follows = match (&last, run.first()) {
-            (Some(last), Some(first)) => *last <= order(first),
-            _ => true,
-        };
-        if let Some(row) = run.last() {
-            last = Some(order(row));
-        }
-        follows
-    })
-}
-
-/// The runs one after the other, moved into place on several threads (a ten-million-kernel table is a gigabyte).
-fn concatenated<T: Send>(runs: Vec<Vec<T>>) -> Vec<T> {
-    let total: usize = runs.iter().map(Vec::len).sum();
-    let mut joined: Vec<T> = Vec::with_capacity(total);
-    let mut free = &mut joined.spare_capacity_mut()[..total];
-    let mut moves = Vec::with_capacity(runs.len());
-    for run in runs {
-        let (slots, rest) = free.split_at_mut(run.len());
-        free = rest;
-        moves.push((slots, run));
-    }
-    shardscope_model::parallel::for_each_mut(&mut moves, 1, |(slots, run)| {
-        for (slot, row) in slots.iter_mut().zip(std::mem::take(run)) {
-            slot.write(row);
-        }
-    });
-    // SAFETY: the runs' lengths sum to `total`, and each run's rows were written to its own slots of the first
-    // `total`: every slot below `total` holds a row.
-    unsafe { joined.set_len(total) };
-    joined
+    join::join_sorted(parts.into_iter().map(|(rows, _)| rows).collect(), order)
 }
 
 /// A device belongs to a process when exactly one process launched kernels on it.
@@ -965,26 +916,6 @@ mod tests {
         assert_eq!(api_calls(&whole).len(), 7466);
         assert_eq!(api_calls(&whole), api_calls(&shared));
         assert_eq!(whole.warnings, shared.warnings);
-    }
-
-    #[test]
-    fn joining_shares_equals_a_stable_sort_of_their_concatenation() {
-        let key = |&(key, _): &(i32, char)| key;
-        let check = |runs: Vec<Vec<(i32, char)>>| {
-            let mut expected = runs.concat();
-            expected.sort_by_key(key);
-            assert_eq!(join_sorted(runs, key), expected);
-        };
-        // Disjoint, touching with equal keys, overlapping a little, empty, reaching far back.
-        check(vec![vec![(1, 'a'), (2, 'b')], vec![(3, 'c')], vec![(3, 'd'), (5, 'e')]]);
-        check(vec![vec![(1, 'a'), (4, 'b'), (6, 'c')], vec![(4, 'd'), (5, 'e'), (9, 'f')], vec![], vec![(9, 'g')]]);
-        check(vec![vec![(5, 'a'), (6, 'b'), (7, 'c')], vec![(1, 'd')], vec![(2, 'e'), (8, 'f')]]);
-        check(vec![]);
-        // Many shares in order, of owned rows (moved, not copied), some empty: the parallel concatenation.
-        let runs: Vec<Vec<(i32, String)>> =
-            (0..40).map(|r| (0..r % 7).map(|i| (r * 10 + i, format!("row {r}.{i}"))).collect()).collect();
-        let expected: Vec<(i32, String)> = runs.concat();
-        assert_eq!(join_sorted(runs, |row| row.0), expected);
     }
 
     #[test]

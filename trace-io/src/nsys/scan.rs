@@ -123,8 +123,11 @@ impl<T> Scan<T> {
     }
 }
 
-/// The kernel columns that [`Extent::GpuWork`] does not read.
-const KERNEL_DETAILS: [&str; 10] =
+/// The kernel columns every extent reads: times, names, device and process.
+const KERNEL_SUMMARY_COLUMNS: [&str; 6] = ["start", "end", "deviceId", "globalPid", "demangledName", "shortName"];
+
+/// The kernel columns only [`Extent::Whole`] reads, after [`KERNEL_SUMMARY_COLUMNS`] in the `SELECT`.
+const KERNEL_DETAIL_COLUMNS: [&str; 10] =
     ["streamId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "graphId", "graphNodeId"];
 
 /// An inclusive range of rowids: one share of a big table, so that several threads can read it.
@@ -142,27 +145,13 @@ pub(super) fn kernels(
     if !db.has(TABLE) {
         return Ok(scan);
     }
-    let all = [
-        "start",
-        "end",
-        "deviceId",
-        "streamId",
-        "correlationId",
-        "globalPid",
-        "demangledName",
-        "shortName",
-        "gridX",
-        "gridY",
-        "gridZ",
-        "blockX",
-        "blockY",
-        "blockZ",
-        "graphId",
-        "graphNodeId",
-    ];
-    // A summary of GPU work reads the times, names, device and process only; the rest is read as NULL (no such
-    // column), which keeps the row's layout and spares SQLite most of each row's decoding.
-    let columns = all.map(|c| if extent == Extent::GpuWork && KERNEL_DETAILS.contains(&c) { "" } else { c });
+    // A summary of GPU work selects the summary columns only: SQLite then decodes less of each row, and the
+    // details are left as a row without those columns would leave them.
+    let details = extent == Extent::Whole;
+    let mut columns = KERNEL_SUMMARY_COLUMNS.to_vec();
+    if details {
+        columns.extend(KERNEL_DETAIL_COLUMNS);
+    }
     scan.rows.reserve(db.row_hint(TABLE, rowids));
     let (mut no_time, mut unknown_name) = (0u64, 0u64);
     let local = &mut scan.local;
@@ -172,32 +161,34 @@ pub(super) fn kernels(
             no_time += 1;
             return Ok(());
         };
-        let name = match int(row, 6).and_then(|id| local.string(strings, id)) {
+        let name = match int(row, 4).and_then(|id| local.string(strings, id)) {
             Some(name) => name,
             None => {
                 unknown_name += 1;
                 NameId::EMPTY
             }
         };
-        let short_name = int(row, 7).and_then(|id| local.string(strings, id)).unwrap_or(name);
-        let dim = |index| int(row, index).unwrap_or(0) as u32;
-        rows.push(Kernel {
+        let short_name = int(row, 5).and_then(|id| local.string(strings, id)).unwrap_or(name);
+        let mut kernel = Kernel {
             start_ns,
             end_ns,
             name,
             short_name,
             device: local.device(int(row, 2).unwrap_or(0)),
-            process: local.process(int(row, 5).unwrap_or(0) as u64),
-            stream: int(row, 3).unwrap_or(0) as u32,
-            correlation_id: int(row, 4).unwrap_or(0) as u32,
-            grid: [dim(8), dim(9), dim(10)],
-            block: [dim(11), dim(12), dim(13)],
+            process: local.process(int(row, 3).unwrap_or(0) as u64),
+            stream: 0,
+            correlation_id: 0,
+            grid: [0; 3],
+            block: [0; 3],
             launch: None,
             collective: None,
-            // 0 (or no column) outside a graph; node ids are 64-bit handles stored as signed integers.
-            graph_id: int(row, 14).filter(|&id| id != 0).map(|id| id as u32),
-            graph_node_id: int(row, 15).filter(|&id| id != 0).map(|id| id as u64),
-        });
+            graph_id: None,
+            graph_node_id: None,
+        };
+        if details {
+            read_kernel_details(row, &mut kernel);
+        }
+        rows.push(kernel);
         Ok(())
     })?;
     scan.rows.sort_by_key(|k| (k.start_ns, k.end_ns));
@@ -206,6 +197,19 @@ pub(super) fn kernels(
         ("kernel name id missing from StringIds (name left empty)", unknown_name),
     ];
     Ok(scan)
+}
+
+/// The columns of [`KERNEL_DETAIL_COLUMNS`], which follow the summary columns in the row.
+fn read_kernel_details(row: &Row<'_>, kernel: &mut Kernel) {
+    let at = KERNEL_SUMMARY_COLUMNS.len();
+    let dim = |index: usize| int(row, at + index).unwrap_or(0) as u32;
+    kernel.stream = dim(0);
+    kernel.correlation_id = dim(1);
+    kernel.grid = [dim(2), dim(3), dim(4)];
+    kernel.block = [dim(5), dim(6), dim(7)];
+    // 0 (or no column) outside a graph; node ids are 64-bit handles stored as signed integers.
+    kernel.graph_id = int(row, at + 8).filter(|&id| id != 0).map(|id| id as u32);
+    kernel.graph_node_id = int(row, at + 9).filter(|&id| id != 0).map(|id| id as u64);
 }
 
 /// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`: CUDA graphs recorded as whole executions (nsys' default
