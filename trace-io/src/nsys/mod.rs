@@ -675,6 +675,18 @@ fn adopt<T: Send, K: Ord>(
     order: impl Fn(&T) -> K + Sync,
 ) -> Vec<T> {
     let mut parts: Vec<(Vec<T>, IdMap)> = Vec::with_capacity(scans.len());
+    // The shares' warnings summed before they are counted, so that the trace's warnings come in the same order
+    // however the table was shared out (a warning first seen in a later share would otherwise come first).
+    let mut warnings: Vec<(&'static str, u64)> = Vec::new();
+    for (what, count) in scans.iter().flat_map(|scan| scan.warnings.iter()) {
+        match warnings.iter_mut().find(|(seen, _)| seen == what) {
+            Some((_, total)) => *total = total.saturating_add(*count),
+            None => warnings.push((what, *count)),
+        }
+    }
+    for (what, count) in warnings {
+        trace.warn_n(what, count);
+    }
     for scan in scans {
         let map = IdMap {
             names: scan.local.names.iter().map(|(_, s)| trace.names.intern(s)).collect(),
@@ -685,9 +697,6 @@ fn adopt<T: Send, K: Ord>(
                 .map(|&o| DeviceIdx(trace.devices.binary_search_by_key(&(o as u32), |d| d.ordinal).unwrap_or(0) as u32))
                 .collect(),
         };
-        for (what, count) in scan.warnings {
-            trace.warn_n(what, count);
-        }
         parts.push((scan.rows, map));
     }
     // Each share's rows on a thread of their own, as far as threads go.
@@ -897,7 +906,7 @@ mod tests {
         let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
         let file = Path::new(traces).join("nsys/mfu_2gpu_before.sqlite");
         let whole = read(&file).unwrap();
-        // 4010 kernels and 7466 API calls: 5 and 8 shares of 1000 rowids.
+        // 4010 kernels and 7466 API calls: at least 5 and 8 shares of about 1000 rowids.
         let shared = read_in_shares(&file, 1000, Extent::Whole).unwrap();
         type KernelRow = (i64, i64, String, u32, u32, u32, Option<u32>);
         let kernels = |t: &Trace| -> Vec<KernelRow> {
@@ -916,6 +925,39 @@ mod tests {
         assert_eq!(api_calls(&whole).len(), 7466);
         assert_eq!(api_calls(&whole), api_calls(&shared));
         assert_eq!(whole.warnings, shared.warnings);
+    }
+
+    #[test]
+    #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
+    fn warnings_of_a_table_read_in_shares_come_in_the_order_of_a_whole_read() {
+        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("damaged.sqlite");
+        std::fs::copy(Path::new(traces).join("nsys/mfu_2gpu_before.sqlite"), &file).unwrap();
+        // A kernel whose end is not a number late in the table (the column is NOT NULL) and one with a name
+        // missing from StringIds early: in shares, the second warning type is seen first.
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        let (first, last): (i64, i64) = conn
+            .query_row("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = 'none' WHERE rowid = ?1", [last - 3]).unwrap();
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = -77 WHERE rowid = ?1", [first + 2])
+            .unwrap();
+        drop(conn);
+        let whole = read(&file).unwrap();
+        let shared = read_in_shares(&file, 1000, Extent::Whole).unwrap();
+        let kernel_warnings = |t: &Trace| -> Vec<String> {
+            t.warnings
+                .iter()
+                .filter(|w| w.what.starts_with("kernel"))
+                .map(|w| format!("{} {}", w.what, w.count))
+                .collect()
+        };
+        assert_eq!(kernel_warnings(&whole).len(), 2, "{:?}", whole.warnings);
+        assert_eq!(kernel_warnings(&shared), kernel_warnings(&whole));
+        assert_eq!(shared.warnings, whole.warnings);
     }
 
     #[test]
