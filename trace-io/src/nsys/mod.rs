@@ -6,7 +6,7 @@
 //! a missing one. Names are integer ids into `StringIds`, resolved once per id.
 //!
 //! Speed matters: exports of long runs hold tens of millions of kernels. The event tables are
-//! decoded in parallel on separate read-only connections, the kernel and API tables in shares
+//! decoded in parallel on separate read-only connections, the kernel, API and NVTX tables in shares
 //! of rowids (module `scan`); rows are decoded by fixed column index straight from SQLite's
 //! buffers, with processes and devices found through small caches and nothing allocated per
 //! row. The shares' ids are then mapped to the trace's, again in parallel.
@@ -147,28 +147,27 @@ fn read_in_shares(path: &Path, rows_per_job: i64, extent: Extent) -> Result<Trac
 
     // The event tables are decoded in parallel, the big ones in shares of rowids.
     let jobs = plan_jobs(&db, rows_per_job, extent);
-    let (mut kernel_scans, mut api_scans, mut memops, mut ranges) = (Vec::new(), Vec::new(), None, None);
-    if extent == Extent::GpuWork {
-        ranges = Some(scan::Scan::new(&strings));
-    }
+    let (mut kernel_scans, mut api_scans, mut memops, mut range_shares) = (Vec::new(), Vec::new(), None, Vec::new());
     for output in run_jobs(&db, &jobs, &strings, classes, &nvtx_types, extent)? {
         match output {
             Output::Kernels(scan) => kernel_scans.push(scan),
             Output::ApiCalls(scan) => api_scans.push(scan),
             Output::MemOps(scan) => memops = Some(scan),
-            Output::Ranges(scan) => ranges = Some(scan),
+            Output::Ranges(share) => range_shares.push(share),
         }
     }
-    let (Some(memops), Some(ranges)) = (memops, ranges) else {
+    let Some(memops) = memops else {
         return Err(Error::format(path, "internal error: a table reader gave no result"));
     };
+    let range_scans = scan::name_domains(range_shares);
 
     // Small (one row per graph launch) and read whole, after the parallel jobs.
     let graphs = scan::graph_launches(&db, &strings)?;
     let gpus = read_gpus(&db, &mut trace)?;
     let locals: Vec<&scan::Local> = (kernel_scans.iter().map(|s| &s.local))
         .chain(api_scans.iter().map(|s| &s.local))
-        .chain([&memops.local, &ranges.local, &graphs.local])
+        .chain(range_scans.iter().map(|s| &s.local))
+        .chain([&memops.local, &graphs.local])
         .collect();
     let (global_pids, listed_pids) = collect_processes(&db, &mut trace, &locals)?;
     collect_devices(&mut trace, gpus, &locals);
@@ -202,7 +201,7 @@ fn read_in_shares(path: &Path, rows_per_job: i64, extent: Extent) -> Result<Trac
     };
     // Outer ranges first at equal start.
     let range_order = |r: &Range| (r.start_ns, std::cmp::Reverse(r.end_ns));
-    trace.ranges = adopt(&mut trace, &global_pids, vec![ranges], range_ids, range_order);
+    trace.ranges = adopt(&mut trace, &global_pids, range_scans, range_ids, range_order);
     assign_device_owners(&mut trace);
     read_thread_names(&db, &strings, &global_pids, &mut trace)?;
     read_process_info(&db, &global_pids, &mut trace)?;
@@ -257,7 +256,7 @@ enum Job {
     Kernels(scan::RowIds),
     ApiCalls(scan::RowIds),
     MemOps,
-    Ranges,
+    Ranges(scan::RowIds),
 }
 
 /// What a [`Job`] produced.
@@ -265,11 +264,11 @@ enum Output {
     Kernels(scan::Scan<Kernel>),
     ApiCalls(scan::Scan<ApiCall>),
     MemOps(scan::Scan<MemOp>),
-    Ranges(scan::Scan<Range>),
+    Ranges(scan::RangeShare),
 }
 
-/// Kernel and API tables in shares of about `rows_per_job` rowids (nsys writes dense rowids, so the shares are
-/// even), as many shares as fill the reader threads evenly, then the copy and NVTX tables whole. Only the kernel
+/// Kernel, API and NVTX tables in shares of about `rows_per_job` rowids (nsys writes dense rowids, so the shares
+/// are even), as many shares as fill the reader threads evenly, then the copy tables whole. Only the kernel
 /// and copy tables for [`Extent::GpuWork`].
 fn plan_jobs(db: &Database<'_>, rows_per_job: i64, extent: Extent) -> Vec<Job> {
     let threads = reader_threads() as u64;
@@ -303,7 +302,7 @@ fn plan_jobs(db: &Database<'_>, rows_per_job: i64, extent: Extent) -> Vec<Job> {
     let mut jobs: Vec<Job> = shares("CUPTI_ACTIVITY_KIND_KERNEL").into_iter().map(Job::Kernels).collect();
     if extent == Extent::Whole {
         jobs.extend(shares("CUPTI_ACTIVITY_KIND_RUNTIME").into_iter().map(Job::ApiCalls));
-        jobs.push(Job::Ranges);
+        jobs.extend(shares("NVTX_EVENTS").into_iter().map(Job::Ranges));
     }
     jobs.push(Job::MemOps);
     jobs
@@ -338,7 +337,7 @@ fn run_jobs(
                 Job::Kernels(rowids) => Output::Kernels(scan::kernels(&db, strings, rowids, extent)?),
                 Job::ApiCalls(rowids) => Output::ApiCalls(scan::api_calls(&db, strings, classes, rowids)?),
                 Job::MemOps => Output::MemOps(scan::memops(&db, strings)?),
-                Job::Ranges => Output::Ranges(scan::ranges(&db, strings, nvtx_types)?),
+                Job::Ranges(rowids) => Output::Ranges(scan::ranges(&db, strings, nvtx_types, rowids)?),
             };
             done.push((index, output));
         }
@@ -373,12 +372,12 @@ fn reader_threads() -> usize {
 /// About how many rows a job reads: its share's rowid span, or the rowid span of the tables it reads whole.
 fn estimated_rows(db: &Database<'_>, job: &Job) -> usize {
     match *job {
-        Job::Kernels(Some((first, last))) | Job::ApiCalls(Some((first, last))) => {
+        Job::Kernels(Some((first, last))) | Job::ApiCalls(Some((first, last))) | Job::Ranges(Some((first, last))) => {
             last.abs_diff(first).saturating_add(1).try_into().unwrap_or(usize::MAX)
         }
         Job::Kernels(None) => db.row_hint("CUPTI_ACTIVITY_KIND_KERNEL", None),
         Job::ApiCalls(None) => db.row_hint("CUPTI_ACTIVITY_KIND_RUNTIME", None),
-        Job::Ranges => db.row_hint("NVTX_EVENTS", None),
+        Job::Ranges(None) => db.row_hint("NVTX_EVENTS", None),
         Job::MemOps => db
             .row_hint("CUPTI_ACTIVITY_KIND_MEMCPY", None)
             .saturating_add(db.row_hint("CUPTI_ACTIVITY_KIND_MEMSET", None)),
@@ -687,9 +686,17 @@ fn adopt<T: Send, K: Ord>(
     for (what, count) in warnings {
         trace.warn_n(what, count);
     }
-    for scan in scans {
+    // Each share's own names first, in share order, then the names added after the rows were read: the order of
+    // names a whole-table read gives.
+    let mut names: Vec<Vec<NameId>> = (scans.iter())
+        .map(|scan| scan.local.names.iter().take(scan.late_names_from).map(|(_, s)| trace.names.intern(s)).collect())
+        .collect();
+    for (scan, names) in scans.iter().zip(&mut names) {
+        names.extend(scan.local.names.iter().skip(scan.late_names_from).map(|(_, s)| trace.names.intern(s)));
+    }
+    for (scan, names) in scans.into_iter().zip(names) {
         let map = IdMap {
-            names: scan.local.names.iter().map(|(_, s)| trace.names.intern(s)).collect(),
+            names,
             processes: (scan.local.processes.iter())
                 .map(|g| ProcessIdx(global_pids.binary_search(g).unwrap_or(0) as u32))
                 .collect(),
@@ -957,6 +964,51 @@ mod tests {
         };
         assert_eq!(kernel_warnings(&whole).len(), 2, "{:?}", whole.warnings);
         assert_eq!(kernel_warnings(&shared), kernel_warnings(&whole));
+        assert_eq!(shared.warnings, whole.warnings);
+    }
+
+    #[test]
+    #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
+    fn nvtx_ranges_read_in_shares_name_their_domains_and_names_as_a_whole_read() {
+        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("domains.sqlite");
+        std::fs::copy(Path::new(traces).join("nsys/mfu_2gpu_before.sqlite"), &file).unwrap();
+        // 19,118 ranges, 462 of them in domain 1 with no create row. Added: domain 1's create row at the end of
+        // the table (named in a later share than its ranges), and early ranges of domain 9 on another thread of
+        // the same process, whose create row is missing (named by its id).
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        let (tid, start): (i64, i64) = conn
+            .query_row("SELECT globalTid, start FROM NVTX_EVENTS WHERE domainId = 1 LIMIT 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        conn.execute(
+            "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?1, 75, 'comm', ?2, 1)",
+            [start, tid],
+        )
+        .unwrap();
+        for k in 0..3 {
+            conn.execute("UPDATE NVTX_EVENTS SET domainId = 9, globalTid = ?1 WHERE rowid = ?2", [tid + 1, 10 + k])
+                .unwrap();
+        }
+        drop(conn);
+        let whole = read(&file).unwrap();
+        let shared = read_in_shares(&file, 1000, Extent::Whole).unwrap();
+        type RangeRow = (i64, i64, String, String, u32, u32);
+        let ranges = |t: &Trace| -> Vec<RangeRow> {
+            let rows = t.ranges.iter();
+            rows.map(|r| {
+                (r.start_ns, r.end_ns, t.names.get(r.name).into(), t.names.get(r.domain).into(), r.process.0, r.tid)
+            })
+            .collect()
+        };
+        let names = |t: &Trace| -> Vec<String> { t.names.iter().map(|(_, s)| s.to_string()).collect() };
+        assert_eq!(ranges(&whole).len(), 19118);
+        assert_eq!(ranges(&whole).iter().filter(|r| r.3 == "comm").count(), 462);
+        assert_eq!(ranges(&whole).iter().filter(|r| r.3 == "domain 9").count(), 3);
+        assert_eq!(ranges(&shared), ranges(&whole));
+        assert_eq!(names(&shared), names(&whole));
         assert_eq!(shared.warnings, whole.warnings);
     }
 

@@ -115,11 +115,14 @@ pub(super) struct Scan<T> {
     pub(super) local: Local,
     /// `(what, how many)` for [`shardscope_model::Trace::warn_n`].
     pub(super) warnings: Vec<(&'static str, u64)>,
+    /// Names from this index on were added after the rows were read (an NVTX share's domain names): the trace
+    /// takes them after every share's own, as a whole-table read would have found them.
+    pub(super) late_names_from: usize,
 }
 
 impl<T> Scan<T> {
     pub(super) fn new(strings: &StringTable) -> Scan<T> {
-        Scan { rows: Vec::new(), local: Local::new(strings), warnings: Vec::new() }
+        Scan { rows: Vec::new(), local: Local::new(strings), warnings: Vec::new(), late_names_from: usize::MAX }
     }
 }
 
@@ -399,19 +402,40 @@ pub(super) struct NvtxTypes {
     pub(super) domain_create: Vec<i64>,
 }
 
-/// `NVTX_EVENTS`: push/pop and start/end ranges, with their domain names.
-pub(super) fn ranges(db: &Database<'_>, strings: &StringTable, types: &NvtxTypes) -> Result<Scan<Range>, Error> {
+/// One share of `NVTX_EVENTS` as read, before its ranges' domains are named (a domain's create row may lie in
+/// another share): see [`name_domains`].
+pub(super) struct RangeShare {
+    /// The ranges, in row order, every one in the default domain for now.
+    scan: Scan<Range>,
+    /// The `NvtxDomainCreate` rows: (globalPid, domain id) and the name, in row order.
+    created: Vec<((u64, i64), NameId)>,
+    /// The ranges in another domain: their index in `scan.rows`, globalPid and domain id.
+    in_domain: Vec<(usize, u64, i64)>,
+    unterminated: u64,
+    no_name: u64,
+}
+
+/// `NVTX_EVENTS`, all of it or the rows in `rowids`: push/pop and start/end ranges and the domains created.
+pub(super) fn ranges(
+    db: &Database<'_>,
+    strings: &StringTable,
+    types: &NvtxTypes,
+    rowids: RowIds,
+) -> Result<RangeShare, Error> {
     const TABLE: &str = "NVTX_EVENTS";
-    let mut scan = Scan::new(strings);
+    let mut share = RangeShare {
+        scan: Scan::new(strings),
+        created: Vec::new(),
+        in_domain: Vec::new(),
+        unterminated: 0,
+        no_name: 0,
+    };
     if !db.has(TABLE) {
-        return Ok(scan);
+        return Ok(share);
     }
     let columns = ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"];
-    // NVTX domain ids are handed out per process, so a domain is named by (globalPid, id).
-    let mut domain_names: HashMap<(u64, i64), NameId> = HashMap::new();
-    // Ranges in a non-default domain, resolved once every NvtxDomainCreate row is known.
-    let mut ranges_in_domain: Vec<(usize, u64, i64)> = Vec::new();
-    let (mut unterminated, mut no_name) = (0u64, 0u64);
+    share.scan.rows.reserve(db.row_hint(TABLE, rowids));
+    let RangeShare { scan, created, in_domain, unterminated, no_name } = &mut share;
     let local = &mut scan.local;
     let rows = &mut scan.rows;
     // An NVTX row's message: inline `text` or a registered string (`textId`).
@@ -422,7 +446,7 @@ pub(super) fn ranges(db: &Database<'_>, strings: &StringTable, types: &NvtxTypes
         }),
         _ => int(row, 4).and_then(|id| local.string(strings, id)),
     };
-    db.each_row(TABLE, &columns, |row| {
+    db.each_row_in(TABLE, &columns, rowids, |row| {
         let Some(event_type) = int(row, 2) else { return Ok(()) };
         let global_tid = int(row, 5).unwrap_or(0) as u64;
         let kind = if types.push_pop.contains(&event_type) {
@@ -434,21 +458,21 @@ pub(super) fn ranges(db: &Database<'_>, strings: &StringTable, types: &NvtxTypes
                 && let Some(domain_id) = int(row, 6)
             {
                 let name = message(local, row).unwrap_or(NameId::EMPTY);
-                domain_names.insert((global_pid_of(global_tid), domain_id), name);
+                created.push(((global_pid_of(global_tid), domain_id), name));
             }
             return Ok(());
         };
         let Some(start_ns) = int(row, 0) else { return Ok(()) };
         let Some(end_ns) = int(row, 1) else {
-            unterminated += 1;
+            *unterminated += 1;
             return Ok(());
         };
         let name = message(local, row).unwrap_or_else(|| {
-            no_name += 1;
+            *no_name += 1;
             NameId::EMPTY
         });
         if let Some(domain_id) = int(row, 6).filter(|&d| d != 0) {
-            ranges_in_domain.push((rows.len(), global_pid_of(global_tid), domain_id));
+            in_domain.push((rows.len(), global_pid_of(global_tid), domain_id));
         }
         rows.push(Range {
             start_ns,
@@ -464,35 +488,68 @@ pub(super) fn ranges(db: &Database<'_>, strings: &StringTable, types: &NvtxTypes
         });
         Ok(())
     })?;
+    Ok(share)
+}
 
-    // A process whose own create row is missing borrows the name other processes gave the
-    // same id, when they all agree.
-    let mut name_by_id: HashMap<i64, Option<NameId>> = HashMap::new();
-    for (&(_, domain_id), &name) in &domain_names {
+/// Names the domains of the ranges of `shares` (consecutive shares of `NVTX_EVENTS`, in table order) from every
+/// share's create rows, and sorts each share's ranges as `Trace::finish` orders them.
+///
+/// NVTX domain ids are handed out per process, so a domain is named by (globalPid, id); where a table has two
+/// create rows for one, the later names it. A process whose own create row is missing borrows the name other
+/// processes gave the same id, when they all agree; failing that the domain is called `domain ID` and counted. The
+/// names a share did not meet in its own rows are added to it after them (`Scan::late_names_from`), which keeps the
+/// trace's names in the order a whole-table read gives.
+pub(super) fn name_domains(shares: Vec<RangeShare>) -> Vec<Scan<Range>> {
+    let mut named: HashMap<(u64, i64), String> = HashMap::new();
+    for share in &shares {
+        for &(key, name) in &share.created {
+            named.insert(key, share.scan.local.names.get(name).to_string());
+        }
+    }
+    let mut name_by_id: HashMap<i64, Option<&str>> = HashMap::new();
+    for (&(_, domain_id), name) in &named {
         name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
     }
     let mut unnamed_domains: Vec<i64> = Vec::new();
-    for (index, global_pid, domain_id) in ranges_in_domain {
-        let known = domain_names.get(&(global_pid, domain_id)).copied();
-        let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
-            Some(name) => name,
-            None => {
-                // The NvtxDomainCreate row lies outside the exported window: keep the ranges
-                // apart from the default domain under a name that says so.
-                if !unnamed_domains.contains(&domain_id) {
-                    unnamed_domains.push(domain_id);
+    let (mut unterminated, mut no_name) = (0u64, 0u64);
+    let mut scans = Vec::with_capacity(shares.len());
+    for share in shares {
+        let RangeShare { mut scan, in_domain, .. } = share;
+        scan.late_names_from = scan.local.names.len();
+        for (index, global_pid, domain_id) in in_domain {
+            let known = named.get(&(global_pid, domain_id)).map(String::as_str);
+            let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
+                Some(name) => scan.local.names.intern(name),
+                None => {
+                    // The NvtxDomainCreate row lies outside the exported window: keep the ranges apart from the
+                    // default domain under a name that says so.
+                    if !unnamed_domains.contains(&domain_id) {
+                        unnamed_domains.push(domain_id);
+                    }
+                    scan.local.names.intern(&format!("domain {domain_id}"))
                 }
-                scan.local.names.intern(&format!("domain {domain_id}"))
-            }
-        };
-        scan.rows[index].domain = domain;
+            };
+            scan.rows[index].domain = domain;
+        }
+        unterminated += share.unterminated;
+        no_name += share.no_name;
+        scans.push(scan);
+    }
+    // Counted once, on the first share: the warnings of the shares are summed in the order they list them.
+    for (index, scan) in scans.iter_mut().enumerate() {
+        let first = index == 0;
+        scan.warnings = vec![
+            ("NVTX range without end (unterminated, skipped)", if first { unterminated } else { 0 }),
+            ("NVTX range without text", if first { no_name } else { 0 }),
+            (
+                "NVTX domain without NvtxDomainCreate row (named by its id)",
+                if first { unnamed_domains.len() as u64 } else { 0 },
+            ),
+        ];
     }
     // Outer ranges first at equal start, as Trace::finish orders them.
-    scan.rows.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
-    scan.warnings = vec![
-        ("NVTX range without end (unterminated, skipped)", unterminated),
-        ("NVTX range without text", no_name),
-        ("NVTX domain without NvtxDomainCreate row (named by its id)", unnamed_domains.len() as u64),
-    ];
-    Ok(scan)
+    shardscope_model::parallel::for_each_mut(&mut scans, 1, |scan| {
+        scan.rows.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)))
+    });
+    scans
 }
