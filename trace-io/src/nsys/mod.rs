@@ -934,21 +934,28 @@ mod tests {
         assert_eq!(whole.warnings, shared.warnings);
     }
 
+    /// A copy of the shared `nsys/mfu_2gpu_before.sqlite` in `dir`, open to be changed.
+    fn copy_of_shared_mfu_trace(dir: &Path) -> (std::path::PathBuf, rusqlite::Connection) {
+        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
+        let file = dir.join("changed.sqlite");
+        std::fs::copy(Path::new(traces).join("nsys/mfu_2gpu_before.sqlite"), &file).unwrap();
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        (file, conn)
+    }
+
+    /// The two integers of the first row of `sql`.
+    fn two_integers(conn: &rusqlite::Connection, sql: &str) -> (i64, i64) {
+        conn.query_row(sql, [], |row| Ok((row.get(0)?, row.get(1)?))).unwrap()
+    }
+
     #[test]
     #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
     fn warnings_of_a_table_read_in_shares_come_in_the_order_of_a_whole_read() {
-        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("damaged.sqlite");
-        std::fs::copy(Path::new(traces).join("nsys/mfu_2gpu_before.sqlite"), &file).unwrap();
+        let (file, conn) = copy_of_shared_mfu_trace(dir.path());
         // A kernel whose end is not a number late in the table (the column is NOT NULL) and one with a name
         // missing from StringIds early: in shares, the second warning type is seen first.
-        let conn = rusqlite::Connection::open(&file).unwrap();
-        let (first, last): (i64, i64) = conn
-            .query_row("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .unwrap();
+        let (first, last) = two_integers(&conn, "SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL");
         conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = 'none' WHERE rowid = ?1", [last - 3]).unwrap();
         conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = -77 WHERE rowid = ?1", [first + 2])
             .unwrap();
@@ -970,19 +977,12 @@ mod tests {
     #[test]
     #[cfg_attr(not(shared_traces), ignore = "needs ../shared/traces")]
     fn nvtx_ranges_read_in_shares_name_their_domains_and_names_as_a_whole_read() {
-        let Some(traces) = option_env!("SHARDSCOPE_SHARED_TRACES") else { panic!("../shared/traces") };
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("domains.sqlite");
-        std::fs::copy(Path::new(traces).join("nsys/mfu_2gpu_before.sqlite"), &file).unwrap();
+        let (file, conn) = copy_of_shared_mfu_trace(dir.path());
         // 19,118 ranges, 462 of them in domain 1 with no create row. Added: domain 1's create row at the end of
         // the table (named in a later share than its ranges), and early ranges of domain 9 on another thread of
         // the same process, whose create row is missing (named by its id).
-        let conn = rusqlite::Connection::open(&file).unwrap();
-        let (tid, start): (i64, i64) = conn
-            .query_row("SELECT globalTid, start FROM NVTX_EVENTS WHERE domainId = 1 LIMIT 1", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .unwrap();
+        let (tid, start) = two_integers(&conn, "SELECT globalTid, start FROM NVTX_EVENTS WHERE domainId = 1 LIMIT 1");
         conn.execute(
             "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?1, 75, 'comm', ?2, 1)",
             [start, tid],
