@@ -434,18 +434,15 @@ fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
 /// what findings check before they give any replayed saving.
 pub fn model_fit(model: &Model) -> Fit {
     let replay = model.graph.simulate(model.graph.own_ns(), false);
-    model_fit_with(model, &typical_of(&model.graph), &replay)
+    model_fit_of(model, &replay, &no_straggler_times(model))
 }
 
-/// [`model_fit`] with the typical own times and the unchanged replay (`Graph::simulate` of the measured own times)
-/// computed already.
-pub fn model_fit_with(model: &Model, typical: &Typical, replay: &[i64]) -> Fit {
+/// [`model_fit`] from the unchanged replay (`Graph::simulate` of the measured own times) and the no-straggler
+/// replay ([`no_straggler_times`]), computed already.
+pub fn model_fit_of(model: &Model, replay: &[i64], no_straggler: &[i64]) -> Fit {
     let graph = &model.graph;
     let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
-    let measured_ns = span(graph.measured_ns());
-    let replay_ns = span(replay);
-    let ideal_ns = span(&no_straggler_times_with(model, typical));
-    fit(graph, measured_ns, replay_ns, ideal_ns)
+    fit(graph, span(graph.measured_ns()), span(replay), span(no_straggler))
 }
 
 /// The what-if report.

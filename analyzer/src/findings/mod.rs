@@ -33,7 +33,7 @@ use shardscope_model::Trace;
 
 use crate::dependency::critical_path::{self, CriticalPath, Model};
 use crate::dependency::graph::EdgeKind;
-use crate::dependency::whatif::{Fit, REPLAY_TOLERANCE_PCT, Typical};
+use crate::dependency::whatif::{self, Fit, REPLAY_TOLERANCE_PCT, Typical};
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::output::render::{duration as human_ns, push_wrapped};
 use crate::report::Report;
@@ -364,18 +364,25 @@ pub fn findings_of_model_with(
     // The model's shared parts (the critical path; the unchanged replay and the typical own times, which the fit
     // checks use too) at once, then every finding type at once: each only reads them, and the outcomes keep their
     // order, so the findings are the same bytes on any number of threads.
-    let (path, (replay, typical)) = crate::figures::workers::run(|| {
+    // The no-straggler replay of the fit checks follows the typical times beside the critical path.
+    let (path, (replay, (typical, no_straggler))) = crate::figures::workers::run(|| {
         rayon::join(
             || stage("findings: critical path", || critical_path::critical_path(traces, model)),
             || {
                 rayon::join(
                     || stage("findings: replay", || graph.simulate(graph.own_ns(), false)),
-                    || stage("findings: typical times", || crate::dependency::whatif::typical_of(graph)),
+                    || {
+                        let typical = stage("findings: typical times", || whatif::typical_of(graph));
+                        let no_straggler =
+                            stage("findings: no-straggler replay", || whatif::no_straggler_times_with(model, &typical));
+                        (typical, no_straggler)
+                    },
                 )
             },
         )
     });
-    let fit = crate::dependency::whatif::model_fit_with(model, &typical, &replay);
+    let fit = whatif::model_fit_of(model, &replay, &no_straggler);
+    drop(no_straggler);
     let mut context = Context {
         traces,
         report,
