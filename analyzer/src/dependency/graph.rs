@@ -1577,7 +1577,7 @@ impl Graph {
         // next, so it skips the heap (a kernel's end right after its start, a chain on one stream).
         let mut next: Option<u32> = None;
         while order.len() < n {
-            let Some(Reverse((_, v))) = next.take().map(|v| Reverse((0, v))).or_else(|| heap.pop()) else {
+            let Some(v) = next.take().or_else(|| heap.pop().map(|Reverse((_, v))| v)) else {
                 // A cycle: force the earliest remaining vertex.
                 if by_time.is_empty() {
                     by_time = (0..n as u32).collect();

@@ -411,8 +411,6 @@ pub(super) struct RangeShare {
     created: Vec<((u64, i64), NameId)>,
     /// The ranges in another domain: their index in `scan.rows`, globalPid and domain id.
     in_domain: Vec<(usize, u64, i64)>,
-    unterminated: u64,
-    no_name: u64,
 }
 
 /// `NVTX_EVENTS`, all of it or the rows in `rowids`: push/pop and start/end ranges and the domains created.
@@ -423,19 +421,14 @@ pub(super) fn ranges(
     rowids: RowIds,
 ) -> Result<RangeShare, Error> {
     const TABLE: &str = "NVTX_EVENTS";
-    let mut share = RangeShare {
-        scan: Scan::new(strings),
-        created: Vec::new(),
-        in_domain: Vec::new(),
-        unterminated: 0,
-        no_name: 0,
-    };
+    let mut share = RangeShare { scan: Scan::new(strings), created: Vec::new(), in_domain: Vec::new() };
     if !db.has(TABLE) {
         return Ok(share);
     }
     let columns = ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"];
     share.scan.rows.reserve(db.row_hint(TABLE, rowids));
-    let RangeShare { scan, created, in_domain, unterminated, no_name } = &mut share;
+    let RangeShare { scan, created, in_domain } = &mut share;
+    let (mut unterminated, mut no_name) = (0u64, 0u64);
     let local = &mut scan.local;
     let rows = &mut scan.rows;
     // An NVTX row's message: inline `text` or a registered string (`textId`).
@@ -464,11 +457,11 @@ pub(super) fn ranges(
         };
         let Some(start_ns) = int(row, 0) else { return Ok(()) };
         let Some(end_ns) = int(row, 1) else {
-            *unterminated += 1;
+            unterminated += 1;
             return Ok(());
         };
         let name = message(local, row).unwrap_or_else(|| {
-            *no_name += 1;
+            no_name += 1;
             NameId::EMPTY
         });
         if let Some(domain_id) = int(row, 6).filter(|&d| d != 0) {
@@ -488,6 +481,8 @@ pub(super) fn ranges(
         });
         Ok(())
     })?;
+    share.scan.warnings =
+        vec![("NVTX range without end (unterminated, skipped)", unterminated), ("NVTX range without text", no_name)];
     Ok(share)
 }
 
@@ -511,7 +506,6 @@ pub(super) fn name_domains(shares: Vec<RangeShare>) -> Vec<Scan<Range>> {
         name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
     }
     let mut unnamed_domains: Vec<i64> = Vec::new();
-    let (mut unterminated, mut no_name) = (0u64, 0u64);
     let mut scans = Vec::with_capacity(shares.len());
     for share in shares {
         let RangeShare { mut scan, in_domain, .. } = share;
@@ -531,21 +525,13 @@ pub(super) fn name_domains(shares: Vec<RangeShare>) -> Vec<Scan<Range>> {
             };
             scan.rows[index].domain = domain;
         }
-        unterminated += share.unterminated;
-        no_name += share.no_name;
         scans.push(scan);
     }
-    // Counted once, on the first share: the warnings of the shares are summed in the order they list them.
+    // Counted over the whole table, on the first share (the trace sums the shares' warnings in the order they
+    // list them, so every share lists it).
     for (index, scan) in scans.iter_mut().enumerate() {
-        let first = index == 0;
-        scan.warnings = vec![
-            ("NVTX range without end (unterminated, skipped)", if first { unterminated } else { 0 }),
-            ("NVTX range without text", if first { no_name } else { 0 }),
-            (
-                "NVTX domain without NvtxDomainCreate row (named by its id)",
-                if first { unnamed_domains.len() as u64 } else { 0 },
-            ),
-        ];
+        let unnamed = if index == 0 { unnamed_domains.len() as u64 } else { 0 };
+        scan.warnings.push(("NVTX domain without NvtxDomainCreate row (named by its id)", unnamed));
     }
     // Outer ranges first at equal start, as Trace::finish orders them.
     shardscope_model::parallel::for_each_mut(&mut scans, 1, |scan| {
