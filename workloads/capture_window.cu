@@ -11,11 +11,16 @@
 //   profiler STEPS FIRST LAST OPS
 //                            STEPS steps of OPS kernels each, with cudaProfilerStart before step FIRST and
 //                            cudaProfilerStop after step LAST - 1; prints how many kernels it launched between
-//                            the two calls ("launched_between …"), to compare with what a recorder kept
+//                            the two calls ("launched_between …"), to compare with what a recorder kept. Each
+//                            step is also an NVTX range "step" of the default domain and, inside it, one of the
+//                            domain "window-check" whose message is a string registered before the first step
+//                            (both made while a recorder that starts with recording off is not yet recording);
+//                            prints the steps between the calls ("nvtx_steps_between …")
 //
 //     nvcc -O2 -o capture_window workloads/capture_window.cu
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <chrono>
@@ -89,15 +94,28 @@ static int steady(double seconds, int* counter, cudaStream_t stream) {
 }
 
 static int profiler(int steps, int first, int last, int ops, int* counter, cudaStream_t stream) {
-    long between = 0;
+    nvtxDomainHandle_t domain = nvtxDomainCreateA("window-check");
+    nvtxEventAttributes_t attributes = {};
+    attributes.version = NVTX_VERSION;
+    attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    attributes.message.registered = nvtxDomainRegisterStringA(domain, "registered step");
+    long between = 0, nvtx_steps = 0;
     for (int step = 0; step < steps; ++step) {
         if (step == first) check(cudaProfilerStart(), "cudaProfilerStart");
+        nvtxRangePushA("step");
+        nvtxDomainRangePushEx(domain, &attributes);
         for (int i = 0; i < ops; ++i) tick<<<1, 32, 0, stream>>>(counter);
-        if (step >= first && step < last) between += ops;
+        nvtxDomainRangePop(domain);
+        nvtxRangePop();
+        if (step >= first && step < last) {
+            between += ops;
+            nvtx_steps += 1;
+        }
         if (step == last - 1) check(cudaProfilerStop(), "cudaProfilerStop");
     }
     check(cudaStreamSynchronize(stream), "synchronize");
-    std::printf("launched_between %ld\n", between);
+    std::printf("launched_between %ld\nnvtx_steps_between %ld\n", between, nvtx_steps);
     return 0;
 }
 

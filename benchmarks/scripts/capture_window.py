@@ -16,7 +16,10 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   preloaded: `--no-client-guard`), `capture-off-attached` / `capture-off-detached` (CUPTI kept attached, or
   detached, outside windows: `--outside-windows`; `capture-off` is `auto`, which detaches where a shared CUDA
   runtime is loaded: build the CUDA programs with `--cudart shared` to compare), `capture-off-baseline` (recording
-  off under another build, `--baseline-capture`, to compare two builds in one sitting). `--torch-modes` likewise for
+  off under another build, `--baseline-capture`, to compare two builds in one sitting), `capture-off-no-nvtx`
+  (NVTX not traced, so NVTX's calls are not handed to the library), and without `capture`: `inject-idle` (the
+  library loaded by CUDA, doing nothing), `preload-only`, `cupti-preload` (libcupti preloaded, nothing calling it),
+  `nvtx-inject` (the library as NVTX's injection only). `--torch-modes` likewise for
   the PyTorch program. `--pin CPUS` runs every command under `taskset -c CPUS`.
 - `graph`: wall time per replay of a CUDA graph of 400 tiny kernels replayed back to back
   (`workloads/capture_window.cu graph 400 200 quiet`: kernels that touch no memory, whose time does not depend on
@@ -30,6 +33,11 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   time, each pinned to one of the two `--pair-cpus` (swapped every round), beside a control pair of two
   uncaptured runs the same way: what varies with time on the machine then touches both sides of a pair. Each
   sample's ratio is to its partner; the summary gives the median ratio of each pair (`pairs/cuda`).
+- `turns`: the same two programs side by side on one CPU (`--turn-cpu`), taking turns batch by batch
+  (`launch_cost.cu`'s LAUNCH_COST_TURNS): each batch of one is timed between two batches of the other, so that the
+  level a launch's cost settles at, which on an H200 virtual machine moves over seconds, touches both sides of a
+  pair alike. Which side goes first alternates by round; the control is uncaptured beside uncaptured
+  (`--turn-modes`, summary `turns/cuda`).
 - `--launch-contexts N` repeats the bare-launch measurement in N fresh contexts of each process
   (`launch_cost.cu`'s third argument) and takes the median of their medians: on an H200 virtual machine the cost
   of a launch moves between two levels (about 3.7k and 4.6k ns) over seconds, inside one process too.
@@ -46,10 +54,12 @@ Parts run in the order `--part` names them (check, launch, long, graph when none
 """
 
 import argparse
+import errno
 import glob
 import json
 import os
 import re
+import select
 import shutil
 import sqlite3
 import statistics
@@ -76,12 +86,16 @@ GRAPH_TRACE_KINDS = {"capture-graph-no-api": "kernel,memcpy,memset,nvtx", "captu
 # `capture-off` is `auto`).
 OUTSIDE_WINDOWS = {"capture-off-attached": "attached", "capture-off-detached": "detached"}
 # The injection library without `capture`: loaded by CUDA and doing nothing (no spool folder given), or only
-# preloaded; or CUPTI alone, preloaded (its initialisers run, nothing calls it); the program runs as uncaptured
-# otherwise.
-BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD", "cupti-preload": "LD_PRELOAD"}
+# preloaded; or CUPTI alone, preloaded (its initialisers run, nothing calls it); or the library as NVTX's
+# injection only (it hands NVTX to CUPTI at the first NVTX call); the program runs as uncaptured otherwise.
+BARE_LIBRARY = {"inject-idle": "CUDA_INJECTION64_PATH", "preload-only": "LD_PRELOAD", "cupti-preload": "LD_PRELOAD",
+                "nvtx-inject": "NVTX_INJECTION64_PATH"}
+# Recording off with NVTX not traced, so that `capture` leaves NVTX_INJECTION64_PATH unset.
+NO_NVTX_TRACE = "kernel,memcpy,memset,api,sync"
 # Nsight Systems waiting for a cudaProfilerStart that never comes (`-c cudaProfilerApi`): its recording off, the
 # reference for what a recorder costs outside its windows.
-KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS) + ["capture-off-no-preload", "capture-off-baseline"]
+KNOWN_LAUNCH_MODES = (LAUNCH_MODES + list(OFF_OMIT) + list(OUTSIDE_WINDOWS)
+                      + ["capture-off-no-preload", "capture-off-baseline", "capture-off-no-nvtx"]
                       + list(BARE_LIBRARY) + ["nsys-off"])
 KNOWN_GRAPH_MODES = GRAPH_MODES + list(GRAPH_TRACE_KINDS) + ["capture-off"] + list(OUTSIDE_WINDOWS)
 LONG_MODES = ["uncaptured", "capture-whole", "capture-windows"]
@@ -89,6 +103,7 @@ LAUNCH_LINE = re.compile(r"launch_ns median ([0-9.]+)")
 REPLAY_LINE = re.compile(r"replay_us ([0-9.]+)")
 STEADY_LINE = re.compile(r"steady launches (\d+) elapsed_s ([0-9.]+)")
 BETWEEN_LINE = re.compile(r"launched_between (\d+)")
+NVTX_STEPS_LINE = re.compile(r"nvtx_steps_between (\d+)")
 
 
 def rotated(modes, round_index):
@@ -128,6 +143,8 @@ def recorder_command(args, mode, program, scratch, extra=()):
         return [args.baseline_capture] + capture[1:] + ["--cuda-profiler-api", "--"] + program
     if mode in OUTSIDE_WINDOWS:
         return capture + ["--cuda-profiler-api", "--outside-windows", OUTSIDE_WINDOWS[mode], "--"] + program
+    if mode == "capture-off-no-nvtx":
+        return capture + ["--cuda-profiler-api", "--trace", NO_NVTX_TRACE, "--"] + program
     if mode == "capture-off-no-preload":
         return capture + ["--cuda-profiler-api", "--no-client-guard", "--"] + program
     if mode == "capture-graph":
@@ -172,7 +189,8 @@ def summarise(samples):
     """Per part, program and mode: median with min and max of the figure, and its median ratio to uncaptured
     in the same round."""
     summary = {}
-    keys = sorted({(s["part"], s["program"]) for s in samples if "value" in s and s["part"] != "pairs"})
+    keys = sorted({(s["part"], s["program"]) for s in samples
+                   if "value" in s and s["part"] not in ("pairs", "turns")})
     for part, program in keys:
         rows = {}
         mine = [s for s in samples if s["part"] == part and s["program"] == program and s.get("value") is not None]
@@ -198,6 +216,9 @@ def summarise(samples):
     if pairs:
         # Each pair's ratio is to its own partner, not to an uncaptured run of the round.
         summary["pairs/cuda"] = summarise_pairs(pairs)
+    turns = [s for s in samples if s["part"] == "turns"]
+    if turns:
+        summary["turns/cuda"] = summarise_pairs(turns)
     return summary
 
 
@@ -213,6 +234,24 @@ def kernel_rows(path):
         return count, sorted(names)
     except sqlite3.Error:
         return 0, []
+    finally:
+        con.close()
+
+
+def nvtx_rows(path):
+    """NVTX ranges of a capture or nsys export counted by (domain, name): "default" for the default domain; None
+    without the file."""
+    if not os.path.exists(path):
+        return None
+    con = sqlite3.connect(path)
+    try:
+        rows = con.execute(
+            "SELECT COALESCE((SELECT d.text FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = e.domainId "
+            "LIMIT 1), 'default'), COALESCE(e.text, (SELECT value FROM StringIds WHERE id = e.textId)), count(*) "
+            "FROM NVTX_EVENTS e WHERE e.eventType <> 75 GROUP BY 1, 2").fetchall()
+        return {f"{domain}/{name}": count for domain, name, count in rows}
+    except sqlite3.Error as e:
+        return {"error": str(e)}
     finally:
         con.close()
 
@@ -272,6 +311,62 @@ def pairs_part(args, results, r, program):
         keep(results, sample, args.out)
 
 
+def turns_part(args, results, r, program):
+    """One round of turn-taking pairs on one CPU: uncaptured beside each of `--turn-modes`, and beside
+    uncaptured; the side that starts alternates by round."""
+    scratch = os.path.join(args.scratch, "turns")
+    os.makedirs(scratch, exist_ok=True)
+    for other in rotated(args.turn_modes + ["uncaptured"], r):
+        fifos = [os.path.join(scratch, name) for name in ("a", "b", "ready")]
+        for path in fifos:
+            if os.path.exists(path):
+                os.unlink(path)
+            os.mkfifo(path)
+        turns = [f"{fifos[0]},{fifos[1]},{fifos[2]}", f"{fifos[1]},{fifos[0]},{fifos[2]}"]
+        sides = ["uncaptured", other]
+        started = time.monotonic()
+        running = [subprocess.Popen(["taskset", "-c", args.turn_cpu] + recorder_command(args, mode, program, scratch),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", LAUNCH_COST_TURNS=turns[i],
+                                             **recorder_env(args, mode)))
+                   for i, mode in enumerate(sides)]
+        first = r % 2
+        began = start_turns(fifos, first, started + args.timeout_s)
+        outputs = [finish(p, started + args.timeout_s) for p in running]
+        values = [number(LAUNCH_LINE, out) for out, _ in outputs]
+        pair = "uncaptured-control" if other == "uncaptured" else other
+        sample = {"part": "turns", "program": "cuda", "mode": pair, "round": r, "unit": "ns per launch",
+                  "value": values[1], "partner_value": values[0], "cpu": args.turn_cpu, "first": sides[first],
+                  "wall_s": round(time.monotonic() - started, 2), "exit_codes": [p.returncode for p in running]}
+        if None in values or not began:
+            sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
+        print(f"turns r{r} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
+        keep(results, sample, args.out)
+
+
+def start_turns(fifos, first, deadline):
+    """Wait until both sides have written their ready byte, then hand the first turn to side `first`;
+    False when the deadline came first (a side that failed to start; `finish` then kills the other)."""
+    ready = os.open(fifos[2], os.O_RDWR | os.O_NONBLOCK)
+    try:
+        seen = 0
+        while seen < 2:
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0 or not select.select([ready], [], [], wait_s)[0]:
+                return False
+            try:
+                seen += len(os.read(ready, 2 - seen))
+            except OSError as e:
+                if e.errno != errno.EAGAIN:
+                    raise
+        first_in = os.open(fifos[first], os.O_RDWR)
+        os.write(first_in, b"t")
+        os.close(first_in)
+        return True
+    finally:
+        os.close(ready)
+
+
 def finish(process, deadline):
     """The (stdout, stderr) of `process` by `deadline` (monotonic seconds); killed past it, with what it wrote."""
     try:
@@ -291,10 +386,22 @@ def summarise_pairs(pairs):
                         if s["mode"] == pair and s["value"] and s["partner_value"])
         if ratios:
             quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            low, high = median_interval(ratios)
             rows[pair] = {"n": len(ratios), "ratio_median": round(statistics.median(ratios), 4),
+                          "ratio_median_ci95": [round(low, 4), round(high, 4)],
                           "ratio_q1": round(quartiles[0], 4), "ratio_q3": round(quartiles[2], 4),
                           "ratio_min": round(ratios[0], 4), "ratio_max": round(ratios[-1], 4)}
     return rows
+
+
+def median_interval(ordered):
+    """About 95 % of the median of `ordered` (sorted), by order statistics: the ratios at ranks n/2 ± 0.98·√n,
+    which needs no assumption about their distribution."""
+    n = len(ordered)
+    half_width = 0.98 * n ** 0.5
+    low = max(0, int(n / 2 - half_width) - 1)
+    high = min(n - 1, int(n / 2 + half_width + 0.999))
+    return ordered[low], ordered[high]
 
 
 def graph_part(args, results, r, binary):
@@ -367,12 +474,14 @@ def check_part(args, results, binary):
     for name, program in programs:
         done, _ = run(program, args.timeout_s)
         expected = number(BETWEEN_LINE, done.stdout)
+        nvtx_expected = number(NVTX_STEPS_LINE, done.stdout)
         out = os.path.join(args.scratch, "check.sqlite")
         captured, _ = run([args.capture, "--force", "--cuda-profiler-api", "-o", out, "--"] + program, args.timeout_s)
         count, names = kernel_rows(out)
         sample = {"part": "check", "program": name, "mode": "capture --cuda-profiler-api",
                   "launched_between": expected, "kernels_kept": count, "kernel_names": names,
                   "gpus_described": gpu_rows(out),
+                  "nvtx_steps_between": nvtx_expected, "nvtx_ranges_kept": nvtx_rows(out),
                   "exact": expected is not None and count == expected,
                   "capture_stderr_tail": captured.stderr[-800:]}
         if args.nsys:
@@ -380,7 +489,8 @@ def check_part(args, results, binary):
             sample["nsys_kernels"], sample["nsys_names"] = nsys if nsys else (None, None)
             if problem:
                 sample["nsys_problem"] = problem
-        print(f"check {name}: launched {expected}, kept {count}, nsys {sample.get('nsys_kernels')}", flush=True)
+        print(f"check {name}: launched {expected}, kept {count}, nsys {sample.get('nsys_kernels')}; NVTX steps "
+              f"{nvtx_expected}, kept {sample['nvtx_ranges_kept']}", flush=True)
         results["samples"].append(sample)
 
 
@@ -389,7 +499,7 @@ def main():
     parser.add_argument("--capture", default="capture")
     parser.add_argument("--nsys", default=None, help="Nsight Systems CLI (nsys modes are left out without it)")
     parser.add_argument("--nvcc", default="nvcc")
-    parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long", "pairs"])
+    parser.add_argument("--part", action="append", choices=["check", "launch", "graph", "long", "pairs", "turns"])
     parser.add_argument("--launch-rounds", type=int, default=6, help="rounds of the bare-launch program")
     parser.add_argument("--launch-contexts", type=int, default=1,
                         help="fresh contexts per bare-launch process (median of their medians)")
@@ -397,6 +507,10 @@ def main():
     parser.add_argument("--pair-cpus", default="3,5", help="the two CPUs of a pair, comma-separated")
     parser.add_argument("--pair-modes", default="capture-off",
                         help="modes run beside uncaptured in the pairs part, comma-separated (launch modes)")
+    parser.add_argument("--turn-rounds", type=int, default=20, help="rounds of the turn-taking pairs")
+    parser.add_argument("--turn-cpu", default="3", help="the one CPU both sides of a turn-taking pair run on")
+    parser.add_argument("--turn-modes", default="capture-off",
+                        help="modes run beside uncaptured in the turns part, comma-separated (launch modes)")
     parser.add_argument("--baseline-capture", default=None,
                         help="another build of capture (its injection library beside it) for the capture-off-baseline "
                              "mode: recording off under that build, to set two builds side by side in one sitting")
@@ -436,10 +550,15 @@ def main():
         parser.error("--pair-cpus: two different CPU numbers, comma-separated")
     if not 1 <= args.launch_contexts <= 1000:
         parser.error("--launch-contexts: 1 to 1000")
-    args.pair_modes = [m.strip() for m in args.pair_modes.split(",") if m.strip()]
-    unknown = [m for m in args.pair_modes if m not in KNOWN_LAUNCH_MODES or m == "uncaptured"]
-    if unknown or not args.pair_modes:
-        parser.error(f"--pair-modes: unknown {unknown}" if unknown else "--pair-modes: at least one mode")
+    if not args.turn_cpu.isdigit():
+        parser.error("--turn-cpu: one CPU number")
+    for option in ("pair_modes", "turn_modes"):
+        modes = [m.strip() for m in getattr(args, option).split(",") if m.strip()]
+        unknown = [m for m in modes if m not in KNOWN_LAUNCH_MODES or m == "uncaptured"]
+        flag = "--" + option.replace("_", "-")
+        if unknown or not modes:
+            parser.error(f"{flag}: unknown {unknown}" if unknown else f"{flag}: at least one mode")
+        setattr(args, option, modes)
     for option, known in (("launch_modes", KNOWN_LAUNCH_MODES), ("torch_modes", KNOWN_LAUNCH_MODES),
                           ("graph_modes", KNOWN_GRAPH_MODES)):
         modes = [m.strip() for m in getattr(args, option).split(",") if m.strip()]
@@ -448,13 +567,14 @@ def main():
             parser.error(f"--{option.replace('_', '-')}: unknown {unknown}" if unknown else
                          f"--{option.replace('_', '-')}: the ratios need the uncaptured mode")
         setattr(args, option, modes)
-    cupti_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "cupti-preload"]
+    every_launch_mode = args.pair_modes + args.turn_modes + args.launch_modes + args.torch_modes
+    cupti_modes = [m for m in every_launch_mode if m == "cupti-preload"]
     if cupti_modes and not os.path.isfile(args.cupti_lib):
         parser.error(f"--cupti-lib: no file {args.cupti_lib!r} (the cupti-preload mode needs it)")
-    baseline_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "capture-off-baseline"]
+    baseline_modes = [m for m in every_launch_mode if m == "capture-off-baseline"]
     if baseline_modes and not (args.baseline_capture and os.path.isfile(args.baseline_capture)):
         parser.error("--baseline-capture: the capture-off-baseline mode needs that build's capture binary")
-    nsys_modes = [m for m in args.pair_modes + args.launch_modes + args.torch_modes if m == "nsys-off"]
+    nsys_modes = [m for m in every_launch_mode if m == "nsys-off"]
     if nsys_modes and not (args.nsys and os.path.isfile(args.nsys)):
         parser.error("--nsys: the nsys-off mode needs the nsys binary")
     parts = args.part or ["check", "launch", "long", "graph"]
@@ -479,7 +599,7 @@ def main():
         check_part(args, results, binary)
     # Part after part, each with its modes interleaved round by round; no round starts once the budget is spent.
     rounds = {"launch": max(args.launch_rounds, args.torch_rounds), "long": args.long_rounds,
-              "graph": args.graph_rounds, "pairs": args.pair_rounds}
+              "graph": args.graph_rounds, "pairs": args.pair_rounds, "turns": args.turn_rounds}
     for part in (p for p in parts if p != "check"):
         for r in range(rounds[part]):
             if time.monotonic() - started > args.budget_s:
@@ -492,6 +612,8 @@ def main():
                 long_part(args, results, r, binary)
             elif part == "pairs":
                 pairs_part(args, results, r, bare_launch)
+            elif part == "turns":
+                turns_part(args, results, r, [launch_binary, str(args.launch_batches), "100", "1"])
             else:
                 graph_part(args, results, r, binary)
             results["rounds_done"][part] = r + 1

@@ -201,6 +201,8 @@ impl Detacher {
         }
         // The last reading of CUPTI's clock, carried on while detached (see `now_ns`).
         attachment.clock = (read_cupti_clock(self.api), Instant::now());
+        // NVTX's calls stop reaching CUPTI first: one reaching it after the detach would attach it again.
+        crate::nvtx_gate::close();
         // Every buffer comes back before CUPTI lets go of them; kinds are off, so no new record is made.
         // SAFETY: plain calls, at an API callback's exit as CUPTI advises for cuptiFinalize.
         unsafe {

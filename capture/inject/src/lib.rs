@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The same library, named by `NVTX_INJECTION64_PATH`, forwards NVTX's injection call to
-//! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]).
+//! CUPTI so that NVTX ranges arrive as CUPTI marker records ([`InitializeInjectionNvtx2`]); where CUPTI is
+//! detached outside windows, NVTX's calls reach CUPTI only while it is attached (`nvtx_gate.rs`).
 //!
 //! Recording can be on for windows only (`window.rs` decides, `switch.rs` switches CUPTI): outside a window
 //! nothing but the trigger callbacks is on, or CUPTI is detached altogether where the triggers are seen without
@@ -28,6 +29,7 @@ pub mod decode;
 mod graph_nodes;
 mod live;
 pub mod nccl_sample;
+mod nvtx_gate;
 pub mod omit;
 mod switch;
 pub mod window;

@@ -27,6 +27,7 @@ use crate::attach::{self, Detacher, GraphCbids};
 use crate::decode::{self, Decoder, Layout};
 use crate::graph_nodes;
 use crate::nccl_sample;
+use crate::nvtx_gate;
 use crate::omit::Omit;
 use crate::switch::{self, EnableApi, ProfilerCbids, Recorded, Switch};
 
@@ -117,22 +118,50 @@ pub extern "C" fn InitializeInjection() -> c_int {
     })
 }
 
-/// Called by NVTX (through `NVTX_INJECTION64_PATH`) on the first NVTX call; forwards to
-/// CUPTI's own NVTX hook so that ranges become CUPTI marker records.
+/// Called by NVTX (through `NVTX_INJECTION64_PATH`) on the first NVTX call of each NVTX instance. Where CUPTI
+/// may be detached outside windows, NVTX gets this library's functions, which go on to CUPTI's only while it is
+/// attached (`nvtx_gate.rs`: handing NVTX to CUPTI attaches it); otherwise NVTX is handed straight to CUPTI's own
+/// hook, so that ranges become CUPTI marker records.
 ///
 /// # Safety
 /// `get_export_table` is NVTX's export-table function, as NVTX passes it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
     guarded(0, || {
-        let Some(loaded) = load_cupti() else { return 0 };
-        type NvtxInit = unsafe extern "C" fn(*const c_void) -> c_int;
-        // SAFETY: CUPTI exports `InitializeInjectionNvtx2` with exactly this signature.
-        match unsafe { loaded.library.get::<NvtxInit>(b"InitializeInjectionNvtx2\0") } {
-            // SAFETY: forwards NVTX's own argument to CUPTI's hook.
-            Ok(init) => unsafe { init(get_export_table) },
-            Err(_) => 0,
+        if get_export_table.is_null() {
+            return 0;
         }
+        if nvtx_gated() {
+            // SAFETY: NVTX passes its `nvtxGetExportTable`, a function of this signature.
+            let get_export_table: nvtx_gate::GetExportTable = unsafe { std::mem::transmute(get_export_table) };
+            // SAFETY: as above.
+            return unsafe { nvtx_gate::initialize(get_export_table) };
+        }
+        let Some(init) = cupti_nvtx_init() else { return 0 };
+        // SAFETY: forwards NVTX's own argument to CUPTI's hook.
+        unsafe { init(std::mem::transmute::<*const c_void, nvtx_gate::GetExportTable>(get_export_table)) }
+    })
+}
+
+/// CUPTI's NVTX hook, `InitializeInjectionNvtx2`, where CUPTI loads and has it.
+fn cupti_nvtx_init() -> Option<nvtx_gate::NvtxInit> {
+    let loaded = load_cupti()?;
+    // SAFETY: CUPTI exports `InitializeInjectionNvtx2` with exactly this signature.
+    unsafe { loaded.library.get::<nvtx_gate::NvtxInit>(b"InitializeInjectionNvtx2\0") }.map(|f| *f).ok()
+}
+
+/// True when NVTX should reach CUPTI only while it is attached: under `capture`, with a window plan that starts
+/// with recording off, CUPTI not kept attached and no NVTX trigger (which needs every NVTX call). Read from the
+/// environment, as NVTX may come before CUDA calls `InitializeInjection`; where that call then keeps CUPTI
+/// attached after all, it opens the gate for good.
+fn nvtx_gated() -> bool {
+    if std::env::var_os(config::SPOOL_DIR_ENV).is_none() {
+        return false;
+    }
+    Settings::from_env().is_ok_and(|settings| {
+        settings.plan.starts_off()
+            && settings.outside_windows != OutsideWindows::Attached
+            && settings.plan.nvtx_range.is_none()
     })
 }
 
@@ -235,7 +264,9 @@ fn start() -> Result<(), String> {
         }
         (std::ptr::null_mut(), 0)
     } else {
-        attach_at_start(api, loaded.library, want_nodes)?
+        let attached = attach_at_start(api, loaded.library, want_nodes)?;
+        nvtx_gate::open(cupti_nvtx_init());
+        attached
     };
     let realtime_ns = switch::wall_now_ns();
 
@@ -440,6 +471,7 @@ fn reattach(
     if first {
         enable_kinds(api, &decode::ALWAYS_ON_KINDS, dump);
     }
+    nvtx_gate::open(cupti_nvtx_init());
     Ok(subscriber)
 }
 
