@@ -38,6 +38,7 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   level a launch's cost settles at, which on an H200 virtual machine moves over seconds, touches both sides of a
   pair alike. Which side goes first alternates by round; the control is uncaptured beside uncaptured
   (`--turn-modes`, summary `turns/cuda`).
+  Sittings 23–25 (BENCHMARKS.md): the control's quartiles ±1 %, against ±3–5 % for `pairs`.
 - `--launch-contexts N` repeats the bare-launch measurement in N fresh contexts of each process
   (`launch_cost.cu`'s third argument) and takes the median of their medians: on an H200 virtual machine the cost
   of a launch moves between two levels (about 3.7k and 4.6k ns) over seconds, inside one process too.

@@ -112,8 +112,9 @@ struct Args {
     /// With capture ranges: what CUPTI does in each process while no window is open. `attached` keeps CUPTI
     /// attached with nothing switched on, which still costs every CUDA call (about 3 % of a bare launch and 1.7 %
     /// of a replay of 400 tiny kernels on an H200); `detached` never attaches it before the first window, detaches
-    /// it (cuptiFinalize) after each window and attaches it again when the next opens (the graph replay then ran as
-    /// uncaptured; a bare launch measured 1.017× beside an uncaptured run: BENCHMARKS.md); the profiler API trigger
+    /// it (cuptiFinalize) after each window and attaches it again when the next opens (a graph replay and a bare
+    /// launch with an NVTX range per batch then ran as uncaptured, 1.000× and 1.001×: BENCHMARKS.md; NVTX reaches
+    /// CUPTI only while it is attached, as handing NVTX to CUPTI attaches it); the profiler API trigger
     /// is then seen only through the shared
     /// CUDA runtime or driver (not a statically linked runtime, not ctypes), and graph nodes made while detached
     /// get no module range. `auto` detaches where every trigger is seen that way (time, `capture start`, the
