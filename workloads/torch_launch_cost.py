@@ -16,10 +16,15 @@ as one JSON line. Two captures that differ in one recorded kind (`--trace all` a
 then give that kind's cost as the ratio of their ratios, without comparing two processes' speeds.
 
     capture --cuda-profiler-api --trace all,memory -o m.sqlite -- python3 workloads/torch_launch_cost.py 20 100 --windows 40
+
+With LAUNCH_COST_TURNS=IN,OUT,READY (three FIFO paths) two processes on one CPU take turns batch by batch, as
+`launch_cost.cu` does (see there): a byte on READY after the warm-up, then each batch waits for a byte on IN and
+passes it to OUT once the GPU has drained.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -46,13 +51,39 @@ def at(values, q):
     return ordered[int(q * (len(ordered) - 1))]
 
 
+class Turns:
+    """The FIFOs of LAUNCH_COST_TURNS, opened read-write so that opening never waits for the other side."""
+
+    def __init__(self, spec):
+        paths = spec.split(",")
+        if len(paths) != 3:
+            raise SystemExit("torch_launch_cost: LAUNCH_COST_TURNS: three FIFO paths IN,OUT,READY")
+        self.take, self.give, self.ready = (os.open(p, os.O_RDWR) for p in paths)
+
+    def wait(self):
+        if os.read(self.take, 1) != b"t":
+            raise SystemExit("torch_launch_cost: the turn FIFO closed")
+
+    @staticmethod
+    def put(fd):
+        os.write(fd, b"t")
+
+
 def launches(x, batches, per_batch):
+    spec = os.environ.get("LAUNCH_COST_TURNS")
+    turns = Turns(spec) if spec else None
+    if turns:
+        Turns.put(turns.ready)
     ns = []
     for _ in range(batches):
+        if turns:
+            turns.wait()
         torch.cuda.nvtx.range_push("batch")
         ns.append(issue_ns(x, per_batch))
         torch.cuda.nvtx.range_pop()  # the range holds the launches, not the wait after them
         torch.cuda.synchronize()
+        if turns:
+            Turns.put(turns.give)
     print(f"launch_ns median {at(ns, 0.5):.1f} p10 {at(ns, 0.1):.1f} p90 {at(ns, 0.9):.1f} "
           f"launches {batches * per_batch}")
 

@@ -37,7 +37,8 @@ sample goes to the results file as it comes; no round starts once `--budget-s` i
   (`launch_cost.cu`'s LAUNCH_COST_TURNS): each batch of one is timed between two batches of the other, so that the
   level a launch's cost settles at, which on an H200 virtual machine moves over seconds, touches both sides of a
   pair alike. Which side goes first alternates by round; the control is uncaptured beside uncaptured
-  (`--turn-modes`, summary `turns/cuda`).
+  (`--turn-modes`, summary `turns/cuda`; `--turn-program torch` takes turns with PyTorch operators instead,
+  `torch_launch_cost.py`, summary `turns/torch`).
   Sittings 23–25 (BENCHMARKS.md): the control's quartiles ±1 %, against ±3–5 % for `pairs`.
 - `--launch-contexts N` repeats the bare-launch measurement in N fresh contexts of each process
   (`launch_cost.cu`'s third argument) and takes the median of their medians: on an H200 virtual machine the cost
@@ -217,9 +218,9 @@ def summarise(samples):
     if pairs:
         # Each pair's ratio is to its own partner, not to an uncaptured run of the round.
         summary["pairs/cuda"] = summarise_pairs(pairs)
-    turns = [s for s in samples if s["part"] == "turns"]
-    if turns:
-        summary["turns/cuda"] = summarise_pairs(turns)
+    for program in sorted({s["program"] for s in samples if s["part"] == "turns"}):
+        summary[f"turns/{program}"] = summarise_pairs([s for s in samples if s["part"] == "turns"
+                                                       and s["program"] == program])
     return summary
 
 
@@ -336,7 +337,7 @@ def turns_part(args, results, r, program):
         outputs = [finish(p, started + args.timeout_s) for p in running]
         values = [number(LAUNCH_LINE, out) for out, _ in outputs]
         pair = "uncaptured-control" if other == "uncaptured" else other
-        sample = {"part": "turns", "program": "cuda", "mode": pair, "round": r, "unit": "ns per launch",
+        sample = {"part": "turns", "program": args.turn_program, "mode": pair, "round": r, "unit": "ns per launch",
                   "value": values[1], "partner_value": values[0], "cpu": args.turn_cpu, "first": sides[first],
                   "wall_s": round(time.monotonic() - started, 2), "exit_codes": [p.returncode for p in running]}
         if None in values or not began:
@@ -510,6 +511,9 @@ def main():
                         help="modes run beside uncaptured in the pairs part, comma-separated (launch modes)")
     parser.add_argument("--turn-rounds", type=int, default=20, help="rounds of the turn-taking pairs")
     parser.add_argument("--turn-cpu", default="3", help="the one CPU both sides of a turn-taking pair run on")
+    parser.add_argument("--turn-program", choices=["cuda", "torch"], default="cuda",
+                        help="the program of the turns part: bare launches (launch_cost.cu) or PyTorch operators "
+                             "(torch_launch_cost.py)")
     parser.add_argument("--turn-modes", default="capture-off",
                         help="modes run beside uncaptured in the turns part, comma-separated (launch modes)")
     parser.add_argument("--baseline-capture", default=None,
@@ -614,7 +618,10 @@ def main():
             elif part == "pairs":
                 pairs_part(args, results, r, bare_launch)
             elif part == "turns":
-                turns_part(args, results, r, [launch_binary, str(args.launch_batches), "100", "1"])
+                turn_program = ([launch_binary, str(args.launch_batches), "100", "1"] if args.turn_program == "cuda"
+                                else ["python3", os.path.join(WORKLOADS, "torch_launch_cost.py"),
+                                      str(args.launch_batches), "100"])
+                turns_part(args, results, r, turn_program)
             else:
                 graph_part(args, results, r, binary)
             results["rounds_done"][part] = r + 1
