@@ -525,16 +525,25 @@ unsafe extern "C" fn domain_create_w(name: *const u32) -> *const Domain {
     unsafe { Text::wide(name) }.map_or(std::ptr::null(), domain_create)
 }
 
-/// A new domain handle (one per call, as NVTX allows a name to be created twice); made in CUPTI at once when
-/// attached.
+/// The handle of the domain named `name`: one per name for the whole run (a destroyed one comes back to life),
+/// so that a program creating its domain in a loop holds one; made in CUPTI at once when attached.
 fn domain_create(name: Text) -> *const Domain {
     let mut gate = gate();
-    let domain: &'static Domain =
-        Box::leak(Box::new(Domain { name, cupti: AtomicUsize::new(0), destroyed: AtomicBool::new(false) }));
-    if let Some(slots) = (!FORWARD.load(Ordering::Acquire).is_null()).then(|| SLOTS.get()).flatten() {
+    let domain = match gate.domains.iter().find(|d| d.name == name) {
+        Some(&known) => known,
+        None => {
+            let domain: &'static Domain =
+                Box::leak(Box::new(Domain { name, cupti: AtomicUsize::new(0), destroyed: AtomicBool::new(false) }));
+            gate.domains.push(domain);
+            domain
+        }
+    };
+    let revived = domain.destroyed.swap(false, Ordering::AcqRel);
+    if (revived || domain.cupti.load(Ordering::Acquire) == 0)
+        && let Some(slots) = (!FORWARD.load(Ordering::Acquire).is_null()).then(|| SLOTS.get()).flatten()
+    {
         domain.cupti.store(create_in_cupti(slots, &domain.name), Ordering::Release);
     }
-    gate.domains.push(domain);
     domain
 }
 
@@ -749,6 +758,7 @@ mod tests {
     type CreateA = unsafe extern "C" fn(*const c_char) -> *const Domain;
     type RegisterA = unsafe extern "C" fn(*const Domain, *const c_char) -> *const Registered;
     type DomainPushEx = unsafe extern "C" fn(*const Domain, *const c_void) -> c_int;
+    type Destroy = unsafe extern "C" fn(*const Domain);
 
     /// One sequence, as the gate's state is the process's: NVTX before CUDA, a domain and a string made before
     /// the first window, two windows with a detach between.
@@ -775,8 +785,11 @@ mod tests {
             let domain = create(c"app".as_ptr());
             (domain, register(domain, c"step".as_ptr()))
         };
-        // SAFETY: as above; the same string registered twice is one handle.
-        assert_eq!(unsafe { register(domain, c"step".as_ptr()) }, step);
+        // SAFETY: as above; the same string registered twice, or the same domain created twice, is one handle.
+        unsafe {
+            assert_eq!(register(domain, c"step".as_ptr()), step);
+            assert_eq!(create(c"app".as_ptr()), domain);
+        }
         assert!(taken_log().is_empty());
 
         open(Some(cupti_init));
@@ -801,6 +814,15 @@ mod tests {
         // SAFETY: as above.
         unsafe { domain_push(domain, attributes.as_ptr().cast()) };
         assert_eq!(taken_log(), ["create app -> 0x1002", "domain push 0x1002 type 1 step"]);
+
+        // Destroyed and created again: the same handle, made again in CUPTI.
+        let destroy: Destroy = client(&CLIENT_DOMAIN, domain_id::DESTROY);
+        // SAFETY: as above.
+        unsafe {
+            destroy(domain);
+            assert_eq!(create(c"app".as_ptr()), domain);
+        }
+        assert_eq!(taken_log(), ["create app -> 0x1003"]);
         close();
     }
 
