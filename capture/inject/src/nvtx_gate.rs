@@ -179,7 +179,6 @@ struct Gate {
     cupti_loaded: Option<bool>,
     /// NVTX instances that came to this module.
     instances: usize,
-    attached: bool,
     domains: Vec<&'static Domain>,
     registered: std::collections::BTreeMap<(usize, Text), &'static Registered>,
 }
@@ -188,13 +187,15 @@ static GATE: Mutex<Gate> = Mutex::new(Gate {
     cupti_init: None,
     cupti_loaded: None,
     instances: 0,
-    attached: false,
     domains: Vec::new(),
     registered: std::collections::BTreeMap::new(),
 });
 static SLOTS: OnceLock<CuptiSlots> = OnceLock::new();
 /// CUPTI's slots while calls go on to CUPTI; null while they return at once.
 static FORWARD: AtomicPtr<CuptiSlots> = AtomicPtr::new(std::ptr::null_mut());
+/// CUPTI is attached. Outside the lock, so that [`close`], called inside a CUPTI callback, never waits on a thread
+/// that holds the lock while it calls CUPTI (making a domain).
+static ATTACHED: AtomicBool = AtomicBool::new(false);
 
 fn gate() -> std::sync::MutexGuard<'static, Gate> {
     GATE.lock().unwrap_or_else(|e| e.into_inner())
@@ -214,7 +215,7 @@ pub(crate) unsafe fn initialize(get_export_table: GetExportTable) -> c_int {
     unsafe { install(get_export_table, MODULE_CORE2, &domain_functions()) };
     let mut gate = gate();
     gate.instances += 1;
-    if gate.attached {
+    if ATTACHED.load(Ordering::SeqCst) {
         forward(&mut gate);
     }
     1
@@ -226,17 +227,16 @@ pub(crate) fn open(cupti_init: Option<NvtxInit>) {
     if gate.cupti_init.is_none() {
         gate.cupti_init = cupti_init;
     }
-    gate.attached = true;
+    ATTACHED.store(true, Ordering::SeqCst);
     if gate.instances > 0 {
         forward(&mut gate);
     }
 }
 
-/// CUPTI is about to be detached: calls return at once from now on.
+/// CUPTI is about to be detached: calls return at once from now on. Takes no lock (see [`ATTACHED`]).
 pub(crate) fn close() {
-    let mut gate = gate();
-    gate.attached = false;
-    FORWARD.store(std::ptr::null_mut(), Ordering::Release);
+    ATTACHED.store(false, Ordering::SeqCst);
+    FORWARD.store(std::ptr::null_mut(), Ordering::SeqCst);
 }
 
 /// Loads CUPTI's NVTX functions (once), makes every live domain in CUPTI and sends calls on.
@@ -261,7 +261,11 @@ fn forward(gate: &mut Gate) {
     for domain in gate.domains.iter().filter(|d| !d.destroyed.load(Ordering::Acquire)) {
         domain.cupti.store(create_in_cupti(slots, &domain.name), Ordering::Release);
     }
-    FORWARD.store((slots as *const CuptiSlots).cast_mut(), Ordering::Release);
+    FORWARD.store((slots as *const CuptiSlots).cast_mut(), Ordering::SeqCst);
+    // A `close` that came meanwhile (it takes no lock) wins: its store of ATTACHED came before this check.
+    if !ATTACHED.load(Ordering::SeqCst) {
+        FORWARD.store(std::ptr::null_mut(), Ordering::SeqCst);
+    }
 }
 
 /// CUPTI's handle for a new domain named `name` (0 when CUPTI has no such function).
