@@ -12,7 +12,8 @@
 //! trigger with a window that ends while a kernel is still running and a stop without a start; the NVTX
 //! trigger by name and by domain, pushed or started (ended by id on another thread), ASCII, wide or
 //! registered; the clock; two processes with different windows, both switched on again
-//! by one external start command through the spool folder's control file.
+//! by one external start command through the spool folder's control file; and with CUPTI detached outside
+//! windows, NVTX's calls reaching CUPTI only inside them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -486,6 +487,87 @@ fn detached_many_windows_scenario(w: &Workload) {
     }
 }
 
+/// An NVTX instance of the program, as NVTX's headers make one: its core slots and the export table a tool gets.
+mod nvtx_client {
+    use std::ffi::{c_int, c_void};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    pub const RANGE_PUSH_A: usize = 9;
+    static CORE: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
+    static TABLE: OnceLock<Vec<usize>> = OnceLock::new();
+
+    #[repr(C)]
+    struct Callbacks {
+        struct_size: usize,
+        get_module_function_table: unsafe extern "C" fn(u32, *mut *mut *mut usize, *mut u32) -> c_int,
+    }
+    static CALLBACKS: Callbacks =
+        Callbacks { struct_size: std::mem::size_of::<Callbacks>(), get_module_function_table: module_table };
+
+    unsafe extern "C" fn module_table(module: u32, out_table: *mut *mut *mut usize, out_size: *mut u32) -> c_int {
+        if module != 1 {
+            return 0;
+        }
+        let table = TABLE.get_or_init(|| {
+            let mut table = vec![0usize];
+            table.extend(CORE.iter().skip(1).map(|slot| slot.as_ptr() as usize));
+            table.push(0);
+            table
+        });
+        // SAFETY: the caller's out-parameters; the table lives in a static.
+        unsafe {
+            *out_table = table.as_ptr().cast::<*mut usize>().cast_mut();
+            *out_size = (table.len() - 1) as u32;
+        }
+        1
+    }
+
+    /// The instance's `nvtxGetExportTable`.
+    pub unsafe extern "C" fn export_table(id: u32) -> *const c_void {
+        if id == 1 { (&CALLBACKS as *const Callbacks).cast() } else { std::ptr::null() }
+    }
+
+    /// The program's `nvtxRangePushA`: through its slot, a no-op while the slot is empty.
+    pub fn push(message: &std::ffi::CStr) {
+        let function = CORE[RANGE_PUSH_A].load(Ordering::SeqCst);
+        if function != 0 {
+            // SAFETY: a tool filled the slot with its nvtxRangePushA.
+            let push: unsafe extern "C" fn(*const std::ffi::c_char) -> c_int = unsafe { std::mem::transmute(function) };
+            // SAFETY: a zero-terminated message.
+            unsafe { push(message.as_ptr()) };
+        }
+    }
+}
+
+/// NVTX with CUPTI detached outside windows: NVTX's first call does not attach CUPTI (CUPTI's NVTX hook attaches
+/// it, so it is called only at the first attach, once), and a push reaches CUPTI only while a window is open.
+fn detached_nvtx_scenario(w: &Workload) {
+    type Count = unsafe extern "C" fn() -> u64;
+    let (pushes, inits): (Count, Count) = (w.symbol(b"fake_nvtx_pushes\0"), w.symbol(b"fake_nvtx_inits\0"));
+    // SAFETY: the program's export table, as NVTX passes it.
+    let initialized = unsafe { shardscope_inject::InitializeInjectionNvtx2(nvtx_client::export_table as *const _) };
+    assert_eq!(initialized, 1);
+    nvtx_client::push(c"outside");
+    settle();
+    // SAFETY: plain counters of the stand-in.
+    let counts = || unsafe { (pushes(), inits()) };
+    assert_eq!(w.attached(), (false, 0), "NVTX's first call attached CUPTI");
+    assert_eq!(counts(), (0, 0));
+    assert_eq!(shardscope_inject::cudaProfilerStart(), 0);
+    nvtx_client::push(c"inside");
+    assert_eq!(counts(), (1, 1), "a push inside the window did not reach CUPTI");
+    assert_eq!(shardscope_inject::cudaProfilerStop(), 0);
+    w.detach_at_next_call();
+    nvtx_client::push(c"between");
+    settle();
+    assert_eq!(w.attached(), (false, 1), "a push between windows attached CUPTI again");
+    assert_eq!(shardscope_inject::cudaProfilerStart(), 0);
+    nvtx_client::push(c"second");
+    assert_eq!(counts(), (2, 1), "the second window: one more push, the hook not called again");
+    assert_eq!(shardscope_inject::cudaProfilerStop(), 0);
+}
+
 /// A graph launched while a window records pins CUPTI: after the window it is not detached (detached, CUPTI 13.0
 /// broke such a graph's next launch), and the next window records without attaching again. A graph launched while
 /// detached pins nothing.
@@ -596,6 +678,7 @@ fn child_entry() {
         "detached-time" => detached_time_scenario(&workload),
         "detached-many-windows" => detached_many_windows_scenario(&workload),
         "detached-graph" => detached_graph_scenario(&workload),
+        "detached-nvtx" => detached_nvtx_scenario(&workload),
         "whole-run" => {
             assert!(workload.launch(1, true));
             workload.profiler(false);
@@ -853,6 +936,15 @@ fn the_clock_opens_and_closes_a_window_after_the_session_start() {
     assert_eq!(triggers(&windows), [(WindowTrigger::Time, WindowTrigger::Time)]);
     let length_ms = (windows[0].end_ns - windows[0].start_ns) / 1_000_000;
     assert!((350..1000).contains(&length_ms), "window of {length_ms} ms for a 400 ms duration");
+}
+
+#[test]
+fn detached_outside_windows_nvtx_reaches_cupti_only_inside_windows() {
+    let plan = WindowPlan { cuda_profiler_api: true, ..WindowPlan::default() };
+    let env = [(config::OUTSIDE_WINDOWS_ENV, "detached")];
+    let (records, stderr, _) = run_logged("detached-nvtx", "detached-nvtx", &plan, &env);
+    assert_eq!(windows(&records).len(), 2, "{stderr}");
+    assert!(!stderr.contains("CUPTI took no NVTX functions"), "{stderr}");
 }
 
 #[test]

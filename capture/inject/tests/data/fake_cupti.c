@@ -29,6 +29,9 @@
  * returned, forgotten at cuptiFinalize), as CUPTI may hold buffers ahead of records.
  * fake_cupti_graph_node() plays CUPTI calling the subscriber for a graph node made or cloned; node and graph
  * ids are the handles' own values.
+ * InitializeInjectionNvtx2 is CUPTI's NVTX hook: like CUPTI's, it attaches CUPTI, and it puts a function of its own
+ * in the core module's nvtxRangePushA slot of the export table it is given; fake_nvtx_pushes() counts the pushes
+ * that reached that function, fake_nvtx_inits() the calls of the hook.
  * Records sit in buffers at a fixed stride that this fake's cuptiActivityGetNextRecord walks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -71,6 +74,30 @@ static void touch(void) {
 }
 int fake_attached(void) { return attached; }
 unsigned long fake_attaches(void) { return attaches; }
+
+/* NVTX's export table for tools (nvtxTypes.h): the callbacks table is id 1, the core module 1, its
+ * nvtxRangePushA slot 9. */
+typedef void (*NvtxFunctionPointer)(void);
+typedef int (*GetModuleFunctionTable)(int module, NvtxFunctionPointer ***table, unsigned *size);
+struct NvtxCallbacks { size_t struct_size; GetModuleFunctionTable get_module_function_table; };
+static unsigned long nvtx_pushes, nvtx_inits;
+static int fake_range_push_a(const char *message) {
+    (void)message;
+    __atomic_fetch_add(&nvtx_pushes, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+int InitializeInjectionNvtx2(const void *(*get_export_table)(uint32_t)) {
+    touch();
+    nvtx_inits++;
+    const struct NvtxCallbacks *callbacks = get_export_table(1);
+    NvtxFunctionPointer **table = NULL;
+    unsigned size = 0;
+    if (!callbacks || !callbacks->get_module_function_table(1, &table, &size) || size <= 9 || !table[9]) return 0;
+    *table[9] = (NvtxFunctionPointer)fake_range_push_a;
+    return 1;
+}
+unsigned long fake_nvtx_pushes(void) { return nvtx_pushes; }
+unsigned long fake_nvtx_inits(void) { return nvtx_inits; }
 
 CUptiResult cuptiGetVersion(uint32_t *version) { *version = 130001; return OK; }
 CUptiResult cuptiGetTimestamp(uint64_t *ts) {
