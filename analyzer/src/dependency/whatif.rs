@@ -282,11 +282,16 @@ pub fn typical_own_of<'a>(
             return base[v];
         }
         let op = &graph.ops[v / 2];
+        // The parts first: most replays change one rank's operations, and the others' own times then need no
+        // look-up in the typical times (read by instance, out of order).
+        let parts = select(op);
+        if !parts.delay && !parts.duration {
+            return base[v];
+        }
         let instance = op.instance as usize;
         if typical.members[instance] < 2 {
             return base[v];
         }
-        let parts = select(op);
         let is_start = v.is_multiple_of(2);
         if is_start && parts.delay {
             typical.start_ns[instance]
