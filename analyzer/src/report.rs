@@ -831,8 +831,10 @@ struct RankWork {
     whole: Work,
     by_phase: BTreeMap<PhaseId, Work>,
     first_seen: BTreeMap<PhaseId, i64>,
-    /// Per phase, per instance (phase range): first start and last end of the GPU work launched in it.
-    instance_extents: BTreeMap<PhaseId, HashMap<u32, (i64, i64)>>,
+    /// Per phase, per instance (phase range): first start and last end of the GPU work launched in it. Looked up
+    /// for every kernel of a phase, so with a fast hasher (the extents are sorted before use: no order depends on
+    /// it).
+    instance_extents: BTreeMap<PhaseId, foldhash::HashMap<u32, (i64, i64)>>,
 }
 
 impl RankWork {
