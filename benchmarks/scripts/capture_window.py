@@ -295,22 +295,11 @@ def pairs_part(args, results, r, program):
     scratch = os.path.join(args.scratch, "pair")
     os.makedirs(scratch, exist_ok=True)
     for other in rotated(args.pair_modes + ["uncaptured"], r):
-        sides = [("uncaptured", cpus[0]), (other, cpus[1])]
         started = time.monotonic()
-        running = [subprocess.Popen(["taskset", "-c", cpu] + recorder_command(args, mode, program, scratch),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **recorder_env(args, mode)))
-                   for mode, cpu in sides]
-        outputs = [finish(p, started + args.timeout_s) for p in running]
-        values = [number(LAUNCH_LINE, out) for out, _ in outputs]
-        pair = "uncaptured-control" if other == "uncaptured" else other
-        sample = {"part": "pairs", "program": "cuda", "mode": pair, "round": r, "unit": "ns per launch",
-                  "value": values[1], "partner_value": values[0], "cpus": cpus,
-                  "wall_s": round(time.monotonic() - started, 2), "exit_codes": [p.returncode for p in running]}
-        if None in values:
-            sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
-        print(f"pairs r{r} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
-        keep(results, sample, args.out)
+        outputs, codes, _ = run_pair(args, program, scratch, [("uncaptured", cpus[0], {}), (other, cpus[1], {})],
+                                     started)
+        keep_pair(args, results, {"part": "pairs", "program": "cuda", "round": r, "cpus": cpus}, other, outputs,
+                  codes, started, True)
 
 
 def turns_part(args, results, r, program):
@@ -325,25 +314,40 @@ def turns_part(args, results, r, program):
                 os.unlink(path)
             os.mkfifo(path)
         turns = [f"{fifos[0]},{fifos[1]},{fifos[2]}", f"{fifos[1]},{fifos[0]},{fifos[2]}"]
-        sides = ["uncaptured", other]
-        started = time.monotonic()
-        running = [subprocess.Popen(["taskset", "-c", args.turn_cpu] + recorder_command(args, mode, program, scratch),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", LAUNCH_COST_TURNS=turns[i],
-                                             **recorder_env(args, mode)))
-                   for i, mode in enumerate(sides)]
+        sides = [(mode, args.turn_cpu, {"LAUNCH_COST_TURNS": turns[i]}) for i, mode in enumerate(["uncaptured", other])]
         first = r % 2
-        began = start_turns(fifos, first, started + args.timeout_s)
-        outputs = [finish(p, started + args.timeout_s) for p in running]
-        values = [number(LAUNCH_LINE, out) for out, _ in outputs]
-        pair = "uncaptured-control" if other == "uncaptured" else other
-        sample = {"part": "turns", "program": args.turn_program, "mode": pair, "round": r, "unit": "ns per launch",
-                  "value": values[1], "partner_value": values[0], "cpu": args.turn_cpu, "first": sides[first],
-                  "wall_s": round(time.monotonic() - started, 2), "exit_codes": [p.returncode for p in running]}
-        if None in values or not began:
-            sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
-        print(f"turns r{r} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
-        keep(results, sample, args.out)
+        started = time.monotonic()
+        outputs, codes, began = run_pair(args, program, scratch, sides, started,
+                                         lambda: start_turns(fifos, first, started + args.timeout_s))
+        base = {"part": "turns", "program": args.turn_program, "round": r, "cpu": args.turn_cpu,
+                "first": sides[first][0]}
+        keep_pair(args, results, base, other, outputs, codes, started, began)
+
+
+def run_pair(args, program, scratch, sides, started, while_running=lambda: True):
+    """Starts `program` once per side (mode, CPU, environment added) at the same time, runs `while_running()`,
+    and returns both sides' (stdout, stderr), their exit codes and what `while_running` returned; a side still
+    running `--timeout-s` after `started` is killed."""
+    running = [subprocess.Popen(["taskset", "-c", cpu] + recorder_command(args, mode, program, scratch),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", **extra, **recorder_env(args, mode)))
+               for mode, cpu, extra in sides]
+    went = while_running()
+    outputs = [finish(p, started + args.timeout_s) for p in running]
+    return outputs, [p.returncode for p in running], went
+
+
+def keep_pair(args, results, base, other, outputs, codes, started, went):
+    """Keeps one pair's sample: `base` with the mode, the mode's ns per launch and its uncaptured partner's, the
+    stderr tails when a figure is missing or the pair did not go as planned (`went` false)."""
+    values = [number(LAUNCH_LINE, out) for out, _ in outputs]
+    pair = "uncaptured-control" if other == "uncaptured" else other
+    sample = dict(base, mode=pair, unit="ns per launch", value=values[1], partner_value=values[0],
+                  wall_s=round(time.monotonic() - started, 2), exit_codes=codes)
+    if None in values or not went:
+        sample["stderr_tail"] = [err[-1500:] for _, err in outputs]
+    print(f"{base['part']} r{base['round']} uncaptured|{pair}: {values[0]} | {values[1]} ns", flush=True)
+    keep(results, sample, args.out)
 
 
 def start_turns(fifos, first, deadline):

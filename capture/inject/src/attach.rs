@@ -5,10 +5,10 @@
 //! nothing on than detached, and subscribing or the trigger callbacks added nothing measurable on top; across
 //! processes, a replay of 400 kernels that touch no memory took 1.017× attached with nothing on and 1.000×
 //! detached (a bare launch took 1.001× of uncaptured detached, once NVTX reaches CUPTI only while it is attached:
-//! `nvtx_gate.rs`; BENCHMARKS.md, sittings 23–25). So where every trigger of the plan can be seen without CUPTI, the library never
-//! attaches CUPTI before the first window opens (not even to read its clock: the process record then carries the
-//! wall clock, and the first attach writes CUPTI's clock beside it), detaches it (`cuptiFinalize`) after each
-//! window and attaches it again when the next one opens.
+//! `nvtx_gate.rs`; BENCHMARKS.md, sittings 23–25). So where every trigger of the plan can be seen without CUPTI,
+//! the library never attaches CUPTI before the first window opens (not even to read its clock: the process record
+//! then carries the wall clock, and the first attach writes CUPTI's clock beside it), detaches it
+//! (`cuptiFinalize`) after each window and attaches it again when the next one opens.
 //!
 //! Detaching follows CUPTI's advice: `cuptiFinalize` is called at the exit of an API callback, never from a
 //! thread that might race the workload's calls into CUPTI. After a window closes and its records had one flush

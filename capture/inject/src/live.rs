@@ -124,22 +124,18 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// hook, so that ranges become CUPTI marker records.
 ///
 /// # Safety
-/// `get_export_table` is NVTX's export-table function, as NVTX passes it.
+/// `get_export_table` is NVTX's export-table function (`nvtxGetExportTable`), as NVTX passes it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
+pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: Option<nvtx_gate::GetExportTable>) -> c_int {
     guarded(0, || {
-        if get_export_table.is_null() {
-            return 0;
-        }
+        let Some(get_export_table) = get_export_table else { return 0 };
         if nvtx_gated() {
-            // SAFETY: NVTX passes its `nvtxGetExportTable`, a function of this signature.
-            let get_export_table: nvtx_gate::GetExportTable = unsafe { std::mem::transmute(get_export_table) };
-            // SAFETY: as above.
+            // SAFETY: as the caller promises.
             return unsafe { nvtx_gate::initialize(get_export_table) };
         }
         let Some(init) = cupti_nvtx_init() else { return 0 };
         // SAFETY: forwards NVTX's own argument to CUPTI's hook.
-        unsafe { init(std::mem::transmute::<*const c_void, nvtx_gate::GetExportTable>(get_export_table)) }
+        unsafe { init(get_export_table) }
     })
 }
 

@@ -366,11 +366,15 @@ unsafe extern "C" fn module_table(module: u32, out_table: *mut *mut *mut usize, 
     1
 }
 
+/// CUPTI's slots while calls go on to CUPTI.
+fn forwarding() -> Option<&'static CuptiSlots> {
+    // SAFETY: FORWARD is null or the leaked slots.
+    unsafe { FORWARD.load(Ordering::Acquire).as_ref() }
+}
+
 /// CUPTI's function in `module`'s slot `id` while calls go on to CUPTI.
 fn cupti_function(module: u32, id: usize) -> Option<usize> {
-    let slots = FORWARD.load(Ordering::Acquire);
-    // SAFETY: FORWARD is null or the leaked slots.
-    let function = unsafe { slots.as_ref() }?.get(module, id);
+    let function = forwarding()?.get(module, id);
     (function != 0).then_some(function)
 }
 
@@ -544,7 +548,7 @@ fn domain_create(name: Text) -> *const Domain {
     };
     let revived = domain.destroyed.swap(false, Ordering::AcqRel);
     if (revived || domain.cupti.load(Ordering::Acquire) == 0)
-        && let Some(slots) = (!FORWARD.load(Ordering::Acquire).is_null()).then(|| SLOTS.get()).flatten()
+        && let Some(slots) = forwarding()
     {
         domain.cupti.store(create_in_cupti(slots, &domain.name), Ordering::Release);
     }

@@ -546,7 +546,7 @@ fn detached_nvtx_scenario(w: &Workload) {
     type Count = unsafe extern "C" fn() -> u64;
     let (pushes, inits): (Count, Count) = (w.symbol(b"fake_nvtx_pushes\0"), w.symbol(b"fake_nvtx_inits\0"));
     // SAFETY: the program's export table, as NVTX passes it.
-    let initialized = unsafe { shardscope_inject::InitializeInjectionNvtx2(nvtx_client::export_table as *const _) };
+    let initialized = unsafe { shardscope_inject::InitializeInjectionNvtx2(Some(nvtx_client::export_table)) };
     assert_eq!(initialized, 1);
     nvtx_client::push(c"outside");
     settle();

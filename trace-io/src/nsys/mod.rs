@@ -7,9 +7,10 @@
 //!
 //! Speed matters: exports of long runs hold tens of millions of kernels. The event tables are
 //! decoded in parallel on separate read-only connections, the kernel, API and NVTX tables in shares
-//! of rowids (the plan in module `jobs`, the rows in `scan`, their joining in `join`); rows are decoded by fixed column index straight from SQLite's
-//! buffers, with processes and devices found through small caches and nothing allocated per
-//! row. The shares' ids are then mapped to the trace's, again in parallel.
+//! of rowids (the plan in module `jobs`, the rows in `scan`, their joining in `join`); rows are
+//! decoded by fixed column index straight from SQLite's buffers, with processes and devices found
+//! through small caches and nothing allocated per row. The shares' ids are then mapped to the
+//! trace's, again in parallel.
 //!
 //! Processes: a trace keeps the processes that own at least one event (kernel, copy, API call
 //! or range); `PROCESSES` only supplies their names, since it also lists every daemon and
