@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use regex::Regex;
 use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::figures::categories::{BUILTIN_RULES_TOML, Classifier};
+use shardscope_analyzer::figures::collectives::Matching;
 use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
@@ -505,8 +506,16 @@ fn report_command(
                 && report::streaming::should_stream(&analysis.traces, report::streaming::available_memory_bytes())
         }
     };
-    let (mut report, traces, options) =
-        if stream { analyse_streaming(analysis)? } else { analyse_keeping_traces(analysis, wants_charts)? };
+    // The findings' model matches the collectives of the traces alone: beside the report's figures.
+    let model_matching = |traces: &[Trace], options: &Options| {
+        findings_rules.is_some().then(|| critical_path::model_matching(traces, options))
+    };
+    let (mut report, traces, options, matching) = if stream {
+        let (report, traces, options) = analyse_streaming(analysis)?;
+        (report, traces, options, None)
+    } else {
+        analyse_beside(analysis, wants_charts, model_matching)?
+    };
     let flops = pictures.model.as_ref().zip(pictures.tokens.as_ref());
     let found = match &findings_rules {
         None => None,
@@ -519,7 +528,7 @@ fn report_command(
             );
             None
         }
-        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops)?,
+        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops, matching)?,
     };
     if let Some((rules, bench)) = chart_inputs {
         let inputs = ChartInputs { traces: &traces, options: &options };
@@ -554,12 +563,12 @@ fn findings_command(
 ) -> Result<()> {
     let rules = load_findings_rules(findings_rules.as_deref())?;
     let inputs = display_list(&analysis.traces);
-    let (report, traces, options) = analyse_keeping_traces(analysis, false)?;
+    let (report, traces, options, matching) = analyse_beside(analysis, false, critical_path::model_matching)?;
     let flops =
         model.as_ref().map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, &traces, &report, &options));
-    let found =
-        findings::findings_with(&traces, &report, &options, options.bench_peaks.as_ref(), &rules, flops.as_ref())
-            .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
+    let bench = options.bench_peaks.as_ref();
+    let found = findings::findings_matched(&traces, &report, &options, bench, &rules, flops.as_ref(), Some(matching))
+        .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
     match format {
         ModelFormat::Json => emit(&(serde_json::to_string_pretty(&found)? + "\n")),
         ModelFormat::Table => emit(&findings::table(&found)),
@@ -994,10 +1003,12 @@ fn findings_of(
     options: &Options,
     rules_path: Option<&Path>,
     model: Option<(&shardscope_analyzer::report::mfu::ModelShape, &shardscope_analyzer::report::mfu::Tokens)>,
+    matching: Option<Matching>,
 ) -> Result<Option<findings::Findings>> {
     let rules = load_findings_rules(rules_path)?;
     let flops = model.map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, traces, report, options));
-    Ok(findings::findings_with(traces, report, options, options.bench_peaks.as_ref(), &rules, flops.as_ref()).ok())
+    let bench = options.bench_peaks.as_ref();
+    Ok(findings::findings_matched(traces, report, options, bench, &rules, flops.as_ref(), matching).ok())
 }
 
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.
@@ -1099,6 +1110,17 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
 
 /// The report with the traces and options it was made from.
 fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(report::Report, Vec<Trace>, Options)> {
+    analyse_beside(args, keep_instances, |_, _| ()).map(|(report, traces, options, ())| (report, traces, options))
+}
+
+/// [`analyse_keeping_traces`], and what `beside` makes of the traces and options, side by side with the report's
+/// figures on the same workers (its ranks leave workers idle where a machine has more cores than the run has
+/// ranks).
+fn analyse_beside<T: Send>(
+    args: AnalysisArgs,
+    keep_instances: bool,
+    beside: impl FnOnce(&[Trace], &Options) -> T + Send,
+) -> Result<(report::Report, Vec<Trace>, Options, T)> {
     let paths = args.traces.clone();
     let allow_mixed = args.allow_mixed;
     let options = analysis_options(args, keep_instances)?;
@@ -1108,11 +1130,14 @@ fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(r
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
-    let report = stage("report figures", || report::analyze(&traces, &options));
+    let (report, made_beside) = shardscope_analyzer::figures::workers::side_by_side(
+        || stage("report figures", || report::analyze(&traces, &options)),
+        || beside(&traces, &options),
+    );
     if let Some(window_ns) = options.window_ns {
         warn_if_window_is_empty(&report, window_ns);
     }
-    Ok((report, traces, options))
+    Ok((report, traces, options, made_beside))
 }
 
 /// The analysis options the arguments give (the traces are not read).

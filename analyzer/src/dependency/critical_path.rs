@@ -102,7 +102,7 @@ pub fn build_model(
     window_ns: Option<(i64, i64)>,
     step: Option<usize>,
 ) -> Result<Model, ModelError> {
-    build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step))
+    build(traces, options, step.map_or(Selection::Window(window_ns), Selection::Step), None)
 }
 
 /// Builds the model of the run's steady state: on each rank its steps from the second to the last (the first
@@ -110,7 +110,7 @@ pub fn build_model(
 /// left warm-up steps out (`--skip-steps`, or leading slow steps it detected: the same warm-up as the report's). What that leaves out is listed in [`Model::excluded`]. Without steps on every
 /// rank, or with fewer than two steady steps, the model is of the whole trace and `excluded` says so.
 pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, ModelError> {
-    build(traces, options, Selection::SteadySteps)
+    build(traces, options, Selection::SteadySteps, None)
 }
 
 /// [`build_steady_model`] with the report of `traces` under `options` made already: `report` must be what
@@ -121,23 +121,57 @@ pub fn build_steady_model_from(
     options: &Options,
     report: &report::Report,
 ) -> Result<Model, ModelError> {
-    build_from(traces, options, Selection::SteadySteps, report)
+    build_from(traces, options, Selection::SteadySteps, report, None)
 }
 
-fn build(traces: &[Trace], options: &Options, selection: Selection) -> Result<Model, ModelError> {
+/// [`build_steady_model_from`] on `matching`, which must be [`model_matching`]'s of the same traces and options.
+pub fn build_steady_model_matched(
+    traces: &[Trace],
+    options: &Options,
+    report: &report::Report,
+    matching: collectives::Matching,
+) -> Result<Model, ModelError> {
+    build_from(traces, options, Selection::SteadySteps, report, Some(matching))
+}
+
+/// [`build_model`] of `window_ns` on `matching`, which must be [`model_matching`]'s of the same traces and options.
+pub fn build_window_model_matched(
+    traces: &[Trace],
+    options: &Options,
+    window_ns: Option<(i64, i64)>,
+    matching: collectives::Matching,
+) -> Result<Model, ModelError> {
+    build(traces, options, Selection::Window(window_ns), Some(matching))
+}
+
+/// The collectives matched across ranks that a model of `traces` is built on. It depends on the traces and the
+/// classifier alone (not on the report, nor on the window), so a caller may make it beside other work, such as
+/// the report's figures, and hand it to [`build_steady_model_matched`] or [`build_window_model_matched`].
+pub fn model_matching(traces: &[Trace], options: &Options) -> collectives::Matching {
+    stage("model collective matching", || collectives::match_traces(traces, &options.classifier))
+}
+
+fn build(
+    traces: &[Trace],
+    options: &Options,
+    selection: Selection,
+    matching: Option<collectives::Matching>,
+) -> Result<Model, ModelError> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
     let mut whole = options.clone();
     whole.window_ns = None;
     let report = report::analyze(traces, &whole);
-    build_from(traces, options, selection, &report)
+    build_from(traces, options, selection, &report, matching)
 }
 
-/// The model of `selection`, with `report` the report of `traces` under `options` without a window.
+/// The model of `selection`, with `report` the report of `traces` under `options` without a window, on `matching`
+/// (made here when `None`).
 fn build_from(
     traces: &[Trace],
     options: &Options,
     selection: Selection,
     report: &report::Report,
+    matching: Option<collectives::Matching>,
 ) -> Result<Model, ModelError> {
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
@@ -189,7 +223,7 @@ fn build_from(
         .copied()
         .collect::<Option<Vec<(i64, i64)>>>()
         .and_then(|w| Some((w.iter().map(|w| w.0).min()?, w.iter().map(|w| w.1).max()?)));
-    let matching = stage("model collective matching", || collectives::match_traces(traces, &options.classifier));
+    let matching = matching.unwrap_or_else(|| model_matching(traces, options));
     let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
     if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
         return Err(match window_ns {

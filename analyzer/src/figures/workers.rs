@@ -27,6 +27,12 @@ pub fn run<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Runs `a` and `b` side by side on the shared pool (as [`run`]), each free to use every idle worker; returns both
+/// results.
+pub fn side_by_side<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
+    run(|| rayon::join(a, b))
+}
+
 /// Runs `work` on a pool of its own with `threads` workers (1: every parallel step in turn), or on the calling
 /// thread alone where no thread can be started.
 pub fn with_threads<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) -> R {

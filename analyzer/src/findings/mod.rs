@@ -313,13 +313,32 @@ pub fn findings_with(
     rules: &FindingsRules,
     flops: Option<&FlopInputs>,
 ) -> Result<Findings, critical_path::ModelError> {
+    findings_matched(traces, report, options, bench, rules, flops, None)
+}
+
+/// [`findings_with`] on the model's collective matching made already (by [`critical_path::model_matching`] on
+/// the same traces and options: beside the report's figures, which do not need it), or made here when `None`.
+pub fn findings_matched(
+    traces: &[Trace],
+    report: &Report,
+    options: &crate::report::Options,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+    flops: Option<&FlopInputs>,
+    matching: Option<crate::figures::collectives::Matching>,
+) -> Result<Findings, critical_path::ModelError> {
     // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
     // already running there (a small model's passes cost microseconds, not a wake-up each).
     let model = stage("model", || {
-        crate::figures::workers::run(|| match options.window_ns {
-            Some(window_ns) => critical_path::build_model(traces, options, Some(window_ns), None),
-            // Without a window, `report` is the run's report the model would make again: it is given.
-            None => critical_path::build_steady_model_from(traces, options, report),
+        crate::figures::workers::run(|| {
+            let matching = matching.unwrap_or_else(|| critical_path::model_matching(traces, options));
+            match options.window_ns {
+                Some(window_ns) => {
+                    critical_path::build_window_model_matched(traces, options, Some(window_ns), matching)
+                }
+                // Without a window, `report` is the run's report the model would make again: it is given.
+                None => critical_path::build_steady_model_matched(traces, options, report, matching),
+            }
         })
     })?;
     let found = stage("findings", || findings_of_model_with(traces, report, &model, bench, rules, flops));

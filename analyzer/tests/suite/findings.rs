@@ -625,3 +625,27 @@ fn programs_made_with_one_cause_fire_that_cause_only() {
     assert!(rank0.starts_with("rank 0: 7 copies (7 host to device, 0 device to host), 469.8 MB"), "{rank0}");
     assert!(finding(&pageable, "memory_near_capacity").is_none(), "{pageable:#}");
 }
+
+/// `analyzer report` and `findings` match the model's collectives beside the report's figures and hand the
+/// matching to the model: the findings are the same as when the model matches them itself, for the steady steps
+/// and for a window.
+#[test]
+fn findings_on_a_matching_made_beforehand_are_the_findings() {
+    use shardscope_analyzer::dependency::critical_path;
+    let traces = shardscope_io::load(&repo_root().join("sample-traces/tp2_skew_capture.sqlite.gz")).expect("loads");
+    let rules = FindingsRules::builtin();
+    let whole = Options::default();
+    let first_start = traces.iter().flat_map(|t| &t.kernels).map(|k| k.start_ns).min().expect("kernels");
+    let windowed = Options { window_ns: Some((first_start, first_start + 200_000_000)), ..Options::default() };
+    for options in [whole, windowed] {
+        let report = report::analyze(&traces, &options);
+        let made_inside = findings::findings(&traces, &report, &options, None, &rules).expect("models");
+        let matching = critical_path::model_matching(&traces, &options);
+        assert!(!matching.instances.is_empty(), "the sample's all-reduces match across its two ranks");
+        let handed =
+            findings::findings_matched(&traces, &report, &options, None, &rules, None, Some(matching)).expect("models");
+        let (inside, given) = (serde_json::to_string(&made_inside).unwrap(), serde_json::to_string(&handed).unwrap());
+        assert!(!made_inside.findings.is_empty(), "the skewed sample has findings ({:?})", options.window_ns);
+        assert_eq!(inside, given, "window {:?}", options.window_ns);
+    }
+}
