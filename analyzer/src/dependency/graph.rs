@@ -1224,12 +1224,17 @@ impl<'a> Builder<'a> {
             .collect();
         keyed.par_sort_unstable();
         let host_ops: Vec<u32> = keyed.par_iter().map(|key| key.5).collect();
+        // Each host thread's calls, cut where the keys' thread changes (the keys are at hand: the operations
+        // would be read out of order).
+        let thread_lengths = keyed.chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2)).map(<[HostOrderKey]>::len);
+        let mut threads: Vec<&[u32]> = Vec::new();
+        let mut rest = host_ops.as_slice();
+        for length in thread_lengths {
+            let (calls, after) = rest.split_at(length);
+            threads.push(calls);
+            rest = after;
+        }
         drop(keyed);
-        let thread_of = |o: &u32| {
-            let op = &ops[*o as usize];
-            (op.trace, op.rank_index, op.lane)
-        };
-        let threads: Vec<&[u32]> = host_ops.chunk_by(|a, b| thread_of(a) == thread_of(b)).collect();
         let per_thread: Vec<Vec<(u32, Edge)>> =
             threads.par_iter().map(|calls| host_order_of_thread(ops, calls)).collect();
         make_room(&mut self.edges, per_thread.iter().map(Vec::len).sum());
