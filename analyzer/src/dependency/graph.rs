@@ -322,7 +322,16 @@ struct ReplayPlan {
     edges: Vec<PlanEdge>,
     /// Per position: the earliest time given from outside the model.
     external_ns: Vec<i64>,
+    /// The positions (ascending) whose time an edge reads [`RING_POSITIONS`] or more positions later: a replay
+    /// that keeps only the last [`RING_POSITIONS`] times keeps theirs beside them ([`Graph::replayed_last_end`]).
+    /// `None` where they are so many that the ring would save little: such a replay then keeps every time.
+    far_sources: Option<Vec<u32>>,
 }
+
+/// How many of the latest positions' times a replay that needs no times afterwards keeps (a ring of 512 KiB, in
+/// the cache): on the generated 10 M-kernel model no edge reaches further back than about 25,000 positions, and
+/// the few that do on other inputs have their sources kept beside the ring.
+const RING_POSITIONS: usize = 1 << 16;
 
 /// An incoming edge in a [`ReplayPlan`].
 #[derive(Debug, Clone, Copy)]
@@ -1714,14 +1723,62 @@ impl Graph {
     pub fn replayed_last_end(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
         let op_vertices = 2 * self.ops.len() as u32;
         let mut last = LastEnd::default();
-        let times = self.replay_in_order(own_of, skip, |vertex, t| {
+        let seen = |vertex: u32, t: i64| {
             if vertex % 2 == 1 && vertex < op_vertices {
                 let op = vertex / 2;
                 last.offer(op, self.ops[op as usize].kind.on_gpu(), t);
             }
-        });
-        self.spare_times.give(times);
+        };
+        match &self.plan.far_sources {
+            Some(far_sources) => self.replay_in_ring(own_of, skip, far_sources, seen),
+            None => {
+                let times = self.replay_in_order(own_of, skip, seen);
+                self.spare_times.give(times);
+            }
+        }
         last.found()
+    }
+
+    /// [`Graph::replay_in_order`] keeping only the last [`RING_POSITIONS`] times, and those of `far_sources`, which
+    /// later edges read from further back: the same times, each passed to `seen`, in a few hundred KiB instead of a
+    /// time per vertex (the findings run a dozen such replays side by side).
+    fn replay_in_ring(
+        &self,
+        own_of: impl Fn(u32) -> i64,
+        skip: &[EdgeKind],
+        far_sources: &[u32],
+        mut seen: impl FnMut(u32, i64),
+    ) {
+        const MASK: usize = RING_POSITIONS - 1;
+        let plan = &self.plan;
+        let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
+        let mut ring = vec![0i64; RING_POSITIONS];
+        let mut far_times = vec![0i64; far_sources.len()];
+        let mut next_far = 0;
+        for (position, &vertex) in self.order.iter().enumerate() {
+            let mut ready = plan.external_ns[position];
+            for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {
+                if skip_mask & (1 << edge.kind as u32) != 0 {
+                    continue;
+                }
+                let source = edge.source_position as usize;
+                // Within the ring, the source's slot has not been written since (a later position in it would be
+                // `RING_POSITIONS` after the source, past this one).
+                let source_ns = if position - source < RING_POSITIONS {
+                    ring[source & MASK]
+                } else {
+                    far_times[far_sources.binary_search(&edge.source_position).expect("a far source is listed")]
+                };
+                ready = ready.max(source_ns.saturating_add(edge.lag_ns));
+            }
+            let t = ready.saturating_add(own_of(vertex));
+            ring[position & MASK] = t;
+            if far_sources.get(next_far) == Some(&(position as u32)) {
+                far_times[next_far] = t;
+                next_far += 1;
+            }
+            seen(vertex, t);
+        }
     }
 
     /// The replay itself: every vertex's time by its position in the topological order, each passed to `seen` with
@@ -1763,21 +1820,30 @@ impl Graph {
         let placeholder = PlanEdge { source_position: 0, kind: EdgeKind::Dropped, lag_ns: 0 };
         let mut edges: Vec<PlanEdge> =
             (0..offsets[self.order.len()]).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| placeholder).collect();
-        groups_by_offsets(&mut edges, &offsets).into_par_iter().for_each(|(positions, group)| {
-            let slots = group.iter_mut();
-            let sources = positions.flat_map(|position| kept(self.order[position]));
-            for (slot, edge) in slots.zip(sources) {
-                *slot = PlanEdge {
-                    source_position: position_of[edge.source as usize],
-                    kind: edge.kind,
-                    lag_ns: edge.lag_ns,
-                };
-            }
-        });
+        // Each group also lists the sources of its edges that reach past a replay ring (see `far_sources`).
+        let far_by_group: Vec<Vec<u32>> = groups_by_offsets(&mut edges, &offsets)
+            .into_par_iter()
+            .map(|(positions, group)| {
+                let mut slots = group.iter_mut();
+                let mut far = Vec::new();
+                for position in positions {
+                    // The edges first: `zip` asks its first iterator first, and an ended list must not use a slot.
+                    for (edge, slot) in kept(self.order[position]).zip(slots.by_ref()) {
+                        let source_position = position_of[edge.source as usize];
+                        if position - source_position as usize >= RING_POSITIONS {
+                            far.push(source_position);
+                        }
+                        *slot = PlanEdge { source_position, kind: edge.kind, lag_ns: edge.lag_ns };
+                    }
+                }
+                far
+            })
+            .collect();
         let external_ns = (self.order.par_iter().with_min_len(PAR_MIN_LEN))
             .map(|&vertex| incoming.external_ns[vertex as usize])
             .collect();
-        ReplayPlan { offsets, edges, external_ns }
+        let far_sources = far_sources(far_by_group, edges.len(), self.order.len());
+        ReplayPlan { offsets, edges, external_ns, far_sources }
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
@@ -1883,6 +1949,20 @@ pub struct PathStep {
     pub own_ns: i64,
     /// The kind of its binding edge.
     pub after: EdgeKind,
+}
+
+/// The sources (as positions, ascending) of the edges that reach [`RING_POSITIONS`] or more positions back, or
+/// `None` where more than one edge in 16 does so or more than one position in 8 is such a source (a replay in a
+/// ring would then search the list often, and hold nearly as much as keeping every time).
+/// `far_by_group`: the far edges' sources as the plan's groups of positions found them.
+fn far_sources(far_by_group: Vec<Vec<u32>>, edges: usize, positions: usize) -> Option<Vec<u32>> {
+    if far_by_group.iter().map(Vec::len).sum::<usize>() > edges / 16 {
+        return None;
+    }
+    let mut far = far_by_group.concat();
+    far.par_sort_unstable();
+    far.dedup();
+    (far.len() <= positions / 8).then_some(far)
 }
 
 /// Makes room in `items` for `additional` more, every page of the room touched on worker threads (and, where the
@@ -2125,6 +2205,79 @@ mod tests {
         let apart = graph.simulate_skipping(graph.own_ns(), &[EdgeKind::CrossStream]);
         assert_eq!(apart[end_vertex(99) as usize], 500);
         assert_eq!(graph.clone().simulate(graph.own_ns(), false), measured, "a clone replays alike");
+    }
+
+    /// Stream 0: `chain` kernels of 10 ns one after the other from time 0. Stream 1: `waiting` kernels, all after
+    /// stream 0 has ended, kernel j waiting (an inferred cross-stream wait) for stream 0's kernel `j * stride`. With
+    /// a long chain, the waits reach back further than a replay ring keeps times.
+    fn far_waits_model(chain: u32, waiting: u32, stride: u32) -> Graph {
+        let chain_end_ns = 10 * i64::from(chain);
+        let ops: Vec<Op> = (0..chain)
+            .map(|i| kernel(i, 0, 10 * i64::from(i), 10 * i64::from(i) + 10))
+            .chain((0..waiting).map(|j| {
+                let start_ns = chain_end_ns + 100 + 10 * i64::from(j);
+                kernel(chain + j, 1, start_ns, start_ns + 10)
+            }))
+            .collect();
+        let mut edges = Vec::new();
+        for i in 1..chain {
+            edges.push(ExplicitEdge {
+                source: end_vertex(i - 1),
+                target: start_vertex(i),
+                kind: EdgeKind::StreamOrder,
+            });
+        }
+        for j in 0..waiting {
+            let (op, kind) = (chain + j, EdgeKind::CrossStream);
+            edges.push(ExplicitEdge { source: end_vertex(j * stride), target: start_vertex(op), kind });
+            if j > 0 {
+                edges.push(ExplicitEdge {
+                    source: end_vertex(op - 1),
+                    target: start_vertex(op),
+                    kind: EdgeKind::StreamOrder,
+                });
+            }
+        }
+        let measured_ns: Vec<i64> = ops.iter().flat_map(|o| [o.start_ns, o.end_ns]).collect();
+        let mut external_ns = vec![i64::MIN; measured_ns.len()];
+        external_ns[0] = 0;
+        Graph::from_explicit(ExplicitModel {
+            instances: ops.len() as u32,
+            ops,
+            ranks: rank_zero(),
+            categories: vec!["kernel".into()],
+            window_start_ns: 0,
+            barriers: 0,
+            edges,
+            external_ns,
+            measured_ns,
+        })
+    }
+
+    /// The span of a replay kept in a ring (with its far sources beside it) is the full replay's, whether the
+    /// edges reaching past the ring are few (kept beside it) or many (every time kept instead).
+    #[test]
+    fn a_replay_in_a_ring_ends_where_the_full_replay_ends() {
+        let chain = RING_POSITIONS as u32; // 2 vertices per kernel: the chain spans two rings of positions
+        for (waiting, stride, ring) in [(3, 7, true), (chain / 4, 1, false)] {
+            let graph = far_waits_model(chain, waiting, stride);
+            let far = graph.plan.far_sources.as_ref();
+            assert_eq!(far.is_some(), ring, "{waiting} waits: far sources listed or not");
+            if let Some(far) = far {
+                assert_eq!(far.len(), waiting as usize, "one far source per wait");
+            }
+            // Stream 0's waited-for kernels made slow in turn, so that each far wait in turn binds.
+            for slow in [0, waiting / 2, waiting - 1].map(|j| j * stride) {
+                let own = graph.own_ns();
+                let own_of =
+                    |v: u32| if v == end_vertex(slow) { own[v as usize] + 50_000_000 } else { own[v as usize] };
+                let full: Vec<i64> = (0..graph.vertex_count() as u32).map(own_of).collect();
+                let expected = graph.last_end(&graph.simulate(&full, false));
+                assert_eq!(graph.replayed_last_end(own_of, &[]), expected, "{waiting} waits, kernel {slow} slow");
+                let apart = graph.last_end(&graph.simulate_skipping(&full, &[EdgeKind::CrossStream]));
+                assert_eq!(graph.replayed_last_end(own_of, &[EdgeKind::CrossStream]), apart);
+            }
+        }
     }
 
     /// Kahn's algorithm with every ready vertex on a heap, earliest (measured time, vertex) first, a cycle broken
