@@ -1130,7 +1130,10 @@ fn analyse_beside<T: Send>(
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
+    // The report's widest step analyses the ranks (each GPU of each trace) side by side.
+    let ranks: usize = traces.iter().map(|trace| trace.devices.len()).sum();
     let (report, made_beside) = shardscope_analyzer::figures::workers::side_by_side(
+        ranks,
         || stage("report figures", || report::analyze(&traces, &options)),
         || beside(&traces, &options),
     );

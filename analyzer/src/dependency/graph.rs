@@ -1661,25 +1661,25 @@ impl Graph {
     /// Own times from the measured times and the replay plan; negative ones (the record contradicts the model) are
     /// counted and zeroed.
     fn measured_own(&mut self) -> Vec<i64> {
-        // Each vertex's own time depends on measured times only: computed on worker threads, in place.
-        let measured_ns = &self.measured_ns;
-        let mut own: Vec<i64> = (0..self.vertex_count() as u32)
+        // Each position's own time depends on measured times only: made on worker threads in the plan's order
+        // (its edges read in sequence), then gathered by vertex.
+        let (plan, order, measured_ns) = (&self.plan, &self.order, &self.measured_ns);
+        let own_by_position: Vec<i64> = (0..order.len())
             .into_par_iter()
             .with_min_len(PAR_MIN_LEN)
-            .map(|v| measured_ns[v as usize].saturating_sub(self.measured_ready(v)))
+            .map(|position| {
+                let incoming = &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize];
+                let ready = incoming.iter().fold(plan.external_ns[position], |ready, edge| {
+                    let source = order[edge.source_position as usize];
+                    ready.max(measured_ns[source as usize].saturating_add(edge.lag_ns))
+                });
+                measured_ns[order[position] as usize].saturating_sub(ready)
+            })
             .collect();
         self.stats.inconsistent_vertices =
-            own.par_iter().with_min_len(PAR_MIN_LEN).filter(|&&own| own < 0).count() as u64;
-        own.par_iter_mut().with_min_len(PAR_MIN_LEN).for_each(|own| *own = (*own).max(0));
-        own
-    }
-
-    /// The latest time the kept predecessors of `vertex` allow, by their measured times.
-    fn measured_ready(&self, vertex: u32) -> i64 {
-        let times = &self.measured_ns;
-        self.incoming(vertex).fold(self.external_ns(vertex), |ready, edge| {
-            ready.max(times[edge.source as usize].saturating_add(edge.lag_ns))
-        })
+            own_by_position.par_iter().with_min_len(PAR_MIN_LEN).filter(|&&own| own < 0).count() as u64;
+        let position_of = &self.position_of;
+        position_of.par_iter().with_min_len(PAR_MIN_LEN).map(|&p| own_by_position[p as usize].max(0)).collect()
     }
 
     /// The measured own time of each vertex: delays at start vertices, durations at end vertices, 0 at barriers.
