@@ -1545,10 +1545,9 @@ impl Graph {
         };
         graph.order = stage("model order", || graph.topological_order(&mut incoming));
         graph.position_of = graph.positions_in_order();
-        graph.plan = stage("model replay plan", || graph.replay_plan(&incoming));
-        // The plan holds the kept edges now: the lists go before the own times are made (with both, a 10 M-kernel
-        // model's peak held every edge twice beside the own times).
-        drop(incoming);
+        // The plan takes the lists' place (they go as soon as it holds the kept edges: with both, a 10 M-kernel
+        // model's peak held every edge twice).
+        graph.plan = stage("model replay plan", || graph.replay_plan(incoming));
         graph.own_ns = graph.measured_own();
         graph
     }
@@ -1810,7 +1809,7 @@ impl Graph {
 
     /// The kept edges, by the topological position of their target, with their sources as positions too (from
     /// [`Graph::position_of`]). Made on worker threads: per position its kept edges and external time.
-    fn replay_plan(&self, incoming: &IncomingLists) -> ReplayPlan {
+    fn replay_plan(&self, incoming: IncomingLists) -> ReplayPlan {
         let position_of = &self.position_of;
         let kept = |vertex: u32| incoming.kept(vertex);
         let counts: Vec<u32> =
@@ -1839,9 +1838,14 @@ impl Graph {
                 far
             })
             .collect();
+        // The edges are laid out: the lists' edges go before the external times are laid out too.
+        let IncomingLists { offsets: incoming_offsets, edges: incoming_edges, external_ns: external_by_vertex } =
+            incoming;
+        drop((incoming_offsets, incoming_edges));
         let external_ns = (self.order.par_iter().with_min_len(PAR_MIN_LEN))
-            .map(|&vertex| incoming.external_ns[vertex as usize])
+            .map(|&vertex| external_by_vertex[vertex as usize])
             .collect();
+        drop(external_by_vertex);
         let far_sources = far_sources(far_by_group, edges.len(), self.order.len());
         ReplayPlan { offsets, edges, external_ns, far_sources }
     }
