@@ -2175,11 +2175,18 @@ mod tests {
             let kind = if index == per_stream { EdgeKind::CrossStream } else { EdgeKind::StreamOrder };
             edges.push(ExplicitEdge { source: end_vertex(index - 1), target: start_vertex(index), kind });
         }
+        // Each stream may start at time 0 but for what it waits for.
+        kernel_model(ops, edges, &[0, per_stream])
+    }
+
+    /// The model of kernels `ops` (one rank, one category) with `edges`, the operations `free_at_zero` free to
+    /// start at time 0 but for what they wait for.
+    fn kernel_model(ops: Vec<Op>, edges: Vec<ExplicitEdge>, free_at_zero: &[u32]) -> Graph {
         let measured_ns: Vec<i64> = ops.iter().flat_map(|o| [o.start_ns, o.end_ns]).collect();
         let mut external_ns = vec![i64::MIN; measured_ns.len()];
-        // Each stream may start at time 0 but for what it waits for.
-        external_ns[0] = 0;
-        external_ns[start_vertex(per_stream) as usize] = 0;
+        for &op in free_at_zero {
+            external_ns[start_vertex(op) as usize] = 0;
+        }
         Graph::from_explicit(ExplicitModel {
             instances: ops.len() as u32,
             ops,
@@ -2242,20 +2249,7 @@ mod tests {
                 });
             }
         }
-        let measured_ns: Vec<i64> = ops.iter().flat_map(|o| [o.start_ns, o.end_ns]).collect();
-        let mut external_ns = vec![i64::MIN; measured_ns.len()];
-        external_ns[0] = 0;
-        Graph::from_explicit(ExplicitModel {
-            instances: ops.len() as u32,
-            ops,
-            ranks: rank_zero(),
-            categories: vec!["kernel".into()],
-            window_start_ns: 0,
-            barriers: 0,
-            edges,
-            external_ns,
-            measured_ns,
-        })
+        kernel_model(ops, edges, &[0])
     }
 
     /// The span of a replay kept in a ring (with its far sources beside it) is the full replay's, whether the
