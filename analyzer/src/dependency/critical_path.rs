@@ -113,18 +113,10 @@ pub fn build_steady_model(traces: &[Trace], options: &Options) -> Result<Model, 
     build(traces, options, Selection::SteadySteps, None)
 }
 
-/// [`build_steady_model`] with the report of `traces` under `options` made already: `report` must be what
-/// `report::analyze(traces, options)` gives with `options.window_ns` `None` (the caller's own report, so that the
-/// model does not analyse the run a second time).
-pub fn build_steady_model_from(
-    traces: &[Trace],
-    options: &Options,
-    report: &report::Report,
-) -> Result<Model, ModelError> {
-    build_from(traces, options, Selection::SteadySteps, report, None)
-}
-
-/// [`build_steady_model_from`] on `matching`, which must be [`model_matching`]'s of the same traces and options.
+/// [`build_steady_model`] with the report of `traces` under `options` made already, on `matching`: `report` must be
+/// what `report::analyze(traces, options)` gives with `options.window_ns` `None` (the caller's own report, so that
+/// the model does not analyse the run a second time), and `matching` [`model_matching`]'s of the same traces and
+/// options.
 pub fn build_steady_model_matched(
     traces: &[Trace],
     options: &Options,
@@ -138,10 +130,10 @@ pub fn build_steady_model_matched(
 pub fn build_window_model_matched(
     traces: &[Trace],
     options: &Options,
-    window_ns: Option<(i64, i64)>,
+    window_ns: (i64, i64),
     matching: collectives::Matching,
 ) -> Result<Model, ModelError> {
-    build(traces, options, Selection::Window(window_ns), Some(matching))
+    build(traces, options, Selection::Window(Some(window_ns)), Some(matching))
 }
 
 /// The collectives matched across ranks that a model of `traces` is built on. It depends on the traces and the

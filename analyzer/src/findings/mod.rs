@@ -301,23 +301,12 @@ pub fn findings(
     bench: Option<&BenchPeaks>,
     rules: &FindingsRules,
 ) -> Result<Findings, critical_path::ModelError> {
-    findings_with(traces, report, options, bench, rules, None)
+    findings_matched(traces, report, options, bench, rules, None, None)
 }
 
-/// [`findings`], with the model's shape and tokens for the FLOP-rate finding.
-pub fn findings_with(
-    traces: &[Trace],
-    report: &Report,
-    options: &crate::report::Options,
-    bench: Option<&BenchPeaks>,
-    rules: &FindingsRules,
-    flops: Option<&FlopInputs>,
-) -> Result<Findings, critical_path::ModelError> {
-    findings_matched(traces, report, options, bench, rules, flops, None)
-}
-
-/// [`findings_with`] on the model's collective matching made already (by [`critical_path::model_matching`] on
-/// the same traces and options: beside the report's figures, which do not need it), or made here when `None`.
+/// [`findings`], with the model's shape and tokens for the FLOP-rate finding, on the model's collective matching
+/// made already (by [`critical_path::model_matching`] on the same traces and options: beside the report's figures,
+/// which do not need it), or made here when `None`.
 pub fn findings_matched(
     traces: &[Trace],
     report: &Report,
@@ -333,9 +322,7 @@ pub fn findings_matched(
         crate::figures::workers::run(|| {
             let matching = matching.unwrap_or_else(|| critical_path::model_matching(traces, options));
             match options.window_ns {
-                Some(window_ns) => {
-                    critical_path::build_window_model_matched(traces, options, Some(window_ns), matching)
-                }
+                Some(window_ns) => critical_path::build_window_model_matched(traces, options, window_ns, matching),
                 // Without a window, `report` is the run's report the model would make again: it is given.
                 None => critical_path::build_steady_model_matched(traces, options, report, matching),
             }

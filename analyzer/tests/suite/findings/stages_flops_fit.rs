@@ -119,7 +119,7 @@ fn find_flops(trace: &Trace, shape: &str, bench: Option<&BenchPeaks>) -> Finding
     let traces = std::slice::from_ref(trace);
     let report = report::analyze(traces, &options);
     let flops = FlopInputs::of(&shape, &tokens, traces, &report, &options);
-    findings::findings_with(traces, &report, &options, bench, &FindingsRules::builtin(), Some(&flops)).unwrap()
+    findings::findings_matched(traces, &report, &options, bench, &FindingsRules::builtin(), Some(&flops), None).unwrap()
 }
 
 /// `bench` results whose best bf16 GEMM is `tflops`.
