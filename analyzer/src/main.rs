@@ -402,7 +402,8 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     // An unpacked `.sqlite.gz` is removed on Ctrl-C and `kill` too, not only on a normal end.
     shardscope_io::temp_copies::remove_copies_on_signals();
     let cli = Cli::parse_from(args);
-    match run(cli) {
+    // With stage times on, the last line gives the command's whole time and its peak memory, errors included.
+    match stage("whole command", || run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output has gone (`| head -1`): like any filter, stop quietly.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,

@@ -143,12 +143,17 @@ fn folder_members_that_are_skipped_are_warned_about() {
     );
 }
 
-/// Peak resident memory of a child run under an address-space limit, in bytes, and its exit code.
+/// Peak resident memory of a child run under an address-space limit, in bytes, its exit code and its
+/// standard error. The peak is the one the child reads for itself at its end (`VmHWM`, on the stage-times
+/// line of the whole command), not the one `wait4` gives: a forked child's peak starts at the resident memory
+/// of the process it was forked from, and this one runs other tests in its threads (one of them held
+/// 140 MB at such a fork once).
 fn run_bounded(args: &[&str], address_space_bytes: u64) -> (u64, Option<i32>, String) {
     // SAFETY: the closure run between fork and exec only calls setrlimit, which is async-signal-safe.
-    let child = unsafe {
+    let output = unsafe {
         Command::new(env!("CARGO_BIN_EXE_analyzer"))
             .args(args)
+            .env(shardscope_analyzer::stage_times::STAGE_TIMES_ENV, "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .pre_exec(move || {
@@ -158,21 +163,20 @@ fn run_bounded(args: &[&str], address_space_bytes: u64) -> (u64, Option<i32>, St
                 }
                 Ok(())
             })
-            .spawn()
+            .output()
             .unwrap()
     };
-    let mut stderr = String::new();
-    let mut child = child;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    let mut status = 0;
-    // SAFETY: zeroed rusage is a valid out-parameter; the pid is our child's, reaped here once.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above: `status` and `usage` are valid out-parameters.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    // ru_maxrss is in KiB on Linux.
-    (usage.ru_maxrss as u64 * 1024, code, stderr)
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let peak_mib =
+        whole_command_peak_mib(&stderr).unwrap_or_else(|| panic!("no peak on the last stage line: {stderr}"));
+    (peak_mib << 20, output.status.code(), stderr)
+}
+
+/// The peak of `analyzer: stage whole command S s (resident R MiB, peak P MiB)` in `stderr`, in MiB.
+fn whole_command_peak_mib(stderr: &str) -> Option<u64> {
+    let line = stderr.lines().find(|line| line.starts_with("analyzer: stage whole command "))?;
+    let peak = line.rsplit_once("peak ")?.1.strip_suffix(" MiB)")?;
+    peak.parse().ok()
 }
 
 #[test]
