@@ -231,19 +231,41 @@ fn own_with(graph: &Graph, typical: &Typical, base: &[i64], idealise: impl Fn(&O
     let mut without_peer = 0;
     for (op_id, op) in graph.ops.iter().enumerate() {
         let Some(factor) = idealise(op) else { continue };
-        let instance = op.instance as usize;
-        let (s, e) = (start_vertex(op_id as u32) as usize, end_vertex(op_id as u32) as usize);
-        if typical.members[instance] < 2 {
+        if typical.members[op.instance as usize] < 2 {
             without_peer += 1;
-            own[s] = scale(base[s], factor);
-            own[e] = scale(base[e], factor);
-            continue;
         }
-        own[s] = scale(typical.start_ns[instance], factor);
-        // A matched collective keeps its own transfer: its wait is not an own time.
-        own[e] = if op.matched { scale(base[e], factor) } else { scale(typical.end_ns[instance], factor) };
+        for vertex in [start_vertex(op_id as u32), end_vertex(op_id as u32)] {
+            own[vertex as usize] = idealised_own_ns(typical, base, op, vertex as usize, factor);
+        }
     }
     (own, without_peer)
+}
+
+/// The own time of `vertex`, a vertex of `op`, idealised with `factor`: the typical own time of its instance across
+/// ranks, scaled; an operation without a peer, and a matched collective's transfer (its wait is not an own time),
+/// keep `base`'s, scaled.
+fn idealised_own_ns(typical: &Typical, base: &[i64], op: &Op, vertex: usize, factor: f64) -> i64 {
+    let instance = op.instance as usize;
+    let is_start = vertex.is_multiple_of(2);
+    let own = if typical.members[instance] < 2 || (!is_start && op.matched) {
+        base[vertex]
+    } else if is_start {
+        typical.start_ns[instance]
+    } else {
+        typical.end_ns[instance]
+    };
+    scale(own, factor)
+}
+
+/// The own time of each vertex in the no-straggler replay, one vertex at a time: what [`own_with`] gives with every
+/// operation idealised at factor 1, for a replay that keeps no list of own times ([`Graph::replayed_last_end`]).
+fn no_straggler_own_of<'a>(graph: &'a Graph, typical: &'a Typical) -> impl Fn(u32) -> i64 + 'a {
+    let base = graph.own_ns();
+    let op_vertices = 2 * graph.ops.len();
+    move |vertex: u32| {
+        let v = vertex as usize;
+        if v >= op_vertices { base[v] } else { idealised_own_ns(typical, base, &graph.ops[v / 2], v, 1.0) }
+    }
 }
 
 /// Which own times of an operation [`typical_own_ns`] replaces by the typical ones of its instance across ranks.
@@ -438,16 +460,29 @@ fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
 /// ideal is not slower than measured), without the third, which is about attributing the slowdown S to one rank:
 /// what findings check before they give any replayed saving.
 pub fn model_fit(model: &Model) -> Fit {
-    let replay = model.graph.simulate(model.graph.own_ns(), false);
-    model_fit_of(model, &replay, &no_straggler_times(model))
+    let typical = typical_of(&model.graph);
+    model_fit_of(model, unchanged_last_end(&model.graph), no_straggler_last_end(model, &typical))
 }
 
-/// [`model_fit`] from the unchanged replay (`Graph::simulate` of the measured own times) and the no-straggler
-/// replay ([`no_straggler_times`]), computed already.
-pub fn model_fit_of(model: &Model, replay: &[i64], no_straggler: &[i64]) -> Fit {
+/// [`model_fit`] from the last ends (operation, time) of the unchanged replay ([`unchanged_last_end`]) and of the
+/// no-straggler replay ([`no_straggler_last_end`]), found already.
+pub fn model_fit_of(model: &Model, replay_end: Option<(u32, i64)>, no_straggler_end: Option<(u32, i64)>) -> Fit {
     let graph = &model.graph;
-    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
-    fit(graph, span(graph.measured_ns()), span(replay), span(no_straggler))
+    let span = |end: Option<(u32, i64)>| end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    fit(graph, span(graph.last_end(graph.measured_ns())), span(replay_end), span(no_straggler_end))
+}
+
+/// The last end (operation, time) of the model replayed unchanged (the measured own times), without keeping the
+/// replay's times.
+pub fn unchanged_last_end(graph: &Graph) -> Option<(u32, i64)> {
+    let own = graph.own_ns();
+    graph.replayed_last_end(|vertex| own[vertex as usize], &[])
+}
+
+/// The last end (operation, time) of the no-straggler replay (the ideal of the slowdown `S`; `typical` from
+/// [`typical_of`]), without keeping its times or its own times: the same end as [`no_straggler_times`] gives.
+pub fn no_straggler_last_end(model: &Model, typical: &Typical) -> Option<(u32, i64)> {
+    model.graph.replayed_last_end(no_straggler_own_of(&model.graph, typical), &[])
 }
 
 /// The what-if report.
@@ -527,13 +562,7 @@ pub fn check_scales(graph: &Graph, scales: &[ScaleRule]) -> Result<(), ScaleErro
 /// Every vertex's time in the no-straggler replay (the ideal of the slowdown `S`).
 pub fn no_straggler_times(model: &Model) -> Vec<i64> {
     let graph = &model.graph;
-    no_straggler_times_with(model, &typical_of(graph))
-}
-
-/// [`no_straggler_times`] with the typical own times computed already.
-pub fn no_straggler_times_with(model: &Model, typical: &Typical) -> Vec<i64> {
-    let graph = &model.graph;
-    let (own, _) = own_with(graph, typical, graph.own_ns(), |_| Some(1.0));
+    let (own, _) = own_with(graph, &typical_of(graph), graph.own_ns(), |_| Some(1.0));
     graph.simulate(&own, false)
 }
 

@@ -376,26 +376,25 @@ pub fn findings_of_model_with(
             || stage("findings: critical path", || critical_path::critical_path(traces, model)),
             || {
                 rayon::join(
-                    || stage("findings: replay", || graph.simulate(graph.own_ns(), false)),
+                    || stage("findings: replay", || whatif::unchanged_last_end(graph)),
                     || {
                         let typical = stage("findings: typical times", || whatif::typical_of(graph));
                         let no_straggler =
-                            stage("findings: no-straggler replay", || whatif::no_straggler_times_with(model, &typical));
+                            stage("findings: no-straggler replay", || whatif::no_straggler_last_end(model, &typical));
                         (typical, no_straggler)
                     },
                 )
             },
         )
     });
-    let fit = whatif::model_fit_of(model, &replay, &no_straggler);
-    drop(no_straggler);
-    let mut context = Context {
+    let fit = whatif::model_fit_of(model, replay, no_straggler);
+    let context = Context {
         traces,
         report,
         model,
         path,
         measured_ns,
-        replay_ns: 0,
+        replay_ns: replay.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns)),
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
@@ -403,7 +402,6 @@ pub fn findings_of_model_with(
         flops,
         typical,
     };
-    context.replay_ns = context.span_ns(&replay);
     let outcomes = crate::figures::workers::with_threads(replay_threads(graph), || evaluate_all(&context, rules));
     let (mut fired, mut quiet) = (Vec::new(), Vec::new());
     for outcome in outcomes {
