@@ -320,6 +320,13 @@ struct ReplayPlan {
     /// Incoming edges of the vertex at position p: `edges[offsets[p]..offsets[p + 1]]`.
     offsets: Vec<u32>,
     edges: Vec<PlanEdge>,
+    /// Per edge (as `edges`): why the target waits, read only by replays that skip some kinds
+    /// ([`Graph::simulate_skipping`]).
+    kinds: Vec<EdgeKind>,
+    /// The lags that are not 0, where edges' [`PlanEdge::lag`] point; `lags_ns[0]` is 0, for every other edge. A lag
+    /// is not 0 only where the recorded times contradict the edge (clocks of different hosts, a skewed record), so
+    /// an edge is 8 bytes, not 16, and a replay reads half as much.
+    lags_ns: Vec<i64>,
     /// Per position: the earliest time given from outside the model.
     external_ns: Vec<i64>,
     /// The positions (ascending) whose time an edge reads [`RING_POSITIONS`] or more positions later: a replay
@@ -333,13 +340,39 @@ struct ReplayPlan {
 /// the few that do on other inputs have their sources kept beside the ring.
 const RING_POSITIONS: usize = 1 << 16;
 
-/// An incoming edge in a [`ReplayPlan`].
-#[derive(Debug, Clone, Copy)]
+/// An incoming edge in a [`ReplayPlan`] (its kind is in [`ReplayPlan::kinds`]).
+#[derive(Debug, Clone, Copy, Default)]
 struct PlanEdge {
     source_position: u32,
-    /// Why the target waits (a replay may skip some kinds: [`Graph::simulate_skipping`]).
-    kind: EdgeKind,
-    lag_ns: i64,
+    /// Where its lag is in [`ReplayPlan::lags_ns`] (0: no lag).
+    lag: u32,
+}
+
+impl ReplayPlan {
+    /// Where the incoming edges of the vertex at `position` lie in `edges` and `kinds`.
+    fn range(&self, position: usize) -> std::ops::Range<usize> {
+        self.offsets[position] as usize..self.offsets[position + 1] as usize
+    }
+
+    /// When the vertex at `position` is ready: the latest of its external time and, over its incoming edges whose
+    /// kind is not in `skip_mask` (one bit per kind), the source's time (`source_ns(source position)`) plus the
+    /// edge's lag. Every replay's inner loop.
+    #[inline]
+    fn ready_ns(&self, position: usize, skip_mask: u32, mut source_ns: impl FnMut(u32) -> i64) -> i64 {
+        let range = self.range(position);
+        let mut ready = self.external_ns[position];
+        let mut wait = |edge: &PlanEdge| {
+            ready = ready.max(source_ns(edge.source_position).saturating_add(self.lags_ns[edge.lag as usize]));
+        };
+        if skip_mask == 0 {
+            self.edges[range].iter().for_each(wait);
+        } else {
+            let kinds = &self.kinds[range.clone()];
+            let kept = self.edges[range].iter().zip(kinds).filter(|&(_, &kind)| skip_mask & (1 << kind as u32) == 0);
+            kept.for_each(|(edge, _)| wait(edge));
+        }
+        ready
+    }
 }
 
 /// Incoming edges per vertex as the constructors found them (dropped ones too), and each vertex's external time:
@@ -1559,12 +1592,12 @@ impl Graph {
 
     /// The kept incoming edges of `vertex`, in the order they were found, read from the replay plan.
     fn incoming(&self, vertex: u32) -> impl Iterator<Item = Edge> + '_ {
-        let position = self.position_of[vertex as usize] as usize;
         let plan = &self.plan;
-        plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize].iter().map(|edge| Edge {
+        let range = plan.range(self.position_of[vertex as usize] as usize);
+        plan.edges[range.clone()].iter().zip(&plan.kinds[range]).map(|(edge, &kind)| Edge {
             source: self.order[edge.source_position as usize],
-            lag_ns: edge.lag_ns,
-            kind: edge.kind,
+            lag_ns: plan.lags_ns[edge.lag as usize],
+            kind,
         })
     }
 
@@ -1667,11 +1700,7 @@ impl Graph {
             .into_par_iter()
             .with_min_len(PAR_MIN_LEN)
             .map(|position| {
-                let incoming = &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize];
-                let ready = incoming.iter().fold(plan.external_ns[position], |ready, edge| {
-                    let source = order[edge.source_position as usize];
-                    ready.max(measured_ns[source as usize].saturating_add(edge.lag_ns))
-                });
+                let ready = plan.ready_ns(position, 0, |source| measured_ns[order[source as usize] as usize]);
                 measured_ns[order[position] as usize].saturating_sub(ready)
             })
             .collect();
@@ -1755,21 +1784,15 @@ impl Graph {
         let mut far_times = vec![0i64; far_sources.len()];
         let mut next_far = 0;
         for (position, &vertex) in self.order.iter().enumerate() {
-            let mut ready = plan.external_ns[position];
-            for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {
-                if skip_mask & (1 << edge.kind as u32) != 0 {
-                    continue;
-                }
-                let source = edge.source_position as usize;
+            let ready = plan.ready_ns(position, skip_mask, |source| {
                 // Within the ring, the source's slot has not been written since (a later position in it would be
                 // `RING_POSITIONS` after the source, past this one).
-                let source_ns = if position - source < RING_POSITIONS {
-                    ring[source & MASK]
+                if position - (source as usize) < RING_POSITIONS {
+                    ring[source as usize & MASK]
                 } else {
-                    far_times[far_sources.binary_search(&edge.source_position).expect("a far source is listed")]
-                };
-                ready = ready.max(source_ns.saturating_add(edge.lag_ns));
-            }
+                    far_times[far_sources.binary_search(&source).expect("a far source is listed")]
+                }
+            });
             let t = ready.saturating_add(own_of(vertex));
             ring[position & MASK] = t;
             if far_sources.get(next_far) == Some(&(position as u32)) {
@@ -1794,13 +1817,7 @@ impl Graph {
         // Times by position in the order: written in sequence, and the predecessors read are recent ones.
         let mut at = self.spare_times.take(self.order.len());
         for (position, &vertex) in self.order.iter().enumerate() {
-            let mut ready = plan.external_ns[position];
-            for edge in &plan.edges[plan.offsets[position] as usize..plan.offsets[position + 1] as usize] {
-                if skip_mask & (1 << edge.kind as u32) != 0 {
-                    continue;
-                }
-                ready = ready.max(at[edge.source_position as usize].saturating_add(edge.lag_ns));
-            }
+            let ready = plan.ready_ns(position, skip_mask, |source| at[source as usize]);
             at[position] = ready.saturating_add(own_of(vertex));
             seen(vertex, at[position]);
         }
@@ -1816,28 +1833,41 @@ impl Graph {
             self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
         let offsets = offsets_of(counts.into_iter());
         // Written in place by groups of positions (collecting per thread and joining would hold the edges twice).
-        let placeholder = PlanEdge { source_position: 0, kind: EdgeKind::Dropped, lag_ns: 0 };
+        let total = offsets[self.order.len()] as usize;
         let mut edges: Vec<PlanEdge> =
-            (0..offsets[self.order.len()]).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| placeholder).collect();
-        // Each group also lists the sources of its edges that reach past a replay ring (see `far_sources`).
-        let far_by_group: Vec<Vec<u32>> = groups_by_offsets(&mut edges, &offsets)
+            (0..total).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| PlanEdge::default()).collect();
+        let mut kinds: Vec<EdgeKind> =
+            (0..total).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| EdgeKind::Dropped).collect();
+        let groups = groups_by_offsets(&mut edges, &offsets).into_iter().zip(groups_by_offsets(&mut kinds, &offsets));
+        // Each group also lists its lags that are not 0 (numbered within the group, then renumbered once every group
+        // has its place among them) and the sources of its edges that reach past a replay ring (see `far_sources`).
+        let laid_out: Vec<(Vec<i64>, Vec<u32>)> = groups
+            .collect::<Vec<_>>()
             .into_par_iter()
-            .map(|(positions, group)| {
-                let mut slots = group.iter_mut();
-                let mut far = Vec::new();
+            .map(|((positions, edge_slots), (_, kind_slots))| {
+                let mut slots = edge_slots.iter_mut().zip(kind_slots.iter_mut());
+                let (mut lags, mut far) = (Vec::new(), Vec::new());
                 for position in positions {
                     // The edges first: `zip` asks its first iterator first, and an ended list must not use a slot.
-                    for (edge, slot) in kept(self.order[position]).zip(slots.by_ref()) {
+                    for (edge, (slot, kind)) in kept(self.order[position]).zip(slots.by_ref()) {
                         let source_position = position_of[edge.source as usize];
                         if position - source_position as usize >= RING_POSITIONS {
                             far.push(source_position);
                         }
-                        *slot = PlanEdge { source_position, kind: edge.kind, lag_ns: edge.lag_ns };
+                        let lag = if edge.lag_ns == 0 {
+                            0
+                        } else {
+                            lags.push(edge.lag_ns);
+                            lags.len() as u32
+                        };
+                        *slot = PlanEdge { source_position, lag };
+                        *kind = edge.kind;
                     }
                 }
-                far
+                (lags, far)
             })
             .collect();
+        let (lags_ns, far_by_group) = renumbered_lags(&mut edges, &offsets, laid_out);
         // The edges are laid out: the lists' edges go before the external times are laid out too.
         let IncomingLists { offsets: incoming_offsets, edges: incoming_edges, external_ns: external_by_vertex } =
             incoming;
@@ -1847,7 +1877,7 @@ impl Graph {
             .collect();
         drop(external_by_vertex);
         let far_sources = far_sources(far_by_group, edges.len(), self.order.len());
-        ReplayPlan { offsets, edges, external_ns, far_sources }
+        ReplayPlan { offsets, edges, kinds, lags_ns, external_ns, far_sources }
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
@@ -1953,6 +1983,29 @@ pub struct PathStep {
     pub own_ns: i64,
     /// The kind of its binding edge.
     pub after: EdgeKind,
+}
+
+/// The lags of every group laid out by [`Graph::replay_plan`] in one list after a 0 (`lags_ns[0]`), the edges'
+/// lag numbers (numbered from 1 within their group) made numbers in that list; and the groups' far sources.
+fn renumbered_lags(
+    edges: &mut [PlanEdge],
+    offsets: &[u32],
+    laid_out: Vec<(Vec<i64>, Vec<u32>)>,
+) -> (Vec<i64>, Vec<Vec<u32>>) {
+    let mut lags_ns = vec![0i64];
+    let mut bases = Vec::with_capacity(laid_out.len());
+    let mut far_by_group = Vec::with_capacity(laid_out.len());
+    for (lags, far) in laid_out {
+        bases.push(lags_ns.len() as u32 - 1);
+        lags_ns.extend(lags);
+        far_by_group.push(far);
+    }
+    groups_by_offsets(edges, offsets).into_par_iter().zip(bases).for_each(|((_, group), base)| {
+        for edge in group.iter_mut().filter(|edge| edge.lag != 0) {
+            edge.lag += base;
+        }
+    });
+    (lags_ns, far_by_group)
 }
 
 /// The sources (as positions, ascending) of the edges that reach [`RING_POSITIONS`] or more positions back, or
@@ -2119,6 +2172,35 @@ fn vertex_measured(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lags numbered within each group of positions point, once renumbered, at their own value in the one list of
+    /// lags, whichever group they came from; edges without a lag keep 0, whose lag is 0.
+    #[test]
+    fn renumbered_lags_point_at_their_own_values() {
+        let lags_by_position: [&[i64]; 5] = [&[-5, 0], &[], &[0, -7, -9], &[-1], &[0, 0]];
+        let offsets = offsets_of(lags_by_position.iter().map(|lags| lags.len() as u32));
+        let mut edges = vec![PlanEdge::default(); offsets[5] as usize];
+        let laid_out: Vec<(Vec<i64>, Vec<u32>)> = groups_by_offsets(&mut edges, &offsets)
+            .into_iter()
+            .map(|(positions, group)| {
+                let mut lags = Vec::new();
+                let lags_of_group = positions.flat_map(|p| lags_by_position[p].iter());
+                for (slot, &lag_ns) in group.iter_mut().zip(lags_of_group) {
+                    if lag_ns != 0 {
+                        lags.push(lag_ns);
+                        slot.lag = lags.len() as u32;
+                    }
+                }
+                (lags, vec![7])
+            })
+            .collect();
+        let groups = laid_out.len();
+        let (lags_ns, far_by_group) = renumbered_lags(&mut edges, &offsets, laid_out);
+        assert_eq!(lags_ns, [0, -5, -7, -9, -1]);
+        let found: Vec<i64> = edges.iter().map(|edge| lags_ns[edge.lag as usize]).collect();
+        assert_eq!(found, lags_by_position.concat());
+        assert_eq!(far_by_group, vec![vec![7]; groups]);
+    }
 
     #[test]
     fn room_keeps_the_items_and_holds_what_is_asked_moved_or_not() {

@@ -280,6 +280,9 @@ fn on_the_skewed_sample_the_savings_are_the_what_if_replays() {
     assert!(late["title"].as_str().unwrap().starts_with("rank 1 is late, mostly through its host launch path"));
     let replay = what_if_json(&trace, &["--scale", "rank1=1.0"]);
     assert_eq!(replay["measured_ns"], found["measured_ns"]);
+    // The fit checks' replays (the unchanged one and the no-straggler one) are the what-if's, figure for figure.
+    assert_eq!(replay["fit"], found["fit"]);
+    assert_eq!(replay["replay_ns"], found["replay_ns"]);
     let replayed = replay["measured_ns"].as_i64().unwrap() - replay["simulated_ns"].as_i64().unwrap();
     let stated = late["saving_ns"].as_i64().unwrap();
     assert!((stated - replayed).abs() as f64 <= 0.01 * replayed as f64, "{stated} vs {replayed}");
