@@ -40,7 +40,8 @@ unsafe impl GlobalAlloc for HugePagesForLargeBlocks {
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size < LARGE_BLOCK_BYTES {
+        // A shrinking block is the system's to shrink: it gives the tail back where it lies, with no copy.
+        if new_size < LARGE_BLOCK_BYTES || new_size <= layout.size() {
             // SAFETY: as above.
             return unsafe { System.realloc(block, layout, new_size) };
         }
@@ -120,6 +121,26 @@ mod tests {
             assert!(!grown.is_null());
             assert!(std::slice::from_raw_parts(grown, LARGE_BLOCK_BYTES).iter().all(|&b| b == 7));
             allocator.dealloc(grown, Layout::from_size_align(2 * LARGE_BLOCK_BYTES, 64).unwrap());
+        }
+    }
+
+    /// A large block shrunk stays where it is, its head unchanged (the model packs its edge list in place and gives
+    /// the tail back: a copy would hold the list twice).
+    #[test]
+    fn a_large_block_shrinks_in_place() {
+        let allocator = HugePagesForLargeBlocks;
+        let layout = Layout::from_size_align(3 * LARGE_BLOCK_BYTES, 8).unwrap();
+        // SAFETY: a non-zero layout; the block is written within its size and freed with the layout it has then.
+        unsafe {
+            let block = allocator.alloc(layout);
+            assert!(!block.is_null());
+            for i in 0..3 * LARGE_BLOCK_BYTES {
+                block.add(i).write(i as u8);
+            }
+            let shrunk = allocator.realloc(block, layout, 2 * LARGE_BLOCK_BYTES);
+            assert_eq!(shrunk, block, "moved");
+            assert!((0..2 * LARGE_BLOCK_BYTES).all(|i| shrunk.add(i).read() == i as u8));
+            allocator.dealloc(shrunk, Layout::from_size_align(2 * LARGE_BLOCK_BYTES, 8).unwrap());
         }
     }
 

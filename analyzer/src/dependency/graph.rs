@@ -195,6 +195,35 @@ struct Edge {
     kind: EdgeKind,
 }
 
+impl Edge {
+    /// The edge in two words, `[source | kind << 32, lag]`: how the incoming lists hold it.
+    fn words(self) -> [u64; 2] {
+        [u64::from(self.source) | (self.kind as u64) << 32, self.lag_ns as u64]
+    }
+
+    /// The edge [`Edge::words`] gave.
+    fn from_words([source_and_kind, lag]: [u64; 2]) -> Edge {
+        let kind = EdgeKind::ALL[(source_and_kind >> 32) as usize];
+        Edge { source: source_and_kind as u32, lag_ns: lag as i64, kind }
+    }
+}
+
+/// An edge as the constructors list it, in three words: `[target << 32 | place in the list, edge words]` (the place
+/// is set when the incoming lists are made). Words, so that the list can be sorted into the incoming lists in place
+/// and then packed into two words an edge in the same memory ([`incoming_lists`]).
+type ListedEdge = [u64; 3];
+
+/// `edge`, whose target is `target`, as listed.
+fn listed(target: u32, edge: Edge) -> ListedEdge {
+    let [first, second] = edge.words();
+    [u64::from(target) << 32, first, second]
+}
+
+/// The target and the edge of a listed edge.
+fn unlisted(listed: &ListedEdge) -> (u32, Edge) {
+    ((listed[0] >> 32) as u32, Edge::from_words([listed[1], listed[2]]))
+}
+
 /// One rank of the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RankSpec {
@@ -380,26 +409,39 @@ impl ReplayPlan {
 /// made: the plan holds the same edges, less the dropped ones, and keeping both held every edge twice (about
 /// 0.9 GB of a 10 M-kernel model).
 struct IncomingLists {
-    /// Incoming edges of vertex v: `edges[offsets[v]..offsets[v + 1]]`.
+    /// Incoming edges of vertex v: edges `offsets[v]..offsets[v + 1]` of `words`.
     offsets: Vec<u32>,
-    edges: Vec<Edge>,
+    /// Two words an edge ([`Edge::words`]).
+    words: Vec<u64>,
     /// Per vertex: the earliest time given from outside the model (window start, work before the window).
     external_ns: Vec<i64>,
 }
 
 impl IncomingLists {
-    /// Where `vertex`'s incoming edges lie in [`IncomingLists::edges`].
+    /// Which edges are `vertex`'s incoming ones.
     fn range(&self, vertex: u32) -> std::ops::Range<usize> {
         self.offsets[vertex as usize] as usize..self.offsets[vertex as usize + 1] as usize
     }
 
-    fn of(&self, vertex: u32) -> &[Edge] {
-        &self.edges[self.range(vertex)]
+    /// Edge `index`.
+    fn edge(&self, index: usize) -> Edge {
+        Edge::from_words([self.words[2 * index], self.words[2 * index + 1]])
+    }
+
+    /// `vertex`'s incoming edges, in the order they were found.
+    fn of(&self, vertex: u32) -> impl Iterator<Item = Edge> + '_ {
+        self.range(vertex).map(|index| self.edge(index))
     }
 
     /// `vertex`'s incoming edges that were not dropped to break a cycle.
-    fn kept(&self, vertex: u32) -> impl Iterator<Item = &Edge> {
-        self.of(vertex).iter().filter(|edge| edge.kind != EdgeKind::Dropped)
+    fn kept(&self, vertex: u32) -> impl Iterator<Item = Edge> + '_ {
+        self.of(vertex).filter(|edge| edge.kind != EdgeKind::Dropped)
+    }
+
+    /// Marks edge `index` dropped.
+    fn drop_edge(&mut self, index: usize) {
+        let edge = Edge { kind: EdgeKind::Dropped, ..self.edge(index) };
+        self.words[2 * index] = edge.words()[0];
     }
 }
 
@@ -410,8 +452,8 @@ struct Parts {
     categories: Vec<String>,
     window_start_ns: i64,
     stats: ModelStats,
-    /// (target vertex, edge).
-    edges: Vec<(u32, Edge)>,
+    /// The edges, in the order they were found.
+    edges: Vec<ListedEdge>,
     external_ns: Vec<i64>,
     measured_ns: Vec<i64>,
     barriers: u32,
@@ -506,8 +548,8 @@ struct Builder<'a> {
     matching: &'a Matching,
     windows_ns: &'a [Option<(i64, i64)>],
     ops: Vec<Op>,
-    /// (target vertex, edge).
-    edges: Vec<(u32, Edge)>,
+    /// The edges, in the order they were found.
+    edges: Vec<ListedEdge>,
     external_ns: Vec<i64>,
     stats: ModelStats,
     /// The classifier's categories, then those the model adds (host, graph, copies, sets, each collective).
@@ -725,11 +767,11 @@ struct GpuEvent {
     launch: Option<u32>,
 }
 
-/// The edge from `source` to `target` (as (target, edge)) whose lag makes the measured times satisfy it:
+/// The edge from `source` to `target` (listed) whose lag makes the measured times satisfy it:
 /// `min(0, target_ref − source_time)`.
-fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> (u32, Edge) {
+fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> ListedEdge {
     let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
-    (target, Edge { source, lag_ns, kind })
+    listed(target, Edge { source, lag_ns, kind })
 }
 
 /// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
@@ -812,7 +854,7 @@ struct GpuEventFacts {
 /// time, target reference time) that [`Builder::external`] records.
 #[derive(Default)]
 struct RankOrderEdges {
-    edges: Vec<(u32, Edge)>,
+    edges: Vec<ListedEdge>,
     externals: Vec<(u32, i64, i64)>,
     without_launch: u64,
 }
@@ -821,7 +863,7 @@ struct RankOrderEdges {
 type HostOrderKey = (u32, u32, u32, i64, Reverse<i64>, u32);
 
 /// The host order and nested-call edges of one host thread's calls (`calls`: sorted by start, the longer first).
-fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<(u32, Edge)> {
+fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<ListedEdge> {
     let mut edges = Vec::with_capacity(calls.len());
     let mut open: Vec<u32> = Vec::new();
     for &op in calls {
@@ -1277,7 +1319,7 @@ impl<'a> Builder<'a> {
             rest = after;
         }
         drop(keyed);
-        let per_thread: Vec<Vec<(u32, Edge)>> =
+        let per_thread: Vec<Vec<ListedEdge>> =
             threads.par_iter().map(|calls| host_order_of_thread(ops, calls)).collect();
         make_room(&mut self.edges, per_thread.iter().map(Vec::len).sum());
         self.edges.extend(per_thread.into_iter().flatten());
@@ -1395,7 +1437,7 @@ impl<'a> Builder<'a> {
             .into_par_iter()
             .map(|o| AtomicI64::new(self.external_ns[start_vertex(o as u32) as usize]))
             .collect();
-        self.edges.par_iter().for_each(|&(target, edge)| {
+        self.edges.par_iter().map(unlisted).for_each(|(target, edge)| {
             if target % 2 == 0 && (target as usize) < 2 * op_count {
                 let source_ns = this.measured(edge.source);
                 ready_ns[(target / 2) as usize].fetch_max(source_ns.saturating_add(edge.lag_ns), Ordering::Relaxed);
@@ -1501,9 +1543,9 @@ impl Graph {
         // The run edge of every operation comes first among its end's edges, as in `build`, so that the critical
         // path prefers it on ties.
         for op in 0..model.ops.len() as u32 {
-            edges.push((end_vertex(op), Edge { source: start_vertex(op), lag_ns: 0, kind: EdgeKind::Run }));
+            edges.push(listed(end_vertex(op), Edge { source: start_vertex(op), lag_ns: 0, kind: EdgeKind::Run }));
         }
-        edges.extend(model.edges.iter().map(|e| (e.target, Edge { source: e.source, lag_ns: 0, kind: e.kind })));
+        edges.extend(model.edges.iter().map(|e| listed(e.target, Edge { source: e.source, lag_ns: 0, kind: e.kind })));
         let ops_count = model.ops.len() as u64;
         let stats = ModelStats {
             ops: ops_count,
@@ -1548,7 +1590,7 @@ impl Graph {
             .par_chunks(1 << 16)
             .map(|chunk| {
                 let mut counts = [0u64; EdgeKind::COUNT];
-                for (_, edge) in chunk {
+                for (_, edge) in chunk.iter().map(unlisted) {
                     counts[edge.kind as usize] += 1;
                 }
                 counts
@@ -1557,9 +1599,8 @@ impl Graph {
         for kind in EdgeKind::ALL.into_iter().filter(|&k| k != EdgeKind::Run && per_kind[k as usize] > 0) {
             *stats.edges.entry(kind.describe().to_string()).or_default() += per_kind[kind as usize];
         }
-        let (offsets, edges) = stage("model incoming lists", || incoming_lists(&list, vertex_count));
-        drop(list);
-        let mut incoming = IncomingLists { offsets, edges, external_ns };
+        let (offsets, words) = stage("model incoming lists", || incoming_lists(list, vertex_count));
+        let mut incoming = IncomingLists { offsets, words, external_ns };
         let mut graph = Graph {
             ops,
             ranks,
@@ -1635,10 +1676,10 @@ impl Graph {
                     cursor += 1;
                 }
                 let v = by_time[cursor];
-                let range = incoming.range(v);
-                for edge in &mut incoming.edges[range] {
+                for index in incoming.range(v) {
+                    let edge = incoming.edge(index);
                     if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
-                        edge.kind = EdgeKind::Dropped;
+                        incoming.drop_edge(index);
                         self.stats.edges_dropped_for_cycles += 1;
                     }
                 }
@@ -1869,9 +1910,9 @@ impl Graph {
             .collect();
         let (lags_ns, far_by_group) = renumbered_lags(&mut edges, &offsets, laid_out);
         // The edges are laid out: the lists' edges go before the external times are laid out too.
-        let IncomingLists { offsets: incoming_offsets, edges: incoming_edges, external_ns: external_by_vertex } =
+        let IncomingLists { offsets: incoming_offsets, words: incoming_words, external_ns: external_by_vertex } =
             incoming;
-        drop((incoming_offsets, incoming_edges));
+        drop((incoming_offsets, incoming_words));
         let external_ns = (self.order.par_iter().with_min_len(PAR_MIN_LEN))
             .map(|&vertex| external_by_vertex[vertex as usize])
             .collect();
@@ -2061,32 +2102,49 @@ fn outgoing_lists(incoming: &IncomingLists, vertex_count: usize) -> (Vec<u32>, V
         (0..vertex_count as u32)
             .into_par_iter()
             .with_min_len(PAR_MIN_LEN)
-            .flat_map_iter(|v| incoming.of(v).iter().map(move |edge| (edge.source, v)))
+            .flat_map_iter(|v| incoming.of(v).map(move |edge| (edge.source, v)))
     };
     bucketed(vertex_count, pairs)
 }
 
-/// Incoming edges per vertex (CSR: offsets by vertex, then the edges), in the order `list` gives them within a
-/// vertex. Counted and placed on worker threads (a 10 M-kernel, 8-rank model has about 80 M edges); the places
-/// threads take within a vertex are then put back in list order.
-fn incoming_lists(list: &[(u32, Edge)], vertex_count: usize) -> (Vec<u32>, Vec<Edge>) {
-    let pairs =
-        || list.par_iter().with_min_len(PAR_MIN_LEN).enumerate().map(|(index, &(target, _))| (target, index as u32));
-    let (offsets, mut placed) = bucketed(vertex_count, pairs);
-    // Each vertex's list indices sorted back into list order, vertices in groups on worker threads.
-    groups_by_offsets(&mut placed, &offsets).into_par_iter().for_each(|(vertices, group)| {
-        let base = offsets[vertices.start];
-        for v in vertices {
-            let slots = &mut group[(offsets[v] - base) as usize..(offsets[v + 1] - base) as usize];
-            slots.sort_unstable_by_key(|index| index.load(Ordering::Relaxed));
-        }
+/// Incoming edges per vertex (CSR: offsets by vertex, then two words an edge), in the order `list` gives them
+/// within a vertex. `list` itself is sorted by target and place on worker threads, then packed from three words an
+/// edge to two in the same memory, whose tail goes back to the system: a second list beside the first held every
+/// edge twice (40 bytes an edge more at the model's peak, 2 GB at 10 M kernels × 8 ranks).
+fn incoming_lists(list: Vec<ListedEdge>, vertex_count: usize) -> (Vec<u32>, Vec<u64>) {
+    let edge_count = list.len();
+    let mut words = list.into_flattened();
+    let (records, _) = words.as_chunks_mut::<3>();
+    records.par_iter_mut().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(place, record)| record[0] |= place as u64);
+    records.par_sort_unstable_by_key(|record| record[0]);
+    let counts = atomic_zeros(vertex_count);
+    records.par_iter().with_min_len(PAR_MIN_LEN).for_each(|record| {
+        counts[(record[0] >> 32) as usize].fetch_add(1, Ordering::Relaxed);
     });
-    let edges = placed
-        .par_iter()
-        .with_min_len(PAR_MIN_LEN)
-        .map(|index| list[index.load(Ordering::Relaxed) as usize].1)
-        .collect();
-    (offsets, edges)
+    let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
+    pack_three_words_into_two(&mut words, edge_count);
+    words.truncate(2 * edge_count);
+    words.shrink_to_fit();
+    (offsets, words)
+}
+
+/// Moves the last two words of each of the first `records` three-word records to words `2i` and `2i + 1`, in place.
+/// Record i's new place ends before the old place of any record after `1.5 i`, so records `[a, 1.5 a)` move side by
+/// side once the ones before them have moved: a few dozen rounds on worker threads after the first few thousand.
+fn pack_three_words_into_two(words: &mut [u64], records: usize) {
+    const ONE_BY_ONE: usize = 4096;
+    for i in 0..records.min(ONE_BY_ONE) {
+        words[2 * i] = words[3 * i + 1];
+        words[2 * i + 1] = words[3 * i + 2];
+    }
+    let mut first = ONE_BY_ONE;
+    while first < records {
+        let end = (first + first / 2).min(records);
+        let (front, back) = words.split_at_mut(3 * first);
+        let moved = front[2 * first..2 * end].par_chunks_exact_mut(2).with_min_len(PAR_MIN_LEN);
+        moved.zip(back[..3 * (end - first)].par_chunks_exact(3)).for_each(|(new, old)| new.copy_from_slice(&old[1..]));
+        first = end;
+    }
 }
 
 /// The values of `pairs()` (bucket, value) grouped by bucket: each bucket's offset (the total last) and the values,
@@ -2172,6 +2230,42 @@ fn vertex_measured(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Packed from three words a record to two in place: every record's last two words, in order, whether the
+    /// records fit the first ones moved one by one or need the rounds after them (ending on and off a round's end).
+    #[test]
+    fn three_word_records_pack_into_two_in_place() {
+        for records in [0, 1, 4095, 4096, 4097, 6144, 6145, 100_003] {
+            let mut words: Vec<u64> = (0..3 * records as u64).collect();
+            pack_three_words_into_two(&mut words, records);
+            let expected: Vec<u64> = (0..records as u64).flat_map(|i| [3 * i + 1, 3 * i + 2]).collect();
+            assert!(words[..2 * records] == expected[..], "{records} records");
+        }
+    }
+
+    /// The incoming lists hold each vertex's edges in the order they were listed, whatever the list's order of
+    /// targets (here scattered over few vertices, so that many edges share a target), every edge word for word.
+    #[test]
+    fn incoming_lists_keep_the_listed_order_within_a_vertex() {
+        let vertex_count = 97u32;
+        let list: Vec<(u32, Edge)> = (0..20_000u32)
+            .map(|i| {
+                let target = i.wrapping_mul(2_654_435_761) % vertex_count;
+                let kind = EdgeKind::ALL[i as usize % EdgeKind::COUNT];
+                (target, Edge { source: i, lag_ns: -i64::from(i % 5) * 1_000_000_007, kind })
+            })
+            .collect();
+        let (offsets, words) = incoming_lists(list.iter().map(|&(t, e)| listed(t, e)).collect(), vertex_count as usize);
+        let incoming = IncomingLists { offsets, words, external_ns: Vec::new() };
+        assert_eq!(incoming.words.len(), 2 * list.len());
+        for vertex in 0..vertex_count {
+            let expected: Vec<[u64; 2]> = list.iter().filter(|(t, _)| *t == vertex).map(|(_, e)| e.words()).collect();
+            let found: Vec<[u64; 2]> = incoming.of(vertex).map(Edge::words).collect();
+            assert_eq!(found, expected, "vertex {vertex}");
+        }
+        let (target, edge) = unlisted(&listed(7, list[3].1));
+        assert_eq!((target, edge.words()), (7, list[3].1.words()));
+    }
 
     /// Lags numbered within each group of positions point, once renumbered, at their own value in the one list of
     /// lags, whichever group they came from; edges without a lag keep 0, whose lag is 0.
