@@ -430,7 +430,9 @@ impl IncomingLists {
 
     /// `vertex`'s incoming edges, in the order they were found.
     fn of(&self, vertex: u32) -> impl Iterator<Item = Edge> + '_ {
-        self.range(vertex).map(|index| self.edge(index))
+        let range = self.range(vertex);
+        let (edges, _) = self.words[2 * range.start..2 * range.end].as_chunks::<2>();
+        edges.iter().map(|&words| Edge::from_words(words))
     }
 
     /// `vertex`'s incoming edges that were not dropped to break a cycle.
@@ -1651,7 +1653,7 @@ impl Graph {
     /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
     fn topological_order(&mut self, incoming: &mut IncomingLists) -> Vec<u32> {
         let n = self.vertex_count();
-        let (outgoing_offsets, outgoing) = outgoing_lists(incoming, n);
+        let (outgoing_offsets, outgoing) = stage("model order: successors", || outgoing_lists(incoming, n));
         let mut indegree: Vec<u32> =
             incoming.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = (0..n as u32)
@@ -1870,9 +1872,11 @@ impl Graph {
     fn replay_plan(&self, incoming: IncomingLists) -> ReplayPlan {
         let position_of = &self.position_of;
         let kept = |vertex: u32| incoming.kept(vertex);
-        let counts: Vec<u32> =
-            self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32).collect();
-        let offsets = offsets_of(counts.into_iter());
+        // The counts become the offsets in their own vector (a second one of a number per vertex was the stage's
+        // peak on the largest models).
+        let mut offsets: Vec<u32> = Vec::with_capacity(self.order.len() + 1);
+        offsets.par_extend(self.order.par_iter().with_min_len(PAR_MIN_LEN).map(|&vertex| kept(vertex).count() as u32));
+        lengths_into_offsets(&mut offsets);
         // Written in place by groups of positions (collecting per thread and joining would hold the edges twice).
         let total = offsets[self.order.len()] as usize;
         let mut edges: Vec<PlanEdge> =
@@ -2184,6 +2188,16 @@ fn offsets_of(lengths: impl Iterator<Item = u32>) -> Vec<u32> {
     offsets
 }
 
+/// Turns the lengths of consecutive lists into where each starts in their concatenation and pushes the total: what
+/// [`offsets_of`] gives, in the lengths' own vector (which should have room for one more).
+fn lengths_into_offsets(lengths: &mut Vec<u32>) {
+    let mut total = 0u32;
+    for length in lengths.iter_mut() {
+        (*length, total) = (total, total + *length);
+    }
+    lengths.push(total);
+}
+
 /// `flat` cut into the lists of groups of consecutive vertices (`offsets` gives each vertex's list), so that
 /// worker threads can write the groups side by side.
 fn groups_by_offsets<'a, T>(flat: &'a mut [T], offsets: &[u32]) -> Vec<(std::ops::Range<usize>, &'a mut [T])> {
@@ -2230,6 +2244,15 @@ fn vertex_measured(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_become_offsets_in_place() {
+        for lengths in [vec![], vec![0], vec![3, 0, 2, 5], vec![1; 1000]] {
+            let mut offsets = lengths.clone();
+            lengths_into_offsets(&mut offsets);
+            assert_eq!(offsets, offsets_of(lengths.into_iter()));
+        }
+    }
 
     /// Packed from three words a record to two in place: every record's last two words, in order, whether the
     /// records fit the first ones moved one by one or need the rounds after them (ending on and off a round's end).
