@@ -1896,25 +1896,28 @@ impl Graph {
         far_sources: &[u32],
         mut seen: impl FnMut(u32, i64),
     ) {
-        const MASK: usize = RING_POSITIONS - 1;
+        // A model of fewer positions needs no larger a ring than its count rounded up to a power of two (no edge
+        // reaches further back), so that a small model's replays do not clear 512 KiB each.
+        let ring_len = RING_POSITIONS.min(self.order.len().next_power_of_two());
+        let mask = ring_len - 1;
         let plan = &self.plan;
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
-        let mut ring = vec![0i64; RING_POSITIONS];
+        let mut ring = vec![0i64; ring_len];
         let mut external = plan.external.in_order();
         let mut far_times = vec![0i64; far_sources.len()];
         let mut next_far = 0;
         for (position, &vertex) in self.order.iter().enumerate() {
             let ready = plan.ready_ns(position, external.at(position, vertex), skip_mask, |source| {
                 // Within the ring, the source's slot has not been written since (a later position in it would be
-                // `RING_POSITIONS` after the source, past this one).
-                if position - (source as usize) < RING_POSITIONS {
-                    ring[source as usize & MASK]
+                // `ring_len` after the source, past this one).
+                if position - (source as usize) < ring_len {
+                    ring[source as usize & mask]
                 } else {
                     far_times[far_sources.binary_search(&source).expect("a far source is listed")]
                 }
             });
             let t = ready.saturating_add(own_of(vertex));
-            ring[position & MASK] = t;
+            ring[position & mask] = t;
             if far_sources.get(next_far) == Some(&(position as u32)) {
                 far_times[next_far] = t;
                 next_far += 1;
@@ -2583,6 +2586,24 @@ mod tests {
                 assert_eq!(graph.replayed_last_end(own_of, &[]), expected, "{waiting} waits, kernel {slow} slow");
                 let apart = graph.last_end(&graph.simulate_skipping(&full, &[EdgeKind::CrossStream]));
                 assert_eq!(graph.replayed_last_end(own_of, &[EdgeKind::CrossStream]), apart);
+            }
+        }
+    }
+
+    /// A model smaller than the ring replays in a ring of its own size (rounded up to a power of two), its waits
+    /// reaching back over most of it, and ends where the full replay ends.
+    #[test]
+    fn a_small_model_replays_in_a_ring_of_its_size() {
+        for (chain, waiting, stride) in [(40, 3, 7), (5, 2, 1), (1, 1, 1)] {
+            let graph = far_waits_model(chain, waiting, stride);
+            assert!(graph.order.len() < RING_POSITIONS);
+            assert_eq!(graph.plan.far_sources.as_deref(), Some(&[][..]), "no far sources");
+            for slow in 0..chain.min(waiting * stride) {
+                let own = graph.own_ns();
+                let own_of = |v: u32| if v == end_vertex(slow) { own[v as usize] + 5_000 } else { own[v as usize] };
+                let full: Vec<i64> = (0..graph.vertex_count() as u32).map(own_of).collect();
+                let expected = graph.last_end(&graph.simulate(&full, false));
+                assert_eq!(graph.replayed_last_end(own_of, &[]), expected, "chain {chain}, kernel {slow} slow");
             }
         }
     }
