@@ -52,7 +52,7 @@ impl IdealReplay {
             rows.entry(track).or_default().push(IdealOp {
                 start_ns: replay_ns[start_vertex(op_id as u32) as usize],
                 end_ns: replay_ns[end_vertex(op_id as u32) as usize],
-                trace: op.trace as usize,
+                trace: key.trace,
                 event,
             });
         }

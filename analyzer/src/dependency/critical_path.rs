@@ -447,7 +447,7 @@ pub struct CriticalPath {
 /// The name of an operation.
 pub fn op_name(traces: &[Trace], graph: &Graph, op: u32) -> String {
     let o = &graph.ops[op as usize];
-    let trace = &traces[o.trace as usize];
+    let trace = &traces[graph.trace_of(o)];
     match o.kind {
         OpKind::Kernel => trace.names.get(trace.kernels[o.index as usize].name).to_string(),
         OpKind::Copy => {

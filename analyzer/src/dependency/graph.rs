@@ -105,11 +105,10 @@ impl OpKind {
 pub struct Op {
     /// What it is.
     pub kind: OpKind,
-    /// Index of its rank in [`Graph::ranks`].
+    /// Index of its rank in [`Graph::ranks`] (whose key names its trace: [`Graph::trace_of`]; not kept here, so
+    /// that an operation is 40 bytes, not 48).
     pub rank_index: u32,
-    /// Index of its trace in the input list.
-    pub trace: u32,
-    /// Index in that trace's kernels, memops, graph launches or API calls.
+    /// Index in its trace's kernels, memops, graph launches or API calls.
     pub index: u32,
     /// CUDA stream (GPU work) or OS thread id (host calls).
     pub lane: u32,
@@ -571,6 +570,11 @@ pub struct ExplicitModel {
     pub measured_ns: Vec<i64>,
     /// Number of distinct [`Op::instance`] values.
     pub instances: u32,
+}
+
+/// Index in the input list of the trace of `op`, whose rank is one of `ranks`.
+fn trace_of(ranks: &[RankSpec], op: &Op) -> usize {
+    ranks[op.rank_index as usize].key.trace
 }
 
 /// Vertex of an operation's start.
@@ -1096,7 +1100,6 @@ impl<'a> Builder<'a> {
                 self.ops.push(Op {
                     kind: OpKind::HostCall,
                     rank_index,
-                    trace: trace_index as u32,
                     index: index as u32,
                     lane: call.tid,
                     category: host_category,
@@ -1182,7 +1185,6 @@ impl<'a> Builder<'a> {
                 self.ops.push(Op {
                     kind: event.kind,
                     rank_index: rank_index as u32,
-                    trace: trace_index as u32,
                     index: event.index,
                     lane: event.stream,
                     category,
@@ -1288,10 +1290,10 @@ impl<'a> Builder<'a> {
                 }
             })
             .collect();
-        let shares = &self.matching.shares;
+        let (shares, ranks) = (&self.matching.shares, self.ranks);
         self.release_ns = ops
             .par_iter()
-            .map(|op| match op.matched.then(|| shares.get(&(op.trace as usize, op.index))).flatten() {
+            .map(|op| match op.matched.then(|| shares.get(&(trace_of(ranks, op), op.index))).flatten() {
                 Some(share) => (op.start_ns + share.wait_ns).min(op.end_ns),
                 None => op.start_ns,
             })
@@ -1371,7 +1373,7 @@ impl<'a> Builder<'a> {
     /// Host order per thread; nested calls after their parent's start. Each thread's edges are found on a worker
     /// thread and added in the order of the threads (as one thread would add them).
     fn add_host_order_edges(&mut self) {
-        let ops = &self.ops;
+        let (ops, ranks) = (&self.ops, self.ranks);
         // The keys end with the operation id: unique, so an unstable parallel sort gives the one order. They are
         // made once beside the ids: read from the operations at each comparison, they cost two cache misses each.
         let mut keyed: Vec<HostOrderKey> = (0..self.op_count as u32)
@@ -1379,7 +1381,7 @@ impl<'a> Builder<'a> {
             .filter(|&o| ops[o as usize].kind == OpKind::HostCall)
             .map(|o| {
                 let op = &ops[o as usize];
-                (op.trace, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
+                (trace_of(ranks, op) as u32, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
             })
             .collect();
         keyed.par_sort_unstable();
@@ -1418,7 +1420,7 @@ impl<'a> Builder<'a> {
 
     /// The start time and index of the call that launched GPU operation `op`, if recorded.
     fn launch_start(&self, op: &Op) -> Option<(i64, u32)> {
-        let trace = &self.traces[op.trace as usize];
+        let trace = &self.traces[trace_of(self.ranks, op)];
         let launch = match op.kind {
             OpKind::Kernel => trace.kernels[op.index as usize].launch,
             OpKind::Copy | OpKind::Set => trace.memops[op.index as usize].launch,
@@ -1455,7 +1457,7 @@ impl<'a> Builder<'a> {
 
     /// Whether `o` is a host call that blocks until GPU work ends.
     fn is_blocking(&self, o: &Op) -> bool {
-        let trace = &self.traces[o.trace as usize];
+        let trace = &self.traces[trace_of(self.ranks, o)];
         o.kind == OpKind::HostCall && is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name))
     }
 
@@ -2057,6 +2059,11 @@ impl Graph {
         steps
     }
 
+    /// Index in the input list of the trace of operation `op`.
+    pub fn trace_of(&self, op: &Op) -> usize {
+        trace_of(&self.ranks, op)
+    }
+
     /// The operation a vertex belongs to (`None` for barriers).
     pub fn op_of_vertex(&self, vertex: u32) -> Option<u32> {
         ((vertex as usize) < 2 * self.ops.len()).then_some(vertex / 2)
@@ -2358,6 +2365,15 @@ mod tests {
         }
     }
 
+    /// What one operation, one plan edge and one incoming edge hold (a 10 M-kernel, 8-rank model has about 20 M
+    /// operations and 50 M edges).
+    #[test]
+    fn operations_and_edges_keep_their_sizes() {
+        assert_eq!(std::mem::size_of::<Op>(), 40);
+        assert_eq!(std::mem::size_of::<PlanEdge>(), 8);
+        assert_eq!(std::mem::size_of::<ListedEdge>(), 24);
+    }
+
     #[test]
     fn lengths_become_offsets_in_place() {
         for lengths in [vec![], vec![0], vec![3, 0, 2, 5], vec![1; 1000]] {
@@ -2456,7 +2472,6 @@ mod tests {
         Op {
             kind: OpKind::Kernel,
             rank_index: 0,
-            trace: 0,
             index,
             lane,
             category: 0,

@@ -1155,7 +1155,6 @@ impl Layout {
                 ops.push(Op {
                     kind: OpKind::Kernel,
                     rank_index: worker_index[&row.rank],
-                    trace: 0,
                     index: self.row_of[lane * self.names + name as usize],
                     lane: 0,
                     category: row.optype,

@@ -19,7 +19,7 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         .enumerate()
         .filter(|(_, op)| op.kind == OpKind::Copy)
         .filter_map(|(o, op)| {
-            let memop = context.traces[op.trace as usize].memops.get(op.index as usize)?;
+            let memop = context.traces[graph.trace_of(op)].memops.get(op.index as usize)?;
             let kind = memop.copy_kind.filter(|k| matches!(k, CopyKind::HtoD | CopyKind::DtoH))?;
             Some((o, kind, memop.bytes))
         })

@@ -35,7 +35,7 @@ struct Copy {
     /// Host time of the issuing call, when it is linked.
     call_ns: Option<i64>,
     /// The issuing call: (trace, index in its API calls), when it is linked.
-    call: Option<(u32, u32)>,
+    call: Option<(usize, u32)>,
     /// The copy's operation in the model.
     op: usize,
 }
@@ -74,7 +74,7 @@ fn window_copies(context: &Context) -> Vec<Copy> {
         .enumerate()
         .filter(|(_, op)| op.kind == OpKind::Copy)
         .filter_map(|(op_id, op)| {
-            let trace = &context.traces[op.trace as usize];
+            let trace = &context.traces[graph.trace_of(op)];
             let memop = trace.memops.get(op.index as usize)?;
             let direction = memop.copy_kind.filter(|k| matches!(k, CopyKind::HtoD | CopyKind::DtoH))?;
             let call = memop.launch.and_then(|l| trace.api_calls.get(l as usize));
@@ -85,7 +85,7 @@ fn window_copies(context: &Context) -> Vec<Copy> {
                 bytes: memop.bytes,
                 gpu_ns: (op.end_ns - op.start_ns).max(0),
                 call_ns: call.map(|c| (c.end_ns - c.start_ns).max(0)),
-                call: call.and(memop.launch).map(|l| (op.trace, l)),
+                call: call.and(memop.launch).map(|l| (graph.trace_of(op), l)),
                 op: op_id,
             })
         })
@@ -196,10 +196,10 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
 fn replayed_saving(context: &Context, copies: &[Copy]) -> i64 {
     let graph = &context.model.graph;
     let pageable = copies.iter().filter(|c| c.host_memory == Some(MemoryKind::Pageable));
-    let calls: BTreeSet<(u32, u32)> = pageable.clone().filter_map(|c| c.call).collect();
+    let calls: BTreeSet<(usize, u32)> = pageable.clone().filter_map(|c| c.call).collect();
     let ops: BTreeSet<usize> = pageable.map(|c| c.op).collect();
     let removed = graph.op_flags(graph.ops.iter().enumerate().filter_map(|(op_id, op)| {
-        let issuing = op.kind == OpKind::HostCall && calls.contains(&(op.trace, op.index));
+        let issuing = op.kind == OpKind::HostCall && calls.contains(&(graph.trace_of(op), op.index));
         (ops.contains(&op_id) || issuing).then_some(op_id)
     }));
     context.saving_with_ends_free(|op| removed[op as usize], &[])
