@@ -397,6 +397,19 @@ impl ExternalTimes {
         times
     }
 
+    /// The same times, kept by vertex, kept by the position `position_of` gives each vertex.
+    fn keyed_by_position(self, position_of: &[u32]) -> Self {
+        let mut exceptions: Vec<(u32, i64)> = self
+            .positions
+            .iter()
+            .zip(&self.times_ns)
+            .map(|(&vertex, &at)| (position_of[vertex as usize], at))
+            .collect();
+        exceptions.par_sort_unstable_by_key(|&(position, _)| position);
+        let (positions, times_ns) = exceptions.into_iter().unzip();
+        ExternalTimes { positions, times_ns, ..self }
+    }
+
     /// The time the rule gives `vertex`.
     fn rule(&self, vertex: u32) -> i64 {
         if vertex < self.op_vertices && vertex.is_multiple_of(2) { self.start_ns } else { i64::MIN }
@@ -486,8 +499,9 @@ struct IncomingLists {
     offsets: Vec<u32>,
     /// Two words an edge ([`Edge::words`]).
     words: Vec<u64>,
-    /// Per vertex: the earliest time given from outside the model (window start, work before the window).
-    external_ns: Vec<i64>,
+    /// Per vertex (its "positions" are vertices here): the earliest time given from outside the model (window start,
+    /// work before the window), kept as its rule and exceptions from the start, not a time per vertex.
+    external: ExternalTimes,
 }
 
 impl IncomingLists {
@@ -1677,8 +1691,10 @@ impl Graph {
         for kind in EdgeKind::ALL.into_iter().filter(|&k| k != EdgeKind::Run && per_kind[k as usize] > 0) {
             *stats.edges.entry(kind.describe().to_string()).or_default() += per_kind[kind as usize];
         }
+        let by_vertex = external_ns.into_par_iter().enumerate().map(|(vertex, at)| (vertex as u32, at));
+        let external = ExternalTimes::new(2 * ops.len() as u32, window_start_ns, by_vertex);
         let (offsets, words) = stage("model incoming lists", || incoming_lists(list, vertex_count));
-        let mut incoming = IncomingLists { offsets, words, external_ns };
+        let mut incoming = IncomingLists { offsets, words, external };
         let mut graph = Graph {
             ops,
             ranks,
@@ -1953,11 +1969,7 @@ impl Graph {
     /// The kept edges, by the topological position of their target, with their sources as positions too (from
     /// [`Graph::position_of`]). Made on worker threads: per position its kept edges and external time.
     fn replay_plan(&self, mut incoming: IncomingLists) -> ReplayPlan {
-        // The external times first: their time per vertex goes before the edges are laid out beside the lists.
-        let external_by_vertex = std::mem::take(&mut incoming.external_ns);
-        let by_position = self.order.par_iter().map(|&vertex| (vertex, external_by_vertex[vertex as usize]));
-        let external = ExternalTimes::new(2 * self.ops.len() as u32, self.window_start_ns, by_position);
-        drop(external_by_vertex);
+        let external = std::mem::take(&mut incoming.external).keyed_by_position(&self.position_of);
         let position_of = &self.position_of;
         let kept = |vertex: u32| incoming.kept(vertex);
         // The counts become the offsets in their own vector (a second one of a number per vertex was the stage's
@@ -2363,6 +2375,16 @@ mod tests {
             assert_eq!(times.at(position, vertex), at, "position {position}");
             assert_eq!(in_order.at(position, vertex), at, "position {position}, in order");
         }
+        // Kept by vertex first (as while the model is ordered), then keyed by position: the same.
+        let mut by_vertex = by_position.clone();
+        by_vertex.sort_unstable();
+        let mut position_of = vec![0u32; by_position.len()];
+        for (position, &(vertex, _)) in by_position.iter().enumerate() {
+            position_of[vertex as usize] = position as u32;
+        }
+        let keyed =
+            ExternalTimes::new(op_vertices, start_ns, by_vertex.into_par_iter()).keyed_by_position(&position_of);
+        assert_eq!((keyed.positions, keyed.times_ns), (times.positions, times.times_ns));
     }
 
     /// What one operation, one plan edge and one incoming edge hold (a 10 M-kernel, 8-rank model has about 20 M
@@ -2408,7 +2430,7 @@ mod tests {
             })
             .collect();
         let (offsets, words) = incoming_lists(list.iter().map(|&(t, e)| listed(t, e)).collect(), vertex_count as usize);
-        let incoming = IncomingLists { offsets, words, external_ns: Vec::new() };
+        let incoming = IncomingLists { offsets, words, external: ExternalTimes::default() };
         assert_eq!(incoming.words.len(), 2 * list.len());
         for vertex in 0..vertex_count {
             let expected: Vec<[u64; 2]> = list.iter().filter(|(t, _)| *t == vertex).map(|(_, e)| e.words()).collect();
