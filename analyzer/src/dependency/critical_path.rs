@@ -470,7 +470,7 @@ pub fn critical_path(traces: &[Trace], model: &Model) -> CriticalPath {
     let graph = &model.graph;
     let steps = graph.critical_path();
     let start_ns = graph.window_start_ns;
-    let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(start_ns));
+    let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let mut by_category: BTreeMap<String, i64> = BTreeMap::new();
     let mut by_rank: BTreeMap<u32, i64> = BTreeMap::new();
     if let Some(first) = steps.first()

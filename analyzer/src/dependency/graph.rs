@@ -368,9 +368,10 @@ struct ReplayPlan {
 /// the few that do on other inputs have their sources kept beside the ring.
 const RING_POSITIONS: usize = 1 << 16;
 
-/// Per position of a [`ReplayPlan`], the earliest time given to its vertex from outside the model, kept as a rule
-/// and the positions where it does not hold: an operation's start may not come before the window start, and other
-/// vertices have no such time; only starts raised by work before the window (or starting before the window) differ.
+/// Per position of a [`ReplayPlan`] (per vertex while the model is ordered), the earliest time given to its vertex
+/// from outside the model, kept as a rule and the positions where it does not hold: an operation's start may not
+/// come before the window start, and other vertices have no such time; only starts raised by work before the window
+/// (or starting before the window) differ.
 /// A replay then reads no time per position (320 MB at 10 M kernels × 8 ranks, a third of what it read).
 #[derive(Debug, Clone, Default)]
 struct ExternalTimes {
@@ -384,8 +385,8 @@ struct ExternalTimes {
 }
 
 impl ExternalTimes {
-    /// `by_position` (each position's vertex and time, in order) as the rule for operations' starts at `start_ns`
-    /// and its exceptions.
+    /// `by_position` (each position's vertex and time, in order; while the model is ordered, each vertex's own, a
+    /// vertex being its own position) as the rule for operations' starts at `start_ns` and its exceptions.
     fn new(op_vertices: u32, start_ns: i64, by_position: impl IndexedParallelIterator<Item = (u32, i64)>) -> Self {
         let mut times = ExternalTimes { op_vertices, start_ns, positions: Vec::new(), times_ns: Vec::new() };
         let exceptions: Vec<(u32, i64)> = by_position
@@ -397,7 +398,7 @@ impl ExternalTimes {
         times
     }
 
-    /// The same times, kept by vertex, kept by the position `position_of` gives each vertex.
+    /// These times, made by vertex, keyed instead by the position `position_of` gives each vertex.
     fn keyed_by_position(self, position_of: &[u32]) -> Self {
         let mut exceptions: Vec<(u32, i64)> = self
             .positions
@@ -1967,7 +1968,8 @@ impl Graph {
     }
 
     /// The kept edges, by the topological position of their target, with their sources as positions too (from
-    /// [`Graph::position_of`]). Made on worker threads: per position its kept edges and external time.
+    /// [`Graph::position_of`]), and the external times keyed by position. Made on worker threads: per group of
+    /// positions their kept edges.
     fn replay_plan(&self, mut incoming: IncomingLists) -> ReplayPlan {
         let external = std::mem::take(&mut incoming.external).keyed_by_position(&self.position_of);
         let position_of = &self.position_of;
@@ -2016,6 +2018,12 @@ impl Graph {
         drop(incoming);
         let far_sources = far_sources(far_by_group, edges.len(), self.order.len());
         ReplayPlan { offsets, edges, kinds, lags_ns, external, far_sources }
+    }
+
+    /// The span of the record or of a replay whose last end is `end` ([`Graph::last_end`],
+    /// [`Graph::replayed_last_end`]): that end less the window start, 0 without one.
+    pub fn span_ns(&self, end: Option<(u32, i64)>) -> i64 {
+        end.map_or(0, |(_, t)| t.saturating_sub(self.window_start_ns))
     }
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
@@ -2219,11 +2227,13 @@ fn incoming_lists(list: Vec<ListedEdge>, vertex_count: usize) -> (Vec<u32>, Vec<
     let (records, _) = words.as_chunks_mut::<3>();
     records.par_iter_mut().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(place, record)| record[0] |= place as u64);
     records.par_sort_unstable_by_key(|record| record[0]);
-    let counts = atomic_zeros(vertex_count);
+    let counts = counters_with_room(vertex_count);
     records.par_iter().with_min_len(PAR_MIN_LEN).for_each(|record| {
         counts[(record[0] >> 32) as usize].fetch_add(1, Ordering::Relaxed);
     });
-    let offsets = offsets_of(counts.into_iter().map(AtomicU32::into_inner));
+    // Collected in place (the same size and alignment), then made the offsets in place: one number per vertex.
+    let mut offsets: Vec<u32> = counts.into_iter().map(AtomicU32::into_inner).collect();
+    lengths_into_offsets(&mut offsets);
     pack_three_words_into_two(&mut words, edge_count);
     words.truncate(2 * edge_count);
     words.shrink_to_fit();
@@ -2258,8 +2268,7 @@ fn bucketed<I: ParallelIterator<Item = (u32, u32)>>(
     buckets: usize,
     pairs: impl Fn() -> I,
 ) -> (Vec<u32>, Vec<AtomicU32>) {
-    let mut bounds: Vec<AtomicU32> = Vec::with_capacity(buckets + 1);
-    bounds.par_extend((0..buckets).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)));
+    let mut bounds = counters_with_room(buckets);
     pairs().for_each(|(bucket, _)| {
         bounds[bucket as usize].fetch_add(1, Ordering::Relaxed);
     });
@@ -2278,23 +2287,20 @@ fn bucketed<I: ParallelIterator<Item = (u32, u32)>>(
     (bounds.into_iter().map(AtomicU32::into_inner).collect(), values)
 }
 
+/// `len` counters at 0, made on worker threads, with room for one more (the total, once they are offsets).
+fn counters_with_room(len: usize) -> Vec<AtomicU32> {
+    let mut counters = Vec::with_capacity(len + 1);
+    counters.par_extend((0..len).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)));
+    counters
+}
+
 /// `len` counters at 0, made on worker threads.
 fn atomic_zeros(len: usize) -> Vec<AtomicU32> {
     (0..len).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| AtomicU32::new(0)).collect()
 }
 
-/// Where each of consecutive lists of the given lengths starts in their concatenation, and the total last.
-fn offsets_of(lengths: impl Iterator<Item = u32>) -> Vec<u32> {
-    let mut offsets = Vec::with_capacity(lengths.size_hint().0 + 1);
-    offsets.push(0u32);
-    for length in lengths {
-        offsets.push(offsets[offsets.len() - 1] + length);
-    }
-    offsets
-}
-
-/// Turns the lengths of consecutive lists into where each starts in their concatenation and pushes the total: what
-/// [`offsets_of`] gives, in the lengths' own vector (which should have room for one more).
+/// Turns the lengths of consecutive lists into where each starts in their concatenation and pushes the total, in
+/// the lengths' own vector (which should have room for one more).
 fn lengths_into_offsets(lengths: &mut Vec<u32>) {
     let mut total = 0u32;
     for length in lengths.iter_mut() {
@@ -2398,10 +2404,16 @@ mod tests {
 
     #[test]
     fn lengths_become_offsets_in_place() {
-        for lengths in [vec![], vec![0], vec![3, 0, 2, 5], vec![1; 1000]] {
+        let cases: [(Vec<u32>, Vec<u32>); 4] = [
+            (vec![], vec![0]),
+            (vec![0], vec![0, 0]),
+            (vec![3, 0, 2, 5], vec![0, 3, 3, 5, 10]),
+            (vec![1; 1000], (0..=1000).collect()),
+        ];
+        for (lengths, expected) in cases {
             let mut offsets = lengths.clone();
             lengths_into_offsets(&mut offsets);
-            assert_eq!(offsets, offsets_of(lengths.into_iter()));
+            assert_eq!(offsets, expected, "{lengths:?}");
         }
     }
 
@@ -2446,7 +2458,8 @@ mod tests {
     #[test]
     fn renumbered_lags_point_at_their_own_values() {
         let lags_by_position: [&[i64]; 5] = [&[-5, 0], &[], &[0, -7, -9], &[-1], &[0, 0]];
-        let offsets = offsets_of(lags_by_position.iter().map(|lags| lags.len() as u32));
+        let mut offsets: Vec<u32> = lags_by_position.iter().map(|lags| lags.len() as u32).collect();
+        lengths_into_offsets(&mut offsets);
         let mut edges = vec![PlanEdge::default(); offsets[5] as usize];
         let laid_out: Vec<(Vec<i64>, Vec<u32>)> = groups_by_offsets(&mut edges, &offsets)
             .into_iter()

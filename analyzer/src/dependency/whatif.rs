@@ -468,8 +468,8 @@ pub fn model_fit(model: &Model) -> Fit {
 /// no-straggler replay ([`no_straggler_last_end`]), found already.
 pub fn model_fit_of(model: &Model, replay_end: Option<(u32, i64)>, no_straggler_end: Option<(u32, i64)>) -> Fit {
     let graph = &model.graph;
-    let span = |end: Option<(u32, i64)>| end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
-    fit(graph, span(graph.last_end(graph.measured_ns())), span(replay_end), span(no_straggler_end))
+    let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
+    fit(graph, measured_ns, graph.span_ns(replay_end), graph.span_ns(no_straggler_end))
 }
 
 /// The last end (operation, time) of the model replayed unchanged (the measured own times), without keeping the
@@ -571,8 +571,7 @@ pub fn what_if(model: &Model, scenario: &Scenario) -> WhatIf {
     let graph = &model.graph;
     let base = graph.own_ns();
     let typical = typical_of(graph);
-    let origin = graph.window_start_ns;
-    let span = |times: &[i64]| graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(origin));
+    let span = |times: &[i64]| graph.span_ns(graph.last_end(times));
     let measured_ns = span(graph.measured_ns());
     let replay_ns = span(&graph.simulate(base, false));
 

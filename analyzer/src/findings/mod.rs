@@ -199,12 +199,6 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    /// Last GPU end minus window start in replayed vertex times.
-    pub fn span_ns(&self, times: &[i64]) -> i64 {
-        let graph = &self.model.graph;
-        graph.last_end(times).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
-    }
-
     /// A share of the window's measured time, percent.
     pub fn pct(&self, ns: i64) -> f64 {
         if self.measured_ns > 0 { 100.0 * ns as f64 / self.measured_ns as f64 } else { 0.0 }
@@ -215,8 +209,7 @@ impl Context<'_> {
     /// the finding types' replays fit [`REPLAY_STATE_BUDGET_BYTES`] side by side.
     pub fn replay_saving_ns(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> i64 {
         let graph = &self.model.graph;
-        let last_end = graph.replayed_last_end(own_of, skip);
-        self.measured_ns - last_end.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns))
+        self.measured_ns - graph.span_ns(graph.replayed_last_end(own_of, skip))
     }
 
     /// [`Context::replay_saving_ns`] with the operations `free(op)` names ending at no time (their end vertices' own
@@ -365,7 +358,7 @@ pub fn findings_of_model_with(
     flops: Option<&FlopInputs>,
 ) -> Findings {
     let graph = &model.graph;
-    let measured_ns = graph.last_end(graph.measured_ns()).map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns));
+    let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
     // The model's shared parts (the critical path; the unchanged replay and the typical own times, which the fit
     // checks use too) at once, then every finding type at once: each only reads them, and the outcomes keep their
@@ -394,7 +387,7 @@ pub fn findings_of_model_with(
         model,
         path,
         measured_ns,
-        replay_ns: replay.map_or(0, |(_, t)| t.saturating_sub(graph.window_start_ns)),
+        replay_ns: graph.span_ns(replay),
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
