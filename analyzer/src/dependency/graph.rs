@@ -1883,6 +1883,16 @@ impl Graph {
         times
     }
 
+    /// The bytes one [`Graph::replayed_last_end`] holds while it runs: its ring and the far sources' times, or a
+    /// time per vertex where the model has no ring plan.
+    pub fn span_replay_bytes(&self) -> u64 {
+        let times = match &self.plan.far_sources {
+            Some(far_sources) => self.ring_len() + far_sources.len(),
+            None => self.order.len(),
+        };
+        (times as u64).saturating_mul(size_of::<i64>() as u64)
+    }
+
     /// What [`Graph::last_end`] finds in the times of a replay with the own time `own_of(vertex)` of every vertex
     /// (edges of the kinds in `skip` ignored), without keeping those times: the replays whose only figure is the
     /// span hold one time per vertex, not three.
@@ -1905,6 +1915,13 @@ impl Graph {
         last.found()
     }
 
+    /// The positions a replay ring holds: a model of fewer positions needs no larger a ring than its count rounded
+    /// up to a power of two (no edge reaches further back), so that a small model's replays do not clear 512 KiB
+    /// each.
+    fn ring_len(&self) -> usize {
+        RING_POSITIONS.min(self.order.len().next_power_of_two())
+    }
+
     /// [`Graph::replay_in_order`] keeping only the last [`RING_POSITIONS`] times, and those of `far_sources`, which
     /// later edges read from further back: the same times, each passed to `seen`, in a few hundred KiB instead of a
     /// time per vertex (the findings run a dozen such replays side by side).
@@ -1915,9 +1932,7 @@ impl Graph {
         far_sources: &[u32],
         mut seen: impl FnMut(u32, i64),
     ) {
-        // A model of fewer positions needs no larger a ring than its count rounded up to a power of two (no edge
-        // reaches further back), so that a small model's replays do not clear 512 KiB each.
-        let ring_len = RING_POSITIONS.min(self.order.len().next_power_of_two());
+        let ring_len = self.ring_len();
         let mask = ring_len - 1;
         let plan = &self.plan;
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
@@ -2626,6 +2641,9 @@ mod tests {
             if let Some(far) = far {
                 assert_eq!(far.len(), waiting as usize, "one far source per wait");
             }
+            // What the findings size their threads by: the ring and the far sources' times, else every time.
+            let held = if ring { RING_POSITIONS + waiting as usize } else { graph.order.len() };
+            assert_eq!(graph.span_replay_bytes(), 8 * held as u64, "{waiting} waits");
             // Stream 0's waited-for kernels made slow in turn, so that each far wait in turn binds.
             for slow in [0, waiting / 2, waiting - 1].map(|j| j * stride) {
                 let own = graph.own_ns();
@@ -2648,6 +2666,7 @@ mod tests {
             let graph = far_waits_model(chain, waiting, stride);
             assert!(graph.order.len() < RING_POSITIONS);
             assert_eq!(graph.plan.far_sources.as_deref(), Some(&[][..]), "no far sources");
+            assert_eq!(graph.span_replay_bytes(), 8 * graph.order.len().next_power_of_two() as u64);
             for slow in 0..chain.min(waiting * stride) {
                 let own = graph.own_ns();
                 let own_of = |v: u32| if v == end_vertex(slow) { own[v as usize] + 5_000 } else { own[v as usize] };

@@ -21,6 +21,7 @@
 //! T_t` where `T_t` replays with only category t idealised; per rank w likewise (`S_w`). `removed_pct` is the share
 //! of the slowdown (`measured − ideal`) that idealising only t (or w) removes.
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::dependency::critical_path::{Model, model_lines};
@@ -182,9 +183,10 @@ fn lower_median(values: &mut [i64]) -> i64 {
 }
 
 /// The typical own times of `graph`'s instances. The operations are grouped by instance by counting (one pass to
-/// count, one to place), not by sorting them: a median does not depend on the order of its values.
+/// count, one to place), not by sorting them: a median does not depend on the order of its values. The medians are
+/// taken on worker threads, a run of instances each (the members of an instance lie on every rank, so their own
+/// times are read out of order: on one thread that was most of a second at 10 M kernels).
 pub fn typical_of(graph: &Graph) -> Typical {
-    let own = graph.own_ns();
     let n = graph.instance_count();
     let mut offsets = vec![0u32; n + 1];
     for op in &graph.ops {
@@ -200,23 +202,48 @@ pub fn typical_of(graph: &Graph) -> Typical {
         by_instance[*slot as usize] = o as u32;
         *slot += 1;
     }
+    drop(fill);
     let mut typical = Typical { start_ns: vec![0; n], end_ns: vec![0; n], members: vec![0; n] };
-    let mut starts = Vec::new();
-    let mut ends = Vec::new();
-    for instance in 0..n {
-        let members = &by_instance[offsets[instance] as usize..offsets[instance + 1] as usize];
-        if members.is_empty() {
-            continue;
-        }
-        starts.clear();
-        ends.clear();
-        starts.extend(members.iter().map(|&o| own[start_vertex(o) as usize]));
-        ends.extend(members.iter().map(|&o| own[end_vertex(o) as usize]));
-        typical.members[instance] = members.len() as u32;
-        typical.start_ns[instance] = lower_median(&mut starts);
-        typical.end_ns[instance] = lower_median(&mut ends);
-    }
+    let runs = typical.start_ns.par_chunks_mut(INSTANCES_PER_RUN).zip(typical.end_ns.par_chunks_mut(INSTANCES_PER_RUN));
+    runs.zip(typical.members.par_chunks_mut(INSTANCES_PER_RUN)).enumerate().for_each(
+        |(run, ((starts, ends), members))| {
+            let first = run * INSTANCES_PER_RUN;
+            let mut medians = Medians::default();
+            for (i, ((start, end), count)) in starts.iter_mut().zip(ends.iter_mut()).zip(members.iter_mut()).enumerate()
+            {
+                let instance = first + i;
+                let of_instance = &by_instance[offsets[instance] as usize..offsets[instance + 1] as usize];
+                if let Some((start_ns, end_ns)) = medians.of(graph.own_ns(), of_instance) {
+                    (*start, *end, *count) = (start_ns, end_ns, of_instance.len() as u32);
+                }
+            }
+        },
+    );
     typical
+}
+
+/// Instances per run of [`typical_of`]'s medians on one worker.
+const INSTANCES_PER_RUN: usize = 1 << 12;
+
+/// Room for one instance's own times at a time, reused from instance to instance.
+#[derive(Default)]
+struct Medians {
+    starts: Vec<i64>,
+    ends: Vec<i64>,
+}
+
+impl Medians {
+    /// The lower medians of the start and end own times of the operations `ops` (`None` when there are none).
+    fn of(&mut self, own: &[i64], ops: &[u32]) -> Option<(i64, i64)> {
+        if ops.is_empty() {
+            return None;
+        }
+        self.starts.clear();
+        self.ends.clear();
+        self.starts.extend(ops.iter().map(|&o| own[start_vertex(o) as usize]));
+        self.ends.extend(ops.iter().map(|&o| own[end_vertex(o) as usize]));
+        Some((lower_median(&mut self.starts), lower_median(&mut self.ends)))
+    }
 }
 
 fn category_matches(graph: &Graph, op: &Op, key: &str) -> bool {

@@ -190,8 +190,6 @@ pub struct Context<'a> {
     pub run_steps: Option<u64>,
     /// `bench` results, when given.
     pub bench: Option<&'a BenchPeaks>,
-    /// The what-if's fit checks on the model.
-    pub fit: Fit,
     /// The model's shape and tokens, when given.
     pub flops: Option<&'a FlopInputs<'a>>,
     /// The typical own times of the model's instances, shared by the replays at typical times.
@@ -364,23 +362,22 @@ pub fn findings_of_model_with(
     // checks use too) at once, then every finding type at once: each only reads them, and the outcomes keep their
     // order, so the findings are the same bytes on any number of threads.
     // The no-straggler replay of the fit checks follows the typical times beside the critical path.
-    let (path, (replay, (typical, no_straggler))) = crate::figures::workers::run(|| {
+    // The model's shared parts (the critical path, the unchanged replay, the typical own times) at once; then
+    // every finding type at once beside the fit checks' no-straggler replay, which needs the typical times. Each
+    // type only reads the shared parts, and the outcomes keep their order, so the findings are the same bytes on
+    // any number of threads. The replayed types run before the fit is known: where it fails, their outcomes are
+    // set aside for the fit's reasons (the work is lost, the figures are the same).
+    let (path, (replay, typical)) = crate::figures::workers::run(|| {
         rayon::join(
             || stage("findings: critical path", || critical_path::critical_path(traces, model)),
             || {
                 rayon::join(
                     || stage("findings: replay", || whatif::unchanged_last_end(graph)),
-                    || {
-                        let typical = stage("findings: typical times", || whatif::typical_of(graph));
-                        let no_straggler =
-                            stage("findings: no-straggler replay", || whatif::no_straggler_last_end(model, &typical));
-                        (typical, no_straggler)
-                    },
+                    || stage("findings: typical times", || whatif::typical_of(graph)),
                 )
             },
         )
     });
-    let fit = whatif::model_fit_of(model, replay, no_straggler);
     let context = Context {
         traces,
         report,
@@ -391,11 +388,17 @@ pub fn findings_of_model_with(
         window_steps: model.steps.map(|(first, last)| (last + 1 - first) as u64),
         run_steps: run_steps.and_then(|counts| counts.into_iter().min()).filter(|_| model.steps.is_some()),
         bench,
-        fit,
         flops,
         typical,
     };
-    let outcomes = crate::figures::workers::with_threads(replay_threads(graph), || evaluate_all(&context, rules));
+    let (no_straggler, before_fit) = crate::figures::workers::run(|| {
+        rayon::join(
+            || stage("findings: no-straggler replay", || whatif::no_straggler_last_end(model, &context.typical)),
+            || crate::figures::workers::with_threads(replay_threads(graph), || evaluate_before_fit(&context, rules)),
+        )
+    });
+    let fit = whatif::model_fit_of(model, replay, no_straggler);
+    let outcomes = crate::figures::workers::run(|| with_fit(before_fit, &context, &fit, rules));
     let (mut fired, mut quiet) = (Vec::new(), Vec::new());
     for outcome in outcomes {
         match outcome {
@@ -413,20 +416,22 @@ pub fn findings_of_model_with(
         findings: fired,
         quiet,
         excluded: model.excluded.clone(),
-        fit: context.fit.clone(),
+        fit,
     }
 }
 
-/// How much replay state the finding types may hold at once, bytes. Each of their replays keeps one 8-byte time per
-/// vertex of the model ([`Context::replay_saving_ns`]: own times are computed where read); on 16 cores a 10 M-kernel,
-/// 8-rank model replayed on every core at once, three times per vertex then, doubled the report's peak (16.1
-/// against 8.5 GB): fewer replays run at once on a model that large, all of them on a small one.
+/// How much replay state the finding types may hold at once, bytes. Each of their replays holds what
+/// [`Graph::span_replay_bytes`](crate::dependency::graph::Graph::span_replay_bytes) says ([`Context::replay_saving_ns`]:
+/// own times are computed where read): a ring of a few hundred KiB on most models, but one 8-byte time per vertex
+/// where edges reach too far back for a ring. On 16 cores a 10 M-kernel, 8-rank model replayed on every core at
+/// once, three times per vertex then, doubled the report's peak (16.1 against 8.5 GB): where replays keep a time
+/// per vertex, fewer run at once on a model that large.
 const REPLAY_STATE_BUDGET_BYTES: u64 = 2 << 30;
 
 /// How many threads the finding types and their replays get on `graph`: as many as the budget holds replays, at
 /// least one, at most the pool's.
 fn replay_threads(graph: &crate::dependency::graph::Graph) -> usize {
-    let per_replay_bytes = (graph.vertex_count() as u64).saturating_mul(8).max(1);
+    let per_replay_bytes = graph.span_replay_bytes().max(1);
     let fitting = usize::try_from(REPLAY_STATE_BUDGET_BYTES / per_replay_bytes).unwrap_or(usize::MAX);
     fitting.clamp(1, rayon::current_num_threads().max(1))
 }
@@ -434,15 +439,10 @@ fn replay_threads(graph: &crate::dependency::graph::Graph) -> usize {
 /// One finding type's evaluation, and its name (for [`stage`] lines).
 type Evaluate = (&'static str, fn(&Context, &FindingsRules) -> Outcome);
 
-/// Every finding type's outcome, in the order of the quiet list, the types evaluated in parallel; the replayed
-/// types only where the model fits (else each is not evaluated, with the fit's reasons).
-fn evaluate_all(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
+/// The outcomes of the finding types that do not read the fit checks, in parallel: [`BEFORE_FIT`]'s types, then
+/// [`REPLAYED_KINDS`]', then [`MEMORY_LAST`]'s.
+fn evaluate_before_fit(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
     use rayon::prelude::*;
-    let first: [Evaluate; 3] = [
-        (warmup::KIND, |c, r| warmup::evaluate(c, &r.warmup)),
-        (flop_rate::KIND, |c, r| flop_rate::evaluate(c, &r.low_flop_rate)),
-        (pipeline_stages::KIND, |c, r| pipeline_stages::evaluate(c, &r.pipeline_stage_imbalance)),
-    ];
     let replayed: [Evaluate; 6] = [
         (REPLAYED_KINDS[0], |c, r| late_rank::evaluate(c, &r.late_rank)),
         (REPLAYED_KINDS[1], |c, r| exposed_comm::evaluate(c, &r.exposed_communication)),
@@ -451,21 +451,51 @@ fn evaluate_all(context: &Context, rules: &FindingsRules) -> Vec<Outcome> {
         (REPLAYED_KINDS[4], |c, r| host_copies::evaluate(c, &r.host_device_copies)),
         (REPLAYED_KINDS[5], |c, r| slow_collectives::evaluate(c, &r.slow_collectives)),
     ];
-    let last: [Evaluate; 2] = [
-        (pageable_copies::KIND, |c, r| pageable_copies::evaluate(c, &r.pageable_copies)),
-        (memory_capacity::KIND, |c, r| memory_capacity::evaluate(c.traces, c.report, &r.memory_near_capacity)),
-    ];
-    let fits = context.fit.fits;
-    let kinds: Vec<Evaluate> = first.into_iter().chain(replayed.into_iter().filter(|_| fits)).chain(last).collect();
-    let mut outcomes: Vec<Outcome> = kinds
-        .par_iter()
-        .map(|&(name, evaluate)| stage(&format!("findings: {name}"), || evaluate(context, rules)))
-        .collect();
-    if !fits {
-        let why = not_fitting(&context.fit);
-        let quiet = REPLAYED_KINDS.iter().map(|&kind| Err(Quiet { kind, why: why.clone() }));
-        outcomes.splice(first.len()..first.len(), quiet);
+    let kinds: Vec<Evaluate> = BEFORE_FIT.into_iter().chain(replayed).chain([MEMORY_LAST]).collect();
+    kinds.par_iter().map(|&(name, evaluate)| stage(&format!("findings: {name}"), || evaluate(context, rules))).collect()
+}
+
+/// The types evaluated before the replayed ones that need no fit checks.
+const BEFORE_FIT: [Evaluate; 2] = [
+    (warmup::KIND, |c, r| warmup::evaluate(c, &r.warmup)),
+    (flop_rate::KIND, |c, r| flop_rate::evaluate(c, &r.low_flop_rate)),
+];
+
+/// The last type, which needs no fit checks.
+const MEMORY_LAST: Evaluate =
+    (memory_capacity::KIND, |c, r| memory_capacity::evaluate(c.traces, c.report, &r.memory_near_capacity));
+
+/// Every finding type's outcome, in the order of the quiet list, from `before_fit` ([`evaluate_before_fit`]'s)
+/// and the two types that read whether the model fits (each replays only where it does); the replayed types'
+/// outcomes only where the model fits (else each is not evaluated, with the fit's reasons).
+fn with_fit(before_fit: Vec<Outcome>, context: &Context, fit: &Fit, rules: &FindingsRules) -> Vec<Outcome> {
+    let (pipeline, pageable) = rayon::join(
+        || {
+            let rule = &rules.pipeline_stage_imbalance;
+            stage(&format!("findings: {}", pipeline_stages::KIND), || {
+                pipeline_stages::evaluate(context, fit.fits, rule)
+            })
+        },
+        || {
+            let rule = &rules.pageable_copies;
+            stage(&format!("findings: {}", pageable_copies::KIND), || {
+                pageable_copies::evaluate(context, fit.fits, rule)
+            })
+        },
+    );
+    let mut before_fit = before_fit.into_iter();
+    let mut outcomes: Vec<Outcome> = before_fit.by_ref().take(BEFORE_FIT.len()).collect();
+    outcomes.push(pipeline);
+    let replayed = before_fit.by_ref().take(REPLAYED_KINDS.len());
+    if fit.fits {
+        outcomes.extend(replayed);
+    } else {
+        let why = not_fitting(fit);
+        outcomes
+            .extend(replayed.map(|_| ()).zip(REPLAYED_KINDS).map(|((), kind)| Err(Quiet { kind, why: why.clone() })));
     }
+    outcomes.push(pageable);
+    outcomes.extend(before_fit);
     outcomes
 }
 

@@ -92,8 +92,8 @@ fn window_copies(context: &Context) -> Vec<Copy> {
         .collect()
 }
 
-/// See the module documentation.
-pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
+/// See the module documentation; `fits`: whether the model fits the window (the what-if's fit checks).
+pub fn evaluate(context: &Context, fits: bool, rule: &SavingRule) -> Outcome {
     let host_device = |m: &shardscope_model::MemOp| matches!(m.copy_kind, Some(CopyKind::HtoD | CopyKind::DtoH));
     if !context.traces.iter().any(|t| t.memops.iter().any(host_device)) {
         // Nothing to classify: saying the kind is not recorded would send the user looking for a missing record.
@@ -122,7 +122,7 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         return Err(Quiet { kind: KIND, why });
     }
     let bound_ns: i64 = pageable.values().map(|t| t.bound_ns).sum();
-    let replay = context.fit.fits.then(|| replayed_saving(context, &copies));
+    let replay = fits.then(|| replayed_saving(context, &copies));
     let saving_ns = replay.unwrap_or(bound_ns);
     if context.pct(saving_ns) < rule.min_saving_pct {
         if replay.is_some() {

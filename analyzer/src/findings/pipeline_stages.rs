@@ -124,8 +124,8 @@ fn compute_busy_ns(graph: &Graph) -> Vec<i64> {
         .collect()
 }
 
-/// See the module documentation.
-pub fn evaluate(context: &Context, rule: &PipelineRule) -> Outcome {
+/// See the module documentation; `fits`: whether the model fits the window (the what-if's fit checks).
+pub fn evaluate(context: &Context, fits: bool, rule: &PipelineRule) -> Outcome {
     let quiet = |why: String| Err(Quiet { kind: KIND, why });
     let graph = &context.model.graph;
     let rank_numbers: Vec<u32> = graph.ranks.iter().map(|r| r.rank).collect();
@@ -166,7 +166,7 @@ pub fn evaluate(context: &Context, rule: &PipelineRule) -> Outcome {
     }
     let factor = mean_ns as f64 / slow_ns as f64;
     let slow_ranks: Vec<usize> = stages[slow].iter().map(|&r| index_of(r)).collect();
-    let (basis, saving_ns, how) = if context.fit.fits {
+    let (basis, saving_ns, how) = if fits {
         let own = graph.own_ns();
         let scaled = |op: &Op| op.kind.on_gpu() && !op.comm && slow_ranks.contains(&(op.rank_index as usize));
         let own_of = |v: u32| match graph.op_ended_at(v) {

@@ -3,9 +3,13 @@
 //! in the model); the saving is the bound "the warm-up steps as fast as the steady ones, and no start-up", per run
 //! only, taken on the rank where it is largest.
 
+use rayon::prelude::*;
+use shardscope_model::Trace;
+
 use crate::findings::rules::WarmupRule;
 use crate::findings::{Basis, Context, Finding, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
+use crate::report::RankReport;
 
 /// The finding type's name.
 pub(crate) const KIND: &str = "warmup";
@@ -13,26 +17,33 @@ pub(crate) const KIND: &str = "warmup";
 /// One rank's warm-up: (rank, warm-up ns, steps in it, excess ns, run ns).
 type RankWarmup = (u32, i64, usize, i64, i64);
 
+/// Every rank's warm-up, in the report's rank order; the ranks on worker threads (each reads its trace's every
+/// kernel: one after the other they took most of a second at 10 M kernels × 8 ranks).
 fn rank_warmups(context: &Context, first_steady: usize) -> Vec<RankWarmup> {
-    let mut out = Vec::new();
-    for rank in &context.report.ranks {
-        let Some(steps) = &rank.steps else { continue };
-        let Some(&(steady_start, _)) = steps.intervals.get(first_steady) else { continue };
-        let Some(trace) = context.traces.iter().find(|t| t.source.path == rank.source) else { continue };
-        let Some(device) = trace.devices.iter().position(|d| d.ordinal == rank.device) else { continue };
-        let device = shardscope_model::DeviceIdx(device as u32);
-        let kernels = trace.kernels.iter().filter(|k| k.device == device).map(|k| (k.start_ns, k.end_ns));
-        let memops = trace.memops.iter().filter(|m| m.device == device).map(|m| (m.start_ns, m.end_ns));
-        let spans: Vec<(i64, i64)> = kernels.chain(memops).collect();
-        let (Some(first), Some(last)) = (spans.iter().map(|s| s.0).min(), spans.iter().map(|s| s.1).max()) else {
-            continue;
-        };
-        let warmup_ns = (steady_start - first).max(0);
-        let steps_before = steps.found_intervals.iter().filter(|s| s.0 < steady_start).count();
-        let excess_ns = (warmup_ns - steps_before as i64 * steps.time.p50_ns).max(0);
-        out.push((rank.rank, warmup_ns, steps_before, excess_ns, (last - first).max(0)));
-    }
-    out
+    context.report.ranks.par_iter().filter_map(|rank| rank_warmup(context, rank, first_steady)).collect()
+}
+
+/// `rank`'s warm-up, where it has steps up to `first_steady` and GPU work.
+fn rank_warmup(context: &Context, rank: &RankReport, first_steady: usize) -> Option<RankWarmup> {
+    let steps = rank.steps.as_ref()?;
+    let &(steady_start, _) = steps.intervals.get(first_steady)?;
+    let trace = context.traces.iter().find(|t| t.source.path == rank.source)?;
+    let device = trace.devices.iter().position(|d| d.ordinal == rank.device)?;
+    let (first, last) = gpu_extent_ns(trace, shardscope_model::DeviceIdx(device as u32))?;
+    let warmup_ns = (steady_start - first).max(0);
+    let steps_before = steps.found_intervals.iter().filter(|s| s.0 < steady_start).count();
+    let excess_ns = (warmup_ns - steps_before as i64 * steps.time.p50_ns).max(0);
+    Some((rank.rank, warmup_ns, steps_before, excess_ns, (last - first).max(0)))
+}
+
+/// The earliest start and the latest end of `device`'s kernels and copies (`None`: it has none).
+fn gpu_extent_ns(trace: &Trace, device: shardscope_model::DeviceIdx) -> Option<(i64, i64)> {
+    let kernels = trace.kernels.iter().filter(|k| k.device == device).map(|k| (k.start_ns, k.end_ns));
+    let memops = trace.memops.iter().filter(|m| m.device == device).map(|m| (m.start_ns, m.end_ns));
+    kernels.chain(memops).fold(None, |extent, (start, end)| match extent {
+        None => Some((start, end)),
+        Some((first, last)) => Some((start.min(first), end.max(last))),
+    })
 }
 
 /// True when on some rank a gap between capture windows ends before the first steady step starts.

@@ -368,3 +368,71 @@ proptest! {
         }
     }
 }
+
+/// The typical own times are each instance's lower median across its members, also for instances far apart in the
+/// list (the medians are taken in runs of instances on worker threads): three ranks, 10,000 instances, every
+/// seventh on rank 0 alone (no peer: its own times stay as measured).
+#[test]
+fn typical_own_times_are_each_instances_median_across_runs_of_instances() {
+    use shardscope_analyzer::dependency::graph::{ExplicitModel, Graph, Op, OpKind, RankSpec};
+    use shardscope_analyzer::figures::collectives::RankKey;
+    use shardscope_model::DeviceIdx;
+    const INSTANCES: u32 = 10_000;
+    // Deterministic, unordered values: a start and a duration per (rank, instance).
+    let value = |rank: u32, instance: u32, salt: u32| i64::from((instance * 7_919 + rank * 104_729 + salt) % 1_000);
+    let mut ops = Vec::new();
+    for rank in 0..3u32 {
+        for instance in (0..INSTANCES).filter(|i| rank == 0 || i % 7 != 0) {
+            let start_ns = value(rank, instance, 0);
+            let end_ns = start_ns + 1 + value(rank, instance, 1);
+            let (lane, category, index) = (0, 0, instance);
+            let (comm, matched, rank_index) = (false, false, rank);
+            ops.push(Op {
+                kind: OpKind::Kernel,
+                rank_index,
+                index,
+                lane,
+                category,
+                comm,
+                matched,
+                start_ns,
+                end_ns,
+                instance,
+            });
+        }
+    }
+    let measured_ns: Vec<i64> = ops.iter().flat_map(|op| [op.start_ns, op.end_ns]).collect();
+    let external_ns: Vec<i64> = ops.iter().flat_map(|_| [0, i64::MIN]).collect();
+    let ranks = (0..3).map(|r| RankSpec { key: RankKey { trace: 0, device: DeviceIdx(r) }, rank: r }).collect();
+    let graph = Graph::from_explicit(ExplicitModel {
+        ops: ops.clone(),
+        ranks,
+        categories: vec!["gemm".into()],
+        window_start_ns: 0,
+        barriers: 0,
+        edges: Vec::new(),
+        external_ns,
+        measured_ns,
+        instances: INSTANCES,
+    });
+    let every_part = |_: &Op| whatif::OwnParts { delay: true, duration: true };
+    let own = whatif::typical_own_ns_with(&graph, &whatif::typical_of(&graph), every_part);
+    let lower_median = |mut values: Vec<i64>| {
+        values.sort_unstable();
+        values[(values.len() - 1) / 2]
+    };
+    let mut by_instance = vec![Vec::new(); INSTANCES as usize];
+    for op in &ops {
+        by_instance[op.instance as usize].push(op);
+    }
+    for (o, op) in ops.iter().enumerate() {
+        let members = &by_instance[op.instance as usize];
+        let (start, duration) = if members.len() < 2 {
+            (op.start_ns, op.end_ns - op.start_ns)
+        } else {
+            let starts = members.iter().map(|m| m.start_ns).collect();
+            (lower_median(starts), lower_median(members.iter().map(|m| m.end_ns - m.start_ns).collect()))
+        };
+        assert_eq!((own[2 * o], own[2 * o + 1]), (start, duration), "operation {o}, instance {}", op.instance);
+    }
+}
