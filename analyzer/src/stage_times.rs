@@ -1,8 +1,9 @@
 //! The wall time of each stage of a command on standard error, one line per stage, when `SHARDSCOPE_STAGE_TIMES`
 //! is set (to anything): where a large report spends its time (reading, the figures, the dependency model and
-//! its parts, the findings, writing), for sizing a machine and for the benchmarks. Where the system says (Linux's
-//! `/proc/self/status`), each line also gives the process's resident memory when the stage ended and the peak so
-//! far, which says which stage sets the command's peak. Without the variable nothing is timed or printed, and the
+//! its parts, the findings, writing), for sizing a machine and for the benchmarks. Each line also gives the CPU
+//! time the whole process used meanwhile (user and system, all threads: over the wall time, the cores the stage kept
+//! busy, where nothing ran beside it), and, where the system says (Linux's `/proc/self/status`), the process's
+//! resident memory when the stage ended and the peak so far, which says which stage sets the command's peak. Without the variable nothing is timed or printed, and the
 //! output is the same bytes either way.
 
 use std::io::Write;
@@ -19,18 +20,38 @@ pub fn enabled() -> bool {
 }
 
 /// Runs `work`; when timing is on, writes `analyzer: stage NAME S.SSS s` after it, followed by
-/// `(resident R MiB, peak P MiB)` where the system gives those figures.
+/// `(cpu C.CC s, resident R MiB, peak P MiB)`, each figure where the system gives it.
 pub fn stage<T>(name: &str, work: impl FnOnce() -> T) -> T {
     if !enabled() {
         return work();
     }
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), process_cpu_s());
     let result = work();
     let seconds = started.elapsed().as_secs_f64();
+    let mut figures = Vec::new();
+    if let (Some(before), Some(after)) = (cpu_before, process_cpu_s()) {
+        figures.push(format!("cpu {:.2} s", after - before));
+    }
+    if let Some((resident, peak)) = memory_mib() {
+        figures.push(format!("resident {resident} MiB, peak {peak} MiB"));
+    }
+    let figures = if figures.is_empty() { String::new() } else { format!(" ({})", figures.join(", ")) };
     // A lost line of timing is no reason to fail the command.
-    let memory = memory_mib().map(|(resident, peak)| format!(" (resident {resident} MiB, peak {peak} MiB)"));
-    let _ = writeln!(std::io::stderr(), "analyzer: stage {name} {seconds:.3} s{}", memory.unwrap_or_default());
+    let _ = writeln!(std::io::stderr(), "analyzer: stage {name} {seconds:.3} s{figures}");
     result
+}
+
+/// The user and system CPU time of the whole process so far, seconds (`None` where the system does not say).
+fn process_cpu_s() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` writes one `rusage` into the memory given, which is large enough and zeroed.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: it returned 0, so it filled the struct (and a zeroed `rusage` is a valid value anyway).
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
 }
 
 /// The process's resident memory and its peak so far, in MiB, from `/proc/self/status` (`None` elsewhere).
@@ -52,6 +73,20 @@ mod tests {
     #[test]
     fn a_stage_returns_what_its_work_returns() {
         assert_eq!(stage("sum", || 2 + 3), 5);
+    }
+
+    #[test]
+    fn the_process_cpu_time_grows_with_work() {
+        // Spins until the process has used 10 ms more CPU time; a clock that never moved would spin for 10 s.
+        let before = process_cpu_s().expect("getrusage answers on the platforms tested");
+        let started = Instant::now();
+        let mut x = 0u64;
+        let mut grown = false;
+        while !grown && started.elapsed().as_secs() < 10 {
+            x = std::hint::black_box(x.wrapping_add(1));
+            grown = x.is_multiple_of(1 << 16) && process_cpu_s().expect("getrusage answers") - before >= 0.01;
+        }
+        assert!(grown, "no CPU time counted after {:?} of spinning", started.elapsed());
     }
 
     #[test]
