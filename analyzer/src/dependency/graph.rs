@@ -296,6 +296,9 @@ pub struct Graph {
     instances: u32,
     /// Time buffers of finished replays, for the next ones.
     spare_times: SpareTimes,
+    /// Per operation, one bit: whether it runs on a GPU (bit `op % 64` of word `op / 64`). Every span replay asks
+    /// it of every operation's end; read from the operations, each question was a cache line of its own.
+    on_gpu_bits: Vec<u64>,
 }
 
 /// Replays' time buffers (one time per vertex) handed back when a replay ends and taken by the next: a fresh
@@ -867,6 +870,23 @@ struct GpuEvent {
 fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> ListedEdge {
     let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
     listed(target, Edge { source, lag_ns, kind })
+}
+
+/// Per operation, whether it runs on a GPU, one bit each ([`Graph::on_gpu_bits`]), made on worker threads.
+fn on_gpu_bits(ops: &[Op]) -> Vec<u64> {
+    ops.par_chunks(64)
+        .map(|chunk| chunk.iter().enumerate().fold(0u64, |bits, (i, op)| bits | u64::from(op.kind.on_gpu()) << i))
+        .collect()
+}
+
+/// What a collective barrier needs before its edges are written ([`Builder::barrier_arrivals`]).
+struct BarrierArrivals {
+    /// The latest start among its members.
+    latest_ns: i64,
+    /// The earliest time it gets from its members outside the model (`None`: every member is in it).
+    external_ns: Option<i64>,
+    /// Its edges: two per member in the model.
+    edges: u32,
 }
 
 /// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
@@ -1490,28 +1510,72 @@ impl<'a> Builder<'a> {
 
     /// Collective barriers: every member's start reaches the barrier, which its transfer waits for.
     fn add_collective_edges(&mut self) {
-        let op_count = self.op_count;
-        for barrier in 0..self.instances_in_model.len() {
-            let instance = &self.matching.instances[self.instances_in_model[barrier]];
-            let vertex = (2 * op_count + barrier) as u32;
-            let starts: Vec<(u32, i64)> = instance
-                .members
-                .iter()
-                .map(|&(t, k)| (self.maps[t].kernels[k as usize], self.traces[t].kernels[k as usize].start_ns))
-                .collect();
-            let latest_ns = starts.iter().map(|s| s.1).max().unwrap_or(0);
-            for &(op, start_ns) in &starts {
-                if op == NONE {
-                    self.external(vertex, start_ns, latest_ns);
-                } else {
-                    self.edge(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);
-                    let release_ns = self.release_ns[op as usize];
-                    self.edge(vertex, end_vertex(op), latest_ns, release_ns, EdgeKind::CollectiveRelease);
-                }
+        let barriers = self.instances_in_model.len();
+        let this = &*self;
+        // Each barrier's latest arrival and its edges' count, then its edges written into its own part of the room,
+        // both on worker threads (the members' look-ups are out of order): the edges stay in barrier order.
+        let arrivals: Vec<BarrierArrivals> = (0..barriers).into_par_iter().map(|b| this.barrier_arrivals(b)).collect();
+        for (barrier, arrivals) in arrivals.iter().enumerate() {
+            if let Some(at) = arrivals.external_ns {
+                let slot = &mut self.external_ns[2 * self.op_count + barrier];
+                *slot = (*slot).max(at);
             }
         }
-        self.stats.collective_instances = self.instances_in_model.len() as u64;
+        let total: usize = arrivals.iter().map(|a| a.edges as usize).sum();
+        // Out of the builder while its room is written, so that the builder can be read meanwhile.
+        let mut edges = std::mem::take(&mut self.edges);
+        let start = edges.len();
+        make_room(&mut edges, total);
+        edges.par_extend(rayon::iter::repeat_n([0u64; 3], total));
+        let mut parts: Vec<&mut [ListedEdge]> = Vec::with_capacity(barriers);
+        let mut room = &mut edges[start..];
+        for arrivals in &arrivals {
+            let (part, rest) = room.split_at_mut(arrivals.edges as usize);
+            parts.push(part);
+            room = rest;
+        }
+        let this = &*self;
+        parts.into_par_iter().zip(&arrivals).enumerate().for_each(|(barrier, (part, arrivals))| {
+            this.write_barrier_edges(barrier, arrivals.latest_ns, part);
+        });
+        self.edges = edges;
+        self.stats.collective_instances = barriers as u64;
         self.stats.unmatched_comm_kernels = self.ops.iter().filter(|o| o.comm && !o.matched).count() as u64;
+    }
+
+    /// The members of barrier `barrier`'s instance: (operation or [`NONE`] where not in the model, start).
+    fn barrier_members(&self, barrier: usize) -> impl Iterator<Item = (u32, i64)> + '_ {
+        let instance = &self.matching.instances[self.instances_in_model[barrier]];
+        instance
+            .members
+            .iter()
+            .map(|&(t, k)| (self.maps[t].kernels[k as usize], self.traces[t].kernels[k as usize].start_ns))
+    }
+
+    /// Barrier `barrier`'s latest arrival, the time it gets from members outside the model, and its edge count.
+    fn barrier_arrivals(&self, barrier: usize) -> BarrierArrivals {
+        let latest_ns = self.barrier_members(barrier).map(|m| m.1).max().unwrap_or(0);
+        let (mut external_ns, mut edges) = (None, 0);
+        for (op, start_ns) in self.barrier_members(barrier) {
+            if op == NONE {
+                external_ns = external_ns.max(Some(start_ns.min(latest_ns)));
+            } else {
+                edges += 2;
+            }
+        }
+        BarrierArrivals { latest_ns, external_ns, edges }
+    }
+
+    /// Writes into `part` barrier `barrier`'s edges: per member in the model, its arrival (its start before the
+    /// barrier) and its release (the barrier before its end).
+    fn write_barrier_edges(&self, barrier: usize, latest_ns: i64, part: &mut [ListedEdge]) {
+        let vertex = (2 * self.op_count + barrier) as u32;
+        let members = self.barrier_members(barrier).filter(|&(op, _)| op != NONE);
+        for ((op, start_ns), pair) in members.zip(part.chunks_exact_mut(2)) {
+            pair[0] = edge_between(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);
+            let release_ns = self.release_ns[op as usize];
+            pair[1] = edge_between(vertex, end_vertex(op), latest_ns, release_ns, EdgeKind::CollectiveRelease);
+        }
     }
 
     /// The measured time of vertex `vertex` (see [`vertex_measured`]).
@@ -1711,7 +1775,9 @@ impl Graph {
             barrier_instances,
             instances,
             spare_times: SpareTimes::default(),
+            on_gpu_bits: Vec::new(),
         };
+        graph.on_gpu_bits = on_gpu_bits(&graph.ops);
         graph.order = stage("model order", || graph.topological_order(&mut incoming));
         graph.position_of = graph.positions_in_order();
         // The plan takes the lists' place (they go as soon as it holds the kept edges: with both, a 10 M-kernel
@@ -1902,7 +1968,8 @@ impl Graph {
         let seen = |vertex: u32, t: i64| {
             if vertex % 2 == 1 && vertex < op_vertices {
                 let op = vertex / 2;
-                last.offer(op, self.ops[op as usize].kind.on_gpu(), t);
+                let on_gpu = self.on_gpu_bits[op as usize / 64] >> (op % 64) & 1 == 1;
+                last.offer(op, on_gpu, t);
             }
         };
         match &self.plan.far_sources {
