@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rayon::prelude::*;
 use serde::Serialize;
 use shardscope_model::{DeviceIdx, Trace};
 
@@ -44,15 +43,14 @@ impl RunIdentity {
         let hosts: BTreeSet<String> = trace.processes.iter().filter_map(|p| p.host.clone()).collect();
         let ranks: BTreeSet<u32> = trace.processes.iter().filter_map(|p| p.rank).collect();
         let pids: BTreeSet<u32> = trace.processes.iter().map(|p| p.pid).filter(|&p| p != 0).collect();
-        // Each list on worker threads: a large trace holds tens of millions of events.
-        let ranges = [
-            time_range_of(&trace.kernels, |k| (k.start_ns, k.end_ns)),
-            time_range_of(&trace.memops, |m| (m.start_ns, m.end_ns)),
-            time_range_of(&trace.graph_launches, |g| (g.start_ns, g.end_ns)),
-            time_range_of(&trace.api_calls, |a| (a.start_ns, a.end_ns)),
-            time_range_of(&trace.ranges, |r| (r.start_ns, r.end_ns)),
-        ];
-        let time_range_ns = ranges.into_iter().flatten().reduce(widest);
+        let starts = (trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
+            .chain(trace.memops.iter().map(|m| (m.start_ns, m.end_ns)))
+            .chain(trace.graph_launches.iter().map(|g| (g.start_ns, g.end_ns)))
+            .chain(trace.api_calls.iter().map(|a| (a.start_ns, a.end_ns)))
+            .chain(trace.ranges.iter().map(|r| (r.start_ns, r.end_ns)));
+        let time_range_ns = starts.fold(None, |range: Option<(i64, i64)>, (start, end)| {
+            Some(range.map_or((start, end), |(s, e)| (s.min(start), e.max(end))))
+        });
         RunIdentity {
             source: trace.source.path.clone(),
             hosts: hosts.into_iter().collect(),
@@ -65,16 +63,6 @@ impl RunIdentity {
                 .and_then(|offset| time_range_ns.map(|(start, end)| (start + offset, end + offset))),
         }
     }
-}
-
-/// The earliest start and the latest end of `events` (`None`: there are none).
-fn time_range_of<T: Sync>(events: &[T], times: impl Fn(&T) -> (i64, i64) + Sync + Send) -> Option<(i64, i64)> {
-    events.par_iter().with_min_len(1 << 14).map(times).reduce_with(widest)
-}
-
-/// The range from the earlier start to the later end of two.
-fn widest(a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
-    (a.0.min(b.0), a.1.max(b.1))
 }
 
 /// Why several inputs are not one run: one line naming the files.
