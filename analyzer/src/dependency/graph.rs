@@ -299,14 +299,7 @@ pub struct Graph {
     /// Per operation, one bit: whether it runs on a GPU (bit `op % 64` of word `op / 64`). Every span replay asks
     /// it of every operation's end; read from the operations, each question was a cache line of its own.
     on_gpu_bits: Vec<u64>,
-    /// Where the operations' rank changes, as (first operation, rank index) of each run of one rank, when there are
-    /// at most [`RANK_RUNS_KEPT`] runs (a trace's model has a few per rank): a replay that changes one rank asks
-    /// every operation's rank, which a look-up here answers without reading the operation. Empty: not kept.
-    rank_runs: Vec<(u32, u32)>,
 }
-
-/// The most runs of one rank's operations [`Graph::rank_of_op`] keeps.
-const RANK_RUNS_KEPT: usize = 1 << 12;
 
 /// Replays' time buffers (one time per vertex) handed back when a replay ends and taken by the next: a fresh
 /// buffer meets fresh pages, which the kernel zeroes on first touch (320 MB per replay of a 10 M-kernel model, and
@@ -877,20 +870,6 @@ struct GpuEvent {
 fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> ListedEdge {
     let lag_ns = (target_ref_ns.saturating_sub(source_ns)).min(0);
     listed(target, Edge { source, lag_ns, kind })
-}
-
-/// Where the operations' rank changes ([`Graph::rank_runs`]): empty when that is more than [`RANK_RUNS_KEPT`]
-/// times. Counted first, so that a model whose ranks alternate keeps nothing.
-fn rank_runs(ops: &[Op]) -> Vec<(u32, u32)> {
-    let changes_at = |i: &usize| ops[*i].rank_index != ops[*i - 1].rank_index;
-    let changes = (1..ops.len()).into_par_iter().with_min_len(PAR_MIN_LEN).filter(changes_at).count();
-    if ops.is_empty() || changes >= RANK_RUNS_KEPT {
-        return Vec::new();
-    }
-    let starts = (1..ops.len()).into_par_iter().with_min_len(PAR_MIN_LEN).filter(changes_at);
-    let mut runs = vec![(0, ops[0].rank_index)];
-    runs.par_extend(starts.map(|i| (i as u32, ops[i].rank_index)));
-    runs
 }
 
 /// Per operation, whether it runs on a GPU, one bit each ([`Graph::on_gpu_bits`]), made on worker threads.
@@ -1797,10 +1776,8 @@ impl Graph {
             instances,
             spare_times: SpareTimes::default(),
             on_gpu_bits: Vec::new(),
-            rank_runs: Vec::new(),
         };
         graph.on_gpu_bits = on_gpu_bits(&graph.ops);
-        graph.rank_runs = rank_runs(&graph.ops);
         graph.order = stage("model order", || graph.topological_order(&mut incoming));
         graph.position_of = graph.positions_in_order();
         // The plan takes the lists' place (they go as soon as it holds the kept edges: with both, a 10 M-kernel
@@ -1970,15 +1947,6 @@ impl Graph {
             self.position_of.par_iter().with_min_len(PAR_MIN_LEN).map(|&position| at[position as usize]).collect();
         self.spare_times.give(at);
         times
-    }
-
-    /// The rank index of operation `op` (its [`Op::rank_index`]), from the runs of one rank where they are kept.
-    pub fn rank_of_op(&self, op: u32) -> u32 {
-        if self.rank_runs.is_empty() {
-            return self.ops[op as usize].rank_index;
-        }
-        let run = self.rank_runs.partition_point(|&(first, _)| first <= op);
-        self.rank_runs[run - 1].1
     }
 
     /// The bytes one [`Graph::replayed_last_end`] holds while it runs: its ring and the far sources' times, or a
@@ -2753,36 +2721,6 @@ mod tests {
                 assert_eq!(graph.replayed_last_end(own_of, &[]), expected, "{waiting} waits, kernel {slow} slow");
                 let apart = graph.last_end(&graph.simulate_skipping(&full, &[EdgeKind::CrossStream]));
                 assert_eq!(graph.replayed_last_end(own_of, &[EdgeKind::CrossStream]), apart);
-            }
-        }
-    }
-
-    /// An operation's rank comes from the runs of one rank where they are few, and from the operation where the
-    /// ranks alternate too often to keep them: the same either way.
-    #[test]
-    fn the_rank_of_an_operation_is_its_own_whether_runs_are_kept_or_not() {
-        for (ops, run_length, kept) in [(10_000u32, 2_500u32, true), (2 * RANK_RUNS_KEPT as u32, 1, false)] {
-            let kernels: Vec<Op> = (0..ops)
-                .map(|i| Op {
-                    rank_index: (i / run_length) % 3,
-                    ..kernel(i, 0, i64::from(i) * 10, i64::from(i) * 10 + 5)
-                })
-                .collect();
-            let measured_ns: Vec<i64> = kernels.iter().flat_map(|o| [o.start_ns, o.end_ns]).collect();
-            let graph = Graph::from_explicit(ExplicitModel {
-                instances: ops,
-                ops: kernels.clone(),
-                ranks: (0..3).map(|r| RankSpec { rank: r, ..rank_zero()[0] }).collect(),
-                categories: vec!["kernel".into()],
-                window_start_ns: 0,
-                barriers: 0,
-                edges: Vec::new(),
-                external_ns: vec![i64::MIN; measured_ns.len()],
-                measured_ns,
-            });
-            assert_eq!(!graph.rank_runs.is_empty(), kept, "{ops} operations in runs of {run_length}");
-            for (o, op) in kernels.iter().enumerate() {
-                assert_eq!(graph.rank_of_op(o as u32), op.rank_index, "operation {o}");
             }
         }
     }

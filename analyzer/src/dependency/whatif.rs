@@ -352,27 +352,6 @@ pub fn typical_own_of<'a>(
     }
 }
 
-/// [`typical_own_of`] for a replay that changes only the operations of rank `rank_index` (`select` is asked of
-/// those alone): every other vertex keeps its measured own time, found without reading its operation (most
-/// vertices of a replay of one rank among many).
-pub fn typical_own_of_rank<'a>(
-    graph: &'a Graph,
-    typical: &'a Typical,
-    rank_index: u32,
-    select: impl Fn(&Op) -> OwnParts + 'a,
-) -> impl Fn(u32) -> i64 + 'a {
-    let base = graph.own_ns();
-    let op_vertices = 2 * graph.ops.len();
-    let of_rank = typical_own_of(graph, typical, select);
-    move |vertex: u32| {
-        if (vertex as usize) < op_vertices && graph.rank_of_op(vertex / 2) != rank_index {
-            base[vertex as usize]
-        } else {
-            of_rank(vertex)
-        }
-    }
-}
-
 fn scale(ns: i64, factor: f64) -> i64 {
     (ns as f64 * factor).round() as i64
 }

@@ -7,7 +7,7 @@
 use crate::dependency::graph::Op;
 use rayon::prelude::*;
 
-use crate::dependency::whatif::{OwnParts, typical_own_of_rank};
+use crate::dependency::whatif::{OwnParts, typical_own_of};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet};
 use crate::output::render::duration as human_ns;
@@ -16,7 +16,10 @@ const KIND: &str = "late_rank";
 
 /// The saving of replaying rank `rank_index` with the parts `select` names at typical own times.
 fn saving(context: &Context, rank_index: u32, select: impl Fn(&Op) -> OwnParts + Sync) -> i64 {
-    let own_of = typical_own_of_rank(&context.model.graph, &context.typical, rank_index, select);
+    let graph = &context.model.graph;
+    let own_of = typical_own_of(graph, &context.typical, |op| {
+        if op.rank_index == rank_index { select(op) } else { OwnParts::default() }
+    });
     context.replay_saving_ns(own_of, &[])
 }
 
