@@ -391,10 +391,11 @@ pub fn findings_of_model_with(
         flops,
         typical,
     };
-    let (no_straggler, before_fit) = crate::figures::workers::run(|| {
+    // On one pool: the types' threads, one of them taken by the no-straggler replay while it runs.
+    let (no_straggler, before_fit) = crate::figures::workers::with_threads(replay_threads(graph), || {
         rayon::join(
             || stage("findings: no-straggler replay", || whatif::no_straggler_last_end(model, &context.typical)),
-            || crate::figures::workers::with_threads(replay_threads(graph), || evaluate_before_fit(&context, rules)),
+            || evaluate_before_fit(&context, rules),
         )
     });
     let fit = whatif::model_fit_of(model, replay, no_straggler);
