@@ -3,8 +3,8 @@
 //! its parts, the findings, writing), for sizing a machine and for the benchmarks. Each line also gives the CPU
 //! time the whole process used meanwhile (user and system, all threads: over the wall time, the cores the stage kept
 //! busy, where nothing ran beside it), and, where the system says (Linux's `/proc/self/status`), the process's
-//! resident memory when the stage ended and the peak so far, which says which stage sets the command's peak. Without the variable nothing is timed or printed, and the
-//! output is the same bytes either way.
+//! resident memory when the stage ended and the peak so far, which says which stage sets the command's peak.
+//! Without the variable nothing is timed or printed, and the output is the same bytes either way.
 
 use std::io::Write;
 use std::sync::OnceLock;

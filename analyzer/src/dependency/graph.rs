@@ -883,8 +883,9 @@ fn on_gpu_bits(ops: &[Op]) -> Vec<u64> {
 struct BarrierArrivals {
     /// The latest start among its members.
     latest_ns: i64,
-    /// The earliest time it gets from its members outside the model (`None`: every member is in it).
-    external_ns: Option<i64>,
+    /// The latest start of its members outside the model (`None`: every member is in it), which reaches it from
+    /// outside ([`Builder::external`]).
+    outside_start_ns: Option<i64>,
     /// Its edges: two per member in the model.
     edges: u32,
 }
@@ -1516,9 +1517,8 @@ impl<'a> Builder<'a> {
         // both on worker threads (the members' look-ups are out of order): the edges stay in barrier order.
         let arrivals: Vec<BarrierArrivals> = (0..barriers).into_par_iter().map(|b| this.barrier_arrivals(b)).collect();
         for (barrier, arrivals) in arrivals.iter().enumerate() {
-            if let Some(at) = arrivals.external_ns {
-                let slot = &mut self.external_ns[2 * self.op_count + barrier];
-                *slot = (*slot).max(at);
+            if let Some(start_ns) = arrivals.outside_start_ns {
+                self.external(self.barrier_vertex(barrier), start_ns, arrivals.latest_ns);
             }
         }
         let total: usize = arrivals.iter().map(|a| a.edges as usize).sum();
@@ -1552,24 +1552,29 @@ impl<'a> Builder<'a> {
             .map(|&(t, k)| (self.maps[t].kernels[k as usize], self.traces[t].kernels[k as usize].start_ns))
     }
 
-    /// Barrier `barrier`'s latest arrival, the time it gets from members outside the model, and its edge count.
+    /// Barrier `barrier`'s vertex, after the operations' two each.
+    fn barrier_vertex(&self, barrier: usize) -> u32 {
+        (2 * self.op_count + barrier) as u32
+    }
+
+    /// Barrier `barrier`'s latest arrival, the latest start of its members outside the model, and its edge count.
     fn barrier_arrivals(&self, barrier: usize) -> BarrierArrivals {
         let latest_ns = self.barrier_members(barrier).map(|m| m.1).max().unwrap_or(0);
-        let (mut external_ns, mut edges) = (None, 0);
+        let (mut outside_start_ns, mut edges) = (None, 0);
         for (op, start_ns) in self.barrier_members(barrier) {
             if op == NONE {
-                external_ns = external_ns.max(Some(start_ns.min(latest_ns)));
+                outside_start_ns = outside_start_ns.max(Some(start_ns));
             } else {
                 edges += 2;
             }
         }
-        BarrierArrivals { latest_ns, external_ns, edges }
+        BarrierArrivals { latest_ns, outside_start_ns, edges }
     }
 
     /// Writes into `part` barrier `barrier`'s edges: per member in the model, its arrival (its start before the
     /// barrier) and its release (the barrier before its end).
     fn write_barrier_edges(&self, barrier: usize, latest_ns: i64, part: &mut [ListedEdge]) {
-        let vertex = (2 * self.op_count + barrier) as u32;
+        let vertex = self.barrier_vertex(barrier);
         let members = self.barrier_members(barrier).filter(|&(op, _)| op != NONE);
         for ((op, start_ns), pair) in members.zip(part.chunks_exact_mut(2)) {
             pair[0] = edge_between(start_vertex(op), vertex, start_ns, latest_ns, EdgeKind::CollectiveArrival);

@@ -358,10 +358,6 @@ pub fn findings_of_model_with(
     let graph = &model.graph;
     let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
-    // The model's shared parts (the critical path; the unchanged replay and the typical own times, which the fit
-    // checks use too) at once, then every finding type at once: each only reads them, and the outcomes keep their
-    // order, so the findings are the same bytes on any number of threads.
-    // The no-straggler replay of the fit checks follows the typical times beside the critical path.
     // The model's shared parts (the critical path, the unchanged replay, the typical own times) at once; then
     // every finding type at once beside the fit checks' no-straggler replay, which needs the typical times. Each
     // type only reads the shared parts, and the outcomes keep their order, so the findings are the same bytes on
@@ -487,13 +483,12 @@ fn with_fit(before_fit: Vec<Outcome>, context: &Context, fit: &Fit, rules: &Find
     let mut before_fit = before_fit.into_iter();
     let mut outcomes: Vec<Outcome> = before_fit.by_ref().take(BEFORE_FIT.len()).collect();
     outcomes.push(pipeline);
-    let replayed = before_fit.by_ref().take(REPLAYED_KINDS.len());
+    let replayed: Vec<Outcome> = before_fit.by_ref().take(REPLAYED_KINDS.len()).collect();
     if fit.fits {
         outcomes.extend(replayed);
     } else {
         let why = not_fitting(fit);
-        outcomes
-            .extend(replayed.map(|_| ()).zip(REPLAYED_KINDS).map(|((), kind)| Err(Quiet { kind, why: why.clone() })));
+        outcomes.extend(REPLAYED_KINDS.map(|kind| Err(Quiet { kind, why: why.clone() })));
     }
     outcomes.push(pageable);
     outcomes.extend(before_fit);
