@@ -418,8 +418,13 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
     let matching = stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
-    let ranks = stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options));
-    stage("report: run", || run_report(traces, ranks, matching, filter_steps, options))
+    // The run's own facts need no rank: they are gathered on one worker beside the ranks' (which leave workers
+    // idle where a machine has more cores than the run has ranks).
+    let (ranks, facts) = rayon::join(
+        || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options)),
+        || stage("report: run facts", || RunFacts::of(traces, options)),
+    );
+    stage("report: run", || report_of(facts, ranks, matching, filter_steps, options))
 }
 
 /// Each rank's report, ranks on worker threads, in rank order.
@@ -552,33 +557,6 @@ fn match_across_ranks(traces: &[Trace], prepared: &Prepared, options: &Options) 
     collectives::match_collectives(&inputs, &options.classifier, hosts_differ)
 }
 
-/// The report from its rank reports (ordered by rank) and the matching: the run-level parts.
-fn run_report(
-    traces: &[Trace],
-    ranks: Vec<RankReport>,
-    matching: Matching,
-    filter_steps: bool,
-    options: &Options,
-) -> Report {
-    let facts = RunFacts {
-        inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
-        warnings: traces
-            .iter()
-            .flat_map(|t| {
-                t.warnings.iter().map(|w| FileWarning {
-                    source: t.source.path.clone(),
-                    what: w.what.clone(),
-                    count: w.count,
-                })
-            })
-            .collect(),
-        identities: traces.iter().map(RunIdentity::of).collect(),
-        capture_notes: traces.iter().filter_map(capture_mode_note).collect(),
-        memory: memory::section(traces, &assign_ranks(traces), &options.phase_pattern),
-    };
-    report_of(facts, ranks, matching, filter_steps, options)
-}
-
 /// What the run-level parts of the report take from each trace: taken from all traces at once ([`analyze`]), or
 /// from one trace at a time ([`streaming`]).
 #[derive(Default)]
@@ -591,6 +569,28 @@ struct RunFacts {
     capture_notes: Vec<String>,
     /// The memory section, by rank.
     memory: Vec<memory::RankMemory>,
+}
+
+impl RunFacts {
+    /// The facts of all of `traces` at once.
+    fn of(traces: &[Trace], options: &Options) -> RunFacts {
+        RunFacts {
+            inputs: traces.iter().map(|t| t.source.path.clone()).collect(),
+            warnings: traces
+                .iter()
+                .flat_map(|t| {
+                    t.warnings.iter().map(|w| FileWarning {
+                        source: t.source.path.clone(),
+                        what: w.what.clone(),
+                        count: w.count,
+                    })
+                })
+                .collect(),
+            identities: traces.iter().map(RunIdentity::of).collect(),
+            capture_notes: traces.iter().filter_map(capture_mode_note).collect(),
+            memory: memory::section(traces, &assign_ranks(traces), &options.phase_pattern),
+        }
+    }
 }
 
 /// The report from the run's facts, its rank reports (ordered by rank) and the matching.
