@@ -243,6 +243,16 @@ fn build_from(
     })
 }
 
+/// The earliest kernel start and the latest kernel end of all traces, read on worker threads (tens of millions of
+/// kernels).
+fn kernels_extent_ns(traces: &[Trace]) -> (Option<i64>, Option<i64>) {
+    let widest = |a: (i64, i64), b: (i64, i64)| (a.0.min(b.0), a.1.max(b.1));
+    let extent = (traces.iter())
+        .filter_map(|t| t.kernels.par_iter().with_min_len(1 << 14).map(|k| (k.start_ns, k.end_ns)).reduce_with(widest))
+        .reduce(widest);
+    (extent.map(|e| e.0), extent.map(|e| e.1))
+}
+
 /// Warm-up steps the report left out before the steps a model counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WarmupLeftOut {
@@ -332,8 +342,7 @@ fn steady_windows_of(
     }
     let last = common - 1;
     let windows: Vec<Option<(i64, i64)>> = rank_steps.iter().map(|s| Some((s[first].0, s[last].1))).collect();
-    let trace_start = traces.iter().flat_map(|t| t.kernels.iter().map(|k| k.start_ns)).min();
-    let trace_end = traces.iter().flat_map(|t| t.kernels.iter().map(|k| k.end_ns)).max();
+    let (trace_start, trace_end) = kernels_extent_ns(traces);
     let window_start = windows.iter().flatten().map(|w| w.0).min().unwrap_or(0);
     let window_end = windows.iter().flatten().map(|w| w.1).max().unwrap_or(0);
     let mut excluded = Vec::new();

@@ -1442,17 +1442,30 @@ impl<'a> Builder<'a> {
 
     /// Per rank, the GPU operations in the model by end time.
     fn sort_gpu_ops_by_end(&mut self) {
-        let mut gpu_by_end: Vec<Vec<u32>> = vec![Vec::new(); self.ranks.len()];
-        for (op_id, op) in self.ops.iter().enumerate() {
-            if op.kind.on_gpu() {
-                gpu_by_end[op.rank_index as usize].push(op_id as u32);
-            }
-        }
-        let ops = &self.ops;
-        gpu_by_end.par_iter_mut().for_each(|list| list.sort_unstable_by_key(|&o| (ops[o as usize].end_ns, o)));
-        self.gpu_end_ns =
-            gpu_by_end.par_iter().map(|list| list.iter().map(|&o| ops[o as usize].end_ns).collect()).collect();
-        self.gpu_by_end = gpu_by_end;
+        let (ops, ranks) = (&self.ops, self.ranks.len());
+        // Each rank's GPU operations with their ends, gathered a chunk of operations per task (tens of millions to
+        // scan), then sorted: the keys (end, operation) are unique, so the sort gives the one order whatever the
+        // order gathered. The keys are made once beside the ids (read from the operations at each comparison, they
+        // miss the cache).
+        const CHUNK: usize = 1 << 16;
+        let per_chunk: Vec<Vec<Vec<(i64, u32)>>> = (ops.par_chunks(CHUNK).enumerate())
+            .map(|(chunk_index, chunk)| {
+                let mut per_rank = vec![Vec::new(); ranks];
+                for (offset, op) in chunk.iter().enumerate().filter(|(_, op)| op.kind.on_gpu()) {
+                    per_rank[op.rank_index as usize].push((op.end_ns, (chunk_index * CHUNK + offset) as u32));
+                }
+                per_rank
+            })
+            .collect();
+        let by_rank: Vec<(Vec<u32>, Vec<i64>)> = (0..ranks)
+            .into_par_iter()
+            .map(|rank| {
+                let mut keyed: Vec<(i64, u32)> = per_chunk.iter().flat_map(|c| &c[rank]).copied().collect();
+                keyed.par_sort_unstable();
+                keyed.into_iter().map(|(end_ns, id)| (id, end_ns)).unzip()
+            })
+            .collect();
+        (self.gpu_by_end, self.gpu_end_ns) = by_rank.into_iter().unzip();
     }
 
     /// The start time and index of the call that launched GPU operation `op`, if recorded.
@@ -1642,7 +1655,8 @@ impl<'a> Builder<'a> {
         let this = &self;
         let measured_ns: Vec<i64> = (0..vertex_count as u32).into_par_iter().map(|v| this.measured(v)).collect();
         self.stats.ops = op_count as u64;
-        self.stats.host_calls = self.ops.iter().filter(|o| o.kind == OpKind::HostCall).count() as u64;
+        let calls = self.ops.par_iter().with_min_len(PAR_MIN_LEN).filter(|o| o.kind == OpKind::HostCall).count();
+        self.stats.host_calls = calls as u64;
         self.stats.gpu_ops = self.stats.ops - self.stats.host_calls;
         Graph::assemble(Parts {
             ops: self.ops,
