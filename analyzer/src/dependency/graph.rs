@@ -976,8 +976,32 @@ struct RankOrderEdges {
     without_launch: u64,
 }
 
-/// A host call's place in host order: trace, rank, thread, start, end (later first), operation id.
-type HostOrderKey = (u32, u32, u32, i64, Reverse<i64>, u32);
+/// A host call's place in host order: its thread (trace, rank, thread id), start, end (later first), operation id;
+/// sorted by [`rdst`] a byte at a time (see [`rdst::RadixKey`]), in that order of significance.
+#[derive(Clone, Copy)]
+struct HostOrderKey {
+    thread: [u32; 3],
+    start_ns: i64,
+    end_ns: i64,
+    op: u32,
+}
+
+impl rdst::RadixKey for HostOrderKey {
+    const LEVELS: usize = 32;
+
+    #[inline]
+    fn get_level(&self, level: usize) -> u8 {
+        // Signed times with the sign bit flipped sort as unsigned; the end's bits inverted, later ends first.
+        const SIGN: u64 = 1 << 63;
+        let byte = |word: u64, at: usize| (word >> (8 * at)) as u8;
+        match level {
+            0..4 => byte(u64::from(self.op), level),
+            4..12 => byte(!(self.end_ns as u64 ^ SIGN), level - 4),
+            12..20 => byte(self.start_ns as u64 ^ SIGN, level - 12),
+            _ => byte(u64::from(self.thread[2 - (level - 20) / 4]), (level - 20) % 4),
+        }
+    }
+}
 
 /// The host order and nested-call edges of one host thread's calls (`calls`: sorted by start, the longer first).
 fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<ListedEdge> {
@@ -1418,14 +1442,15 @@ impl<'a> Builder<'a> {
             .filter(|&o| ops[o as usize].kind == OpKind::HostCall)
             .map(|o| {
                 let op = &ops[o as usize];
-                (trace_of(ranks, op) as u32, op.rank_index, op.lane, op.start_ns, Reverse(op.end_ns), o)
+                let thread = [trace_of(ranks, op) as u32, op.rank_index, op.lane];
+                HostOrderKey { thread, start_ns: op.start_ns, end_ns: op.end_ns, op: o }
             })
             .collect();
-        keyed.par_sort_unstable();
-        let host_ops: Vec<u32> = keyed.par_iter().map(|key| key.5).collect();
+        keyed.radix_sort_builder().with_low_mem_tuner().sort();
+        let host_ops: Vec<u32> = keyed.par_iter().map(|key| key.op).collect();
         // Each host thread's calls, cut where the keys' thread changes (the keys are at hand: the operations
         // would be read out of order).
-        let thread_lengths = keyed.chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2)).map(<[HostOrderKey]>::len);
+        let thread_lengths = keyed.chunk_by(|a, b| a.thread == b.thread).map(<[HostOrderKey]>::len);
         let mut threads: Vec<&[u32]> = Vec::new();
         let mut rest = host_ops.as_slice();
         for length in thread_lengths {
@@ -1846,7 +1871,9 @@ impl Graph {
             .map(|v| Reverse((measured_ns[v as usize], v)))
             .collect();
         let mut heap = BinaryHeap::from(ready);
-        let mut done: Vec<bool> = (0..n).into_par_iter().with_min_len(PAR_MIN_LEN).map(|_| false).collect();
+        // No mark of the vertices done: each vertex joins the heap (or `next`) once, when its in-degree comes to 0
+        // or it is forced, so it is handed out once; and where the heap runs dry (a cycle), every vertex of
+        // in-degree 0 has been handed out, so "not done" there is "in-degree above 0".
         let mut order: Vec<u32> = Vec::with_capacity(n);
         touch_pages(&mut order.spare_capacity_mut()[..n]);
         let mut by_time: Vec<u32> = Vec::new();
@@ -1861,13 +1888,13 @@ impl Graph {
                     by_time = (0..n as u32).collect();
                     by_time.sort_by_key(|&v| (self.measured_ns[v as usize], v));
                 }
-                while done[by_time[cursor] as usize] || indegree[by_time[cursor] as usize] == 0 {
+                while indegree[by_time[cursor] as usize] == 0 {
                     cursor += 1;
                 }
                 let v = by_time[cursor];
                 for index in incoming.range(v) {
                     let edge = incoming.edge(index);
-                    if !done[edge.source as usize] && edge.kind != EdgeKind::Dropped {
+                    if indegree[edge.source as usize] > 0 && edge.kind != EdgeKind::Dropped {
                         incoming.drop_edge(index);
                         self.stats.edges_dropped_for_cycles += 1;
                     }
@@ -1876,10 +1903,6 @@ impl Graph {
                 heap.push(Reverse((self.measured_ns[v as usize], v)));
                 continue;
             };
-            if done[v as usize] {
-                continue;
-            }
-            done[v as usize] = true;
             order.push(v);
             // The earliest of the vertices `v` makes ready waits in `next`; the others go to the heap.
             let mut earliest: Option<(i64, u32)> = None;
@@ -1888,7 +1911,7 @@ impl Graph {
                 let slot = &mut indegree[w as usize];
                 if *slot > 0 {
                     *slot -= 1;
-                    if *slot == 0 && !done[w as usize] {
+                    if *slot == 0 {
                         let ready = (self.measured_ns[w as usize], w);
                         match earliest {
                             Some(held) if held < ready => heap.push(Reverse(ready)),
@@ -1906,6 +1929,14 @@ impl Graph {
                     Some(Reverse(top)) if *top < ready => heap.push(Reverse(ready)),
                     _ => next = Some(ready.1),
                 }
+            }
+        }
+        // Tests (debug builds) check what the loop relies on: each vertex handed out once.
+        #[cfg(debug_assertions)]
+        {
+            let mut handed_out = vec![false; n];
+            for &v in &order {
+                assert!(!std::mem::replace(&mut handed_out[v as usize], true), "vertex {v} ordered twice");
             }
         }
         order

@@ -171,9 +171,17 @@ impl Scenario {
 /// Typical own times per operation instance: per instance the median across its members ([`typical_of`]). The
 /// replays of one model share it (the findings replay a rank at typical times several times).
 pub struct Typical {
-    start_ns: Vec<i64>,
-    end_ns: Vec<i64>,
-    members: Vec<u32>,
+    /// By instance. The replays read an instance's figures together, out of order (its members lie on every
+    /// rank): side by side they are one cache miss, not two.
+    of_instance: Vec<TypicalOwn>,
+}
+
+/// One instance's typical own times and how many operations it has.
+#[derive(Clone, Copy, Default)]
+struct TypicalOwn {
+    start_ns: i64,
+    end_ns: i64,
+    members: u32,
 }
 
 /// Nearest-rank median: the smallest value with at least half of the values at or below it.
@@ -203,22 +211,18 @@ pub fn typical_of(graph: &Graph) -> Typical {
         *slot += 1;
     }
     drop(fill);
-    let mut typical = Typical { start_ns: vec![0; n], end_ns: vec![0; n], members: vec![0; n] };
-    let runs = typical.start_ns.par_chunks_mut(INSTANCES_PER_RUN).zip(typical.end_ns.par_chunks_mut(INSTANCES_PER_RUN));
-    runs.zip(typical.members.par_chunks_mut(INSTANCES_PER_RUN)).enumerate().for_each(
-        |(run, ((starts, ends), members))| {
-            let first = run * INSTANCES_PER_RUN;
-            let mut medians = Medians::default();
-            for (i, ((start, end), count)) in starts.iter_mut().zip(ends.iter_mut()).zip(members.iter_mut()).enumerate()
-            {
-                let instance = first + i;
-                let of_instance = &by_instance[offsets[instance] as usize..offsets[instance + 1] as usize];
-                if let Some((start_ns, end_ns)) = medians.of(graph.own_ns(), of_instance) {
-                    (*start, *end, *count) = (start_ns, end_ns, of_instance.len() as u32);
-                }
+    let mut typical = Typical { of_instance: vec![TypicalOwn::default(); n] };
+    typical.of_instance.par_chunks_mut(INSTANCES_PER_RUN).enumerate().for_each(|(run, typical_owns)| {
+        let first = run * INSTANCES_PER_RUN;
+        let mut medians = Medians::default();
+        for (i, typical_own) in typical_owns.iter_mut().enumerate() {
+            let instance = first + i;
+            let of_instance = &by_instance[offsets[instance] as usize..offsets[instance + 1] as usize];
+            if let Some((start_ns, end_ns)) = medians.of(graph.own_ns(), of_instance) {
+                *typical_own = TypicalOwn { start_ns, end_ns, members: of_instance.len() as u32 };
             }
-        },
-    );
+        }
+    });
     typical
 }
 
@@ -258,7 +262,7 @@ fn own_with(graph: &Graph, typical: &Typical, base: &[i64], idealise: impl Fn(&O
     let mut without_peer = 0;
     for (op_id, op) in graph.ops.iter().enumerate() {
         let Some(factor) = idealise(op) else { continue };
-        if typical.members[op.instance as usize] < 2 {
+        if typical.of_instance[op.instance as usize].members < 2 {
             without_peer += 1;
         }
         for vertex in [start_vertex(op_id as u32), end_vertex(op_id as u32)] {
@@ -272,14 +276,14 @@ fn own_with(graph: &Graph, typical: &Typical, base: &[i64], idealise: impl Fn(&O
 /// ranks, scaled; an operation without a peer, and a matched collective's transfer (its wait is not an own time),
 /// keep `base`'s, scaled.
 fn idealised_own_ns(typical: &Typical, base: &[i64], op: &Op, vertex: usize, factor: f64) -> i64 {
-    let instance = op.instance as usize;
+    let typical = typical.of_instance[op.instance as usize];
     let is_start = vertex.is_multiple_of(2);
-    let own = if typical.members[instance] < 2 || (!is_start && op.matched) {
+    let own = if typical.members < 2 || (!is_start && op.matched) {
         base[vertex]
     } else if is_start {
-        typical.start_ns[instance]
+        typical.start_ns
     } else {
-        typical.end_ns[instance]
+        typical.end_ns
     };
     scale(own, factor)
 }
@@ -337,15 +341,15 @@ pub fn typical_own_of<'a>(
         if !parts.delay && !parts.duration {
             return base[v];
         }
-        let instance = op.instance as usize;
-        if typical.members[instance] < 2 {
+        let typical = typical.of_instance[op.instance as usize];
+        if typical.members < 2 {
             return base[v];
         }
         let is_start = v.is_multiple_of(2);
         if is_start && parts.delay {
-            typical.start_ns[instance]
+            typical.start_ns
         } else if !is_start && parts.duration && !op.matched {
-            typical.end_ns[instance]
+            typical.end_ns
         } else {
             base[v]
         }
