@@ -837,6 +837,19 @@ impl LastEnd {
         self.any = later(self.any);
     }
 
+    /// The latest of both offers: what one would hold had it been offered everything the two were (the order is
+    /// total, ties going to the lowest operation, so offers may be split and merged in any way).
+    fn merge(self, other: LastEnd) -> LastEnd {
+        let later = |a: Option<(u32, i64)>, b: Option<(u32, i64)>| match (a, b) {
+            (Some((ao, at)), Some((bo, bt))) => {
+                Some(if (at, Reverse(ao)) >= (bt, Reverse(bo)) { (ao, at) } else { (bo, bt) })
+            }
+            (a, None) => a,
+            (None, b) => b,
+        };
+        LastEnd { gpu: later(self.gpu, other.gpu), any: later(self.any, other.any) }
+    }
+
     /// (operation, end) of the latest GPU operation, else of the latest operation.
     fn found(self) -> Option<(u32, i64)> {
         self.gpu.or(self.any)
@@ -2169,11 +2182,15 @@ impl Graph {
 
     /// The latest end of a GPU operation (else of any operation) in `times`, and its operation.
     pub fn last_end(&self, times: &[i64]) -> Option<(u32, i64)> {
-        let mut last = LastEnd::default();
-        for (op, o) in self.ops.iter().enumerate() {
-            last.offer(op as u32, o.kind.on_gpu(), times[end_vertex(op as u32) as usize]);
-        }
-        last.found()
+        // On worker threads: tens of millions of operations, read several times per report.
+        crate::figures::workers::run(|| {
+            let ops = self.ops.par_iter().with_min_len(PAR_MIN_LEN).enumerate();
+            let offered = ops.fold(LastEnd::default, |mut last, (op, o)| {
+                last.offer(op as u32, o.kind.on_gpu(), times[end_vertex(op as u32) as usize]);
+                last
+            });
+            offered.reduce(LastEnd::default, LastEnd::merge).found()
+        })
     }
 
     /// The critical path through the measured times: see the module documentation.
@@ -2609,6 +2626,32 @@ mod tests {
         }
         let (target, edge) = unlisted(&listed(7, list[3].1));
         assert_eq!((target, edge.words()), (7, list[3].1.words()));
+    }
+
+    /// Offers split in two anywhere and merged, either way round, give what one holder offered everything gives:
+    /// ties of time (here many) go to the lowest operation, GPU operations before host calls.
+    #[test]
+    fn last_ends_merged_equal_one_holder_of_all_offers() {
+        let offers: Vec<(u32, bool, i64)> = (0..400u32)
+            .map(|op| (op, op.wrapping_mul(2_654_435_761) % 3 == 0, i64::from(op.wrapping_mul(7919) % 13)))
+            .collect();
+        let holding = |offers: &[(u32, bool, i64)]| {
+            let mut last = LastEnd::default();
+            for &(op, on_gpu, end_ns) in offers {
+                last.offer(op, on_gpu, end_ns);
+            }
+            last
+        };
+        let whole = holding(&offers);
+        for cut in 0..=offers.len() {
+            let (front, back) = offers.split_at(cut);
+            for merged in [holding(front).merge(holding(back)), holding(back).merge(holding(front))] {
+                assert_eq!((merged.gpu, merged.any), (whole.gpu, whole.any), "cut at {cut}");
+            }
+        }
+        let latest_gpu = offers.iter().filter(|o| o.1).map(|o| o.2).max();
+        let first_at_latest = offers.iter().find(|o| o.1 && Some(o.2) == latest_gpu).map(|o| (o.0, o.2));
+        assert_eq!(whole.gpu, first_at_latest);
     }
 
     /// Lists long enough for each way the in-place radix sort takes (a few hundred thousand edges, over a million)
