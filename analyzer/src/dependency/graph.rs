@@ -2654,6 +2654,38 @@ mod tests {
         assert_eq!(whole.gpu, first_at_latest);
     }
 
+    /// The radix sort puts host calls in the order of their keys read as a tuple (thread, start, end later first,
+    /// operation), negative and extreme times included, on lists long enough for each of the sort's ways.
+    #[test]
+    fn host_order_keys_sort_as_their_tuples() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let times = [i64::MIN, -1_000_000_007, -1, 0, 1, 17, 1_000_000_007, i64::MAX];
+        for count in [1_000usize, 200_000, 1_200_000] {
+            let mut keys: Vec<HostOrderKey> = (0..count as u32)
+                .map(|op| {
+                    let r = next();
+                    let thread =
+                        [(r % 2) as u32, (r >> 8) as u32 % 3, [7, 300, 70_000, u32::MAX][(r >> 16) as usize % 4]];
+                    let start_ns =
+                        if r >> 20 & 1 == 0 { times[(r >> 24) as usize % 8] } else { (r >> 28) as i64 % 5_000 - 2_500 };
+                    let end_ns = start_ns.saturating_add((r >> 40) as i64 % 3);
+                    HostOrderKey { thread, start_ns, end_ns, op }
+                })
+                .collect();
+            let tuple = |k: &HostOrderKey| (k.thread, k.start_ns, Reverse(k.end_ns), k.op);
+            let mut expected: Vec<u32> = keys.iter().map(|k| k.op).collect();
+            expected.sort_by_key(|&op| tuple(&keys[op as usize]));
+            keys.radix_sort_builder().with_low_mem_tuner().sort();
+            assert_eq!(keys.iter().map(|k| k.op).collect::<Vec<u32>>(), expected, "{count} keys");
+        }
+    }
+
     /// Lists long enough for each way the in-place radix sort takes (a few hundred thousand edges, over a million)
     /// give the same incoming lists as a stable sort by target: runs of ascending targets (as the model's passes
     /// list them) followed by scattered ones.
