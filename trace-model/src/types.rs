@@ -666,8 +666,13 @@ impl Trace {
         if !crate::parallel::all_pairs(&self.kernels, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
             self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
         }
-        self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
-        self.api_calls.sort_by_key(|a| (a.start_ns, a.end_ns));
+        // The same for the copies and the host calls (the stable sort of a list in order leaves it as it is).
+        if !crate::parallel::all_pairs(&self.memops, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
+            self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
+        }
+        if !crate::parallel::all_pairs(&self.api_calls, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
+            self.api_calls.sort_by_key(|a| (a.start_ns, a.end_ns));
+        }
         // Outer ranges first at equal start: longer before shorter.
         self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
 

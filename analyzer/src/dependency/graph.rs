@@ -45,7 +45,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
 use rayon::prelude::*;
 use rdst::RadixSort;
@@ -749,9 +749,9 @@ impl InstanceKeys {
             self.global_name(name);
         }
         for trace in traces {
-            let kernel_names = trace.kernels.iter().map(|k| k.name);
-            let call_names = trace.api_calls.iter().map(|c| c.name);
-            for (strip, used) in [(false, names_used(trace, kernel_names)), (true, names_used(trace, call_names))] {
+            let kernel_names = names_used(trace, &trace.kernels, |k| k.name);
+            let call_names = names_used(trace, &trace.api_calls, |c| c.name);
+            for (strip, used) in [(false, kernel_names), (true, call_names)] {
                 let ids = (trace.names.iter().zip(used))
                     .map(|((_, name), used)| {
                         if !used {
@@ -806,15 +806,18 @@ impl InstanceKeys {
     }
 }
 
-/// Per name id of `trace`, whether one of `ids` is it.
-fn names_used(trace: &Trace, ids: impl Iterator<Item = NameId>) -> Vec<bool> {
-    let mut used = vec![false; trace.names.len()];
-    for id in ids {
-        if let Some(slot) = used.get_mut(id.0 as usize) {
-            *slot = true;
+/// Per name id of `trace`, whether one of `events` is named by it, read on worker threads (tens of millions of
+/// events, a few names: a flag is read before it is set, so that the threads do not take its cache line in turn).
+fn names_used<T: Sync>(trace: &Trace, events: &[T], name: impl Fn(&T) -> NameId + Sync) -> Vec<bool> {
+    let used: Vec<AtomicBool> = (0..trace.names.len()).map(|_| AtomicBool::new(false)).collect();
+    events.par_iter().with_min_len(PAR_MIN_LEN).for_each(|event| {
+        if let Some(flag) = used.get(name(event).0 as usize)
+            && !flag.load(Ordering::Relaxed)
+        {
+            flag.store(true, Ordering::Relaxed);
         }
-    }
-    used
+    });
+    used.into_iter().map(AtomicBool::into_inner).collect()
 }
 
 /// The latest end among the operations' ends offered: of a GPU operation, else of any; on ties the lowest operation
