@@ -661,18 +661,10 @@ impl Trace {
     /// computes range nesting depths. Importers call it once, last.
     pub fn finish(&mut self) {
         self.check_times();
-        // Sorting kernels moves them, so carry each collective's kernel through the sort. Readers mostly give the
-        // kernels in order already: checked on several threads, a gigabyte of them is not walked again.
-        if !crate::parallel::all_pairs(&self.kernels, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
-            self.kernels.sort_by_key(|k| (k.start_ns, k.end_ns));
-        }
-        // The same for the copies and the host calls (the stable sort of a list in order leaves it as it is).
-        if !crate::parallel::all_pairs(&self.memops, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
-            self.memops.sort_by_key(|m| (m.start_ns, m.end_ns));
-        }
-        if !crate::parallel::all_pairs(&self.api_calls, |a, b| (a.start_ns, a.end_ns) <= (b.start_ns, b.end_ns)) {
-            self.api_calls.sort_by_key(|a| (a.start_ns, a.end_ns));
-        }
+        // Sorting kernels moves them, so carry each collective's kernel through the sort.
+        sort_by_times(&mut self.kernels, |k| (k.start_ns, k.end_ns));
+        sort_by_times(&mut self.memops, |m| (m.start_ns, m.end_ns));
+        sort_by_times(&mut self.api_calls, |a| (a.start_ns, a.end_ns));
         // Outer ranges first at equal start: longer before shorter.
         self.ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
 
@@ -772,6 +764,15 @@ impl Trace {
             range.depth = stack.len().min(u16::MAX as usize) as u16;
             stack.push(range.end_ns);
         }
+    }
+}
+
+/// Sorts `events` by `times` (start, end), stably, unless a check on several threads finds them in that order
+/// already: readers mostly give them so, and a gigabyte of events is then not walked again (the stable sort of a
+/// list in order would leave it as it is).
+fn sort_by_times<T: Send + Sync>(events: &mut [T], times: impl Fn(&T) -> (i64, i64) + Sync) {
+    if !crate::parallel::all_pairs(events, |a, b| times(a) <= times(b)) {
+        events.sort_by_key(|event| times(event));
     }
 }
 

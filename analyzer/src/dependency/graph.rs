@@ -1902,7 +1902,7 @@ impl Graph {
                 // A cycle: force the earliest remaining vertex.
                 if by_time.is_empty() {
                     by_time = (0..n as u32).collect();
-                    by_time.sort_by_key(|&v| (self.measured_ns[v as usize], v));
+                    by_time.sort_by_key(|&v| (measured_ns[v as usize], v));
                 }
                 while indegree[by_time[cursor] as usize] == 0 {
                     cursor += 1;
@@ -1916,7 +1916,7 @@ impl Graph {
                     }
                 }
                 indegree[v as usize] = 0;
-                heap.push(Reverse((self.measured_ns[v as usize], v)));
+                heap.push(Reverse((measured_ns[v as usize], v)));
                 continue;
             };
             order.push(v);
@@ -1928,7 +1928,7 @@ impl Graph {
                 if *slot > 0 {
                     *slot -= 1;
                     if *slot == 0 {
-                        let ready = (self.measured_ns[w as usize], w);
+                        let ready = (measured_ns[w as usize], w);
                         match earliest {
                             Some(held) if held < ready => heap.push(Reverse(ready)),
                             Some(held) => {
