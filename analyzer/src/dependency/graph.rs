@@ -43,17 +43,20 @@
 //! bounded number of edges per vertex.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use rayon::prelude::*;
 use rdst::RadixSort;
-use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
+use shardscope_model::Trace;
 
-use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
+use crate::figures::categories::Classifier;
 use crate::figures::collectives::{Matching, RankKey};
 use crate::stage_times::stage;
+
+mod operations;
+use operations::{GpuEvent, InstanceKeys, TraceMaps};
 
 /// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
 /// taken as an (inferred) cross-stream wait.
@@ -655,6 +658,8 @@ struct Builder<'a> {
     categories: Vec<String>,
     maps: Vec<TraceMaps>,
     instances: InstanceKeys,
+    /// Instance ids given to the operations (see [`Op::instance`]).
+    instance_count: u32,
     /// Each rank's GPU events, per stream in start order.
     rank_gpu_events: Vec<Vec<GpuEvent>>,
     /// Operations in the model (vertices `0..2 × op_count`), known once all are added.
@@ -669,155 +674,6 @@ struct Builder<'a> {
     /// Per rank, the end times of [`Builder::gpu_by_end`] in the same order: the searches bisect these in one
     /// array instead of reading an operation at every step.
     gpu_end_ns: Vec<Vec<i64>>,
-}
-
-/// Instance keys for the no-straggler what-if: (kind, lane, global name, occurrence on the rank's lane). The lane of
-/// a host call is its thread's ordinal on the rank (threads numbered by their first call), so that a helper
-/// thread's calls do not shift the main thread's occurrences; GPU work uses lane 0 (stream ids may differ between
-/// ranks). The occurrences are counted per rank ([`Occurrences`], on worker threads); the instance ids are given
-/// here, in the order the operations are added.
-#[derive(Default)]
-struct InstanceKeys {
-    global_names: HashMap<String, u32>,
-    /// Per trace and per name id of the trace: its global id as named (`2 × trace`) and with its `_vNNNN` version
-    /// suffix stripped (`2 × trace + 1`, host calls), made once before the ranks are read.
-    trace_names: Vec<Vec<u32>>,
-    /// Per (kind, lane, global name): the instance id of each occurrence (`NONE`: none in the model yet). One small
-    /// map and a list read in occurrence order, where a map keyed by the occurrence too would be as large as the
-    /// model and looked up at random.
-    instance_ids: HashMap<(u8, u32, u32), Vec<u32>, IntHasher>,
-    /// Instance ids given so far.
-    instance_count: u32,
-}
-
-/// How often each (kind, lane, global name) came so far on one rank.
-#[derive(Default)]
-struct Occurrences(HashMap<(u8, u32, u32), u32, IntHasher>);
-
-impl Occurrences {
-    /// The occurrence of this event of (`kind`, `lane`, name `name_id`) on the rank, counting from 0. Occurrences
-    /// count from the start of the trace, inside the window or not, so that the windows of different ranks (their
-    /// own step N) still pair the same instances.
-    fn next(&mut self, kind: OpKind, lane: u32, name_id: u32) -> u32 {
-        let count = self.0.entry((kind as u8, lane, name_id)).or_insert(0);
-        *count += 1;
-        *count - 1
-    }
-}
-
-/// A hasher for small keys of integers (multiply and rotate per word, as compilers' own maps do): the instance keys
-/// are hashed once or twice per event of every trace, where the default (DoS-resistant) hasher is slow.
-#[derive(Default, Clone, Copy)]
-struct IntHasher;
-
-impl std::hash::BuildHasher for IntHasher {
-    type Hasher = IntHash;
-    fn build_hasher(&self) -> IntHash {
-        IntHash(0)
-    }
-}
-
-/// The state of [`IntHasher`].
-struct IntHash(u64);
-
-impl std::hash::Hasher for IntHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl InstanceKeys {
-    /// Global ids for the names of every trace that name a kernel (as named) or a host call (without the version
-    /// suffix), and for the names the model gives copies, sets and graphs; other names (NVTX ranges, which can be
-    /// millions) get none. Only the grouping of the ids matters, not their values.
-    fn name_all(&mut self, traces: &[Trace]) {
-        for name in [MEMCPY_NAME, MEMSET_NAME, GRAPH_NAME] {
-            self.global_name(name);
-        }
-        for trace in traces {
-            let kernel_names = names_used(trace, &trace.kernels, |k| k.name);
-            let call_names = names_used(trace, &trace.api_calls, |c| c.name);
-            for (strip, used) in [(false, kernel_names), (true, call_names)] {
-                let ids = (trace.names.iter().zip(used))
-                    .map(|((_, name), used)| {
-                        if !used {
-                            return NONE;
-                        }
-                        self.global_name(if strip { strip_version(name) } else { name })
-                    })
-                    .collect();
-                self.trace_names.push(ids);
-            }
-        }
-    }
-
-    /// The global id of name `id` of trace `trace`, with its version suffix stripped when `strip` (host calls);
-    /// [`InstanceKeys::name_all`] made them.
-    fn of_trace(&self, trace: usize, id: NameId, strip: bool) -> u32 {
-        let ids = &self.trace_names[2 * trace + usize::from(strip)];
-        ids.get(id.0 as usize).copied().unwrap_or(NONE)
-    }
-
-    /// The global id of `name`.
-    fn global_name(&mut self, name: &str) -> u32 {
-        match self.global_names.get(name) {
-            Some(&id) => id,
-            None => {
-                let id = self.global_names.len() as u32;
-                self.global_names.insert(name.to_string(), id);
-                id
-            }
-        }
-    }
-
-    /// The global id of a name [`InstanceKeys::name_all`] registered.
-    fn known(&self, name: &str) -> u32 {
-        self.global_names.get(name).copied().unwrap_or(NONE)
-    }
-
-    /// The instance id of occurrence `occurrence` of (`kind`, `lane`, the name of global id `name_id`): a new id
-    /// the first time it is asked for.
-    fn instance_of(&mut self, kind: OpKind, lane: u32, name_id: u32, occurrence: u32) -> u32 {
-        let at = occurrence as usize;
-        let ids = self.instance_ids.entry((kind as u8, lane, name_id)).or_default();
-        if ids.len() <= at {
-            // Occurrences count one by one on each rank, so the list grows by at most the events seen.
-            ids.resize(at + 1, NONE);
-        }
-        if ids[at] == NONE {
-            ids[at] = self.instance_count;
-            self.instance_count += 1;
-        }
-        ids[at]
-    }
-}
-
-/// Per name id of `trace`, whether one of `events` is named by it, read on worker threads (tens of millions of
-/// events, a few names: a flag is read before it is set, so that the threads do not take its cache line in turn).
-fn names_used<T: Sync>(trace: &Trace, events: &[T], name: impl Fn(&T) -> NameId + Sync) -> Vec<bool> {
-    let used: Vec<AtomicBool> = (0..trace.names.len()).map(|_| AtomicBool::new(false)).collect();
-    events.par_iter().with_min_len(PAR_MIN_LEN).for_each(|event| {
-        if let Some(flag) = used.get(name(event).0 as usize)
-            && !flag.load(Ordering::Relaxed)
-        {
-            flag.store(true, Ordering::Relaxed);
-        }
-    });
-    used.into_iter().map(AtomicBool::into_inner).collect()
 }
 
 /// The latest end among the operations' ends offered: of a GPU operation, else of any; on ties the lowest operation
@@ -859,29 +715,6 @@ impl LastEnd {
     }
 }
 
-/// The instance names of copies, sets and graph launches.
-const MEMCPY_NAME: &str = "[CUDA memcpy]";
-const MEMSET_NAME: &str = "[CUDA memset]";
-const GRAPH_NAME: &str = "[CUDA graph]";
-
-/// Index maps from a trace's event lists to operation ids (`NONE` when the event is not in the model).
-struct TraceMaps {
-    kernels: Vec<u32>,
-    memops: Vec<u32>,
-    graphs: Vec<u32>,
-    calls: Vec<u32>,
-}
-
-/// A GPU event of a rank before it becomes an operation.
-struct GpuEvent {
-    kind: OpKind,
-    index: u32,
-    stream: u32,
-    start_ns: i64,
-    end_ns: i64,
-    launch: Option<u32>,
-}
-
 /// The edge from `source` to `target` (listed) whose lag makes the measured times satisfy it:
 /// `min(0, target_ref − source_time)`.
 fn edge_between(source: u32, target: u32, source_ns: i64, target_ref_ns: i64, kind: EdgeKind) -> ListedEdge {
@@ -905,82 +738,6 @@ struct BarrierArrivals {
     outside_start_ns: Option<i64>,
     /// Its edges: two per member in the model.
     edges: u32,
-}
-
-/// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
-fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
-    ranks.par_iter().map(|spec| gpu_events_of_rank(traces, spec)).collect()
-}
-
-/// One rank's GPU work, per stream in start order.
-fn gpu_events_of_rank(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
-    let trace = &traces[spec.key.trace];
-    let device: DeviceIdx = spec.key.device;
-    let mut events: Vec<GpuEvent> = Vec::new();
-    for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
-        events.push(GpuEvent {
-            kind: OpKind::Kernel,
-            index: index as u32,
-            stream: k.stream,
-            start_ns: k.start_ns,
-            end_ns: k.end_ns,
-            launch: k.launch,
-        });
-    }
-    for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
-        events.push(GpuEvent {
-            kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
-            index: index as u32,
-            stream: m.stream,
-            start_ns: m.start_ns,
-            end_ns: m.end_ns,
-            launch: m.launch,
-        });
-    }
-    for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
-        events.push(GpuEvent {
-            kind: OpKind::Graph,
-            index: index as u32,
-            stream: g.stream,
-            start_ns: g.start_ns,
-            end_ns: g.end_ns,
-            launch: g.launch,
-        });
-    }
-    events.sort_by_key(|e| (e.stream, e.start_ns, e.end_ns));
-    events
-}
-
-/// What one host call of a rank in its window is, found before it becomes an operation.
-struct HostCallFacts {
-    /// Its index in the trace's API calls.
-    call: u32,
-    /// Its thread's ordinal on the rank.
-    thread: u32,
-    /// Its instance name's global id, version suffix stripped.
-    name: u32,
-    /// Its occurrence on the rank's thread (see [`Occurrences`]).
-    occurrence: u32,
-    /// A `cudaStreamWaitEvent`/`cuStreamWaitEvent` (not followed across streams: counted).
-    stream_wait: bool,
-}
-
-/// What one GPU event of a rank is, found before it becomes an operation.
-struct GpuEventFacts {
-    /// Its index in the rank's event list.
-    event: usize,
-    /// Its instance name's global id (see [`InstanceKeys`]).
-    name: u32,
-    /// Its occurrence on the rank (see [`Occurrences`]).
-    occurrence: u32,
-    /// Its launching call (or, with none recorded, its own start) is in the rank's window.
-    in_window: bool,
-    /// The classifier's category of a kernel that is not communication.
-    category: u16,
-    /// The collective type of a communication kernel.
-    comm: Option<CollectiveOp>,
-    /// A communication kernel in the window matched across ranks.
-    matched: bool,
 }
 
 /// One rank's stream order and launch edges, and the dependencies on work outside the model (target vertex, source
@@ -1057,18 +814,6 @@ fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<ListedEdge> {
     edges
 }
 
-/// The host process of each rank; a process driving several analysed GPUs gives its calls to the first.
-fn process_ranks(traces: &[Trace], ranks: &[RankSpec]) -> HashMap<(usize, ProcessIdx), u32> {
-    let mut process_rank: HashMap<(usize, ProcessIdx), u32> = HashMap::new();
-    for (rank_index, spec) in ranks.iter().enumerate() {
-        let trace = &traces[spec.key.trace];
-        if let Some(process) = trace.devices.get(spec.key.device.0 as usize).and_then(|d| d.process) {
-            process_rank.entry((spec.key.trace, process)).or_insert(rank_index as u32);
-        }
-    }
-    process_rank
-}
-
 impl<'a> Builder<'a> {
     fn new(
         traces: &'a [Trace],
@@ -1099,6 +844,7 @@ impl<'a> Builder<'a> {
             categories: classifier.categories().to_vec(),
             maps,
             instances: InstanceKeys::default(),
+            instance_count: 0,
             rank_gpu_events: Vec::new(),
             op_count: 0,
             window_start_ns: 0,
@@ -1128,210 +874,7 @@ impl<'a> Builder<'a> {
 
     /// The id of category `name`, added after the known ones when new.
     fn category_id(&mut self, name: &str) -> u16 {
-        match self.categories.iter().position(|c| c == name) {
-            Some(i) => i as u16,
-            None => {
-                self.categories.push(name.to_string());
-                (self.categories.len() - 1) as u16
-            }
-        }
-    }
-
-    /// The host calls of each rank's process that start in its window (first: GPU operations refer to them). What
-    /// each call is ([`HostCallFacts`]) is found per rank on worker threads; the operations and their instance ids
-    /// are then added in trace and call order, as one thread would.
-    fn add_host_calls(&mut self, host_category: u16) {
-        let traces = self.traces;
-        let process_rank = process_ranks(traces, self.ranks);
-        // Per trace, per process index: the rank its calls go to.
-        let rank_of_process: Vec<Vec<Option<u32>>> = (traces.iter().enumerate())
-            .map(|(t, trace)| {
-                (0..trace.processes.len() as u32).map(|p| process_rank.get(&(t, ProcessIdx(p))).copied()).collect()
-            })
-            .collect();
-        let rank_of =
-            |trace: usize, process: ProcessIdx| rank_of_process[trace].get(process.0 as usize).copied().flatten();
-        let this = &*self;
-        let facts: Vec<Vec<HostCallFacts>> = (0..self.ranks.len() as u32)
-            .into_par_iter()
-            .map(|rank_index| this.host_call_facts(rank_index, |t, p| rank_of(t, p) == Some(rank_index)))
-            .collect();
-        let mut next_fact = vec![0usize; facts.len()];
-        make_room(&mut self.ops, facts.iter().map(Vec::len).sum());
-        for (trace_index, trace) in traces.iter().enumerate() {
-            for (index, call) in trace.api_calls.iter().enumerate() {
-                let Some(rank_index) = rank_of(trace_index, call.process) else {
-                    let counted =
-                        self.windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
-                    self.stats.host_calls_without_rank += u64::from(counted);
-                    continue;
-                };
-                let rank = rank_index as usize;
-                let Some(fact) = facts[rank].get(next_fact[rank]).filter(|f| f.call == index as u32) else {
-                    continue;
-                };
-                next_fact[rank] += 1;
-                self.stats.stream_wait_calls_not_followed += u64::from(fact.stream_wait);
-                self.maps[trace_index].calls[index] = self.ops.len() as u32;
-                let instance = self.instances.instance_of(OpKind::HostCall, fact.thread, fact.name, fact.occurrence);
-                self.ops.push(Op {
-                    kind: OpKind::HostCall,
-                    rank_index,
-                    index: index as u32,
-                    lane: call.tid,
-                    category: host_category,
-                    comm: false,
-                    matched: false,
-                    start_ns: call.start_ns,
-                    end_ns: call.end_ns,
-                    instance,
-                });
-            }
-        }
-    }
-
-    /// What each host call of rank `rank_index` in its window is, in call order; `ours(trace, process)` tells the
-    /// rank's calls. Threads are numbered and occurrences counted over all of the rank's calls.
-    fn host_call_facts(&self, rank_index: u32, ours: impl Fn(usize, ProcessIdx) -> bool) -> Vec<HostCallFacts> {
-        let trace_index = self.ranks[rank_index as usize].key.trace;
-        let trace = &self.traces[trace_index];
-        let mut threads: HashMap<u32, u32> = HashMap::new();
-        let mut occurrences = Occurrences::default();
-        let mut facts = Vec::new();
-        for (index, call) in trace.api_calls.iter().enumerate().filter(|(_, c)| ours(trace_index, c.process)) {
-            let next_thread = threads.len() as u32;
-            let thread = *threads.entry(call.tid).or_insert(next_thread);
-            let name = self.instances.of_trace(trace_index, call.name, true);
-            let occurrence = occurrences.next(OpKind::HostCall, thread, name);
-            if !self.in_window(rank_index, call.start_ns) {
-                continue;
-            }
-            let base = strip_version(trace.names.get(call.name));
-            let stream_wait = base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent";
-            facts.push(HostCallFacts { call: index as u32, thread, name, occurrence, stream_wait });
-        }
-        facts
-    }
-
-    /// The GPU work of each rank, in start order, whose launching call starts in the rank's window (or that starts
-    /// in it when no call is recorded). What each event is ([`GpuEventFacts`]) is found per rank on worker threads;
-    /// the operations and their instance keys are then added in rank and start order, as one thread would.
-    fn add_gpu_ops(&mut self, classifier: &Classifier) {
-        let traces = self.traces;
-        let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
-        let graph_category = self.category_id(crate::figures::categories::CUDA_GRAPH);
-        let memcpy_category = self.category_id(crate::figures::categories::MEMCPY);
-        let memset_category = self.category_id(crate::figures::categories::MEMSET);
-        let rank_gpu_events = std::mem::take(&mut self.rank_gpu_events);
-        let this = &*self;
-        let facts: Vec<Vec<GpuEventFacts>> = (this.ranks.par_iter().enumerate().zip(&rank_gpu_events))
-            .map(|((rank_index, spec), events)| this.gpu_event_facts(rank_index, spec, events, &classes, classifier))
-            .collect();
-        let mut comm_categories: HashMap<CollectiveOp, u16> = HashMap::new();
-        make_room(&mut self.ops, facts.iter().map(|rank| rank.iter().filter(|f| f.in_window).count()).sum());
-        for ((rank_index, spec), rank_facts) in self.ranks.iter().enumerate().zip(facts) {
-            let trace_index = spec.key.trace;
-            for fact in rank_facts {
-                let event = &rank_gpu_events[rank_index][fact.event];
-                // Categories are numbered in order of first appearance, inside the window or not.
-                let (category, comm) = match (event.kind, fact.comm) {
-                    (OpKind::Kernel, Some(op)) => {
-                        let category = comm_categories
-                            .entry(op)
-                            .or_insert_with(|| self.category_id(&format!("{COMM_PREFIX}{}", op.label())));
-                        (*category, true)
-                    }
-                    (OpKind::Kernel, None) => (fact.category, false),
-                    (OpKind::Copy, _) => (memcpy_category, false),
-                    (OpKind::Set, _) => (memset_category, false),
-                    (OpKind::Graph, _) => (graph_category, false),
-                    (OpKind::HostCall, _) => unreachable!("GPU events only"),
-                };
-                if !fact.in_window {
-                    continue;
-                }
-                let op_id = self.ops.len() as u32;
-                let maps = &mut self.maps[trace_index];
-                let map = match event.kind {
-                    OpKind::Kernel => &mut maps.kernels,
-                    OpKind::Graph => &mut maps.graphs,
-                    _ => &mut maps.memops,
-                };
-                map[event.index as usize] = op_id;
-                let instance = self.instances.instance_of(event.kind, 0, fact.name, fact.occurrence);
-                self.ops.push(Op {
-                    kind: event.kind,
-                    rank_index: rank_index as u32,
-                    index: event.index,
-                    lane: event.stream,
-                    category,
-                    comm,
-                    matched: fact.matched,
-                    start_ns: event.start_ns,
-                    end_ns: event.end_ns,
-                    instance,
-                });
-            }
-        }
-        self.rank_gpu_events = rank_gpu_events;
-    }
-
-    /// What each GPU event of one rank is, in start order (ties by position, so the order is the same on any thread
-    /// count).
-    fn gpu_event_facts(
-        &self,
-        rank_index: usize,
-        spec: &RankSpec,
-        events: &[GpuEvent],
-        classes: &[Vec<KernelClass>],
-        classifier: &Classifier,
-    ) -> Vec<GpuEventFacts> {
-        let trace_index = spec.key.trace;
-        let trace = &self.traces[trace_index];
-        let mut by_start: Vec<usize> = (0..events.len()).collect();
-        by_start.sort_unstable_by_key(|&i| (events[i].start_ns, i));
-        let mut occurrences = Occurrences::default();
-        let fixed_names =
-            [self.instances.known(MEMCPY_NAME), self.instances.known(MEMSET_NAME), self.instances.known(GRAPH_NAME)];
-        by_start
-            .into_iter()
-            .map(|i| {
-                let event = &events[i];
-                let name = match event.kind {
-                    OpKind::Kernel => {
-                        self.instances.of_trace(trace_index, trace.kernels[event.index as usize].name, false)
-                    }
-                    OpKind::Copy => fixed_names[0],
-                    OpKind::Set => fixed_names[1],
-                    _ => fixed_names[2],
-                };
-                let anchor = match event.launch.and_then(|l| trace.api_calls.get(l as usize)) {
-                    Some(call) => call.start_ns,
-                    None => event.start_ns,
-                };
-                let mut facts = GpuEventFacts {
-                    event: i,
-                    name,
-                    occurrence: occurrences.next(event.kind, 0, name),
-                    in_window: self.in_window(rank_index as u32, anchor),
-                    category: 0,
-                    comm: None,
-                    matched: false,
-                };
-                if event.kind == OpKind::Kernel {
-                    let kernel = &trace.kernels[event.index as usize];
-                    let class = Classifier::lookup(&classes[trace_index], kernel.name);
-                    if classifier.is_communication(class.category) {
-                        let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
-                        facts.comm = Some(class.collective.or(meta.map(|m| m.op)).unwrap_or_default());
-                    } else {
-                        facts.category = class.category.0;
-                    }
-                    facts.matched = facts.in_window && self.matching.shares.contains_key(&(trace_index, event.index));
-                }
-                facts
-            })
-            .collect()
+        operations::category_id(&mut self.categories, name)
     }
 
     /// Once every operation is in: the window start, the barrier vertices (after the operations' vertices), the
@@ -1710,7 +1253,7 @@ impl<'a> Builder<'a> {
             measured_ns,
             barriers: self.instances_in_model.len() as u32,
             barrier_instances: self.instances_in_model.iter().map(|&i| i as u32).collect(),
-            instances: self.instances.instance_count,
+            instances: self.instance_count,
         })
     }
 }
@@ -1729,11 +1272,7 @@ impl Graph {
     ) -> Graph {
         let b = stage("model operations", || {
             let mut b = Builder::new(traces, ranks, matching, classifier, windows_ns);
-            let host_category = b.category_id(HOST);
-            stage("model operations: instances named", || b.instances.name_all(traces));
-            stage("model operations: host calls", || b.add_host_calls(host_category));
-            b.rank_gpu_events = stage("model operations: GPU events per rank", || gpu_events_per_rank(traces, ranks));
-            stage("model operations: GPU operations", || b.add_gpu_ops(classifier));
+            b.add_operations(classifier);
             stage("model operations: vertices", || b.prepare_vertices());
             b
         });
@@ -2533,6 +2072,7 @@ fn vertex_measured(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardscope_model::DeviceIdx;
 
     /// External times kept as the rule and its exceptions read back as they were given, looked up or in order:
     /// exceptions first and last, side by side, a start without a time, an end and a barrier with one.
