@@ -8,6 +8,7 @@ use common::{analyzer, assert_one_line_error, repo_root};
 use proptest::prelude::*;
 use serde_json::Value;
 use shardscope_analyzer::dependency::critical_path::{self, CriticalPath, Model};
+use shardscope_analyzer::dependency::graph::OpKind;
 use shardscope_analyzer::dependency::whatif::{self, ScaleRule, ScaleTarget, Scenario};
 use shardscope_analyzer::report::Options;
 use shardscope_model::{Collective, CollectiveOp, Kernel, Trace};
@@ -434,5 +435,52 @@ fn typical_own_times_are_each_instances_median_across_runs_of_instances() {
             (lower_median(starts), lower_median(members.iter().map(|m| m.end_ns - m.start_ns).collect()))
         };
         assert_eq!((own[2 * o], own[2 * o + 1]), (start, duration), "operation {o}, instance {}", op.instance);
+    }
+}
+
+/// The operations' instance ids, on samples of one file with two ranks and of two files: numbered in order of first
+/// appearance among the operations (host calls first, then GPU work), so that they run from 0 without a gap; and an
+/// instance never mixes kinds or names, nor holds two operations of one rank. Host calls and GPU operations are
+/// numbered side by side and the GPU operations' ids moved past the host calls': a wrong move shows here as a gap,
+/// an instance of two kinds, or two operations of one rank.
+#[test]
+fn instance_ids_count_up_in_order_of_first_appearance_and_group_one_operation_per_rank() {
+    for sample in ["tp2_skew_capture.sqlite.gz", "kineto_tp2/rank0.pt.trace.json.gz"] {
+        let path = repo_root().join("sample-traces").join(sample);
+        let mut traces = shardscope_io::load(&path).unwrap();
+        if sample.starts_with("kineto_tp2") {
+            traces.extend(shardscope_io::load(&path.with_file_name("rank1.pt.trace.json.gz")).unwrap());
+        }
+        let model = model(&traces);
+        let graph = &model.graph;
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        for (o, op) in graph.ops.iter().enumerate() {
+            let instance = op.instance as usize;
+            assert!(instance <= members.len(), "{sample}: operation {o} has instance {instance} before it is due");
+            if instance == members.len() {
+                members.push(Vec::new());
+            }
+            members[instance].push(o as u32);
+        }
+        assert_eq!(members.len(), graph.instance_count(), "{sample}");
+        let mut shared = 0;
+        for (instance, ops) in members.iter().enumerate() {
+            let first = &graph.ops[ops[0] as usize];
+            let name = critical_path::op_name(&traces, graph, ops[0]);
+            let mut ranks: Vec<u32> = ops.iter().map(|&o| graph.ops[o as usize].rank_index).collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            assert_eq!(ranks.len(), ops.len(), "{sample}: instance {instance} holds two operations of one rank");
+            for &o in ops {
+                assert_eq!(graph.ops[o as usize].kind, first.kind, "{sample}: instance {instance} mixes kinds");
+                if first.kind != OpKind::HostCall {
+                    assert_eq!(critical_path::op_name(&traces, graph, o), name, "{sample}: instance {instance}");
+                }
+            }
+            shared += usize::from(ops.len() > 1);
+        }
+        let host_calls = graph.ops.iter().filter(|op| op.kind == OpKind::HostCall).count();
+        assert!(host_calls > 0 && host_calls < graph.ops.len(), "{sample}: both kinds of operations");
+        assert!(shared * 4 > members.len(), "{sample}: {shared} of {} instances on both ranks", members.len());
     }
 }
