@@ -83,7 +83,8 @@ const PAR_MIN_LEN: usize = 1 << 14;
 const SEARCH_BACK: usize = 64;
 
 /// What an operation is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Zeroable)]
+#[repr(u8)]
 pub enum OpKind {
     /// A GPU kernel.
     Kernel,
@@ -105,7 +106,7 @@ impl OpKind {
 }
 
 /// One operation of the model.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, bytemuck::Zeroable)]
 pub struct Op {
     /// What it is.
     pub kind: OpKind,

@@ -1,11 +1,12 @@
 //! The model's operations: each rank's host calls and GPU work in its window, one [`Op`] each, with the instance id
-//! the no-straggler what-if groups them by. What each event is (its instance key, whether it is in the window, its
-//! category) is found per rank on worker threads; the host calls and the GPU operations are then written side by
-//! side, each into its own part of the list and in the order one thread would add them, so that operation ids,
-//! categories and instance ids do not depend on the number of threads.
+//! the no-straggler what-if groups them by. Every step runs on worker threads: each trace's events are sorted out to
+//! their ranks in one pass; what each event is (its instance key, whether it is in the window, its category) is
+//! found per rank; then the operations are written, the host calls a run of calls per task and the GPU work a rank
+//! per task, each into its own slots of one list, and the instance keys numbered in order of first appearance. The
+//! operation ids, categories and instance ids are those one thread adding the operations in turn would give.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use rayon::prelude::*;
 use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
@@ -18,42 +19,13 @@ use crate::stage_times::stage;
 /// on the rank's lane). The lane of a host call is its thread's ordinal on the rank (threads numbered by their
 /// first call), so that a helper thread's calls do not shift the main thread's occurrences; GPU work uses lane 0
 /// (stream ids may differ between ranks). The occurrences are counted per rank ([`Occurrences`], on worker
-/// threads); the instance ids are given by [`InstanceNumbers`] in the order the operations are added.
+/// threads); [`number_instances`] numbers the keys in the order the operations are added.
 #[derive(Default)]
 pub(super) struct InstanceKeys {
     global_names: HashMap<String, u32>,
     /// Per trace and per name id of the trace: its global id as named (`2 × trace`) and with its `_vNNNN` version
     /// suffix stripped (`2 × trace + 1`, host calls), made once before the ranks are read.
     trace_names: Vec<Vec<u32>>,
-}
-
-/// Instance ids of (kind, lane, global name, occurrence), numbered in the order they are first asked for.
-#[derive(Default)]
-struct InstanceNumbers {
-    /// Per (kind, lane, global name): the instance id of each occurrence (`NONE`: none in the model yet). One small
-    /// map and a list read in occurrence order, where a map keyed by the occurrence too would be as large as the
-    /// model and looked up at random.
-    ids: HashMap<(u8, u32, u32), Vec<u32>, IntHasher>,
-    /// Ids given so far.
-    count: u32,
-}
-
-impl InstanceNumbers {
-    /// The instance id of occurrence `occurrence` of (`kind`, `lane`, the name of global id `name_id`): a new id
-    /// the first time it is asked for.
-    fn instance_of(&mut self, kind: OpKind, lane: u32, name_id: u32, occurrence: u32) -> u32 {
-        let at = occurrence as usize;
-        let ids = self.ids.entry((kind as u8, lane, name_id)).or_default();
-        if ids.len() <= at {
-            // Occurrences count one by one on each rank, so the list grows by at most the events seen.
-            ids.resize(at + 1, NONE);
-        }
-        if ids[at] == NONE {
-            ids[at] = self.count;
-            self.count += 1;
-        }
-        ids[at]
-    }
 }
 
 /// How often each (kind, lane, global name) came so far on one rank.
@@ -193,40 +165,112 @@ pub(super) struct GpuEvent {
     pub(super) launch: Option<u32>,
 }
 
-/// Each rank's GPU work (kernels, copies and sets, graph executions), per stream in start order.
-fn gpu_events_per_rank(traces: &[Trace], ranks: &[RankSpec]) -> Vec<Vec<GpuEvent>> {
-    ranks.par_iter().map(|spec| gpu_events_of_rank(traces, spec)).collect()
+/// Which events of its trace are one rank's: their indices in the trace's lists, in order.
+#[derive(Default)]
+struct RankEventIndices {
+    calls: Vec<u32>,
+    kernels: Vec<u32>,
+    memops: Vec<u32>,
+    graphs: Vec<u32>,
 }
 
-/// One rank's GPU work, per stream in start order.
-fn gpu_events_of_rank(traces: &[Trace], spec: &RankSpec) -> Vec<GpuEvent> {
-    let trace = &traces[spec.key.trace];
-    let device: DeviceIdx = spec.key.device;
-    let mut events: Vec<GpuEvent> = Vec::new();
-    for (index, k) in trace.kernels.iter().enumerate().filter(|(_, k)| k.device == device) {
+/// Events read per task while they are sorted to their ranks.
+const EVENTS_PER_TASK: usize = 1 << 16;
+
+/// Each rank's events, sorted out of its trace's lists in one pass per list (on worker threads) rather than one
+/// pass per rank: the ranks of a file that holds several would each read every event of the file. A rank's host
+/// calls are those of the process that drives its GPU ([`RankOfProcess`]), its GPU work that of its device.
+fn events_per_rank(traces: &[Trace], ranks: &[RankSpec], rank_of: &RankOfProcess) -> Vec<RankEventIndices> {
+    let per_trace: Vec<Vec<RankEventIndices>> = (traces.par_iter().enumerate())
+        .map(|(t, trace)| {
+            // The trace's ranks, numbered among themselves; the owner of each device.
+            let members: Vec<usize> = (0..ranks.len()).filter(|&r| ranks[r].key.trace == t).collect();
+            let mut member_of_rank = vec![None; ranks.len()];
+            let mut member_of_device = vec![None; trace.devices.len()];
+            for (m, &r) in members.iter().enumerate() {
+                member_of_rank[r] = Some(m);
+                if let Some(slot) = member_of_device.get_mut(ranks[r].key.device.0 as usize) {
+                    slot.get_or_insert(m);
+                }
+            }
+            let owner = |device: DeviceIdx| member_of_device.get(device.0 as usize).copied().flatten();
+            let calls = indices_by_owner(&trace.api_calls, members.len(), |c| {
+                rank_of.of(t, c.process).and_then(|r| member_of_rank[r as usize])
+            });
+            let kernels = indices_by_owner(&trace.kernels, members.len(), |k| owner(k.device));
+            let memops = indices_by_owner(&trace.memops, members.len(), |m| owner(m.device));
+            let graphs = indices_by_owner(&trace.graph_launches, members.len(), |g| owner(g.device));
+            (calls.into_iter().zip(kernels).zip(memops).zip(graphs))
+                .map(|(((calls, kernels), memops), graphs)| RankEventIndices { calls, kernels, memops, graphs })
+                .collect()
+        })
+        .collect();
+    let mut per_rank: Vec<RankEventIndices> = (0..ranks.len()).map(|_| RankEventIndices::default()).collect();
+    for (t, lists) in per_trace.into_iter().enumerate() {
+        let members = (0..ranks.len()).filter(|&r| ranks[r].key.trace == t);
+        for (r, indices) in members.zip(lists) {
+            per_rank[r] = indices;
+        }
+    }
+    per_rank
+}
+
+/// Per owner (`0..owners`), the indices of the items `owner` gives it, in order: a run of items per task, then each
+/// owner's runs joined.
+fn indices_by_owner<T: Sync>(items: &[T], owners: usize, owner: impl Fn(&T) -> Option<usize> + Sync) -> Vec<Vec<u32>> {
+    let per_run: Vec<Vec<Vec<u32>>> = (items.par_chunks(EVENTS_PER_TASK).enumerate())
+        .map(|(run, chunk)| {
+            let mut lists = vec![Vec::new(); owners];
+            for (i, item) in chunk.iter().enumerate() {
+                if let Some(list) = owner(item).and_then(|o| lists.get_mut(o)) {
+                    list.push((run * EVENTS_PER_TASK + i) as u32);
+                }
+            }
+            lists
+        })
+        .collect();
+    (0..owners)
+        .into_par_iter()
+        .map(|o| {
+            let mut all = Vec::with_capacity(per_run.iter().map(|lists| lists[o].len()).sum());
+            for lists in &per_run {
+                all.extend_from_slice(&lists[o]);
+            }
+            all
+        })
+        .collect()
+}
+
+/// One rank's GPU work (`own`: its events' indices in its trace), per stream in start order.
+fn gpu_events_of_rank(trace: &Trace, own: &RankEventIndices) -> Vec<GpuEvent> {
+    let mut events: Vec<GpuEvent> = Vec::with_capacity(own.kernels.len() + own.memops.len() + own.graphs.len());
+    for &index in &own.kernels {
+        let k = &trace.kernels[index as usize];
         events.push(GpuEvent {
             kind: OpKind::Kernel,
-            index: index as u32,
+            index,
             stream: k.stream,
             start_ns: k.start_ns,
             end_ns: k.end_ns,
             launch: k.launch,
         });
     }
-    for (index, m) in trace.memops.iter().enumerate().filter(|(_, m)| m.device == device) {
+    for &index in &own.memops {
+        let m = &trace.memops[index as usize];
         events.push(GpuEvent {
             kind: if m.is_memset() { OpKind::Set } else { OpKind::Copy },
-            index: index as u32,
+            index,
             stream: m.stream,
             start_ns: m.start_ns,
             end_ns: m.end_ns,
             launch: m.launch,
         });
     }
-    for (index, g) in trace.graph_launches.iter().enumerate().filter(|(_, g)| g.device == device) {
+    for &index in &own.graphs {
+        let g = &trace.graph_launches[index as usize];
         events.push(GpuEvent {
             kind: OpKind::Graph,
-            index: index as u32,
+            index,
             stream: g.stream,
             start_ns: g.start_ns,
             end_ns: g.end_ns,
@@ -301,6 +345,12 @@ impl RankOfProcess {
     }
 }
 
+/// What each event of one rank is, and how often each instance key's (kind, lane, name) came on the rank.
+struct RankFacts<F> {
+    facts: Vec<F>,
+    occurrences: Occurrences,
+}
+
 /// The categories the model gives copies, sets and graph launches.
 #[derive(Clone, Copy)]
 struct FixedCategories {
@@ -320,41 +370,91 @@ pub(super) fn category_id(categories: &mut Vec<String>, name: &str) -> u16 {
     }
 }
 
-/// A trace's maps from GPU events to operation ids, borrowed apart from its host calls' map.
-struct GpuMaps<'m> {
-    kernels: &'m mut Vec<u32>,
-    memops: &'m mut Vec<u32>,
-    graphs: &'m mut Vec<u32>,
+/// Host call operations written per run of this many calls of a trace, on worker threads.
+const CALLS_PER_TASK: usize = 1 << 15;
+
+/// `count` operations to be written, all bytes zero: memory the system gives zeroed as the tasks that write the
+/// operations first touch it (setting every operation first would take a pass over gigabytes).
+fn operation_slots(count: usize) -> Vec<Op> {
+    bytemuck::zeroed_vec(count)
 }
 
-/// `count` operations to be written, every slot written once on worker threads first: their pages are taken there,
-/// not by the one thread that then writes each part in order.
-fn operation_slots(count: usize) -> Vec<Op> {
-    const UNSET: Op = Op {
-        kind: OpKind::HostCall,
-        rank_index: NONE,
-        index: NONE,
-        lane: 0,
-        category: 0,
-        comm: false,
-        matched: false,
-        start_ns: 0,
-        end_ns: 0,
-        instance: NONE,
-    };
-    let mut ops = Vec::with_capacity(count);
-    ops.par_extend(rayon::iter::repeat_n(UNSET, count).with_min_len(PAR_MIN_LEN));
-    ops
+/// Where each instance key (kind, lane, name, occurrence) has its slot: a run of slots per (kind, lane, name), one
+/// per occurrence on the rank where it came most often. Operations hold their key's slot until
+/// [`number_instances`] turns slots into instance ids.
+struct KeySlots {
+    first_slot: HashMap<(u8, u32, u32), u32, IntHasher>,
+    count: usize,
+}
+
+impl KeySlots {
+    /// The slots of every rank's keys, runs laid out in key order.
+    fn new<'o>(per_rank: impl Iterator<Item = &'o Occurrences>) -> KeySlots {
+        let mut most: HashMap<(u8, u32, u32), u32, IntHasher> = HashMap::default();
+        for occurrences in per_rank {
+            for (&key, &count) in &occurrences.0 {
+                let held = most.entry(key).or_insert(0);
+                *held = (*held).max(count);
+            }
+        }
+        let mut keys: Vec<((u8, u32, u32), u32)> = most.into_iter().collect();
+        keys.sort_unstable();
+        let mut first_slot = HashMap::with_capacity_and_hasher(keys.len(), IntHasher);
+        let mut count = 0usize;
+        for (key, occurrences) in keys {
+            first_slot.insert(key, count as u32);
+            count += occurrences as usize;
+        }
+        KeySlots { first_slot, count }
+    }
+
+    /// The slot of occurrence `occurrence` of (`kind`, `lane`, `name`), a key the ranks' counts hold.
+    fn of(&self, kind: OpKind, lane: u32, name: u32, occurrence: u32) -> u32 {
+        self.first_slot.get(&(kind as u8, lane, name)).map_or(NONE, |first| first + occurrence)
+    }
+}
+
+/// Turns each operation's key slot (in [`Op::instance`]) into its instance id: keys numbered in order of first
+/// appearance among `ops`, as one thread giving a new id to each new key would, on worker threads. Returns how many.
+fn number_instances(ops: &mut [Op], slot_count: usize) -> u32 {
+    let atomics =
+        |count: usize| -> Vec<AtomicU32> { (0..count).into_par_iter().map(|_| AtomicU32::new(NONE)).collect() };
+    // Each key's first operation.
+    let first_op = atomics(slot_count);
+    ops.par_iter().with_min_len(PAR_MIN_LEN).enumerate().for_each(|(o, op)| {
+        first_op[op.instance as usize].fetch_min(o as u32, Ordering::Relaxed);
+    });
+    let is_first = |o: usize, op: &Op| first_op[op.instance as usize].load(Ordering::Relaxed) == o as u32;
+    // New keys per run of operations, then each run's first id.
+    let per_run: Vec<u32> = (ops.par_chunks(PAR_MIN_LEN).enumerate())
+        .map(|(run, chunk)| {
+            let at = run * PAR_MIN_LEN;
+            chunk.iter().enumerate().filter(|&(i, op)| is_first(at + i, op)).count() as u32
+        })
+        .collect();
+    let first_ids: Vec<u32> = per_run.iter().scan(0u32, |next, &n| Some(std::mem::replace(next, *next + n))).collect();
+    let id_of_slot = atomics(slot_count);
+    (ops.par_chunks(PAR_MIN_LEN).enumerate().zip(&first_ids)).for_each(|((run, chunk), &first_id)| {
+        let at = run * PAR_MIN_LEN;
+        let firsts = chunk.iter().enumerate().filter(|&(i, op)| is_first(at + i, op));
+        for ((_, op), id) in firsts.zip(first_id..) {
+            id_of_slot[op.instance as usize].store(id, Ordering::Relaxed);
+        }
+    });
+    ops.par_iter_mut().with_min_len(PAR_MIN_LEN).for_each(|op| {
+        op.instance = id_of_slot[op.instance as usize].load(Ordering::Relaxed);
+    });
+    per_run.iter().sum()
 }
 
 impl Builder<'_> {
     /// Every rank's operations: the host calls of its process that start in its window, in trace and call order
     /// (first: GPU operations refer to them), then its GPU work whose launching call starts in the window (or that
     /// starts in it when no call is recorded), in rank and start order. Instance ids are numbered in order of first
-    /// appearance in that order; a host call and a GPU operation never share a key (their kinds differ), so the two
-    /// parts are numbered side by side and the GPU operations' ids then moved past the host calls'.
+    /// appearance in that order. Each part is written on worker threads: the host calls a run of calls at a time,
+    /// the GPU work a rank at a time.
     pub(super) fn add_operations(&mut self, classifier: &Classifier) {
-        let (traces, ranks, windows_ns) = (self.traces, self.ranks, self.windows_ns);
+        let (traces, ranks) = (self.traces, self.ranks);
         // Categories in the order one pass would meet them: host, graph, copies, sets, then each collective.
         let host_category = self.category_id(HOST);
         let fixed = FixedCategories {
@@ -366,55 +466,96 @@ impl Builder<'_> {
         let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
         let rank_of = RankOfProcess::new(traces, ranks);
         let this = &*self;
+        let own = stage("model operations: events per rank", || events_per_rank(traces, ranks, &rank_of));
         let (host_facts, (events, gpu_facts)) = stage("model operations: facts per rank", || {
             rayon::join(
-                || {
-                    (0..ranks.len() as u32)
-                        .into_par_iter()
-                        .map(|r| this.host_call_facts(r, |t, p| rank_of.of(t, p) == Some(r)))
-                        .collect::<Vec<_>>()
+                || -> Vec<RankFacts<HostCallFacts>> {
+                    (0..ranks.len()).into_par_iter().map(|r| this.host_call_facts(r as u32, &own[r].calls)).collect()
                 },
                 || {
-                    let events = gpu_events_per_rank(traces, ranks);
-                    let facts: Vec<Vec<GpuEventFacts>> = (ranks.par_iter().enumerate().zip(&events))
+                    let events: Vec<Vec<GpuEvent>> = (ranks.par_iter().zip(&own))
+                        .map(|(spec, own)| gpu_events_of_rank(&traces[spec.key.trace], own))
+                        .collect();
+                    let facts: Vec<RankFacts<GpuEventFacts>> = (ranks.par_iter().enumerate().zip(&events))
                         .map(|((r, spec), events)| this.gpu_event_facts(r, spec, events, &classes, classifier))
                         .collect();
                     (events, facts)
                 },
             )
         });
-        let host_count: usize = host_facts.iter().map(Vec::len).sum();
-        let gpu_count = gpu_facts.iter().flatten().filter(|f| f.in_window).count();
-        let mut ops = operation_slots(host_count + gpu_count);
-        let (host_ops, gpu_ops) = ops.split_at_mut(host_count);
-        let (call_maps, gpu_maps): (Vec<&mut Vec<u32>>, Vec<GpuMaps>) = (self.maps.iter_mut())
-            .map(|m| (&mut m.calls, GpuMaps { kernels: &mut m.kernels, memops: &mut m.memops, graphs: &mut m.graphs }))
-            .unzip();
-        let host =
-            HostCallsToWrite { traces, windows_ns, rank_of: &rank_of, facts: &host_facts, category: host_category };
-        let gpu = GpuOpsToWrite { ranks, events: &events, facts: &gpu_facts, fixed, first_op: host_count as u32 };
-        let categories = &mut self.categories;
-        let (written, gpu_numbers) = stage("model operations: host calls beside GPU operations", || {
-            rayon::join(|| host.write(host_ops, call_maps), || gpu.write(gpu_ops, gpu_maps, categories))
+        drop(own);
+        let comm_categories = self.comm_categories(&gpu_facts);
+        stage("model operations: written", || {
+            let slots = KeySlots::new(
+                host_facts.iter().map(|r| &r.occurrences).chain(gpu_facts.iter().map(|r| &r.occurrences)),
+            );
+            let host_count: usize = host_facts.iter().map(|r| r.facts.len()).sum();
+            let gpu_counts: Vec<usize> =
+                gpu_facts.iter().map(|r| r.facts.iter().filter(|f| f.in_window).count()).collect();
+            let mut ops = operation_slots(host_count + gpu_counts.iter().sum::<usize>());
+            let (host_ops, gpu_ops) = ops.split_at_mut(host_count);
+            let host = HostCallsToWrite {
+                traces,
+                ranks,
+                windows_ns: self.windows_ns,
+                rank_of: &rank_of,
+                facts: &host_facts,
+                slots: &slots,
+                category: host_category,
+            };
+            let gpu =
+                GpuOpsToWrite { ranks, events: &events, facts: &gpu_facts, slots: &slots, fixed, comm_categories };
+            let mut maps = std::mem::take(&mut self.maps);
+            let (call_maps, gpu_maps): (Vec<&mut Vec<u32>>, Vec<GpuMaps>) = (maps.iter_mut())
+                .map(|m| (&mut m.calls, GpuMaps::new(&mut m.kernels, &mut m.memops, &mut m.graphs)))
+                .unzip();
+            let ((without_rank, stream_waits), gpu_maps) = rayon::join(
+                || host.write(host_ops, call_maps),
+                || gpu.write(gpu_ops, host_count as u32, &gpu_counts, gpu_maps),
+            );
+            for (trace_maps, gpu_maps) in maps.iter_mut().zip(gpu_maps) {
+                gpu_maps.into_maps(trace_maps);
+            }
+            self.maps = maps;
+            self.instance_count = number_instances(&mut ops, slots.count);
+            self.stats.host_calls_without_rank += without_rank;
+            self.stats.stream_wait_calls_not_followed += stream_waits;
+            self.ops = ops;
         });
-        let host_instances = written.numbers.count;
-        gpu_ops.par_iter_mut().with_min_len(PAR_MIN_LEN).for_each(|op| op.instance += host_instances);
-        self.instance_count = host_instances + gpu_numbers.count;
-        self.stats.host_calls_without_rank += written.without_rank;
-        self.stats.stream_wait_calls_not_followed += written.stream_waits;
-        self.ops = ops;
         self.rank_gpu_events = events;
+    }
+
+    /// The categories of the collectives, numbered in order of first appearance over the ranks in turn (inside a
+    /// window or not): each rank's collectives in its order of first appearance, found on worker threads.
+    fn comm_categories(&mut self, gpu_facts: &[RankFacts<GpuEventFacts>]) -> HashMap<CollectiveOp, u16> {
+        let per_rank: Vec<Vec<CollectiveOp>> = (gpu_facts.par_iter())
+            .map(|rank| {
+                let mut seen: Vec<CollectiveOp> = Vec::new();
+                for op in rank.facts.iter().filter_map(|f| f.comm) {
+                    if !seen.contains(&op) {
+                        seen.push(op);
+                    }
+                }
+                seen
+            })
+            .collect();
+        let mut categories = HashMap::new();
+        for op in per_rank.into_iter().flatten() {
+            categories.entry(op).or_insert_with(|| self.category_id(&format!("{COMM_PREFIX}{}", op.label())));
+        }
+        categories
     }
 
     /// What each host call of rank `rank_index` in its window is, in call order; `ours(trace, process)` tells the
     /// rank's calls. Threads are numbered and occurrences counted over all of the rank's calls.
-    fn host_call_facts(&self, rank_index: u32, ours: impl Fn(usize, ProcessIdx) -> bool) -> Vec<HostCallFacts> {
+    fn host_call_facts(&self, rank_index: u32, calls: &[u32]) -> RankFacts<HostCallFacts> {
         let trace_index = self.ranks[rank_index as usize].key.trace;
         let trace = &self.traces[trace_index];
         let mut threads: HashMap<u32, u32> = HashMap::new();
         let mut occurrences = Occurrences::default();
         let mut facts = Vec::new();
-        for (index, call) in trace.api_calls.iter().enumerate().filter(|(_, c)| ours(trace_index, c.process)) {
+        for &index in calls {
+            let call = &trace.api_calls[index as usize];
             let next_thread = threads.len() as u32;
             let thread = *threads.entry(call.tid).or_insert(next_thread);
             let name = self.instances.of_trace(trace_index, call.name, true);
@@ -424,9 +565,9 @@ impl Builder<'_> {
             }
             let base = strip_version(trace.names.get(call.name));
             let stream_wait = base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent";
-            facts.push(HostCallFacts { call: index as u32, thread, name, occurrence, stream_wait });
+            facts.push(HostCallFacts { call: index, thread, name, occurrence, stream_wait });
         }
-        facts
+        RankFacts { facts, occurrences }
     }
 
     /// What each GPU event of one rank is, in start order (ties by position, so the order is the same on any thread
@@ -438,7 +579,7 @@ impl Builder<'_> {
         events: &[GpuEvent],
         classes: &[Vec<KernelClass>],
         classifier: &Classifier,
-    ) -> Vec<GpuEventFacts> {
+    ) -> RankFacts<GpuEventFacts> {
         let trace_index = spec.key.trace;
         let trace = &self.traces[trace_index];
         let mut by_start: Vec<usize> = (0..events.len()).collect();
@@ -446,7 +587,7 @@ impl Builder<'_> {
         let mut occurrences = Occurrences::default();
         let fixed_names =
             [self.instances.known(MEMCPY_NAME), self.instances.known(MEMSET_NAME), self.instances.known(GRAPH_NAME)];
-        by_start
+        let facts = by_start
             .into_iter()
             .map(|i| {
                 let event = &events[i];
@@ -484,69 +625,148 @@ impl Builder<'_> {
                 }
                 facts
             })
-            .collect()
+            .collect();
+        RankFacts { facts, occurrences }
     }
 }
 
 /// The host calls to write: per rank, what each of its calls in its window is ([`HostCallFacts`], in call order).
 struct HostCallsToWrite<'i> {
     traces: &'i [Trace],
+    ranks: &'i [RankSpec],
     windows_ns: &'i [Option<(i64, i64)>],
     rank_of: &'i RankOfProcess,
-    facts: &'i [Vec<HostCallFacts>],
+    facts: &'i [RankFacts<HostCallFacts>],
+    slots: &'i KeySlots,
     category: u16,
 }
 
-/// What writing the host calls gives besides the operations.
-#[derive(Default)]
-struct HostCallsWritten {
-    numbers: InstanceNumbers,
-    /// Calls in a window of no rank's process (counted where they start in some rank's window).
-    without_rank: u64,
-    /// `cudaStreamWaitEvent` calls, not followed across streams.
-    stream_waits: u64,
+/// A run of one trace's calls whose operations one task writes.
+struct CallRun {
+    trace: usize,
+    calls: std::ops::Range<usize>,
+    /// The id of its first operation.
+    first_op: u32,
+    /// How many of its calls are operations.
+    ops: usize,
 }
 
 impl HostCallsToWrite<'_> {
-    /// Writes the calls into `ops` (one slot per fact) in trace and call order, and their operation ids (their
-    /// places in `ops`, which the list begins with) into `call_maps`, one per trace.
-    fn write(&self, ops: &mut [Op], mut call_maps: Vec<&mut Vec<u32>>) -> HostCallsWritten {
-        let mut written = HostCallsWritten::default();
-        let mut next_fact = vec![0usize; self.facts.len()];
-        let mut slots = ops.iter_mut().enumerate();
-        for ((trace_index, trace), map) in self.traces.iter().enumerate().zip(&mut call_maps) {
-            for (index, call) in trace.api_calls.iter().enumerate() {
-                let Some(rank_index) = self.rank_of.of(trace_index, call.process) else {
-                    let counted =
-                        self.windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
-                    written.without_rank += u64::from(counted);
-                    continue;
-                };
-                let rank = rank_index as usize;
-                let Some(fact) = self.facts[rank].get(next_fact[rank]).filter(|f| f.call == index as u32) else {
-                    continue;
-                };
-                next_fact[rank] += 1;
-                written.stream_waits += u64::from(fact.stream_wait);
-                // Each fact is met once here (a rank's facts are its trace's calls in order), and `ops` has a slot
-                // per fact.
-                let (op_id, slot) = slots.next().expect("one operation slot per host call in a window");
-                map[index] = op_id as u32;
-                *slot = Op {
-                    kind: OpKind::HostCall,
-                    rank_index,
-                    index: index as u32,
-                    lane: call.tid,
-                    category: self.category,
-                    comm: false,
-                    matched: false,
-                    start_ns: call.start_ns,
-                    end_ns: call.end_ns,
-                    instance: written.numbers.instance_of(OpKind::HostCall, fact.thread, fact.name, fact.occurrence),
-                };
-            }
+    /// Writes the calls into `ops` (one slot per fact) in trace and call order, a run of calls per task, and their
+    /// operation ids (their places in `ops`, which the list begins with) into `call_maps`, one per trace. Returns
+    /// the calls of no rank's process that start in some rank's window, and the stream waits not followed.
+    fn write(&self, ops: &mut [Op], call_maps: Vec<&mut Vec<u32>>) -> (u64, u64) {
+        let runs = self.runs();
+        let mut rest = ops;
+        let mut run_ops = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(run.ops);
+            run_ops.push(head);
+            rest = tail;
         }
-        written
+        let run_maps = call_maps.into_iter().flat_map(|map| map.chunks_mut(CALLS_PER_TASK));
+        (runs.par_iter().zip(run_ops).zip(run_maps.collect::<Vec<_>>()))
+            .map(|((run, ops), map)| self.write_run(run, ops, map))
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// The runs of every trace's calls, in order, with how many operations each holds (counted on worker threads).
+    fn runs(&self) -> Vec<CallRun> {
+        let mut runs: Vec<CallRun> = (self.traces.iter().enumerate())
+            .flat_map(|(trace, t)| {
+                let calls = t.api_calls.len();
+                (0..calls).step_by(CALLS_PER_TASK).map(move |start| CallRun {
+                    trace,
+                    calls: start..(start + CALLS_PER_TASK).min(calls),
+                    first_op: 0,
+                    ops: 0,
+                })
+            })
+            .collect();
+        runs.par_iter_mut().for_each(|run| {
+            run.ops = (self.ranks_of(run.trace))
+                .map(|r| self.first_fact(r, run.calls.end) - self.first_fact(r, run.calls.start))
+                .sum()
+        });
+        let mut next = 0u32;
+        for run in &mut runs {
+            run.first_op = next;
+            next += run.ops as u32;
+        }
+        runs
+    }
+
+    /// The ranks whose calls are those of trace `trace`.
+    fn ranks_of(&self, trace: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.ranks.len()).filter(move |&r| self.ranks[r].key.trace == trace)
+    }
+
+    /// The first fact of rank `rank` at call `call` or later.
+    fn first_fact(&self, rank: usize, call: usize) -> usize {
+        self.facts[rank].facts.partition_point(|f| (f.call as usize) < call)
+    }
+
+    /// Writes one run's operations into `ops` and their ids into `map` (the run's part of its trace's map).
+    fn write_run(&self, run: &CallRun, ops: &mut [Op], map: &mut [u32]) -> (u64, u64) {
+        let (mut without_rank, mut stream_waits) = (0, 0);
+        let mut next_fact = vec![0usize; self.ranks.len()];
+        for r in self.ranks_of(run.trace) {
+            next_fact[r] = self.first_fact(r, run.calls.start);
+        }
+        let mut slots = ops.iter_mut().zip(run.first_op..);
+        let calls = &self.traces[run.trace].api_calls[run.calls.clone()];
+        for ((index, call), map_slot) in (run.calls.clone()).zip(calls).zip(map) {
+            let Some(rank_index) = self.rank_of.of(run.trace, call.process) else {
+                let counted =
+                    self.windows_ns.iter().any(|w| w.is_none_or(|(a, b)| call.start_ns >= a && call.start_ns < b));
+                without_rank += u64::from(counted);
+                continue;
+            };
+            let rank = rank_index as usize;
+            let Some(fact) = self.facts[rank].facts.get(next_fact[rank]).filter(|f| f.call as usize == index) else {
+                continue;
+            };
+            next_fact[rank] += 1;
+            stream_waits += u64::from(fact.stream_wait);
+            // The run's slots were counted from the same facts.
+            let (slot, op_id) = slots.next().expect("one operation slot per host call in a window");
+            *map_slot = op_id;
+            *slot = Op {
+                kind: OpKind::HostCall,
+                rank_index,
+                index: index as u32,
+                lane: call.tid,
+                category: self.category,
+                comm: false,
+                matched: false,
+                start_ns: call.start_ns,
+                end_ns: call.end_ns,
+                instance: self.slots.of(OpKind::HostCall, fact.thread, fact.name, fact.occurrence),
+            };
+        }
+        (without_rank, stream_waits)
+    }
+}
+
+/// A trace's maps from GPU events to operation ids while the ranks' tasks fill them (several ranks may share a
+/// trace, each writing its own events' entries).
+struct GpuMaps {
+    kernels: Vec<AtomicU32>,
+    memops: Vec<AtomicU32>,
+    graphs: Vec<AtomicU32>,
+}
+
+impl GpuMaps {
+    /// Takes the maps out of `kernels`, `memops` and `graphs` (in their own memory).
+    fn new(kernels: &mut Vec<u32>, memops: &mut Vec<u32>, graphs: &mut Vec<u32>) -> GpuMaps {
+        let atomic = |map: &mut Vec<u32>| std::mem::take(map).into_iter().map(AtomicU32::new).collect();
+        GpuMaps { kernels: atomic(kernels), memops: atomic(memops), graphs: atomic(graphs) }
+    }
+
+    /// Puts the maps back into `maps`.
+    fn into_maps(self, maps: &mut TraceMaps) {
+        let plain = |map: Vec<AtomicU32>| map.into_iter().map(AtomicU32::into_inner).collect();
+        (maps.kernels, maps.memops, maps.graphs) = (plain(self.kernels), plain(self.memops), plain(self.graphs));
     }
 }
 
@@ -554,61 +774,123 @@ impl HostCallsToWrite<'_> {
 struct GpuOpsToWrite<'i> {
     ranks: &'i [RankSpec],
     events: &'i [Vec<GpuEvent>],
-    facts: &'i [Vec<GpuEventFacts>],
+    facts: &'i [RankFacts<GpuEventFacts>],
+    slots: &'i KeySlots,
     fixed: FixedCategories,
-    /// The id of the first GPU operation: the host calls come first.
-    first_op: u32,
+    comm_categories: HashMap<CollectiveOp, u16>,
 }
 
 impl GpuOpsToWrite<'_> {
-    /// Writes the events in a window into `ops` (one slot each) in rank and start order, their operation ids into
-    /// `maps` (one per trace), and the collectives' categories into `categories` in order of first appearance,
-    /// inside a window or not. Instance ids are numbered from 0.
-    fn write(&self, ops: &mut [Op], mut maps: Vec<GpuMaps>, categories: &mut Vec<String>) -> InstanceNumbers {
-        let mut numbers = InstanceNumbers::default();
-        let mut comm_categories: HashMap<CollectiveOp, u16> = HashMap::new();
-        let mut slots = ops.iter_mut().zip(self.first_op..);
-        for ((rank_index, spec), rank_facts) in self.ranks.iter().enumerate().zip(self.facts) {
-            let trace_maps = &mut maps[spec.key.trace];
-            for fact in rank_facts {
-                let event = &self.events[rank_index][fact.event];
-                let (category, comm) = match (event.kind, fact.comm) {
-                    (OpKind::Kernel, Some(op)) => {
-                        let category = comm_categories
-                            .entry(op)
-                            .or_insert_with(|| category_id(categories, &format!("{COMM_PREFIX}{}", op.label())));
-                        (*category, true)
-                    }
-                    (OpKind::Kernel, None) => (fact.category, false),
-                    (OpKind::Copy, _) => (self.fixed.memcpy, false),
-                    (OpKind::Set, _) => (self.fixed.memset, false),
-                    (OpKind::Graph, _) => (self.fixed.graph, false),
-                    (OpKind::HostCall, _) => unreachable!("GPU events only"),
-                };
-                if !fact.in_window {
-                    continue;
-                }
-                let (slot, op_id) = slots.next().expect("one operation slot per GPU event in a window");
-                let map = match event.kind {
-                    OpKind::Kernel => &mut *trace_maps.kernels,
-                    OpKind::Graph => &mut *trace_maps.graphs,
-                    _ => &mut *trace_maps.memops,
-                };
-                map[event.index as usize] = op_id;
-                *slot = Op {
-                    kind: event.kind,
-                    rank_index: rank_index as u32,
-                    index: event.index,
-                    lane: event.stream,
-                    category,
-                    comm,
-                    matched: fact.matched,
-                    start_ns: event.start_ns,
-                    end_ns: event.end_ns,
-                    instance: numbers.instance_of(event.kind, 0, fact.name, fact.occurrence),
-                };
-            }
+    /// Writes each rank's events in its window into `ops` (whose first operation has id `first_op`; `counts`: per
+    /// rank, how many), in rank and start order, a rank per task, and their ids into `maps` (one per trace).
+    fn write(&self, ops: &mut [Op], first_op: u32, counts: &[usize], maps: Vec<GpuMaps>) -> Vec<GpuMaps> {
+        let mut rest = ops;
+        let mut rank_ops = Vec::with_capacity(counts.len());
+        let mut first_ops = Vec::with_capacity(counts.len());
+        let mut next = first_op;
+        for &count in counts {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(count);
+            rank_ops.push(head);
+            first_ops.push(next);
+            rest = tail;
+            next += count as u32;
         }
-        numbers
+        (rank_ops.into_par_iter().zip(first_ops).enumerate()).for_each(|(rank, (ops, first))| {
+            self.write_rank(rank, ops, first, &maps[self.ranks[rank].key.trace]);
+        });
+        maps
+    }
+
+    /// Writes rank `rank`'s operations into `ops`, ids from `first_op`.
+    fn write_rank(&self, rank: usize, ops: &mut [Op], first_op: u32, maps: &GpuMaps) {
+        let mut slots = ops.iter_mut().zip(first_op..);
+        for fact in self.facts[rank].facts.iter().filter(|f| f.in_window) {
+            let event = &self.events[rank][fact.event];
+            let (category, comm) = match (event.kind, fact.comm) {
+                // Every collective of the facts has its category ([`Builder::comm_categories`]).
+                (OpKind::Kernel, Some(op)) => (*self.comm_categories.get(&op).expect("a collective's category"), true),
+                (OpKind::Kernel, None) => (fact.category, false),
+                (OpKind::Copy, _) => (self.fixed.memcpy, false),
+                (OpKind::Set, _) => (self.fixed.memset, false),
+                (OpKind::Graph, _) => (self.fixed.graph, false),
+                (OpKind::HostCall, _) => unreachable!("GPU events only"),
+            };
+            // The rank's slots were counted from the same facts.
+            let (slot, op_id) = slots.next().expect("one operation slot per GPU event in a window");
+            let map = match event.kind {
+                OpKind::Kernel => &maps.kernels,
+                OpKind::Graph => &maps.graphs,
+                _ => &maps.memops,
+            };
+            map[event.index as usize].store(op_id, Ordering::Relaxed);
+            *slot = Op {
+                kind: event.kind,
+                rank_index: rank as u32,
+                index: event.index,
+                lane: event.stream,
+                category,
+                comm,
+                matched: fact.matched,
+                start_ns: event.start_ns,
+                end_ns: event.end_ns,
+                instance: self.slots.of(event.kind, 0, fact.name, fact.occurrence),
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operation holding key slot `slot`.
+    fn holding(slot: u32) -> Op {
+        Op { instance: slot, ..bytemuck::Zeroable::zeroed() }
+    }
+
+    /// Keys numbered on worker threads, over many runs of operations, as one thread numbering each new key in turn
+    /// would: keys met again at random, keys met once, keys whose first operation ends a run.
+    #[test]
+    fn instances_are_numbered_in_order_of_first_appearance() {
+        let count = 5 * PAR_MIN_LEN + 123;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut random = move |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        for slots in [64u64, 10_000, 1 << 20] {
+            let mut ops: Vec<Op> = (0..count).map(|_| holding(random(slots) as u32)).collect();
+            ops[PAR_MIN_LEN - 1] = holding(slots as u32 - 1);
+            let mut expected = Vec::with_capacity(count);
+            let mut ids: HashMap<u32, u32> = HashMap::new();
+            for op in &ops {
+                let next = ids.len() as u32;
+                expected.push(*ids.entry(op.instance).or_insert(next));
+            }
+            let numbered = number_instances(&mut ops, slots as usize);
+            assert_eq!(numbered as usize, ids.len(), "{slots} slots");
+            assert!(ops.iter().map(|op| op.instance).eq(expected), "{slots} slots");
+        }
+    }
+
+    /// Items sorted to their owners a run per task give each owner its items in order, as one filter per owner
+    /// would; items of no owner (or an owner out of range) go nowhere.
+    #[test]
+    fn items_go_to_their_owners_in_order() {
+        let items: Vec<u32> =
+            (0..3 * EVENTS_PER_TASK as u32 + 77).map(|i| i.wrapping_mul(2_654_435_761) >> 7).collect();
+        let owner = |item: &u32| match item % 11 {
+            10 => None,
+            9 => Some(99),
+            o => Some(o as usize % 4),
+        };
+        let lists = indices_by_owner(&items, 4, owner);
+        for (o, list) in lists.iter().enumerate() {
+            let expected: Vec<u32> =
+                (0..items.len() as u32).filter(|&i| owner(&items[i as usize]) == Some(o)).collect();
+            assert_eq!(list, &expected, "owner {o}");
+        }
     }
 }
