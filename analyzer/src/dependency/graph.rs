@@ -55,6 +55,7 @@ use crate::figures::categories::Classifier;
 use crate::figures::collectives::{Matching, RankKey};
 use crate::stage_times::stage;
 
+mod host_order;
 mod operations;
 use operations::{GpuEvent, InstanceKeys, TraceMaps};
 
@@ -750,71 +751,6 @@ struct RankOrderEdges {
     without_launch: u64,
 }
 
-/// A host call's place in host order: its thread (trace, rank, thread id), start, end (later first), operation id;
-/// sorted by [`rdst`] a byte at a time (see [`rdst::RadixKey`]), in that order of significance.
-#[derive(Clone, Copy)]
-struct HostOrderKey {
-    thread: [u32; 3],
-    start_ns: i64,
-    end_ns: i64,
-    op: u32,
-}
-
-impl rdst::RadixKey for HostOrderKey {
-    const LEVELS: usize = 32;
-
-    #[inline]
-    fn get_level(&self, level: usize) -> u8 {
-        // Signed times with the sign bit flipped sort as unsigned; the end's bits inverted, later ends first.
-        const SIGN: u64 = 1 << 63;
-        let byte = |word: u64, at: usize| (word >> (8 * at)) as u8;
-        match level {
-            0..4 => byte(u64::from(self.op), level),
-            4..12 => byte(!(self.end_ns as u64 ^ SIGN), level - 4),
-            12..20 => byte(self.start_ns as u64 ^ SIGN, level - 12),
-            _ => byte(u64::from(self.thread[2 - (level - 20) / 4]), (level - 20) % 4),
-        }
-    }
-}
-
-/// The host order and nested-call edges of one host thread's calls (`calls`: sorted by start, the longer first).
-fn host_order_of_thread(ops: &[Op], calls: &[u32]) -> Vec<ListedEdge> {
-    let mut edges = Vec::with_capacity(calls.len());
-    let mut open: Vec<u32> = Vec::new();
-    for &op in calls {
-        let o = ops[op as usize];
-        let mut closed = None;
-        while let Some(&top) = open.last() {
-            if ops[top as usize].end_ns <= o.start_ns {
-                closed = Some(top);
-                open.pop();
-            } else {
-                break;
-            }
-        }
-        match (closed, open.last()) {
-            (Some(previous), _) => {
-                let p = ops[previous as usize];
-                edges.push(edge_between(
-                    end_vertex(previous),
-                    start_vertex(op),
-                    p.end_ns,
-                    o.start_ns,
-                    EdgeKind::HostOrder,
-                ));
-            }
-            (None, Some(&parent)) => {
-                let p = ops[parent as usize];
-                let kind = EdgeKind::NestedCall;
-                edges.push(edge_between(start_vertex(parent), start_vertex(op), p.start_ns, o.start_ns, kind));
-            }
-            (None, None) => {}
-        }
-        open.push(op);
-    }
-    edges
-}
-
 impl<'a> Builder<'a> {
     fn new(
         traces: &'a [Trace],
@@ -994,33 +930,10 @@ impl<'a> Builder<'a> {
     /// Host order per thread; nested calls after their parent's start. Each thread's edges are found on a worker
     /// thread and added in the order of the threads (as one thread would add them).
     fn add_host_order_edges(&mut self) {
-        let (ops, ranks) = (&self.ops, self.ranks);
-        // The keys end with the operation id: unique, so an unstable parallel sort gives the one order. They are
-        // made once beside the ids: read from the operations at each comparison, they cost two cache misses each.
-        let mut keyed: Vec<HostOrderKey> = (0..self.op_count as u32)
-            .into_par_iter()
-            .filter(|&o| ops[o as usize].kind == OpKind::HostCall)
-            .map(|o| {
-                let op = &ops[o as usize];
-                let thread = [trace_of(ranks, op) as u32, op.rank_index, op.lane];
-                HostOrderKey { thread, start_ns: op.start_ns, end_ns: op.end_ns, op: o }
-            })
-            .collect();
-        keyed.radix_sort_builder().with_low_mem_tuner().sort();
-        let host_ops: Vec<u32> = keyed.par_iter().map(|key| key.op).collect();
-        // Each host thread's calls, cut where the keys' thread changes (the keys are at hand: the operations
-        // would be read out of order).
-        let thread_lengths = keyed.chunk_by(|a, b| a.thread == b.thread).map(<[HostOrderKey]>::len);
-        let mut threads: Vec<&[u32]> = Vec::new();
-        let mut rest = host_ops.as_slice();
-        for length in thread_lengths {
-            let (calls, after) = rest.split_at(length);
-            threads.push(calls);
-            rest = after;
-        }
-        drop(keyed);
+        let ops = &self.ops;
+        let threads = host_order::host_threads(ops, self.ranks);
         let per_thread: Vec<Vec<ListedEdge>> =
-            threads.par_iter().map(|calls| host_order_of_thread(ops, calls)).collect();
+            threads.par_iter().map(|calls| host_order::edges_of_thread(ops, calls)).collect();
         make_room(&mut self.edges, per_thread.iter().map(Vec::len).sum());
         self.edges.extend(per_thread.into_iter().flatten());
     }
@@ -2196,38 +2109,6 @@ mod tests {
         let latest_gpu = offers.iter().filter(|o| o.1).map(|o| o.2).max();
         let first_at_latest = offers.iter().find(|o| o.1 && Some(o.2) == latest_gpu).map(|o| (o.0, o.2));
         assert_eq!(whole.gpu, first_at_latest);
-    }
-
-    /// The radix sort puts host calls in the order of their keys read as a tuple (thread, start, end later first,
-    /// operation), negative and extreme times included, on lists long enough for each of the sort's ways.
-    #[test]
-    fn host_order_keys_sort_as_their_tuples() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let times = [i64::MIN, -1_000_000_007, -1, 0, 1, 17, 1_000_000_007, i64::MAX];
-        for count in [1_000usize, 200_000, 1_200_000] {
-            let mut keys: Vec<HostOrderKey> = (0..count as u32)
-                .map(|op| {
-                    let r = next();
-                    let thread =
-                        [(r % 2) as u32, (r >> 8) as u32 % 3, [7, 300, 70_000, u32::MAX][(r >> 16) as usize % 4]];
-                    let start_ns =
-                        if r >> 20 & 1 == 0 { times[(r >> 24) as usize % 8] } else { (r >> 28) as i64 % 5_000 - 2_500 };
-                    let end_ns = start_ns.saturating_add((r >> 40) as i64 % 3);
-                    HostOrderKey { thread, start_ns, end_ns, op }
-                })
-                .collect();
-            let tuple = |k: &HostOrderKey| (k.thread, k.start_ns, Reverse(k.end_ns), k.op);
-            let mut expected: Vec<u32> = keys.iter().map(|k| k.op).collect();
-            expected.sort_by_key(|&op| tuple(&keys[op as usize]));
-            keys.radix_sort_builder().with_low_mem_tuner().sort();
-            assert_eq!(keys.iter().map(|k| k.op).collect::<Vec<u32>>(), expected, "{count} keys");
-        }
     }
 
     /// Lists long enough for each way the in-place radix sort takes (a few hundred thousand edges, over a million)

@@ -46,7 +46,7 @@ impl Occurrences {
 /// A hasher for small keys of integers (multiply and rotate per word, as compilers' own maps do): the instance keys
 /// are hashed once or twice per event of every trace, where the default (DoS-resistant) hasher is slow.
 #[derive(Default, Clone, Copy)]
-struct IntHasher;
+pub(super) struct IntHasher;
 
 impl std::hash::BuildHasher for IntHasher {
     type Hasher = IntHash;
@@ -56,7 +56,7 @@ impl std::hash::BuildHasher for IntHasher {
 }
 
 /// The state of [`IntHasher`].
-struct IntHash(u64);
+pub(super) struct IntHash(u64);
 
 impl std::hash::Hasher for IntHash {
     fn finish(&self) -> u64 {
@@ -217,7 +217,11 @@ fn events_per_rank(traces: &[Trace], ranks: &[RankSpec], rank_of: &RankOfProcess
 
 /// Per owner (`0..owners`), the indices of the items `owner` gives it, in order: a run of items per task, then each
 /// owner's runs joined.
-fn indices_by_owner<T: Sync>(items: &[T], owners: usize, owner: impl Fn(&T) -> Option<usize> + Sync) -> Vec<Vec<u32>> {
+pub(super) fn indices_by_owner<T: Sync>(
+    items: &[T],
+    owners: usize,
+    owner: impl Fn(&T) -> Option<usize> + Sync,
+) -> Vec<Vec<u32>> {
     let per_run: Vec<Vec<Vec<u32>>> = (items.par_chunks(EVENTS_PER_TASK).enumerate())
         .map(|(run, chunk)| {
             let mut lists = vec![Vec::new(); owners];
