@@ -727,26 +727,31 @@ struct ByDevice {
 }
 
 impl ByDevice {
+    /// Each device's kernels and memory operations sorted out in one pass over each list, and the longest of each,
+    /// on worker threads (a file of eight ranks holds tens of millions of kernels).
     fn build(trace: &Trace) -> ByDevice {
         let n = trace.devices.len();
-        let (mut kernels, mut longest_kernel_ns) = (vec![Vec::new(); n], vec![0; n]);
-        for (index, kernel) in trace.kernels.iter().enumerate() {
-            let device = kernel.device.0 as usize;
-            if let Some(list) = kernels.get_mut(device) {
-                list.push(index as u32);
-                longest_kernel_ns[device] = longest_kernel_ns[device].max(kernel.duration_ns());
-            }
-        }
-        let (mut memops, mut longest_memop_ns) = (vec![Vec::new(); n], vec![0; n]);
-        for (index, memop) in trace.memops.iter().enumerate() {
-            let device = memop.device.0 as usize;
-            if let Some(list) = memops.get_mut(device) {
-                list.push(index as u32);
-                longest_memop_ns[device] = longest_memop_ns[device].max(memop.duration_ns());
-            }
-        }
+        let kernels = workers::indices_by_owner(&trace.kernels, n, |k| Some(k.device.0 as usize));
+        let memops = workers::indices_by_owner(&trace.memops, n, |m| Some(m.device.0 as usize));
+        let longest_kernel_ns = longest_per_device(&trace.kernels, n, |k| (k.device, k.duration_ns()));
+        let longest_memop_ns = longest_per_device(&trace.memops, n, |m| (m.device, m.duration_ns()));
         ByDevice { kernels, memops, longest_kernel_ns, longest_memop_ns }
     }
+}
+
+/// Per device (`0..devices`), the longest duration of its `events` (0 when none lasts longer), a run of events per
+/// task.
+fn longest_per_device<T: Sync>(events: &[T], devices: usize, of: impl Fn(&T) -> (DeviceIdx, i64) + Sync) -> Vec<i64> {
+    let longer = |mut held: Vec<i64>, (device, ns): (DeviceIdx, i64)| {
+        if let Some(longest) = held.get_mut(device.0 as usize) {
+            *longest = (*longest).max(ns);
+        }
+        held
+    };
+    (events.par_iter().with_min_len(1 << 16))
+        .map(&of)
+        .fold(|| vec![0; devices], longer)
+        .reduce(|| vec![0; devices], |a, b| a.into_iter().zip(b).map(|(a, b)| a.max(b)).collect())
 }
 
 /// The events (indices sorted by start) that can overlap `window_ns`: none that starts at or after its end, none

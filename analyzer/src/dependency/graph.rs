@@ -1052,7 +1052,8 @@ impl<'a> Builder<'a> {
         });
         self.edges = edges;
         self.stats.collective_instances = barriers as u64;
-        self.stats.unmatched_comm_kernels = self.ops.iter().filter(|o| o.comm && !o.matched).count() as u64;
+        self.stats.unmatched_comm_kernels =
+            self.ops.par_iter().with_min_len(PAR_MIN_LEN).filter(|o| o.comm && !o.matched).count() as u64;
     }
 
     /// The members of barrier `barrier`'s instance: (operation or [`NONE`] where not in the model, start).

@@ -61,3 +61,64 @@ pub fn drop_in_background<T: Send + 'static>(value: T) {
     // On failure the closure, and `value` with it, is dropped here.
     let _ = std::thread::Builder::new().name("shardscope-free".into()).spawn(move || drop(value));
 }
+
+/// Items read per task by [`indices_by_owner`].
+const ITEMS_PER_TASK: usize = 1 << 16;
+
+/// Per owner (`0..owners`), the indices of the items `owner` gives it, in order (an owner out of range gets none):
+/// one pass over the items, a run per task on the shared pool, then each owner's runs joined. Where several owners
+/// share a list (the ranks of one file, the devices of one trace), one pass for all costs one read of the list, not
+/// one per owner.
+pub fn indices_by_owner<T: Sync>(
+    items: &[T],
+    owners: usize,
+    owner: impl Fn(&T) -> Option<usize> + Sync,
+) -> Vec<Vec<u32>> {
+    use rayon::prelude::*;
+    run(|| {
+        let per_run: Vec<Vec<Vec<u32>>> = (items.par_chunks(ITEMS_PER_TASK).enumerate())
+            .map(|(run, chunk)| {
+                let mut lists = vec![Vec::new(); owners];
+                for (i, item) in chunk.iter().enumerate() {
+                    if let Some(list) = owner(item).and_then(|o| lists.get_mut(o)) {
+                        list.push((run * ITEMS_PER_TASK + i) as u32);
+                    }
+                }
+                lists
+            })
+            .collect();
+        (0..owners)
+            .into_par_iter()
+            .map(|o| {
+                let mut all = Vec::with_capacity(per_run.iter().map(|lists| lists[o].len()).sum());
+                for lists in &per_run {
+                    all.extend_from_slice(&lists[o]);
+                }
+                all
+            })
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items sorted to their owners a run per task give each owner its items in order, as one filter per owner
+    /// would; items of no owner (or an owner out of range) go nowhere.
+    #[test]
+    fn items_go_to_their_owners_in_order() {
+        let items: Vec<u32> = (0..3 * ITEMS_PER_TASK as u32 + 77).map(|i| i.wrapping_mul(2_654_435_761) >> 7).collect();
+        let owner = |item: &u32| match item % 11 {
+            10 => None,
+            9 => Some(99),
+            o => Some(o as usize % 4),
+        };
+        let lists = indices_by_owner(&items, 4, owner);
+        for (o, list) in lists.iter().enumerate() {
+            let expected: Vec<u32> =
+                (0..items.len() as u32).filter(|&i| owner(&items[i as usize]) == Some(o)).collect();
+            assert_eq!(list, &expected, "owner {o}");
+        }
+    }
+}

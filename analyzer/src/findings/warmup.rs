@@ -4,7 +4,7 @@
 //! only, taken on the rank where it is largest.
 
 use rayon::prelude::*;
-use shardscope_model::Trace;
+use shardscope_model::{DeviceIdx, Trace};
 
 use crate::findings::rules::WarmupRule;
 use crate::findings::{Basis, Context, Finding, Outcome, Quiet};
@@ -17,33 +17,49 @@ pub(crate) const KIND: &str = "warmup";
 /// One rank's warm-up: (rank, warm-up ns, steps in it, excess ns, run ns).
 type RankWarmup = (u32, i64, usize, i64, i64);
 
-/// Every rank's warm-up, in the report's rank order; the ranks on worker threads (each reads its trace's every
-/// kernel: one after the other they took most of a second at 10 M kernels × 8 ranks).
+/// Every rank's warm-up, in the report's rank order, on worker threads. Each trace's GPU extents per device are
+/// found first, in one pass over its kernels and copies: a rank reading its trace's every kernel for its own device
+/// read a file of eight ranks eight times (most of a second at 10 M kernels × 8 ranks, beside the replays).
 fn rank_warmups(context: &Context, first_steady: usize) -> Vec<RankWarmup> {
-    context.report.ranks.par_iter().filter_map(|rank| rank_warmup(context, rank, first_steady)).collect()
+    let extents: Vec<Vec<Option<(i64, i64)>>> = context.traces.par_iter().map(gpu_extents_ns).collect();
+    (context.report.ranks.par_iter()).filter_map(|rank| rank_warmup(context, &extents, rank, first_steady)).collect()
 }
 
-/// `rank`'s warm-up, where it has steps up to `first_steady` and GPU work.
-fn rank_warmup(context: &Context, rank: &RankReport, first_steady: usize) -> Option<RankWarmup> {
+/// `rank`'s warm-up, where it has steps up to `first_steady` and GPU work (`extents`: per trace, per device, the
+/// GPU work's extent).
+fn rank_warmup(
+    context: &Context,
+    extents: &[Vec<Option<(i64, i64)>>],
+    rank: &RankReport,
+    first_steady: usize,
+) -> Option<RankWarmup> {
     let steps = rank.steps.as_ref()?;
     let &(steady_start, _) = steps.intervals.get(first_steady)?;
-    let trace = context.traces.iter().find(|t| t.source.path == rank.source)?;
-    let device = trace.devices.iter().position(|d| d.ordinal == rank.device)?;
-    let (first, last) = gpu_extent_ns(trace, shardscope_model::DeviceIdx(device as u32))?;
+    let trace = context.traces.iter().position(|t| t.source.path == rank.source)?;
+    let device = context.traces[trace].devices.iter().position(|d| d.ordinal == rank.device)?;
+    let (first, last) = extents[trace].get(device).copied().flatten()?;
     let warmup_ns = (steady_start - first).max(0);
     let steps_before = steps.found_intervals.iter().filter(|s| s.0 < steady_start).count();
     let excess_ns = (warmup_ns - steps_before as i64 * steps.time.p50_ns).max(0);
     Some((rank.rank, warmup_ns, steps_before, excess_ns, (last - first).max(0)))
 }
 
-/// The earliest start and the latest end of `device`'s kernels and copies (`None`: it has none).
-fn gpu_extent_ns(trace: &Trace, device: shardscope_model::DeviceIdx) -> Option<(i64, i64)> {
-    let kernels = trace.kernels.iter().filter(|k| k.device == device).map(|k| (k.start_ns, k.end_ns));
-    let memops = trace.memops.iter().filter(|m| m.device == device).map(|m| (m.start_ns, m.end_ns));
-    kernels.chain(memops).fold(None, |extent, (start, end)| match extent {
-        None => Some((start, end)),
-        Some((first, last)) => Some((start.min(first), end.max(last))),
-    })
+/// Per device of `trace`, the earliest start and the latest end of its kernels and copies (`None`: it has none), a
+/// run of events per task.
+fn gpu_extents_ns(trace: &Trace) -> Vec<Option<(i64, i64)>> {
+    let devices = trace.devices.len();
+    let widen = |mut extents: Vec<Option<(i64, i64)>>, (device, start, end): (DeviceIdx, i64, i64)| {
+        if let Some(extent) = extents.get_mut(device.0 as usize) {
+            *extent = Some(extent.map_or((start, end), |(first, last)| (start.min(first), end.max(last))));
+        }
+        extents
+    };
+    let merge = |a: Vec<Option<(i64, i64)>>, b: Vec<Option<(i64, i64)>>| {
+        a.into_iter().zip(b).map(|(a, b)| a.into_iter().chain(b).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))).collect()
+    };
+    let kernels = trace.kernels.par_iter().with_min_len(1 << 16).map(|k| (k.device, k.start_ns, k.end_ns));
+    let memops = trace.memops.par_iter().with_min_len(1 << 16).map(|m| (m.device, m.start_ns, m.end_ns));
+    (kernels.chain(memops)).fold(|| vec![None; devices], widen).reduce(|| vec![None; devices], merge)
 }
 
 /// True when on some rank a gap between capture windows ends before the first steady step starts.

@@ -7,10 +7,11 @@ use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 
-use super::operations::{IntHasher, indices_by_owner};
+use super::operations::IntHasher;
 use super::{
     EdgeKind, ListedEdge, Op, OpKind, PAR_MIN_LEN, RankSpec, edge_between, end_vertex, start_vertex, trace_of,
 };
+use crate::figures::workers::indices_by_owner;
 
 /// A host thread: (trace, rank index, thread id).
 type Thread = (u32, u32, u32);

@@ -13,6 +13,7 @@ use shardscope_model::{CollectiveOp, DeviceIdx, NameId, ProcessIdx, Trace};
 
 use super::{Builder, HOST, NONE, Op, OpKind, PAR_MIN_LEN, RankSpec, strip_version};
 use crate::figures::categories::{COMM_PREFIX, Classifier, KernelClass};
+use crate::figures::workers::indices_by_owner;
 use crate::stage_times::stage;
 
 /// Names of the traces' events for the no-straggler what-if's instance keys: (kind, lane, global name, occurrence
@@ -174,9 +175,6 @@ struct RankEventIndices {
     graphs: Vec<u32>,
 }
 
-/// Events read per task while they are sorted to their ranks.
-const EVENTS_PER_TASK: usize = 1 << 16;
-
 /// Each rank's events, sorted out of its trace's lists in one pass per list (on worker threads) rather than one
 /// pass per rank: the ranks of a file that holds several would each read every event of the file. A rank's host
 /// calls are those of the process that drives its GPU ([`RankOfProcess`]), its GPU work that of its device.
@@ -213,36 +211,6 @@ fn events_per_rank(traces: &[Trace], ranks: &[RankSpec], rank_of: &RankOfProcess
         }
     }
     per_rank
-}
-
-/// Per owner (`0..owners`), the indices of the items `owner` gives it, in order: a run of items per task, then each
-/// owner's runs joined.
-pub(super) fn indices_by_owner<T: Sync>(
-    items: &[T],
-    owners: usize,
-    owner: impl Fn(&T) -> Option<usize> + Sync,
-) -> Vec<Vec<u32>> {
-    let per_run: Vec<Vec<Vec<u32>>> = (items.par_chunks(EVENTS_PER_TASK).enumerate())
-        .map(|(run, chunk)| {
-            let mut lists = vec![Vec::new(); owners];
-            for (i, item) in chunk.iter().enumerate() {
-                if let Some(list) = owner(item).and_then(|o| lists.get_mut(o)) {
-                    list.push((run * EVENTS_PER_TASK + i) as u32);
-                }
-            }
-            lists
-        })
-        .collect();
-    (0..owners)
-        .into_par_iter()
-        .map(|o| {
-            let mut all = Vec::with_capacity(per_run.iter().map(|lists| lists[o].len()).sum());
-            for lists in &per_run {
-                all.extend_from_slice(&lists[o]);
-            }
-            all
-        })
-        .collect()
 }
 
 /// One rank's GPU work (`own`: its events' indices in its trace), per stream in start order.
@@ -876,25 +844,6 @@ mod tests {
             let numbered = number_instances(&mut ops, slots as usize);
             assert_eq!(numbered as usize, ids.len(), "{slots} slots");
             assert!(ops.iter().map(|op| op.instance).eq(expected), "{slots} slots");
-        }
-    }
-
-    /// Items sorted to their owners a run per task give each owner its items in order, as one filter per owner
-    /// would; items of no owner (or an owner out of range) go nowhere.
-    #[test]
-    fn items_go_to_their_owners_in_order() {
-        let items: Vec<u32> =
-            (0..3 * EVENTS_PER_TASK as u32 + 77).map(|i| i.wrapping_mul(2_654_435_761) >> 7).collect();
-        let owner = |item: &u32| match item % 11 {
-            10 => None,
-            9 => Some(99),
-            o => Some(o as usize % 4),
-        };
-        let lists = indices_by_owner(&items, 4, owner);
-        for (o, list) in lists.iter().enumerate() {
-            let expected: Vec<u32> =
-                (0..items.len() as u32).filter(|&i| owner(&items[i as usize]) == Some(o)).collect();
-            assert_eq!(list, &expected, "owner {o}");
         }
     }
 }
