@@ -786,13 +786,6 @@ struct Work {
 }
 
 impl Work {
-    /// `later` appended.
-    fn append(&mut self, mut later: Work) {
-        self.kernels.append(&mut later.kernels);
-        self.memops.append(&mut later.memops);
-        self.graphs.append(&mut later.graphs);
-    }
-
     /// Every kernel, memory operation and whole graph as `(start_ns, end_ns)`.
     fn intervals(&self) -> Vec<(i64, i64)> {
         (self.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
@@ -855,27 +848,14 @@ impl RankWork {
         *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
     }
 
-    /// `later` (the work of events after this one's) appended: rows in order, each phase's first start kept,
-    /// instance extents widened.
-    fn append(&mut self, later: RankWork) {
-        self.whole.append(later.whole);
-        for (phase, work) in later.by_phase {
-            self.by_phase.entry(phase).or_default().append(work);
-        }
-        for (phase, start_ns) in later.first_seen {
-            self.first_seen.entry(phase).or_insert(start_ns);
-        }
-        for (phase, extents) in later.instance_extents {
-            let held = self.instance_extents.entry(phase).or_default();
-            for (range, (start_ns, end_ns)) in extents {
-                let extent = held.entry(range).or_insert((start_ns, end_ns));
-                *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
-            }
-        }
-    }
-
-    /// The kernels of `kernel_indices` inside `window_ns`, filed whole and by phase.
-    fn of_kernels(context: &DeviceContext, kernel_indices: &[u32], window_ns: Option<(i64, i64)>) -> RankWork {
+    /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
+    /// phase.
+    fn collect(
+        context: &DeviceContext,
+        kernel_indices: &[u32],
+        memop_indices: &[u32],
+        window_ns: Option<(i64, i64)>,
+    ) -> RankWork {
         let DeviceContext { trace, trace_index, device, classes, phase_index, matching, .. } = *context;
         let mut work = RankWork::default();
         for &index in kernel_indices {
@@ -897,28 +877,6 @@ impl RankWork {
                 work.by_phase.entry(hit.phase).or_default().kernels.push(row);
                 work.note(hit, start, end);
             }
-        }
-        work
-    }
-
-    /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
-    /// phase. The kernels (a million or more on a rank) are filed a run per task on worker threads, the runs'
-    /// work then appended in order: the same rows in the same order as one pass.
-    fn collect(
-        context: &DeviceContext,
-        kernel_indices: &[u32],
-        memop_indices: &[u32],
-        window_ns: Option<(i64, i64)>,
-    ) -> RankWork {
-        const KERNELS_PER_TASK: usize = 1 << 15;
-        let DeviceContext { trace, device, phase_index, .. } = *context;
-        let runs: Vec<RankWork> = (kernel_indices.par_chunks(KERNELS_PER_TASK))
-            .map(|run| RankWork::of_kernels(context, run, window_ns))
-            .collect();
-        let mut work = RankWork::default();
-        work.whole.kernels.reserve_exact(runs.iter().map(|run| run.whole.kernels.len()).sum());
-        for run in runs {
-            work.append(run);
         }
         for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
             let Some((start, end)) = clip(memop.start_ns, memop.end_ns, window_ns) else { continue };
@@ -1071,11 +1029,13 @@ fn rank_step_figures(
         .and_then(|s| generate_calls::split(&work_of(&s.found_intervals), s.skipped as usize));
     let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
         let window_ns = s.steady_window_ns?;
-        let (figures, phases) = rayon::join(
-            || figures(&whole.clipped_to(window_ns), trace, &options.classifier),
-            || steady_phases(context, window_ns, options),
-        );
-        Some(SteadyState { window_ns, steps: s.time.count, figures, phases })
+        let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
+        Some(SteadyState {
+            window_ns,
+            steps: s.time.count,
+            figures,
+            phases: steady_phases(context, window_ns, options),
+        })
     });
     StepFigures { steps, generate_calls, steady_state }
 }
