@@ -45,7 +45,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
 use rayon::prelude::*;
 use rdst::RadixSort;
@@ -305,6 +305,10 @@ pub struct Graph {
     /// Per operation, one bit: whether it runs on a GPU (bit `op % 64` of word `op / 64`). Every span replay asks
     /// it of every operation's end; read from the operations, each question was a cache line of its own.
     on_gpu_bits: Vec<u64>,
+    /// Whether replaying the measured own times gives every measured time: at every vertex the latest of its
+    /// predecessors' measured times (with lags) and its external time, plus its own time, is its measured time
+    /// exactly (no own time below 0, none cut at the integer range).
+    replays_measured: bool,
 }
 
 /// Replays' time buffers (one time per vertex) handed back when a replay ends and taken by the next: a fresh
@@ -1291,6 +1295,7 @@ impl Graph {
             instances,
             spare_times: SpareTimes::default(),
             on_gpu_bits: Vec::new(),
+            replays_measured: false,
         };
         graph.on_gpu_bits = on_gpu_bits(&graph.ops);
         graph.order = stage("model order", || graph.topological_order(&mut incoming));
@@ -1427,6 +1432,7 @@ impl Graph {
         // Each position's own time depends on measured times only: made on worker threads in the plan's order
         // (its edges read in sequence), then gathered by vertex.
         let (plan, order, measured_ns) = (&self.plan, &self.order, &self.measured_ns);
+        let saturated = AtomicBool::new(false);
         let own_by_position: Vec<i64> = (0..order.len())
             .into_par_iter()
             .with_min_len(PAR_MIN_LEN)
@@ -1434,13 +1440,26 @@ impl Graph {
                 let external_ns = plan.external.at(position, order[position]);
                 let ready =
                     plan.ready_ns(position, external_ns, 0, |source| measured_ns[order[source as usize] as usize]);
-                measured_ns[order[position] as usize].saturating_sub(ready)
+                let measured = measured_ns[order[position] as usize];
+                measured.checked_sub(ready).unwrap_or_else(|| {
+                    saturated.store(true, Ordering::Relaxed);
+                    measured.saturating_sub(ready)
+                })
             })
             .collect();
         self.stats.inconsistent_vertices =
             own_by_position.par_iter().with_min_len(PAR_MIN_LEN).filter(|&&own| own < 0).count() as u64;
+        // Then, vertex by vertex in the order, the replay's ready time is the measured one and adds up to the
+        // measured time again.
+        self.replays_measured = self.stats.inconsistent_vertices == 0 && !saturated.into_inner();
         let position_of = &self.position_of;
         position_of.par_iter().with_min_len(PAR_MIN_LEN).map(|&p| own_by_position[p as usize].max(0)).collect()
+    }
+
+    /// Whether replaying the model unchanged gives every measured time (see [`Graph::replayed_last_end`]): its last
+    /// end is then the measured one, with no replay to run.
+    pub fn replays_measured(&self) -> bool {
+        self.replays_measured
     }
 
     /// The measured own time of each vertex: delays at start vertices, durations at end vertices, 0 at barriers.
@@ -2431,6 +2450,14 @@ mod tests {
             });
             proptest::prop_assert_eq!(&graph.order, &expected);
             proptest::prop_assert_eq!(graph.stats.edges_dropped_for_cycles, dropped);
+            // Edges backwards in time make own times below 0: the unchanged replay then differs from the record,
+            // and its last end is replayed, not read from the measured times.
+            let own = graph.own_ns();
+            let replayed = graph.replayed_last_end(|v| own[v as usize], &[]);
+            proptest::prop_assert_eq!(crate::dependency::whatif::unchanged_last_end(&graph), replayed);
+            if graph.replays_measured() {
+                proptest::prop_assert_eq!(graph.simulate(own, false), graph.measured_ns().to_vec());
+            }
         }
     }
 

@@ -504,8 +504,12 @@ pub fn model_fit_of(model: &Model, replay_end: Option<(u32, i64)>, no_straggler_
 }
 
 /// The last end (operation, time) of the model replayed unchanged (the measured own times), without keeping the
-/// replay's times.
+/// replay's times: where the replay is known to give every measured time, the measured last end, with no replay
+/// (one walk of every vertex on one thread, a third of a second at 10 M kernels × 8 ranks).
 pub fn unchanged_last_end(graph: &Graph) -> Option<(u32, i64)> {
+    if graph.replays_measured() {
+        return graph.last_end(graph.measured_ns());
+    }
     let own = graph.own_ns();
     graph.replayed_last_end(|vertex| own[vertex as usize], &[])
 }

@@ -332,6 +332,7 @@ proptest! {
         let Some((traces, model)) = random_model(&rank0, &rank1) else { return Ok(()) };
         let graph = &model.graph;
         prop_assert_eq!(graph.stats.inconsistent_vertices, 0);
+        prop_assert!(graph.replays_measured());
         prop_assert_eq!(graph.simulate(graph.own_ns(), false), graph.measured_ns().to_vec());
         prop_assert!(graph.own_ns().iter().all(|&own| own >= 0));
         let path = critical_path::critical_path(&traces, &model);
