@@ -317,6 +317,15 @@ impl RankOfProcess {
     }
 }
 
+/// What each event of every rank is ([`Builder::facts_per_rank`]), and the slots of their instance keys.
+struct RanksFacts {
+    host: Vec<RankFacts<HostCallFacts>>,
+    /// Per rank, its GPU events per stream in start order (the GPU facts refer to them by position).
+    events: Vec<Vec<GpuEvent>>,
+    gpu: Vec<RankFacts<GpuEventFacts>>,
+    slots: KeySlots,
+}
+
 /// What each event of one rank is, and how often each instance key's (kind, lane, name) came on the rank.
 struct RankFacts<F> {
     facts: Vec<F>,
@@ -426,7 +435,6 @@ impl Builder<'_> {
     /// appearance in that order. Each part is written on worker threads: the host calls a run of calls at a time,
     /// the GPU work a rank at a time.
     pub(super) fn add_operations(&mut self, classifier: &Classifier) {
-        let (traces, ranks) = (self.traces, self.ranks);
         // Categories in the order one pass would meet them: host, graph, copies, sets, then each collective.
         let host_category = self.category_id(HOST);
         let fixed = FixedCategories {
@@ -434,67 +442,89 @@ impl Builder<'_> {
             memcpy: self.category_id(crate::figures::categories::MEMCPY),
             memset: self.category_id(crate::figures::categories::MEMSET),
         };
+        let traces = self.traces;
         stage("model operations: instances named", || self.instances.name_all(traces));
+        let rank_of = RankOfProcess::new(traces, self.ranks);
+        let facts = self.facts_per_rank(classifier, &rank_of);
+        let comm_categories = self.comm_categories(&facts.gpu);
+        stage("model operations: written", || {
+            let gpu = GpuOpsToWrite {
+                ranks: self.ranks,
+                events: &facts.events,
+                facts: &facts.gpu,
+                slots: &facts.slots,
+                fixed,
+                comm_categories,
+            };
+            self.write_operations(&facts, &rank_of, host_category, gpu)
+        });
+        self.rank_gpu_events = facts.events;
+    }
+
+    /// What each event of each rank is, on worker threads: each trace's events sorted out to their ranks in one
+    /// pass, then per rank its host calls beside its GPU events.
+    fn facts_per_rank(&self, classifier: &Classifier, rank_of: &RankOfProcess) -> RanksFacts {
+        let (traces, ranks) = (self.traces, self.ranks);
         let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
-        let rank_of = RankOfProcess::new(traces, ranks);
-        let this = &*self;
-        let own = stage("model operations: events per rank", || events_per_rank(traces, ranks, &rank_of));
-        let (host_facts, (events, gpu_facts)) = stage("model operations: facts per rank", || {
+        let own = stage("model operations: events per rank", || events_per_rank(traces, ranks, rank_of));
+        let (host, (events, gpu)) = stage("model operations: facts per rank", || {
             rayon::join(
                 || -> Vec<RankFacts<HostCallFacts>> {
-                    (0..ranks.len()).into_par_iter().map(|r| this.host_call_facts(r as u32, &own[r].calls)).collect()
+                    (0..ranks.len()).into_par_iter().map(|r| self.host_call_facts(r as u32, &own[r].calls)).collect()
                 },
                 || {
                     let events: Vec<Vec<GpuEvent>> = (ranks.par_iter().zip(&own))
                         .map(|(spec, own)| gpu_events_of_rank(&traces[spec.key.trace], own))
                         .collect();
                     let facts: Vec<RankFacts<GpuEventFacts>> = (ranks.par_iter().enumerate().zip(&events))
-                        .map(|((r, spec), events)| this.gpu_event_facts(r, spec, events, &classes, classifier))
+                        .map(|((r, spec), events)| self.gpu_event_facts(r, spec, events, &classes, classifier))
                         .collect();
                     (events, facts)
                 },
             )
         });
-        drop(own);
-        let comm_categories = self.comm_categories(&gpu_facts);
-        stage("model operations: written", || {
-            let slots = KeySlots::new(
-                host_facts.iter().map(|r| &r.occurrences).chain(gpu_facts.iter().map(|r| &r.occurrences)),
-            );
-            let host_count: usize = host_facts.iter().map(|r| r.facts.len()).sum();
-            let gpu_counts: Vec<usize> =
-                gpu_facts.iter().map(|r| r.facts.iter().filter(|f| f.in_window).count()).collect();
-            let mut ops = operation_slots(host_count + gpu_counts.iter().sum::<usize>());
-            let (host_ops, gpu_ops) = ops.split_at_mut(host_count);
-            let host = HostCallsToWrite {
-                traces,
-                ranks,
-                windows_ns: self.windows_ns,
-                rank_of: &rank_of,
-                facts: &host_facts,
-                slots: &slots,
-                category: host_category,
-            };
-            let gpu =
-                GpuOpsToWrite { ranks, events: &events, facts: &gpu_facts, slots: &slots, fixed, comm_categories };
-            let mut maps = std::mem::take(&mut self.maps);
-            let (call_maps, gpu_maps): (Vec<&mut Vec<u32>>, Vec<GpuMaps>) = (maps.iter_mut())
-                .map(|m| (&mut m.calls, GpuMaps::new(&mut m.kernels, &mut m.memops, &mut m.graphs)))
-                .unzip();
-            let ((without_rank, stream_waits), gpu_maps) = rayon::join(
-                || host.write(host_ops, call_maps),
-                || gpu.write(gpu_ops, host_count as u32, &gpu_counts, gpu_maps),
-            );
-            for (trace_maps, gpu_maps) in maps.iter_mut().zip(gpu_maps) {
-                gpu_maps.into_maps(trace_maps);
-            }
-            self.maps = maps;
-            self.instance_count = number_instances(&mut ops, slots.count);
-            self.stats.host_calls_without_rank += without_rank;
-            self.stats.stream_wait_calls_not_followed += stream_waits;
-            self.ops = ops;
-        });
-        self.rank_gpu_events = events;
+        let slots = KeySlots::new(host.iter().map(|r| &r.occurrences).chain(gpu.iter().map(|r| &r.occurrences)));
+        RanksFacts { host, events, gpu, slots }
+    }
+
+    /// Writes the operations of `facts`: the host calls (`host_category`) beside the GPU work (`gpu`), each into
+    /// its own part of one list, their ids into the trace maps; then numbers the instances.
+    fn write_operations(
+        &mut self,
+        facts: &RanksFacts,
+        rank_of: &RankOfProcess,
+        host_category: u16,
+        gpu: GpuOpsToWrite,
+    ) {
+        let host_count: usize = facts.host.iter().map(|r| r.facts.len()).sum();
+        let gpu_counts: Vec<usize> = facts.gpu.iter().map(|r| r.facts.iter().filter(|f| f.in_window).count()).collect();
+        let mut ops = operation_slots(host_count + gpu_counts.iter().sum::<usize>());
+        let (host_ops, gpu_ops) = ops.split_at_mut(host_count);
+        let host = HostCallsToWrite {
+            traces: self.traces,
+            ranks: self.ranks,
+            windows_ns: self.windows_ns,
+            rank_of,
+            facts: &facts.host,
+            slots: &facts.slots,
+            category: host_category,
+        };
+        let mut maps = std::mem::take(&mut self.maps);
+        let (call_maps, gpu_maps): (Vec<&mut Vec<u32>>, Vec<GpuMaps>) = (maps.iter_mut())
+            .map(|m| (&mut m.calls, GpuMaps::new(&mut m.kernels, &mut m.memops, &mut m.graphs)))
+            .unzip();
+        let ((without_rank, stream_waits), gpu_maps) = rayon::join(
+            || host.write(host_ops, call_maps),
+            || gpu.write(gpu_ops, host_count as u32, &gpu_counts, gpu_maps),
+        );
+        for (trace_maps, gpu_maps) in maps.iter_mut().zip(gpu_maps) {
+            gpu_maps.into_maps(trace_maps);
+        }
+        self.maps = maps;
+        self.instance_count = number_instances(&mut ops, facts.slots.count);
+        self.stats.host_calls_without_rank += without_rank;
+        self.stats.stream_wait_calls_not_followed += stream_waits;
+        self.ops = ops;
     }
 
     /// The categories of the collectives, numbered in order of first appearance over the ranks in turn (inside a
