@@ -739,19 +739,14 @@ impl ByDevice {
     }
 }
 
-/// Per device (`0..devices`), the longest duration of its `events` (0 when none lasts longer), a run of events per
-/// task.
+/// Per device (`0..devices`), the longest duration of its `events` (0 when none lasts longer), on worker threads.
 fn longest_per_device<T: Sync>(events: &[T], devices: usize, of: impl Fn(&T) -> (DeviceIdx, i64) + Sync) -> Vec<i64> {
-    let longer = |mut held: Vec<i64>, (device, ns): (DeviceIdx, i64)| {
-        if let Some(longest) = held.get_mut(device.0 as usize) {
-            *longest = (*longest).max(ns);
-        }
-        held
-    };
-    (events.par_iter().with_min_len(1 << 16))
-        .map(&of)
-        .fold(|| vec![0; devices], longer)
-        .reduce(|| vec![0; devices], |a, b| a.into_iter().zip(b).map(|(a, b)| a.max(b)).collect())
+    let durations = events.par_iter().with_min_len(1 << 16).map(|event| {
+        let (device, ns) = of(event);
+        (device.0 as usize, ns)
+    });
+    let longest = workers::fold_per_owner(durations, devices, i64::max);
+    longest.into_iter().map(|ns| ns.map_or(0, |ns| ns.max(0))).collect()
 }
 
 /// The events (indices sorted by start) that can overlap `window_ns`: none that starts at or after its end, none

@@ -100,6 +100,27 @@ pub fn indices_by_owner<T: Sync>(
     })
 }
 
+/// Per owner (`0..owners`), the values `of` gives its items, combined by `combine` (`None`: no item of its), a run of
+/// items per task on the shared pool; `items` yields (owner, value), an owner out of range counting for none.
+/// `combine` must not depend on the order it meets values in (a minimum, a maximum, a widest extent).
+pub fn fold_per_owner<V: Copy + Send>(
+    items: impl rayon::iter::ParallelIterator<Item = (usize, V)>,
+    owners: usize,
+    combine: impl Fn(V, V) -> V + Sync,
+) -> Vec<Option<V>> {
+    use rayon::prelude::*;
+    let add = |mut held: Vec<Option<V>>, (owner, value): (usize, V)| {
+        if let Some(slot) = held.get_mut(owner) {
+            *slot = Some(slot.map_or(value, |v| combine(v, value)));
+        }
+        held
+    };
+    let merge = |a: Vec<Option<V>>, b: Vec<Option<V>>| {
+        a.into_iter().zip(b).map(|(a, b)| a.into_iter().chain(b).reduce(&combine)).collect()
+    };
+    run(|| items.fold(|| vec![None; owners], add).reduce(|| vec![None; owners], merge))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +141,21 @@ mod tests {
                 (0..items.len() as u32).filter(|&i| owner(&items[i as usize]) == Some(o)).collect();
             assert_eq!(list, &expected, "owner {o}");
         }
+    }
+
+    /// Values folded per owner over many runs equal one fold per owner; owners with no item, or out of range, none.
+    #[test]
+    fn values_fold_per_owner_as_one_pass_would() {
+        use rayon::prelude::*;
+        let items: Vec<u64> =
+            (0..3 * ITEMS_PER_TASK as u64 + 5).map(|i| i.wrapping_mul(2_654_435_761) % 1_000).collect();
+        let keyed = || items.par_iter().with_min_len(1 << 10).map(|&v| ((v % 7) as usize, v));
+        let widest = |a: (u64, u64), b: (u64, u64)| (a.0.min(b.0), a.1.max(b.1));
+        let folded = fold_per_owner(keyed().map(|(o, v)| (o, (v, v))), 6, widest);
+        for (o, got) in folded.iter().enumerate() {
+            let mine = items.iter().filter(|&&v| (v % 7) as usize == o);
+            assert_eq!(*got, mine.map(|&v| (v, v)).reduce(widest), "owner {o}");
+        }
+        assert_eq!(fold_per_owner(keyed(), 9, u64::max)[7..], [None, None]);
     }
 }

@@ -44,22 +44,14 @@ fn rank_warmup(
     Some((rank.rank, warmup_ns, steps_before, excess_ns, (last - first).max(0)))
 }
 
-/// Per device of `trace`, the earliest start and the latest end of its kernels and copies (`None`: it has none), a
-/// run of events per task.
+/// Per device of `trace`, the earliest start and the latest end of its kernels and copies (`None`: it has none), on
+/// worker threads.
 fn gpu_extents_ns(trace: &Trace) -> Vec<Option<(i64, i64)>> {
-    let devices = trace.devices.len();
-    let widen = |mut extents: Vec<Option<(i64, i64)>>, (device, start, end): (DeviceIdx, i64, i64)| {
-        if let Some(extent) = extents.get_mut(device.0 as usize) {
-            *extent = Some(extent.map_or((start, end), |(first, last)| (start.min(first), end.max(last))));
-        }
-        extents
-    };
-    let merge = |a: Vec<Option<(i64, i64)>>, b: Vec<Option<(i64, i64)>>| {
-        a.into_iter().zip(b).map(|(a, b)| a.into_iter().chain(b).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))).collect()
-    };
-    let kernels = trace.kernels.par_iter().with_min_len(1 << 16).map(|k| (k.device, k.start_ns, k.end_ns));
-    let memops = trace.memops.par_iter().with_min_len(1 << 16).map(|m| (m.device, m.start_ns, m.end_ns));
-    (kernels.chain(memops)).fold(|| vec![None; devices], widen).reduce(|| vec![None; devices], merge)
+    let extent = |device: DeviceIdx, start_ns: i64, end_ns: i64| (device.0 as usize, (start_ns, end_ns));
+    let kernels = trace.kernels.par_iter().with_min_len(1 << 16).map(|k| extent(k.device, k.start_ns, k.end_ns));
+    let memops = trace.memops.par_iter().with_min_len(1 << 16).map(|m| extent(m.device, m.start_ns, m.end_ns));
+    let widest = |a: (i64, i64), b: (i64, i64)| (a.0.min(b.0), a.1.max(b.1));
+    crate::figures::workers::fold_per_owner(kernels.chain(memops), trace.devices.len(), widest)
 }
 
 /// True when on some rank a gap between capture windows ends before the first steady step starts.

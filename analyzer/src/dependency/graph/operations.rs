@@ -179,7 +179,7 @@ struct RankEventIndices {
 /// pass per rank: the ranks of a file that holds several would each read every event of the file. A rank's host
 /// calls are those of the process that drives its GPU ([`RankOfProcess`]), its GPU work that of its device.
 fn events_per_rank(traces: &[Trace], ranks: &[RankSpec], rank_of: &RankOfProcess) -> Vec<RankEventIndices> {
-    let per_trace: Vec<Vec<RankEventIndices>> = (traces.par_iter().enumerate())
+    let per_trace: Vec<(Vec<usize>, Vec<RankEventIndices>)> = (traces.par_iter().enumerate())
         .map(|(t, trace)| {
             // The trace's ranks, numbered among themselves; the owner of each device.
             let members: Vec<usize> = (0..ranks.len()).filter(|&r| ranks[r].key.trace == t).collect();
@@ -198,15 +198,15 @@ fn events_per_rank(traces: &[Trace], ranks: &[RankSpec], rank_of: &RankOfProcess
             let kernels = indices_by_owner(&trace.kernels, members.len(), |k| owner(k.device));
             let memops = indices_by_owner(&trace.memops, members.len(), |m| owner(m.device));
             let graphs = indices_by_owner(&trace.graph_launches, members.len(), |g| owner(g.device));
-            (calls.into_iter().zip(kernels).zip(memops).zip(graphs))
+            let lists = (calls.into_iter().zip(kernels).zip(memops).zip(graphs))
                 .map(|(((calls, kernels), memops), graphs)| RankEventIndices { calls, kernels, memops, graphs })
-                .collect()
+                .collect();
+            (members, lists)
         })
         .collect();
     let mut per_rank: Vec<RankEventIndices> = (0..ranks.len()).map(|_| RankEventIndices::default()).collect();
-    for (t, lists) in per_trace.into_iter().enumerate() {
-        let members = (0..ranks.len()).filter(|&r| ranks[r].key.trace == t);
-        for (r, indices) in members.zip(lists) {
+    for (members, lists) in per_trace {
+        for (r, indices) in members.into_iter().zip(lists) {
             per_rank[r] = indices;
         }
     }
