@@ -45,6 +45,18 @@ pub fn for_each_mut<T: Send>(items: &mut [T], min_chunk: usize, work: impl Fn(&m
     run(items.chunks_mut(chunk).collect(), |part: &mut [T]| part.iter_mut().for_each(&work));
 }
 
+/// `work(first, chunk)` of every chunk of `items` (`first`: the chunk's first item's index), in chunks of
+/// `min_chunk` items at least, the results in the chunks' order: a fold of each chunk, to be merged by the caller.
+pub fn map_chunks<T: Sync, R: Send>(items: &[T], min_chunk: usize, work: impl Fn(usize, &[T]) -> R + Sync) -> Vec<R> {
+    let chunk = chunk_len(items.len(), min_chunk);
+    let mut results: Vec<Option<R>> = (0..items.len().div_ceil(chunk)).map(|_| None).collect();
+    let jobs: Vec<(usize, &[T], &mut Option<R>)> =
+        items.chunks(chunk).zip(&mut results).enumerate().map(|(i, (part, slot))| (i * chunk, part, slot)).collect();
+    run(jobs, |(first, part, slot)| *slot = Some(work(first, part)));
+    // Every chunk was worked on (`run` drains them all), so every slot is filled.
+    results.into_iter().flatten().collect()
+}
+
 /// Items per chunk: the items spread over the threads (so there are no more chunks than threads), `min_chunk` at
 /// least.
 fn chunk_len(items: usize, min_chunk: usize) -> usize {
@@ -95,5 +107,21 @@ mod tests {
         for_each_mut(&mut heavy, 1, |v| v.iter_mut().for_each(|x| *x += 1));
         assert!(heavy.iter().enumerate().all(|(i, v)| v == &vec![i as u64 + 1; 3]));
         assert!(all::<u64>(&[], |_| false) && all_pairs::<u64>(&[], |_, _| false));
+    }
+
+    #[test]
+    fn chunks_are_mapped_once_each_in_order() {
+        let n = 7 * MIN_CHUNK + 3;
+        let items: Vec<u64> = (0..n as u64).collect();
+        let sums = map_chunks(&items, MIN_CHUNK, |first, part| (first, part.len(), part.iter().sum::<u64>()));
+        // In order, covering every item once, each chunk starting where the one before it ended.
+        let mut next = 0;
+        for &(first, len, sum) in &sums {
+            assert_eq!(first, next);
+            assert_eq!(sum, (first as u64..(first + len) as u64).sum::<u64>());
+            next = first + len;
+        }
+        assert_eq!(next, n);
+        assert!(map_chunks::<u64, ()>(&[], MIN_CHUNK, |_, _| ()).is_empty());
     }
 }

@@ -753,16 +753,42 @@ impl Trace {
     }
 
     fn compute_range_depths(&mut self) {
-        // Per track (process, thread, and for GPU annotations device and stream): a stack of open range ends.
+        // Per track (process, thread, and for GPU annotations device and stream): a stack of open range ends. The
+        // ranges are sorted out to their tracks a chunk per thread, then each track walked on a thread of its own
+        // (a million ranges on one thread were most of a tenth of a second of every import).
         type Track = (ProcessIdx, u32, Option<DeviceIdx>, Option<u32>);
-        let mut open: HashMap<Track, Vec<i64>> = HashMap::new();
-        for range in &mut self.ranges {
-            let stack = open.entry((range.process, range.tid, range.device, range.stream)).or_default();
-            while stack.last().is_some_and(|&end| end <= range.start_ns) {
-                stack.pop();
+        let track_of = |range: &Range| (range.process, range.tid, range.device, range.stream);
+        let by_chunk = crate::parallel::map_chunks(&self.ranges, crate::parallel::MIN_CHUNK, |first, part| {
+            let mut tracks: HashMap<Track, Vec<u32>> = HashMap::new();
+            for (offset, range) in part.iter().enumerate() {
+                tracks.entry(track_of(range)).or_default().push((first + offset) as u32);
             }
-            range.depth = stack.len().min(u16::MAX as usize) as u16;
-            stack.push(range.end_ns);
+            tracks
+        });
+        // Chunks in order: each track's ranges stay in order.
+        let mut per_track: HashMap<Track, Vec<u32>> = HashMap::new();
+        for chunk in by_chunk {
+            for (track, indices) in chunk {
+                per_track.entry(track).or_default().extend(indices);
+            }
+        }
+        let mut tracks: Vec<(Vec<u32>, Vec<u16>)> =
+            per_track.into_values().map(|ranges| (ranges, Vec::new())).collect();
+        let ranges = &self.ranges;
+        crate::parallel::for_each_mut(&mut tracks, 1, |(indices, depths)| {
+            let mut open: Vec<i64> = Vec::new();
+            for range in indices.iter().map(|&i| &ranges[i as usize]) {
+                while open.last().is_some_and(|&end| end <= range.start_ns) {
+                    open.pop();
+                }
+                depths.push(open.len().min(u16::MAX as usize) as u16);
+                open.push(range.end_ns);
+            }
+        });
+        for (indices, depths) in tracks {
+            for (index, depth) in indices.into_iter().zip(depths) {
+                self.ranges[index as usize].depth = depth;
+            }
         }
     }
 }
@@ -774,6 +800,18 @@ fn sort_by_times<T: Send + Sync>(events: &mut [T], times: impl Fn(&T) -> (i64, i
     if !crate::parallel::all_pairs(events, |a, b| times(a) <= times(b)) {
         events.sort_by_key(|event| times(event));
     }
+}
+
+/// A process's table of call positions by id (every entry none, `u32::MAX`) and its first id, where its `ids` fill
+/// their range densely enough (at most four entries per call, and a thousand more); `None` where they are sparse or
+/// there are none.
+fn dense_table(ids: impl Iterator<Item = u32>) -> Option<(u32, Vec<u32>)> {
+    let (low, high, count) = ids.fold(None, |bounds, id| match bounds {
+        None => Some((id, id, 1usize)),
+        Some((low, high, count)) => Some((id.min(low), id.max(high), count + 1)),
+    })?;
+    let span = (high - low) as usize + 1;
+    (span <= count.saturating_mul(4).saturating_add(1024)).then(|| (low, vec![u32::MAX; span]))
 }
 
 /// API calls by (process, correlation id), for linking launches; a later call wins over an
@@ -789,39 +827,55 @@ struct LaunchIndex {
 }
 
 impl LaunchIndex {
+    /// Made on several threads: the calls' positions sorted out to their processes a chunk of calls per thread, then
+    /// each process's table filled from its positions in order (ten million calls on one thread were a fifth of a
+    /// second of every import).
     fn new(calls: &[ApiCall]) -> LaunchIndex {
-        let processes = calls.iter().map(|c| c.process.0 as usize + 1).max().unwrap_or(0);
-        // Per process: lowest id, highest id, number of calls with an id.
-        let mut bounds: Vec<Option<(u32, u32, usize)>> = vec![None; processes];
-        for call in calls.iter().filter(|c| c.correlation_id != 0) {
-            let id = call.correlation_id;
-            let bound = &mut bounds[call.process.0 as usize];
-            *bound = Some(match *bound {
-                None => (id, id, 1),
-                Some((low, high, count)) => (low.min(id), high.max(id), count + 1),
-            });
-        }
-        let dense = bounds
-            .into_iter()
-            .map(|bound| {
-                let (low, high, count) = bound?;
-                let span = (high - low) as usize + 1;
-                (span <= count.saturating_mul(4).saturating_add(1024)).then(|| (low, vec![u32::MAX; span]))
-            })
-            .collect();
-        let mut index = LaunchIndex { dense, sparse: HashMap::new() };
-        for (position, call) in calls.iter().enumerate().filter(|(_, c)| c.correlation_id != 0) {
-            match &mut index.dense[call.process.0 as usize] {
-                Some((first, table)) => table[(call.correlation_id - *first) as usize] = position as u32,
-                None => {
-                    index.sparse.insert((call.process, call.correlation_id), position as u32);
+        let by_chunk = crate::parallel::map_chunks(calls, crate::parallel::MIN_CHUNK, |first, part| {
+            let mut positions: Vec<Vec<u32>> = Vec::new();
+            for (offset, call) in part.iter().enumerate().filter(|(_, c)| c.correlation_id != 0) {
+                let process = call.process.0 as usize;
+                if positions.len() <= process {
+                    positions.resize_with(process + 1, Vec::new);
                 }
+                positions[process].push((first + offset) as u32);
+            }
+            positions
+        });
+        let processes = by_chunk.iter().map(Vec::len).max().unwrap_or(0);
+        // Per process, its calls with an id in order (a chunk's positions after the chunk's before it).
+        let mut per_process: Vec<Vec<&[u32]>> = vec![Vec::new(); processes];
+        for chunk in &by_chunk {
+            for (process, positions) in chunk.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
+                per_process[process].push(positions);
             }
         }
-        index
+        let id_at = |position: u32| calls[position as usize].correlation_id;
+        // Per process: its table, once made, and its calls' positions, a run per chunk.
+        type Table<'a> = (Option<(u32, Vec<u32>)>, &'a [&'a [u32]]);
+        let mut tables: Vec<Table> = per_process.iter().map(|runs| (None, runs.as_slice())).collect();
+        // Each process's table on a thread; later calls win over earlier ones with the same id, as the positions
+        // come in order.
+        crate::parallel::for_each_mut(&mut tables, 1, |(table, runs)| {
+            let positions = || runs.iter().flat_map(|run| run.iter().copied());
+            *table = dense_table(positions().map(id_at));
+            if let Some((first, table)) = table {
+                for position in positions() {
+                    table[(id_at(position) - *first) as usize] = position;
+                }
+            }
+        });
+        let mut sparse = HashMap::new();
+        for (process, (_, runs)) in tables.iter().enumerate().filter(|(_, (table, _))| table.is_none()) {
+            for &position in runs.iter().flat_map(|run| run.iter()) {
+                sparse.insert((ProcessIdx(process as u32), id_at(position)), position);
+            }
+        }
+        LaunchIndex { dense: tables.into_iter().map(|(table, _)| table).collect(), sparse }
     }
 
     fn get(&self, process: ProcessIdx, correlation_id: u32) -> Option<u32> {
+        // (See `dense_table` for the tables' shape.)
         match self.dense.get(process.0 as usize) {
             Some(Some((first, table))) => {
                 let offset = correlation_id.checked_sub(*first)?;
@@ -934,6 +988,83 @@ mod tests {
         assert_eq!(index.get(ProcessIdx(1), 1), Some(2));
         assert_eq!(index.get(ProcessIdx(1), 2), None);
         assert_eq!(index.get(ProcessIdx(2), 5), None);
+    }
+
+    /// Deterministic pseudo-random numbers for the tests over many chunks.
+    fn lcg(state: &mut u64) -> u64 {
+        *state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        *state >> 33
+    }
+
+    #[test]
+    fn launch_index_over_many_chunks_equals_one_map_with_later_calls_winning() {
+        // Three dense processes (ids in sequence, some repeated, some 0), one sparse (ids far apart), over several
+        // chunks of calls, processes interleaved: every lookup as a map filled call after call gives it.
+        let mut state = 7;
+        let mut next_id = [1u32; 3];
+        let calls: Vec<ApiCall> = (0..5 * crate::parallel::MIN_CHUNK + 11)
+            .map(|_| {
+                let process = (lcg(&mut state) % 4) as u32;
+                let correlation_id = match process {
+                    3 => (lcg(&mut state) as u32).wrapping_mul(977) | 1,
+                    p if lcg(&mut state).is_multiple_of(50) => next_id[p as usize].saturating_sub(3),
+                    _ if lcg(&mut state).is_multiple_of(40) => 0,
+                    p => {
+                        next_id[p as usize] += 1;
+                        next_id[p as usize]
+                    }
+                };
+                ApiCall { process: ProcessIdx(process), correlation_id, ..ApiCall::default() }
+            })
+            .collect();
+        let mut expected: HashMap<(ProcessIdx, u32), u32> = HashMap::new();
+        for (position, call) in calls.iter().enumerate().filter(|(_, c)| c.correlation_id != 0) {
+            expected.insert((call.process, call.correlation_id), position as u32);
+        }
+        let index = LaunchIndex::new(&calls);
+        assert!(index.dense[..3].iter().all(Option::is_some) && index.dense[3].is_none(), "three dense, one sparse");
+        for (&(process, id), &position) in &expected {
+            assert_eq!(index.get(process, id), Some(position), "process {process:?}, id {id}");
+        }
+        for process in 0..5 {
+            assert_eq!(index.get(ProcessIdx(process), 0), None);
+            assert_eq!(index.get(ProcessIdx(process), u32::MAX - 1), None);
+        }
+    }
+
+    #[test]
+    fn nesting_depths_over_many_chunks_equal_one_stack_per_track() {
+        let mut t = Trace::default();
+        let p = t.add_process(Process::default());
+        let mut state = 11;
+        // Ranges of five threads and a GPU stream, nested and overlapping, sorted as `finish` sorts them.
+        let mut ranges: Vec<Range> = (0..3 * crate::parallel::MIN_CHUNK + 5)
+            .map(|_| {
+                let start_ns = (lcg(&mut state) % 1_000_000) as i64;
+                let end_ns = start_ns + (lcg(&mut state) % 500) as i64;
+                let tid = (lcg(&mut state) % 6) as u32;
+                let stream = (tid == 5).then_some(7);
+                Range { start_ns, end_ns, tid, stream, process: p, ..Range::default() }
+            })
+            .collect();
+        ranges.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
+        let mut open: HashMap<(u32, Option<u32>), Vec<i64>> = HashMap::new();
+        let expected: Vec<u16> = ranges
+            .iter()
+            .map(|range| {
+                let stack = open.entry((range.tid, range.stream)).or_default();
+                while stack.last().is_some_and(|&end| end <= range.start_ns) {
+                    stack.pop();
+                }
+                stack.push(range.end_ns);
+                (stack.len() - 1) as u16
+            })
+            .collect();
+        t.ranges = ranges;
+        t.finish();
+        let depths: Vec<u16> = t.ranges.iter().map(|r| r.depth).collect();
+        assert_eq!(depths, expected);
+        assert!(depths.iter().any(|&d| d > 1), "some ranges nest");
     }
 
     #[test]

@@ -404,7 +404,7 @@ pub fn findings_of_model_with(
         }
     }
     rank(&mut fired);
-    Findings {
+    let found = Findings {
         window: window_words(model),
         steps: model.steps,
         run_steps: context.run_steps,
@@ -414,7 +414,11 @@ pub fn findings_of_model_with(
         quiet,
         excluded: model.excluded.clone(),
         fit,
-    }
+    };
+    // The critical path's segments (a million and more, four names each, on a large run) and the typical times are
+    // freed beside what follows, not before the findings are handed back.
+    crate::figures::workers::drop_in_background((context.path, context.typical));
+    found
 }
 
 /// How much replay state the finding types may hold at once, bytes. Each of their replays holds what

@@ -578,14 +578,32 @@ fn adopt<T: Send, K: Ord>(
 
 /// A device belongs to a process when exactly one process launched kernels on it.
 fn assign_device_owners(trace: &mut Trace) {
-    // Per device: the one launching process so far, or `Err` once a second one shows up.
-    let mut owners: Vec<Option<Result<ProcessIdx, ()>>> = vec![None; trace.devices.len()];
-    for kernel in &trace.kernels {
-        let owner = &mut owners[kernel.device.0 as usize];
-        match owner {
-            None => *owner = Some(Ok(kernel.process)),
-            Some(Ok(p)) if *p != kernel.process => *owner = Some(Err(())),
-            _ => {}
+    /// Per device: the one launching process seen, or `Err` once a second one shows up.
+    type Owners = Vec<Option<Result<ProcessIdx, ()>>>;
+    fn meet(owner: &mut Option<Result<ProcessIdx, ()>>, seen: Option<Result<ProcessIdx, ()>>) {
+        *owner = match (*owner, seen) {
+            (None, seen) => seen,
+            (Some(Ok(p)), Some(Ok(q))) if p != q => Some(Err(())),
+            (Some(Err(())), _) | (_, Some(Err(()))) => Some(Err(())),
+            (kept, _) => kept,
+        };
+    }
+    let devices = trace.devices.len();
+    // A chunk of kernels per thread (ten million kernels on one thread were a tenth of a second), then merged.
+    let by_chunk =
+        shardscope_model::parallel::map_chunks(&trace.kernels, shardscope_model::parallel::MIN_CHUNK, |_, part| {
+            let mut owners: Owners = vec![None; devices];
+            for kernel in part {
+                if let Some(owner) = owners.get_mut(kernel.device.0 as usize) {
+                    meet(owner, Some(Ok(kernel.process)));
+                }
+            }
+            owners
+        });
+    let mut owners: Owners = vec![None; devices];
+    for chunk in by_chunk {
+        for (owner, seen) in owners.iter_mut().zip(chunk) {
+            meet(owner, seen);
         }
     }
     for (device, owner) in trace.devices.iter_mut().zip(owners) {
@@ -756,6 +774,29 @@ mod tests {
         assert_eq!(global_pid_of(global_tid), 281477392629760);
         assert_eq!(tid_of(global_tid), 144);
         assert_eq!(pid_of(global_pid_of(global_tid)), 144);
+    }
+
+    #[test]
+    fn a_device_belongs_to_its_one_launching_process_over_many_chunks() {
+        let mut trace = Trace::default();
+        let (p0, p1) = (ProcessIdx(0), ProcessIdx(1));
+        let devices = 4;
+        trace.devices =
+            (0..devices).map(|ordinal| shardscope_model::Device { ordinal, ..Default::default() }).collect();
+        // Device 0: process 0 only; device 1: process 1 only; device 2: process 0, then one kernel of process 1 in a
+        // late chunk; device 3: no kernel.
+        let n = 4 * shardscope_model::parallel::MIN_CHUNK + 2;
+        trace.kernels = (0..n)
+            .map(|i| {
+                let device = (i % 3) as u32;
+                let process = if device == 1 || (device == 2 && i == n - 1) { p1 } else { p0 };
+                Kernel { device: DeviceIdx(device), process, ..Kernel::default() }
+            })
+            .collect();
+        assert_eq!(trace.kernels[n - 1].device, DeviceIdx(2), "the late kernel is on device 2");
+        assign_device_owners(&mut trace);
+        let owners: Vec<Option<ProcessIdx>> = trace.devices.iter().map(|d| d.process).collect();
+        assert_eq!(owners, vec![Some(p0), Some(p1), None, None]);
     }
 
     #[test]

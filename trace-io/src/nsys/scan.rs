@@ -505,37 +505,46 @@ pub(super) fn name_domains(shares: Vec<RangeShare>) -> Vec<Scan<Range>> {
     for (&(_, domain_id), name) in &named {
         name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
     }
-    let mut unnamed_domains: Vec<i64> = Vec::new();
-    let mut scans = Vec::with_capacity(shares.len());
-    for share in shares {
-        let RangeShare { mut scan, in_domain, .. } = share;
-        scan.late_names_from = scan.local.names.len();
-        for (index, global_pid, domain_id) in in_domain {
-            let known = named.get(&(global_pid, domain_id)).map(String::as_str);
-            let domain = match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
-                Some(name) => scan.local.names.intern(name),
-                None => {
-                    // The NvtxDomainCreate row lies outside the exported window: keep the ranges apart from the
-                    // default domain under a name that says so.
-                    if !unnamed_domains.contains(&domain_id) {
-                        unnamed_domains.push(domain_id);
+    // Each share on a thread of its own: its names are its own, and its domains are named once per (process,
+    // domain id), not once per range (a million ranges in a domain were a tenth of a second on one thread).
+    // Per share: its ranges, those in another domain (see `RangeShare::in_domain`), the domain ids it found no
+    // name for.
+    type Job = (Scan<Range>, Vec<(usize, u64, i64)>, Vec<i64>);
+    let mut jobs: Vec<Job> = (shares.into_iter())
+        .map(|RangeShare { mut scan, in_domain, .. }| {
+            scan.late_names_from = scan.local.names.len();
+            (scan, in_domain, Vec::new())
+        })
+        .collect();
+    shardscope_model::parallel::for_each_mut(&mut jobs, 1, |(scan, in_domain, unnamed)| {
+        let mut domain_of: HashMap<(u64, i64), NameId> = HashMap::new();
+        for &(index, global_pid, domain_id) in in_domain.iter() {
+            let domain = *domain_of.entry((global_pid, domain_id)).or_insert_with(|| {
+                let known = named.get(&(global_pid, domain_id)).map(String::as_str);
+                match known.or_else(|| name_by_id.get(&domain_id).copied().flatten()) {
+                    Some(name) => scan.local.names.intern(name),
+                    None => {
+                        // The NvtxDomainCreate row lies outside the exported window: keep the ranges apart from the
+                        // default domain under a name that says so.
+                        unnamed.push(domain_id);
+                        scan.local.names.intern(&format!("domain {domain_id}"))
                     }
-                    scan.local.names.intern(&format!("domain {domain_id}"))
                 }
-            };
+            });
             scan.rows[index].domain = domain;
         }
-        scans.push(scan);
-    }
+        // Outer ranges first at equal start, as Trace::finish orders them.
+        scan.rows.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)));
+    });
+    let mut unnamed_domains: Vec<i64> = jobs.iter().flat_map(|(_, _, unnamed)| unnamed.iter().copied()).collect();
+    unnamed_domains.sort_unstable();
+    unnamed_domains.dedup();
+    let mut scans: Vec<Scan<Range>> = jobs.into_iter().map(|(scan, _, _)| scan).collect();
     // Counted over the whole table, on the first share (the trace sums the shares' warnings in the order they
     // list them, so every share lists it).
     for (index, scan) in scans.iter_mut().enumerate() {
         let unnamed = if index == 0 { unnamed_domains.len() as u64 } else { 0 };
         scan.warnings.push(("NVTX domain without NvtxDomainCreate row (named by its id)", unnamed));
     }
-    // Outer ranges first at equal start, as Trace::finish orders them.
-    shardscope_model::parallel::for_each_mut(&mut scans, 1, |scan| {
-        scan.rows.sort_by_key(|r| (r.start_ns, std::cmp::Reverse(r.end_ns)))
-    });
     scans
 }
