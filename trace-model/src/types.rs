@@ -775,7 +775,8 @@ impl Trace {
         let mut tracks: Vec<(Vec<u32>, Vec<u16>)> =
             per_track.into_values().map(|ranges| (ranges, Vec::new())).collect();
         let ranges = &self.ranges;
-        crate::parallel::for_each_mut(&mut tracks, 1, |(indices, depths)| {
+        let per_thread = owners_per_thread(ranges.len(), tracks.len());
+        crate::parallel::for_each_mut(&mut tracks, per_thread, |(indices, depths)| {
             let mut open: Vec<i64> = Vec::new();
             for range in indices.iter().map(|&i| &ranges[i as usize]) {
                 while open.last().is_some_and(|&end| end <= range.start_ns) {
@@ -800,6 +801,13 @@ fn sort_by_times<T: Send + Sync>(events: &mut [T], times: impl Fn(&T) -> (i64, i
     if !crate::parallel::all_pairs(events, |a, b| times(a) <= times(b)) {
         events.sort_by_key(|event| times(event));
     }
+}
+
+/// How many of `owners` (processes, tracks) one thread takes when they share `events` between them: all of them
+/// where the events are too few to pay for a thread (each started thread costs memory, too: its stack and its
+/// allocator arena), else one each.
+fn owners_per_thread(events: usize, owners: usize) -> usize {
+    if events < 2 * crate::parallel::MIN_CHUNK { owners.max(1) } else { 1 }
 }
 
 /// A process's table of call positions by id (every entry none, `u32::MAX`) and its first id, where its `ids` fill
@@ -854,9 +862,10 @@ impl LaunchIndex {
         // Per process: its table, once made, and its calls' positions, a run per chunk.
         type Table<'a> = (Option<(u32, Vec<u32>)>, &'a [&'a [u32]]);
         let mut tables: Vec<Table> = per_process.iter().map(|runs| (None, runs.as_slice())).collect();
-        // Each process's table on a thread; later calls win over earlier ones with the same id, as the positions
-        // come in order.
-        crate::parallel::for_each_mut(&mut tables, 1, |(table, runs)| {
+        // Each process's table on a thread (where the calls are many enough to pay for one); later calls win over
+        // earlier ones with the same id, as the positions come in order.
+        let per_thread = owners_per_thread(calls.len(), tables.len());
+        crate::parallel::for_each_mut(&mut tables, per_thread, |(table, runs)| {
             let positions = || runs.iter().flat_map(|run| run.iter().copied());
             *table = dense_table(positions().map(id_at));
             if let Some((first, table)) = table {
