@@ -884,7 +884,6 @@ impl LaunchIndex {
     }
 
     fn get(&self, process: ProcessIdx, correlation_id: u32) -> Option<u32> {
-        // (See `dense_table` for the tables' shape.)
         match self.dense.get(process.0 as usize) {
             Some(Some((first, table))) => {
                 let offset = correlation_id.checked_sub(*first)?;

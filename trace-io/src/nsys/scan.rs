@@ -506,9 +506,8 @@ pub(super) fn name_domains(shares: Vec<RangeShare>) -> Vec<Scan<Range>> {
         name_by_id.entry(domain_id).and_modify(|n| *n = n.filter(|&n| n == name)).or_insert(Some(name));
     }
     // Each share on a thread of its own: its names are its own, and its domains are named once per (process,
-    // domain id), not once per range (a million ranges in a domain were a tenth of a second on one thread).
-    // Per share: its ranges, those in another domain (see `RangeShare::in_domain`), the domain ids it found no
-    // name for.
+    // domain id), not once per range (a million ranges in a domain were a tenth of a second on one thread). A job
+    // is a share's ranges, those in another domain (`RangeShare::in_domain`) and the domain ids it found no name for.
     type Job = (Scan<Range>, Vec<(usize, u64, i64)>, Vec<i64>);
     let mut jobs: Vec<Job> = (shares.into_iter())
         .map(|RangeShare { mut scan, in_domain, .. }| {
