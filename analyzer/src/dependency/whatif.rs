@@ -440,25 +440,9 @@ fn fit(graph: &Graph, measured_ns: i64, replay_ns: i64, ideal_ns: i64) -> Fit {
         if measured_ns > 0 { 100.0 * replay_ns.saturating_sub(measured_ns) as f64 / measured_ns as f64 } else { 0.0 };
     // Each rank's first operation start in the window: far apart, the ranks did not start the window together.
     // Folded on worker threads (tens of millions of operations: a tenth of a second on one thread).
-    let ranks = graph.ranks.len();
-    let earliest = |mut a: Vec<i64>, b: Vec<i64>| {
-        a.iter_mut().zip(b).for_each(|(a, b)| *a = (*a).min(b));
-        a
-    };
-    let first_start: Vec<i64> = crate::figures::workers::run(|| {
-        (graph.ops.par_iter().with_min_len(1 << 14))
-            .fold(
-                || vec![i64::MAX; ranks],
-                |mut first, op| {
-                    if let Some(slot) = first.get_mut(op.rank_index as usize) {
-                        *slot = (*slot).min(op.start_ns);
-                    }
-                    first
-                },
-            )
-            .reduce(|| vec![i64::MAX; ranks], earliest)
-    });
-    let starts: Vec<i64> = first_start.into_iter().filter(|&s| s != i64::MAX).collect();
+    let op_starts = graph.ops.par_iter().with_min_len(1 << 14).map(|op| (op.rank_index as usize, op.start_ns));
+    let first_start = crate::figures::workers::fold_per_owner(op_starts, graph.ranks.len(), i64::min);
+    let starts: Vec<i64> = first_start.into_iter().flatten().collect();
     let start_stagger_ns = starts.iter().max().zip(starts.iter().min()).map_or(0, |(a, b)| a - b);
     let staggered = measured_ns > 0 && 100.0 * start_stagger_ns as f64 / measured_ns as f64 > STAGGER_PCT;
     let stagger_note = || {
