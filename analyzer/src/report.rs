@@ -418,13 +418,34 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
     let matching = stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
-    // The run's own facts need no rank: they are gathered on one worker beside the ranks' (which leave workers
-    // idle where a machine has more cores than the run has ranks).
-    let (ranks, facts) = rayon::join(
+    // The run's own facts and the collectives' summary need no rank: they are gathered beside the ranks (which
+    // leave workers idle where a machine has more cores than the run has ranks).
+    let (ranks, (facts, collectives)) = rayon::join(
         || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options)),
-        || stage("report: run facts", || RunFacts::of(traces, options)),
+        || {
+            rayon::join(
+                || stage("report: run facts", || RunFacts::of(traces, options)),
+                || CollectiveReport::of(&matching, options),
+            )
+        },
     );
-    stage("report: run", || report_of(facts, ranks, matching, filter_steps, options))
+    let instances = kept_instances(matching, options);
+    stage("report: run", || report_of(facts, ranks, collectives, instances, filter_steps, options))
+}
+
+/// The matched instances the report keeps (with `keep_instances`), the rest of the matching dropped: on a thread
+/// of its own where it is large (the kernels' shares of a large run are a hash map of millions of entries, which
+/// takes one thread tens of milliseconds to free), here where it is small (it would not pay for starting a thread).
+fn kept_instances(matching: Matching, options: &Options) -> Vec<Instance> {
+    const LARGE_SHARES: usize = 1 << 16;
+    if options.keep_instances {
+        matching.instances
+    } else {
+        if matching.shares.len() >= LARGE_SHARES {
+            workers::drop_in_background(matching);
+        }
+        Vec::new()
+    }
 }
 
 /// Each rank's report, ranks on worker threads, in rank order.
@@ -593,11 +614,13 @@ impl RunFacts {
     }
 }
 
-/// The report from the run's facts, its rank reports (ordered by rank) and the matching.
+/// The report from the run's facts, its rank reports (ordered by rank), the collectives' summary and the matched
+/// instances it keeps.
 fn report_of(
     facts: RunFacts,
     ranks: Vec<RankReport>,
-    matching: Matching,
+    collectives: CollectiveReport,
+    instances: Vec<Instance>,
     filter_steps: bool,
     options: &Options,
 ) -> Report {
@@ -619,8 +642,8 @@ fn report_of(
             (true, hta::StepMode::IncludeLastStep) => "last step included",
         },
         ranks,
-        collectives: CollectiveReport::of(&matching, options),
-        instances: if options.keep_instances { matching.instances } else { Vec::new() },
+        collectives,
+        instances,
         warnings,
         run_identities,
         notes,

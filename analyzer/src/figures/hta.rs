@@ -14,8 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rayon::prelude::*;
 use serde::Serialize;
-use shardscope_model::{Kernel, MemOp, Trace};
+use shardscope_model::{Kernel, MemOp, Range, Trace};
 
 use crate::figures::intervals::IntervalUnion;
 
@@ -81,21 +82,36 @@ pub const STEP_MARK: &str = "ProfilerStep";
 
 /// True when the job's traces hold two or more distinct `ProfilerStep` names: only then does HTA filter steps.
 pub fn job_has_steps(traces: &[Trace]) -> bool {
-    let names: BTreeSet<&str> = traces
-        .iter()
-        .flat_map(|t| t.ranges.iter().map(|r| t.names.get(r.name)))
-        .filter(|name| name.contains(STEP_MARK))
-        .collect();
+    let names: BTreeSet<&str> = traces.iter().flat_map(step_names).collect();
     names.len() >= 2
+}
+
+/// The distinct names of `trace`'s step ranges. The ranges are read on worker threads, as in
+/// [`launch_limit_ns`]: a large trace holds millions, each name searched for the mark.
+fn step_names(trace: &Trace) -> BTreeSet<&str> {
+    step_ranges(trace)
+        .map(|r| trace.names.get(r.name))
+        .fold(BTreeSet::new, |mut names, name| {
+            names.insert(name);
+            names
+        })
+        .reduce(BTreeSet::new, |mut names, more| {
+            names.extend(more);
+            names
+        })
+}
+
+/// `trace`'s step ranges, on worker threads.
+fn step_ranges(trace: &Trace) -> impl ParallelIterator<Item = &Range> {
+    trace.ranges.par_iter().with_min_len(1 << 16).filter(|r| trace.names.get(r.name).contains(STEP_MARK))
 }
 
 /// The latest launch time a rank keeps, or `None` when it keeps nothing (it has no steps of its own).
 fn launch_limit_ns(trace: &Trace, mode: StepMode) -> Option<i64> {
-    let steps = trace.ranges.iter().filter(|r| trace.names.get(r.name).contains(STEP_MARK));
     match mode {
         // Launches strictly before the last step's start: the limit is start − 1.
-        StepMode::DropLastStep => steps.map(|r| r.start_ns).max().map(|start| start - 1),
-        StepMode::IncludeLastStep => steps.map(|r| r.end_ns).max(),
+        StepMode::DropLastStep => step_ranges(trace).map(|r| r.start_ns).max().map(|start| start - 1),
+        StepMode::IncludeLastStep => step_ranges(trace).map(|r| r.end_ns).max(),
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rayon::prelude::*;
 use serde::Serialize;
 use shardscope_model::{DeviceIdx, Trace};
 
@@ -43,13 +44,18 @@ impl RunIdentity {
         let hosts: BTreeSet<String> = trace.processes.iter().filter_map(|p| p.host.clone()).collect();
         let ranks: BTreeSet<u32> = trace.processes.iter().filter_map(|p| p.rank).collect();
         let pids: BTreeSet<u32> = trace.processes.iter().map(|p| p.pid).filter(|&p| p != 0).collect();
-        let starts = (trace.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
-            .chain(trace.memops.iter().map(|m| (m.start_ns, m.end_ns)))
-            .chain(trace.graph_launches.iter().map(|g| (g.start_ns, g.end_ns)))
-            .chain(trace.api_calls.iter().map(|a| (a.start_ns, a.end_ns)))
-            .chain(trace.ranges.iter().map(|r| (r.start_ns, r.end_ns)));
-        let time_range_ns = starts.fold(None, |range: Option<(i64, i64)>, (start, end)| {
-            Some(range.map_or((start, end), |(s, e)| (s.min(start), e.max(end))))
+        // On the analyzer's workers (where it is when on one already).
+        let time_range_ns = crate::figures::workers::run(|| {
+            [
+                extent_ns(&trace.kernels, |k| (k.start_ns, k.end_ns)),
+                extent_ns(&trace.memops, |m| (m.start_ns, m.end_ns)),
+                extent_ns(&trace.graph_launches, |g| (g.start_ns, g.end_ns)),
+                extent_ns(&trace.api_calls, |a| (a.start_ns, a.end_ns)),
+                extent_ns(&trace.ranges, |r| (r.start_ns, r.end_ns)),
+            ]
+            .into_iter()
+            .flatten()
+            .reduce(widest)
         });
         RunIdentity {
             source: trace.source.path.clone(),
@@ -63,6 +69,17 @@ impl RunIdentity {
                 .and_then(|offset| time_range_ns.map(|(start, end)| (start + offset, end + offset))),
         }
     }
+}
+
+/// The earliest start and the latest end of `events` (`None` for none), on worker threads: a large trace holds tens
+/// of millions, and this runs before anything else of the report can start.
+fn extent_ns<T: Sync>(events: &[T], times_ns: impl Fn(&T) -> (i64, i64) + Sync + Send) -> Option<(i64, i64)> {
+    events.par_iter().with_min_len(1 << 16).map(times_ns).reduce_with(widest)
+}
+
+/// The range from the earlier start to the later end of two.
+fn widest(a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
+    (a.0.min(b.0), a.1.max(b.1))
 }
 
 /// Why several inputs are not one run: one line naming the files.

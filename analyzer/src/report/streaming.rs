@@ -20,8 +20,8 @@ use rayon::prelude::*;
 use shardscope_model::{DeviceIdx, Trace};
 
 use super::{
-    DeviceContext, Figures, FileWarning, Options, Report, RunFacts, analyze_device, capture_mode_note, memory,
-    report_of,
+    CollectiveReport, DeviceContext, Figures, FileWarning, Options, Report, RunFacts, analyze_device,
+    capture_mode_note, kept_instances, memory, report_of,
 };
 use crate::figures::categories;
 use crate::figures::collectives::{self, CommKernel, RankKey, RankShare};
@@ -246,7 +246,8 @@ fn finish_here(mut digests: Vec<TraceDigest>, options: &Options) -> Report {
     ranks.sort_by_key(|r| r.rank);
     rank_memory.sort_by_key(|r| r.rank);
     facts.memory = rank_memory;
-    report_of(facts, ranks, matching, job_has_steps, options)
+    let collectives = CollectiveReport::of(&matching, options);
+    report_of(facts, ranks, collectives, kept_instances(matching, options), job_has_steps, options)
 }
 
 /// What [`figures`](super::figures) does with the shares of a rank's matched kernels, kernel by kernel in time
