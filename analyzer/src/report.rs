@@ -835,6 +835,9 @@ impl Work {
     }
 }
 
+/// Kernels a worker files per task in [`RankWork::collect`]: a rank of fewer stays on one thread and joins nothing.
+const KERNELS_PER_TASK: usize = 1 << 17;
+
 /// What [`analyze_device`] needs to know about the trace a device belongs to.
 struct DeviceContext<'a> {
     trace: &'a Trace,
@@ -866,14 +869,8 @@ impl RankWork {
         *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
     }
 
-    /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
-    /// phase.
-    fn collect(
-        context: &DeviceContext,
-        kernel_indices: &[u32],
-        memop_indices: &[u32],
-        window_ns: Option<(i64, i64)>,
-    ) -> RankWork {
+    /// The kernels `kernel_indices` names (in time order) inside `window_ns`, filed whole and by phase.
+    fn of_kernels(context: &DeviceContext, kernel_indices: &[u32], window_ns: Option<(i64, i64)>) -> RankWork {
         let DeviceContext { trace, trace_index, device, classes, phase_index, matching, .. } = *context;
         let mut work = RankWork::default();
         for &index in kernel_indices {
@@ -896,6 +893,51 @@ impl RankWork {
                 work.note(hit, start, end);
             }
         }
+        work
+    }
+
+    /// The kernels of consecutive runs filed apart, filed as one pass over them all would have: rows in run order,
+    /// each phase first seen in the earliest run that saw it, instance extents widened.
+    fn joined(parts: Vec<RankWork>) -> RankWork {
+        let mut parts = parts.into_iter();
+        let Some(mut work) = parts.next() else { return RankWork::default() };
+        let rest: Vec<RankWork> = parts.collect();
+        work.whole.kernels.reserve(rest.iter().map(|p| p.whole.kernels.len()).sum());
+        for part in rest {
+            work.whole.kernels.extend(part.whole.kernels);
+            for (phase, start_ns) in part.first_seen {
+                work.first_seen.entry(phase).or_insert(start_ns);
+            }
+            for (phase, phase_work) in part.by_phase {
+                work.by_phase.entry(phase).or_default().kernels.extend(phase_work.kernels);
+            }
+            for (phase, extents) in part.instance_extents {
+                let joined = work.instance_extents.entry(phase).or_default();
+                for (range, (start_ns, end_ns)) in extents {
+                    let extent = joined.entry(range).or_insert((start_ns, end_ns));
+                    *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
+                }
+            }
+        }
+        work
+    }
+
+    /// The device's kernels, memory operations and whole-graph records inside `window_ns`, filed whole and by
+    /// phase. The kernels (a rank of a large run has millions, each looked up in the phases and the matching) are
+    /// filed a run of [`KERNELS_PER_TASK`] per worker, the runs then joined in order: the first thing a rank does,
+    /// it otherwise kept one core per rank busy while the others waited.
+    fn collect(
+        context: &DeviceContext,
+        kernel_indices: &[u32],
+        memop_indices: &[u32],
+        window_ns: Option<(i64, i64)>,
+    ) -> RankWork {
+        let DeviceContext { trace, device, phase_index, .. } = *context;
+        let parts: Vec<RankWork> = kernel_indices
+            .par_chunks(KERNELS_PER_TASK)
+            .map(|run| RankWork::of_kernels(context, run, window_ns))
+            .collect();
+        let mut work = RankWork::joined(parts);
         for memop in memop_indices.iter().map(|&i| &trace.memops[i as usize]) {
             let Some((start, end)) = clip(memop.start_ns, memop.end_ns, window_ns) else { continue };
             let row = (start, end, memop.is_memset());
@@ -1445,4 +1487,62 @@ pub fn kernel_summary(traces: &[Trace]) -> Vec<KernelSummaryRow> {
         workers::run(|| kernels.par_extend(pairs));
     }
     kernel_summary::summarize(kernels, |n| names.get(n).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What filing gave, comparable: rows whole and by phase, when each phase was first seen, instance extents.
+    type Filed = (Vec<(i64, i64, NameId)>, Vec<(PhaseId, i64, usize)>, Vec<(PhaseId, u32, (i64, i64))>);
+
+    fn filed(work: &RankWork) -> Filed {
+        let rows = work.whole.kernels.iter().map(|k| (k.start_ns, k.end_ns, k.name)).collect();
+        let phases =
+            work.first_seen.iter().map(|(&phase, &t)| (phase, t, work.by_phase[&phase].kernels.len())).collect();
+        let mut extents: Vec<(PhaseId, u32, (i64, i64))> = work
+            .instance_extents
+            .iter()
+            .flat_map(|(&phase, extents)| extents.iter().map(move |(&range, &extent)| (phase, range, extent)))
+            .collect();
+        extents.sort_unstable();
+        (rows, phases, extents)
+    }
+
+    /// Kernels filed in runs and joined are filed as in one pass, with and without a window: a two-rank sample with
+    /// recorded prefill and decode phases and matched collectives, in runs of 7 kernels.
+    #[test]
+    fn kernels_filed_in_runs_join_as_one_pass() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../sample-traces/tp2_nsys.sqlite.gz");
+        let traces = shardscope_io::load(std::path::Path::new(path)).expect("the sample loads");
+        let options = Options::default();
+        let prepared = Prepared::build(&traces, &options);
+        let matching = match_across_ranks(&traces, &prepared, &options);
+        assert!(!matching.shares.is_empty(), "the sample's collectives are matched");
+        for &(key, _, _) in &prepared.ranks_in_input {
+            let context = DeviceContext {
+                trace: &traces[key.trace],
+                trace_index: key.trace,
+                device: key.device,
+                by_device: &prepared.by_device[key.trace],
+                classes: &prepared.classes[key.trace],
+                phase_index: &prepared.phase_indexes[key.trace],
+                filter_steps: false,
+                matching: &matching,
+            };
+            let (kernels, _) = device_events(&context, None);
+            let (first, last) = (
+                context.trace.kernels[kernels[0] as usize].start_ns,
+                context.trace.kernels[kernels[kernels.len() - 1] as usize].end_ns,
+            );
+            for window_ns in [None, Some((first + (last - first) / 3, last - (last - first) / 3))] {
+                let one = RankWork::of_kernels(&context, kernels, window_ns);
+                let runs: Vec<RankWork> =
+                    kernels.chunks(7).map(|run| RankWork::of_kernels(&context, run, window_ns)).collect();
+                let phases = if window_ns.is_none() { 2 } else { 1 };
+                assert!(runs.len() > 2 && one.by_phase.len() >= phases, "several runs, the phases: {window_ns:?}");
+                assert_eq!(filed(&RankWork::joined(runs)), filed(&one), "window {window_ns:?}");
+            }
+        }
+    }
 }
