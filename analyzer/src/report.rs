@@ -460,17 +460,7 @@ fn analyze_ranks(
         .ranks_in_input
         .par_iter()
         .map(|&(key, rank, rank_recorded)| {
-            let context = DeviceContext {
-                trace: &traces[key.trace],
-                trace_index: key.trace,
-                device: key.device,
-                by_device: &prepared.by_device[key.trace],
-                classes: &prepared.classes[key.trace],
-                phase_index: &prepared.phase_indexes[key.trace],
-                filter_steps,
-                matching,
-            };
-            analyze_device(&context, rank, rank_recorded, options)
+            analyze_device(&prepared.context(traces, key, filter_steps, matching), rank, rank_recorded, options)
         })
         .collect();
     ranks.sort_by_key(|r| r.rank);
@@ -488,6 +478,26 @@ struct Prepared {
 }
 
 impl Prepared {
+    /// What the analysis of rank `key` of `traces` needs.
+    fn context<'a>(
+        &'a self,
+        traces: &'a [Trace],
+        key: collectives::RankKey,
+        filter_steps: bool,
+        matching: &'a Matching,
+    ) -> DeviceContext<'a> {
+        DeviceContext {
+            trace: &traces[key.trace],
+            trace_index: key.trace,
+            device: key.device,
+            by_device: &self.by_device[key.trace],
+            classes: &self.classes[key.trace],
+            phase_index: &self.phase_indexes[key.trace],
+            filter_steps,
+            matching,
+        }
+    }
+
     fn build(traces: &[Trace], options: &Options) -> Prepared {
         // Phase ids are numbered across traces in input order, so the phase indexes are built one after the other
         // while the classes and device lists are made in parallel.
@@ -1520,16 +1530,7 @@ mod tests {
         let matching = match_across_ranks(&traces, &prepared, &options);
         assert!(!matching.shares.is_empty(), "the sample's collectives are matched");
         for &(key, _, _) in &prepared.ranks_in_input {
-            let context = DeviceContext {
-                trace: &traces[key.trace],
-                trace_index: key.trace,
-                device: key.device,
-                by_device: &prepared.by_device[key.trace],
-                classes: &prepared.classes[key.trace],
-                phase_index: &prepared.phase_indexes[key.trace],
-                filter_steps: false,
-                matching: &matching,
-            };
+            let context = prepared.context(&traces, key, false, &matching);
             let (kernels, _) = device_events(&context, None);
             let (first, last) = (
                 context.trace.kernels[kernels[0] as usize].start_ns,
