@@ -88,7 +88,7 @@ pub fn job_has_steps(traces: &[Trace]) -> bool {
 
 /// The distinct names of `trace`'s step ranges. The ranges are read on worker threads, as in
 /// [`launch_limit_ns`]: a large trace holds millions, each name searched for the mark.
-fn step_names(trace: &Trace) -> BTreeSet<&str> {
+pub fn step_names(trace: &Trace) -> BTreeSet<&str> {
     step_ranges(trace)
         .map(|r| trace.names.get(r.name))
         .fold(BTreeSet::new, |mut names, name| {

@@ -403,13 +403,7 @@ pub(super) fn per_device<T: Send>(
     options: &Options,
     each: impl Fn(&DeviceContext, &Options) -> T + Sync,
 ) -> (BTreeSet<String>, Vec<T>) {
-    let step_names: BTreeSet<String> = trace
-        .ranges
-        .iter()
-        .map(|r| trace.names.get(r.name))
-        .filter(|name| name.contains(hta::STEP_MARK))
-        .map(str::to_string)
-        .collect();
+    let step_names: BTreeSet<String> = hta::step_names(trace).into_iter().map(str::to_string).collect();
     let trace_has_steps = step_names.len() >= 2;
     let (classes, by_device) =
         rayon::join(|| options.classifier.classify_names(&trace.names), || ByDevice::build(trace));
