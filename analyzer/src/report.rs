@@ -922,10 +922,8 @@ impl RankWork {
                 work.by_phase.entry(phase).or_default().kernels.extend(phase_work.kernels);
             }
             for (phase, extents) in part.instance_extents {
-                let joined = work.instance_extents.entry(phase).or_default();
                 for (range, (start_ns, end_ns)) in extents {
-                    let extent = joined.entry(range).or_insert((start_ns, end_ns));
-                    *extent = (extent.0.min(start_ns), extent.1.max(end_ns));
+                    work.note(PhaseHit { phase, range }, start_ns, end_ns);
                 }
             }
         }
