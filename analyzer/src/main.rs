@@ -12,9 +12,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use regex::Regex;
+use shardscope_analyzer::dependency::critical_path::{Model, ModelError};
 use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
 use shardscope_analyzer::figures::categories::{BUILTIN_RULES_TOML, Classifier};
-use shardscope_analyzer::figures::collectives::Matching;
 use shardscope_analyzer::figures::run::{self, RunIdentity};
 use shardscope_analyzer::llm::phases::DEFAULT_PHASE_PATTERN;
 use shardscope_analyzer::llm::steps::DEFAULT_STEP_PATTERN;
@@ -507,15 +507,15 @@ fn report_command(
                 && report::streaming::should_stream(&analysis.traces, report::streaming::available_memory_bytes())
         }
     };
-    // The findings' model matches the collectives of the traces alone: beside the report's figures.
-    let model_matching = |traces: &[Trace], options: &Options| {
-        findings_rules.is_some().then(|| critical_path::model_matching(traces, options))
-    };
-    let (mut report, traces, options, matching) = if stream {
+    let (mut report, traces, options, model) = if stream {
         let (report, traces, options) = analyse_streaming(analysis)?;
         (report, traces, options, None)
+    } else if findings_rules.is_some() {
+        let (report, traces, options, model) = analyse_with_model(analysis, wants_charts)?;
+        (report, traces, options, Some(model))
     } else {
-        analyse_beside(analysis, wants_charts, model_matching)?
+        let (report, traces, options) = analyse_keeping_traces(analysis, wants_charts)?;
+        (report, traces, options, None)
     };
     let flops = pictures.model.as_ref().zip(pictures.tokens.as_ref());
     let found = match &findings_rules {
@@ -529,7 +529,7 @@ fn report_command(
             );
             None
         }
-        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops, matching)?,
+        Some(rules) => findings_of(&traces, &report, &options, rules.as_deref(), flops, model)?,
     };
     if let Some((rules, bench)) = chart_inputs {
         let inputs = ChartInputs { traces: &traces, options: &options };
@@ -564,12 +564,12 @@ fn findings_command(
 ) -> Result<()> {
     let rules = load_findings_rules(findings_rules.as_deref())?;
     let inputs = display_list(&analysis.traces);
-    let (report, traces, options, matching) = analyse_beside(analysis, false, critical_path::model_matching)?;
+    let (report, traces, options, dependency_model) = analyse_with_model(analysis, false)?;
+    let dependency_model = dependency_model.map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
     let flops =
         model.as_ref().map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, &traces, &report, &options));
     let bench = options.bench_peaks.as_ref();
-    let found = findings::findings_matched(&traces, &report, &options, bench, &rules, flops.as_ref(), Some(matching))
-        .map_err(|e| anyhow::anyhow!("{inputs}: {e}"))?;
+    let found = findings::findings_on_model(&traces, &report, dependency_model, bench, &rules, flops.as_ref());
     match format {
         ModelFormat::Json => emit(&(serde_json::to_string_pretty(&found)? + "\n")),
         ModelFormat::Table => emit(&findings::table(&found)),
@@ -1004,12 +1004,14 @@ fn findings_of(
     options: &Options,
     rules_path: Option<&Path>,
     model: Option<(&shardscope_analyzer::report::mfu::ModelShape, &shardscope_analyzer::report::mfu::Tokens)>,
-    matching: Option<Matching>,
+    dependency_model: Option<ModelMade>,
 ) -> Result<Option<findings::Findings>> {
     let rules = load_findings_rules(rules_path)?;
     let flops = model.map(|(shape, tokens)| findings::FlopInputs::of(shape, tokens, traces, report, options));
     let bench = options.bench_peaks.as_ref();
-    Ok(findings::findings_matched(traces, report, options, bench, &rules, flops.as_ref(), matching).ok())
+    // No model (the run has no GPU work to model): the report's findings are `null`.
+    let Some(Ok(dependency_model)) = dependency_model else { return Ok(None) };
+    Ok(Some(findings::findings_on_model(traces, report, dependency_model, bench, &rules, flops.as_ref())))
 }
 
 /// Refuses outputs that are (or hold, or lie inside) a trace, rules or bench file the command reads.
@@ -1111,16 +1113,29 @@ fn run_analysis(args: AnalysisArgs, keep_instances: bool) -> Result<report::Repo
 
 /// The report with the traces and options it was made from.
 fn analyse_keeping_traces(args: AnalysisArgs, keep_instances: bool) -> Result<(report::Report, Vec<Trace>, Options)> {
-    analyse_beside(args, keep_instances, |_, _| ()).map(|(report, traces, options, ())| (report, traces, options))
+    let report_alone =
+        |traces: &[Trace], options: &Options, _| (stage("report figures", || report::analyze(traces, options)), ());
+    analyse_with(args, keep_instances, report_alone).map(|(report, traces, options, ())| (report, traces, options))
 }
 
-/// [`analyse_keeping_traces`], and what `beside` makes of the traces and options, side by side with the report's
-/// figures on the same workers (its ranks leave workers idle where a machine has more cores than the run has
-/// ranks).
-fn analyse_beside<T: Send>(
+/// The findings' dependency model of a run, or why there is none.
+type ModelMade = Result<Model, ModelError>;
+
+/// The report and the findings' dependency model of the traces, the model made beside the report (see
+/// `critical_path::report_and_steady_model`).
+fn analyse_with_model(
     args: AnalysisArgs,
     keep_instances: bool,
-    beside: impl FnOnce(&[Trace], &Options) -> T + Send,
+) -> Result<(report::Report, Vec<Trace>, Options, ModelMade)> {
+    analyse_with(args, keep_instances, critical_path::report_and_steady_model)
+}
+
+/// [`analyse_keeping_traces`] where `analyse` makes the report (and what else it makes of the traces and options)
+/// from the traces read, given the number of ranks (the report's widest step analyses them side by side).
+fn analyse_with<T>(
+    args: AnalysisArgs,
+    keep_instances: bool,
+    analyse: impl FnOnce(&[Trace], &Options, usize) -> (report::Report, T),
 ) -> Result<(report::Report, Vec<Trace>, Options, T)> {
     let paths = args.traces.clone();
     let allow_mixed = args.allow_mixed;
@@ -1131,13 +1146,8 @@ fn analyse_beside<T: Send>(
         bail!("inputs are not one run: {why} (--allow-mixed analyses them together)");
     }
     print_load_warnings(&traces);
-    // The report's widest step analyses the ranks (each GPU of each trace) side by side.
     let ranks: usize = traces.iter().map(|trace| trace.devices.len()).sum();
-    let (report, made_beside) = shardscope_analyzer::figures::workers::side_by_side(
-        ranks,
-        || stage("report figures", || report::analyze(&traces, &options)),
-        || beside(&traces, &options),
-    );
+    let (report, made_beside) = analyse(&traces, &options, ranks);
     if let Some(window_ns) = options.window_ns {
         warn_if_window_is_empty(&report, window_ns);
     }

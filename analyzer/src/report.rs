@@ -413,7 +413,41 @@ pub fn analyze_on_threads(traces: &[Trace], options: &Options, threads: usize) -
     workers::with_threads(threads, || analyze_here(traces, options))
 }
 
+/// A rank's steps, told as soon as the rank's analysis has found them (before its steady-state figures): what the
+/// findings' model of the steady-state steps needs of the report, so that it can be built beside the rest of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankSteps {
+    /// The rank, as in [`RankReport::rank`].
+    pub rank: u32,
+    /// The file it came from ([`RankReport::source`]).
+    pub source: String,
+    /// CUDA device ordinal in that file ([`RankReport::device`]).
+    pub device: u32,
+    /// Its steps ([`RankReport::steps`]).
+    pub steps: Option<Steps>,
+}
+
+impl RankSteps {
+    /// Every rank's steps of a report made already, in the report's rank order.
+    pub fn of_report(report: &Report) -> Vec<RankSteps> {
+        (report.ranks.iter())
+            .map(|r| RankSteps { rank: r.rank, source: r.source.clone(), device: r.device, steps: r.steps.clone() })
+            .collect()
+    }
+}
+
+/// [`analyze`], handing `tell` every rank's steps (in the report's rank order) once the last rank has found its
+/// own, while the ranks' steady-state figures and the run's facts are still being made. `tell` runs on a worker:
+/// it should hand the steps on (to a channel), not work on them.
+pub fn analyze_telling_steps(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
+    workers::run(|| analyze_here_telling(traces, options, tell))
+}
+
 fn analyze_here(traces: &[Trace], options: &Options) -> Report {
+    analyze_here_telling(traces, options, &|_| {})
+}
+
+fn analyze_here_telling(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
@@ -421,7 +455,7 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     // The run's own facts and the collectives' summary need no rank: they are gathered beside the ranks (which
     // leave workers idle where a machine has more cores than the run has ranks).
     let (ranks, (facts, collectives)) = rayon::join(
-        || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options)),
+        || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options, tell)),
         || {
             rayon::join(
                 || stage("report: run facts", || RunFacts::of(traces, options)),
@@ -448,23 +482,65 @@ fn kept_instances(matching: Matching, options: &Options) -> Vec<Instance> {
     }
 }
 
-/// Each rank's report, ranks on worker threads, in rank order.
+/// Each rank's report, ranks on worker threads, in rank order; `tell` gets every rank's steps once all are found.
 fn analyze_ranks(
     traces: &[Trace],
     prepared: &Prepared,
     matching: &Matching,
     filter_steps: bool,
     options: &Options,
+    tell: &(dyn Fn(Vec<RankSteps>) + Sync),
 ) -> Vec<RankReport> {
-    let mut ranks: Vec<RankReport> = prepared
-        .ranks_in_input
-        .par_iter()
-        .map(|&(key, rank, rank_recorded)| {
-            analyze_device(&prepared.context(traces, key, filter_steps, matching), rank, rank_recorded, options)
+    let gathered = StepsGathered::new(prepared.ranks_in_input.len(), tell);
+    let mut ranks: Vec<RankReport> = (prepared.ranks_in_input.par_iter().enumerate())
+        .map(|(i, &(key, rank, rank_recorded))| {
+            let context = prepared.context(traces, key, filter_steps, matching);
+            let found = |steps: Option<&Steps>| {
+                let info = &context.trace.devices[key.device.0 as usize];
+                let source = context.trace.source.path.clone();
+                gathered.found(i, RankSteps { rank, source, device: info.ordinal, steps: steps.cloned() })
+            };
+            analyze_device_telling(&context, rank, rank_recorded, options, &found)
         })
         .collect();
     ranks.sort_by_key(|r| r.rank);
     ranks
+}
+
+/// The ranks' steps as they are found (in input order), told in rank order when the last one is in.
+struct StepsGathered<'a> {
+    /// Per rank in input order, its steps once found; and how many are still to come.
+    found: std::sync::Mutex<(Vec<Option<RankSteps>>, usize)>,
+    tell: &'a (dyn Fn(Vec<RankSteps>) + Sync),
+}
+
+impl<'a> StepsGathered<'a> {
+    fn new(ranks: usize, tell: &'a (dyn Fn(Vec<RankSteps>) + Sync)) -> StepsGathered<'a> {
+        if ranks == 0 {
+            tell(Vec::new());
+        }
+        StepsGathered { found: std::sync::Mutex::new((vec![None; ranks], ranks)), tell }
+    }
+
+    /// Rank `index` (in input order) found `steps`: the last one tells them all, ordered as the report orders its
+    /// ranks (by rank, input order among equals).
+    fn found(&self, index: usize, steps: RankSteps) {
+        let all = {
+            // A worker that panicked holding the lock leaves the report to fail: the steps are then never told.
+            let Ok(mut found) = self.found.lock() else { return };
+            let (slots, left) = &mut *found;
+            if slots[index].replace(steps).is_none() {
+                *left -= 1;
+            }
+            if *left > 0 {
+                return;
+            }
+            std::mem::take(slots)
+        };
+        let mut all: Vec<RankSteps> = all.into_iter().flatten().collect();
+        all.sort_by_key(|r| r.rank);
+        (self.tell)(all);
+    }
 }
 
 /// What every rank of a trace shares: its names' classes, its phases, its events by device; and the ranks of the
@@ -971,6 +1047,12 @@ impl RankWork {
     /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
     /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way. No phase's span
     /// reaches across a gap between capture windows (`gaps`; see [`capture_gaps`]).
+    /// The names of the phases with work here: those of [`RankWork::phases`], in no particular order.
+    fn phase_names<'a>(&self, phase_index: &'a PhaseIndex) -> Vec<&'a str> {
+        let names = phase_index.names();
+        self.first_seen.keys().map(|&phase| names[phase as usize].as_str()).collect()
+    }
+
     fn phases(&self, trace: &Trace, phase_index: &PhaseIndex, gaps: &[(i64, i64)], options: &Options) -> Vec<Phase> {
         let source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
         let names = phase_index.names();
@@ -1015,30 +1097,57 @@ fn device_events<'a>(context: &DeviceContext<'a>, window_ns: Option<(i64, i64)>)
 /// A rank's report. Its independent parts (phase figures, whole-rank figures, steps, graph replays, HTA figures)
 /// are computed in parallel.
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
+    analyze_device_telling(context, rank, rank_recorded, options, &|_| {})
+}
+
+/// [`analyze_device`], handing `found` the rank's steps as soon as they are known.
+fn analyze_device_telling(
+    context: &DeviceContext,
+    rank: u32,
+    rank_recorded: bool,
+    options: &Options,
+    found: &(dyn Fn(Option<&Steps>) + Sync),
+) -> RankReport {
     let DeviceContext { trace, device, phase_index, filter_steps, .. } = *context;
     let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
     let work = RankWork::collect(context, kernel_indices, memop_indices, options.window_ns);
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
-    let ((phases, whole_figures), (graph_replays, hta)) = rayon::join(
+    // The steps need only the names of the phases with work here, not their figures: they are found beside the
+    // figures (and told as soon as found: the findings' model waits for them).
+    let phase_names = work.phase_names(phase_index);
+    let (((phases, whole_figures), (graph_replays, hta)), step_figures) = rayon::join(
         || {
             rayon::join(
-                || work.phases(trace, phase_index, &gaps, options),
-                || without_capture_gaps(figures(&work.whole, trace, &options.classifier), &work.whole, &gaps),
-            )
-        },
-        || {
-            rayon::join(
-                || graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns),
                 || {
-                    let kernels: Vec<&Kernel> = kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-                    let memops: Vec<&MemOp> = memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-                    hta::figures(trace, &kernels, &memops, filter_steps, options.hta_step_mode, options.window_ns)
+                    rayon::join(
+                        || work.phases(trace, phase_index, &gaps, options),
+                        || without_capture_gaps(figures(&work.whole, trace, &options.classifier), &work.whole, &gaps),
+                    )
+                },
+                || {
+                    rayon::join(
+                        || graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns),
+                        || {
+                            let kernels: Vec<&Kernel> =
+                                kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
+                            let memops: Vec<&MemOp> =
+                                memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
+                            hta::figures(
+                                trace,
+                                &kernels,
+                                &memops,
+                                filter_steps,
+                                options.hta_step_mode,
+                                options.window_ns,
+                            )
+                        },
+                    )
                 },
             )
         },
+        || rank_step_figures(context, &work.whole, kernel_indices, &phase_names, &gaps, options, found),
     );
-    let step_figures = rank_step_figures(context, &work.whole, kernel_indices, &phases, &gaps, options);
     let info = &trace.devices[device.0 as usize];
     let phase_source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
     RankReport {
@@ -1072,9 +1181,10 @@ fn rank_step_figures(
     context: &DeviceContext,
     whole: &Work,
     kernel_indices: &[u32],
-    phases: &[Phase],
+    phase_names: &[&str],
     gaps: &[(i64, i64)],
     options: &Options,
+    found: &(dyn Fn(Option<&Steps>) + Sync),
 ) -> StepFigures {
     let DeviceContext { trace, device, classes, .. } = *context;
     let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
@@ -1090,7 +1200,8 @@ fn rank_step_figures(
     let work_of = |intervals: &[(i64, i64)]| generate_calls::step_work(&step_kernels, &step_memops, intervals);
     let heavy_of = |intervals: &[(i64, i64)]| generate_calls::prefill_steps(&work_of(intervals)).unwrap_or_default();
     let owner = trace.devices[device.0 as usize].process;
-    let steps = rank_steps(trace, owner, phases, &units, &heavy_of, gaps, options);
+    let steps = rank_steps(trace, owner, phase_names, &units, &heavy_of, gaps, options);
+    found(steps.as_ref());
     let generate_calls = steps
         .as_ref()
         .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
@@ -1168,7 +1279,7 @@ type PrefillFlags<'a> = dyn Fn(&[(i64, i64)]) -> Vec<bool> + 'a;
 fn rank_steps(
     trace: &Trace,
     process: Option<ProcessIdx>,
-    phases: &[Phase],
+    phase_names: &[&str],
     units: &[steps::WorkUnit],
     heavy_of: &PrefillFlags,
     gaps: &[(i64, i64)],
@@ -1192,9 +1303,8 @@ fn rank_steps(
     if !ranges.is_empty() {
         return Some(steps_of(StepSource::StepRanges, ranges));
     }
-    // Phase instances: only those of phases with GPU work on this rank are known here, through their figures;
-    // their ranges are taken from the trace again so that each instance counts once.
-    let phase_names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
+    // Phase instances: only those of phases with GPU work on this rank are known here, through its work; their
+    // ranges are taken from the trace again so that each instance counts once.
     if !phase_names.is_empty() {
         // The pattern runs once per distinct range name, not once per range.
         let mut is_phase: HashMap<NameId, bool> = HashMap::new();

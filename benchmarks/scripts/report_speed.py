@@ -16,7 +16,8 @@ or, generating the traces first (needs only the `gen_large_nsys` binary, no carg
 already, and times each as a trace named `k<size>`. `--fleet-gen` with `--fleet RANKSxSTEPS` writes the many-rank
 Kineto job `fleet<RANKS>x<STEPS>/` (`gen_fleet_job --layers 64`; 512x1040 is the 102.8 M-kernel job), timed as a
 folder. `--commands` picks what runs per trace: `report`, `kern-sum`, and `report-streaming` (`report --streaming
-on`, one file at a time: the one-process path for a job larger than memory).
+on`, one file at a time: the one-process path for a job larger than memory) and `report-skip1` (`report --skip-steps 1`:
+the first step left out as warm-up, so that every rank also makes the figures of its steady state).
 
 Each round runs every (trace, command, build) once; the builds' order rotates from round to round so that
 neither always runs first after the other. One process per run: its wall time, user and system CPU time (each, and summed)
@@ -68,6 +69,7 @@ def commands(build_path, trace_path):
     return {
         "report": [build_path, "report", "--format", "json", trace_path],
         "report-streaming": [build_path, "report", "--streaming", "on", "--format", "json", trace_path],
+        "report-skip1": [build_path, "report", "--skip-steps", "1", "--format", "json", trace_path],
         "kern-sum": [build_path, "kern-sum", "--format", "csv", trace_path],
     }
 
@@ -116,7 +118,7 @@ def main():
     parser.add_argument("--fleet-gen", help="gen_fleet_job binary: generate the --fleet jobs in --workdir")
     parser.add_argument("--fleet", default="", help="RANKSxSTEPS of generated Kineto jobs, comma-separated")
     parser.add_argument("--commands", default="report,kern-sum",
-                        help="comma-separated: report, kern-sum, report-streaming")
+                        help="comma-separated: report, kern-sum, report-streaming, report-skip1")
     parser.add_argument("--deadline-s", type=float, default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

@@ -123,7 +123,76 @@ pub fn build_steady_model_matched(
     report: &report::Report,
     matching: collectives::Matching,
 ) -> Result<Model, ModelError> {
-    build_from(traces, options, Selection::SteadySteps, report, Some(matching))
+    let ranks = report::RankSteps::of_report(report);
+    build_from(traces, options, Selection::SteadySteps, &ranks, report.notes.clone(), Some(matching))
+}
+
+/// The run's report (see [`report::analyze`]) and, beside it, the model of its steady-state steps (see
+/// [`build_steady_model_matched`]): the collectives matched for the model first, then the model built as soon as
+/// every rank's steps are found, while the report makes its ranks' steady-state figures and the run's facts. Side
+/// by side only where the shared pool has more workers than `report_width` (the most the report keeps busy, one per
+/// rank) and a thread can be started for the model's side; else the report, then the model. The same report and
+/// model either way. With a window in `options`, the model is of that window and is built after the report.
+pub fn report_and_steady_model(
+    traces: &[Trace],
+    options: &Options,
+    report_width: usize,
+) -> (report::Report, Result<Model, ModelError>) {
+    let one_after_other = || {
+        let (report, matching) = crate::figures::workers::side_by_side(
+            report_width,
+            || stage("report figures", || report::analyze(traces, options)),
+            || model_matching(traces, options),
+        );
+        let model = stage("model", || match options.window_ns {
+            Some(window_ns) => {
+                crate::figures::workers::run(|| build_window_model_matched(traces, options, window_ns, matching))
+            }
+            None => crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching)),
+        });
+        (report, model)
+    };
+    if options.window_ns.is_some() || crate::figures::workers::run(rayon::current_num_threads) <= report_width {
+        return one_after_other();
+    }
+    std::thread::scope(|scope| {
+        // Made in the scope, so that a report that panics drops the sender before the scope waits for the model.
+        let (sender, receiver) = std::sync::mpsc::channel::<Vec<report::RankSteps>>();
+        let sender = std::sync::Mutex::new(sender);
+        // The model's side waits for the steps on a thread of its own, never on a worker: a worker blocked there
+        // could hold up the very report work that finds them.
+        let model_side = std::thread::Builder::new().name("shardscope-model".into()).spawn_scoped(scope, move || {
+            let matching = crate::figures::workers::run(|| model_matching(traces, options));
+            // No steps come when the report fails (its sender is dropped with it): the matching is handed back.
+            let Ok(ranks) = receiver.recv() else { return Err(matching) };
+            Ok(stage("model", || {
+                crate::figures::workers::run(|| {
+                    build_from(traces, options, Selection::SteadySteps, &ranks, Vec::new(), Some(matching))
+                })
+            }))
+        });
+        let Ok(model_side) = model_side else {
+            return one_after_other();
+        };
+        let tell = |ranks: Vec<report::RankSteps>| {
+            if let Ok(sender) = sender.lock() {
+                let _ = sender.send(ranks);
+            }
+        };
+        let report = stage("report figures", || report::analyze_telling_steps(traces, options, &tell));
+        drop(sender);
+        let model = match model_side.join() {
+            Ok(Ok(model)) => model.map(|mut model| {
+                model.notes.splice(0..0, report.notes.iter().cloned());
+                model
+            }),
+            Ok(Err(matching)) => stage("model", || {
+                crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching))
+            }),
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (report, model)
+    })
 }
 
 /// [`build_model`] of `window_ns` on `matching`, which must be [`model_matching`]'s of the same traces and options.
@@ -153,27 +222,29 @@ fn build(
     let mut whole = options.clone();
     whole.window_ns = None;
     let report = report::analyze(traces, &whole);
-    build_from(traces, options, selection, &report, matching)
+    let ranks = report::RankSteps::of_report(&report);
+    build_from(traces, options, selection, &ranks, report.notes, matching)
 }
 
-/// The model of `selection`, with `report` the report of `traces` under `options` without a window, on `matching`
-/// (made here when `None`).
+/// The model of `selection`, with `report_ranks` the ranks and steps of the report of `traces` under `options`
+/// without a window (in its rank order) and `notes` its notes, on `matching` (made here when `None`).
 fn build_from(
     traces: &[Trace],
     options: &Options,
     selection: Selection,
-    report: &report::Report,
+    report_ranks: &[report::RankSteps],
+    mut notes: Vec<String>,
     matching: Option<collectives::Matching>,
 ) -> Result<Model, ModelError> {
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
     // The warm-up steps the report left out (most on any rank), and whether they were detected.
-    let warmup = report.ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| (s.skipped as usize, s.warmup)).max();
+    let warmup = report_ranks.iter().filter_map(|r| r.steps.as_ref()).map(|s| (s.skipped as usize, s.warmup)).max();
     let warmup = warmup.filter(|w| w.0 > 0).map_or(WarmupLeftOut::None, |(n, how)| match how {
         "detected" => WarmupLeftOut::Detected(n),
         _ => WarmupLeftOut::Given(n),
     });
-    for rank in &report.ranks {
+    for rank in report_ranks {
         let Some(trace_index) = traces.iter().position(|t| t.source.path == rank.source) else { continue };
         let trace = &traces[trace_index];
         let Some(device) = (0..trace.devices.len()).find(|&d| trace.devices[d].ordinal == rank.device) else {
@@ -223,7 +294,6 @@ fn build_from(
             None => ModelError::NoWork,
         });
     }
-    let mut notes = report.notes.clone();
     if graph.stats.clocks_not_aligned {
         notes.push(
             "ranks ran on different hosts: cross-rank edges use the recorded clocks as they are, so waits across \

@@ -319,9 +319,22 @@ pub fn findings_matched(
             }
         })
     })?;
+    Ok(findings_on_model(traces, report, model, bench, rules, flops))
+}
+
+/// The findings on `model` (made by [`critical_path::report_and_steady_model`] or as [`findings_matched`] makes
+/// it), which is freed beside what follows.
+pub fn findings_on_model(
+    traces: &[Trace],
+    report: &Report,
+    model: Model,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+    flops: Option<&FlopInputs>,
+) -> Findings {
     let found = stage("findings", || findings_of_model_with(traces, report, &model, bench, rules, flops));
     crate::figures::workers::drop_in_background(model);
-    Ok(found)
+    found
 }
 
 /// The JSON of `analyzer report`: `findings` first (`null` when the run could not be modelled), then the report's

@@ -28,6 +28,7 @@ mod interval_properties;
 mod llm_figures;
 mod memory;
 mod memory_origin;
+mod model_beside_report;
 mod modules;
 mod modules_compare;
 mod one_run;
