@@ -57,6 +57,7 @@ use crate::stage_times::stage;
 
 mod host_order;
 mod operations;
+mod segments;
 use operations::{GpuEvent, InstanceKeys, TraceMaps};
 
 /// The longest gap between the end of an operation on another stream and the start of a GPU operation that is
@@ -1354,6 +1355,33 @@ impl Graph {
     fn topological_order(&mut self, incoming: &mut IncomingLists) -> Vec<u32> {
         let n = self.vertex_count();
         let (outgoing_offsets, outgoing) = stage("model order: successors", || outgoing_lists(incoming, n));
+        // The same order made a stretch of time per worker where the model is large, unless a cycle is met.
+        let segmented = stage("model order: segments", || {
+            segments::segmented_order(&self.measured_ns, incoming, &outgoing_offsets, &outgoing)
+        });
+        let order = match segmented {
+            Some(order) => order,
+            None => self.whole_loop_order(incoming, &outgoing_offsets, &outgoing),
+        };
+        // Tests (debug builds) check what the loops rely on: each vertex handed out once.
+        #[cfg(debug_assertions)]
+        {
+            let mut handed_out = vec![false; n];
+            for &v in &order {
+                assert!(!std::mem::replace(&mut handed_out[v as usize], true), "vertex {v} ordered twice");
+            }
+        }
+        order
+    }
+
+    /// [`Graph::topological_order`] by Kahn's loop over every vertex, on one thread; a cycle is broken there.
+    fn whole_loop_order(
+        &mut self,
+        incoming: &mut IncomingLists,
+        outgoing_offsets: &[u32],
+        outgoing: &[AtomicU32],
+    ) -> Vec<u32> {
+        let n = self.vertex_count();
         let mut indegree: Vec<u32> =
             incoming.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
         // The loop below runs on one thread: everything it fills is made on worker threads first, so that it meets
@@ -1425,14 +1453,6 @@ impl Graph {
                     Some(Reverse(top)) if *top < ready => heap.push(Reverse(ready)),
                     _ => next = Some(ready.1),
                 }
-            }
-        }
-        // Tests (debug builds) check what the loop relies on: each vertex handed out once.
-        #[cfg(debug_assertions)]
-        {
-            let mut handed_out = vec![false; n];
-            for &v in &order {
-                assert!(!std::mem::replace(&mut handed_out[v as usize], true), "vertex {v} ordered twice");
             }
         }
         order
@@ -2503,7 +2523,7 @@ mod tests {
                 .chain(edges.iter().map(|e| (e.source, e.target)))
                 .collect();
             let (expected, dropped) = heap_order(n, &all, &measured_ns);
-            let graph = Graph::from_explicit(ExplicitModel {
+            let model = ExplicitModel {
                 ops,
                 ranks: rank_zero(),
                 categories: vec!["kernel".into()],
@@ -2513,7 +2533,11 @@ mod tests {
                 external_ns: vec![0; n],
                 measured_ns,
                 instances: op_count as u32,
-            });
+            };
+            // On one thread the whole loop orders the vertices; on three, segments of time (see `segments`).
+            let on_one = crate::figures::workers::with_threads(1, || Graph::from_explicit(model.clone()));
+            proptest::prop_assert_eq!(&on_one.order, &expected);
+            let graph = crate::figures::workers::with_threads(3, || Graph::from_explicit(model));
             proptest::prop_assert_eq!(&graph.order, &expected);
             proptest::prop_assert_eq!(graph.stats.edges_dropped_for_cycles, dropped);
             // Edges backwards in time make own times below 0: the unchanged replay then differs from the record,
@@ -2525,6 +2549,82 @@ mod tests {
                 proptest::prop_assert_eq!(graph.simulate(own, false), graph.measured_ns().to_vec());
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Streams of kernels (each after the one before it), with edges between them forwards and backwards in
+        /// time (as collective releases run), and now and then a cycle: ordered a segment of time per worker, the
+        /// order is the whole loop's, and a cycle sends it back to the whole loop.
+        #[test]
+        fn segments_of_time_give_the_whole_loops_order(
+            streams in 1usize..5,
+            per_stream in 1usize..40,
+            gaps in proptest::collection::vec(0i64..6, 160),
+            links in proptest::collection::vec((0usize..160, 0usize..160), 0..60),
+            threads in 2usize..6,
+        ) {
+            let op_count = streams * per_stream;
+            let mut ops = Vec::new();
+            let mut edges = Vec::new();
+            for stream in 0..streams {
+                let mut at_ns = stream as i64;
+                for k in 0..per_stream {
+                    let o = (stream * per_stream + k) as u32;
+                    let start_ns = at_ns + gaps[o as usize % gaps.len()];
+                    let end_ns = start_ns + 1 + gaps[(o as usize + 7) % gaps.len()];
+                    ops.push(kernel(o, stream as u32, start_ns, end_ns));
+                    if k > 0 {
+                        edges.push(ExplicitEdge { source: end_vertex(o - 1), target: start_vertex(o), kind: EdgeKind::StreamOrder });
+                    }
+                    at_ns = end_ns;
+                }
+            }
+            let n = 2 * op_count;
+            edges.extend(links.iter().map(|&(a, b)| ExplicitEdge {
+                source: end_vertex((a % op_count) as u32),
+                target: start_vertex((b % op_count) as u32),
+                kind: EdgeKind::CrossStream,
+            }));
+            let measured_ns: Vec<i64> = ops.iter().flat_map(|op: &Op| [op.start_ns, op.end_ns]).collect();
+            let all: Vec<(u32, u32)> = (0..op_count as u32)
+                .map(|o| (start_vertex(o), end_vertex(o)))
+                .chain(edges.iter().map(|e| (e.source, e.target)))
+                .collect();
+            let (expected, dropped) = heap_order(n, &all, &measured_ns);
+            let model = ExplicitModel {
+                ops,
+                ranks: rank_zero(),
+                categories: vec!["kernel".into()],
+                window_start_ns: 0,
+                barriers: 0,
+                edges,
+                external_ns: vec![0; n],
+                measured_ns,
+                instances: op_count as u32,
+            };
+            let graph = crate::figures::workers::with_threads(threads, || Graph::from_explicit(model));
+            proptest::prop_assert_eq!(&graph.order, &expected);
+            proptest::prop_assert_eq!(graph.stats.edges_dropped_for_cycles, dropped);
+        }
+    }
+
+    /// Cuts between segments of time lie across no edge backwards in time, and split the vertices about evenly.
+    #[test]
+    fn cuts_lie_across_no_edge_backwards_in_time() {
+        // 40 kernels on one stream, 10 ns each (start 10 k, end 10 k + 9); kernel 25's end releases kernel 20's
+        // start, an edge from 259 ns back to 200 ns.
+        let measured_ns: Vec<i64> = (0..40i64).flat_map(|k| [10 * k, 10 * k + 9]).collect();
+        let edge = |source: u32, target: u32| listed(target, Edge { source, lag_ns: 0, kind: EdgeKind::StreamOrder });
+        let mut list: Vec<ListedEdge> = (0..40u32).map(|k| edge(start_vertex(k), end_vertex(k))).collect();
+        list.extend((1..40u32).map(|k| edge(end_vertex(k - 1), start_vertex(k))));
+        list.push(edge(end_vertex(25), start_vertex(20)));
+        let (offsets, words) = incoming_lists(list, 80);
+        let incoming = IncomingLists { offsets, words, external: ExternalTimes::default() };
+        let cuts = segments::cuts_ns(&measured_ns, &incoming, 16);
+        assert!(cuts.len() >= 12, "about 16 segments of 80 vertices: {cuts:?}");
+        assert!(cuts.iter().all(|&cut| !(201..=259).contains(&cut)), "no cut across the edge back: {cuts:?}");
+        assert!(cuts.contains(&260), "the cut that fell inside moved to just after it: {cuts:?}");
+        assert!(cuts.windows(2).all(|w| w[0] < w[1]), "{cuts:?}");
     }
 
     #[test]
