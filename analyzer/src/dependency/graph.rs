@@ -2620,7 +2620,9 @@ mod tests {
         list.push(edge(end_vertex(25), start_vertex(20)));
         let (offsets, words) = incoming_lists(list, 80);
         let incoming = IncomingLists { offsets, words, external: ExternalTimes::default() };
-        let cuts = segments::cuts_ns(&measured_ns, &incoming, 16);
+        let mut sample = measured_ns.clone();
+        sample.sort_unstable();
+        let cuts = segments::cuts_ns(&sample, &segments::backward_spans(&measured_ns, &incoming), 16);
         assert!(cuts.len() >= 12, "about 16 segments of 80 vertices: {cuts:?}");
         assert!(cuts.iter().all(|&cut| !(201..=259).contains(&cut)), "no cut across the edge back: {cuts:?}");
         assert!(cuts.contains(&260), "the cut that fell inside moved to just after it: {cuts:?}");

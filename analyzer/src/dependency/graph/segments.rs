@@ -36,6 +36,9 @@ const SEGMENTED_MIN_THREADS: usize = 4;
 #[cfg(test)]
 const SEGMENTED_MIN_THREADS: usize = 2;
 
+/// The fullest segment may hold one vertex in this many, or the whole loop runs instead.
+const MOST_IN_ONE_SEGMENT: usize = 4;
+
 /// Segments per worker thread: more than one, so that a segment longer than the others does not leave the rest idle.
 const SEGMENTS_PER_THREAD: usize = 8;
 
@@ -60,7 +63,14 @@ pub(super) fn segmented_order(
     if n < SEGMENTED_MIN_VERTICES || threads < SEGMENTED_MIN_THREADS {
         return None;
     }
-    let cuts = cuts_ns(measured_ns, incoming, threads * SEGMENTS_PER_THREAD);
+    let sample = time_sample(measured_ns);
+    let cuts = cuts_ns(&sample, &backward_spans(measured_ns, incoming), threads * SEGMENTS_PER_THREAD);
+    // Where edges backwards in time lie close together across the whole run (ranks whose collectives end before
+    // the last rank arrives: clocks of different hosts, or a generated run), few cuts are allowed: with a segment
+    // of more than a quarter of the vertices, the loop would gain little for the passes below.
+    if largest_segment_in(&sample, &cuts) > sample.len() / MOST_IN_ONE_SEGMENT {
+        return None;
+    }
     let segment_of = |t: i64| cuts.partition_point(|&cut| cut <= t);
     let segments = cuts.len() + 1;
     // Per vertex, its predecessors in its own segment (those of earlier segments are done when it is handed out).
@@ -99,13 +109,30 @@ fn bounds(cuts: &[i64], segment: usize) -> (i64, i64) {
     (start, cuts.get(segment).copied().unwrap_or(i64::MAX))
 }
 
-/// About `wanted - 1` cut times, rising, that split the vertices into about equal segments (by a sample of their
-/// times) and that no backward edge reaches across: a cut `c` lies across an edge from a source at `s` to a target
-/// at `t < s` when `t < c <= s`; such a cut moves to just after the latest source time of the edges it lies across.
-pub(super) fn cuts_ns(measured_ns: &[i64], incoming: &IncomingLists, wanted: usize) -> Vec<i64> {
+/// The measured times of one vertex in [`SAMPLE_EVERY`], sorted.
+fn time_sample(measured_ns: &[i64]) -> Vec<i64> {
     let mut sample: Vec<i64> = measured_ns.par_iter().step_by(SAMPLE_EVERY).copied().collect();
     sample.par_sort_unstable();
-    let spans = backward_spans(measured_ns, incoming);
+    sample
+}
+
+/// How many of `sample` (sorted) the fullest segment between `cuts` holds.
+fn largest_segment_in(sample: &[i64], cuts: &[i64]) -> usize {
+    let mut start = 0;
+    let mut largest = 0;
+    for &cut in cuts.iter().chain([&i64::MAX]) {
+        let end = start + sample[start..].partition_point(|&t| t < cut);
+        largest = largest.max(end - start);
+        start = end;
+    }
+    largest.max(sample.len() - start)
+}
+
+/// About `wanted - 1` cut times, rising, that split the vertices into about equal segments (by `sample`, sorted
+/// times of some of them) and that lie in none of the backward edges' `spans` (see [`backward_spans`]): a cut `c`
+/// lies across an edge from a source at `s` to a target at `t < s` when `t < c <= s`; such a cut moves to just after
+/// the latest source time of the edges it lies across.
+pub(super) fn cuts_ns(sample: &[i64], spans: &[(i64, i64)], wanted: usize) -> Vec<i64> {
     let mut cuts: Vec<i64> = Vec::with_capacity(wanted);
     for k in 1..wanted {
         let Some(&proposed) = sample.get(k * sample.len() / wanted) else { break };
@@ -127,7 +154,7 @@ pub(super) fn cuts_ns(measured_ns: &[i64], incoming: &IncomingLists, wanted: usi
 
 /// The cut times no backward edge allows, merged: per backward edge from a source at `s` to a target at `t < s`,
 /// the times `t + 1 ..= s`, as disjoint rising `(first, last)` spans (touching ones joined).
-fn backward_spans(measured_ns: &[i64], incoming: &IncomingLists) -> Vec<(i64, i64)> {
+pub(super) fn backward_spans(measured_ns: &[i64], incoming: &IncomingLists) -> Vec<(i64, i64)> {
     let mut spans: Vec<(i64, i64)> = (0..measured_ns.len() as u32)
         .into_par_iter()
         .with_min_len(PAR_MIN_LEN)
