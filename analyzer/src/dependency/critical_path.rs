@@ -152,7 +152,8 @@ pub fn report_and_steady_model(
         });
         (report, model)
     };
-    if options.window_ns.is_some() || crate::figures::workers::run(rayon::current_num_threads) <= report_width {
+    let threads = crate::figures::workers::run(rayon::current_num_threads);
+    if options.window_ns.is_some() || threads <= report_width {
         return one_after_other();
     }
     std::thread::scope(|scope| {
@@ -160,13 +161,16 @@ pub fn report_and_steady_model(
         let (sender, receiver) = std::sync::mpsc::channel::<Vec<report::RankSteps>>();
         let sender = std::sync::Mutex::new(sender);
         // The model's side waits for the steps on a thread of its own, never on a worker: a worker blocked there
-        // could hold up the very report work that finds them.
+        // could hold up the very report work that finds them. Its work runs on workers of its own, as many as the
+        // shared pool's, not on the report's: a report worker waiting for a stolen half of its work takes other
+        // work meanwhile, and one that took the whole model would hold its rank (and the report) until the model
+        // is built.
         let model_side = std::thread::Builder::new().name("shardscope-model".into()).spawn_scoped(scope, move || {
-            let matching = crate::figures::workers::run(|| model_matching(traces, options));
+            let matching = crate::figures::workers::with_threads(threads, || model_matching(traces, options));
             // No steps come when the report fails (its sender is dropped with it): the matching is handed back.
             let Ok(ranks) = receiver.recv() else { return Err(matching) };
             Ok(stage("model", || {
-                crate::figures::workers::run(|| {
+                crate::figures::workers::with_threads(threads, || {
                     build_from(traces, options, Selection::SteadySteps, &ranks, Vec::new(), Some(matching))
                 })
             }))
