@@ -129,54 +129,30 @@ pub fn build_steady_model_matched(
 
 /// The run's report (see [`report::analyze`]) and, beside it, the model of its steady-state steps (see
 /// [`build_steady_model_matched`]): the collectives matched for the model first, then the model built as soon as
-/// every rank's steps are found, while the report makes its ranks' steady-state figures and the run's facts. Side
-/// by side only where the shared pool has more workers than `report_width` (the most the report keeps busy, one per
-/// rank) and a thread can be started for the model's side; else the report, then the model. The same report and
-/// model either way. With a window in `options`, the model is of that window and is built after the report.
+/// every rank's steps are found, while the report makes its ranks' figures, their steady states and the run's facts.
+/// Side by side only where the shared pool has more workers than `report_width` (the most the report keeps busy,
+/// one per rank) and a thread can be started for the model's side; else the report, then the model. The same report
+/// and model either way. With a window in `options`, the model is of that window and is built after the report.
 pub fn report_and_steady_model(
     traces: &[Trace],
     options: &Options,
     report_width: usize,
 ) -> (report::Report, Result<Model, ModelError>) {
-    let one_after_other = || {
-        let (report, matching) = crate::figures::workers::side_by_side(
-            report_width,
-            || stage("report figures", || report::analyze(traces, options)),
-            || model_matching(traces, options),
-        );
-        let model = stage("model", || match options.window_ns {
-            Some(window_ns) => {
-                crate::figures::workers::run(|| build_window_model_matched(traces, options, window_ns, matching))
-            }
-            None => crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching)),
-        });
-        (report, model)
-    };
     let threads = crate::figures::workers::run(rayon::current_num_threads);
     if options.window_ns.is_some() || threads <= report_width {
-        return one_after_other();
+        return report_then_model(traces, options, report_width);
     }
     std::thread::scope(|scope| {
         // Made in the scope, so that a report that panics drops the sender before the scope waits for the model.
         let (sender, receiver) = std::sync::mpsc::channel::<Vec<report::RankSteps>>();
         let sender = std::sync::Mutex::new(sender);
         // The model's side waits for the steps on a thread of its own, never on a worker: a worker blocked there
-        // could hold up the very report work that finds them. Its work runs on workers of its own, as many as the
-        // shared pool's, not on the report's: a report worker waiting for a stolen half of its work takes other
-        // work meanwhile, and one that took the whole model would hold its rank (and the report) until the model
-        // is built.
-        let model_side = std::thread::Builder::new().name("shardscope-model".into()).spawn_scoped(scope, move || {
-            let matching = crate::figures::workers::with_threads(threads, || model_matching(traces, options));
-            // No steps come when the report fails (its sender is dropped with it): the matching is handed back.
-            let Ok(ranks) = receiver.recv() else { return Err(matching) };
-            Ok(stage("model", || {
-                crate::figures::workers::with_threads(threads, || {
-                    build_from(traces, options, Selection::SteadySteps, &ranks, Vec::new(), Some(matching))
-                })
-            }))
-        });
-        let Ok(model_side) = model_side else {
-            return one_after_other();
+        // could hold up the very report work that finds them.
+        let spawned = std::thread::Builder::new()
+            .name("shardscope-model".into())
+            .spawn_scoped(scope, move || model_once_steps_come(traces, options, threads, receiver));
+        let Ok(model_side) = spawned else {
+            return report_then_model(traces, options, report_width);
         };
         let tell = |ranks: Vec<report::RankSteps>| {
             if let Ok(sender) = sender.lock() {
@@ -197,6 +173,47 @@ pub fn report_and_steady_model(
         };
         (report, model)
     })
+}
+
+/// [`report_and_steady_model`] one after the other: the report (beside the model's matching where the pool has
+/// more workers than `report_width`), then the model.
+fn report_then_model(
+    traces: &[Trace],
+    options: &Options,
+    report_width: usize,
+) -> (report::Report, Result<Model, ModelError>) {
+    let (report, matching) = crate::figures::workers::side_by_side(
+        report_width,
+        || stage("report figures", || report::analyze(traces, options)),
+        || model_matching(traces, options),
+    );
+    let model = stage("model", || match options.window_ns {
+        Some(window_ns) => {
+            crate::figures::workers::run(|| build_window_model_matched(traces, options, window_ns, matching))
+        }
+        None => crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching)),
+    });
+    (report, model)
+}
+
+/// The model's side of [`report_and_steady_model`]: the collectives matched, then, once `steps` brings every rank's
+/// steps, the model of the steady state (without the report's notes, which the caller adds); the matching is handed
+/// back where no steps come (the report failed). Its work runs on `threads` workers of its own, not on the report's:
+/// a report worker waiting for a stolen half of its work takes other work meanwhile, and one that took the whole
+/// model would hold its rank, and the report, until the model was built.
+fn model_once_steps_come(
+    traces: &[Trace],
+    options: &Options,
+    threads: usize,
+    steps: std::sync::mpsc::Receiver<Vec<report::RankSteps>>,
+) -> Result<Result<Model, ModelError>, collectives::Matching> {
+    let matching = crate::figures::workers::with_threads(threads, || model_matching(traces, options));
+    let Ok(ranks) = steps.recv() else { return Err(matching) };
+    Ok(stage("model", || {
+        crate::figures::workers::with_threads(threads, || {
+            build_from(traces, options, Selection::SteadySteps, &ranks, Vec::new(), Some(matching))
+        })
+    }))
 }
 
 /// [`build_model`] of `window_ns` on `matching`, which must be [`model_matching`]'s of the same traces and options.
