@@ -138,8 +138,23 @@ pub fn report_and_steady_model(
     options: &Options,
     report_width: usize,
 ) -> (report::Report, Result<Model, ModelError>) {
+    report_and_steady_model_from(traces, options, report_width, BESIDE_MIN_EVENTS)
+}
+
+/// Fewest GPU operations and API calls for which [`report_and_steady_model`] builds the model beside the report: the
+/// model of a smaller run takes less time than starting the threads that would build it there.
+const BESIDE_MIN_EVENTS: usize = 1 << 17;
+
+/// [`report_and_steady_model`], side by side from `min_events` GPU operations and API calls (0: any run).
+pub fn report_and_steady_model_from(
+    traces: &[Trace],
+    options: &Options,
+    report_width: usize,
+    min_events: usize,
+) -> (report::Report, Result<Model, ModelError>) {
     let threads = crate::figures::workers::run(rayon::current_num_threads);
-    if options.window_ns.is_some() || threads <= report_width {
+    let events: usize = traces.iter().map(|t| t.kernels.len() + t.memops.len() + t.api_calls.len()).sum();
+    if options.window_ns.is_some() || threads <= report_width || events < min_events {
         return report_then_model(traces, options, report_width);
     }
     std::thread::scope(|scope| {

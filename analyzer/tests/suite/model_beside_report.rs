@@ -1,7 +1,8 @@
 //! The findings' model built beside the report, as soon as every rank's steps are found
-//! (`critical_path::report_and_steady_model`), is the model built after the whole report: the same report, the same
-//! steps, notes and excluded work, and the same findings, on the sample traces (one and two ranks, a capture in two
-//! windows, Kineto), on ranks given out of rank order, with warm-up steps given, and on a run with no GPU work.
+//! (`critical_path::report_and_steady_model`, here from any size of run), is the model built after the whole
+//! report: the same report, the same steps, notes and excluded work, and the same findings, on the sample traces (one
+//! and two ranks, a capture in two windows, Kineto), on ranks given out of rank order, with warm-up steps given, and
+//! on a run with no GPU work.
 
 use crate::common;
 
@@ -37,12 +38,13 @@ fn model_words(traces: &[Trace], report: &report::Report, model: &Result<Model, 
     }
 }
 
-/// Builds the model after the report and beside it (width 0: side by side on any pool) and compares the two.
+/// Builds the model after the report and beside it (width 0 and no fewest events: side by side on any pool and run)
+/// and compares the two.
 fn check(name: &str, traces: &[Trace], options: &Options) {
     let report = report::analyze(traces, options);
     let matching = critical_path::model_matching(traces, options);
     let after = critical_path::build_steady_model_matched(traces, options, &report, matching);
-    let (beside_report, beside) = critical_path::report_and_steady_model(traces, options, 0);
+    let (beside_report, beside) = critical_path::report_and_steady_model_from(traces, options, 0, 0);
     assert!(render::json(&beside_report) == render::json(&report), "{name}: the report made beside the model differs");
     let (after, beside) = (model_words(traces, &report, &after), model_words(traces, &report, &beside));
     assert_eq!(beside, after, "{name}: the model built beside the report differs from the one built after it");
@@ -79,7 +81,7 @@ fn ranks_given_out_of_order_are_modelled_in_rank_order() {
 #[test]
 fn a_run_without_gpu_work_has_no_model_either_way() {
     let traces = vec![Trace::default()];
-    let (_, beside) = critical_path::report_and_steady_model(&traces, &Options::default(), 0);
+    let (_, beside) = critical_path::report_and_steady_model_from(&traces, &Options::default(), 0, 0);
     assert!(matches!(beside, Err(ModelError::NoGpu)), "{:?}", beside.as_ref().err());
     check("no GPU work", &traces, &Options::default());
 }
