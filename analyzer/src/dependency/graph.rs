@@ -1436,24 +1436,11 @@ impl Graph {
                 if *slot > 0 {
                     *slot -= 1;
                     if *slot == 0 {
-                        let ready = (measured_ns[w as usize], w);
-                        match earliest {
-                            Some(held) if held < ready => heap.push(Reverse(ready)),
-                            Some(held) => {
-                                heap.push(Reverse(held));
-                                earliest = Some(ready);
-                            }
-                            None => earliest = Some(ready),
-                        }
+                        hold_earliest(&mut earliest, (measured_ns[w as usize], w), &mut heap);
                     }
                 }
             }
-            if let Some(ready) = earliest {
-                match heap.peek() {
-                    Some(Reverse(top)) if *top < ready => heap.push(Reverse(ready)),
-                    _ => next = Some(ready.1),
-                }
-            }
+            next = next_past_heap(earliest, &mut heap);
         }
         order
     }
@@ -1889,6 +1876,34 @@ fn append_parts<T: Copy + Send + Sync>(items: &mut Vec<T>, parts: &[&[T]]) {
     // SAFETY: the `total` slots after the items were each written above (the places cover them exactly), and
     // `make_room` left room for them.
     unsafe { items.set_len(items.len() + total) };
+}
+
+/// In Kahn's loop, of the vertices that one handed-out vertex makes ready, keeps the earliest (time, vertex) in
+/// `earliest` and puts the others on `heap`.
+#[inline]
+fn hold_earliest(earliest: &mut Option<(i64, u32)>, ready: (i64, u32), heap: &mut BinaryHeap<Reverse<(i64, u32)>>) {
+    match *earliest {
+        Some(held) if held < ready => heap.push(Reverse(ready)),
+        Some(held) => {
+            heap.push(Reverse(held));
+            *earliest = Some(ready);
+        }
+        None => *earliest = Some(ready),
+    }
+}
+
+/// The vertex Kahn's loop hands out next without the heap: the earliest one the last step made ready, where it sorts
+/// before everything on `heap` (the heap would hand it out next); else it joins the heap.
+#[inline]
+fn next_past_heap(earliest: Option<(i64, u32)>, heap: &mut BinaryHeap<Reverse<(i64, u32)>>) -> Option<u32> {
+    let ready = earliest?;
+    match heap.peek() {
+        Some(Reverse(top)) if *top < ready => {
+            heap.push(Reverse(ready));
+            None
+        }
+        _ => Some(ready.1),
+    }
 }
 
 /// Writes one byte of each page of `room` on worker threads (the values stay unset: nothing reads them).
@@ -2500,6 +2515,36 @@ mod tests {
         (order, dropped)
     }
 
+    /// The explicit model of `ops` (their vertices' times `measured_ns`), `barriers` barrier vertices and `edges`, and
+    /// the order and dropped edges [`heap_order`] gives it (the constructor puts each operation's run edge first,
+    /// then the given ones).
+    fn model_and_heap_order(
+        ops: Vec<Op>,
+        barriers: u32,
+        edges: Vec<ExplicitEdge>,
+        measured_ns: Vec<i64>,
+    ) -> (ExplicitModel, Vec<u32>, u64) {
+        let op_count = ops.len() as u32;
+        let n = measured_ns.len();
+        let all: Vec<(u32, u32)> = (0..op_count)
+            .map(|o| (start_vertex(o), end_vertex(o)))
+            .chain(edges.iter().map(|e| (e.source, e.target)))
+            .collect();
+        let (expected, dropped) = heap_order(n, &all, &measured_ns);
+        let model = ExplicitModel {
+            ops,
+            ranks: rank_zero(),
+            categories: vec!["kernel".into()],
+            window_start_ns: 0,
+            barriers,
+            edges,
+            external_ns: vec![0; n],
+            measured_ns,
+            instances: op_count,
+        };
+        (model, expected, dropped)
+    }
+
     proptest::proptest! {
         #[test]
         fn the_order_is_kahns_earliest_first_with_edges_backwards_in_time_and_cycles(
@@ -2517,23 +2562,7 @@ mod tests {
             let ops: Vec<Op> = (0..op_count as u32)
                 .map(|o| kernel(o, 0, measured_ns[2 * o as usize], measured_ns[2 * o as usize + 1]))
                 .collect();
-            // The constructor puts each operation's run edge first, then the given ones.
-            let all: Vec<(u32, u32)> = (0..op_count as u32)
-                .map(|o| (start_vertex(o), end_vertex(o)))
-                .chain(edges.iter().map(|e| (e.source, e.target)))
-                .collect();
-            let (expected, dropped) = heap_order(n, &all, &measured_ns);
-            let model = ExplicitModel {
-                ops,
-                ranks: rank_zero(),
-                categories: vec!["kernel".into()],
-                window_start_ns: 0,
-                barriers,
-                edges,
-                external_ns: vec![0; n],
-                measured_ns,
-                instances: op_count as u32,
-            };
+            let (model, expected, dropped) = model_and_heap_order(ops, barriers, edges, measured_ns);
             // On one thread the whole loop orders the vertices; on three, segments of time (see `segments`).
             let on_one = crate::figures::workers::with_threads(1, || Graph::from_explicit(model.clone()));
             proptest::prop_assert_eq!(&on_one.order, &expected);
@@ -2579,29 +2608,13 @@ mod tests {
                     at_ns = end_ns;
                 }
             }
-            let n = 2 * op_count;
             edges.extend(links.iter().map(|&(a, b)| ExplicitEdge {
                 source: end_vertex((a % op_count) as u32),
                 target: start_vertex((b % op_count) as u32),
                 kind: EdgeKind::CrossStream,
             }));
             let measured_ns: Vec<i64> = ops.iter().flat_map(|op: &Op| [op.start_ns, op.end_ns]).collect();
-            let all: Vec<(u32, u32)> = (0..op_count as u32)
-                .map(|o| (start_vertex(o), end_vertex(o)))
-                .chain(edges.iter().map(|e| (e.source, e.target)))
-                .collect();
-            let (expected, dropped) = heap_order(n, &all, &measured_ns);
-            let model = ExplicitModel {
-                ops,
-                ranks: rank_zero(),
-                categories: vec!["kernel".into()],
-                window_start_ns: 0,
-                barriers: 0,
-                edges,
-                external_ns: vec![0; n],
-                measured_ns,
-                instances: op_count as u32,
-            };
+            let (model, expected, dropped) = model_and_heap_order(ops, 0, edges, measured_ns);
             let graph = crate::figures::workers::with_threads(threads, || Graph::from_explicit(model));
             proptest::prop_assert_eq!(&graph.order, &expected);
             proptest::prop_assert_eq!(graph.stats.edges_dropped_for_cycles, dropped);

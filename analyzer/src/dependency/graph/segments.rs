@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rayon::prelude::*;
 
-use super::{IncomingLists, PAR_MIN_LEN};
+use super::{IncomingLists, PAR_MIN_LEN, hold_earliest, next_past_heap};
 
 /// Fewest vertices worth cutting into segments: below it, the passes that set the cuts cost more than the loop.
 /// The unit tests cut models of a few vertices, so that their small cases take this path too.
@@ -235,12 +235,7 @@ impl Walk<'_> {
             *slot = v;
             filled += 1;
             let earliest = self.release_successors(v, &mut heap);
-            if let Some(ready) = earliest {
-                match heap.peek() {
-                    Some(Reverse(top)) if *top < ready => heap.push(Reverse(ready)),
-                    _ => next = Some(ready.1),
-                }
-            }
+            next = next_past_heap(earliest, &mut heap);
         }
         filled == room.len()
     }
@@ -264,15 +259,7 @@ impl Walk<'_> {
             }
             slot.store(left - 1, Ordering::Relaxed);
             if left == 1 {
-                let ready = (t, w);
-                match earliest {
-                    Some(held) if held < ready => heap.push(Reverse(ready)),
-                    Some(held) => {
-                        heap.push(Reverse(held));
-                        earliest = Some(ready);
-                    }
-                    None => earliest = Some(ready),
-                }
+                hold_earliest(&mut earliest, (t, w), heap);
             }
         }
         earliest
