@@ -1044,15 +1044,15 @@ impl RankWork {
         work
     }
 
-    /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
-    /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way. No phase's span
-    /// reaches across a gap between capture windows (`gaps`; see [`capture_gaps`]).
     /// The names of the phases with work here: those of [`RankWork::phases`], in no particular order.
     fn phase_names<'a>(&self, phase_index: &'a PhaseIndex) -> Vec<&'a str> {
         let names = phase_index.names();
         self.first_seen.keys().map(|&phase| names[phase as usize].as_str()).collect()
     }
 
+    /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
+    /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way. No phase's span
+    /// reaches across a gap between capture windows (`gaps`; see [`capture_gaps`]).
     fn phases(&self, trace: &Trace, phase_index: &PhaseIndex, gaps: &[(i64, i64)], options: &Options) -> Vec<Phase> {
         let source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
         let names = phase_index.names();
@@ -1128,20 +1128,7 @@ fn analyze_device_telling(
                 || {
                     rayon::join(
                         || graph_replays(trace, device, kernel_indices, memop_indices, options.window_ns),
-                        || {
-                            let kernels: Vec<&Kernel> =
-                                kernel_indices.iter().map(|&i| &trace.kernels[i as usize]).collect();
-                            let memops: Vec<&MemOp> =
-                                memop_indices.iter().map(|&i| &trace.memops[i as usize]).collect();
-                            hta::figures(
-                                trace,
-                                &kernels,
-                                &memops,
-                                filter_steps,
-                                options.hta_step_mode,
-                                options.window_ns,
-                            )
-                        },
+                        || rank_hta(trace, (kernel_indices, memop_indices), filter_steps, options),
                     )
                 },
             )
@@ -1167,6 +1154,13 @@ fn analyze_device_telling(
         generate_calls: step_figures.generate_calls,
         hta,
     }
+}
+
+/// HTA's figures of a rank's `events` (indices of its kernels and memory operations in `trace`).
+fn rank_hta(trace: &Trace, events: (&[u32], &[u32]), filter_steps: bool, options: &Options) -> HtaFigures {
+    let kernels: Vec<&Kernel> = events.0.iter().map(|&i| &trace.kernels[i as usize]).collect();
+    let memops: Vec<&MemOp> = events.1.iter().map(|&i| &trace.memops[i as usize]).collect();
+    hta::figures(trace, &kernels, &memops, filter_steps, options.hta_step_mode, options.window_ns)
 }
 
 /// What a rank's steps give: the steps, its generate calls and its steady state.
