@@ -181,9 +181,7 @@ pub fn report_and_steady_model_from(
                 model.notes.splice(0..0, report.notes.iter().cloned());
                 model
             }),
-            Ok(Err(matching)) => stage("model", || {
-                crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching))
-            }),
+            Ok(Err(matching)) => model_after_report(traces, options, &report, matching),
             Err(panic) => std::panic::resume_unwind(panic),
         };
         (report, model)
@@ -202,13 +200,27 @@ fn report_then_model(
         || stage("report figures", || report::analyze(traces, options)),
         || model_matching(traces, options),
     );
-    let model = stage("model", || match options.window_ns {
-        Some(window_ns) => {
-            crate::figures::workers::run(|| build_window_model_matched(traces, options, window_ns, matching))
-        }
-        None => crate::figures::workers::run(|| build_steady_model_matched(traces, options, &report, matching)),
-    });
+    let model = model_after_report(traces, options, &report, matching);
     (report, model)
+}
+
+/// The findings' model on the shared workers, once `report` (the run's report under `options`) is made, on
+/// `matching` ([`model_matching`]'s of the same traces and options): of `options.window_ns` where one is set, else
+/// of the steady-state steps of `report`, which the model would otherwise make again.
+pub fn model_after_report(
+    traces: &[Trace],
+    options: &Options,
+    report: &report::Report,
+    matching: collectives::Matching,
+) -> Result<Model, ModelError> {
+    // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
+    // already running there (a small model's passes cost microseconds, not a wake-up each).
+    stage("model", || {
+        crate::figures::workers::run(|| match options.window_ns {
+            Some(window_ns) => build_window_model_matched(traces, options, window_ns, matching),
+            None => build_steady_model_matched(traces, options, report, matching),
+        })
+    })
 }
 
 /// The model's side of [`report_and_steady_model`]: the collectives matched, then, once `steps` brings every rank's

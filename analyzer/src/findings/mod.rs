@@ -307,18 +307,9 @@ pub fn findings_matched(
     flops: Option<&FlopInputs>,
     matching: Option<crate::figures::collectives::Matching>,
 ) -> Result<Findings, critical_path::ModelError> {
-    // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
-    // already running there (a small model's passes cost microseconds, not a wake-up each).
-    let model = stage("model", || {
-        crate::figures::workers::run(|| {
-            let matching = matching.unwrap_or_else(|| critical_path::model_matching(traces, options));
-            match options.window_ns {
-                Some(window_ns) => critical_path::build_window_model_matched(traces, options, window_ns, matching),
-                // Without a window, `report` is the run's report the model would make again: it is given.
-                None => critical_path::build_steady_model_matched(traces, options, report, matching),
-            }
-        })
-    })?;
+    let matching =
+        matching.unwrap_or_else(|| crate::figures::workers::run(|| critical_path::model_matching(traces, options)));
+    let model = critical_path::model_after_report(traces, options, report, matching)?;
     Ok(findings_on_model(traces, report, model, bench, rules, flops))
 }
 

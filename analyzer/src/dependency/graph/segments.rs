@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rayon::prelude::*;
 
-use super::{IncomingLists, PAR_MIN_LEN, hold_earliest, next_past_heap};
+use super::{IncomingLists, PAR_MIN_LEN, atomic_zeros, hold_earliest, next_past_heap};
 
 /// Fewest vertices worth cutting into segments: below it, the passes that set the cuts cost more than the loop.
 /// The unit tests cut models of a few vertices, so that their small cases take this path too.
@@ -71,19 +71,9 @@ pub(super) fn segmented_order(
     if largest_segment_in(&sample, &cuts) > sample.len() / MOST_IN_ONE_SEGMENT {
         return None;
     }
-    let segment_of = |t: i64| cuts.partition_point(|&cut| cut <= t);
     let segments = cuts.len() + 1;
-    // Per vertex, its predecessors in its own segment (those of earlier segments are done when it is handed out).
-    let indegree: Vec<AtomicU32> = (0..n as u32)
-        .into_par_iter()
-        .with_min_len(PAR_MIN_LEN)
-        .map(|v| {
-            let (start, end) = bounds(&cuts, segment_of(measured_ns[v as usize]));
-            let inside = incoming.of(v).filter(|e| (start..end).contains(&measured_ns[e.source as usize])).count();
-            AtomicU32::new(inside as u32)
-        })
-        .collect();
-    let (sizes, mut ready) = sizes_and_ready(measured_ns, &indegree, segments, segment_of);
+    let indegree = atomic_zeros(n);
+    let (sizes, mut ready) = counts_sizes_and_ready(measured_ns, incoming, &cuts, &indegree);
     let mut order = vec![0u32; n];
     let mut rooms: Vec<&mut [u32]> = Vec::with_capacity(segments);
     let mut rest: &mut [u32] = &mut order;
@@ -180,22 +170,28 @@ pub(super) fn backward_spans(measured_ns: &[i64], incoming: &IncomingLists) -> V
 /// Vertices per segment, and per segment its vertices with no predecessor in it, as the loop's heap takes them.
 type SizesAndReady = (Vec<usize>, Vec<Vec<Reverse<(i64, u32)>>>);
 
-/// Counts each segment's vertices and lists the ready ones of each, in one pass on worker threads.
-fn sizes_and_ready(
+/// In one pass on worker threads: sets each vertex's `indegree` to its predecessors in its own segment between
+/// `cuts` (those of earlier segments are done when it is handed out), counts each segment's vertices and lists the
+/// ready ones of each.
+fn counts_sizes_and_ready(
     measured_ns: &[i64],
+    incoming: &IncomingLists,
+    cuts: &[i64],
     indegree: &[AtomicU32],
-    segments: usize,
-    segment_of: impl Fn(i64) -> usize + Sync,
 ) -> SizesAndReady {
+    let segments = cuts.len() + 1;
     let empty = || (vec![0usize; segments], vec![Vec::new(); segments]);
     (0..measured_ns.len() as u32)
         .into_par_iter()
         .with_min_len(PAR_MIN_LEN)
         .fold(empty, |(mut sizes, mut ready), v| {
             let t = measured_ns[v as usize];
-            let segment = segment_of(t);
+            let segment = cuts.partition_point(|&cut| cut <= t);
+            let (start, end) = bounds(cuts, segment);
+            let inside = incoming.of(v).filter(|e| (start..end).contains(&measured_ns[e.source as usize])).count();
+            indegree[v as usize].store(inside as u32, Ordering::Relaxed);
             sizes[segment] += 1;
-            if indegree[v as usize].load(Ordering::Relaxed) == 0 {
+            if inside == 0 {
                 ready[segment].push(Reverse((t, v)));
             }
             (sizes, ready)
