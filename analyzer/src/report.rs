@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use rayon::prelude::*;
 use regex::Regex;
 use serde::{Serialize, Serializer};
-use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, ProcessIdx, Trace};
+use shardscope_model::{CollectiveOp, DeviceIdx, Kernel, MemOp, NameId, Trace};
 
 use crate::figures::bench_peaks::BenchPeaks;
 use crate::figures::capture_gaps;
@@ -38,14 +38,17 @@ use crate::figures::workers;
 use crate::llm::generate_calls::{self, GenerateCalls};
 use crate::llm::inferred_phases::{self, ComputeKind, KernelShape, Stretch};
 use crate::llm::phases::{DEFAULT_PHASE_PATTERN, PhaseHit, PhaseId, PhaseIndex};
-use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, StepSource, Steps};
+use crate::llm::steps::{self, DEFAULT_STEP_PATTERN, Distribution, Steps};
 use crate::stage_times::stage;
 
 pub mod compare;
 pub mod memory;
 pub mod mfu;
 pub mod partial;
+mod rank_steps;
 pub mod streaming;
+
+use rank_steps::{RankStepWork, StepInputs};
 
 /// What to analyse and how.
 #[derive(Debug, Clone)]
@@ -450,12 +453,16 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
 fn analyze_here_telling(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
-    // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others.
-    let matching = stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
+    // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others. The
+    // ranks' steps need no matching: they are found (and told: the findings' model waits for them) meanwhile.
+    let (matching, step_work) = rayon::join(
+        || stage("report: collective matching", || match_across_ranks(traces, &prepared, options)),
+        || stage("report: steps", || ranks_steps(traces, &prepared, options, tell)),
+    );
     // The run's own facts and the collectives' summary need no rank: they are gathered beside the ranks (which
     // leave workers idle where a machine has more cores than the run has ranks).
     let (ranks, (facts, collectives)) = rayon::join(
-        || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, filter_steps, options, tell)),
+        || stage("report: ranks", || analyze_ranks(traces, &prepared, &matching, step_work, filter_steps, options)),
         || {
             rayon::join(
                 || stage("report: run facts", || RunFacts::of(traces, options)),
@@ -482,65 +489,46 @@ fn kept_instances(matching: Matching, options: &Options) -> Vec<Instance> {
     }
 }
 
-/// Each rank's report, ranks on worker threads, in rank order; `tell` gets every rank's steps once all are found.
+/// Each rank's steps (in input order), ranks on worker threads; `tell` gets them all in the report's rank order
+/// (by rank, input order among equals).
+fn ranks_steps(
+    traces: &[Trace],
+    prepared: &Prepared,
+    options: &Options,
+    tell: &(dyn Fn(Vec<RankSteps>) + Sync),
+) -> Vec<RankStepWork> {
+    let found: Vec<RankStepWork> = (prepared.ranks_in_input.par_iter())
+        .map(|&(key, _, _)| rank_steps::find(prepared.step_inputs(traces, key, options.window_ns), options))
+        .collect();
+    let mut told: Vec<RankSteps> = (prepared.ranks_in_input.iter().zip(&found))
+        .map(|(&(key, rank, _), work)| {
+            let trace = &traces[key.trace];
+            let device = trace.devices[key.device.0 as usize].ordinal;
+            RankSteps { rank, source: trace.source.path.clone(), device, steps: work.steps.clone() }
+        })
+        .collect();
+    told.sort_by_key(|r| r.rank);
+    tell(told);
+    found
+}
+
+/// Each rank's report, ranks on worker threads, in rank order; `step_work` holds each one's steps (in input order).
 fn analyze_ranks(
     traces: &[Trace],
     prepared: &Prepared,
     matching: &Matching,
+    step_work: Vec<RankStepWork>,
     filter_steps: bool,
     options: &Options,
-    tell: &(dyn Fn(Vec<RankSteps>) + Sync),
 ) -> Vec<RankReport> {
-    let gathered = StepsGathered::new(prepared.ranks_in_input.len(), tell);
-    let mut ranks: Vec<RankReport> = (prepared.ranks_in_input.par_iter().enumerate())
-        .map(|(i, &(key, rank, rank_recorded))| {
+    let mut ranks: Vec<RankReport> = (prepared.ranks_in_input.par_iter().zip(step_work))
+        .map(|(&(key, rank, rank_recorded), step_work)| {
             let context = prepared.context(traces, key, filter_steps, matching);
-            let found = |steps: Option<&Steps>| {
-                let info = &context.trace.devices[key.device.0 as usize];
-                let source = context.trace.source.path.clone();
-                gathered.found(i, RankSteps { rank, source, device: info.ordinal, steps: steps.cloned() })
-            };
-            analyze_device_telling(&context, rank, rank_recorded, options, &found)
+            analyze_device_with_steps(&context, rank, rank_recorded, step_work, options)
         })
         .collect();
     ranks.sort_by_key(|r| r.rank);
     ranks
-}
-
-/// The ranks' steps as they are found (in input order), told in rank order when the last one is in.
-struct StepsGathered<'a> {
-    /// Per rank in input order, its steps once found; and how many are still to come.
-    found: std::sync::Mutex<(Vec<Option<RankSteps>>, usize)>,
-    tell: &'a (dyn Fn(Vec<RankSteps>) + Sync),
-}
-
-impl<'a> StepsGathered<'a> {
-    fn new(ranks: usize, tell: &'a (dyn Fn(Vec<RankSteps>) + Sync)) -> StepsGathered<'a> {
-        if ranks == 0 {
-            tell(Vec::new());
-        }
-        StepsGathered { found: std::sync::Mutex::new((vec![None; ranks], ranks)), tell }
-    }
-
-    /// Rank `index` (in input order) found `steps`: the last one tells them all, ordered as the report orders its
-    /// ranks (by rank, input order among equals).
-    fn found(&self, index: usize, steps: RankSteps) {
-        let all = {
-            // A worker that panicked holding the lock leaves the report to fail: the steps are then never told.
-            let Ok(mut found) = self.found.lock() else { return };
-            let (slots, left) = &mut *found;
-            if slots[index].replace(steps).is_none() {
-                *left -= 1;
-            }
-            if *left > 0 {
-                return;
-            }
-            std::mem::take(slots)
-        };
-        let mut all: Vec<RankSteps> = all.into_iter().flatten().collect();
-        all.sort_by_key(|r| r.rank);
-        (self.tell)(all);
-    }
 }
 
 /// What every rank of a trace shares: its names' classes, its phases, its events by device; and the ranks of the
@@ -554,6 +542,26 @@ struct Prepared {
 }
 
 impl Prepared {
+    /// What the steps of rank `key` of `traces` are found from.
+    fn step_inputs<'a>(
+        &'a self,
+        traces: &'a [Trace],
+        key: collectives::RankKey,
+        window_ns: Option<(i64, i64)>,
+    ) -> StepInputs<'a> {
+        let trace = &traces[key.trace];
+        let (kernel_indices, memop_indices) =
+            events_in_window(trace, &self.by_device[key.trace], key.device, window_ns);
+        StepInputs {
+            trace,
+            device: key.device,
+            classes: &self.classes[key.trace],
+            phase_index: &self.phase_indexes[key.trace],
+            kernel_indices,
+            memop_indices,
+        }
+    }
+
     /// What the analysis of rank `key` of `traces` needs.
     fn context<'a>(
         &'a self,
@@ -936,6 +944,15 @@ struct DeviceContext<'a> {
     matching: &'a Matching,
 }
 
+impl<'a> DeviceContext<'a> {
+    /// What this rank's steps are found from, its events inside `window_ns`.
+    fn step_inputs(&self, window_ns: Option<(i64, i64)>) -> StepInputs<'a> {
+        let (kernel_indices, memop_indices) = device_events(self, window_ns);
+        let DeviceContext { trace, device, classes, phase_index, .. } = *self;
+        StepInputs { trace, device, classes, phase_index, kernel_indices, memop_indices }
+    }
+}
+
 /// A rank's GPU work after clipping, whole and per phase, with when each phase first ran and each phase instance's
 /// extent.
 #[derive(Default)]
@@ -1044,12 +1061,6 @@ impl RankWork {
         work
     }
 
-    /// The names of the phases with work here: those of [`RankWork::phases`], in no particular order.
-    fn phase_names<'a>(&self, phase_index: &'a PhaseIndex) -> Vec<&'a str> {
-        let names = phase_index.names();
-        self.first_seen.keys().map(|&phase| names[phase as usize].as_str()).collect()
-    }
-
     /// The figures of each phase, in order of first GPU work; phases that first ran at the same nanosecond in name
     /// order, which a trace analysed on its own ([`partial::trace_part`]) orders the same way. No phase's span
     /// reaches across a gap between capture windows (`gaps`; see [`capture_gaps`]).
@@ -1086,6 +1097,16 @@ impl RankWork {
 /// The device's kernels and memory operations (indices in time order) that can reach into the analysis window.
 fn device_events<'a>(context: &DeviceContext<'a>, window_ns: Option<(i64, i64)>) -> (&'a [u32], &'a [u32]) {
     let DeviceContext { trace, device, by_device, .. } = *context;
+    events_in_window(trace, by_device, device, window_ns)
+}
+
+/// [`device_events`] of `device` of `trace`, whose events by device are `by_device`.
+fn events_in_window<'a>(
+    trace: &'a Trace,
+    by_device: &'a ByDevice,
+    device: DeviceIdx,
+    window_ns: Option<(i64, i64)>,
+) -> (&'a [u32], &'a [u32]) {
     let d = device.0 as usize;
     let kernel_start = |i: u32| trace.kernels[i as usize].start_ns;
     let kernels = in_window(&by_device.kernels[d], kernel_start, by_device.longest_kernel_ns[d], window_ns);
@@ -1094,28 +1115,26 @@ fn device_events<'a>(context: &DeviceContext<'a>, window_ns: Option<(i64, i64)>)
     (kernels, memops)
 }
 
-/// A rank's report. Its independent parts (phase figures, whole-rank figures, steps, graph replays, HTA figures)
-/// are computed in parallel.
+/// A rank's report: its steps first (see [`rank_steps`]), then its independent parts (phase figures, whole-rank
+/// figures, graph replays, HTA figures, the steady state) in parallel.
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
-    analyze_device_telling(context, rank, rank_recorded, options, &|_| {})
+    let step_work = rank_steps::find(context.step_inputs(options.window_ns), options);
+    analyze_device_with_steps(context, rank, rank_recorded, step_work, options)
 }
 
-/// [`analyze_device`], handing `found` the rank's steps as soon as they are known.
-fn analyze_device_telling(
+/// [`analyze_device`] with the rank's steps found already.
+fn analyze_device_with_steps(
     context: &DeviceContext,
     rank: u32,
     rank_recorded: bool,
+    step_work: RankStepWork,
     options: &Options,
-    found: &(dyn Fn(Option<&Steps>) + Sync),
 ) -> RankReport {
     let DeviceContext { trace, device, phase_index, filter_steps, .. } = *context;
     let (kernel_indices, memop_indices) = device_events(context, options.window_ns);
     let work = RankWork::collect(context, kernel_indices, memop_indices, options.window_ns);
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
-    // The steps need only the names of the phases with work here, not their figures: they are found beside the
-    // figures (and told as soon as found: the findings' model waits for them).
-    let phase_names = work.phase_names(phase_index);
     let (((phases, whole_figures), (graph_replays, hta)), step_figures) = rayon::join(
         || {
             rayon::join(
@@ -1133,7 +1152,7 @@ fn analyze_device_telling(
                 },
             )
         },
-        || rank_step_figures(context, &work.whole, kernel_indices, &phase_names, &gaps, options, found),
+        || rank_step_figures(context, &work.whole, step_work, options),
     );
     let info = &trace.devices[device.0 as usize];
     let phase_source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
@@ -1170,39 +1189,15 @@ struct StepFigures {
     steady_state: Option<SteadyState>,
 }
 
-/// The rank's steps (see [`rank_steps`]), the generate calls in inferred steps and the figures of its steady state.
-fn rank_step_figures(
-    context: &DeviceContext,
-    whole: &Work,
-    kernel_indices: &[u32],
-    phase_names: &[&str],
-    gaps: &[(i64, i64)],
-    options: &Options,
-    found: &(dyn Fn(Option<&Steps>) + Sync),
-) -> StepFigures {
-    let DeviceContext { trace, device, classes, .. } = *context;
-    let units = steps::work_units(trace, device, kernel_indices, options.window_ns, |name| {
-        options.classifier.name(Classifier::lookup(classes, name).category) == categories::RUNTIME
-    });
-    let step_kernels: Vec<(i64, i64, bool)> = whole
-        .kernels
-        .iter()
-        .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
-        .collect();
-    let mut step_memops: Vec<(i64, i64)> = whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
-    step_memops.sort_unstable();
-    let work_of = |intervals: &[(i64, i64)]| generate_calls::step_work(&step_kernels, &step_memops, intervals);
-    let heavy_of = |intervals: &[(i64, i64)]| generate_calls::prefill_steps(&work_of(intervals)).unwrap_or_default();
-    let owner = trace.devices[device.0 as usize].process;
-    let steps = rank_steps(trace, owner, phase_names, &units, &heavy_of, gaps, options);
-    found(steps.as_ref());
-    let generate_calls = steps
-        .as_ref()
-        .filter(|s| matches!(s.source, StepSource::InferredFromKernels | StepSource::InferredFromGraphs))
-        .and_then(|s| generate_calls::split(&work_of(&s.found_intervals), s.skipped as usize));
-    let steady_state = steps.as_ref().filter(|s| s.skipped > 0).and_then(|s| {
+/// The rank's steps (found before, `step_work`), the generate calls in inferred steps and the figures of its steady
+/// state.
+fn rank_step_figures(context: &DeviceContext, whole: &Work, step_work: RankStepWork, options: &Options) -> StepFigures {
+    let steps = step_work.steps.as_ref();
+    let generate_calls = (steps.filter(|_| step_work.inferred()))
+        .and_then(|s| generate_calls::split(&step_work.work_of(&s.found_intervals), s.skipped as usize));
+    let steady_state = steps.filter(|s| s.skipped > 0).and_then(|s| {
         let window_ns = s.steady_window_ns?;
-        let figures = figures(&whole.clipped_to(window_ns), trace, &options.classifier);
+        let figures = figures(&whole.clipped_to(window_ns), context.trace, &options.classifier);
         Some(SteadyState {
             window_ns,
             steps: s.time.count,
@@ -1210,7 +1205,7 @@ fn rank_step_figures(
             phases: steady_phases(context, window_ns, options),
         })
     });
-    StepFigures { steps, generate_calls, steady_state }
+    StepFigures { steps: step_work.steps, generate_calls, steady_state }
 }
 
 /// The phase figures of a rank's work inside its steady-state window: the same attribution as the whole run's
@@ -1263,76 +1258,6 @@ fn without_capture_gaps(mut figures: Figures, work: &Work, gaps: &[(i64, i64)]) 
     figures.idle_ns = figures.span_ns - figures.gpu_busy_ns;
     figures.exposed_comm_over_span_pct = pct(figures.exposed_comm_ns, figures.span_ns);
     figures
-}
-
-/// Per step interval, whether it holds a prefill (see [`generate_calls::prefill_steps`]).
-type PrefillFlags<'a> = dyn Fn(&[(i64, i64)]) -> Vec<bool> + 'a;
-
-/// The rank's steps: step ranges, else phase instances, else the period of its kernels and graph launches (see
-/// [`steps`]); clipped to the analysis window (a step must lie inside it to count).
-fn rank_steps(
-    trace: &Trace,
-    process: Option<ProcessIdx>,
-    phase_names: &[&str],
-    units: &[steps::WorkUnit],
-    heavy_of: &PrefillFlags,
-    gaps: &[(i64, i64)],
-    options: &Options,
-) -> Option<Steps> {
-    // One notion of warm-up whatever the steps came from: `--skip-steps`, else the leading outliers (step ranges
-    // and phase instances are timed like inferred steps; a program's slow first steps are warm-up all the same).
-    let steps_of = |source: StepSource, intervals: Vec<(i64, i64)>| {
-        let heavy = heavy_of(&intervals);
-        steps::steps(source, intervals, options.skip_steps, options.detect_warmup, &heavy)
-    };
-    // A step must lie inside the analysis window and must not reach across the gap between two capture windows.
-    let inside = |intervals: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
-        let intervals = match options.window_ns {
-            Some((w0, w1)) => intervals.into_iter().filter(|&(start, end)| start >= w0 && end <= w1).collect(),
-            None => intervals,
-        };
-        capture_gaps::drop_spanning(intervals, gaps)
-    };
-    let ranges = inside(steps::step_ranges(trace, process, &options.step_pattern));
-    if !ranges.is_empty() {
-        return Some(steps_of(StepSource::StepRanges, ranges));
-    }
-    // Phase instances: only those of phases with GPU work on this rank are known here, through its work; their
-    // ranges are taken from the trace again so that each instance counts once.
-    if !phase_names.is_empty() {
-        // The pattern runs once per distinct range name, not once per range.
-        let mut is_phase: HashMap<NameId, bool> = HashMap::new();
-        let mut instances: Vec<(i64, i64)> = trace
-            .ranges
-            .iter()
-            .filter(|r| process.is_none_or(|p| r.process == p))
-            .filter(|r| {
-                *is_phase.entry(r.name).or_insert_with(|| {
-                    let text = trace.names.get(r.name);
-                    options.phase_pattern.captures(text).is_some_and(|c| {
-                        let name = c.get(1).map_or(text.to_string(), |m| m.as_str().to_lowercase());
-                        phase_names.contains(&name.as_str())
-                    })
-                })
-            })
-            .map(|r| (r.start_ns, r.end_ns))
-            .collect();
-        instances.sort_unstable();
-        // Nested phase ranges (a decode inside a decode) are one step.
-        let mut outermost: Vec<(i64, i64)> = Vec::new();
-        for range in instances {
-            if outermost.last().is_none_or(|last| range.0 >= last.1) {
-                outermost.push(range);
-            }
-        }
-        let outermost = inside(outermost);
-        if !outermost.is_empty() {
-            return Some(steps_of(StepSource::PhaseInstances, outermost));
-        }
-    }
-    let inferred = steps::infer_from_work(units)?;
-    let source = if inferred.from_graphs { StepSource::InferredFromGraphs } else { StepSource::InferredFromKernels };
-    Some(steps_of(source, capture_gaps::drop_spanning(inferred.intervals, gaps)))
 }
 
 /// The rank's CUDA graph replays: whole-graph records when the trace has them, else the kernels and copies whose
