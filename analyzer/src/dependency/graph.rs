@@ -1997,7 +1997,7 @@ fn pack_three_words_into_two(words: &mut [u64], records: usize) {
 /// twice (once to count, once to place) and must give the same pairs both times. The counts become each bucket's
 /// end, the values are placed down from the ends, and the ends, come down to the starts, are the offsets: one number
 /// per bucket held, not three.
-fn bucketed<I: ParallelIterator<Item = (u32, u32)>>(
+pub(crate) fn bucketed<I: ParallelIterator<Item = (u32, u32)>>(
     buckets: usize,
     pairs: impl Fn() -> I,
 ) -> (Vec<u32>, Vec<AtomicU32>) {

@@ -21,6 +21,8 @@
 //! T_t` where `T_t` replays with only category t idealised; per rank w likewise (`S_w`). `removed_pct` is the share
 //! of the slowdown (`measured − ideal`) that idealising only t (or w) removes.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -191,26 +193,14 @@ fn lower_median(values: &mut [i64]) -> i64 {
 }
 
 /// The typical own times of `graph`'s instances. The operations are grouped by instance by counting (one pass to
-/// count, one to place), not by sorting them: a median does not depend on the order of its values. The medians are
-/// taken on worker threads, a run of instances each (the members of an instance lie on every rank, so their own
-/// times are read out of order: on one thread that was most of a second at 10 M kernels).
+/// count, one to place, both on worker threads), not by sorting them: a median does not depend on the order of its
+/// values, nor on the order the threads placed them in. The medians are taken on worker threads, a run of instances
+/// each (the members of an instance lie on every rank, so their own times are read out of order: on one thread that
+/// was most of a second at 10 M kernels).
 pub fn typical_of(graph: &Graph) -> Typical {
     let n = graph.instance_count();
-    let mut offsets = vec![0u32; n + 1];
-    for op in &graph.ops {
-        offsets[op.instance as usize + 1] += 1;
-    }
-    for i in 0..n {
-        offsets[i + 1] += offsets[i];
-    }
-    let mut fill = offsets.clone();
-    let mut by_instance = vec![0u32; graph.ops.len()];
-    for (o, op) in graph.ops.iter().enumerate() {
-        let slot = &mut fill[op.instance as usize];
-        by_instance[*slot as usize] = o as u32;
-        *slot += 1;
-    }
-    drop(fill);
+    let members = || graph.ops.par_iter().with_min_len(OPS_PER_TASK).enumerate().map(|(o, op)| (op.instance, o as u32));
+    let (offsets, by_instance) = crate::dependency::graph::bucketed(n, members);
     let mut typical = Typical { of_instance: vec![TypicalOwn::default(); n] };
     typical.of_instance.par_chunks_mut(INSTANCES_PER_RUN).enumerate().for_each(|(run, typical_owns)| {
         let first = run * INSTANCES_PER_RUN;
@@ -226,6 +216,9 @@ pub fn typical_of(graph: &Graph) -> Typical {
     typical
 }
 
+/// Operations a worker takes at least when [`typical_of`] groups them by instance.
+const OPS_PER_TASK: usize = 1 << 14;
+
 /// Instances per run of [`typical_of`]'s medians on one worker.
 const INSTANCES_PER_RUN: usize = 1 << 12;
 
@@ -238,14 +231,15 @@ struct Medians {
 
 impl Medians {
     /// The lower medians of the start and end own times of the operations `ops` (`None` when there are none).
-    fn of(&mut self, own: &[i64], ops: &[u32]) -> Option<(i64, i64)> {
+    fn of(&mut self, own: &[i64], ops: &[AtomicU32]) -> Option<(i64, i64)> {
         if ops.is_empty() {
             return None;
         }
+        let ops = ops.iter().map(|o| o.load(Ordering::Relaxed));
         self.starts.clear();
         self.ends.clear();
-        self.starts.extend(ops.iter().map(|&o| own[start_vertex(o) as usize]));
-        self.ends.extend(ops.iter().map(|&o| own[end_vertex(o) as usize]));
+        self.starts.extend(ops.clone().map(|o| own[start_vertex(o) as usize]));
+        self.ends.extend(ops.map(|o| own[end_vertex(o) as usize]));
         Some((lower_median(&mut self.starts), lower_median(&mut self.ends)))
     }
 }

@@ -21,7 +21,8 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     if context.pct(saving_ns) < rule.min_saving_pct {
         return Err(context.below(KIND, "full overlap of communication", saving_ns, rule.min_saving_pct));
     }
-    let comm_on_path: i64 = context.path.by_category.iter().filter(|s| s.name.starts_with("comm")).map(|s| s.ns).sum();
+    let comm_on_path: i64 =
+        context.path().by_category.iter().filter(|s| s.name.starts_with("comm")).map(|s| s.ns).sum();
     let mut evidence = vec![format!(
         "{} ({:.1} %) of the critical path is communication",
         human_ns(comm_on_path),

@@ -76,7 +76,7 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
             human_ns(late.largest_wait_ns)
         ));
     }
-    let on_path = context.path.by_rank.iter().find(|s| s.name == format!("rank {rank}"));
+    let on_path = context.path().by_rank.iter().find(|s| s.name == format!("rank {rank}"));
     if let Some(share) = on_path {
         evidence.push(format!("{} ({:.1} %) of the critical path runs on rank {rank}", human_ns(share.ns), share.pct));
     }

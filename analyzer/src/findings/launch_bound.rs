@@ -14,7 +14,7 @@ const KIND: &str = "launch_bound";
 /// See the module documentation.
 pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
     let graph = &context.model.graph;
-    let on_path = |category: &str| context.path.by_category.iter().find(|s| s.name == category).map_or(0, |s| s.ns);
+    let on_path = |category: &str| context.path().by_category.iter().find(|s| s.name == category).map_or(0, |s| s.ns);
     let (host_gap, gpu_delay, host) = (on_path(HOST_GAP), on_path(GPU_DELAY), on_path(HOST));
     let idle_ns = host_gap + gpu_delay + host;
     if context.pct(idle_ns) < rule.min_idle_on_path_pct {
@@ -41,7 +41,7 @@ pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
     let gpu_ops = graph.ops.iter().filter(|o| o.kind.on_gpu()).count() as u64;
     let per_step =
         context.window_steps.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {} per step", gpu_ops / n));
-    let gaps = context.path.segments.iter().filter(|s| s.category == HOST_GAP || s.category == GPU_DELAY);
+    let gaps = context.path().segments.iter().filter(|s| s.category == HOST_GAP || s.category == GPU_DELAY);
     let before: Vec<(String, i64)> = gaps.map(|s| (s.op.clone(), s.duration_ns)).collect();
     Ok(context.replayed_saving(
         KIND,

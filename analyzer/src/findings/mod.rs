@@ -178,8 +178,8 @@ pub struct Context<'a> {
     pub report: &'a Report,
     /// The dependency model of the steady-state steps.
     pub model: &'a Model,
-    /// Its critical path.
-    pub path: CriticalPath,
+    /// Its critical path, made beside the replays ([`Context::path`]).
+    path: &'a PathComing,
     /// Measured time of the window.
     pub measured_ns: i64,
     /// The model replayed unchanged.
@@ -197,6 +197,11 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
+    /// The model's critical path, once it is made (the finding types that read it wait here).
+    pub fn path(&self) -> &CriticalPath {
+        self.path.wait()
+    }
+
     /// A share of the window's measured time, percent.
     pub fn pct(&self, ns: i64) -> f64 {
         if self.measured_ns > 0 { 100.0 * ns as f64 / self.measured_ns as f64 } else { 0.0 }
@@ -359,23 +364,46 @@ pub fn findings_of_model_with(
     rules: &FindingsRules,
     flops: Option<&FlopInputs>,
 ) -> Findings {
+    let path = PathComing::default();
+    let found = std::thread::scope(|scope| {
+        // The critical path on a thread (and workers) of its own: the finding types' replays need only the unchanged
+        // replay and the typical times, and the types that read the path wait for it (made on workers of its own,
+        // the path is held up by no finding's worker that waits).
+        let spawned =
+            std::thread::Builder::new().name("shardscope-path".into()).spawn_scoped(scope, || path.make(traces, model));
+        if spawned.is_err() {
+            path.make(traces, model);
+        }
+        findings_beside_path(traces, report, model, bench, rules, flops, &path)
+    });
+    // The critical path's segments (a million and more, four names each, on a large run) are freed beside what
+    // follows, not before the findings are handed back.
+    crate::figures::workers::drop_in_background(path);
+    found
+}
+
+/// [`findings_of_model_with`], the critical path made on another thread meanwhile (`path`).
+fn findings_beside_path(
+    traces: &[Trace],
+    report: &Report,
+    model: &Model,
+    bench: Option<&BenchPeaks>,
+    rules: &FindingsRules,
+    flops: Option<&FlopInputs>,
+    path: &PathComing,
+) -> Findings {
     let graph = &model.graph;
     let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
-    // The model's shared parts (the critical path, the unchanged replay, the typical own times) at once; then
-    // every finding type at once beside the fit checks' no-straggler replay, which needs the typical times. Each
-    // type only reads the shared parts, and the outcomes keep their order, so the findings are the same bytes on
-    // any number of threads. The replayed types run before the fit is known: where it fails, their outcomes are
-    // set aside for the fit's reasons (the work is lost, the figures are the same).
-    let (path, (replay, typical)) = crate::figures::workers::run(|| {
+    // The model's shared parts (the unchanged replay, the typical own times) at once; then every finding type at
+    // once beside the fit checks' no-straggler replay, which needs the typical times. Each type only reads the
+    // shared parts, and the outcomes keep their order, so the findings are the same bytes on any number of
+    // threads. The replayed types run before the fit is known: where it fails, their outcomes are set aside for the
+    // fit's reasons (the work is lost, the figures are the same).
+    let (replay, typical) = crate::figures::workers::run(|| {
         rayon::join(
-            || stage("findings: critical path", || critical_path::critical_path(traces, model)),
-            || {
-                rayon::join(
-                    || stage("findings: replay", || whatif::unchanged_last_end(graph)),
-                    || stage("findings: typical times", || whatif::typical_of(graph)),
-                )
-            },
+            || stage("findings: replay", || whatif::unchanged_last_end(graph)),
+            || stage("findings: typical times", || whatif::typical_of(graph)),
         )
     });
     let context = Context {
@@ -419,10 +447,44 @@ pub fn findings_of_model_with(
         excluded: model.excluded.clone(),
         fit,
     };
-    // The critical path's segments (a million and more, four names each, on a large run) and the typical times are
-    // freed beside what follows, not before the findings are handed back.
-    crate::figures::workers::drop_in_background((context.path, context.typical));
+    // The typical times are freed beside what follows, not before the findings are handed back.
+    crate::figures::workers::drop_in_background(context.typical);
     found
+}
+
+/// The critical path of a model, made on one thread and read on others: [`PathComing::wait`] waits until
+/// [`PathComing::make`] is done.
+#[derive(Default)]
+struct PathComing(std::sync::OnceLock<Option<CriticalPath>>);
+
+/// Workers of the thread that makes the critical path: the walk back along the path is one thread's, the naming of
+/// its segments a few threads' work, beside the findings' replays on every core.
+const PATH_THREADS: usize = 4;
+
+impl PathComing {
+    /// Makes the critical path of `model` (of `traces`) on [`PATH_THREADS`] workers of its own. A panic there is
+    /// passed on, and those waiting for the path panic too rather than wait for ever.
+    fn make(&self, traces: &[Trace], model: &Model) {
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::figures::workers::with_threads(PATH_THREADS, || {
+                stage("findings: critical path", || critical_path::critical_path(traces, model))
+            })
+        }));
+        match made {
+            Ok(path) => {
+                let _ = self.0.set(Some(path));
+            }
+            Err(panic) => {
+                let _ = self.0.set(None);
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+
+    /// The critical path, once made.
+    fn wait(&self) -> &CriticalPath {
+        self.0.wait().as_ref().expect("the critical path was made")
+    }
 }
 
 /// How much replay state the finding types may hold at once, bytes. Each of their replays holds what
