@@ -416,8 +416,8 @@ pub fn analyze_on_threads(traces: &[Trace], options: &Options, threads: usize) -
     workers::with_threads(threads, || analyze_here(traces, options))
 }
 
-/// A rank's steps, told as soon as the rank's analysis has found them (before its steady-state figures): what the
-/// findings' model of the steady-state steps needs of the report, so that it can be built beside the rest of it.
+/// A rank's steps, told as soon as they are found (beside the collective matching, before the ranks' figures): what
+/// the findings' model of the steady-state steps needs of the report, so that it can be built beside the rest of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RankSteps {
     /// The rank, as in [`RankReport::rank`].
@@ -439,26 +439,33 @@ impl RankSteps {
     }
 }
 
-/// [`analyze`], handing `tell` every rank's steps (in the report's rank order) once the last rank has found its
-/// own, while the ranks' steady-state figures and the run's facts are still being made. `tell` runs on a worker:
-/// it should hand the steps on (to a channel), not work on them.
+/// [`analyze`], handing `tell` every rank's steps (in the report's rank order) once they are found, while the
+/// collectives are still being matched and before the ranks' figures and the run's facts are made. `tell` runs on a
+/// worker: it should hand the steps on (to a channel), not work on them.
 pub fn analyze_telling_steps(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
-    workers::run(|| analyze_here_telling(traces, options, tell))
+    workers::run(|| analyze_here_telling(traces, options, Some(tell)))
 }
 
 fn analyze_here(traces: &[Trace], options: &Options) -> Report {
-    analyze_here_telling(traces, options, &|_| {})
+    analyze_here_telling(traces, options, None)
 }
 
-fn analyze_here_telling(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
+/// The report; with `tell`, the ranks' steps are found first, beside the collective matching, and handed to it.
+/// Without, each rank finds its steps beside its figures, from the work they file (a pass over its kernels fewer).
+fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn Fn(Vec<RankSteps>) + Sync)>) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others. The
-    // ranks' steps need no matching: they are found (and told: the findings' model waits for them) meanwhile.
-    let (matching, step_work) = rayon::join(
-        || stage("report: collective matching", || match_across_ranks(traces, &prepared, options)),
-        || stage("report: steps", || ranks_steps(traces, &prepared, options, tell)),
-    );
+    // ranks' steps need no matching: where they are asked for, they are found (and told) meanwhile.
+    let matching = || stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
+    let (matching, step_work) = match tell {
+        Some(tell) => {
+            let (matching, found) =
+                rayon::join(matching, || stage("report: steps", || ranks_steps(traces, &prepared, options, tell)));
+            (matching, found.into_iter().map(Some).collect())
+        }
+        None => (matching(), (0..prepared.ranks_in_input.len()).map(|_| None).collect()),
+    };
     // The run's own facts and the collectives' summary need no rank: they are gathered beside the ranks (which
     // leave workers idle where a machine has more cores than the run has ranks).
     let (ranks, (facts, collectives)) = rayon::join(
@@ -512,12 +519,13 @@ fn ranks_steps(
     found
 }
 
-/// Each rank's report, ranks on worker threads, in rank order; `step_work` holds each one's steps (in input order).
+/// Each rank's report, ranks on worker threads, in rank order; `step_work` holds each one's steps where found
+/// already (in input order).
 fn analyze_ranks(
     traces: &[Trace],
     prepared: &Prepared,
     matching: &Matching,
-    step_work: Vec<RankStepWork>,
+    step_work: Vec<Option<RankStepWork>>,
     filter_steps: bool,
     options: &Options,
 ) -> Vec<RankReport> {
@@ -1115,19 +1123,18 @@ fn events_in_window<'a>(
     (kernels, memops)
 }
 
-/// A rank's report: its steps first (see [`rank_steps`]), then its independent parts (phase figures, whole-rank
-/// figures, graph replays, HTA figures, the steady state) in parallel.
+/// A rank's report. Its independent parts (phase figures, whole-rank figures, steps and steady state, graph replays,
+/// HTA figures) are computed in parallel.
 fn analyze_device(context: &DeviceContext, rank: u32, rank_recorded: bool, options: &Options) -> RankReport {
-    let step_work = rank_steps::find(context.step_inputs(options.window_ns), options);
-    analyze_device_with_steps(context, rank, rank_recorded, step_work, options)
+    analyze_device_with_steps(context, rank, rank_recorded, None, options)
 }
 
-/// [`analyze_device`] with the rank's steps found already.
+/// [`analyze_device`], with the rank's steps where found already (see [`rank_steps`]), else found from its work.
 fn analyze_device_with_steps(
     context: &DeviceContext,
     rank: u32,
     rank_recorded: bool,
-    step_work: RankStepWork,
+    step_work: Option<RankStepWork>,
     options: &Options,
 ) -> RankReport {
     let DeviceContext { trace, device, phase_index, filter_steps, .. } = *context;
@@ -1152,7 +1159,10 @@ fn analyze_device_with_steps(
                 },
             )
         },
-        || rank_step_figures(context, &work.whole, step_work, options),
+        || {
+            let step_work = step_work.unwrap_or_else(|| steps_of_work(context, &work, options));
+            rank_step_figures(context, &work.whole, step_work, options)
+        },
     );
     let info = &trace.devices[device.0 as usize];
     let phase_source = if phase_index.is_inferred() { PHASES_INFERRED } else { PHASES_RECORDED };
@@ -1173,6 +1183,18 @@ fn analyze_device_with_steps(
         generate_calls: step_figures.generate_calls,
         hta,
     }
+}
+
+/// The rank's steps from the work its figures file (see [`rank_steps::find_in`]).
+fn steps_of_work(context: &DeviceContext, work: &RankWork, options: &Options) -> RankStepWork {
+    let kernels: Vec<rank_steps::KernelRow> = (work.whole.kernels.iter())
+        .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
+        .collect();
+    let mut memops: Vec<(i64, i64)> = work.whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
+    memops.sort_unstable();
+    let names = context.phase_index.names();
+    let phase_names: Vec<&str> = work.first_seen.keys().map(|&phase| names[phase as usize].as_str()).collect();
+    rank_steps::find_in(context.step_inputs(options.window_ns), kernels, memops, &phase_names, options)
 }
 
 /// HTA's figures of a rank's `events` (indices of its kernels and memory operations in `trace`).

@@ -365,24 +365,30 @@ pub fn findings_of_model_with(
     flops: Option<&FlopInputs>,
 ) -> Findings {
     let path = PathComing::default();
+    // Beside the finding types' replays only where the workers outnumber the path's own: on fewer cores the replays
+    // keep them all busy, and the path's threads would only take turns with them.
+    let beside = crate::figures::workers::run(rayon::current_num_threads) > PATH_THREADS;
     let found = std::thread::scope(|scope| {
         // The critical path on a thread (and workers) of its own: the finding types' replays need only the unchanged
         // replay and the typical times, and the types that read the path wait for it (made on workers of its own,
         // the path is held up by no finding's worker that waits).
-        let spawned =
-            std::thread::Builder::new().name("shardscope-path".into()).spawn_scoped(scope, || path.make(traces, model));
-        if spawned.is_err() {
-            path.make(traces, model);
-        }
-        findings_beside_path(traces, report, model, bench, rules, flops, &path)
+        let spawned = beside.then(|| {
+            std::thread::Builder::new()
+                .name("shardscope-path".into())
+                .spawn_scoped(scope, || path.make(traces, model, true))
+        });
+        let path_here = spawned.is_none_or(|spawned| spawned.is_err());
+        findings_beside_path(traces, report, model, bench, rules, flops, (&path, path_here))
     });
-    // The critical path's segments (a million and more, four names each, on a large run) are freed beside what
-    // follows, not before the findings are handed back.
-    crate::figures::workers::drop_in_background(path);
+    let (found, typical) = found;
+    // The critical path's segments (a million and more, four names each, on a large run) and the typical times are
+    // freed beside what follows, not before the findings are handed back.
+    crate::figures::workers::drop_in_background((path, typical));
     found
 }
 
-/// [`findings_of_model_with`], the critical path made on another thread meanwhile (`path`).
+/// [`findings_of_model_with`], the critical path made on another thread meanwhile (`path.0`), or here, beside the
+/// model's other shared parts (where `path.1`); and the typical times, for the caller to free.
 fn findings_beside_path(
     traces: &[Trace],
     report: &Report,
@@ -390,8 +396,8 @@ fn findings_beside_path(
     bench: Option<&BenchPeaks>,
     rules: &FindingsRules,
     flops: Option<&FlopInputs>,
-    path: &PathComing,
-) -> Findings {
+    (path, path_here): (&PathComing, bool),
+) -> (Findings, Typical) {
     let graph = &model.graph;
     let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
@@ -400,10 +406,19 @@ fn findings_beside_path(
     // shared parts, and the outcomes keep their order, so the findings are the same bytes on any number of
     // threads. The replayed types run before the fit is known: where it fails, their outcomes are set aside for the
     // fit's reasons (the work is lost, the figures are the same).
-    let (replay, typical) = crate::figures::workers::run(|| {
+    let ((), (replay, typical)) = crate::figures::workers::run(|| {
         rayon::join(
-            || stage("findings: replay", || whatif::unchanged_last_end(graph)),
-            || stage("findings: typical times", || whatif::typical_of(graph)),
+            || {
+                if path_here {
+                    path.make(traces, model, false);
+                }
+            },
+            || {
+                rayon::join(
+                    || stage("findings: replay", || whatif::unchanged_last_end(graph)),
+                    || stage("findings: typical times", || whatif::typical_of(graph)),
+                )
+            },
         )
     });
     let context = Context {
@@ -447,9 +462,7 @@ fn findings_beside_path(
         excluded: model.excluded.clone(),
         fit,
     };
-    // The typical times are freed beside what follows, not before the findings are handed back.
-    crate::figures::workers::drop_in_background(context.typical);
-    found
+    (found, context.typical)
 }
 
 /// The critical path of a model, made on one thread and read on others: [`PathComing::wait`] waits until
@@ -462,13 +475,14 @@ struct PathComing(std::sync::OnceLock<Option<CriticalPath>>);
 const PATH_THREADS: usize = 4;
 
 impl PathComing {
-    /// Makes the critical path of `model` (of `traces`) on [`PATH_THREADS`] workers of its own. A panic there is
-    /// passed on, and those waiting for the path panic too rather than wait for ever.
-    fn make(&self, traces: &[Trace], model: &Model) {
-        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::figures::workers::with_threads(PATH_THREADS, || {
-                stage("findings: critical path", || critical_path::critical_path(traces, model))
-            })
+    /// Makes the critical path of `model` (of `traces`), on [`PATH_THREADS`] workers of its own where `own_workers`,
+    /// else on the shared ones. A panic there is passed on, and those waiting for the path panic too rather than
+    /// wait for ever.
+    fn make(&self, traces: &[Trace], model: &Model, own_workers: bool) {
+        let path = || stage("findings: critical path", || critical_path::critical_path(traces, model));
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match own_workers {
+            true => crate::figures::workers::with_threads(PATH_THREADS, path),
+            false => crate::figures::workers::run(path),
         }));
         match made {
             Ok(path) => {

@@ -4,6 +4,8 @@
 //! (each collective's wait and transfer) first. Found in a pass of their own beside the matching, the steps reach the
 //! model a second or more sooner on a large run than as a part of each rank's figures, where the slowest rank held
 //! them all back. The rank's figures then take the steps from here ([`RankStepWork`]): the same steps, found once.
+//! Where nothing waits for the steps (no model is built beside the report), each rank finds them beside its figures
+//! instead, from the work they file ([`find_in`]): that spares the pass its second look at every kernel's phase.
 
 use std::collections::HashMap;
 
@@ -31,7 +33,7 @@ pub(super) struct StepInputs<'a> {
 }
 
 /// `(start_ns, end_ns, is_gemm)` of a kernel inside the window (clipped to it).
-type KernelRow = (i64, i64, bool);
+pub(super) type KernelRow = (i64, i64, bool);
 
 /// A rank's steps and, where they were inferred from its kernels or graphs (the only steps its generate calls are
 /// split by, later), the GPU work they were found from.
@@ -57,13 +59,26 @@ impl RankStepWork {
     }
 }
 
-/// The rank's steps (see [`rank_steps`]) and the work they were found from.
+/// The rank's steps (see [`rank_steps`]) and the work they were found from, found from `inputs` alone (the pass
+/// beside the matching).
 pub(super) fn find(inputs: StepInputs, options: &Options) -> RankStepWork {
-    let StepInputs { trace, device, .. } = inputs;
     let (RankStepWork { kernels, memops, .. }, phases_seen) = gpu_work(inputs, options);
     let names = inputs.phase_index.names();
     let phase_names: Vec<&str> =
         phases_seen.iter().enumerate().filter(|&(_, &seen)| seen).map(|(phase, _)| names[phase].as_str()).collect();
+    find_in(inputs, kernels, memops, &phase_names, options)
+}
+
+/// The rank's steps (see [`rank_steps`]) from its GPU work filed already: `kernels` inside the window in time order,
+/// `memops` there sorted, and the names of the phases with GPU work there (`phase_names`, in any order).
+pub(super) fn find_in(
+    inputs: StepInputs,
+    kernels: Vec<KernelRow>,
+    memops: Vec<(i64, i64)>,
+    phase_names: &[&str],
+    options: &Options,
+) -> RankStepWork {
+    let StepInputs { trace, device, .. } = inputs;
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
     let units = || {
@@ -74,7 +89,7 @@ pub(super) fn find(inputs: StepInputs, options: &Options) -> RankStepWork {
     let heavy_of = |intervals: &[(i64, i64)]| {
         generate_calls::prefill_steps(&generate_calls::step_work(&kernels, &memops, intervals)).unwrap_or_default()
     };
-    let steps = rank_steps(trace, owner, &phase_names, units, &heavy_of, &gaps, options);
+    let steps = rank_steps(trace, owner, phase_names, units, &heavy_of, &gaps, options);
     let mut work = RankStepWork { kernels, memops, steps };
     // The rows are tens of megabytes per rank of a large run, held while the collectives are matched.
     if !work.inferred() {
