@@ -1187,14 +1187,11 @@ fn analyze_device_with_steps(
 
 /// The rank's steps from the work its figures file (see [`rank_steps::find_in`]).
 fn steps_of_work(context: &DeviceContext, work: &RankWork, options: &Options) -> RankStepWork {
-    let kernels: Vec<rank_steps::KernelRow> = (work.whole.kernels.iter())
-        .map(|k| (k.start_ns, k.end_ns, options.classifier.name(k.class.category) == "gemm"))
-        .collect();
+    let kernels = work.whole.kernels.iter().map(|k| rank_steps::kernel_row(k.start_ns, k.end_ns, k.class, options));
     let mut memops: Vec<(i64, i64)> = work.whole.memops.iter().map(|&(start, end, _)| (start, end)).collect();
     memops.sort_unstable();
-    let names = context.phase_index.names();
-    let phase_names: Vec<&str> = work.first_seen.keys().map(|&phase| names[phase as usize].as_str()).collect();
-    rank_steps::find_in(context.step_inputs(options.window_ns), kernels, memops, &phase_names, options)
+    let phases = work.first_seen.keys().copied();
+    rank_steps::find_in(context.step_inputs(options.window_ns), kernels.collect(), memops, phases, options)
 }
 
 /// HTA's figures of a rank's `events` (indices of its kernels and memory operations in `trace`).

@@ -17,7 +17,7 @@ use crate::figures::capture_gaps;
 use crate::figures::categories::{self, Classifier, KernelClass};
 use crate::figures::window::clip;
 use crate::llm::generate_calls::{self, StepWork};
-use crate::llm::phases::PhaseIndex;
+use crate::llm::phases::{PhaseId, PhaseIndex};
 use crate::llm::steps::{self, StepSource, Steps};
 
 /// What a rank's steps are found from: one GPU of a trace and its events that can reach into the window.
@@ -33,7 +33,7 @@ pub(super) struct StepInputs<'a> {
 }
 
 /// `(start_ns, end_ns, is_gemm)` of a kernel inside the window (clipped to it).
-pub(super) type KernelRow = (i64, i64, bool);
+type KernelRow = (i64, i64, bool);
 
 /// A rank's steps and, where they were inferred from its kernels or graphs (the only steps its generate calls are
 /// split by, later), the GPU work they were found from.
@@ -63,21 +63,26 @@ impl RankStepWork {
 /// beside the matching).
 pub(super) fn find(inputs: StepInputs, options: &Options) -> RankStepWork {
     let (RankStepWork { kernels, memops, .. }, phases_seen) = gpu_work(inputs, options);
-    let names = inputs.phase_index.names();
-    let phase_names: Vec<&str> =
-        phases_seen.iter().enumerate().filter(|&(_, &seen)| seen).map(|(phase, _)| names[phase].as_str()).collect();
-    find_in(inputs, kernels, memops, &phase_names, options)
+    let phases = phases_seen.iter().enumerate().filter(|&(_, &seen)| seen).map(|(phase, _)| phase as PhaseId);
+    find_in(inputs, kernels, memops, phases, options)
 }
 
-/// The rank's steps (see [`rank_steps`]) from its GPU work filed already: `kernels` inside the window in time order,
-/// `memops` there sorted, and the names of the phases with GPU work there (`phase_names`, in any order).
+/// A kernel's row as the steps read it: its times inside the window, and whether its class `class` is a GEMM's.
+pub(super) fn kernel_row(start_ns: i64, end_ns: i64, class: KernelClass, options: &Options) -> KernelRow {
+    (start_ns, end_ns, options.classifier.name(class.category) == "gemm")
+}
+
+/// The rank's steps (see [`rank_steps`]) from its GPU work filed already: `kernels` inside the window in time order
+/// ([`kernel_row`]), `memops` there sorted, and the phases with GPU work there (`phases`, in any order).
 pub(super) fn find_in(
     inputs: StepInputs,
     kernels: Vec<KernelRow>,
     memops: Vec<(i64, i64)>,
-    phase_names: &[&str],
+    phases: impl Iterator<Item = PhaseId>,
     options: &Options,
 ) -> RankStepWork {
+    let names = inputs.phase_index.names();
+    let phase_names: Vec<&str> = phases.map(|phase| names[phase as usize].as_str()).collect();
     let StepInputs { trace, device, .. } = inputs;
     let owner = trace.devices[device.0 as usize].process;
     let gaps = capture_gaps::gaps(trace, owner);
@@ -89,7 +94,7 @@ pub(super) fn find_in(
     let heavy_of = |intervals: &[(i64, i64)]| {
         generate_calls::prefill_steps(&generate_calls::step_work(&kernels, &memops, intervals)).unwrap_or_default()
     };
-    let steps = rank_steps(trace, owner, phase_names, units, &heavy_of, &gaps, options);
+    let steps = rank_steps(trace, owner, &phase_names, units, &heavy_of, &gaps, options);
     let mut work = RankStepWork { kernels, memops, steps };
     // The rows are tens of megabytes per rank of a large run, held while the collectives are matched.
     if !work.inferred() {
@@ -111,8 +116,7 @@ fn gpu_work(inputs: StepInputs, options: &Options) -> (RankStepWork, Vec<bool>) 
             let mut rows = Vec::with_capacity(run.len());
             for kernel in run.iter().map(|&i| &trace.kernels[i as usize]) {
                 let Some((start, end)) = clip(kernel.start_ns, kernel.end_ns, window_ns) else { continue };
-                let is_gemm = options.classifier.name(Classifier::lookup(classes, kernel.name).category) == "gemm";
-                rows.push((start, end, is_gemm));
+                rows.push(kernel_row(start, end, Classifier::lookup(classes, kernel.name), options));
                 if let Some(hit) = phase_of(trace, phase_index, kernel.launch, device, kernel.start_ns) {
                     seen[hit.phase as usize] = true;
                 }
