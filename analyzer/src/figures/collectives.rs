@@ -408,14 +408,28 @@ pub fn size_bucket(bytes: Option<u64>) -> &'static str {
     }
 }
 
-/// The communication kernels of one rank, in time order.
+/// Kernels of one rank read per task by [`comm_kernels`].
+const KERNELS_PER_TASK: usize = 1 << 16;
+
+/// The communication kernels of one rank, in time order: a run of its kernels per task on worker threads (a rank of a
+/// large file has millions of kernels, and a task per rank kept half of 16 cores idle while an 8-rank run was
+/// matched), the runs joined in order.
 pub fn comm_kernels(input: &RankInput, classifier: &Classifier) -> Vec<CommKernel> {
+    let runs: Vec<Vec<CommKernel>> = (input.kernel_indices.par_chunks(KERNELS_PER_TASK))
+        .map(|run| comm_kernels_of_run(input, run, classifier))
+        .collect();
+    runs.concat()
+}
+
+/// The communication kernels among `run` (indices into the rank's trace), in the run's order.
+fn comm_kernels_of_run(input: &RankInput, run: &[u32], classifier: &Classifier) -> Vec<CommKernel> {
     let trace = input.trace;
     let mut out = Vec::new();
-    // Each communicator and phase named once per rank, its rows sharing the name.
+    // Each communicator and phase named once per run, its rows sharing the name (rows are told apart by the
+    // names' text, never by which copy they share).
     let mut communicators: HashMap<CommunicatorName, Arc<str>> = HashMap::new();
     let mut phases: HashMap<String, Arc<str>> = HashMap::new();
-    for &index in input.kernel_indices {
+    for &index in run {
         let kernel = &trace.kernels[index as usize];
         let class = Classifier::lookup(input.classes, kernel.name);
         if !classifier.is_communication(class.category) {
@@ -593,16 +607,13 @@ fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_d
         .collect();
     // The kernels (a row per collective kernel of every rank) are the largest thing held here: gone before the map
     // of shares is made, which is sized once for every matched kernel rather than grown.
+    // Each rank's rows are freed on a worker, and the instances gathered by every worker (in order): on one thread,
+    // both kept the other cores of a 10 M-kernel run idle for 50 ms.
     drop((members, runs));
-    drop(kernels);
-    let mut matching = Matching { clocks_aligned: hosts_differ, ..Matching::default() };
-    let mut spreads = Vec::new();
-    let mut matched_kernels = 0u64;
-    for (instance, spread_ns) in matched.into_iter().flatten() {
-        matched_kernels += instance.members.len() as u64;
-        spreads.push(spread_ns);
-        matching.instances.push(instance);
-    }
+    kernels.into_par_iter().for_each(drop);
+    let (instances, mut spreads): (Vec<Instance>, Vec<i64>) = matched.into_par_iter().flatten().unzip();
+    let matched_kernels: u64 = instances.par_iter().map(|instance| instance.members.len() as u64).sum();
+    let mut matching = Matching { instances, clocks_aligned: hosts_differ, ..Matching::default() };
     matching.shares = Shares::of(&matching.instances);
     matching.unmatched_kernels = total_comm_kernels - matched_kernels;
     matching.end_spread_median_ns = median_i64(&mut spreads);
@@ -705,23 +716,19 @@ pub fn ranks_on_different_hosts(traces: &[Trace]) -> bool {
 /// which kernels are one collective.
 pub fn match_traces(traces: &[Trace], classifier: &Classifier) -> Matching {
     let classes: Vec<Vec<KernelClass>> = traces.iter().map(|t| classifier.classify_names(&t.names)).collect();
-    let mut indices: Vec<(RankKey, Vec<u32>)> = Vec::new();
-    for (trace_index, trace) in traces.iter().enumerate() {
-        let mut by_device: BTreeMap<DeviceIdx, Vec<u32>> = BTreeMap::new();
-        for (index, kernel) in trace.kernels.iter().enumerate() {
-            by_device.entry(kernel.device).or_default().push(index as u32);
-        }
-        indices.extend(by_device.into_iter().map(|(device, list)| (RankKey { trace: trace_index, device }, list)));
-    }
+    // Each trace's kernels sorted out by device on worker threads: a file of eight ranks holds tens of millions.
+    let by_device: Vec<Vec<Vec<u32>>> = (traces.iter())
+        .map(|t| crate::figures::workers::indices_by_owner(&t.kernels, t.devices.len(), |k| Some(k.device.0 as usize)))
+        .collect();
+    let ranks = ranks_with_kernels(traces, |trace| &by_device[trace]);
     let no_phase = |_: u32| None;
-    let inputs: Vec<RankInput> = indices
+    let inputs: Vec<RankInput> = ranks
         .iter()
-        .enumerate()
-        .map(|(position, (key, list))| RankInput {
-            key: *key,
-            rank: traces[key.trace].device_rank(key.device).unwrap_or(position as u32),
+        .map(|&(key, rank)| RankInput {
+            key,
+            rank,
             trace: &traces[key.trace],
-            kernel_indices: list,
+            kernel_indices: &by_device[key.trace][key.device.0 as usize],
             classes: &classes[key.trace],
             phase_of_kernel: &no_phase,
         })
@@ -729,14 +736,32 @@ pub fn match_traces(traces: &[Trace], classifier: &Classifier) -> Matching {
     match_collectives(&inputs, classifier, ranks_on_different_hosts(traces))
 }
 
+/// The ranks [`match_traces`] matches across: every GPU with kernels, trace by trace in device order, each numbered
+/// by its recorded rank, else by its position in this list. `kernels_by_device(trace)` lists each device's kernels
+/// (indices into the trace's list) by device index. A report whose ranks are these, in this order, matches the same
+/// instances from the same kernels (its phases aside), so a model may be built on its matching.
+pub fn ranks_with_kernels<'a>(
+    traces: &[Trace],
+    kernels_by_device: impl Fn(usize) -> &'a [Vec<u32>],
+) -> Vec<(RankKey, u32)> {
+    let with_kernels = (0..traces.len()).flat_map(|trace| {
+        let devices = kernels_by_device(trace).iter().enumerate().filter(|(_, list)| !list.is_empty());
+        devices.map(move |(device, _)| RankKey { trace, device: DeviceIdx(device as u32) })
+    });
+    (with_kernels.enumerate())
+        .map(|(position, key)| (key, traces[key.trace].device_rank(key.device).unwrap_or(position as u32)))
+        .collect()
+}
+
 /// The median (the mean of the middle two for an even count), `None` for no values.
 pub fn median_i64(values: &mut [i64]) -> Option<i64> {
-    if values.is_empty() {
+    let n = values.len();
+    if n == 0 {
         return None;
     }
-    values.sort_unstable();
-    let n = values.len();
-    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2 })
+    // The middle values selected, not the whole list sorted: a large run's instances number in the millions.
+    let (below, &mut upper, _) = values.select_nth_unstable(n / 2);
+    Some(if n % 2 == 1 { upper } else { (below.iter().copied().max().unwrap_or(upper) + upper) / 2 })
 }
 
 fn median_f64(values: &mut [f64]) -> Option<f64> {
@@ -1096,5 +1121,77 @@ mod fabricated {
         assert_eq!(late, [1, 1, 1]);
         assert_eq!(m.instances[0].transfer_ns, 500);
         assert_eq!(m.end_spread_median_ns, Some(0));
+    }
+
+    /// A rank of more kernels than one task reads gives the rows of one pass over all of them, in order: compute
+    /// kernels skipped, communicators and phases named alike across the runs' boundaries.
+    #[test]
+    fn comm_kernels_read_in_runs_are_those_of_one_pass() {
+        let count = 3 * KERNELS_PER_TASK + 123;
+        let mut trace = rank_trace(0, &[]);
+        let gemm = trace.names.intern("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT");
+        let all_reduce =
+            trace.names.intern("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+        let (device, process) = (DeviceIdx(0), Some(shardscope_model::ProcessIdx(0)));
+        for i in 0..count as i64 {
+            // Every third kernel communicates, on one of two communicators, every fifth with a sequence number.
+            let collective = (i % 3 == 0).then(|| {
+                trace.collectives.push(Collective {
+                    op: CollectiveOp::AllReduce,
+                    communicator: Some(0xa0 + (i % 2) as u64),
+                    seq: (i % 5 == 0).then_some(i as u64),
+                    ..Collective::default()
+                });
+                trace.collectives.len() as u32 - 1
+            });
+            let name = if collective.is_some() { all_reduce } else { gemm };
+            let process = process.unwrap_or_default();
+            trace.kernels.push(Kernel {
+                start_ns: 10 * i,
+                end_ns: 10 * i + 5,
+                name,
+                device,
+                process,
+                collective,
+                ..Kernel::default()
+            });
+        }
+        trace.finish();
+        let classifier = Classifier::builtin();
+        let classes = classifier.classify_names(&trace.names);
+        let indices: Vec<u32> = (0..trace.kernels.len() as u32).collect();
+        let phase_of = |kernel: u32| Some(if kernel < 70_000 { "prefill".to_string() } else { "decode".to_string() });
+        let input = RankInput {
+            key: RankKey { trace: 0, device },
+            rank: 0,
+            trace: &trace,
+            kernel_indices: &indices,
+            classes: &classes,
+            phase_of_kernel: &phase_of,
+        };
+        let rows = comm_kernels(&input, &classifier);
+        assert_eq!(rows.len(), count.div_ceil(3));
+        assert_eq!(rows, comm_kernels_of_run(&input, &indices, &classifier));
+        assert!(rows.iter().any(|row| row.phase.as_deref() == Some("decode")));
+    }
+
+    /// The median by selection is the middle value (the mean of the middle two, rounded toward zero, for an even
+    /// count) of the values sorted.
+    #[test]
+    fn the_median_is_the_middle_of_the_sorted_values() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..200usize {
+            let values: Vec<i64> = (0..n)
+                .map(|_| {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    (state >> 33) as i64 % 1_000 - 500
+                })
+                .collect();
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            let expected =
+                (n > 0).then(|| if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2 });
+            assert_eq!(median_i64(&mut values.clone()), expected, "{values:?}");
+        }
     }
 }

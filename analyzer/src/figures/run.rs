@@ -177,16 +177,16 @@ pub fn number_ranks(recorded: &BTreeSet<u32>, recorded_per_gpu: impl Iterator<It
 
 /// Devices that ran at least one kernel, copy or set, in ordinal order.
 pub fn devices_with_gpu_work(trace: &Trace) -> Vec<DeviceIdx> {
-    let mut used = vec![false; trace.devices.len()];
-    let kernel_devices = trace.kernels.iter().map(|k| k.device);
-    let other_devices = trace.memops.iter().map(|m| m.device).chain(trace.graph_launches.iter().map(|g| g.device));
-    for device in kernel_devices.chain(other_devices) {
-        if let Some(slot) = used.get_mut(device.0 as usize) {
-            *slot = true;
-        }
-    }
+    use rayon::prelude::*;
+    // Read on worker threads: a file of eight ranks holds tens of millions of kernels, and the report waits here.
+    const PER_TASK: usize = 1 << 16;
+    let owner = |device: DeviceIdx| (device.0 as usize, ());
+    let events = (trace.kernels.par_iter().with_min_len(PER_TASK).map(|k| owner(k.device)))
+        .chain(trace.memops.par_iter().with_min_len(PER_TASK).map(|m| owner(m.device)))
+        .chain(trace.graph_launches.par_iter().with_min_len(PER_TASK).map(|g| owner(g.device)));
+    let used = crate::figures::workers::fold_per_owner(events, trace.devices.len(), |_, _| ());
     let mut devices: Vec<DeviceIdx> =
-        (0..trace.devices.len()).filter(|&d| used[d]).map(|d| DeviceIdx(d as u32)).collect();
+        (0..trace.devices.len()).filter(|&d| used[d].is_some()).map(|d| DeviceIdx(d as u32)).collect();
     devices.sort_by_key(|d| trace.devices[d.0 as usize].ordinal);
     devices
 }
