@@ -19,6 +19,7 @@
 //! ([`inferred_phases`]), marked `inferred` in [`RankReport::phase_source`] and [`Phase::source`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use regex::Regex;
@@ -439,10 +440,22 @@ impl RankSteps {
     }
 }
 
-/// [`analyze`], handing `tell` every rank's steps (in the report's rank order) once they are found, while the
-/// collectives are still being matched and before the ranks' figures and the run's facts are made. `tell` runs on a
-/// worker: it should hand the steps on (to a channel), not work on them.
-pub fn analyze_telling_steps(traces: &[Trace], options: &Options, tell: &(dyn Fn(Vec<RankSteps>) + Sync)) -> Report {
+/// What the report tells a model built beside it, each part as soon as it is known.
+pub enum Told {
+    /// Every rank's steps, in the report's rank order.
+    Steps(Vec<RankSteps>),
+    /// The report's collective matching, where its ranks are those [`collectives::match_traces`] matches across
+    /// (the same instances of the same kernels; the report's carry phases), so that the model needs no matching of
+    /// its own; `None` where they are not (the model then matches the collectives itself), told before the report
+    /// matches.
+    Matching(Option<Arc<Matching>>),
+}
+
+/// [`analyze`], telling `tell` every rank's steps (in the report's rank order) once they are found, while the
+/// collectives are still being matched and before the ranks' figures and the run's facts are made, and the
+/// collective matching (see [`Told::Matching`]). `tell` runs on a worker: it should hand the news on (to a channel),
+/// not work on it.
+pub fn analyze_telling_steps(traces: &[Trace], options: &Options, tell: &(dyn Fn(Told) + Sync)) -> Report {
     workers::run(|| analyze_here_telling(traces, options, Some(tell)))
 }
 
@@ -450,11 +463,16 @@ fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     analyze_here_telling(traces, options, None)
 }
 
-/// The report; with `tell`, the ranks' steps are found first, beside the collective matching, and handed to it.
-/// Without, each rank finds its steps beside its figures, from the work they file (a pass over its kernels fewer).
-fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn Fn(Vec<RankSteps>) + Sync)>) -> Report {
+/// The report; with `tell`, the ranks' steps are found first, beside the collective matching, and told with the
+/// matching. Without, each rank finds its steps beside its figures, from the work they file (a pass over its kernels
+/// fewer).
+fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn Fn(Told) + Sync)>) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
+    let shares_matching = tell.is_some() && prepared.matches_as_the_model(traces, options);
+    if let (Some(tell), false) = (tell, shares_matching) {
+        tell(Told::Matching(None));
+    }
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others. The
     // ranks' steps need no matching: where they are asked for, they are found (and told) meanwhile.
     let matching = || stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
@@ -466,6 +484,10 @@ fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn 
         }
         None => (matching(), (0..prepared.ranks_in_input.len()).map(|_| None).collect()),
     };
+    let matching = Arc::new(matching);
+    if let (Some(tell), true) = (tell, shares_matching) {
+        tell(Told::Matching(Some(matching.clone())));
+    }
     // The run's own facts and the collectives' summary need no rank: they are gathered beside the ranks (which
     // leave workers idle where a machine has more cores than the run has ranks).
     let (ranks, (facts, collectives)) = rayon::join(
@@ -484,13 +506,17 @@ fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn 
 /// The matched instances the report keeps (with `keep_instances`), the rest of the matching dropped: on a thread
 /// of its own where it is large (the kernels' shares of a large run are a hash map of millions of entries, which
 /// takes one thread tens of milliseconds to free), here where it is small (it would not pay for starting a thread).
-fn kept_instances(matching: Matching, options: &Options) -> Vec<Instance> {
+/// A matching shared with a model is never kept (see [`Prepared::matches_as_the_model`]); were it, its instances
+/// would be copied.
+fn kept_instances(matching: Arc<Matching>, options: &Options) -> Vec<Instance> {
     const LARGE_SHARES: usize = 1 << 16;
     if options.keep_instances {
-        matching.instances
+        Arc::try_unwrap(matching).map_or_else(|shared| shared.instances.clone(), |own| own.instances)
     } else {
-        if matching.shares.len() >= LARGE_SHARES {
-            workers::drop_in_background(matching);
+        // One shared with the model is the model's to free.
+        match Arc::try_unwrap(matching) {
+            Ok(own) if own.shares.len() >= LARGE_SHARES => workers::drop_in_background(own),
+            _ => {}
         }
         Vec::new()
     }
@@ -502,7 +528,7 @@ fn ranks_steps(
     traces: &[Trace],
     prepared: &Prepared,
     options: &Options,
-    tell: &(dyn Fn(Vec<RankSteps>) + Sync),
+    tell: &(dyn Fn(Told) + Sync),
 ) -> Vec<RankStepWork> {
     let found: Vec<RankStepWork> = (prepared.ranks_in_input.par_iter())
         .map(|&(key, _, _)| rank_steps::find(prepared.step_inputs(traces, key, options.window_ns), options))
@@ -515,7 +541,7 @@ fn ranks_steps(
         })
         .collect();
     told.sort_by_key(|r| r.rank);
-    tell(told);
+    tell(Told::Steps(told));
     found
 }
 
@@ -550,6 +576,16 @@ struct Prepared {
 }
 
 impl Prepared {
+    /// Whether the report's collective matching is the one a model of the whole run would make
+    /// ([`collectives::match_traces`]): no window (the report then matches only what reaches into it), no instances
+    /// kept (the model holds the matching), and the same ranks, numbered alike, in the same order.
+    fn matches_as_the_model(&self, traces: &[Trace], options: &Options) -> bool {
+        let model_ranks = collectives::ranks_with_kernels(traces, |trace| &self.by_device[trace].kernels);
+        options.window_ns.is_none()
+            && !options.keep_instances
+            && model_ranks.iter().copied().eq(self.ranks_in_input.iter().map(|&(key, rank, _)| (key, rank)))
+    }
+
     /// What the steps of rank `key` of `traces` are found from.
     fn step_inputs<'a>(
         &'a self,

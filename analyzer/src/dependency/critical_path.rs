@@ -18,6 +18,7 @@
 //! edge by a few ns, reported as `overlap`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -51,7 +52,7 @@ pub struct Model {
     /// Notes on the model as a whole.
     pub notes: Vec<String>,
     /// The collectives matched across ranks; the graph's barriers refer to its instances.
-    pub matching: collectives::Matching,
+    pub matching: Arc<collectives::Matching>,
 }
 
 /// How the window of a model is chosen.
@@ -121,10 +122,10 @@ pub fn build_steady_model_matched(
     traces: &[Trace],
     options: &Options,
     report: &report::Report,
-    matching: collectives::Matching,
+    matching: impl Into<Arc<collectives::Matching>>,
 ) -> Result<Model, ModelError> {
     let ranks = report::RankSteps::of_report(report);
-    build_from(traces, options, Selection::SteadySteps, &ranks, report.notes.clone(), Some(matching))
+    build_from(traces, options, Selection::SteadySteps, &ranks, report.notes.clone(), Some(matching.into()))
 }
 
 /// The run's report (see [`report::analyze`]) and, beside it, the model of its steady-state steps (see
@@ -159,7 +160,7 @@ pub fn report_and_steady_model_from(
     }
     std::thread::scope(|scope| {
         // Made in the scope, so that a report that panics drops the sender before the scope waits for the model.
-        let (sender, receiver) = std::sync::mpsc::channel::<Vec<report::RankSteps>>();
+        let (sender, receiver) = std::sync::mpsc::channel::<report::Told>();
         let sender = std::sync::Mutex::new(sender);
         // The model's side waits for the steps on a thread of its own, never on a worker: a worker blocked there
         // could hold up the very report work that finds them.
@@ -169,9 +170,9 @@ pub fn report_and_steady_model_from(
         let Ok(model_side) = spawned else {
             return report_then_model(traces, options, report_width);
         };
-        let tell = |ranks: Vec<report::RankSteps>| {
+        let tell = |news: report::Told| {
             if let Ok(sender) = sender.lock() {
-                let _ = sender.send(ranks);
+                let _ = sender.send(news);
             }
         };
         let report = stage("report figures", || report::analyze_telling_steps(traces, options, &tell));
@@ -181,7 +182,10 @@ pub fn report_and_steady_model_from(
                 model.notes.splice(0..0, report.notes.iter().cloned());
                 model
             }),
-            Ok(Err(matching)) => model_after_report(traces, options, &report, matching),
+            Ok(Err(matching)) => {
+                let matching = matching.unwrap_or_else(|| Arc::new(model_matching(traces, options)));
+                model_after_report(traces, options, &report, matching)
+            }
             Err(panic) => std::panic::resume_unwind(panic),
         };
         (report, model)
@@ -211,8 +215,9 @@ pub fn model_after_report(
     traces: &[Trace],
     options: &Options,
     report: &report::Report,
-    matching: collectives::Matching,
+    matching: impl Into<Arc<collectives::Matching>>,
 ) -> Result<Model, ModelError> {
+    let matching: Arc<collectives::Matching> = matching.into();
     // On the report's pool of workers, as everything after it: its parallel passes then hand work to threads
     // already running there (a small model's passes cost microseconds, not a wake-up each).
     stage("model", || {
@@ -223,19 +228,34 @@ pub fn model_after_report(
     })
 }
 
-/// The model's side of [`report_and_steady_model`]: the collectives matched, then, once `steps` brings every rank's
-/// steps, the model of the steady state (without the report's notes, which the caller adds); the matching is handed
-/// back where no steps come (the report failed). Its work runs on `threads` workers of its own, not on the report's:
-/// a report worker waiting for a stolen half of its work takes other work meanwhile, and one that took the whole
-/// model would hold its rank, and the report, until the model was built.
+/// The model's side of [`report_and_steady_model`]: once `news` brings every rank's steps and the report's
+/// collective matching, the model of the steady state (without the report's notes, which the caller adds). Where the
+/// report says its matching will not serve, the model matches the collectives itself meanwhile; the matching is
+/// handed back where no steps come (the report failed). Its work runs on `threads` workers of its own, not on the
+/// report's: a report worker waiting for a stolen half of its work takes other work meanwhile, and one that took the
+/// whole model would hold its rank, and the report, until the model was built.
 fn model_once_steps_come(
     traces: &[Trace],
     options: &Options,
     threads: usize,
-    steps: std::sync::mpsc::Receiver<Vec<report::RankSteps>>,
-) -> Result<Result<Model, ModelError>, collectives::Matching> {
-    let matching = crate::figures::workers::with_threads(threads, || model_matching(traces, options));
-    let Ok(ranks) = steps.recv() else { return Err(matching) };
+    news: std::sync::mpsc::Receiver<report::Told>,
+) -> Result<Result<Model, ModelError>, Option<Arc<collectives::Matching>>> {
+    let (mut ranks, mut matching) = (None, None);
+    let (ranks, matching) = loop {
+        match (ranks.take(), matching.take()) {
+            (Some(told), Some(made)) => break (told, made),
+            (told, made) => (ranks, matching) = (told, made),
+        }
+        match news.recv() {
+            Ok(report::Told::Steps(told)) => ranks = Some(told),
+            Ok(report::Told::Matching(Some(shared))) => matching = Some(shared),
+            Ok(report::Told::Matching(None)) => {
+                let own = crate::figures::workers::with_threads(threads, || model_matching(traces, options));
+                matching = Some(Arc::new(own));
+            }
+            Err(_) => return Err(matching),
+        }
+    };
     Ok(stage("model", || {
         crate::figures::workers::with_threads(threads, || {
             build_from(traces, options, Selection::SteadySteps, &ranks, Vec::new(), Some(matching))
@@ -248,9 +268,9 @@ pub fn build_window_model_matched(
     traces: &[Trace],
     options: &Options,
     window_ns: (i64, i64),
-    matching: collectives::Matching,
+    matching: impl Into<Arc<collectives::Matching>>,
 ) -> Result<Model, ModelError> {
-    build(traces, options, Selection::Window(Some(window_ns)), Some(matching))
+    build(traces, options, Selection::Window(Some(window_ns)), Some(matching.into()))
 }
 
 /// The collectives matched across ranks that a model of `traces` is built on. It depends on the traces and the
@@ -264,7 +284,7 @@ fn build(
     traces: &[Trace],
     options: &Options,
     selection: Selection,
-    matching: Option<collectives::Matching>,
+    matching: Option<Arc<collectives::Matching>>,
 ) -> Result<Model, ModelError> {
     // The report gives each GPU its rank number and its steps exactly as `analyzer report` does.
     let mut whole = options.clone();
@@ -282,7 +302,7 @@ fn build_from(
     selection: Selection,
     report_ranks: &[report::RankSteps],
     mut notes: Vec<String>,
-    matching: Option<collectives::Matching>,
+    matching: Option<Arc<collectives::Matching>>,
 ) -> Result<Model, ModelError> {
     let mut ranks = Vec::new();
     let mut rank_steps: Vec<&[(i64, i64)]> = Vec::new();
@@ -334,7 +354,7 @@ fn build_from(
         .copied()
         .collect::<Option<Vec<(i64, i64)>>>()
         .and_then(|w| Some((w.iter().map(|w| w.0).min()?, w.iter().map(|w| w.1).max()?)));
-    let matching = matching.unwrap_or_else(|| model_matching(traces, options));
+    let matching = matching.unwrap_or_else(|| Arc::new(model_matching(traces, options)));
     let graph = Graph::build(traces, &ranks, &matching, &options.classifier, &rank_windows);
     if graph.ops.iter().all(|o| !o.kind.on_gpu()) {
         return Err(match window_ns {

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use shardscope_model::{DeviceIdx, Trace};
@@ -247,7 +248,7 @@ fn finish_here(mut digests: Vec<TraceDigest>, options: &Options) -> Report {
     rank_memory.sort_by_key(|r| r.rank);
     facts.memory = rank_memory;
     let collectives = CollectiveReport::of(&matching, options);
-    report_of(facts, ranks, collectives, kept_instances(matching, options), job_has_steps, options)
+    report_of(facts, ranks, collectives, kept_instances(Arc::new(matching), options), job_has_steps, options)
 }
 
 /// What [`figures`](super::figures) does with the shares of a rank's matched kernels, kernel by kernel in time

@@ -2,12 +2,14 @@
 //! (`critical_path::report_and_steady_model`, here from any size of run), is the model built after the whole
 //! report: the same report, the same steps, notes and excluded work, and the same findings, on the sample traces (one
 //! and two ranks, a capture in two windows, Kineto), on ranks given out of rank order, with warm-up steps given, and
-//! on a run with no GPU work.
+//! on a run with no GPU work. Where the report's ranks are the model's, the model is built on the report's collective
+//! matching, which is the model's own but for the phases it names; where they are not, on a matching of its own.
 
 use crate::common;
 
 use common::repo_root;
 use shardscope_analyzer::dependency::critical_path::{self, Model, ModelError};
+use shardscope_analyzer::figures::collectives::{Instance, Matching, RankShare};
 use shardscope_analyzer::findings::{self, rules::FindingsRules};
 use shardscope_analyzer::output::render;
 use shardscope_analyzer::report::{self, Options};
@@ -84,4 +86,40 @@ fn a_run_without_gpu_work_has_no_model_either_way() {
     let (_, beside) = critical_path::report_and_steady_model_from(&traces, &Options::default(), 0, 0);
     assert!(matches!(beside, Err(ModelError::NoGpu)), "{:?}", beside.as_ref().err());
     check("no GPU work", &traces, &Options::default());
+}
+
+/// A matching's instances without their phases, its shares in key order, and its counts: what a model reads of it.
+fn matching_words(matching: &Matching) -> String {
+    let instances: Vec<Instance> = matching.instances.iter().map(|i| Instance { phase: None, ..i.clone() }).collect();
+    let mut shares: Vec<(&(usize, u32), &RankShare)> = matching.shares.iter().collect();
+    shares.sort_by_key(|(key, _)| **key);
+    format!(
+        "{instances:?}\n{shares:?}\nunmatched {} aligned {} spread {:?}",
+        matching.unmatched_kernels, matching.clocks_aligned, matching.end_spread_median_ns
+    )
+}
+
+/// The model built beside the report on `traces`, checked against the one after it; whether its matching names
+/// phases (then it is the report's: the model's own matching names none), which must otherwise be the model's own.
+fn beside_names_phases(name: &str, traces: &[Trace]) -> bool {
+    check(name, traces, &Options::default());
+    let (_, beside) = critical_path::report_and_steady_model_from(traces, &Options::default(), 0, 0);
+    let beside = beside.expect("the run has a model");
+    let own = critical_path::model_matching(traces, &Options::default());
+    assert!(!own.instances.is_empty(), "{name}: the run has collectives");
+    assert_eq!(matching_words(&beside.matching), matching_words(&own), "{name}: the matchings differ");
+    beside.matching.instances.iter().any(|i| i.phase.is_some())
+}
+
+#[test]
+fn the_model_is_built_on_the_reports_matching_where_their_ranks_agree() {
+    // Recorded ranks 0..4, one per file: the report's ranks are the model's, so its matching (with phases) serves.
+    let traces = crate::parallel_report::one_rank_traces(4, 12);
+    assert!(beside_names_phases("four recorded ranks", &traces), "the report's matching was not shared");
+    // A file without a recorded rank given first, before ranks 0 and 1: the report numbers it 2 (the first number
+    // no file recorded), the model's matching 0 (its place): the model matches the collectives itself.
+    let mut traces = crate::parallel_report::one_rank_traces(3, 12);
+    traces[2].processes[0].rank = None;
+    traces.rotate_right(1);
+    assert!(!beside_names_phases("an unrecorded rank first", &traces), "a matching of other ranks was shared");
 }
