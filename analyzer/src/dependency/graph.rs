@@ -1282,7 +1282,6 @@ impl Graph {
             barrier_instances,
             instances,
         } = parts;
-        let vertex_count = 2 * ops.len() + barriers as usize;
         // Counted per kind first (a slot per kind, counted on worker threads), then one map entry per kind.
         let per_kind = list
             .par_chunks(1 << 16)
@@ -1299,8 +1298,6 @@ impl Graph {
         }
         let by_vertex = external_ns.into_par_iter().enumerate().map(|(vertex, at)| (vertex as u32, at));
         let external = ExternalTimes::new(2 * ops.len() as u32, window_start_ns, by_vertex);
-        let (offsets, words) = stage("model incoming lists", || incoming_lists(list, vertex_count));
-        let mut incoming = IncomingLists { offsets, words, external };
         let mut graph = Graph {
             ops,
             ranks,
@@ -1320,7 +1317,8 @@ impl Graph {
             replays_measured: false,
         };
         graph.on_gpu_bits = on_gpu_bits(&graph.ops);
-        graph.order = stage("model order", || graph.topological_order(&mut incoming));
+        let (incoming, order) = stage("model order", || graph.lists_and_order(list, external));
+        graph.order = order;
         graph.position_of = graph.positions_in_order();
         // The plan takes the lists' place (they go as soon as it holds the kept edges: with both, a 10 M-kernel
         // model's peak held every edge twice).
@@ -1350,19 +1348,42 @@ impl Graph {
         self.plan.external.at(self.position_of[vertex as usize] as usize, vertex)
     }
 
-    /// Kahn's algorithm, earliest measured time first; where the input's edges form a cycle, the remaining vertex
-    /// with the earliest measured time loses its incoming edges from unprocessed vertices (counted).
-    fn topological_order(&mut self, incoming: &mut IncomingLists) -> Vec<u32> {
+    /// The incoming lists of `list`'s edges (with the times given from outside, `external`) and the topological
+    /// order: Kahn's algorithm, earliest measured time first; where the edges form a cycle, the remaining vertex with
+    /// the earliest measured time loses its incoming edges from unprocessed vertices (counted). The order is made a
+    /// stretch of time per worker where the model allows it ([`segments`]); elsewhere, on a large model and a pool of
+    /// several workers, Kahn's loop over every vertex runs on one worker while the others lay out the incoming lists,
+    /// which it reads only to break a cycle (then it gives up, and runs again once they are laid out); else after
+    /// them.
+    fn lists_and_order(&mut self, list: Vec<ListedEdge>, external: ExternalTimes) -> (IncomingLists, Vec<u32>) {
         let n = self.vertex_count();
-        let (outgoing_offsets, outgoing) = stage("model order: successors", || outgoing_lists(incoming, n));
-        // The same order made a stretch of time per worker where the model is large, unless a cycle is met.
-        let segmented = stage("model order: segments", || {
-            segments::segmented_order(&self.measured_ns, incoming, &outgoing_offsets, &outgoing)
-        });
-        let order = match segmented {
-            Some(order) => order,
-            None => self.whole_loop_order(incoming, &outgoing_offsets, &outgoing),
+        let edges = || list.par_iter().with_min_len(PAR_MIN_LEN).map(source_and_target);
+        let cuts = stage("model order: cuts", || segments::cuts_worth_making(&self.measured_ns, edges()));
+        let lists = |list| {
+            let (offsets, words) = stage("model incoming lists", || incoming_lists(list, n));
+            IncomingLists { offsets, words, external }
         };
+        let ((mut incoming, order), (outgoing_offsets, outgoing)) =
+            if cuts.is_none() && segments::order_worth_sharing_out(n) {
+                // Here the successors come from the listed edges, as the incoming lists are laid out beside the
+                // loop; elsewhere from the incoming lists, once the list is gone (24 bytes an edge against 16).
+                let (outgoing_offsets, outgoing) = stage("model order: successors", || bucketed(n, edges));
+                let indegree = in_degrees(n, edges());
+                let measured_ns = &self.measured_ns;
+                let acyclic_loop = || kahns_loop(measured_ns, indegree, &outgoing_offsets, &outgoing, |_| None);
+                let made = rayon::join(|| lists(list), || stage("model order: loop", acyclic_loop));
+                (made, (outgoing_offsets, outgoing))
+            } else {
+                let incoming = lists(list);
+                let (outgoing_offsets, outgoing) = stage("model order: successors", || outgoing_lists(&incoming, n));
+                let order = cuts.and_then(|cuts| {
+                    stage("model order: segments", || {
+                        segments::segmented_order(&self.measured_ns, &incoming, &outgoing_offsets, &outgoing, &cuts)
+                    })
+                });
+                ((incoming, order), (outgoing_offsets, outgoing))
+            };
+        let order = order.unwrap_or_else(|| self.whole_loop_order(&mut incoming, &outgoing_offsets, &outgoing));
         // Tests (debug builds) check what the loops rely on: each vertex handed out once.
         #[cfg(debug_assertions)]
         {
@@ -1371,10 +1392,10 @@ impl Graph {
                 assert!(!std::mem::replace(&mut handed_out[v as usize], true), "vertex {v} ordered twice");
             }
         }
-        order
+        (incoming, order)
     }
 
-    /// [`Graph::topological_order`] by Kahn's loop over every vertex, on one thread; a cycle is broken there.
+    /// [`Graph::lists_and_order`]'s order by Kahn's loop over every vertex, on one thread, a cycle broken where met.
     fn whole_loop_order(
         &mut self,
         incoming: &mut IncomingLists,
@@ -1382,67 +1403,33 @@ impl Graph {
         outgoing: &[AtomicU32],
     ) -> Vec<u32> {
         let n = self.vertex_count();
-        let mut indegree: Vec<u32> =
+        let indegree: Vec<u32> =
             incoming.offsets.par_windows(2).with_min_len(PAR_MIN_LEN).map(|w| w[1] - w[0]).collect();
-        // The loop below runs on one thread: everything it fills is made on worker threads first, so that it meets
-        // no fresh page (the kernel zeroes a fresh page on the thread that first touches it). The heap hands out
-        // its least (time, vertex), unique, whatever order the ready vertices join it in.
         let measured_ns = &self.measured_ns;
-        let ready: Vec<Reverse<(i64, u32)>> = (0..n as u32)
-            .into_par_iter()
-            .with_min_len(PAR_MIN_LEN)
-            .filter(|&v| indegree[v as usize] == 0)
-            .map(|v| Reverse((measured_ns[v as usize], v)))
-            .collect();
-        let mut heap = BinaryHeap::from(ready);
-        // No mark of the vertices done: each vertex joins the heap (or `next`) once, when its in-degree comes to 0
-        // or it is forced, so it is handed out once; and where the heap runs dry (a cycle), every vertex of
-        // in-degree 0 has been handed out, so "not done" there is "in-degree above 0".
-        let mut order: Vec<u32> = Vec::with_capacity(n);
-        touch_pages(&mut order.spare_capacity_mut()[..n]);
+        let dropped = &mut self.stats.edges_dropped_for_cycles;
         let mut by_time: Vec<u32> = Vec::new();
         let mut cursor = 0;
-        // A vertex made ready by the last one that sorts before everything in the heap: the heap would hand it out
-        // next, so it skips the heap (a kernel's end right after its start, a chain on one stream).
-        let mut next: Option<u32> = None;
-        while order.len() < n {
-            let Some(v) = next.take().or_else(|| heap.pop().map(|Reverse((_, v))| v)) else {
-                // A cycle: force the earliest remaining vertex.
-                if by_time.is_empty() {
-                    by_time = (0..n as u32).collect();
-                    by_time.sort_by_key(|&v| (measured_ns[v as usize], v));
-                }
-                while indegree[by_time[cursor] as usize] == 0 {
-                    cursor += 1;
-                }
-                let v = by_time[cursor];
-                for index in incoming.range(v) {
-                    let edge = incoming.edge(index);
-                    if indegree[edge.source as usize] > 0 && edge.kind != EdgeKind::Dropped {
-                        incoming.drop_edge(index);
-                        self.stats.edges_dropped_for_cycles += 1;
-                    }
-                }
-                indegree[v as usize] = 0;
-                heap.push(Reverse((measured_ns[v as usize], v)));
-                continue;
-            };
-            order.push(v);
-            // The earliest of the vertices `v` makes ready waits in `next`; the others go to the heap.
-            let mut earliest: Option<(i64, u32)> = None;
-            for w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
-                let w = w.load(Ordering::Relaxed);
-                let slot = &mut indegree[w as usize];
-                if *slot > 0 {
-                    *slot -= 1;
-                    if *slot == 0 {
-                        hold_earliest(&mut earliest, (measured_ns[w as usize], w), &mut heap);
-                    }
+        // A cycle: force the earliest remaining vertex.
+        let force = |indegree: &mut [u32]| {
+            if by_time.is_empty() {
+                by_time = (0..n as u32).collect();
+                by_time.sort_by_key(|&v| (measured_ns[v as usize], v));
+            }
+            while indegree[by_time[cursor] as usize] == 0 {
+                cursor += 1;
+            }
+            let v = by_time[cursor];
+            for index in incoming.range(v) {
+                let edge = incoming.edge(index);
+                if indegree[edge.source as usize] > 0 && edge.kind != EdgeKind::Dropped {
+                    incoming.drop_edge(index);
+                    *dropped += 1;
                 }
             }
-            next = next_past_heap(earliest, &mut heap);
-        }
-        order
+            Some(v)
+        };
+        let order = kahns_loop(measured_ns, indegree, outgoing_offsets, outgoing, force);
+        order.unwrap_or_default()
     }
 
     /// Each vertex's position in the topological order.
@@ -1878,6 +1865,77 @@ fn append_parts<T: Copy + Send + Sync>(items: &mut Vec<T>, parts: &[&[T]]) {
     unsafe { items.set_len(items.len() + total) };
 }
 
+/// Kahn's loop over every vertex, on one thread: vertices with `indegree` 0 ready, the earliest (measured time,
+/// vertex) handed out first, each hand-out counted off its successors
+/// (`outgoing[outgoing_offsets[v]..outgoing_offsets[v + 1]]`, in any order: the heap hands out its least key,
+/// unique, whatever order the ready vertices join it in). Where the ready vertices run out before every vertex is
+/// handed out (a cycle), `force` breaks it: it returns the vertex to hand out next (whose in-degree the loop then
+/// sets to 0), or `None` to give up (the loop then returns `None`).
+fn kahns_loop(
+    measured_ns: &[i64],
+    mut indegree: Vec<u32>,
+    outgoing_offsets: &[u32],
+    outgoing: &[AtomicU32],
+    mut force: impl FnMut(&mut [u32]) -> Option<u32>,
+) -> Option<Vec<u32>> {
+    let n = indegree.len();
+    // The loop runs on one thread: everything it fills is made on worker threads first, so that it meets no fresh
+    // page (the kernel zeroes a fresh page on the thread that first touches it).
+    let ready: Vec<Reverse<(i64, u32)>> = (0..n as u32)
+        .into_par_iter()
+        .with_min_len(PAR_MIN_LEN)
+        .filter(|&v| indegree[v as usize] == 0)
+        .map(|v| Reverse((measured_ns[v as usize], v)))
+        .collect();
+    let mut heap = BinaryHeap::from(ready);
+    // No mark of the vertices done: each vertex joins the heap (or `next`) once, when its in-degree comes to 0 or
+    // it is forced, so it is handed out once; and where the heap runs dry (a cycle), every vertex of in-degree 0
+    // has been handed out, so "not done" there is "in-degree above 0".
+    let mut order: Vec<u32> = Vec::with_capacity(n);
+    touch_pages(&mut order.spare_capacity_mut()[..n]);
+    // A vertex made ready by the last one that sorts before everything in the heap: the heap would hand it out
+    // next, so it skips the heap (a kernel's end right after its start, a chain on one stream).
+    let mut next: Option<u32> = None;
+    while order.len() < n {
+        let Some(v) = next.take().or_else(|| heap.pop().map(|Reverse((_, v))| v)) else {
+            let v = force(&mut indegree)?;
+            indegree[v as usize] = 0;
+            heap.push(Reverse((measured_ns[v as usize], v)));
+            continue;
+        };
+        order.push(v);
+        // The earliest of the vertices `v` makes ready waits in `next`; the others go to the heap.
+        let mut earliest: Option<(i64, u32)> = None;
+        for w in &outgoing[outgoing_offsets[v as usize] as usize..outgoing_offsets[v as usize + 1] as usize] {
+            let w = w.load(Ordering::Relaxed);
+            let slot = &mut indegree[w as usize];
+            if *slot > 0 {
+                *slot -= 1;
+                if *slot == 0 {
+                    hold_earliest(&mut earliest, (measured_ns[w as usize], w), &mut heap);
+                }
+            }
+        }
+        next = next_past_heap(earliest, &mut heap);
+    }
+    Some(order)
+}
+
+/// Each vertex's number of incoming edges among `edges` (source and target vertex), counted on worker threads.
+fn in_degrees(vertex_count: usize, edges: impl ParallelIterator<Item = (u32, u32)>) -> Vec<u32> {
+    let counts = atomic_zeros(vertex_count);
+    edges.for_each(|(_, target)| {
+        counts[target as usize].fetch_add(1, Ordering::Relaxed);
+    });
+    counts.into_par_iter().with_min_len(PAR_MIN_LEN).map(AtomicU32::into_inner).collect()
+}
+
+/// A listed edge's source and target vertex.
+fn source_and_target(listed: &ListedEdge) -> (u32, u32) {
+    let (target, edge) = unlisted(listed);
+    (edge.source, target)
+}
+
 /// In Kahn's loop, of the vertices that one handed-out vertex makes ready, keeps the earliest (time, vertex) in
 /// `earliest` and puts the others on `heap`.
 #[inline]
@@ -1920,9 +1978,8 @@ fn touch_pages<T: Send>(room: &mut [std::mem::MaybeUninit<T>]) {
     });
 }
 
-/// Each vertex's successors (offsets by vertex, then the targets), counted and placed on worker threads. The order
-/// within a vertex's list is the threads': the topological order does not depend on it (a vertex joins the heap
-/// when its last predecessor is done, whichever edge that is).
+/// Each vertex's successors (offsets by vertex, then the targets) read from its incoming lists, counted and placed on
+/// worker threads. The order within a vertex's list is the threads': the topological order does not depend on it.
 fn outgoing_lists(incoming: &IncomingLists, vertex_count: usize) -> (Vec<u32>, Vec<AtomicU32>) {
     let pairs = || {
         (0..vertex_count as u32)
@@ -2631,11 +2688,10 @@ mod tests {
         let mut list: Vec<ListedEdge> = (0..40u32).map(|k| edge(start_vertex(k), end_vertex(k))).collect();
         list.extend((1..40u32).map(|k| edge(end_vertex(k - 1), start_vertex(k))));
         list.push(edge(end_vertex(25), start_vertex(20)));
-        let (offsets, words) = incoming_lists(list, 80);
-        let incoming = IncomingLists { offsets, words, external: ExternalTimes::default() };
         let mut sample = measured_ns.clone();
         sample.sort_unstable();
-        let cuts = segments::cuts_ns(&sample, &segments::backward_spans(&measured_ns, &incoming), 16);
+        let edges = list.par_iter().map(source_and_target);
+        let cuts = segments::cuts_ns(&sample, &segments::backward_spans(&measured_ns, edges), 16);
         assert!(cuts.len() >= 12, "about 16 segments of 80 vertices: {cuts:?}");
         assert!(cuts.iter().all(|&cut| !(201..=259).contains(&cut)), "no cut across the edge back: {cuts:?}");
         assert!(cuts.contains(&260), "the cut that fell inside moved to just after it: {cuts:?}");

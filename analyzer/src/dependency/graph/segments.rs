@@ -11,7 +11,8 @@
 //! earlier segments are), so Kahn's loop on the segment alone, counting only its own edges, hands them out in the
 //! same order. A cycle (which the whole loop breaks by forcing a vertex) lies within one segment, since no edge
 //! runs back across a cut: a segment whose loop runs dry before its end gives up, and the caller runs the whole
-//! loop instead.
+//! loop instead. Where too few cuts are allowed, the caller runs the whole loop on one worker while the others lay
+//! out the incoming lists, which the loop does not read (unless it meets a cycle).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -49,31 +50,39 @@ const SAMPLE_EVERY: usize = 64;
 #[cfg(test)]
 const SAMPLE_EVERY: usize = 1;
 
+/// The times at which the whole loop's order may be cut into segments of time, one stretch per worker, read from
+/// every edge (`edges`: source and target vertex); `None` where that does not pay (few vertices or threads, or
+/// too few cuts allowed by edges backwards in time).
+pub(super) fn cuts_worth_making(
+    measured_ns: &[i64],
+    edges: impl ParallelIterator<Item = (u32, u32)>,
+) -> Option<Vec<i64>> {
+    if !order_worth_sharing_out(measured_ns.len()) {
+        return None;
+    }
+    let threads = rayon::current_num_threads();
+    let sample = time_sample(measured_ns);
+    let cuts = cuts_ns(&sample, &backward_spans(measured_ns, edges), threads * SEGMENTS_PER_THREAD);
+    // Where edges backwards in time lie close together across the whole run (ranks whose collectives end before
+    // the last rank arrives: clocks of different hosts, or a generated run), few cuts are allowed: with a segment
+    // of more than a quarter of the vertices, the loop would gain little for the passes below.
+    (largest_segment_in(&sample, &cuts) <= sample.len() / MOST_IN_ONE_SEGMENT).then_some(cuts)
+}
+
 /// The topological order of the `measured_ns.len()` vertices with `incoming` edges and successor lists
 /// `outgoing[outgoing_offsets[v]..outgoing_offsets[v + 1]]`, as Kahn's loop over the whole model gives it, made a
-/// segment of time per worker; `None` where it is not worth it (few vertices or threads) or a cycle was met.
+/// segment of time per worker between `cuts` (from [`cuts_worth_making`]); `None` where a cycle was met.
 pub(super) fn segmented_order(
     measured_ns: &[i64],
     incoming: &IncomingLists,
     outgoing_offsets: &[u32],
     outgoing: &[AtomicU32],
+    cuts: &[i64],
 ) -> Option<Vec<u32>> {
     let n = measured_ns.len();
-    let threads = rayon::current_num_threads();
-    if n < SEGMENTED_MIN_VERTICES || threads < SEGMENTED_MIN_THREADS {
-        return None;
-    }
-    let sample = time_sample(measured_ns);
-    let cuts = cuts_ns(&sample, &backward_spans(measured_ns, incoming), threads * SEGMENTS_PER_THREAD);
-    // Where edges backwards in time lie close together across the whole run (ranks whose collectives end before
-    // the last rank arrives: clocks of different hosts, or a generated run), few cuts are allowed: with a segment
-    // of more than a quarter of the vertices, the loop would gain little for the passes below.
-    if largest_segment_in(&sample, &cuts) > sample.len() / MOST_IN_ONE_SEGMENT {
-        return None;
-    }
     let segments = cuts.len() + 1;
     let indegree = atomic_zeros(n);
-    let (sizes, mut ready) = counts_sizes_and_ready(measured_ns, incoming, &cuts, &indegree);
+    let (sizes, mut ready) = counts_sizes_and_ready(measured_ns, incoming, cuts, &indegree);
     let mut order = vec![0u32; n];
     let mut rooms: Vec<&mut [u32]> = Vec::with_capacity(segments);
     let mut rest: &mut [u32] = &mut order;
@@ -86,11 +95,19 @@ pub(super) fn segmented_order(
         .with_max_len(1)
         .map(|(segment, (room, ready))| {
             let walk =
-                Walk { measured_ns, indegree: &indegree, outgoing_offsets, outgoing, span: bounds(&cuts, segment) };
+                Walk { measured_ns, indegree: &indegree, outgoing_offsets, outgoing, span: bounds(cuts, segment) };
             walk.fill(ready, room)
         })
         .all(|filled| filled);
     complete.then_some(order)
+}
+
+/// Whether ordering `vertex_count` vertices pays for passes beside Kahn's loop on this pool: placing cuts between
+/// segments of time, or laying out the incoming lists while the loop runs (on 2 cores, where the other core is busy
+/// anyway, that took more CPU time than one after the other: 5.3 s against 4.2 at 10 M kernels × 8 ranks, one run
+/// each).
+pub(super) fn order_worth_sharing_out(vertex_count: usize) -> bool {
+    vertex_count >= SEGMENTED_MIN_VERTICES && rayon::current_num_threads() >= SEGMENTED_MIN_THREADS
 }
 
 /// `[start, end)` of measured times of `segment` between `cuts`.
@@ -142,18 +159,14 @@ pub(super) fn cuts_ns(sample: &[i64], spans: &[(i64, i64)], wanted: usize) -> Ve
     cuts
 }
 
-/// The cut times no backward edge allows, merged: per backward edge from a source at `s` to a target at `t < s`,
-/// the times `t + 1 ..= s`, as disjoint rising `(first, last)` spans (touching ones joined).
-pub(super) fn backward_spans(measured_ns: &[i64], incoming: &IncomingLists) -> Vec<(i64, i64)> {
-    let mut spans: Vec<(i64, i64)> = (0..measured_ns.len() as u32)
-        .into_par_iter()
-        .with_min_len(PAR_MIN_LEN)
-        .flat_map_iter(|v| {
-            let target_ns = measured_ns[v as usize];
-            incoming.of(v).filter_map(move |e| {
-                let source_ns = measured_ns[e.source as usize];
-                (source_ns > target_ns).then(|| (target_ns + 1, source_ns))
-            })
+/// The cut times no backward edge allows, merged: per backward edge (of `edges`: source and target vertex) from a
+/// source at `s` to a target at `t < s`, the times `t + 1 ..= s`, as disjoint rising `(first, last)` spans (touching
+/// ones joined).
+pub(super) fn backward_spans(measured_ns: &[i64], edges: impl ParallelIterator<Item = (u32, u32)>) -> Vec<(i64, i64)> {
+    let mut spans: Vec<(i64, i64)> = edges
+        .filter_map(|(source, target)| {
+            let (source_ns, target_ns) = (measured_ns[source as usize], measured_ns[target as usize]);
+            (source_ns > target_ns).then(|| (target_ns + 1, source_ns))
         })
         .collect();
     spans.par_sort_unstable();
