@@ -202,6 +202,12 @@ impl Context<'_> {
         self.path.wait()
     }
 
+    /// Whether [`Context::path`] returns at once: the path is made before the finding types on few cores, beside
+    /// them on many.
+    pub fn path_is_made(&self) -> bool {
+        self.path.is_made()
+    }
+
     /// A share of the window's measured time, percent.
     pub fn pct(&self, ns: i64) -> f64 {
         if self.measured_ns > 0 { 100.0 * ns as f64 / self.measured_ns as f64 } else { 0.0 }
@@ -498,6 +504,11 @@ impl PathComing {
     /// The critical path, once made.
     fn wait(&self) -> &CriticalPath {
         self.0.wait().as_ref().expect("the critical path was made")
+    }
+
+    /// Whether the path is made (or failed) already: [`PathComing::wait`] then returns at once.
+    fn is_made(&self) -> bool {
+        self.0.get().is_some()
     }
 }
 
