@@ -456,19 +456,42 @@ pub enum Told {
 /// collective matching (see [`Told::Matching`]). `tell` runs on a worker: it should hand the news on (to a channel),
 /// not work on it.
 pub fn analyze_telling_steps(traces: &[Trace], options: &Options, tell: &(dyn Fn(Told) + Sync)) -> Report {
-    workers::run(|| analyze_here_telling(traces, options, Some(tell)))
+    workers::run(|| analyze_here_telling(traces, options, Some(Listener { tell, steps_first: true })))
+}
+
+/// [`analyze`], and its collective matching where a model of the run can be built on it (see [`Told::Matching`]):
+/// the model then needs no matching of its own after the report.
+pub fn analyze_keeping_matching(traces: &[Trace], options: &Options) -> (Report, Option<Arc<Matching>>) {
+    let kept = std::sync::Mutex::new(None);
+    let tell = |news: Told| {
+        if let (Told::Matching(matching), Ok(mut kept)) = (news, kept.lock()) {
+            *kept = matching;
+        }
+    };
+    let report =
+        workers::run(|| analyze_here_telling(traces, options, Some(Listener { tell: &tell, steps_first: false })));
+    (report, kept.into_inner().ok().flatten())
 }
 
 fn analyze_here(traces: &[Trace], options: &Options) -> Report {
     analyze_here_telling(traces, options, None)
 }
 
-/// The report; with `tell`, the ranks' steps are found first, beside the collective matching, and told with the
-/// matching. Without, each rank finds its steps beside its figures, from the work they file (a pass over its kernels
-/// fewer).
-fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn Fn(Told) + Sync)>) -> Report {
+/// Who hears of the report's parts as they are made ([`Told`]).
+#[derive(Clone, Copy)]
+struct Listener<'a> {
+    tell: &'a (dyn Fn(Told) + Sync),
+    /// Whether the ranks' steps are found first and told (else only the matching is told).
+    steps_first: bool,
+}
+
+/// The report; with a `listener`, told its matching (or that it will not serve), and where it asks for the steps
+/// first, each rank's steps are found beside the collective matching and told. Otherwise each rank finds its steps
+/// beside its figures, from the work they file (a pass over its kernels fewer).
+fn analyze_here_telling(traces: &[Trace], options: &Options, listener: Option<Listener>) -> Report {
     let filter_steps = hta::job_has_steps(traces);
     let prepared = stage("report: classes, devices and phases", || Prepared::build(traces, options));
+    let tell = listener.map(|l| l.tell);
     let shares_matching = tell.is_some() && prepared.matches_as_the_model(traces, options);
     if let (Some(tell), false) = (tell, shares_matching) {
         tell(Told::Matching(None));
@@ -476,7 +499,7 @@ fn analyze_here_telling(traces: &[Trace], options: &Options, tell: Option<&(dyn 
     // Collectives are matched across all ranks first: each rank's wait and transfer depend on the others. The
     // ranks' steps need no matching: where they are asked for, they are found (and told) meanwhile.
     let matching = || stage("report: collective matching", || match_across_ranks(traces, &prepared, options));
-    let (matching, step_work) = match tell {
+    let (matching, step_work) = match listener.filter(|l| l.steps_first).map(|l| l.tell) {
         Some(tell) => {
             let (matching, found) =
                 rayon::join(matching, || stage("report: steps", || ranks_steps(traces, &prepared, options, tell)));

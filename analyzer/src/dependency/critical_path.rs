@@ -193,17 +193,26 @@ pub fn report_and_steady_model_from(
 }
 
 /// [`report_and_steady_model`] one after the other: the report (beside the model's matching where the pool has
-/// more workers than `report_width`), then the model.
+/// more workers than `report_width`; else keeping its own matching for the model where it serves), then the model.
 fn report_then_model(
     traces: &[Trace],
     options: &Options,
     report_width: usize,
 ) -> (report::Report, Result<Model, ModelError>) {
-    let (report, matching) = crate::figures::workers::side_by_side(
-        report_width,
-        || stage("report figures", || report::analyze(traces, options)),
-        || model_matching(traces, options),
-    );
+    let idle_workers = crate::figures::workers::run(rayon::current_num_threads) > report_width;
+    let (report, matching) = if idle_workers {
+        let (report, matching) = crate::figures::workers::side_by_side(
+            report_width,
+            || stage("report figures", || report::analyze(traces, options)),
+            || model_matching(traces, options),
+        );
+        (report, Arc::new(matching))
+    } else {
+        // No worker to spare: the report's matching serves the model where it can, else the model's comes after.
+        let (report, shared) = stage("report figures", || report::analyze_keeping_matching(traces, options));
+        let own = || Arc::new(crate::figures::workers::run(|| model_matching(traces, options)));
+        (report, shared.unwrap_or_else(own))
+    };
     let model = model_after_report(traces, options, &report, matching);
     (report, model)
 }

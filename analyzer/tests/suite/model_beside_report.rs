@@ -48,8 +48,13 @@ fn check(name: &str, traces: &[Trace], options: &Options) {
     let after = critical_path::build_steady_model_matched(traces, options, &report, matching);
     let (beside_report, beside) = critical_path::report_and_steady_model_from(traces, options, 0, 0);
     assert!(render::json(&beside_report) == render::json(&report), "{name}: the report made beside the model differs");
-    let (after, beside) = (model_words(traces, &report, &after), model_words(traces, &report, &beside));
+    // A report as wide as the pool leaves no worker for the model: then the model comes after it, on its matching.
+    let (then_report, then) = critical_path::report_and_steady_model_from(traces, options, usize::MAX, 0);
+    assert!(render::json(&then_report) == render::json(&report), "{name}: the report made before the model differs");
+    let after = model_words(traces, &report, &after);
+    let (beside, then) = (model_words(traces, &report, &beside), model_words(traces, &report, &then));
     assert_eq!(beside, after, "{name}: the model built beside the report differs from the one built after it");
+    assert_eq!(then, after, "{name}: the model built on the report's matching differs from the one built after it");
 }
 
 #[test]
@@ -103,12 +108,17 @@ fn matching_words(matching: &Matching) -> String {
 /// phases (then it is the report's: the model's own matching names none), which must otherwise be the model's own.
 fn beside_names_phases(name: &str, traces: &[Trace]) -> bool {
     check(name, traces, &Options::default());
-    let (_, beside) = critical_path::report_and_steady_model_from(traces, &Options::default(), 0, 0);
-    let beside = beside.expect("the run has a model");
     let own = critical_path::model_matching(traces, &Options::default());
     assert!(!own.instances.is_empty(), "{name}: the run has collectives");
-    assert_eq!(matching_words(&beside.matching), matching_words(&own), "{name}: the matchings differ");
-    beside.matching.instances.iter().any(|i| i.phase.is_some())
+    // Beside the report (width 0), and after it where the report leaves no worker to spare (width above the pool).
+    let names = [0, usize::MAX].map(|width| {
+        let (_, model) = critical_path::report_and_steady_model_from(traces, &Options::default(), width, 0);
+        let model = model.expect("the run has a model");
+        assert_eq!(matching_words(&model.matching), matching_words(&own), "{name}: the matchings differ ({width})");
+        model.matching.instances.iter().any(|i| i.phase.is_some())
+    });
+    assert_eq!(names[0], names[1], "{name}: one way shares the report's matching, the other not");
+    names[0]
 }
 
 #[test]
