@@ -384,7 +384,8 @@ pub fn findings_of_model_with(
                 .spawn_scoped(scope, || path.make(traces, model, true))
         });
         let path_here = spawned.is_none_or(|spawned| spawned.is_err());
-        findings_beside_path(traces, report, model, bench, rules, flops, (&path, path_here))
+        let inputs = Inputs { traces, report, model, bench, rules, flops };
+        findings_beside_path(inputs, (&path, path_here))
     });
     let (found, typical) = found;
     // The critical path's segments (a million and more, four names each, on a large run) and the typical times are
@@ -393,17 +394,22 @@ pub fn findings_of_model_with(
     found
 }
 
+/// What the findings read: the run's traces and report, its model, the bench's peaks, the rules, and the model's
+/// shape and tokens for the FLOP-rate finding.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    traces: &'a [Trace],
+    report: &'a Report,
+    model: &'a Model,
+    bench: Option<&'a BenchPeaks>,
+    rules: &'a FindingsRules,
+    flops: Option<&'a FlopInputs<'a>>,
+}
+
 /// [`findings_of_model_with`], the critical path made on another thread meanwhile (`path.0`), or here, beside the
 /// model's other shared parts (where `path.1`); and the typical times, for the caller to free.
-fn findings_beside_path(
-    traces: &[Trace],
-    report: &Report,
-    model: &Model,
-    bench: Option<&BenchPeaks>,
-    rules: &FindingsRules,
-    flops: Option<&FlopInputs>,
-    (path, path_here): (&PathComing, bool),
-) -> (Findings, Typical) {
+fn findings_beside_path(inputs: Inputs, (path, path_here): (&PathComing, bool)) -> (Findings, Typical) {
+    let Inputs { traces, report, model, bench, rules, flops } = inputs;
     let graph = &model.graph;
     let measured_ns = graph.span_ns(graph.last_end(graph.measured_ns()));
     let run_steps = report.ranks.iter().map(|r| r.steps.as_ref().map(|s| s.found)).collect::<Option<Vec<u64>>>();
