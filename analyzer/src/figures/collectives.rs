@@ -606,9 +606,8 @@ fn match_sorted(ranks: &[(RankKey, u32)], kernels: Vec<Vec<CommKernel>>, hosts_d
         })
         .collect();
     // The kernels (a row per collective kernel of every rank) are the largest thing held here: gone before the map
-    // of shares is made, which is sized once for every matched kernel rather than grown.
-    // Each rank's rows are freed on a worker, and the instances gathered by every worker (in order): on one thread,
-    // both kept the other cores of a 10 M-kernel run idle for 50 ms.
+    // of shares is made. Each rank's rows are freed on a worker, and the instances gathered by every worker (in
+    // order): on one thread, both kept the other cores of a 10 M-kernel run idle for 50 ms.
     drop((members, runs));
     kernels.into_par_iter().for_each(drop);
     let (instances, mut spreads): (Vec<Instance>, Vec<i64>) = matched.into_par_iter().flatten().unzip();

@@ -27,24 +27,6 @@ pub fn run<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// Runs `a` and `b` on the shared pool (as [`run`]): side by side where the pool has more workers than `a_width`
-/// (the most `a` keeps busy at once, such as one per rank), else `a` then `b`. Without idle workers, running both at
-/// once only makes them compete for caches and memory (on 2 cores the 10 M-kernel report took 3–5 % more CPU time).
-pub fn side_by_side<A: Send, B: Send>(
-    a_width: usize,
-    a: impl FnOnce() -> A + Send,
-    b: impl FnOnce() -> B + Send,
-) -> (A, B) {
-    run(|| {
-        if rayon::current_num_threads() > a_width {
-            rayon::join(a, b)
-        } else {
-            let first = a();
-            (first, b())
-        }
-    })
-}
-
 /// Runs `work` on a pool of its own with `threads` workers (1: every parallel step in turn), or on the calling
 /// thread alone where no thread can be started.
 pub fn with_threads<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) -> R {

@@ -14,7 +14,7 @@ const KIND: &str = "launch_bound";
 /// See the module documentation.
 pub fn evaluate(context: &Context, rule: &LaunchRule) -> Outcome {
     let graph = &context.model.graph;
-    // The replay only where the host shows on the path.
+    // The replay: every host call and host gap at no time.
     let own = graph.own_ns();
     let own_of = |v: u32| match graph.op_of_vertex(v) {
         Some(op) if !graph.ops[op as usize].kind.on_gpu() => 0,
