@@ -492,10 +492,27 @@ impl ReplayPlan {
         skip_mask: u32,
         mut source_ns: impl FnMut(u32) -> i64,
     ) -> i64 {
+        let [ready] = self.ready_in_lanes(position, external_ns, skip_mask, |source| [source_ns(source)]);
+        ready
+    }
+
+    /// [`ReplayPlan::ready_ns`] of `LANES` replays at once, which differ only in their times (`source_ns` gives a
+    /// source's time in each): the edges are read once for all of them.
+    #[inline]
+    fn ready_in_lanes<const LANES: usize>(
+        &self,
+        position: usize,
+        external_ns: i64,
+        skip_mask: u32,
+        mut source_ns: impl FnMut(u32) -> [i64; LANES],
+    ) -> [i64; LANES] {
         let range = self.range(position);
-        let mut ready = external_ns;
+        let mut ready = [external_ns; LANES];
         let mut wait = |edge: &PlanEdge| {
-            ready = ready.max(source_ns(edge.source_position).saturating_add(self.lags_ns[edge.lag as usize]));
+            let (times, lag_ns) = (source_ns(edge.source_position), self.lags_ns[edge.lag as usize]);
+            for (ready, time) in ready.iter_mut().zip(times) {
+                *ready = (*ready).max(time.saturating_add(lag_ns));
+            }
         };
         if skip_mask == 0 {
             self.edges[range].iter().for_each(wait);
@@ -1526,23 +1543,42 @@ impl Graph {
     /// (edges of the kinds in `skip` ignored), without keeping those times: the replays whose only figure is the
     /// span hold one time per vertex, not three.
     pub fn replayed_last_end(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> Option<(u32, i64)> {
-        let op_vertices = 2 * self.ops.len() as u32;
-        let mut last = LastEnd::default();
-        let seen = |vertex: u32, t: i64| {
-            if vertex % 2 == 1 && vertex < op_vertices {
-                let op = vertex / 2;
-                let on_gpu = self.on_gpu_bits[op as usize / 64] >> (op % 64) & 1 == 1;
-                last.offer(op, on_gpu, t);
-            }
-        };
-        match &self.plan.far_sources {
-            Some(far_sources) => self.replay_in_ring(own_of, skip, far_sources, seen),
-            None => {
-                let times = self.replay_in_order(own_of, skip, seen);
-                self.spare_times.give(times);
-            }
+        if let Some([end]) = self.replayed_last_ends(|vertex| [own_of(vertex)], skip) {
+            return end;
         }
+        let mut last = LastEnd::default();
+        let times = self.replay_in_order(own_of, skip, |vertex, t| self.offer_end(&mut last, vertex, t));
+        self.spare_times.give(times);
         last.found()
+    }
+
+    /// Offers `last` the time `t` of `vertex` where it is an operation's end.
+    #[inline]
+    fn offer_end(&self, last: &mut LastEnd, vertex: u32, t: i64) {
+        if vertex % 2 == 1 && (vertex as usize) < 2 * self.ops.len() {
+            let op = vertex / 2;
+            let on_gpu = self.on_gpu_bits[op as usize / 64] >> (op % 64) & 1 == 1;
+            last.offer(op, on_gpu, t);
+        }
+    }
+
+    /// [`Graph::replayed_last_end`] of `LANES` replays in one pass over the replay plan, replay `k` with the own
+    /// time `own_of(vertex)[k]` of every vertex: replays that differ only in their own times (each rank's
+    /// operations at typical times, say) read the plan, the largest thing a replay reads, once instead of each.
+    /// `None` where the model has no ring plan (each replay would keep a time per vertex): replay them one by one.
+    pub fn replayed_last_ends<const LANES: usize>(
+        &self,
+        own_of: impl Fn(u32) -> [i64; LANES],
+        skip: &[EdgeKind],
+    ) -> Option<[Option<(u32, i64)>; LANES]> {
+        let far_sources = self.plan.far_sources.as_ref()?;
+        let mut last: [LastEnd; LANES] = std::array::from_fn(|_| LastEnd::default());
+        self.replay_in_ring(own_of, skip, far_sources, |vertex, times: [i64; LANES]| {
+            for (last, t) in last.iter_mut().zip(times) {
+                self.offer_end(last, vertex, t);
+            }
+        });
+        Some(last.map(LastEnd::found))
     }
 
     /// The positions a replay ring holds: a model of fewer positions needs no larger a ring than its count rounded
@@ -1552,26 +1588,27 @@ impl Graph {
         RING_POSITIONS.min(self.order.len().next_power_of_two())
     }
 
-    /// [`Graph::replay_in_order`] keeping only the last [`RING_POSITIONS`] times, and those of `far_sources`, which
-    /// later edges read from further back: the same times, each passed to `seen`, in a few hundred KiB instead of a
-    /// time per vertex (the findings run a dozen such replays side by side).
-    fn replay_in_ring(
+    /// [`Graph::replay_in_order`] of `LANES` replays at once (own times `own_of(vertex)`, one per replay), keeping
+    /// only the last [`RING_POSITIONS`] times, and those of `far_sources`, which later edges read from further
+    /// back: the same times, each position's passed to `seen`, in a few hundred KiB a replay instead of a time per
+    /// vertex (the findings run a dozen such replays side by side).
+    fn replay_in_ring<const LANES: usize>(
         &self,
-        own_of: impl Fn(u32) -> i64,
+        own_of: impl Fn(u32) -> [i64; LANES],
         skip: &[EdgeKind],
         far_sources: &[u32],
-        mut seen: impl FnMut(u32, i64),
+        mut seen: impl FnMut(u32, [i64; LANES]),
     ) {
         let ring_len = self.ring_len();
         let mask = ring_len - 1;
         let plan = &self.plan;
         let skip_mask: u32 = skip.iter().fold(0, |mask, &kind| mask | 1 << kind as u32);
-        let mut ring = vec![0i64; ring_len];
+        let mut ring = vec![[0i64; LANES]; ring_len];
         let mut external = plan.external.in_order();
-        let mut far_times = vec![0i64; far_sources.len()];
+        let mut far_times = vec![[0i64; LANES]; far_sources.len()];
         let mut next_far = 0;
         for (position, &vertex) in self.order.iter().enumerate() {
-            let ready = plan.ready_ns(position, external.at(position, vertex), skip_mask, |source| {
+            let ready = plan.ready_in_lanes(position, external.at(position, vertex), skip_mask, |source| {
                 // Within the ring, the source's slot has not been written since (a later position in it would be
                 // `ring_len` after the source, past this one).
                 if position - (source as usize) < ring_len {
@@ -1580,7 +1617,8 @@ impl Graph {
                     far_times[far_sources.binary_search(&source).expect("a far source is listed")]
                 }
             });
-            let t = ready.saturating_add(own_of(vertex));
+            let own = own_of(vertex);
+            let t: [i64; LANES] = std::array::from_fn(|k| ready[k].saturating_add(own[k]));
             ring[position & mask] = t;
             if far_sources.get(next_far) == Some(&(position as u32)) {
                 far_times[next_far] = t;
@@ -2508,6 +2546,22 @@ mod tests {
                 assert_eq!(graph.replayed_last_end(own_of, &[]), expected, "{waiting} waits, kernel {slow} slow");
                 let apart = graph.last_end(&graph.simulate_skipping(&full, &[EdgeKind::CrossStream]));
                 assert_eq!(graph.replayed_last_end(own_of, &[EdgeKind::CrossStream]), apart);
+            }
+            // The three slow kernels (each slower than the last) as three replays of one pass: each ends where it
+            // ends replayed alone, and each alone ends elsewhere (the lanes are not mixed up). Without a ring plan a
+            // pass is refused.
+            let slow = [0, waiting / 2, waiting - 1].map(|j| end_vertex(j * stride));
+            let own = graph.own_ns();
+            let own_in_lanes = |v: u32| -> [i64; 3] {
+                std::array::from_fn(|lane| own[v as usize] + if v == slow[lane] { 50_000_000 << lane } else { 0 })
+            };
+            for skip in [&[][..], &[EdgeKind::CrossStream]] {
+                let alone: [Option<(u32, i64)>; 3] =
+                    std::array::from_fn(|lane| graph.replayed_last_end(|v| own_in_lanes(v)[lane], skip));
+                assert_eq!(graph.replayed_last_ends(own_in_lanes, skip), ring.then_some(alone), "{waiting} waits");
+                if skip.is_empty() && waiting > 2 {
+                    assert!(alone[0] != alone[1] && alone[1] != alone[2], "{alone:?}");
+                }
             }
         }
     }

@@ -321,32 +321,45 @@ pub fn typical_own_of<'a>(
     typical: &'a Typical,
     select: impl Fn(&Op) -> OwnParts + 'a,
 ) -> impl Fn(u32) -> i64 + 'a {
+    let own_in_lanes = typical_own_in_lanes(graph, typical, move |op| [select(op)]);
+    move |vertex: u32| own_in_lanes(vertex)[0]
+}
+
+/// [`typical_own_of`] of `LANES` replays at once (for [`Graph::replayed_last_ends`]): replay `k` replaces the
+/// parts `select(op)[k]` of each operation.
+pub fn typical_own_in_lanes<'a, const LANES: usize>(
+    graph: &'a Graph,
+    typical: &'a Typical,
+    select: impl Fn(&Op) -> [OwnParts; LANES] + 'a,
+) -> impl Fn(u32) -> [i64; LANES] + 'a {
     let base = graph.own_ns();
     let op_vertices = 2 * graph.ops.len();
     move |vertex: u32| {
         let v = vertex as usize;
         if v >= op_vertices {
-            return base[v];
+            return [base[v]; LANES];
         }
         let op = &graph.ops[v / 2];
         // The parts first: most replays change one rank's operations, and the others' own times then need no
         // look-up in the typical times (read by instance, out of order).
         let parts = select(op);
-        if !parts.delay && !parts.duration {
-            return base[v];
+        if parts.iter().all(|p| !p.delay && !p.duration) {
+            return [base[v]; LANES];
         }
         let typical = typical.of_instance[op.instance as usize];
         if typical.members < 2 {
-            return base[v];
+            return [base[v]; LANES];
         }
         let is_start = v.is_multiple_of(2);
-        if is_start && parts.delay {
-            typical.start_ns
-        } else if !is_start && parts.duration && !op.matched {
-            typical.end_ns
-        } else {
-            base[v]
-        }
+        parts.map(|parts| {
+            if is_start && parts.delay {
+                typical.start_ns
+            } else if !is_start && parts.duration && !op.matched {
+                typical.end_ns
+            } else {
+                base[v]
+            }
+        })
     }
 }
 

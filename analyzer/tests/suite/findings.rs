@@ -10,6 +10,7 @@ use std::path::Path;
 use common::{analyzer, assert_one_line_error, repo_root, shared_traces};
 use serde_json::Value;
 use shardscope_analyzer::figures::bench_peaks::BenchPeaks;
+use shardscope_analyzer::figures::workers::with_threads;
 use shardscope_analyzer::findings::rules::FindingsRules;
 use shardscope_analyzer::findings::{self, Basis, Finding, Findings};
 use shardscope_analyzer::report::{self, Options};
@@ -128,6 +129,38 @@ fn a_late_rank_is_worth_its_lateness_and_blamed_on_its_host() {
     let on_time = find(&two_ranks(0, 200), None);
     assert!(fired(&on_time, "late_rank").is_none(), "{on_time:#?}");
     assert!(on_time.quiet.iter().any(|q| q.kind == "late_rank" && q.why.contains("saves 0 ns")), "{on_time:#?}");
+}
+
+/// Six ranks of the same step (a GEMM, a 200 ns all-reduce, an elementwise kernel), rank `late`'s host pausing
+/// `late_ns` before its all-reduce.
+fn six_ranks(late: u32, late_ns: i64) -> Vec<Trace> {
+    (0..6)
+        .map(|rank| {
+            let x = if rank == late { late_ns } else { 0 };
+            let mut r = RankBuilder::new(rank);
+            r.launch(0, GEMM, 10, 1_010);
+            r.launch(1_000 + x, ALL_REDUCE, 1_010 + x, 1_210 + late_ns);
+            r.launch(1_020 + x, ELEMENTWISE, 1_210 + late_ns, 1_710 + late_ns);
+            r.finish()
+        })
+        .collect()
+}
+
+/// The ranks are replayed alone a few to a pass over the model (4, 2 or 1, by the workers): whichever rank is late,
+/// in the first pass or a later one (the last of fewer ranks), its replay alone saves its lateness and every other
+/// rank's saves nothing.
+#[test]
+fn each_rank_replayed_alone_saves_its_own_lateness_however_the_ranks_are_passed() {
+    const X: i64 = 5_000;
+    for (late, workers) in [0, 1, 3, 4, 5].into_iter().flat_map(|late| [1, 4, 8, 16].map(|w| (late, w))) {
+        let found = with_threads(workers, || find(&six_ranks(late, X), None));
+        let top = fired(&found, "late_rank").unwrap_or_else(|| panic!("rank {late} late: {found:#?}"));
+        assert_eq!(top.saving_ns, X, "rank {late} late");
+        assert_eq!(top.title, format!("rank {late} is late, mostly through its host launch path"));
+        assert!(top.evidence[0].contains("host launch path saves 5.0 µs, own kernels 0 ns, input 10 ns"), "{top:?}");
+        let others: Vec<String> = (0..6).filter(|&r| r != late).take(4).map(|r| format!("rank {r} 0 ns")).collect();
+        assert_eq!(top.evidence[1], format!("the same replay of another rank saves: {}", others.join(", ")));
+    }
 }
 
 /// Without a late rank the 200 ns all-reduce is all on the path (1,810 ns): communicating for free ends the step

@@ -620,10 +620,12 @@ impl Builder<'_> {
                     if classifier.is_communication(class.category) {
                         let meta = kernel.collective.and_then(|c| trace.collectives.get(c as usize));
                         facts.comm = Some(class.collective.or(meta.map(|m| m.op)).unwrap_or_default());
+                        // The matching holds only kernels the classifier calls communication: no other is looked up.
+                        facts.matched =
+                            facts.in_window && self.matching.shares.contains_key(&(trace_index, event.index));
                     } else {
                         facts.category = class.category.0;
                     }
-                    facts.matched = facts.in_window && self.matching.shares.contains_key(&(trace_index, event.index));
                 }
                 facts
             })
