@@ -36,8 +36,9 @@ fn savings_in_one_pass<const LANES: usize>(
 const MOST_RANKS_PER_PASS: usize = 4;
 
 /// Ranks replayed alone in one pass on this pool: the passes take about half its workers (the other finding types'
-/// replays and the critical path run beside them), so that a long pass does not end the findings alone. On 16
-/// workers, 8 ranks in two passes of 4 ended the findings 0.35 s after the rest, where a replay each ended with them.
+/// replays and the critical path run beside them): where there are workers enough for a replay each, a pass of
+/// several ranks would take longer than the other types and end the findings alone (8 ranks on 16 workers are
+/// replayed one a pass and end with the others); on fewer workers a pass reads the model once for several ranks.
 fn ranks_per_pass(ranks: usize) -> usize {
     let workers_for_passes = (rayon::current_num_threads() / 2).max(1);
     ranks.div_ceil(workers_for_passes).clamp(1, MOST_RANKS_PER_PASS)
