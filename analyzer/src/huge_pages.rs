@@ -1,4 +1,6 @@
-//! The analyzer's allocator: the system's, with every large block asked to be backed by transparent huge pages.
+//! The analyzer's allocator: the system's, with every large block asked to be backed by transparent huge pages;
+//! and [`return_large_blocks_when_freed`], which a streamed report calls so that the memory of the traces it has
+//! dropped goes back to the system.
 //!
 //! Why: the report's dependency model, its replays and the import fill arrays of hundreds of megabytes once, each
 //! fresh from the kernel, so every 4 KiB page costs a fault on first touch, mostly on one thread. Profiled on the
@@ -88,6 +90,23 @@ fn advise(block: *mut u8, size: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn advise(_block: *mut u8, _size: usize) {}
+
+/// Blocks from this size on are given back to the system as soon as they are freed, once
+/// [`return_large_blocks_when_freed`] has been called: glibc's own starting threshold.
+pub const RETURNED_BLOCK_BYTES: usize = 128 << 10;
+
+/// Makes the system allocator (glibc; nothing elsewhere) map every block of [`RETURNED_BLOCK_BYTES`] or more on its
+/// own and unmap it when it is freed, for the rest of the process. Why: glibc raises that threshold each time a
+/// mapped block is freed (up to 32 MiB), after which the large, short-lived blocks of reading and analysing one
+/// trace stay in the heaps once freed, and the peak of a streamed report grows with the garbage of the traces
+/// already read, not only with the traces in memory. The price is a fault per page of every such block.
+pub fn return_large_blocks_when_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt has no preconditions; this parameter only moves the size from which blocks are mapped.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, RETURNED_BLOCK_BYTES as libc::c_int);
+    }
+}
 
 #[cfg(test)]
 mod tests {

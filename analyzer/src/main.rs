@@ -134,6 +134,10 @@ enum Command {
         /// too): `auto` does so for two or more files whose traces would not fit in half the available memory.
         #[arg(long, value_enum, default_value = "auto")]
         streaming: StreamingMode,
+        /// Streamed: rank files read and analysed at once (default: one per core, fewer where they would not fit in
+        /// half the available memory). Fewer files at once keep less in memory and take longer.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        streaming_files: Option<u32>,
     },
     /// What limits the run, ranked by the time removing each cause saves (per step and per run), each saving
     /// obtained by replaying the dependency model of the steady-state steps with that cause removed, or a stated
@@ -439,7 +443,17 @@ fn emit(text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Report { analysis, format, top, pictures, findings_rules, no_findings, streaming } => {
+        Command::Report {
+            analysis,
+            format,
+            top,
+            pictures,
+            findings_rules,
+            no_findings,
+            streaming,
+            streaming_files,
+        } => {
+            let streaming = Streamed { mode: streaming, files_at_once: streaming_files.map(|n| n as usize) };
             report_command(analysis, format, top, pictures, (!no_findings).then_some(findings_rules), streaming)
         }
         Command::Findings { print_rules: true, .. } => emit(findings::rules::BUILTIN_FINDINGS_TOML),
@@ -484,10 +498,13 @@ fn report_command(
     top: usize,
     pictures: ChartArgs,
     findings_rules: Option<Option<PathBuf>>,
-    streaming: StreamingMode,
+    streaming: Streamed,
 ) -> Result<()> {
     let wants_charts = pictures.html.is_some() || pictures.charts.is_some();
-    if streaming == StreamingMode::On && wants_charts {
+    if streaming.mode == StreamingMode::Off && streaming.files_at_once.is_some() {
+        bail!("--streaming-files: the report reads every trace at once with --streaming off; leave it at auto or on");
+    }
+    if streaming.mode == StreamingMode::On && wants_charts {
         bail!("--streaming on: --html and --charts need every trace in memory; leave --streaming at auto or off");
     }
     shardscope_analyzer::output::charts::set_theme(pictures.chart_theme);
@@ -499,7 +516,7 @@ fn report_command(
     let rules_inputs: Vec<&Path> = findings_rules.iter().flatten().map(PathBuf::as_path).collect();
     shardscope_io::output::check_outputs(&outputs, &rules_inputs)?;
     let chart_inputs = wants_charts.then(|| (analysis.rules.clone(), analysis.bench.clone()));
-    let stream = match streaming {
+    let stream = match streaming.mode {
         StreamingMode::On => !analysis.traces.is_empty(),
         StreamingMode::Off => false,
         StreamingMode::Auto => {
@@ -508,7 +525,7 @@ fn report_command(
         }
     };
     let (mut report, traces, options, model) = if stream {
-        let (report, traces, options) = analyse_streaming(analysis)?;
+        let (report, traces, options) = analyse_streaming(analysis, streaming.files_at_once)?;
         (report, traces, options, None)
     } else if findings_rules.is_some() {
         let (report, traces, options, model) = analyse_with_model(analysis, wants_charts)?;
@@ -1075,12 +1092,28 @@ enum StreamingMode {
     Off,
 }
 
-/// The report made file by file (see `report::streaming`): no traces are kept.
-fn analyse_streaming(args: AnalysisArgs) -> Result<(report::Report, Vec<Trace>, Options)> {
+/// `--streaming` and `--streaming-files`.
+#[derive(Clone, Copy)]
+struct Streamed {
+    mode: StreamingMode,
+    /// Files read at once, where given.
+    files_at_once: Option<usize>,
+}
+
+/// The report made file by file (see `report::streaming`), `files_at_once` files at a time where given: no traces
+/// are kept.
+fn analyse_streaming(
+    args: AnalysisArgs,
+    files_at_once: Option<usize>,
+) -> Result<(report::Report, Vec<Trace>, Options)> {
     let paths = args.traces.clone();
     let options = analysis_options(args, false)?;
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let files = report::streaming::streamed_files(&paths)?;
+    let available = report::streaming::available_memory_bytes();
+    let jobs = report::streaming::files_at_once(files_at_once, cores, &files, available);
+    // Streamed, memory is the point: the blocks of the traces dropped go back to the system at once.
+    shardscope_analyzer::huge_pages::return_large_blocks_when_freed();
     let what = format!("{} files, {jobs} at a time", files.len());
     let digests = shardscope_analyzer::output::progress::loading(&what, || {
         report::streaming::digest_files(&files, &options, jobs)

@@ -339,6 +339,28 @@ pub fn digest_files(files: &[StreamedFile], options: &Options, jobs: usize) -> R
     Ok(streaming)
 }
 
+/// How many of `files` the streamed report reads at once: `asked` where given (`--streaming-files`), else one per
+/// core, fewer where that many of the largest file's traces (estimated as [`estimated_memory_bytes`] does) would
+/// take more than half of `available_bytes` (a job that streams because it does not fit must not then read as many
+/// files at once as there are cores); at least one, at most the files.
+pub fn files_at_once(
+    asked: Option<usize>,
+    cores: usize,
+    files: &[StreamedFile],
+    available_bytes: Option<u64>,
+) -> usize {
+    let most = files.len().max(1);
+    if let Some(asked) = asked {
+        return asked.clamp(1, most);
+    }
+    let largest = files.iter().map(|f| estimated_memory_bytes(std::slice::from_ref(&f.path))).max().unwrap_or(0);
+    let fitting = match available_bytes {
+        Some(free) if largest > 0 => usize::try_from(free / 2 / largest).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    cores.min(fitting).clamp(1, most)
+}
+
 /// The digests of one file's traces.
 fn digest_file(file: &StreamedFile, options: &Options) -> Result<Vec<TraceDigest>, shardscope_io::Error> {
     let mut traces = shardscope_io::load(&file.path)?;

@@ -173,11 +173,39 @@ fn the_choice_follows_the_inputs_size_and_the_memory() {
     assert!(!streaming::should_stream(&both, None), "memory not known");
 }
 
-/// `analyzer report FILES --format FORMAT --streaming MODE`, stdout (success asserted).
+/// The files read at once: as asked (within 1 and the files), else one per core, fewer where that many of the largest
+/// file's traces would take more than half the memory available.
+#[test]
+fn the_files_read_at_once_follow_the_cores_and_the_memory() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let files: Vec<streaming::StreamedFile> = [1000usize, 400, 10]
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let path = dir.path().join(format!("rank{i}.sqlite"));
+            std::fs::write(&path, vec![0u8; *bytes]).unwrap();
+            streaming::StreamedFile { path, folder_warnings: Vec::new() }
+        })
+        .collect();
+    let largest = 1000 * streaming::MEMORY_PER_FILE_BYTE;
+    assert_eq!(streaming::files_at_once(None, 16, &files, None), 3, "no more than the files");
+    assert_eq!(streaming::files_at_once(None, 2, &files, None), 2, "one per core");
+    assert_eq!(streaming::files_at_once(None, 16, &files, Some(2 * largest * 2)), 2, "two of the largest fit");
+    assert_eq!(streaming::files_at_once(None, 16, &files, Some(2 * largest * 2 - 1)), 1, "one of them fits");
+    assert_eq!(streaming::files_at_once(None, 16, &files, Some(0)), 1, "at least one");
+    assert_eq!(streaming::files_at_once(Some(1), 16, &files, None), 1, "as asked");
+    assert_eq!(streaming::files_at_once(Some(2), 1, &files, Some(0)), 2, "as asked, whatever the memory");
+    assert_eq!(streaming::files_at_once(Some(9), 16, &files, None), 3, "no more than the files");
+    assert_eq!(streaming::files_at_once(None, 4, &[], None), 1, "no files: one");
+}
+
+/// `analyzer report FILES --format FORMAT --streaming MODE` (MODE may carry more options after a space), stdout
+/// (success asserted).
 fn report(files: &[PathBuf], format: &str, mode: &str) -> String {
     let mut args = vec!["report"];
     args.extend(files.iter().map(|p| p.to_str().expect("UTF-8 path")));
-    args.extend(["--format", format, "--streaming", mode]);
+    args.extend(["--format", format, "--streaming"]);
+    args.extend(mode.split(' '));
     let output = analyzer(&args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).expect("UTF-8")
@@ -192,6 +220,8 @@ fn compare_command(name: &str, files: &[PathBuf]) {
     };
     let (on, off) = (json("on"), json("off"));
     assert!(on == off, "{name}: --streaming on differs from off:\n{}", first_difference(&on, &off));
+    let one_at_a_time = json("on --streaming-files 1");
+    assert!(on == one_at_a_time, "{name}: one file at a time differs:\n{}", first_difference(&on, &one_at_a_time));
     let (on, off) = (report(files, "csv", "on"), report(files, "csv", "off"));
     assert!(on == off, "{name}: CSV differs:\n{}", first_difference(&on, &off));
 }
@@ -222,6 +252,9 @@ fn the_command_streams_the_same_report_without_findings() {
     let refused =
         analyzer(&["report", files[0].to_str().unwrap(), "--streaming", "on", "--html", html.to_str().unwrap()]);
     common::assert_one_line_error(&refused, "--html");
+    // A count of files at once means nothing when every trace is read at once: refused, not ignored.
+    let refused = analyzer(&["report", files[0].to_str().unwrap(), "--streaming", "off", "--streaming-files", "2"]);
+    common::assert_one_line_error(&refused, "--streaming-files");
 }
 
 /// A folder of rank files given as one argument is read file by file too (it used to be one unit, read whole, and
