@@ -22,9 +22,8 @@ fn savings_in_one_pass<const LANES: usize>(
     select: impl Fn(&Op) -> [OwnParts; LANES] + Sync,
 ) -> [i64; LANES] {
     let graph = &context.model.graph;
-    let saving = |end| context.measured_ns - graph.span_ns(end);
     match graph.replayed_last_ends(typical_own_in_lanes(graph, &context.typical, &select), &[]) {
-        Some(ends) => ends.map(saving),
+        Some(ends) => ends.map(|end| context.saving_of_end_ns(end)),
         None => std::array::from_fn(|lane| {
             context.replay_saving_ns(typical_own_of(graph, &context.typical, |op| select(op)[lane]), &[])
         }),
@@ -91,15 +90,15 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
         ));
     }
     let [host, kernels, input] = savings_in_one_pass(context, |op: &Op| {
-        let on_gpu = op.kind.on_gpu();
-        match op.rank_index == rank_index {
-            true => [
-                if on_gpu { OwnParts::default() } else { whole },
-                OwnParts { delay: false, duration: on_gpu },
-                OwnParts { delay: on_gpu, duration: false },
-            ],
-            false => [OwnParts::default(); 3],
+        if op.rank_index != rank_index {
+            return [OwnParts::default(); 3];
         }
+        let on_gpu = op.kind.on_gpu();
+        [
+            if on_gpu { OwnParts::default() } else { whole },
+            OwnParts { delay: false, duration: on_gpu },
+            OwnParts { delay: on_gpu, duration: false },
+        ]
     });
     let parts = [("its host launch path", host), ("its own kernels", kernels), ("its input (GPU waits)", input)];
     let (cause, _) = parts.iter().copied().max_by_key(|&(_, s)| s).expect("three parts");

@@ -217,8 +217,13 @@ impl Context<'_> {
     /// of the kinds in `skip` ignored). The replay keeps one time per vertex and no list of own times, so that
     /// the finding types' replays fit [`REPLAY_STATE_BUDGET_BYTES`] side by side.
     pub fn replay_saving_ns(&self, own_of: impl Fn(u32) -> i64, skip: &[EdgeKind]) -> i64 {
-        let graph = &self.model.graph;
-        self.measured_ns - graph.span_ns(graph.replayed_last_end(own_of, skip))
+        self.saving_of_end_ns(self.model.graph.replayed_last_end(own_of, skip))
+    }
+
+    /// The saving against the measured time of a replay whose last operation ended at `end` (as
+    /// [`Graph::replayed_last_end`](crate::dependency::graph::Graph::replayed_last_end) finds it).
+    pub fn saving_of_end_ns(&self, end: Option<(u32, i64)>) -> i64 {
+        self.measured_ns - self.model.graph.span_ns(end)
     }
 
     /// [`Context::replay_saving_ns`] with the operations `free(op)` names ending at no time (their end vertices' own
