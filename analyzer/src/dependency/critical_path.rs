@@ -26,7 +26,7 @@ use shardscope_model::Trace;
 
 use crate::dependency::graph::{
     BEFORE_WINDOW, CAPTURE_GAP, EdgeKind, GPU_DELAY, Graph, HOST_GAP, ModelStats, OpKind, PathStep, RankSpec,
-    end_vertex,
+    end_vertex, host_call_name,
 };
 use crate::figures::capture_gaps;
 use crate::figures::collectives::{self, RankKey};
@@ -615,7 +615,7 @@ pub fn op_name(traces: &[Trace], graph: &Graph, op: u32) -> String {
         }
         OpKind::Set => "[CUDA memset]".into(),
         OpKind::Graph => format!("[CUDA graph {}]", trace.graph_launches[o.index as usize].graph_id),
-        OpKind::HostCall => trace.names.get(trace.api_calls[o.index as usize].name).to_string(),
+        OpKind::HostCall => host_call_name(trace, o).to_string(),
     }
 }
 

@@ -638,6 +638,11 @@ pub fn end_vertex(op: u32) -> u32 {
 
 const NONE: u32 = u32::MAX;
 
+/// The name `trace` (the trace host call `op` came from) records for the call.
+pub fn host_call_name<'t>(trace: &'t Trace, op: &Op) -> &'t str {
+    trace.names.get(trace.api_calls[op.index as usize].name)
+}
+
 /// Calls that block the host until GPU work completes (names without the `_vNNNN` version suffix).
 pub fn is_blocking_call(name: &str) -> bool {
     let base = strip_version(name);
@@ -1049,7 +1054,7 @@ impl<'a> Builder<'a> {
     /// Whether `o` is a host call that blocks until GPU work ends.
     fn is_blocking(&self, o: &Op) -> bool {
         let trace = &self.traces[trace_of(self.ranks, o)];
-        o.kind == OpKind::HostCall && is_blocking_call(trace.names.get(trace.api_calls[o.index as usize].name))
+        o.kind == OpKind::HostCall && is_blocking_call(host_call_name(trace, o))
     }
 
     /// The GPU operation blocking call `o` waited for: the last one to end before it returned that was running

@@ -4,12 +4,11 @@
 //! would; work that truly needs the result (a value read on the host) keeps a wait the trace cannot tell apart.
 
 use crate::dependency::critical_path::op_name;
-use crate::dependency::graph::{EdgeKind, Graph, Op, OpKind, is_blocking_call};
+use crate::dependency::graph::{EdgeKind, OpKind, host_call_name, is_blocking_call};
 use crate::findings::rules::SavingRule;
 use crate::findings::{Context, Outcome, Quiet, top_names};
 use crate::output::render::duration as human_ns;
 use rayon::prelude::*;
-use shardscope_model::Trace;
 
 const KIND: &str = "synchronising_calls";
 
@@ -18,7 +17,9 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
     let graph = &context.model.graph;
     // Every host call's name, read in place on worker threads (ten million calls on a large run).
     let blocking: Vec<usize> = (graph.ops.par_iter().enumerate().with_min_len(1 << 14))
-        .filter(|(_, op)| op.kind == OpKind::HostCall && is_blocking_call(host_call_name(context.traces, graph, op)))
+        .filter(|(_, op)| {
+            op.kind == OpKind::HostCall && is_blocking_call(host_call_name(&context.traces[graph.trace_of(op)], op))
+        })
         .map(|(o, _)| o)
         .collect();
     if blocking.is_empty() {
@@ -52,10 +53,4 @@ pub fn evaluate(context: &Context, rule: &SavingRule) -> Outcome {
             .into(),
         saving_ns,
     ))
-}
-
-/// The name of host call `op` as its trace records it.
-fn host_call_name<'t>(traces: &'t [Trace], graph: &Graph, op: &Op) -> &'t str {
-    let trace = &traces[graph.trace_of(op)];
-    trace.names.get(trace.api_calls[op.index as usize].name)
 }
